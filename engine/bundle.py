@@ -1,0 +1,293 @@
+"""Model bundles: a directory that rebuilds the whole model from JSON + safetensors, never a pickle.
+
+::
+
+    my_model/
+      config.json            format version, decoder + encoder configs, supported adducts,
+                             sha256 of every weight/tokenizer/calibration file
+      decoder.safetensors    conditional decoder weights
+      encoder.safetensors    spectrum encoder weights
+      tokenizer.json         SAFE vocabulary
+      calibration.json       D_enc and the A(t) curve of the encoder
+      adapter/               optional peft LoRA adapter (adapter_config.json + adapter_model.safetensors)
+      MODEL_CARD.md          optional, shown to users
+
+Loading checks every file, its checksum, every tensor shape and the tokenizer/decoder match, and
+says what to do when something is wrong.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .decoder import ConditionalDecoder, DecoderConfig
+from .encoder import EncoderConfig, SpectrumEncoder
+from .errors import BundleError, ConfigError
+from .querying import Calibration
+from .tokenizer import SafeTokenizer
+
+log = logging.getLogger(__name__)
+
+BUNDLE_FORMAT = "msgpt-bundle"
+BUNDLE_FORMAT_VERSION = 1
+REQUIRED_FILES = ("config.json", "decoder.safetensors", "encoder.safetensors", "tokenizer.json", "calibration.json")
+CHECKSUMMED_FILES = REQUIRED_FILES[1:]
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
+
+
+def resolve_device(name: str = "auto") -> tuple[torch.device, str]:
+    """``auto`` → cuda when present, else cpu. ``cuda`` without CUDA falls back to cpu with a message."""
+    name = (name or "auto").lower()
+    if name not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"Unknown device {name!r}; use 'auto', 'cpu' or 'cuda'.")
+    has_cuda = torch.cuda.is_available()
+    if name == "cuda" and not has_cuda:
+        return torch.device("cpu"), "CUDA was requested but is not available here; running on CPU."
+    if name == "cpu" or not has_cuda:
+        return torch.device("cpu"), f"Running on CPU ({torch.get_num_threads()} threads)."
+    return torch.device("cuda"), f"Running on CUDA ({torch.cuda.get_device_name(0)})."
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class ModelBundle:
+    """Everything inference needs, loaded and validated. Build with :func:`load_bundle`."""
+
+    path: Path
+    config: dict
+    decoder: ConditionalDecoder  # the model used for sampling (adapter merged when active)
+    encoder: SpectrumEncoder
+    tokenizer: SafeTokenizer
+    calibration: Calibration
+    device: torch.device
+    checksum: str
+    has_adapter: bool = False
+    adapter_active: bool = False
+    _base_state: dict | None = field(default=None, repr=False)
+    _merged_state: dict | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.config.get("name") or self.path.name
+
+    @property
+    def supported_adducts(self) -> tuple[str, ...]:
+        return tuple(self.config.get("supported_adducts", ("[M+H]+", "[M+Na]+")))
+
+    def set_adapter(self, active: bool) -> None:
+        """Switch the LoRA adapter on or off (both weight sets are kept; switching copies weights)."""
+        if active and not self.has_adapter:
+            raise ConfigError(f"The model bundle {self.path} has no adapter/ to switch on.")
+        if active == self.adapter_active:
+            return
+        self.decoder.load_state_dict(self._merged_state if active else self._base_state)
+        self.adapter_active = active
+
+    def describe(self) -> str:
+        adapter = ("adapter on" if self.adapter_active else "adapter off") if self.has_adapter else "no adapter"
+        return f"{self.name} [{self.checksum[:12]}] on {self.device.type}, {adapter}"
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BundleError(f"Cannot read {what} {path}: {e}. The bundle is damaged; copy it again.") from e
+
+
+def _refuse_pickle(path: Path) -> None:
+    if path.is_file() and path.suffix.lower() in PICKLE_SUFFIXES:
+        raise BundleError(
+            f"{path} is a PyTorch pickle checkpoint. msgpt never loads pickles: unpickling can run "
+            "arbitrary code hidden in the file. Give a model bundle directory (config.json + "
+            "*.safetensors), e.g. one made by `msgpt-train bundle`."
+        )
+
+
+def _load_weights(module: torch.nn.Module, path: Path, what: str) -> None:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(str(path), device="cpu")
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise BundleError(f"{path.name} is truncated or corrupt ({e}); copy the bundle again.") from e
+    expected = module.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if missing or unexpected:
+        raise BundleError(
+            f"{path.name} does not match the {what} described in config.json: "
+            f"missing {missing[:3]}{'…' if len(missing) > 3 else ''}, "
+            f"unexpected {unexpected[:3]}{'…' if len(unexpected) > 3 else ''}. "
+            "The weights and config.json come from different models."
+        )
+    for k, v in expected.items():
+        if tuple(state[k].shape) != tuple(v.shape):
+            raise BundleError(
+                f"{path.name}: tensor `{k}` has shape {tuple(state[k].shape)} but config.json's {what} "
+                f"expects {tuple(v.shape)}. The weights and config.json come from different models."
+            )
+    module.load_state_dict({k: t.to(v.dtype) for k, t in state.items() for v in [expected[k]]})
+
+
+def load_bundle(path: str | os.PathLike, device: str = "auto", use_adapter: bool = True) -> ModelBundle:
+    """Load and validate a model bundle directory."""
+    path = Path(path).expanduser()
+    _refuse_pickle(path)
+    if not path.exists():
+        raise BundleError(f"Model bundle {path} does not exist; pick a bundle folder (it holds config.json).")
+    if not path.is_dir():
+        raise BundleError(f"Model bundle {path} is a file; pick the bundle folder that holds config.json.")
+    if not (path / "config.json").is_file():
+        pickles = sorted(p.name for p in path.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
+        extra = f" It holds pickle checkpoints ({', '.join(pickles)}), which msgpt never loads." if pickles else ""
+        raise BundleError(f"{path} is not a model bundle: config.json is missing.{extra}")
+    config = _read_json(path / "config.json", "bundle config")
+    if config.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"{path}/config.json is not an msgpt bundle config (format {config.get('format')!r}).")
+    version = config.get("format_version")
+    if not isinstance(version, int) or version > BUNDLE_FORMAT_VERSION:
+        raise BundleError(
+            f"{path} was written in bundle format {version!r}, newer than this msgpt understands "
+            f"({BUNDLE_FORMAT_VERSION}). Upgrade msgpt (pip install -U msgpt-desktop)."
+        )
+    for name in REQUIRED_FILES:
+        if not (path / name).is_file():
+            raise BundleError(f"Model bundle {path} is incomplete: {name} is missing. Copy the whole folder.")
+    recorded = config.get("files", {})
+    for name in CHECKSUMMED_FILES:
+        if name in recorded and sha256_file(path / name) != recorded[name]:
+            raise BundleError(
+                f"{name} in {path} does not match its checksum in config.json: the file is damaged "
+                "or was replaced. Copy the bundle again."
+            )
+    try:
+        dec_cfg = DecoderConfig.from_dict(config["decoder"])
+        enc_cfg = EncoderConfig.from_dict(config["encoder"])
+    except KeyError as e:
+        raise BundleError(f"{path}/config.json lacks the {e.args[0]!r} section.") from e
+    except ConfigError as e:
+        raise BundleError(f"{path}/config.json: {e}") from e
+    tokenizer = SafeTokenizer.load(path / "tokenizer.json")
+    if tokenizer.vocab_size != dec_cfg.vocab_size:
+        raise BundleError(
+            f"tokenizer.json has {tokenizer.vocab_size} tokens but the decoder expects "
+            f"{dec_cfg.vocab_size}: the tokenizer belongs to another model."
+        )
+    want = config.get("tokenizer_checksum")
+    if want and tokenizer.fingerprint() != want:
+        raise BundleError("tokenizer.json does not match the tokenizer the decoder was trained with.")
+    calibration = Calibration.load(path / "calibration.json")
+
+    dev, _ = resolve_device(device)
+    decoder = ConditionalDecoder(dec_cfg)
+    _load_weights(decoder, path / "decoder.safetensors", "decoder")
+    encoder = SpectrumEncoder(enc_cfg)
+    _load_weights(encoder, path / "encoder.safetensors", "encoder")
+    decoder.eval().to(dev)
+    encoder.eval().to(dev)
+
+    bundle = ModelBundle(
+        path=path,
+        config=config,
+        decoder=decoder,
+        encoder=encoder,
+        tokenizer=tokenizer,
+        calibration=calibration,
+        device=dev,
+        checksum=bundle_checksum(path),
+    )
+    if (path / "adapter").is_dir():
+        _attach_adapter(bundle, path / "adapter")
+        bundle.set_adapter(use_adapter)
+    return bundle
+
+
+def _attach_adapter(bundle: ModelBundle, adapter_dir: Path) -> None:
+    """Load the peft LoRA adapter (safetensors only), merge it, and keep base and merged weights."""
+    from peft import PeftModel
+
+    if not (adapter_dir / "adapter_model.safetensors").is_file():
+        pickles = [p.name for p in adapter_dir.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES]
+        why = f" ({', '.join(pickles)} are pickles, which msgpt never loads)" if pickles else ""
+        raise BundleError(f"{adapter_dir} lacks adapter_model.safetensors{why}; remove adapter/ or re-save it.")
+    base_state = {k: v.detach().clone() for k, v in bundle.decoder.state_dict().items()}
+    try:
+        peft_model = PeftModel.from_pretrained(copy.deepcopy(bundle.decoder), str(adapter_dir), is_trainable=False)
+    except (ValueError, RuntimeError, KeyError, OSError) as e:
+        raise BundleError(f"Cannot load the adapter in {adapter_dir}: {e}. Remove adapter/ or re-train it.") from e
+    merged = peft_model.merge_and_unload()
+    merged_state = {k: v.detach().clone() for k, v in merged.state_dict().items()}
+    if merged_state.keys() != base_state.keys():
+        raise BundleError(f"The adapter in {adapter_dir} changes the decoder's structure; it belongs to another model.")
+    bundle._base_state, bundle._merged_state = base_state, merged_state
+    bundle.has_adapter = True
+
+
+def bundle_checksum(path: Path) -> str:
+    """sha256 over config.json and the adapter files: identifies the exact model in exports."""
+    h = hashlib.sha256((path / "config.json").read_bytes())
+    adapter = path / "adapter"
+    if adapter.is_dir():
+        for p in sorted(adapter.iterdir()):
+            if p.is_file():
+                h.update(p.name.encode())
+                h.update(sha256_file(p).encode())
+    return h.hexdigest()
+
+
+def save_bundle(
+    path: str | os.PathLike,
+    *,
+    decoder: ConditionalDecoder,
+    encoder: SpectrumEncoder,
+    tokenizer: SafeTokenizer,
+    calibration: Calibration,
+    name: str,
+    supported_adducts=("[M+H]+", "[M+Na]+"),
+    extra: dict | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Path:
+    """Write a bundle directory (weights in ``dtype``, e.g. bfloat16 to halve the size)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+
+    def weights(module):  # tied / shared tensors are saved once per name, contiguous
+        return {k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous().clone()
+                for k, v in module.state_dict().items()}
+
+    save_file(weights(decoder), str(path / "decoder.safetensors"))
+    save_file(weights(encoder), str(path / "encoder.safetensors"))
+    tokenizer.save(path / "tokenizer.json")
+    calibration.save(path / "calibration.json")
+    config = {
+        "format": BUNDLE_FORMAT,
+        "format_version": BUNDLE_FORMAT_VERSION,
+        "name": name,
+        "decoder": decoder.config.to_dict(),
+        "encoder": encoder.config.to_dict(),
+        "supported_adducts": list(supported_adducts),
+        "tokenizer_checksum": tokenizer.fingerprint(),
+        "files": {f: sha256_file(path / f) for f in CHECKSUMMED_FILES},
+        **(extra or {}),
+    }
+    (path / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    return path

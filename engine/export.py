@@ -1,0 +1,196 @@
+"""Candidate export to CSV and SDF, written atomically.
+
+Columns follow what chemists' tools already read (SIRIUS de novo summary, MetFrag candidate SDF;
+see docs/conventions). Every file says which model (name + checksum), parameters and seed made it:
+CSV in ``#`` header lines (``pandas.read_csv(path, comment="#")``), SDF as properties of each record.
+
+Writers write to a temporary file beside the target and rename it over the target only when closed
+without error, so a cancelled or failed export leaves any earlier file intact.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from . import chem
+from .errors import ConfigError, MsgptError
+from .pipeline import SpectrumResult
+
+CSV_COLUMNS = (
+    "spectrum_id",
+    "rank",
+    "smiles",
+    "inchikey",
+    "InChIkey2D",
+    "inchi",
+    "formula",
+    "monoisotopic_mass",
+    "adduct",
+    "precursor_mz",
+    "retention_time_s",
+    "count",
+    "frequency",
+    "posterior_similarity",
+    "is_reference",
+    "spectrum_fidelity",
+    "spectrum_samples",
+    "spectrum_formula_consistent",
+)
+FORMATS = {".csv": "csv", ".sdf": "sdf", ".sd": "sdf"}
+
+
+def export_format(path: str | os.PathLike) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise ConfigError(f"Cannot export to {str(path)!r}: use a .csv or .sdf file name.")
+    return FORMATS[suffix]
+
+
+def provenance(bundle, params, extra: dict | None = None) -> dict[str, str]:
+    from . import __version__
+
+    info = {
+        "msgpt_version": __version__,
+        "model": bundle.name,
+        "model_checksum": bundle.checksum,
+        "model_path": str(bundle.path),
+        "parameters": params.describe(),
+        "seed": str(params.seed),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    info.update(extra or {})
+    return info
+
+
+def candidate_rows(result: SpectrumResult, top: int | None = None) -> Iterable[dict]:
+    s = result.spectrum
+    for c in result.candidates[:top]:
+        mol = chem.mol_from_smiles(c.smiles)
+        yield {
+            "spectrum_id": s.id,
+            "rank": c.rank,
+            "smiles": c.smiles,
+            "inchikey": c.inchikey,
+            "InChIkey2D": c.inchikey14,
+            "inchi": chem.inchi(mol) if mol is not None else "",
+            "formula": c.formula,
+            "monoisotopic_mass": f"{c.monoisotopic_mass:.5f}",
+            "adduct": s.adduct or "",
+            "precursor_mz": f"{s.precursor_mz:.5f}",
+            "retention_time_s": "" if s.retention_time is None else f"{s.retention_time:.2f}",
+            "count": c.count,
+            "frequency": f"{c.frequency:.4f}",
+            "posterior_similarity": f"{c.posterior_similarity:.4f}",
+            "is_reference": "" if not result.reference_inchikey14 else
+            ("yes" if c.inchikey14 == result.reference_inchikey14 else "no"),
+            "spectrum_fidelity": "" if result.fidelity is None else f"{result.fidelity:.4f}",
+            "spectrum_samples": result.n_samples,
+            "spectrum_formula_consistent": result.n_formula_consistent,
+        }
+
+
+class CandidateWriter:
+    """Stream results into a CSV or SDF file; the target appears only on a clean :meth:`close`."""
+
+    def __init__(self, path: str | os.PathLike, info: dict[str, str], top: int | None = None):
+        self.path = Path(path)
+        self.format = export_format(self.path)
+        self.info = info
+        self.top = top
+        self.n_rows = 0
+        directory = self.path.parent if str(self.path.parent) else Path(".")
+        if not directory.is_dir():
+            raise ConfigError(f"Cannot write {self.path}: folder {directory} does not exist.")
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".partial", dir=directory)
+        except OSError as e:
+            raise MsgptError(f"Cannot write {self.path}: {e.strerror or e}.") from e
+        self._tmp = Path(tmp)
+        self._fh = os.fdopen(fd, "w", newline="", encoding="utf-8")
+        if self.format == "csv":
+            for k, v in info.items():
+                self._fh.write(f"# {k}: {v}\n")
+            self._csv = csv.DictWriter(self._fh, fieldnames=CSV_COLUMNS)
+            self._csv.writeheader()
+        else:
+            from rdkit import Chem
+
+            self._sdf = Chem.SDWriter(self._fh)
+
+    def write(self, result: SpectrumResult) -> None:
+        for row in candidate_rows(result, self.top):
+            if self.format == "csv":
+                self._csv.writerow(row)
+            else:
+                self._write_sdf(row)
+            self.n_rows += 1
+        self._fh.flush()
+
+    def _write_sdf(self, row: dict) -> None:
+        mol = chem.mol_with_2d_coords(row["smiles"])
+        if mol is None:
+            return
+        mol.SetProp("_Name", f"{row['spectrum_id']} rank {row['rank']}")
+        props = {
+            "Identifier": f"{row['spectrum_id']}#{row['rank']}",
+            "spectrum_id": row["spectrum_id"],
+            "rank": row["rank"],
+            "SMILES": row["smiles"],
+            "InChIKey": row["inchikey"],
+            "InChIKey1": row["InChIkey2D"],
+            "INCHI": row["inchi"],
+            "MolecularFormula": row["formula"],
+            "MonoisotopicMass": row["monoisotopic_mass"],
+            "adduct": row["adduct"],
+            "precursor_mz": row["precursor_mz"],
+            "retention_time_s": row["retention_time_s"],
+            "count": row["count"],
+            "Score": row["frequency"],
+            "posterior_similarity": row["posterior_similarity"],
+            "is_reference": row["is_reference"],
+            "spectrum_fidelity": row["spectrum_fidelity"],
+            **{f"msgpt_{k}": v for k, v in self.info.items()},
+        }
+        for k, v in props.items():
+            mol.SetProp(k, str(v))
+        self._sdf.write(mol)
+
+    def close(self) -> None:
+        """Finish the file and move it over the target."""
+        if self.format == "sdf":
+            self._sdf.close()  # also closes nothing else: the file handle is ours
+        self._fh.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        """Drop the temporary file; an earlier file at the target stays as it was."""
+        try:
+            if self.format == "sdf":
+                self._sdf.close()
+            self._fh.close()
+        finally:
+            self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> CandidateWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def export_results(
+    path: str | os.PathLike, results: Iterable[SpectrumResult], info: dict[str, str], top: int | None = None
+) -> int:
+    """Write finished results to one file atomically; returns the number of candidate rows."""
+    with CandidateWriter(path, info, top) as w:
+        for r in results:
+            w.write(r)
+    return w.n_rows

@@ -1,0 +1,352 @@
+"""The elucidation pipeline: spectrum → posterior π → band queries → decoder samples → ranking.
+
+Long work is a generator of progress events that ends with its result (``return`` value of the
+generator); the CLI shows the events with tqdm, the GUI with a progress bar. A ``cancel`` callable
+is checked between steps and raises :class:`~engine.errors.Cancelled`; a cancelled spectrum
+produces no result.
+
+:class:`SpectrumSession` keeps one spectrum's posterior and every sample drawn so far (by its
+identity ``(i, j)``), so the GUI can grow the pool (only the new samples are drawn), shrink it
+(re-rank a subset, nothing drawn) or change the band (re-query).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from . import chem
+from .bundle import ModelBundle
+from .errors import Cancelled, ConfigError, MsgptError, SpectrumError
+from .featurize import collate, featurize_spectrum
+from .formula import formula_vector, parse_formula
+from .querying import band_thresholds, build_queries, check_kappa
+from .ranking import Candidate, CandidatePool, reference_rank
+from .sampling import QueryRequest, sample_queries
+from .spectrum import SkippedRecord, Spectrum, check_formula_matches_precursor
+
+CancelFn = Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class QueryParams:
+    """How candidates are drawn. Defaults are the paper's: κ ∈ [0.95, 1.50], M=20, N=5 (B=100)."""
+
+    kappa_min: float = field(default=0.95, metadata={"help": "sparse end of the density band"})
+    kappa_max: float = field(default=1.50, metadata={"help": "dense end of the density band"})
+    groups: int = field(default=20, metadata={"help": "M, number of thresholds (query groups)"})
+    samples_per_group: int = field(default=5, metadata={"help": "N, samples drawn per query group"})
+    temperature: float = 1.0
+    top_k: int = 50
+    top_p: float = 0.95
+    seed: int = 0
+    max_new_tokens: int | None = None
+    use_adapter: bool = True
+
+    def __post_init__(self):
+        check_kappa(self.kappa_min, "kappa_min")
+        check_kappa(self.kappa_max, "kappa_max")
+        if self.kappa_min > self.kappa_max:
+            raise ConfigError(f"`kappa_min` ({self.kappa_min}) must not exceed `kappa_max` ({self.kappa_max}).")
+        for name in ("groups", "samples_per_group", "top_k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"`{name}` must be a positive integer, got {v!r}.")
+        if self.groups == 1 and self.kappa_min != self.kappa_max:
+            raise ConfigError(
+                f"One query group (M=1) is a point query at a single κ, but the band is "
+                f"[{self.kappa_min}, {self.kappa_max}]; give the same κ twice (e.g. --band 1.0 1.0)."
+            )
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ConfigError(f"`temperature` must be > 0, got {self.temperature!r}.")
+        if not (0 < self.top_p <= 1):
+            raise ConfigError(f"`top_p` must be in (0, 1], got {self.top_p!r}.")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"`seed` must be a non-negative integer, got {self.seed!r}.")
+
+    @property
+    def pool_size(self) -> int:
+        """B = M × N."""
+        return self.groups * self.samples_per_group
+
+    @staticmethod
+    def samples_for_pool_size(pool_size: int, groups: int) -> int:
+        """N for a requested B; B must be a multiple of M."""
+        if not isinstance(pool_size, int) or pool_size < groups:
+            raise ConfigError(f"Pool size B={pool_size!r} must be an integer ≥ M={groups}.")
+        if pool_size % groups:
+            lo = pool_size // groups * groups
+            raise ConfigError(
+                f"Pool size B={pool_size} is not a multiple of M={groups} query groups (B = M × N); "
+                f"use {lo} or {lo + groups}."
+            )
+        return pool_size // groups
+
+    def sampling_key(self) -> tuple:
+        """Everything that decides which samples exist, except N: equal keys share samples."""
+        d = asdict(self)
+        d.pop("samples_per_group")
+        return tuple(sorted(d.items()))
+
+    def describe(self) -> str:
+        return (
+            f"kappa=[{self.kappa_min}, {self.kappa_max}] M={self.groups} N={self.samples_per_group} "
+            f"B={self.pool_size} T={self.temperature} top_k={self.top_k} top_p={self.top_p} "
+            f"seed={self.seed} adapter={'on' if self.use_adapter else 'off'}"
+        )
+
+
+# -- events ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SpectrumStarted:
+    index: int
+    spectrum: Spectrum
+
+
+@dataclass(frozen=True)
+class SamplesDrawn:
+    index: int
+    done: int  # samples drawn so far for this spectrum in this run
+    total: int  # samples to draw in this run
+
+
+@dataclass(frozen=True)
+class RankingUpdated:
+    index: int
+    result: SpectrumResult  # partial=True while samples are still being drawn
+
+
+@dataclass(frozen=True)
+class SpectrumFinished:
+    index: int
+    result: SpectrumResult
+
+
+@dataclass(frozen=True)
+class SpectrumSkipped:
+    index: int
+    record: SkippedRecord
+
+
+Event = SpectrumStarted | SamplesDrawn | RankingUpdated | SpectrumFinished | SpectrumSkipped
+
+
+@dataclass(frozen=True)
+class SpectrumResult:
+    spectrum: Spectrum
+    params: QueryParams
+    candidates: tuple[Candidate, ...]
+    n_samples: int
+    n_valid: int
+    n_formula_consistent: int
+    thresholds: np.ndarray
+    n_distinct_queries: int
+    mean_query_bits: float
+    fidelity: float | None  # max Tanimoto of the reference fingerprint to the band's queries
+    reference_inchikey14: str | None
+    reference_rank: int | None  # None: absent (or no reference)
+    new_samples: int  # samples drawn by the run that produced this result
+    seconds: float
+    partial: bool = False
+
+    @property
+    def reference_status(self) -> str:
+        """'exact' (rank 1), '#k', 'absent', or '' without a reference (as in the paper's case studies)."""
+        if not self.reference_inchikey14:
+            return ""
+        if self.reference_rank is None:
+            return "absent"
+        return "exact" if self.reference_rank == 1 else f"#{self.reference_rank}"
+
+
+@dataclass
+class RunSummary:
+    n_done: int = 0
+    skipped: list[SkippedRecord] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _check_cancel(cancel: CancelFn | None) -> None:
+    if cancel is not None and cancel():
+        raise Cancelled("Cancelled by the user.")
+
+
+def require_usable(bundle: ModelBundle, spectrum: Spectrum) -> None:
+    """Raise SpectrumError saying why this model cannot run on ``spectrum`` (and how to fix it)."""
+    if not spectrum.formula:
+        raise SpectrumError(
+            "no molecular formula: MS-GPT elucidates structures for a known formula; add FORMULA= "
+            "to the record, or give one (--formula, or Set formula in the app)"
+        )
+    if not spectrum.adduct:
+        raise SpectrumError(
+            f"no adduct: give the precursor ion type (--adduct, or ADDUCT= in the file); this model "
+            f"supports {', '.join(bundle.supported_adducts)}"
+        )
+    if spectrum.adduct not in bundle.supported_adducts:
+        raise SpectrumError(
+            f"adduct {spectrum.adduct} is not supported by the model {bundle.name} "
+            f"(it was trained on {', '.join(bundle.supported_adducts)})"
+        )
+    check_formula_matches_precursor(spectrum)
+
+
+@torch.inference_mode()
+def compute_posterior(bundle: ModelBundle, spectrum: Spectrum) -> np.ndarray:
+    """The encoder's fingerprint posterior π (float32, n_bits) for one spectrum."""
+    features = featurize_spectrum(spectrum, bundle.encoder.config)
+    batch = {k: v.to(bundle.device) for k, v in collate([features]).items()}
+    return bundle.encoder.predict_proba(batch)[0].float().cpu().numpy()
+
+
+class SpectrumSession:
+    """One spectrum's posterior and sample pool; :meth:`run` draws only what is missing."""
+
+    def __init__(self, bundle: ModelBundle, spectrum: Spectrum, index: int = 0):
+        require_usable(bundle, spectrum)
+        self.bundle = bundle
+        self.spectrum = spectrum
+        self.index = index
+        self.formula = spectrum.formula
+        self.reference_bits, self.reference_inchikey14 = _reference(spectrum)
+        self._posterior: np.ndarray | None = None
+        self._key: tuple | None = None
+        self._queries = []
+        self._thresholds = np.zeros(0)
+        self.pool: CandidatePool | None = None
+
+    @property
+    def posterior(self) -> np.ndarray:
+        if self._posterior is None:
+            self._posterior = compute_posterior(self.bundle, self.spectrum)
+        return self._posterior
+
+    def _prepare(self, params: QueryParams) -> None:
+        if params.sampling_key() == self._key:
+            return
+        cal = self.bundle.calibration
+        self._thresholds = band_thresholds(cal, params.kappa_min, params.kappa_max, params.groups)
+        self._queries = build_queries(self.posterior, self._thresholds)
+        self.pool = CandidatePool(self.formula, [q.bits for q in self._queries])
+        self._key = params.sampling_key()
+
+    def run(self, params: QueryParams, cancel: CancelFn | None = None) -> Generator[Event, None, SpectrumResult]:
+        """Draw the samples ``params`` needs that the pool lacks, yielding progress and live rankings."""
+        t0 = time.perf_counter()
+        _check_cancel(cancel)
+        if self.bundle.has_adapter:
+            self.bundle.set_adapter(params.use_adapter)
+        elif params.use_adapter and self.bundle.config.get("require_adapter"):
+            raise ConfigError("This bundle requires its adapter, which is missing.")
+        self._prepare(params)
+        n = params.samples_per_group
+        requests = []
+        for q in self._queries:
+            ids = tuple((i, j) for i in q.threshold_indices for j in range(n) if not self.pool.has((i, j)))
+            if ids:
+                requests.append(QueryRequest(fp_bits=q.bits, sample_ids=ids))
+        total = sum(len(r.sample_ids) for r in requests)
+        done = 0
+        if requests:
+            sampler = sample_queries(
+                self.bundle.decoder,
+                self.bundle.tokenizer,
+                formula_vector(parse_formula(self.formula)),
+                requests,
+                seed=params.seed,
+                temperature=params.temperature,
+                top_k=params.top_k,
+                top_p=params.top_p,
+                max_new_tokens=params.max_new_tokens,
+                cancel=cancel,
+            )
+            for req_index, strings in sampler:
+                self.pool.add(requests[req_index].sample_ids, strings)
+                done += len(strings)
+                yield SamplesDrawn(self.index, done, total)
+                yield RankingUpdated(self.index, self._result(params, done, t0, partial=done < total))
+        _check_cancel(cancel)
+        return self._result(params, done, t0, partial=False)
+
+    def _result(self, params: QueryParams, new_samples: int, t0: float, partial: bool) -> SpectrumResult:
+        candidates, counts = self.pool.rank(params.samples_per_group)
+        fidelity = None
+        if self.reference_bits is not None:
+            fidelity = chem.max_tanimoto(self.reference_bits, [q.bits for q in self._queries])
+        return SpectrumResult(
+            spectrum=self.spectrum,
+            params=params,
+            candidates=tuple(candidates),
+            n_samples=counts["samples"],
+            n_valid=counts["valid"],
+            n_formula_consistent=counts["formula_consistent"],
+            thresholds=self._thresholds,
+            n_distinct_queries=len(self._queries),
+            mean_query_bits=float(np.mean([len(q.bits) for q in self._queries for _ in q.threshold_indices])),
+            fidelity=fidelity,
+            reference_inchikey14=self.reference_inchikey14,
+            reference_rank=reference_rank(candidates, self.reference_inchikey14),
+            new_samples=new_samples,
+            seconds=time.perf_counter() - t0,
+            partial=partial,
+        )
+
+
+def _reference(spectrum: Spectrum) -> tuple[np.ndarray | None, str | None]:
+    """Reference fingerprint and InChIKey-14 from the record's SMILES (or just the InChIKey)."""
+    if spectrum.smiles:
+        mol = chem.mol_from_smiles(spectrum.smiles)
+        if mol is not None:
+            chem.remove_stereo(mol)
+            return chem.morgan_bits(mol), chem.inchikey14(mol)
+    if spectrum.inchikey:
+        return None, spectrum.inchikey[:14]
+    return None, None
+
+
+def elucidate(
+    bundle: ModelBundle,
+    spectra: Iterable[Spectrum | SkippedRecord],
+    params: QueryParams = QueryParams(),
+    cancel: CancelFn | None = None,
+) -> Generator[Event, None, RunSummary]:
+    """Elucidate many spectra, one after the other. Yields events; returns a :class:`RunSummary`.
+
+    Records the reader skipped, and spectra this model cannot run (no formula, unsupported adduct),
+    come out as :class:`SpectrumSkipped` with the reason; the rest go on.
+    """
+    t0 = time.perf_counter()
+    summary = RunSummary()
+    for index, item in enumerate(spectra):
+        _check_cancel(cancel)
+        if isinstance(item, SkippedRecord):
+            summary.skipped.append(item)
+            yield SpectrumSkipped(index, item)
+            continue
+        try:
+            session = SpectrumSession(bundle, item, index)
+        except MsgptError as e:
+            record = SkippedRecord(item.source, item.index, item.id, str(e))
+            summary.skipped.append(record)
+            yield SpectrumSkipped(index, record)
+            continue
+        yield SpectrumStarted(index, item)
+        result = yield from session.run(params, cancel)
+        summary.n_done += 1
+        yield SpectrumFinished(index, result)
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def apply_overrides(spectrum: Spectrum, formula: str | None = None, adduct: str | None = None) -> Spectrum:
+    """Force a formula and/or adduct on a spectrum (validated); used by ``--formula`` / ``--adduct``."""
+    if adduct:
+        spectrum = spectrum.with_adduct(adduct)
+    if formula:
+        spectrum = spectrum.with_formula(formula)
+    return spectrum

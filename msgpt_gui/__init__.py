@@ -1,0 +1,1 @@
+"""MS-GPT Desktop: the PySide6 application (issue "The desktop application")."""
