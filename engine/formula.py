@@ -25,11 +25,23 @@ _TOKEN = re.compile(r"([A-Z][a-z]?)(\d*)")
 _FORMULA = re.compile(r"(?:[A-Z][a-z]?\d*)+")
 
 
+@lru_cache(maxsize=1)
+def element_symbols() -> frozenset[str]:
+    """Every element symbol RDKit knows (H to Og)."""
+    from rdkit import Chem
+
+    table = Chem.GetPeriodicTable()
+    return frozenset(table.GetElementSymbol(z) for z in range(1, 119))
+
+
 @lru_cache(maxsize=None)
 def element_mass(symbol: str) -> float:
     """Monoisotopic mass of the most abundant isotope of ``symbol`` (RDKit periodic table)."""
     from rdkit import Chem
 
+    if symbol not in element_symbols():
+        # RDKit would print a C++ stack trace and raise a bare RuntimeError.
+        raise FormulaError(f"Unknown element symbol {symbol!r}; element symbols look like 'C', 'Cl', 'Na'.")
     return float(Chem.GetPeriodicTable().GetMostCommonIsotopeMass(symbol))
 
 

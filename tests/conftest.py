@@ -1,0 +1,35 @@
+"""Shared fixtures: a spectrum builder and the path of the test data folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.spectrum import Spectrum
+
+DATA_DIR = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    return DATA_DIR
+
+
+@pytest.fixture
+def make_spectrum():
+    """Build a valid Spectrum (mellein, [M+H]+); keyword arguments override any field."""
+
+    def build(**overrides) -> Spectrum:
+        fields = dict(
+            id="mellein",
+            precursor_mz=179.0703,
+            adduct="[M+H]+",
+            formula="C10H10O3",
+            mz=[133.0648, 151.0754, 161.0597, 179.0703],
+            intensity=[21905.3, 9239.9, 96508.4, 72563.9],
+        )
+        fields.update(overrides)
+        return Spectrum(**fields)
+
+    return build

@@ -1,0 +1,232 @@
+"""The Spectrum record (validation, immutability) and the preprocessing steps."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from engine.errors import AdductError, ConfigError, FormulaError, SpectrumError
+from engine.spectrum import (
+    SkippedRecord,
+    Spectrum,
+    check_formula_matches_precursor,
+    normalize_intensities,
+    remove_nonpositive_peaks,
+    remove_peaks_above_precursor,
+    select_top_peaks,
+    sort_and_merge_peaks,
+)
+
+# ---------------------------------------------------------------------------------------------
+# The record
+# ---------------------------------------------------------------------------------------------
+
+
+def test_builder_gives_a_normalised_spectrum(make_spectrum):
+    s = make_spectrum(adduct="M+H", formula="O3H10C10")
+    assert s.adduct == "[M+H]+"
+    assert s.formula == "C10H10O3"
+    assert (s.charge, s.polarity) == (1, "positive")
+    assert s.mz.dtype == np.float64 and s.intensity.dtype == np.float64
+    assert s.n_peaks == 4
+    assert s.formula_counts == {"C": 10, "H": 10, "O": 3}
+    assert s.neutral_mass == pytest.approx(178.063, abs=1e-3)
+    assert s.adduct_info.charge == 1
+
+
+def test_defaults_mean_unknown(make_spectrum):
+    s = make_spectrum(adduct=None, formula=None)
+    assert (s.adduct, s.charge, s.polarity, s.formula, s.smiles, s.retention_time) == (None, 0, None, None, None, None)
+    assert s.neutral_mass is None and s.formula_counts is None and s.adduct_info is None
+
+
+def test_peaks_are_sorted_copied_and_read_only(make_spectrum):
+    mz = np.array([300.0, 100.0, 200.0])
+    s = make_spectrum(mz=mz, intensity=[3.0, 1.0, 2.0], precursor_mz=400.0, formula=None)
+    assert list(s.mz) == [100.0, 200.0, 300.0] and list(s.intensity) == [1.0, 2.0, 3.0]
+    mz[0] = -1  # the caller's array is not shared
+    assert list(s.mz) == [100.0, 200.0, 300.0]
+    with pytest.raises(ValueError, match="read-only"):
+        s.mz[0] = 5.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.precursor_mz = 1.0
+
+
+@pytest.mark.parametrize(
+    "overrides, error, message",
+    [
+        (dict(precursor_mz=-1.0), SpectrumError, "positive number"),
+        (dict(precursor_mz="abc"), SpectrumError, "must be a number, got 'abc'"),
+        (dict(precursor_mz=float("nan")), SpectrumError, "positive number"),
+        (dict(mz=[1.0, 2.0]), SpectrumError, "`mz` has 2 values but `intensity` has 4"),
+        (dict(intensity=[1.0, np.nan, 1.0, 1.0]), SpectrumError, "`intensity` contains NaN"),
+        (dict(mz=[[1.0, 2.0], [3.0, 4.0]]), SpectrumError, "one-dimensional"),
+        (dict(charge=2), SpectrumError, r"Adduct \[M\+H\]\+ has charge \+1 but the spectrum's charge is \+2"),
+        (dict(charge=1.0), SpectrumError, "signed integer"),
+        (dict(polarity="negative"), SpectrumError, r"adduct \[M\+H\]\+ is positive but the spectrum's polarity is negative"),
+        (dict(polarity="pos"), SpectrumError, "'positive', 'negative' or None"),
+        (dict(adduct="[M+Qq]+"), AdductError, "Unknown group 'Qq'"),
+        (dict(formula="C10H10O3Na"), FormulaError, "Unsupported element 'Na'"),
+        (dict(retention_time=-5), SpectrumError, "Retention time must be >= 0"),
+    ],
+)
+def test_invalid_fields_are_rejected(make_spectrum, overrides, error, message):
+    with pytest.raises(error, match=message):
+        make_spectrum(**overrides)
+
+
+def test_polarity_follows_a_known_charge(make_spectrum):
+    s = make_spectrum(adduct=None, formula=None, charge=-1)
+    assert s.polarity == "negative"
+
+
+def test_equality_compares_peaks(make_spectrum):
+    assert make_spectrum() == make_spectrum()
+    assert make_spectrum() != make_spectrum(intensity=[1.0, 1.0, 1.0, 1.0])
+    with pytest.raises(TypeError):
+        hash(make_spectrum())
+
+
+def test_with_formula_and_adduct_return_validated_copies(make_spectrum):
+    s = make_spectrum(adduct=None, formula=None, precursor_mz=201.0522)
+    t = s.with_adduct("M+Na").with_formula("C10H10O3")
+    assert (t.adduct, t.formula, t.charge) == ("[M+Na]+", "C10H10O3", 1)
+    assert s.adduct is None and s.formula is None  # the original is untouched
+    assert t.with_formula(None).formula is None and t.with_adduct(None).adduct is None
+
+
+def test_with_formula_checks_the_precursor(make_spectrum):
+    s = make_spectrum(formula=None)
+    with pytest.raises(SpectrumError, match="fix FORMULA or ADDUCT"):
+        s.with_formula("C10H12O3")
+    assert s.with_formula("C10H12O3", check=False).formula == "C10H12O3"
+
+
+def test_with_adduct_rejects_the_other_polarity(make_spectrum):
+    with pytest.raises(SpectrumError, match=r"\[M-H\]- is negative"):
+        make_spectrum(formula=None).with_adduct("[M-H]-")
+
+
+def test_skipped_record_fields():
+    r = SkippedRecord("a.mgf", 3, "X1", "no peaks")
+    assert (r.source, r.index, r.spectrum_id, r.reason) == ("a.mgf", 3, "X1", "no peaks")
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps
+# ---------------------------------------------------------------------------------------------
+
+
+def _peaks(s):
+    return list(zip(s.mz.tolist(), s.intensity.tolist()))
+
+
+@pytest.mark.parametrize(
+    "mz, intensity, tolerance, expected",
+    [
+        ([100.0, 100.0005, 200.0], [1.0, 3.0, 5.0], 0.001, [(100.000375, 4.0), (200.0, 5.0)]),
+        ([100.0, 100.0, 200.0], [1.0, 2.0, 5.0], 0.0, [(100.0, 3.0), (200.0, 5.0)]),
+        ([100.0, 100.0005, 200.0], [1.0, 3.0, 5.0], 0.0, [(100.0, 1.0), (100.0005, 3.0), (200.0, 5.0)]),
+        ([100.0, 100.0008, 100.0016], [1.0, 1.0, 2.0], 0.001, [(100.0010, 4.0)]),  # chains merge
+        ([100.0, 100.0004], [0.0, 0.0], 0.001, [(100.0002, 0.0)]),
+    ],
+)
+def test_sort_and_merge_peaks(make_spectrum, mz, intensity, tolerance, expected):
+    s = make_spectrum(mz=mz, intensity=intensity, formula=None, precursor_mz=300.0)
+    merged = sort_and_merge_peaks(s, tolerance_da=tolerance)
+    assert _peaks(merged) == pytest.approx(expected)
+
+
+def test_remove_nonpositive_peaks(make_spectrum):
+    s = make_spectrum(intensity=[0.0, -1.0, 5.0, 1.0])
+    assert _peaks(remove_nonpositive_peaks(s)) == [(161.0597, 5.0), (179.0703, 1.0)]
+
+
+def test_normalize_intensities(make_spectrum):
+    s = make_spectrum(intensity=[1.0, 2.0, 4.0, 0.0])
+    assert normalize_intensities(s).intensity.tolist() == [0.25, 0.5, 1.0, 0.0]
+    empty = make_spectrum(mz=[], intensity=[])
+    assert normalize_intensities(empty) is empty
+
+
+@pytest.mark.parametrize(
+    "k, intensity, kept_mz",
+    [
+        (2, [1.0, 4.0, 3.0, 2.0], [151.0754, 161.0597]),
+        (1, [5.0, 1.0, 1.0, 5.0], [133.0648]),  # tie: the lower m/z is kept
+        (10, [1.0, 2.0, 3.0, 4.0], [133.0648, 151.0754, 161.0597, 179.0703]),
+    ],
+)
+def test_select_top_peaks(make_spectrum, k, intensity, kept_mz):
+    assert select_top_peaks(make_spectrum(intensity=intensity), k).mz.tolist() == kept_mz
+
+
+@pytest.mark.parametrize("k", [0, -1, 2.5, True])
+def test_select_top_peaks_needs_a_positive_k(make_spectrum, k):
+    with pytest.raises(ConfigError, match="`k` must be a whole number >= 1"):
+        select_top_peaks(make_spectrum(), k)
+
+
+def test_remove_peaks_above_precursor_keeps_the_precursor(make_spectrum):
+    s = make_spectrum(mz=[100.0, 179.0750, 179.0900, 180.0736], intensity=[1.0, 1.0, 1.0, 1.0])
+    assert remove_peaks_above_precursor(s).mz.tolist() == [100.0, 179.0750]
+    assert remove_peaks_above_precursor(s, tol_ppm=0, tol_da=0.05).mz.tolist() == [100.0, 179.0750, 179.0900]
+
+
+def test_steps_never_mutate_their_input(make_spectrum):
+    s = make_spectrum(mz=[100.0, 100.0001, 179.0703, 200.0], intensity=[0.0, 2.0, 4.0, 1.0])
+    before = (s.mz.copy(), s.intensity.copy())
+    for step in (sort_and_merge_peaks, remove_nonpositive_peaks, normalize_intensities,
+                 lambda x: select_top_peaks(x, 2), remove_peaks_above_precursor):
+        out = step(s)
+        assert isinstance(out, Spectrum) and out.id == s.id and out.adduct == s.adduct
+    assert np.array_equal(s.mz, before[0]) and np.array_equal(s.intensity, before[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Formula / precursor consistency
+# ---------------------------------------------------------------------------------------------
+
+
+def test_consistent_formula_passes_unchanged(make_spectrum):
+    s = make_spectrum()
+    assert check_formula_matches_precursor(s) is s
+
+
+def test_inconsistent_formula_message(make_spectrum):
+    s = make_spectrum(precursor_mz=200.1)
+    expected = (
+        r"formula C10H10O3 gives \[M\+H\]\+ m/z 179.0703 but PEPMASS is 200.1 "
+        r"\(Δ 21.03 Da, 117000 ppm; tolerance 0.01 Da\); fix FORMULA or ADDUCT"
+    )
+    with pytest.raises(SpectrumError, match=expected):
+        check_formula_matches_precursor(s)
+
+
+@pytest.mark.parametrize(
+    "precursor_mz, tol_ppm, tol_da, ok",
+    [
+        (179.0703 + 0.009, 10, 0.01, True),  # 0.01 Da is larger than 10 ppm (0.0018 Da) here
+        (179.0703 + 0.011, 10, 0.01, False),
+        (179.0703 + 0.0015, 10, 0.0, True),
+        (179.0703 + 0.0025, 10, 0.0, False),
+        (179.5, 0, 0.5, True),
+    ],
+)
+def test_tolerance_is_the_larger_of_ppm_and_da(make_spectrum, precursor_mz, tol_ppm, tol_da, ok):
+    s = make_spectrum(precursor_mz=precursor_mz)
+    if ok:
+        check_formula_matches_precursor(s, tol_ppm=tol_ppm, tol_da=tol_da)
+    else:
+        with pytest.raises(SpectrumError, match="fix FORMULA or ADDUCT"):
+            check_formula_matches_precursor(s, tol_ppm=tol_ppm, tol_da=tol_da)
+
+
+def test_nothing_to_check_without_formula_or_adduct(make_spectrum):
+    for s in (make_spectrum(formula=None, precursor_mz=500.0), make_spectrum(adduct=None, precursor_mz=500.0)):
+        assert check_formula_matches_precursor(s) is s
+
+
+def test_negative_mode_check(make_spectrum):
+    s = make_spectrum(adduct="[M-H]-", precursor_mz=177.0557)
+    assert check_formula_matches_precursor(s) is s
