@@ -33,3 +33,18 @@ def make_spectrum():
         return Spectrum(**fields)
 
     return build
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle_dir(tmp_path_factory) -> Path:
+    """A tiny trained model bundle (see tests/tiny_bundle.py), built once per test session."""
+    from tiny_bundle import build_tiny_bundle
+
+    return build_tiny_bundle(tmp_path_factory.mktemp("bundle") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tiny_bundle_dir):
+    from engine.bundle import load_bundle
+
+    return load_bundle(tiny_bundle_dir, device="cpu")

@@ -1,0 +1,142 @@
+"""End to end on a tiny trained bundle: events, results, growing/shrinking the pool, cancel."""
+
+import numpy as np
+import pytest
+
+from engine.errors import Cancelled, ConfigError
+from engine.pipeline import (
+    QueryParams,
+    RankingUpdated,
+    SamplesDrawn,
+    SpectrumFinished,
+    SpectrumSession,
+    SpectrumSkipped,
+    SpectrumStarted,
+    elucidate,
+)
+from engine.spectrum import SkippedRecord
+from tiny_bundle import fixture_spectra
+
+
+def drain(gen):
+    events = []
+    while True:
+        try:
+            events.append(next(gen))
+        except StopIteration as stop:
+            return events, stop.value
+
+
+def test_end_to_end_finds_the_reference_structures(tiny_bundle):
+    spectra = fixture_spectra()
+    events, summary = drain(elucidate(tiny_bundle, spectra, QueryParams()))
+    finished = [e.result for e in events if isinstance(e, SpectrumFinished)]
+    assert summary.n_done == len(spectra) == len(finished)
+    for r in finished:
+        assert r.n_samples == 100 and not r.partial
+        assert 0 < r.n_formula_consistent <= r.n_valid <= 100
+        assert all(c.formula == r.spectrum.formula for c in r.candidates)
+        counts = [c.count for c in r.candidates]
+        assert counts == sorted(counts, reverse=True)
+        assert sum(counts) == r.n_formula_consistent
+        assert r.fidelity is not None and 0.0 <= r.fidelity <= 1.0
+    # the tiny decoder memorised these structures: the reference should rank first nearly always
+    exact = sum(r.reference_status == "exact" for r in finished)
+    assert exact >= len(finished) - 1
+
+
+def test_event_order_for_one_spectrum(tiny_bundle):
+    events, _ = drain(elucidate(tiny_bundle, fixture_spectra()[:1], QueryParams()))
+    kinds = [type(e) for e in events]
+    assert kinds[0] is SpectrumStarted and kinds[-1] is SpectrumFinished
+    drawn = [e for e in events if isinstance(e, SamplesDrawn)]
+    assert drawn[-1].done == drawn[-1].total == 100
+    assert any(isinstance(e, RankingUpdated) for e in events)
+
+
+def test_same_seed_same_result_and_other_seed_differs(tiny_bundle):
+    s = fixture_spectra()[0]
+    a = drain(SpectrumSession(tiny_bundle, s).run(QueryParams(seed=3)))[1]
+    b = drain(SpectrumSession(tiny_bundle, s).run(QueryParams(seed=3)))[1]
+    c = drain(SpectrumSession(tiny_bundle, s).run(QueryParams(seed=4)))[1]
+    key = lambda r: [(x.inchikey14, x.count) for x in r.candidates]  # noqa: E731
+    assert key(a) == key(b)
+    assert key(a) != key(c) or a.n_formula_consistent != c.n_formula_consistent
+
+
+def test_raising_pool_size_draws_only_new_samples_and_lowering_draws_none(tiny_bundle):
+    s = fixture_spectra()[1]
+    session = SpectrumSession(tiny_bundle, s)
+    first = drain(session.run(QueryParams(samples_per_group=5)))[1]
+    assert first.new_samples == 100
+    bigger = drain(session.run(QueryParams(samples_per_group=8)))[1]
+    assert bigger.new_samples == 60 and bigger.n_samples == 160
+    smaller = drain(session.run(QueryParams(samples_per_group=5)))[1]
+    assert smaller.new_samples == 0
+    assert [(c.inchikey14, c.count) for c in smaller.candidates] == [(c.inchikey14, c.count) for c in first.candidates]
+    # a fresh session asked for N=8 at once gives the same pool as 5 then 8
+    direct = drain(SpectrumSession(tiny_bundle, s).run(QueryParams(samples_per_group=8)))[1]
+    assert [(c.inchikey14, c.count) for c in direct.candidates] == [(c.inchikey14, c.count) for c in bigger.candidates]
+
+
+def test_changing_the_band_requeries(tiny_bundle):
+    session = SpectrumSession(tiny_bundle, fixture_spectra()[2])
+    drain(session.run(QueryParams()))
+    r = drain(session.run(QueryParams(kappa_min=1.0, kappa_max=1.2)))[1]
+    assert r.new_samples == 100
+    assert np.all(np.diff(r.thresholds) > 0)  # from t_kmax (dense) up to t_kmin (sparse)
+
+
+def test_point_query_baseline(tiny_bundle):
+    r = drain(SpectrumSession(tiny_bundle, fixture_spectra()[0]).run(
+        QueryParams(kappa_min=1.0, kappa_max=1.0, groups=1, samples_per_group=100)))[1]
+    assert r.n_samples == 100 and r.n_distinct_queries == 1 and len(r.thresholds) == 1
+
+
+def test_cancel_stops_with_no_result(tiny_bundle):
+    calls = {"n": 0}
+
+    def cancel():
+        calls["n"] += 1
+        return calls["n"] > 3
+
+    gen = elucidate(tiny_bundle, fixture_spectra()[:2], QueryParams(), cancel=cancel)
+    with pytest.raises(Cancelled):
+        events, _ = drain(gen)
+    # nothing finished before the cancel took effect
+    assert calls["n"] == 4
+
+
+def test_unusable_spectra_are_skipped_with_reasons(tiny_bundle, make_spectrum):
+    negative = [s for s in fixture_spectra(adducts=("[M-H]-",))]
+    no_formula = make_spectrum(formula=None)
+    bad_record = SkippedRecord("x.mgf", 7, "rec7", "no precursor m/z")
+    items = [negative[0], no_formula, bad_record, fixture_spectra()[0]]
+    events, summary = drain(elucidate(tiny_bundle, items, QueryParams()))
+    skipped = [e.record for e in events if isinstance(e, SpectrumSkipped)]
+    assert summary.n_done == 1 and len(skipped) == 3
+    assert "adduct [M-H]- is not supported" in skipped[0].reason
+    assert "no molecular formula" in skipped[1].reason
+    assert skipped[2] is bad_record
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(kappa_min=1.6), "must not exceed"),
+        (dict(groups=1), "point query at a single κ"),
+        (dict(samples_per_group=0), "`samples_per_group` must be a positive integer"),
+        (dict(top_p=0.0), "`top_p`"),
+        (dict(temperature=0), "`temperature`"),
+        (dict(seed=-1), "`seed`"),
+    ],
+)
+def test_bad_parameters(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        QueryParams(**kwargs)
+
+
+def test_pool_size_must_be_multiple_of_groups():
+    assert QueryParams.samples_for_pool_size(300, 20) == 15
+    with pytest.raises(ConfigError, match="use 140 or 160"):
+        QueryParams.samples_for_pool_size(150, 20)
