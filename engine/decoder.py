@@ -114,23 +114,24 @@ class DecoderConfig:
 
 PRESETS: dict[str, dict] = {
     "paper": {},
-    # Chosen by benchmarks/bench_sampling.py: B=100 x 60 tokens well under 1 s on 2 cores (bf16).
-    "small": dict(n_layer=6, n_head=6, n_embd=384, fp_heads=6, fp_ffn=1536, count_hidden=384,
-                  cross_heads=6, cross_ffn=1536),
+    # CPU preset, chosen with benchmarks/bench_sampling.py --small-candidates: B=100 x 60 new tokens in
+    # ~0.7 s on 2 cores with bf16 weights (6 x 384 took ~0.9 s: self-attention over the KV cache is
+    # memory-bound at B=100, so width costs more than the FLOPs suggest). Heads stay 64 wide.
+    "small": dict(n_layer=6, n_head=4, n_embd=256, fp_heads=4, fp_ffn=1024, count_hidden=256,
+                  cross_heads=4, cross_ffn=1024),
     "tiny": dict(vocab_size=64, block_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0, fp_bits=4096,
                  max_fp_tokens=32, fp_layers=1, fp_heads=2, fp_ffn=64, count_hidden=16, cross_heads=2, cross_ffn=64),
 }
 
 
-def attend(q, k, v, mask=None, dropout: float = 0.0):
+def attend(q, k, v, mask, dropout: float = 0.0):
     """softmax(q k^T / sqrt(hs)) v; ``mask`` is boolean, True where attention is allowed.
 
     Plain matmul + softmax: on CPU it beat ``scaled_dot_product_attention`` for one-token decoding
     (see benchmarks/bench_sampling.py --attention).
     """
     att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (..., Tq, Tk)
-    if mask is not None:
-        att = att.masked_fill(~mask, float("-inf"))
+    att = att.masked_fill(~mask, float("-inf"))
     att = F.dropout(att.softmax(dim=-1), dropout)
     return att @ v  # (..., Tq, hs)
 
@@ -161,10 +162,12 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        past = 0
         if cache is not None:
-            k, v = cache.update(k, v, layer_idx)  # (B, nh, S, hs), S = past + T
-        S = k.size(2)
-        mask = None if T == 1 else torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
+            past = cache.get_seq_length(layer_idx)
+            k, v = cache.update(k, v, layer_idx)  # (B, nh, S, hs), S >= past + T (a cache may return spare slots)
+        pos = torch.arange(k.size(2), device=x.device)
+        mask = pos <= past + torch.arange(T, device=x.device)[:, None]  # (T, S) causal, spare slots masked
         y = attend(q, k, v, mask, self.dropout if self.training else 0.0)  # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
@@ -207,8 +210,9 @@ class Attention(nn.Module):
     def forward(self, x, k, v, mask, slot=None, slots: int = 1):
         """Attend from x (B, T, C) to k, v (G, nh, L, hs) under ``mask`` (broadcastable to (G, nh, slots*T, L)).
 
-        Row b reads context b (G == B), or with ``slot``: rows sit in a (G, slots) grid at flat position
-        slot[b], so the K/V of each context is read once for all its rows (empty cells stay zero).
+        Rows are read as a (G, slots) grid, so the K/V of each context is read once for all its rows:
+        without ``slot``, row b is cell b (B == G * slots; G == B is one context per row); with it, row b
+        sits at flat position slot[b] and empty cells stay zero.
         """
         B, T, C = x.size()
         G, nh = k.size(0), self.n_head
@@ -297,8 +301,9 @@ class CrossBlock(nn.Module):
 class ContextKV:
     """Cross-attention keys/values of G contexts (one (k, v) per conditioning block), computed once.
 
-    Without ``slot``, decoder row b reads context b. With it, rows sit in a (G, slots) grid at flat
-    position ``slot[b]``, so each context's K/V is read once for all the rows that share it.
+    Decoder rows read them as a (G, slots) grid, so each context's K/V is read once for all the rows
+    that share it: row b is cell b (by default slots=1: row b reads context b), or sits at flat
+    position ``slot[b]`` when contexts are shared by unequal numbers of rows.
     """
 
     kv: list[tuple[torch.Tensor, torch.Tensor]]  # per conditioning block: k, v (G, nh, L, hs)
@@ -310,9 +315,11 @@ class ContextKV:
         """The contexts read by rows whose context index is ``group`` (B,), sorted ascending; unread ones dropped."""
         used, g = torch.unique_consecutive(group, return_inverse=True)  # (G',), (B,)
         counts = torch.bincount(g)
-        rank = torch.arange(len(group), device=group.device) - (counts.cumsum(0) - counts)[g]  # row's place in its group
         slots = int(counts.max())
         kv = [(k[used], v[used]) for k, v in self.kv]
+        if len(group) == len(used) * slots:  # equal shares: rows already form the grid
+            return ContextKV(kv, self.mask[used], None, slots)
+        rank = torch.arange(len(group), device=group.device) - (counts.cumsum(0) - counts)[g]  # row's place in its group
         return ContextKV(kv, self.mask[used], g * slots + rank, slots)
 
 
@@ -362,7 +369,7 @@ class ConditionalDecoder(nn.Module):
     def decode(self, idx, context: ContextKV, cache=None):
         """Logits (B, T, V) for tokens idx (B, T) following the ``cache``'s past tokens."""
         B, T = idx.size()
-        past = cache.get_seq_length() if cache is not None else 0
+        past = cache.get_seq_length(0) if cache is not None else 0
         if past + T > self.config.block_size:
             raise ConfigError(f"Sequence length {past + T} exceeds `block_size` ({self.config.block_size}).")
         pos = torch.arange(past, past + T, device=idx.device)

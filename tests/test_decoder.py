@@ -98,11 +98,16 @@ def test_shared_contexts_equal_per_row_contexts(model):
     ctx, ctx_mask = model.encode_context(bits, mask, formula)
     group = torch.tensor([0, 0, 0, 1])  # 3 rows of query 0, 1 row of query 1
     idx = torch.randint(4, model.config.vocab_size, (4, 5))
-    shared = model.decode(idx, model.context_kv(ctx, ctx_mask).for_rows(group))
+    shared = model.context_kv(ctx, ctx_mask).for_rows(group)
+    assert shared.slots == 3 and shared.slot.tolist() == [0, 1, 2, 3]
+    shared = model.decode(idx, shared)
     per_row = model.decode(idx, model.context_kv(ctx[group], ctx_mask[group]))
     torch.testing.assert_close(shared, per_row)
-    only_second = model.context_kv(ctx, ctx_mask).for_rows(torch.tensor([1, 1]))
-    assert only_second.kv[0][0].size(0) == 1 and only_second.slots == 2
+    even = torch.tensor([0, 0, 1, 1])  # equal shares: the rows are the grid, no scatter
+    torch.testing.assert_close(model.decode(idx, model.context_kv(ctx, ctx_mask).for_rows(even)),
+                               model.decode(idx, model.context_kv(ctx[even], ctx_mask[even])))
+    only_second = model.context_kv(ctx, ctx_mask).for_rows(torch.tensor([1, 1]))  # equal shares: no scatter
+    assert only_second.kv[0][0].size(0) == 1 and only_second.slots == 2 and only_second.slot is None
     torch.testing.assert_close(model.decode(idx[[3, 3]], only_second), per_row[[3, 3]])
 
 

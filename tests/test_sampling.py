@@ -1,5 +1,4 @@
 import copy
-import math
 
 import numpy as np
 import pytest
@@ -148,11 +147,21 @@ def test_cancel_raises(model, tok):
         (dict(top_k=-1), "`top_k`"),
         (dict(seed=-1), "`seed`"),
         (dict(max_batch_rows=0), "`max_batch_rows`"),
+        (dict(min_new_tokens=-1), "`min_new_tokens`"),
     ],
 )
 def test_bad_settings(model, tok, kw, match):
     with pytest.raises(ConfigError, match=match):
         run(model, tok, requests(), **kw)
+
+
+def test_training_mode_is_refused(model, tok):
+    model.train()
+    try:
+        with pytest.raises(ConfigError, match="model.eval"):
+            run(model, tok, requests())
+    finally:
+        model.eval()
 
 
 def test_filter_hand_case():
@@ -193,9 +202,11 @@ def test_kv_cache_grows_and_selects():
     ks = [torch.randn(3, 2, 1, 4) for _ in range(40)]
     for k in ks:
         out_k, out_v = cache.update(k, -k, 0)
-    torch.testing.assert_close(out_k, torch.cat(ks, dim=2))
-    assert cache.get_seq_length() == 40 and cache.k[0].size(2) >= 40
+    assert cache.get_seq_length() == 40 and out_k.size(2) >= 40
+    torch.testing.assert_close(out_k[:, :, :40], torch.cat(ks, dim=2))
+    torch.testing.assert_close(out_v[:, :, :40], -torch.cat(ks, dim=2))
+    assert not out_k[:, :, 40:].any()  # spare slots are zeros
     cache.select(torch.tensor([True, False, True]))
     out_k, _ = cache.update(ks[0][[0, 2]], ks[0][[0, 2]], 0)
-    torch.testing.assert_close(out_k, torch.cat([*ks, ks[0]], dim=2)[[0, 2]])
-    assert math.isclose(cache.get_seq_length(), 41)
+    torch.testing.assert_close(out_k[:, :, :41], torch.cat([*ks, ks[0]], dim=2)[[0, 2]])
+    assert cache.get_seq_length() == 41

@@ -1,0 +1,316 @@
+"""Ranked candidates: summary line, sortable table with lazily drawn structures, detail pane."""
+
+from __future__ import annotations
+
+from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+
+from collections import OrderedDict
+
+from PySide6.QtCore import QItemSelectionModel, QSize, Qt, Signal
+from PySide6.QtGui import QFont, QFontMetrics, QGuiApplication, QImage, QPixmap
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSizePolicy,
+    QSplitter,
+    QStyledItemDelegate,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.pipeline import SpectrumResult
+
+from . import tooltips
+from .depict import depict_png
+from .models import KEY_ROLE, CandidatesModel, SortProxy
+
+ROW_HEIGHT = 116
+STRUCTURE_WIDTH = 164
+
+
+class PixmapCache:
+    """Structure pixmaps by (SMILES, size, device pixel ratio); drawn on first paint, kept (LRU)."""
+
+    def __init__(self, size: int = 1000):
+        self.size = size
+        self._cache: OrderedDict[tuple, QPixmap] = OrderedDict()
+        self.rendered = 0  # how many were drawn (tests check that drawing is lazy)
+
+    def get(self, smiles: str, width: int, height: int, ratio: float = 1.0) -> QPixmap | None:
+        key = (smiles, width, height, ratio)
+        pm = self._cache.get(key)
+        if pm is not None:
+            self._cache.move_to_end(key)
+            return pm
+        png = depict_png(smiles, int(width * ratio), int(height * ratio))
+        if png is None:
+            return None
+        image = QImage.fromData(png, "PNG")
+        pm = QPixmap.fromImage(image)
+        pm.setDevicePixelRatio(ratio)
+        self.rendered += 1
+        self._cache[key] = pm
+        if len(self._cache) > self.size:
+            self._cache.popitem(last=False)
+        return pm
+
+
+class StructureDelegate(QStyledItemDelegate):
+    """Paints the candidate's 2D structure in the Structure column (only rows that are visible)."""
+
+    def __init__(self, cache: PixmapCache, parent=None):
+        super().__init__(parent)
+        self.cache = cache
+
+    def paint(self, painter, option, index):
+        super().paint(painter, option, index)  # background, selection, reference highlight
+        model = index.model()
+        smiles = model.data(index.siblingAtColumn(CandidatesModel.SMILES))
+        if not smiles:
+            return
+        rect = option.rect.adjusted(3, 3, -3, -3)
+        ratio = painter.device().devicePixelRatioF() if painter.device() else 1.0
+        pm = self.cache.get(smiles, rect.width(), rect.height(), ratio)
+        if pm is not None:
+            painter.drawPixmap(rect.topLeft(), pm)
+
+    def sizeHint(self, option, index):
+        return QSize(STRUCTURE_WIDTH, ROW_HEIGHT)
+
+
+class DetailPane(QWidget):
+    """Large depiction of the selected candidate with its identifiers and copy buttons."""
+
+    def __init__(self, cache: PixmapCache, parent=None):
+        super().__init__(parent)
+        self.cache = cache
+        self.candidate = None
+        self.picture = QLabel(alignment=Qt.AlignmentFlag.AlignCenter)
+        self.picture.setMinimumSize(220, 170)
+        self.picture.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.picture.setStyleSheet("background: white; border: 1px solid #d0d0d0;")
+        self.title = QLabel()
+        self.title.setTextFormat(Qt.TextFormat.RichText)
+        self.smiles = QLineEdit(readOnly=True)
+        self.inchikey = QLineEdit(readOnly=True)
+        self.scores = QLabel()
+        self.scores.setWordWrap(True)
+        self.copy_smiles = QPushButton("Copy SMILES")
+        self.copy_inchikey = QPushButton("Copy InChIKey")
+        self.copy_smiles.clicked.connect(lambda: self._copy(self.smiles.text()))
+        self.copy_inchikey.clicked.connect(lambda: self._copy(self.inchikey.text()))
+        form = QFormLayout()
+        form.setContentsMargins(0, 0, 0, 0)
+        form.addRow("SMILES", self.smiles)
+        form.addRow("InChIKey", self.inchikey)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.copy_smiles)
+        buttons.addWidget(self.copy_inchikey)
+        buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 0, 0, 0)
+        layout.addWidget(self.title)
+        layout.addWidget(self.picture, 1)
+        layout.addLayout(form)
+        layout.addWidget(self.scores)
+        layout.addLayout(buttons)
+        self.show_candidate(None)
+
+    def show_candidate(self, c, is_reference: bool = False) -> None:
+        self.candidate = c
+        has = c is not None
+        for w in (self.copy_smiles, self.copy_inchikey):
+            w.setEnabled(has)
+        if not has:
+            self.title.setText("<b>No candidate selected</b>")
+            self.picture.setPixmap(QPixmap())
+            self.picture.setText("")
+            self.smiles.clear()
+            self.inchikey.clear()
+            self.scores.setText("")
+            return
+        ref = " — <span style='color:#1b7f3b'>★ the reference structure</span>" if is_reference else ""
+        self.title.setText(f"<b>Rank {c.rank}</b> · {c.formula} · {c.monoisotopic_mass:.4f} Da{ref}")
+        self.smiles.setText(c.smiles)
+        self.smiles.setCursorPosition(0)
+        self.inchikey.setText(c.inchikey)
+        self.inchikey.setCursorPosition(0)
+        self.scores.setText(
+            f"Generated {c.count}× (frequency {c.frequency:.3f}) · posterior similarity {c.posterior_similarity:.3f}"
+        )
+        self._draw()
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._draw()
+
+    def _draw(self) -> None:
+        if self.candidate is None:
+            return
+        size = self.picture.contentsRect().size()
+        w, h = max(size.width() - 4, 60), max(size.height() - 4, 60)
+        pm = self.cache.get(self.candidate.smiles, w, h, self.devicePixelRatioF())
+        if pm is None:
+            self.picture.setText("(cannot draw this structure)")
+        else:
+            self.picture.setPixmap(pm)
+
+    @staticmethod
+    def _copy(text: str) -> None:
+        if text:
+            QGuiApplication.clipboard().setText(text)
+
+
+class CandidatesPanel(QWidget):
+    """Everything about the candidates of the current spectrum."""
+
+    candidate_selected = Signal(object)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.cache = PixmapCache()
+        self.model = CandidatesModel(self)
+        self.proxy = SortProxy(self, filter_columns=(CandidatesModel.SMILES,))
+        self.proxy.setSourceModel(self.model)
+
+        self.summary = QLabel()
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.summary.setWordWrap(True)
+        self.reference = QLabel()
+        self.reference.setTextFormat(Qt.TextFormat.RichText)
+        self.reference.setToolTip(tooltips.REFERENCE_RANK + "<br><br>" + tooltips.FIDELITY)
+        self.filter = QLineEdit(placeholderText="Filter SMILES…", clearButtonEnabled=True)
+        self.filter.setToolTip("Show only candidates whose SMILES contains this text (e.g. 'N' or 'c1ccccc1')")
+        self.filter.setMaximumWidth(220)
+        self.filter.textChanged.connect(self.proxy.set_filter_text)
+
+        self.table = QTableView()
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(CandidatesModel.RANK, Qt.SortOrder.AscendingOrder)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setAlternatingRowColors(True)
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        self.table.verticalHeader().setDefaultSectionSize(ROW_HEIGHT)
+        self.table.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.delegate = StructureDelegate(self.cache, self.table)
+        self.table.setItemDelegateForColumn(CandidatesModel.STRUCTURE, self.delegate)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(False)
+        fit_columns(self.table, {CandidatesModel.RANK: "9999", CandidatesModel.CHANGE: "▲99", CandidatesModel.FORMULA:
+                                 "C22H30NaO4", CandidatesModel.COUNT: "9999", CandidatesModel.FREQUENCY: "0.000",
+                                 CandidatesModel.SIMILARITY: "0.000", CandidatesModel.REFERENCE: "★ reference"},
+                    bold_rows=True)  # the reference row is bold
+        self.table.setColumnWidth(CandidatesModel.STRUCTURE, STRUCTURE_WIDTH)
+        header.setSectionResizeMode(CandidatesModel.SMILES, QHeaderView.ResizeMode.Stretch)
+        self.table.selectionModel().currentRowChanged.connect(self._current_changed)
+
+        self.detail = DetailPane(self.cache)
+        top = QHBoxLayout()
+        top.addWidget(self.summary, 1)
+        top.addWidget(self.filter)
+        left = QWidget()
+        lay = QVBoxLayout(left)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(3)
+        lay.addLayout(top)
+        lay.addWidget(self.reference)
+        lay.addWidget(self.table, 1)
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.setObjectName("candidates_splitter")
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.detail)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setChildrenCollapsible(False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 4)
+        layout.addWidget(self.splitter)
+        self.show_result(None)
+
+    # -- showing a result
+    def show_result(self, result: SpectrumResult | None, previous: SpectrumResult | None = None,
+                    running: bool = False, note: str = "") -> None:
+        keep = self.selected_key()
+        self.model.set_result(result, previous)
+        self._summarise(result, running, note)
+        row = self._proxy_row_of(keep) if keep else None
+        if row is None and self.proxy.rowCount() and not running:
+            row = 0
+        if row is not None:
+            idx = self.proxy.index(row, CandidatesModel.RANK)
+            self.table.selectionModel().setCurrentIndex(
+                idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
+            )
+        else:
+            self.detail.show_candidate(None)
+
+    def _summarise(self, r: SpectrumResult | None, running: bool, note: str) -> None:
+        if r is None:
+            self.summary.setText(note or "<span style='color:#777'>No candidates yet: select spectra and press "
+                                 "Run (Ctrl+R).</span>")
+            self.reference.hide()
+            return
+        p = r.params
+        live = " <span style='color:#1f5fbf'>(updating…)</span>" if running or r.partial else ""
+        self.summary.setText(
+            f"<b>{len(r.candidates)} candidate{'' if len(r.candidates) == 1 else 's'}</b>{live} from {r.n_samples} structures drawn "
+            f"({r.n_valid} valid, {r.n_formula_consistent} with formula {r.spectrum.formula}) · "
+            f"κ {p.kappa_min:g}–{p.kappa_max:g}, M = {p.groups}, B = {p.pool_size}, seed {p.seed}"
+            + (f" · {r.seconds:.1f} s, {r.new_samples} newly drawn" if not (running or r.partial) else "")
+        )
+        if r.reference_inchikey14:
+            status = r.reference_status
+            color = {"exact": "#1b7f3b", "absent": "#b3261e"}.get(status, "#a15c00")
+            fid = f" · spectrum fidelity {r.fidelity:.2f}" if r.fidelity is not None else ""
+            words = {"exact": "ranked first (exact)", "absent": "not among the candidates (absent)"}
+            self.reference.setText(
+                f"Reference structure from the file: <b style='color:{color}'>"
+                f"{words.get(status, f'ranked {status}')}</b>{fid}"
+            )
+            self.reference.show()
+        else:
+            self.reference.hide()
+
+    # -- selection
+    def selected_key(self) -> str | None:
+        idx = self.table.selectionModel().currentIndex()
+        return idx.data(KEY_ROLE) if idx.isValid() else None
+
+    def _proxy_row_of(self, key: str) -> int | None:
+        for row in range(self.proxy.rowCount()):
+            if self.proxy.index(row, 0).data(KEY_ROLE) == key:
+                return row
+        return None
+
+    def _current_changed(self, current, _previous) -> None:
+        if not current.isValid():
+            self.detail.show_candidate(None)
+            return
+        c = self.model.candidate(self.proxy.mapToSource(current).row())
+        self.detail.show_candidate(c, c is not None and self.model.is_reference(c))
+        self.candidate_selected.emit(c)
+
+
+def fit_columns(view: QTableView, samples: dict[int, str], bold_rows: bool = False) -> None:
+    """Width of each column = its header or a sample value (whichever is wider), in the view's font."""
+    font = QFont(view.font())
+    font.setBold(bold_rows)
+    bold = QFontMetrics(font)
+    header_fm = view.horizontalHeader().fontMetrics()
+    model = view.model()
+    for col, sample in samples.items():
+        header = str(model.headerData(col, Qt.Orientation.Horizontal) or "")
+        width = max(bold.horizontalAdvance(sample), header_fm.horizontalAdvance(header) + 8) + 14
+        view.setColumnWidth(col, width)

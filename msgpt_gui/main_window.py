@@ -1,0 +1,1052 @@
+"""The main window: spectra list, spectrum plot, query parameters, candidates; menus and workers.
+
+Long work (reading files, loading a model, elucidating, exporting) runs in
+:class:`~msgpt_gui.workers.GeneratorWorker` threads; the window only ever reacts to their signals,
+so it stays responsive and Esc cancels at the next decoding step. One "task" (model load, run or
+export) runs at a time; files load beside it, one after the other.
+"""
+
+from __future__ import annotations
+
+from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+
+import logging
+import time
+from collections import deque
+from pathlib import Path
+
+from PySide6.QtCore import QItemSelectionModel, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QSplitter,
+    QStyle,
+    QTableView,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine import __version__
+from engine.bundle import ModelBundle, resolve_device
+from engine.errors import MsgptError
+from engine.paths import default_model_dir, examples_dir
+from engine.pipeline import QueryParams, SpectrumSession
+
+from . import tooltips
+from .candidates_view import CandidatesPanel, fit_columns
+from .jobs import (
+    EntryFailed,
+    EntryFinished,
+    EntryProgress,
+    EntryRanking,
+    EntryStarted,
+    ExportProgress,
+    RecordsRead,
+    SpectrumEntry,
+    Status,
+    elucidate_sessions,
+    export_candidates,
+    export_info,
+    load_file,
+    load_model,
+)
+from .models import KEY_ROLE, SortProxy, SpectraModel
+from .params_view import ParamsPanel
+from .settings import Settings
+from .spectrum_view import SpectrumPanel
+from .workers import GeneratorWorker
+
+log = logging.getLogger(__name__)
+
+SPECTRA_FILTER = "Spectra (*.mgf *.mgf.gz *.mzML *.mzml *.mzML.gz *.mzml.gz);;All files (*)"
+SPECTRA_SUFFIXES = (".mgf", ".mzml", ".mgf.gz", ".mzml.gz")
+RETUNE_DELAY_MS = 350
+
+
+def is_spectra_file(path: Path) -> bool:
+    name = path.name.lower()
+    return any(name.endswith(s) for s in SPECTRA_SUFFIXES)
+
+
+class MainWindow(QMainWindow):
+    message_shown = Signal(str, str)  # level ("info" / "warning" / "error"), text
+    worker_started = Signal(object)  # a GeneratorWorker about to start (tests hook into its signals)
+    model_changed = Signal(object)  # the ModelBundle, or None when none could be loaded
+    file_loaded = Signal(str)  # a file finished loading (or failed)
+    run_finished = Signal(str)  # "done", "cancelled" or "failed"
+    export_finished = Signal(str, int)  # path and number of rows; ("", 0) when it failed or was cancelled
+    candidates_shown = Signal(int)  # the candidate table now holds this many rows
+
+    def __init__(
+        self,
+        model: str | None = None,
+        device: str | None = None,
+        files=(),
+        settings: Settings | None = None,
+        open_examples: bool = True,
+        popups: bool = True,
+    ):
+        super().__init__()
+        self.settings = settings or Settings()
+        self.popups = popups
+        self.bundle: ModelBundle | None = None
+        self.model_dir = Path(model).expanduser() if model else self._settings_model_dir()
+        self.device = device or self.settings.device
+        self.query_params: QueryParams = self.settings.query_params()
+        self.task: GeneratorWorker | None = None
+        self.task_kind = ""
+        self.loader: GeneratorWorker | None = None
+        self._load_queue: deque[Path] = deque()
+        self._open_paths: set[str] = set()
+        self._next_key = 0
+        self._run: dict = {}
+        self._retune_pending = False
+        self._announcements: list = []
+        self.first_candidates_s: float | None = None  # time from Run to the first candidates on screen
+
+        self.setWindowTitle("MS-GPT Desktop")
+        self.setAcceptDrops(True)
+        self._build_widgets()
+        self._build_actions()
+        self._build_menus()
+        self._build_statusbar()
+        self._restore_layout()
+        self._retune_timer = QTimer(self, singleShot=True, interval=RETUNE_DELAY_MS)
+        self._retune_timer.timeout.connect(self._retune)
+        self._update_actions()
+
+        self.load_model(self.model_dir, quiet_if_default=True)
+        paths = [Path(f) for f in files]
+        if not paths and open_examples and self.settings.first_start:
+            paths = self.example_files()
+        self.settings.mark_started()
+        if paths:
+            self.open_files(paths)
+
+    # ------------------------------------------------------------------------------------------
+    # construction
+    # ------------------------------------------------------------------------------------------
+    def _settings_model_dir(self) -> Path:
+        saved = self.settings.model_path
+        return Path(saved) if saved else default_model_dir()
+
+    def _build_widgets(self) -> None:
+        self.spectra = SpectraModel(self)
+        self.spectra_proxy = SortProxy(self, filter_columns=(0, 2, 3, 6))
+        self.spectra_proxy.setSourceModel(self.spectra)
+        self.spectra_filter = QLineEdit(placeholderText="Filter spectra (ID, adduct, formula, status)…",
+                                        clearButtonEnabled=True)
+        self.spectra_filter.textChanged.connect(self.spectra_proxy.set_filter_text)
+        self.spectra_view = QTableView()
+        self.spectra_view.setModel(self.spectra_proxy)
+        self.spectra_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.spectra_view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.spectra_view.setAlternatingRowColors(True)
+        self.spectra_view.setWordWrap(False)
+        self.spectra_view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.spectra_view.verticalHeader().hide()
+        self.spectra_view.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
+        header = self.spectra_view.horizontalHeader()
+        header.setSortIndicator(-1, Qt.SortOrder.AscendingOrder)  # file order until a column is clicked
+        self.spectra_view.setSortingEnabled(True)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        fit_columns(self.spectra_view, {1: "1234.5678", 2: "[M+Na]+", 3: "C22H30NO4 *", 4: "99.99", 5: "999",
+                                        6: "cancelled"})
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # IDs take what is left
+        self.spectra_view.selectionModel().currentRowChanged.connect(lambda *_: self._show_current())
+        self.spectra_view.doubleClicked.connect(lambda *_: self.run_selected())
+
+        left = QWidget()
+        lay = QVBoxLayout(left)
+        lay.setContentsMargins(6, 4, 0, 0)
+        lay.setSpacing(3)
+        self.spectra_title = QLabel("<b>Spectra</b>")
+        lay.addWidget(self.spectra_title)
+        lay.addWidget(self.spectra_filter)
+        lay.addWidget(self.spectra_view, 1)
+
+        self.spectrum_panel = SpectrumPanel()
+        self.spectrum_panel.editor.applied.connect(self._formula_applied)
+        self.spectrum_panel.editor.reset_requested.connect(self._formula_reset)
+
+        self.params_panel = ParamsPanel(self.query_params)
+        self.params_panel.changed.connect(self._params_changed)
+        self.params_panel.invalid.connect(lambda msg: self._update_actions())
+        self.candidates = CandidatesPanel()
+
+        bottom = QWidget()
+        blay = QVBoxLayout(bottom)
+        blay.setContentsMargins(0, 0, 0, 0)
+        blay.setSpacing(0)
+        blay.addWidget(self.params_panel)
+        blay.addWidget(self.candidates, 1)
+
+        self.top_splitter = QSplitter(Qt.Orientation.Horizontal, objectName="top_splitter")
+        self.top_splitter.addWidget(left)
+        self.top_splitter.addWidget(self.spectrum_panel)
+        self.top_splitter.setStretchFactor(0, 4)
+        self.top_splitter.setStretchFactor(1, 5)
+        self.top_splitter.setChildrenCollapsible(False)
+        self.main_splitter = QSplitter(Qt.Orientation.Vertical, objectName="main_splitter")
+        self.main_splitter.addWidget(self.top_splitter)
+        self.main_splitter.addWidget(bottom)
+        self.main_splitter.setStretchFactor(0, 4)
+        self.main_splitter.setStretchFactor(1, 5)
+        self.main_splitter.setChildrenCollapsible(False)
+        self.setCentralWidget(self.main_splitter)
+
+    def _icon(self, name: str):
+        return self.style().standardIcon(getattr(QStyle.StandardPixmap, name))
+
+    def _action(self, text, slot, shortcut=None, tip="", icon=None) -> QAction:
+        action = QAction(text, self)
+        if shortcut:
+            action.setShortcut(QKeySequence(shortcut))
+        if tip:
+            action.setToolTip(tip)
+            action.setStatusTip(tip)
+        if icon:
+            action.setIcon(self._icon(icon))
+        action.triggered.connect(lambda *_: slot())
+        return action
+
+    def _build_actions(self) -> None:
+        a = self._action
+        self.act_open = a("&Open Spectra…", self.open_dialog, "Ctrl+O",
+                          "Open MGF or mzML files (.gz too); you can also drop them on the window", "SP_DialogOpenButton")
+        self.act_examples = a("Open &Example Spectra", self.open_examples, tip="Open the example spectra shipped with the app")
+        self.act_export = a("&Export Candidates of Selected Spectra…", lambda: self.export_dialog("selected"), "Ctrl+E",
+                            "Write the candidates of the selected spectra to a CSV or SDF file", "SP_DialogSaveButton")
+        self.act_export_all = a("Export Candidates of &All Spectra…", lambda: self.export_dialog("all"), "Ctrl+Shift+E",
+                                "Write the candidates of every spectrum that has them to a CSV or SDF file")
+        self.act_close_all = a("&Close All Spectra", self.close_all_spectra, tip="Remove every spectrum from the list")
+        self.act_quit = a("&Quit", self.close, "Ctrl+Q")
+        self.act_run = a("&Run Selected", self.run_selected, "Ctrl+R",
+                         "Elucidate structures for the selected spectra", "SP_MediaPlay")
+        self.act_run_all = a("Run &All", self.run_all, "Ctrl+Shift+R", "Elucidate structures for every spectrum",
+                             "SP_MediaSeekForward")
+        self.act_cancel = a("&Cancel", self.cancel, "Esc",
+                            "Stop the running work (Esc); a spectrum in progress keeps its earlier candidates",
+                            "SP_BrowserStop")
+        self.act_default_model = a("Use the &Bundled Model", lambda: self.choose_model(None),
+                                   tip="Load the default model shipped with the app")
+        self.act_model_folder = a("Open &Model Folder…", self.model_dialog, tip="Load a model bundle folder (it holds config.json)")
+        self.act_model_info = a("Model &Information", self.show_model_info)
+        self.device_group = QActionGroup(self)
+        self.device_actions = {}
+        for key, text in (("auto", "&Automatic (GPU when present)"), ("cpu", "&CPU"), ("cuda", "CUDA &GPU")):
+            act = QAction(text, self, checkable=True)
+            act.setChecked(key == self.device)
+            act.triggered.connect(lambda _=False, k=key: self.choose_device(k))
+            self.device_group.addAction(act)
+            self.device_actions[key] = act
+        self.act_help_scores = a("&Parameters and Scores", self.show_scores_help)
+        self.act_about = a("&About MS-GPT Desktop", self.show_about)
+        for act in (self.act_cancel,):
+            act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+
+    def _build_menus(self) -> None:
+        mb = self.menuBar()
+        m = mb.addMenu("&File")
+        m.addAction(self.act_open)
+        self.recent_menu = m.addMenu("Open &Recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        m.addAction(self.act_examples)
+        m.addSeparator()
+        m.addAction(self.act_export)
+        m.addAction(self.act_export_all)
+        m.addSeparator()
+        m.addAction(self.act_close_all)
+        m.addSeparator()
+        m.addAction(self.act_quit)
+        m = mb.addMenu("&Run")
+        m.addAction(self.act_run)
+        m.addAction(self.act_run_all)
+        m.addAction(self.act_cancel)
+        m = mb.addMenu("&Model")
+        m.addAction(self.act_default_model)
+        m.addAction(self.act_model_folder)
+        dm = m.addMenu("&Device")
+        for act in self.device_actions.values():
+            dm.addAction(act)
+        m.addSeparator()
+        m.addAction(self.act_model_info)
+        m = mb.addMenu("&Help")
+        m.addAction(self.act_help_scores)
+        m.addAction(self.act_about)
+
+        tb = self.addToolBar("Main")
+        tb.setObjectName("main_toolbar")
+        tb.setMovable(False)
+        tb.setIconSize(QSize(18, 18))
+        tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        for act in (self.act_open, None, self.act_run, self.act_run_all, self.act_cancel, None, self.act_export):
+            tb.addSeparator() if act is None else tb.addAction(act)
+        self.act_export.setIconText("Export…")
+        self.act_open.setIconText("Open…")
+
+    def _build_statusbar(self) -> None:
+        sb = self.statusBar()
+        self.progress = QProgressBar(maximumWidth=260, minimumWidth=200, textVisible=True)
+        self.progress.setRange(0, 1000)
+        self.progress.hide()
+        self.cancel_button = QToolButton()
+        self.cancel_button.setDefaultAction(self.act_cancel)
+        self.cancel_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonIconOnly)
+        self.cancel_button.hide()
+        self.model_label = QLabel()
+        self.model_label.setToolTip("The model bundle in use (Model ▸ Open Model Folder… to change it)")
+        self.device_label = QLabel()
+        self.device_label.setToolTip("Where the model runs (Model ▸ Device to change it)")
+        sb.addPermanentWidget(self.progress)
+        sb.addPermanentWidget(self.cancel_button)
+        sb.addPermanentWidget(self.model_label)
+        sb.addPermanentWidget(self.device_label)
+        self._show_model_label()
+
+    def _restore_layout(self) -> None:
+        geometry = self.settings.bytes_value("window/geometry")
+        if geometry is None or not self.restoreGeometry(geometry):
+            self.resize(1400, 900)
+        state = self.settings.bytes_value("window/state")
+        if state is not None:
+            self.restoreState(state)
+        for splitter in (self.main_splitter, self.top_splitter, self.candidates.splitter):
+            saved = self.settings.bytes_value(f"window/{splitter.objectName()}")
+            if saved is None or not splitter.restoreState(saved):
+                self._default_splitter(splitter)
+
+    def _default_splitter(self, splitter: QSplitter) -> None:
+        if splitter is self.main_splitter:
+            splitter.setSizes([380, 470])
+        elif splitter is self.top_splitter:
+            splitter.setSizes([640, 760])
+        else:
+            splitter.setSizes([1040, 340])
+
+    def save_layout(self) -> None:
+        s = self.settings
+        s.set("window/geometry", self.saveGeometry())
+        s.set("window/state", self.saveState())
+        for splitter in (self.main_splitter, self.top_splitter, self.candidates.splitter):
+            s.set(f"window/{splitter.objectName()}", splitter.saveState())
+        s.set_query_params(self.query_params)
+        s.device = self.device
+        s.sync()
+
+    # ------------------------------------------------------------------------------------------
+    # messages
+    # ------------------------------------------------------------------------------------------
+    def show_message(self, text: str, level: str = "warning", title: str | None = None) -> None:
+        """Every message to the user goes through here: status bar, signal, non-modal box."""
+        log.log(logging.ERROR if level == "error" else logging.WARNING if level == "warning" else logging.INFO, text)
+        self.statusBar().showMessage(text.splitlines()[0] if text else "", 15000)
+        self.message_shown.emit(level, text)
+        if self.popups and level in ("warning", "error"):
+            icon = QMessageBox.Icon.Critical if level == "error" else QMessageBox.Icon.Warning
+            box = QMessageBox(icon, title or "MS-GPT Desktop", text, QMessageBox.StandardButton.Ok, self)
+            box.setWindowModality(Qt.WindowModality.NonModal)
+            box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            box.show()
+
+    def status(self, text: str, ms: int = 8000) -> None:
+        self.statusBar().showMessage(text, ms)
+
+    # ------------------------------------------------------------------------------------------
+    # model and device
+    # ------------------------------------------------------------------------------------------
+    def load_model(self, path: Path | None, quiet_if_default: bool = False) -> bool:
+        """Load a model bundle in the background (None: the bundled default)."""
+        path = Path(path) if path else default_model_dir()
+        if self.busy:
+            self.show_message("Wait for the running work to finish (or cancel it with Esc) before changing the model.")
+            return False
+        is_default = path == default_model_dir()
+        if is_default and not (path / "config.json").is_file():
+            text = ("No model loaded: the bundled default model is not installed in this version. "
+                    "Choose Model ▸ Open Model Folder… to pick a model bundle folder.")
+            if not quiet_if_default:  # asked for from the menu: keep whatever model is loaded
+                self.show_message(text.replace("No model loaded: t", "T"))
+                return False
+            self.bundle = None
+            self.model_dir = path
+            self.status(text, 0)
+            self._show_model_label()
+            self.model_changed.emit(None)
+            return False
+        self.model_label.setText(f"Loading model {path.name}…")
+        self._start_task("model", GeneratorWorker(load_model, str(path), self.device, name="loading the model"),
+                         on_returned=lambda bundle: self._model_loaded(bundle, path),
+                         on_errored=lambda msg: self._model_failed(msg, path))
+        return True
+
+    def _model_loaded(self, bundle: ModelBundle, path: Path) -> None:
+        self.bundle = bundle
+        self.model_dir = path
+        self.settings.model_path = "" if path == default_model_dir() else str(path)
+        self._reset_all_results()
+        _, device_note = resolve_device(self.device)
+        self._show_model_label()
+        self.status(f"Model {bundle.name} loaded. {device_note}")
+        self._announce(self.model_changed, bundle)
+
+    def _model_failed(self, message: str, path: Path) -> None:
+        self._show_model_label()
+        self.show_message(f"Cannot load the model bundle {path}:\n{message}", "error")
+        if self.bundle is None:
+            self.status("No model loaded: choose Model ▸ Open Model Folder… to pick a model bundle folder.", 0)
+        self._announce(self.model_changed, self.bundle)
+
+    def _show_model_label(self) -> None:
+        if self.bundle is None:
+            self.model_label.setText("<span style='color:#b3261e'><b>No model loaded</b></span> — "
+                                     "Model ▸ Open Model Folder…")
+            self.model_label.setToolTip("No model is loaded: Model ▸ Open Model Folder… picks a bundle folder")
+        else:
+            b = self.bundle
+            adapter = " · adapter" if b.adapter_active else ""
+            default = " (bundled)" if self.model_dir == default_model_dir() else ""
+            self.model_label.setText(f"Model: <b>{b.name}</b>{default} [{b.checksum[:8]}]{adapter}")
+            self.model_label.setToolTip(f"{b.describe()}\n{b.path}")
+        dev, note = resolve_device(self.device)
+        label = dev.type.upper()
+        if self.bundle is not None:
+            label = self.bundle.device.type.upper()
+        self.device_label.setText(f"Device: <b>{label}</b>" + (" (auto)" if self.device == "auto" else ""))
+        self.device_label.setToolTip(note + "\nModel ▸ Device changes it")
+
+    def choose_model(self, path: Path | None) -> None:
+        self.load_model(path)
+
+    def model_dialog(self) -> None:
+        start = str(self.model_dir if self.model_dir.exists() else Path.home())
+        folder = QFileDialog.getExistingDirectory(self, "Choose a model bundle folder (it holds config.json)", start)
+        if folder:
+            self.load_model(Path(folder))
+
+    def choose_device(self, device: str) -> None:
+        if device == self.device:
+            return
+        if self.busy:
+            self.device_actions[self.device].setChecked(True)
+            self.show_message("Wait for the running work to finish (or cancel it with Esc) before changing the device.")
+            return
+        self.device = device
+        self.settings.device = device
+        self.device_actions[device].setChecked(True)
+        if self.bundle is not None or (self.model_dir / "config.json").is_file():
+            self.load_model(self.model_dir)
+        else:
+            self._show_model_label()
+
+    def show_model_info(self) -> None:
+        if self.bundle is None:
+            text = "No model is loaded: Model ▸ Open Model Folder… picks a model bundle folder."
+        else:
+            b = self.bundle
+            card = b.path / "MODEL_CARD.md"
+            text = (f"{b.describe()}\n\nFolder: {b.path}\nChecksum: {b.checksum}\n"
+                    f"Supported adducts: {', '.join(b.supported_adducts)}")
+            if card.is_file():
+                text += "\n\n" + card.read_text(encoding="utf-8", errors="replace")[:3000]
+        self.message_shown.emit("info", text)
+        if self.popups:
+            box = QMessageBox(QMessageBox.Icon.Information, "Model information", text, QMessageBox.StandardButton.Ok, self)
+            box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            box.show()
+
+    # ------------------------------------------------------------------------------------------
+    # files
+    # ------------------------------------------------------------------------------------------
+    def example_files(self) -> list[Path]:
+        folder = examples_dir()
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.iterdir() if p.is_file() and is_spectra_file(p))
+
+    def open_examples(self) -> None:
+        files = self.example_files()
+        if not files:
+            self.show_message(f"No example spectra are installed ({examples_dir()} is empty).", "info")
+            return
+        self.open_files(files)
+
+    def open_dialog(self) -> None:
+        start = self.settings.get("files/last_dir", str(Path.home()), str)
+        names, _ = QFileDialog.getOpenFileNames(self, "Open spectra", start, SPECTRA_FILTER)
+        if names:
+            self.settings.set("files/last_dir", str(Path(names[0]).parent))
+            self.open_files([Path(n) for n in names])
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        files = self.settings.recent_files()
+        for f in files:
+            act = self.recent_menu.addAction(Path(f).name)
+            act.setToolTip(f)
+            act.setStatusTip(f)
+            act.triggered.connect(lambda _=False, f=f: self.open_files([Path(f)]))
+        if not files:
+            self.recent_menu.addAction("(none)").setEnabled(False)
+        else:
+            self.recent_menu.addSeparator()
+            self.recent_menu.addAction("Clear Recent Files", self.settings.clear_recent_files)
+
+    def open_files(self, paths) -> None:
+        """Queue files for loading in the background (the path drag-and-drop and File ▸ Open take)."""
+        expanded: list[Path] = []
+        for p in map(Path, paths):
+            if p.is_dir():
+                inside = sorted(q for q in p.iterdir() if q.is_file() and is_spectra_file(q))
+                if not inside:
+                    self.show_message(f"{p} holds no MGF or mzML files.")
+                expanded.extend(inside)
+            else:
+                expanded.append(p)
+        for p in expanded:
+            key = str(p.resolve()) if p.exists() else str(p)
+            if key in self._open_paths or p in self._load_queue:
+                self.status(f"{p.name} is already open.")
+                continue
+            if p.is_file():
+                self.settings.add_recent_file(str(p))
+            self._load_queue.append(p)
+        self._next_load()
+
+    def _next_load(self) -> None:
+        if self.loader is not None or not self._load_queue:
+            self._update_actions()
+            return
+        path = self._load_queue.popleft()
+        self._loading = {"path": path, "n": 0, "skipped": 0, "t0": time.perf_counter()}
+        worker = GeneratorWorker(load_file, str(path), name=f"reading {path.name}")
+        self.loader = worker
+        worker.yielded.connect(self._records_read)
+        worker.returned.connect(lambda n: self._load_done(path, n))
+        worker.errored.connect(lambda msg: self._load_failed(path, msg))
+        worker.aborted.connect(lambda: self._load_cancelled(path))
+        worker.finished.connect(lambda: self._loader_finished(worker, path))
+        self.status(f"Reading {path.name}…", 0)
+        self.worker_started.emit(worker)
+        worker.start()
+        self._update_actions()
+
+    def _records_read(self, batch: RecordsRead) -> None:
+        self._open_paths.add(str(Path(batch.path).resolve()))
+        entries = []
+        for item in batch.items:
+            entries.append(SpectrumEntry.from_item(self._next_key, item))
+            self._next_key += 1
+        self._loading["n"] += len(entries)
+        self._loading["skipped"] += sum(e.spectrum is None for e in entries)
+        first = self.spectra.rowCount() == 0
+        self.spectra.append(entries)
+        self._update_spectra_title()
+        self.status(f"Reading {Path(batch.path).name}: {self._loading['n']:,} records…", 0)
+        if first or not self.spectra_view.selectionModel().currentIndex().isValid():
+            self.select_entry(entries[0].key)
+
+    def _load_done(self, path: Path, n: int) -> None:
+        self._open_paths.add(str(path.resolve()))
+        skipped = self._loading["skipped"]
+        note = f" ({skipped} skipped: see their status)" if skipped else ""
+        if n == 0:
+            self.show_message(f"{path.name} holds no MS/MS spectra.", "info")
+        hint = " No model loaded: choose Model ▸ Open Model Folder… to run." if self.bundle is None and not self.busy else ""
+        self.status(f"Read {n:,} records from {path.name}{note} in {time.perf_counter() - self._loading['t0']:.1f} s."
+                    + hint, 0 if hint else 8000)
+
+    def _load_failed(self, path: Path, message: str) -> None:
+        n = self._loading["n"]
+        kept = f"\nThe {n} records read before the problem are kept." if n else ""
+        self.show_message(f"Cannot read {path.name}:\n{message}{kept}", "error")
+
+    def _load_cancelled(self, path: Path) -> None:
+        self.status(f"Stopped reading {path.name} after {self._loading['n']:,} records.")
+
+    def _loader_finished(self, worker: GeneratorWorker, path: Path) -> None:
+        if self.loader is worker:
+            self.loader = None
+        worker.deleteLater()
+        self.file_loaded.emit(str(path))
+        self._next_load()
+
+    def close_all_spectra(self) -> None:
+        if self.busy:
+            self.show_message("Wait for the running work to finish (or cancel it with Esc) first.")
+            return
+        self.spectra.clear()
+        self._open_paths.clear()
+        self._update_spectra_title()
+        self._show_current()
+
+    def _update_spectra_title(self) -> None:
+        n = sum(e.spectrum is not None for e in self.spectra.entries)
+        done = sum(e.result is not None for e in self.spectra.entries)
+        skipped = len(self.spectra.entries) - n
+        extra = f", {skipped} skipped" if skipped else ""
+        self.spectra_title.setText(f"<b>Spectra</b> — {n} spectra{extra}, {done} with candidates")
+
+    # drag and drop -----------------------------------------------------------------------------
+    def dragEnterEvent(self, event) -> None:
+        if self._dropped_paths(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event) -> None:
+        self.dragEnterEvent(event)
+
+    def dropEvent(self, event) -> None:
+        paths = self._dropped_paths(event.mimeData())
+        if not paths:
+            event.ignore()
+            return
+        event.acceptProposedAction()
+        self.open_files(paths)
+
+    @staticmethod
+    def _dropped_paths(mime) -> list[Path]:
+        if mime is None or not mime.hasUrls():
+            return []
+        return [Path(u.toLocalFile()) for u in mime.urls() if u.isLocalFile() and u.toLocalFile()]
+
+    # ------------------------------------------------------------------------------------------
+    # selection and display
+    # ------------------------------------------------------------------------------------------
+    def current_entry(self) -> SpectrumEntry | None:
+        idx = self.spectra_view.selectionModel().currentIndex()
+        return self.spectra.entry(idx.data(KEY_ROLE)) if idx.isValid() else None
+
+    def selected_entries(self) -> list[SpectrumEntry]:
+        rows = self.spectra_view.selectionModel().selectedRows()
+        keys = [i.data(KEY_ROLE) for i in sorted(rows, key=lambda i: i.row())]
+        entries = [self.spectra.entry(k) for k in keys]
+        if not entries and self.current_entry() is not None:
+            entries = [self.current_entry()]
+        return [e for e in entries if e is not None]
+
+    def select_entry(self, key: int) -> None:
+        row = self.spectra.row_of(key)
+        if row is None:
+            return
+        idx = self.spectra_proxy.mapFromSource(self.spectra.index(row, 0))
+        if idx.isValid():
+            self.spectra_view.selectionModel().setCurrentIndex(
+                idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
+            )
+
+    def _show_current(self) -> None:
+        e = self.current_entry()
+        running = e is not None and e.status in (Status.RUNNING, Status.QUEUED)
+        self.spectrum_panel.show_entry(e, editable=not running)
+        self._show_candidates(e)
+        self._update_actions()
+
+    def _show_candidates(self, e: SpectrumEntry | None) -> None:
+        if e is None:
+            self.candidates.show_result(None)
+        elif e.spectrum is None:
+            self.candidates.show_result(None, note=f"<span style='color:#a15c00'>Skipped: {e.reason}</span>")
+        else:
+            running = e.status in (Status.RUNNING, Status.QUEUED)
+            baseline = e.result if e.live is not None else e.previous
+            note = ""
+            if e.shown is None:
+                if e.status == Status.FAILED or e.status == Status.SKIPPED:
+                    note = f"<span style='color:#b3261e'>{e.status_text()}</span>"
+                elif running:
+                    note = "<span style='color:#1f5fbf'>Drawing structures…</span>"
+                elif e.status == Status.CANCELLED:
+                    note = "Cancelled: no candidates. Press Run (Ctrl+R) to start again."
+            self.candidates.show_result(e.shown, baseline, running=running and e.live is not None, note=note)
+        self.candidates_shown.emit(self.candidates.model.rowCount())
+
+    # ------------------------------------------------------------------------------------------
+    # formula / adduct
+    # ------------------------------------------------------------------------------------------
+    def _formula_applied(self, spectrum) -> None:
+        e = self.current_entry()
+        if e is None or e.status in (Status.RUNNING, Status.QUEUED):
+            return
+        e.spectrum = spectrum
+        e.reset_results()
+        self.spectra.entry_changed(e.key)
+        self._show_current()
+        self.status(f"{e.id}: formula {spectrum.formula}, adduct {spectrum.adduct}. Press Run (Ctrl+R).")
+
+    def _formula_reset(self) -> None:
+        e = self.current_entry()
+        if e is None or e.original is None or e.status in (Status.RUNNING, Status.QUEUED):
+            return
+        e.spectrum = e.original
+        e.reset_results()
+        self.spectra.entry_changed(e.key)
+        self._show_current()
+
+    # ------------------------------------------------------------------------------------------
+    # parameters
+    # ------------------------------------------------------------------------------------------
+    def _params_changed(self, params: QueryParams) -> None:
+        self.query_params = params
+        self.settings.set_query_params(params)
+        self._update_actions()
+        e = self.current_entry()
+        if self.bundle is not None and e is not None and e.result is not None:
+            self._retune_timer.start()  # debounced: a slider drag re-ranks once it rests
+
+    def _retune(self) -> None:
+        """Re-run the current spectrum with the new parameters (draws only what is missing)."""
+        e = self.current_entry()
+        if e is None or e.result is None or e.result.params == self.query_params:
+            return
+        if self.busy:
+            self._retune_pending = True
+            if self.task_kind == "run" and self._run.get("retune"):
+                self.task.cancel()  # a retune superseded by newer settings
+            return
+        self.run_entries([e], retune=True)
+
+    # ------------------------------------------------------------------------------------------
+    # running
+    # ------------------------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self.task is not None
+
+    def run_selected(self) -> None:
+        self.run_entries(self.selected_entries())
+
+    def run_all(self) -> None:
+        self.run_entries([e for e in self.spectra.entries if e.spectrum is not None])
+
+    def run_entries(self, entries: list[SpectrumEntry], retune: bool = False) -> bool:
+        if self.bundle is None:
+            self.show_message("No model is loaded: choose Model ▸ Open Model Folder… to pick a model bundle folder.")
+            return False
+        if self.busy:
+            self.status("Busy: wait for the running work to finish, or cancel it with Esc.")
+            return False
+        try:
+            params = self.params_panel.params()
+        except MsgptError as e:
+            self.show_message(f"Check the query parameters: {e}")
+            return False
+        entries = [e for e in entries if e.spectrum is not None]
+        if not entries:
+            self.status("Select spectra to run (skipped records cannot run).")
+            return False
+        jobs = []
+        for e in entries:
+            if e.session is None or e.model_checksum != self.bundle.checksum:
+                try:
+                    e.session = SpectrumSession(self.bundle, e.spectrum)
+                    e.model_checksum = self.bundle.checksum
+                except MsgptError as err:
+                    e.session, e.status, e.reason = None, Status.SKIPPED, str(err)
+                    self.spectra.entry_changed(e.key)
+                    continue
+            e.status, e.reason = Status.QUEUED, ""
+            self.spectra.entry_changed(e.key)
+            jobs.append((e.key, e.session))
+        if not jobs:
+            self._show_current()
+            reason = entries[0].reason if len(entries) == 1 else "see the Status column"
+            self.show_message(f"None of the selected spectra can run: {reason}.")
+            return False
+        self._run = {"keys": [k for k, _ in jobs], "retune": retune, "t0": time.perf_counter(), "first": None,
+                     "current": None, "skipped": len(entries) - len(jobs)}
+        self.first_candidates_s = None
+        worker = GeneratorWorker(elucidate_sessions, jobs, params, name="elucidation")
+        worker.yielded.connect(self._run_event)
+        self._start_task("run", worker, on_returned=self._run_done, on_errored=self._run_failed,
+                         on_aborted=self._run_cancelled)
+        self.progress.setValue(0)
+        self.progress.setFormat(f"Starting {len(jobs)} spectr{'um' if len(jobs) == 1 else 'a'}…")
+        self._show_current()
+        return True
+
+    def _run_event(self, ev) -> None:
+        e = self.spectra.entry(ev.key)
+        if e is None:
+            return
+        current = self.current_entry()
+        if isinstance(ev, EntryStarted):
+            e.status = Status.RUNNING
+            self._run["current"] = ev.key
+            self.spectra.entry_changed(e.key)
+            self.progress.setValue(int(1000 * ev.position / ev.count))
+            self.progress.setFormat(f"Spectrum {ev.position + 1} of {ev.count}")
+            if current is e:
+                self._show_current()
+        elif isinstance(ev, EntryProgress):
+            self.progress.setValue(int(1000 * (ev.position + ev.done / max(ev.total, 1)) / ev.count))
+            what = f"Spectrum {ev.position + 1} of {ev.count}: " if ev.count > 1 else ""
+            self.progress.setFormat(f"{what}{ev.done}/{ev.total} structures")
+        elif isinstance(ev, EntryRanking):
+            e.live = ev.result
+            if current is e:
+                self._show_candidates(e)
+                self._note_first_candidates()
+        elif isinstance(ev, EntryFinished):
+            e.previous = e.result
+            e.result, e.live = ev.result, None
+            e.status, e.reason = Status.DONE, ""
+            self.spectra.entry_changed(e.key)
+            self._update_spectra_title()
+            if current is e:
+                self._show_current()
+                self._note_first_candidates()
+        elif isinstance(ev, EntryFailed):
+            e.live = None
+            e.status, e.reason = Status.FAILED, ev.message
+            self.spectra.entry_changed(e.key)
+            if current is e:
+                self._show_current()
+
+    def _note_first_candidates(self) -> None:
+        if self.first_candidates_s is None and self.candidates.model.rowCount() > 0:
+            self.first_candidates_s = time.perf_counter() - self._run["t0"]
+            log.info("first candidates on screen after %.2f s", self.first_candidates_s)
+
+    def _end_run(self, running_status: str, reason: str = "") -> None:
+        """After a cancelled/failed run: no partial result stays; unfinished spectra go back."""
+        for key in self._run.get("keys", []):
+            e = self.spectra.entry(key)
+            if e is None:
+                continue
+            if e.status in (Status.RUNNING, Status.QUEUED):
+                e.live = None
+                if e.status == Status.RUNNING:
+                    e.status = Status.DONE if e.result is not None else running_status
+                    e.reason = "" if e.result is not None else reason
+                else:
+                    e.status = Status.DONE if e.result is not None else Status.NOT_RUN
+                self.spectra.entry_changed(key)
+        self._show_current()
+
+    def _run_done(self, outcome) -> None:
+        n, failed = len(outcome.finished), len(outcome.failed)
+        skipped = self._run.get("skipped", 0)
+        extra = "".join([f", {failed} failed" if failed else "", f", {skipped} skipped" if skipped else ""])
+        if not self._run.get("retune"):
+            self.status(f"Done: {n} spectr{'um' if n == 1 else 'a'} in {outcome.seconds:.1f} s{extra}.")
+        else:
+            e = self.spectra.entry(outcome.finished[0]) if outcome.finished else None
+            if e is not None and e.result is not None:
+                self.status(f"Re-ranked {e.id}: {e.result.new_samples} new structures drawn, "
+                            f"{len(e.result.candidates)} candidates.")
+        self._end_run(Status.CANCELLED)
+        self._announce(self.run_finished, "done")
+
+    def _run_cancelled(self) -> None:
+        self._end_run(Status.CANCELLED)
+        if not self._retune_pending:
+            self.status("Cancelled. Spectra that were not finished keep their earlier candidates (if any).")
+        self._announce(self.run_finished, "cancelled")
+
+    def _run_failed(self, message: str) -> None:
+        self._end_run(Status.FAILED, message)
+        self.show_message(f"The run stopped: {message}", "error")
+        self._announce(self.run_finished, "failed")
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            self.status("Cancelling…", 0)
+        if self.loader is not None:
+            self._load_queue.clear()
+            self.loader.cancel()
+        self._retune_pending = False
+
+    # ------------------------------------------------------------------------------------------
+    # export
+    # ------------------------------------------------------------------------------------------
+    def export_dialog(self, scope: str = "selected") -> None:
+        entries = self._export_entries(scope)
+        if not entries:
+            return
+        start_dir = self.settings.get("files/export_dir", str(Path.home()), str)
+        suggested = str(Path(start_dir) / "candidates.csv")
+        path = self.ask_save_path(suggested)
+        if path:
+            self.settings.set("files/export_dir", str(Path(path).parent))
+            self.export(path, scope)
+
+    def ask_save_path(self, suggested: str) -> str | None:
+        """Ask where to export (a method, so tests can replace the dialog)."""
+        name, selected = QFileDialog.getSaveFileName(
+            self, "Export candidates", suggested, "CSV table (*.csv);;SD file with 2D structures (*.sdf)"
+        )
+        if not name:
+            return None
+        if Path(name).suffix.lower() not in (".csv", ".sdf", ".sd"):
+            name += ".sdf" if "sdf" in selected else ".csv"
+        return name
+
+    def _export_entries(self, scope: str) -> list[SpectrumEntry]:
+        pool = self.spectra.entries if scope == "all" else self.selected_entries()
+        entries = [e for e in pool if e.result is not None]
+        if not entries:
+            which = "any spectrum" if scope == "all" else "the selected spectra"
+            self.show_message(f"Nothing to export: {which} has no candidates yet. Run them first (Ctrl+R).")
+        return entries
+
+    def export(self, path: str | Path, scope: str = "selected") -> bool:
+        """Write the candidates of the selected / all spectra as shown, atomically, in the background."""
+        if self.busy:
+            self.show_message("Wait for the running work to finish (or cancel it with Esc) before exporting.")
+            return False
+        entries = self._export_entries(scope)
+        if not entries:
+            return False
+        results = [e.result for e in entries]
+        try:
+            info = export_info(self.bundle, results)
+        except MsgptError as err:
+            self.show_message(str(err))
+            return False
+        path = Path(path)
+        worker = GeneratorWorker(export_candidates, str(path), results, info, name=f"exporting {path.name}")
+        worker.yielded.connect(self._export_progress)
+
+        def done(n_rows: int) -> None:
+            self.status(f"Exported {n_rows} candidates of {len(results)} spectr{'um' if len(results) == 1 else 'a'} "
+                        f"to {path}.", 15000)
+            self._announce(self.export_finished, str(path), n_rows)
+
+        def failed(message: str) -> None:
+            self.show_message(f"Export failed: {message}\nAn earlier {path.name}, if any, was left unchanged.", "error")
+            self._announce(self.export_finished, "", 0)
+
+        def aborted() -> None:
+            self.status(f"Export cancelled; {path.name} was not changed.")
+            self._announce(self.export_finished, "", 0)
+
+        self._start_task("export", worker, on_returned=done, on_errored=failed, on_aborted=aborted)
+        self.progress.setFormat(f"Exporting to {path.name}…")
+        return True
+
+    def _export_progress(self, ev: ExportProgress) -> None:
+        self.progress.setValue(int(1000 * ev.done / max(ev.total, 1)))
+        self.progress.setFormat(f"Exporting: {ev.done}/{ev.total} spectra")
+
+    # ------------------------------------------------------------------------------------------
+    # the task slot
+    # ------------------------------------------------------------------------------------------
+    def _announce(self, signal, *args) -> None:
+        """Emit ``signal`` once the task slot is free again (listeners may start the next task)."""
+        self._announcements.append((signal, args))
+
+    def _start_task(self, kind, worker: GeneratorWorker, on_returned=None, on_errored=None, on_aborted=None) -> None:
+        self.task, self.task_kind = worker, kind
+        if on_returned:
+            worker.returned.connect(on_returned)
+        worker.errored.connect(on_errored or (lambda msg: self.show_message(msg, "error")))
+        if on_aborted:
+            worker.aborted.connect(on_aborted)
+        worker.finished.connect(lambda: self._task_finished(worker))
+        self.progress.setValue(0)
+        self.progress.setVisible(kind != "model")
+        self.cancel_button.setVisible(True)
+        self._update_actions()
+        self.worker_started.emit(worker)
+        worker.start()
+
+    def _task_finished(self, worker: GeneratorWorker) -> None:
+        if self.task is worker:
+            self.task, self.task_kind = None, ""
+        worker.deleteLater()
+        self.progress.hide()
+        self.cancel_button.setVisible(self.loader is not None)
+        self._update_actions()
+        announcements, self._announcements = self._announcements, []
+        for signal, args in announcements:
+            signal.emit(*args)
+        if self._retune_pending:
+            self._retune_pending = False
+            self._retune_timer.start()
+
+    def _update_actions(self) -> None:
+        busy = self.busy
+        has_model = self.bundle is not None
+        entries = self.spectra.entries
+        any_spectra = any(e.spectrum is not None for e in entries)
+        any_results = any(e.result is not None for e in entries)
+        params_ok = self.params_panel.error.isHidden()
+        self.act_run.setEnabled(has_model and not busy and any_spectra and params_ok)
+        self.act_run_all.setEnabled(has_model and not busy and any_spectra and params_ok)
+        self.act_cancel.setEnabled(busy or self.loader is not None)
+        self.cancel_button.setVisible(busy or self.loader is not None)
+        self.act_export.setEnabled(not busy and any_results)
+        self.act_export_all.setEnabled(not busy and any_results)
+        self.act_examples.setEnabled(bool(self.example_files()))
+        has_default = (default_model_dir() / "config.json").is_file()
+        self.act_default_model.setEnabled(not busy and has_default)
+        self.act_default_model.setToolTip("Load the default model shipped with the app" if has_default else
+                                          "The bundled default model is not installed in this version")
+        self.act_model_folder.setEnabled(not busy)
+        tip = "" if has_model else " (no model loaded: Model ▸ Open Model Folder…)"
+        self.act_run.setToolTip("Elucidate structures for the selected spectra (Ctrl+R)" + tip)
+        self.act_run_all.setToolTip("Elucidate structures for every spectrum (Ctrl+Shift+R)" + tip)
+
+    def _reset_all_results(self) -> None:
+        for e in self.spectra.entries:
+            if e.spectrum is not None:
+                e.reset_results()
+        self.spectra.all_changed()
+        self._update_spectra_title()
+        self._show_current()
+
+    # ------------------------------------------------------------------------------------------
+    # help
+    # ------------------------------------------------------------------------------------------
+    def show_scores_help(self) -> None:
+        cols = tooltips.TIPS["columns"]
+        text = "<br><br>".join([
+            tooltips.KAPPA, tooltips.GROUPS, tooltips.SAMPLES, tooltips.POOL,
+            f"<b>Count</b> — {cols['Count']}.", f"<b>Posterior similarity</b> — {cols['Posterior sim.']}.",
+            tooltips.FIDELITY, tooltips.REFERENCE_RANK,
+        ])
+        if self.popups:
+            box = QMessageBox(QMessageBox.Icon.Information, "Parameters and scores", text, QMessageBox.StandardButton.Ok, self)
+            box.setTextFormat(Qt.TextFormat.RichText)
+            box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            box.show()
+
+    def show_about(self) -> None:
+        if self.popups:
+            QMessageBox.about(
+                self, "About MS-GPT Desktop",
+                f"<b>MS-GPT Desktop {__version__}</b><br>De novo molecular structure elucidation from MS/MS "
+                "spectra, offline, on your own machine.<br><br>Settings: " + str(self.settings.path),
+            )
+
+    # ------------------------------------------------------------------------------------------
+    # closing
+    # ------------------------------------------------------------------------------------------
+    def closeEvent(self, event) -> None:
+        self.save_layout()
+        self.shutdown()
+        super().closeEvent(event)
+
+    def shutdown(self, timeout_ms: int = 10000) -> None:
+        """Cancel and wait for every worker (the engine stops at its next decoding step)."""
+        self._retune_timer.stop()
+        self._retune_pending = False
+        self._load_queue.clear()
+        for worker in (self.task, self.loader):
+            if worker is not None:
+                worker.cancel()
+        for worker in (self.task, self.loader):
+            if worker is not None:
+                worker.wait(timeout_ms)

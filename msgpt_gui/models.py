@@ -1,0 +1,303 @@
+"""Qt item models: the spectra list and the ranked candidates (sorted/filtered by proxies)."""
+
+from __future__ import annotations
+
+from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+
+from pathlib import Path
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
+from PySide6.QtGui import QBrush, QColor, QFont
+
+from engine.pipeline import SpectrumResult
+
+from .jobs import SpectrumEntry, Status
+from .tooltips import TIPS
+
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # a number (or text) to sort by
+KEY_ROLE = Qt.ItemDataRole.UserRole + 2  # entry key / candidate InChIKey first block
+
+DISPLAY = Qt.ItemDataRole.DisplayRole
+_STATUS_COLORS = {
+    Status.DONE: "#1b7f3b",
+    Status.RUNNING: "#1f5fbf",
+    Status.QUEUED: "#6b6b6b",
+    Status.SKIPPED: "#a15c00",
+    Status.FAILED: "#b3261e",
+    Status.CANCELLED: "#6b6b6b",
+}
+
+
+class SpectraModel(QAbstractTableModel):
+    """One row per record of the opened files (skipped records too, with their reason)."""
+
+    COLUMNS = ("ID", "Prec. m/z", "Adduct", "Formula", "RT (min)", "Peaks", "Status")
+    TIPS = (
+        "Spectrum title (TITLE / FEATURE_ID / scan number) and the file it comes from",
+        "m/z of the precursor ion (PEPMASS)",
+        "Precursor ion type; set it below the spectrum when the file has none",
+        "Neutral molecular formula; MS-GPT needs it. Set it below the spectrum when the file has none",
+        "Retention time in minutes",
+        "Number of fragment peaks",
+        "not run / queued / running / done / skipped or failed (with the reason)",
+    )
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.entries: list[SpectrumEntry] = []
+        self._row_of: dict[int, int] = {}
+
+    # -- editing (main thread only)
+    def append(self, entries: list[SpectrumEntry]) -> None:
+        if not entries:
+            return
+        first = len(self.entries)
+        self.beginInsertRows(QModelIndex(), first, first + len(entries) - 1)
+        for e in entries:
+            self._row_of[e.key] = len(self.entries)
+            self.entries.append(e)
+        self.endInsertRows()
+
+    def clear(self) -> None:
+        self.beginResetModel()
+        self.entries.clear()
+        self._row_of.clear()
+        self.endResetModel()
+
+    def entry(self, key: int) -> SpectrumEntry | None:
+        row = self._row_of.get(key)
+        return None if row is None else self.entries[row]
+
+    def row_of(self, key: int) -> int | None:
+        return self._row_of.get(key)
+
+    def entry_changed(self, key: int) -> None:
+        row = self._row_of.get(key)
+        if row is not None:
+            self.dataChanged.emit(self.index(row, 0), self.index(row, len(self.COLUMNS) - 1))
+
+    def all_changed(self) -> None:
+        if self.entries:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(self.entries) - 1, len(self.COLUMNS) - 1))
+
+    # -- Qt model API
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.entries)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section, orientation, role=DISPLAY):
+        if orientation == Qt.Orientation.Horizontal:
+            if role == DISPLAY:
+                return self.COLUMNS[section]
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return self.TIPS[section]
+        return None
+
+    def data(self, index, role=DISPLAY):
+        if not index.isValid():
+            return None
+        e = self.entries[index.row()]
+        col = index.column()
+        s = e.spectrum
+        if role == KEY_ROLE:
+            return e.key
+        if role in (DISPLAY, SORT_ROLE):
+            sort = role == SORT_ROLE
+            if col == 0:
+                return e.id
+            if col == 6:
+                return e.status_text()
+            if s is None:
+                return -1.0 if sort and col in (1, 4, 5) else ""
+            if col == 1:
+                return s.precursor_mz if sort else f"{s.precursor_mz:.4f}"
+            if col == 2:
+                return s.adduct or ("" if sort else "—")
+            if col == 3:
+                if sort:
+                    return s.formula or ""
+                return (s.formula + " *" if e.overridden else s.formula) if s.formula else "—"
+            if col == 4:
+                if s.retention_time is None:
+                    return -1.0 if sort else ""
+                return s.retention_time if sort else f"{s.retention_time / 60:.2f}"
+            if col == 5:
+                return s.n_peaks
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == 6:
+                return e.status_text()
+            if col == 0:
+                name = s.metadata.get("name") if s is not None else None
+                return f"{e.id}\n{name + chr(10) if name else ''}{e.source} (record {self._index(e) + 1})"
+            if col == 3 and e.overridden:
+                return f"Set by you (the file says {e.original.formula or 'nothing'} / {e.original.adduct or 'nothing'})"
+            return None
+        if role == Qt.ItemDataRole.ForegroundRole and col == 6:
+            color = _STATUS_COLORS.get(e.status)
+            return QBrush(QColor(color)) if color else None
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (1, 4, 5):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    @staticmethod
+    def _index(e: SpectrumEntry) -> int:
+        return e.spectrum.index if e.spectrum is not None else e.skipped.index
+
+
+class CandidatesModel(QAbstractTableModel):
+    """Ranked candidates of one spectrum result, with rank moves against the previous ranking."""
+
+    STRUCTURE, RANK, CHANGE, SMILES, FORMULA, COUNT, FREQUENCY, SIMILARITY, REFERENCE = range(9)
+    COLUMNS = ("Structure", "Rank", "Change", "SMILES", "Formula", "Count", "Frequency", "Posterior sim.", "Reference")
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.result: SpectrumResult | None = None
+        self.candidates: tuple = ()
+        self._previous_rank: dict[str, int] | None = None
+
+    def set_result(self, result: SpectrumResult | None, previous: SpectrumResult | None = None) -> None:
+        self.beginResetModel()
+        self.result = result
+        self.candidates = result.candidates if result is not None else ()
+        self._previous_rank = (
+            {c.inchikey14: c.rank for c in previous.candidates} if previous is not None else None
+        )
+        self.endResetModel()
+
+    def candidate(self, row: int):
+        return self.candidates[row] if 0 <= row < len(self.candidates) else None
+
+    def is_reference(self, c) -> bool:
+        return bool(self.result and self.result.reference_inchikey14 and c.inchikey14 == self.result.reference_inchikey14)
+
+    def change(self, c) -> tuple[str, float]:
+        """('new' / '▲k' / '▼k' / '=' / '', sort key) against the previous ranking."""
+        if self._previous_rank is None:
+            return "", 0.0
+        before = self._previous_rank.get(c.inchikey14)
+        if before is None:
+            return "new", 1e6
+        moved = before - c.rank
+        if moved > 0:
+            return f"▲{moved}", float(moved)
+        if moved < 0:
+            return f"▼{-moved}", float(moved)
+        return "=", 0.0
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.candidates)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section, orientation, role=DISPLAY):
+        if orientation == Qt.Orientation.Horizontal:
+            if role == DISPLAY:
+                return self.COLUMNS[section]
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return TIPS["columns"][self.COLUMNS[section]]
+        return None
+
+    def data(self, index, role=DISPLAY):
+        if not index.isValid():
+            return None
+        c = self.candidates[index.row()]
+        col = index.column()
+        if role == KEY_ROLE:
+            return c.inchikey14
+        if role == SORT_ROLE:
+            return (
+                c.rank, c.rank, self.change(c)[1], c.smiles, c.formula, c.count, c.frequency,
+                c.posterior_similarity, 0 if self.is_reference(c) else 1,
+            )[col]
+        if role == DISPLAY:
+            if col == self.STRUCTURE:
+                return None
+            if col == self.RANK:
+                return c.rank
+            if col == self.CHANGE:
+                return self.change(c)[0]
+            if col == self.SMILES:
+                return c.smiles
+            if col == self.FORMULA:
+                return c.formula
+            if col == self.COUNT:
+                return c.count
+            if col == self.FREQUENCY:
+                return f"{c.frequency:.3f}"
+            if col == self.SIMILARITY:
+                return f"{c.posterior_similarity:.3f}"
+            if col == self.REFERENCE:
+                return "★ reference" if self.is_reference(c) else ""
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col in (self.SMILES, self.STRUCTURE):
+                return f"{c.smiles}\nInChIKey {c.inchikey}"
+            if col == self.CHANGE:
+                text = self.change(c)[0]
+                if text == "new":
+                    return "Not among the candidates of the previous ranking"
+                if text:
+                    return f"Rank {c.rank}, was {self._previous_rank[c.inchikey14]} in the previous ranking"
+            return None
+        if role == Qt.ItemDataRole.BackgroundRole and self.is_reference(c):
+            return QBrush(QColor("#dff3e4"))
+        if role == Qt.ItemDataRole.FontRole and self.is_reference(c):
+            f = QFont()
+            f.setBold(True)
+            return f
+        if role == Qt.ItemDataRole.ForegroundRole and col == self.CHANGE:
+            text = self.change(c)[0]
+            color = {"n": "#1f5fbf", "▲": "#1b7f3b", "▼": "#b3261e"}.get(text[:1])
+            return QBrush(QColor(color)) if color else None
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            if col in (self.RANK, self.COUNT, self.FREQUENCY, self.SIMILARITY):
+                return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            if col == self.CHANGE:
+                return int(Qt.AlignmentFlag.AlignCenter)
+        return None
+
+
+class SortProxy(QSortFilterProxyModel):
+    """Sorts by :data:`SORT_ROLE` (numbers as numbers); filters rows on a text in any column."""
+
+    def __init__(self, parent=None, filter_columns: tuple[int, ...] = ()):
+        super().__init__(parent)
+        self.setSortRole(SORT_ROLE)
+        self.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self.setDynamicSortFilter(True)
+        self._filter_columns = filter_columns
+        self._text = ""
+
+    def set_filter_text(self, text: str) -> None:
+        if hasattr(self, "beginFilterChange"):  # Qt >= 6.10 (invalidateFilter is deprecated there)
+            self.beginFilterChange()
+            self._text = text.strip().lower()
+            self.endFilterChange()
+        else:
+            self._text = text.strip().lower()
+            self.invalidateFilter()
+
+    def filterAcceptsRow(self, row, parent) -> bool:
+        if not self._text:
+            return True
+        model = self.sourceModel()
+        cols = self._filter_columns or range(model.columnCount())
+        for col in cols:
+            value = model.data(model.index(row, col, parent), DISPLAY)
+            if value is not None and self._text in str(value).lower():
+                return True
+        return False
+
+    def lessThan(self, left, right) -> bool:
+        a, b = left.data(SORT_ROLE), right.data(SORT_ROLE)
+        try:
+            return a < b
+        except TypeError:
+            return str(a) < str(b)
+
+
+def short_source(path: str) -> str:
+    return Path(path).name if path else ""

@@ -1,0 +1,180 @@
+"""Query parameters: κ band, query groups M, pool size B (snapping to multiples of M) and seed."""
+
+from __future__ import annotations
+
+from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QSlider,
+    QSpinBox,
+    QWidget,
+)
+
+from engine.errors import ConfigError
+from engine.pipeline import QueryParams
+from engine.querying import KAPPA_LIMITS
+
+from . import tooltips
+
+B_MIN, B_MAX = 100, 1500
+
+
+def snap_pool_size(value: int, groups: int, lo: int = B_MIN, hi: int = B_MAX) -> int:
+    """The multiple of ``groups`` nearest to ``value`` within [lo, hi] (at least ``groups``)."""
+    b = max(groups, round(value / groups) * groups)
+    while b < lo:
+        b += groups
+    while b > hi and b - groups >= max(groups, 1):
+        b -= groups
+    return b
+
+
+class ParamsPanel(QWidget):
+    """Emits ``changed(QueryParams)`` for a valid combination, ``invalid(message)`` otherwise."""
+
+    changed = Signal(object)
+    invalid = Signal(str)
+
+    def __init__(self, params: QueryParams | None = None, parent=None):
+        super().__init__(parent)
+        lo, hi = KAPPA_LIMITS
+        self.kappa_min = self._kappa_box(lo, hi, tooltips.KAPPA_MIN)
+        self.kappa_max = self._kappa_box(lo, hi, tooltips.KAPPA_MAX)
+        self.groups = QSpinBox(minimum=1, maximum=100)
+        self.groups.setToolTip(tooltips.GROUPS)
+        self.groups.setKeyboardTracking(False)
+        self.pool = QSlider(Qt.Orientation.Horizontal, minimum=B_MIN, maximum=B_MAX)
+        self.pool.setToolTip(tooltips.POOL)
+        self.pool.setMinimumWidth(160)
+        self.pool.setTickPosition(QSlider.TickPosition.TicksBelow)
+        self.pool.setTickInterval(100)
+        self.pool_label = QLabel()
+        self.pool_label.setToolTip(tooltips.POOL + "<br><br>" + tooltips.SAMPLES)
+        self.pool_label.setMinimumWidth(self.pool_label.fontMetrics().horizontalAdvance("B = 1500  (N = 1500)") + 8)
+        self.seed = QSpinBox(minimum=0, maximum=2**31 - 1)
+        self.seed.setToolTip(tooltips.SEED)
+        self.seed.setKeyboardTracking(False)
+        self.error = QLabel()
+        self.error.setStyleSheet("color: #b3261e")
+        self.error.hide()
+
+        row = QHBoxLayout(self)
+        row.setContentsMargins(6, 2, 6, 2)
+        row.setSpacing(6)
+
+        def label(text: str, tip: str) -> QLabel:
+            w = QLabel(text)
+            w.setToolTip(tip)
+            return w
+
+        row.addWidget(label("Band κ", tooltips.KAPPA))
+        row.addWidget(self.kappa_min)
+        row.addWidget(QLabel("–"))
+        row.addWidget(self.kappa_max)
+        row.addSpacing(12)
+        row.addWidget(label("Groups M", tooltips.GROUPS))
+        row.addWidget(self.groups)
+        row.addSpacing(12)
+        row.addWidget(label("Pool size B", tooltips.POOL))
+        row.addWidget(self.pool, 1)
+        row.addWidget(self.pool_label)
+        row.addSpacing(12)
+        row.addWidget(label("Seed", tooltips.SEED))
+        row.addWidget(self.seed)
+        row.addWidget(self.error, 1)
+
+        self.set_params(params or QueryParams())
+        self.kappa_min.valueChanged.connect(self._emit)
+        self.kappa_max.valueChanged.connect(self._emit)
+        self.groups.valueChanged.connect(self._groups_changed)
+        self.pool.valueChanged.connect(self._pool_changed)
+        self.seed.valueChanged.connect(self._emit)
+
+    @staticmethod
+    def _kappa_box(lo: float, hi: float, tip: str) -> QDoubleSpinBox:
+        box = QDoubleSpinBox(minimum=lo, maximum=hi, singleStep=0.05, decimals=2)
+        box.setToolTip(tip)
+        box.setKeyboardTracking(False)  # one change when typing is done, not one per digit
+        return box
+
+    # -- values
+    @property
+    def pool_size(self) -> int:
+        return self.pool.value()
+
+    def set_pool_size(self, b: int) -> None:
+        self.pool.setValue(snap_pool_size(b, self.groups.value()))
+
+    def set_params(self, p: QueryParams) -> None:
+        widgets = (self.kappa_min, self.kappa_max, self.groups, self.pool, self.seed)
+        for w in widgets:
+            w.blockSignals(True)
+        self.kappa_min.setValue(p.kappa_min)
+        self.kappa_max.setValue(p.kappa_max)
+        self.groups.setValue(p.groups)
+        self.pool.setSingleStep(p.groups)
+        self.pool.setPageStep(p.groups * max(1, round(100 / p.groups)))
+        self.pool.setValue(snap_pool_size(p.pool_size, p.groups))
+        self.seed.setValue(p.seed)
+        for w in widgets:
+            w.blockSignals(False)
+        self._update_label()
+        self._sync_point_query()
+
+    def params(self) -> QueryParams:
+        """The current parameters (raises ConfigError for an invalid combination)."""
+        m = self.groups.value()
+        return QueryParams(
+            kappa_min=round(self.kappa_min.value(), 4),
+            kappa_max=round(self.kappa_max.value(), 4),
+            groups=m,
+            samples_per_group=QueryParams.samples_for_pool_size(self.pool.value(), m),
+            seed=self.seed.value(),
+        )
+
+    # -- reactions
+    def _groups_changed(self, m: int) -> None:
+        self.pool.blockSignals(True)
+        self.pool.setSingleStep(m)
+        self.pool.setPageStep(m * max(1, round(100 / m)))
+        self.pool.setValue(snap_pool_size(self.pool.value(), m))
+        self.pool.blockSignals(False)
+        self._sync_point_query()
+        self._emit()
+
+    def _pool_changed(self, value: int) -> None:
+        snapped = snap_pool_size(value, self.groups.value())
+        if snapped != value:
+            self.pool.setValue(snapped)  # re-enters with the snapped value
+            return
+        self._emit()
+
+    def _sync_point_query(self) -> None:
+        point = self.groups.value() == 1
+        self.kappa_max.setEnabled(not point)
+        if point and self.kappa_max.value() != self.kappa_min.value():
+            self.kappa_max.blockSignals(True)
+            self.kappa_max.setValue(self.kappa_min.value())
+            self.kappa_max.blockSignals(False)
+
+    def _update_label(self) -> None:
+        m = self.groups.value()
+        self.pool_label.setText(f"B = {self.pool.value()}  (N = {self.pool.value() // m})")
+
+    def _emit(self, *_) -> None:
+        if self.groups.value() == 1:
+            self._sync_point_query()
+        self._update_label()
+        try:
+            p = self.params()
+        except ConfigError as e:
+            self.error.setText(str(e))
+            self.error.show()
+            self.invalid.emit(str(e))
+            return
+        self.error.hide()
+        self.changed.emit(p)

@@ -1,0 +1,167 @@
+"""Spectrum plots with matplotlib only (no Qt): they work in a script, a notebook and the app alike.
+
+Like spectrum_utils' ``plot`` module, every function draws on the ``ax`` it is given (or on
+``plt.gca()`` when ``ax`` is None), never creates a figure of its own, and returns ``ax``::
+
+    from engine.io import read_spectra
+    from engine.annotate import annotate_spectrum
+    from msgpt_gui.plotting import plot_spectrum
+
+    spectrum = read_spectra("spectra.mgf")[0][0]
+    ax = plot_spectrum(spectrum, annotate_spectrum(spectrum))
+    ax.figure.savefig("spectrum.png")
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Colours chemists know from spectrum viewers: explained peaks coloured, the rest grey.
+ANNOTATED_COLOR = "#1f77b4"
+UNANNOTATED_COLOR = "#9a9a9a"
+PRECURSOR_COLOR = "#d62728"
+
+
+def _axes(ax):
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        ax = plt.gca()
+    return ax
+
+
+def plot_spectrum(
+    spectrum,
+    annotation=None,
+    ax=None,
+    *,
+    max_labels: int = 12,
+    min_label_intensity: float = 0.02,
+    show_precursor: bool = True,
+    title: str | None = None,
+    fontsize: float = 8.0,
+):
+    """Stick plot of ``spectrum`` (intensities relative to the base peak, in %).
+
+    ``annotation`` (an :class:`engine.annotate.Annotation` of the same peaks) colours explained
+    peaks and labels up to ``max_labels`` of the most intense of them (at least
+    ``min_label_intensity`` of the base peak) with their ion subformula. The precursor m/z is
+    marked with a dashed line and a triangle. Returns ``ax``.
+    """
+    ax = _axes(ax)
+    mz = np.asarray(spectrum.mz, dtype=float)
+    intensity = np.asarray(spectrum.intensity, dtype=float)
+    top = intensity.max(initial=0.0)
+    rel = intensity / top * 100.0 if top > 0 else np.zeros_like(intensity)
+
+    matched = np.zeros(mz.size, dtype=bool)
+    labels: tuple = (None,) * mz.size
+    if annotation is not None and len(annotation.mz) == mz.size:
+        matched = np.asarray(annotation.matched, dtype=bool)
+        labels = annotation.ion_formula
+
+    if (~matched).any():
+        ax.vlines(mz[~matched], 0, rel[~matched], colors=UNANNOTATED_COLOR, linewidth=1.2, zorder=2,
+                  label="not explained" if matched.any() else "peaks")
+    if matched.any():
+        ax.vlines(mz[matched], 0, rel[matched], colors=ANNOTATED_COLOR, linewidth=1.6, zorder=3,
+                  label="explained by a subformula")
+        span = max(float(mz.max(initial=0.0) - mz.min(initial=0.0)), float(spectrum.precursor_mz) * 0.2, 1.0)
+        order = _label_order(mz, rel, matched, max_labels, min_label_intensity * 100, min_gap=span * 0.012)
+        for i in order:
+            ax.annotate(
+                _pretty_formula(labels[i]),
+                (mz[i], rel[i]),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                rotation=90,
+                fontsize=fontsize,
+                color=ANNOTATED_COLOR,
+                zorder=4,
+                annotation_clip=True,
+            )
+
+    precursor = float(spectrum.precursor_mz)
+    if show_precursor:
+        near = np.abs(mz - precursor) <= max(0.01, precursor * 10e-6)
+        if not near.any():  # no precursor peak left: a dashed line shows where it would be
+            ax.vlines(precursor, 0, 100, colors=PRECURSOR_COLOR, linestyles="--", linewidth=1.0, alpha=0.6, zorder=1)
+        ax.plot([precursor], [0], marker="^", markersize=8, color=PRECURSOR_COLOR, clip_on=False, zorder=5,
+                linestyle="none", label=f"precursor m/z {precursor:.4f}")
+
+    lo = min(mz.min(initial=precursor), precursor)
+    hi = max(mz.max(initial=precursor), precursor)
+    pad = max((hi - lo) * 0.05, 5.0)
+    ax.set_xlim(max(lo - pad, 0.0), hi + pad)
+    ax.set_ylim(0, 140 if matched.any() else 105)  # room above the base peak for its label
+    ax.set_yticks([0, 20, 40, 60, 80, 100])
+    ax.set_xlabel("m/z")
+    ax.set_ylabel("Intensity (%)")
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.grid(axis="y", color="#e6e6e6", linewidth=0.6)
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title, fontsize=fontsize + 2, loc="left")
+    handles, names = ax.get_legend_handles_labels()
+    if names:
+        ax.legend(handles, names, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(names), fontsize=fontsize,
+                  frameon=False, borderaxespad=0.2, handlelength=1.2, columnspacing=1.2)
+    return ax
+
+
+def _label_order(mz, rel, matched, max_labels: int, min_rel: float, min_gap: float) -> list[int]:
+    """Most intense explained peaks first, skipping those too close (in m/z) to one already labelled."""
+    chosen: list[int] = []
+    for i in np.argsort(-rel, kind="stable"):
+        if len(chosen) >= max_labels:
+            break
+        if matched[i] and rel[i] >= min_rel and all(abs(mz[i] - mz[j]) >= min_gap for j in chosen):
+            chosen.append(int(i))
+    return chosen
+
+
+def _pretty_formula(formula: str | None) -> str:
+    """``C9H9O+`` → mathtext with subscripts (``C$_9$H$_9$O$^+$``) for labels."""
+    if not formula:
+        return ""
+    out = []
+    charge = ""
+    body = formula
+    while body and body[-1] in "+-":
+        charge = body[-1] + charge
+        body = body[:-1]
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch.isdigit():
+            j = i
+            while j < len(body) and body[j].isdigit():
+                j += 1
+            out.append(f"$_{{{body[i:j]}}}$")
+            i = j
+        else:
+            out.append(ch)
+            i += 1
+    if charge:
+        out.append(f"$^{{{charge}}}$")
+    return "".join(out)
+
+
+def plot_rank_counts(result, ax=None, *, top: int = 20, highlight: str | None = None):
+    """Bar chart of how often each of the ``top`` candidates of ``result`` was generated.
+
+    ``highlight`` (an InChIKey first block, e.g. the reference's) is drawn in another colour.
+    Returns ``ax``.
+    """
+    ax = _axes(ax)
+    cands = list(result.candidates[:top])
+    ranks = [c.rank for c in cands]
+    counts = [c.count for c in cands]
+    colors = [PRECURSOR_COLOR if highlight and c.inchikey14 == highlight else ANNOTATED_COLOR for c in cands]
+    ax.bar(ranks, counts, color=colors)
+    ax.set_xlabel("rank")
+    ax.set_ylabel("times generated")
+    ax.spines[["top", "right"]].set_visible(False)
+    return ax

@@ -1,0 +1,118 @@
+"""Persistent settings: one INI file in ``engine.paths.config_dir()`` (``MSGPT_HOME`` moves it).
+
+QSettings with ``IniFormat`` and an explicit file path, so tests (and portable installs) keep
+their settings apart from the user's. Values are read back with a type and a default, because an
+INI file stores everything as text.
+"""
+
+from __future__ import annotations
+
+from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings
+
+from engine.paths import config_dir
+from engine.pipeline import QueryParams
+
+SETTINGS_FILE = "msgpt-gui.ini"
+MAX_RECENT = 10
+
+
+def settings_path() -> Path:
+    return config_dir() / SETTINGS_FILE
+
+
+class Settings:
+    """Typed access to the app's QSettings."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = Path(path) if path else settings_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.qsettings = QSettings(str(self.path), QSettings.Format.IniFormat)
+
+    # -- plain values
+    def get(self, key: str, default=None, type_=None):
+        if type_ is None:
+            return self.qsettings.value(key, default)
+        value = self.qsettings.value(key, default)
+        try:
+            if type_ is bool and isinstance(value, str):
+                return value.lower() in ("1", "true", "yes")
+            return type_(value)
+        except (TypeError, ValueError):
+            return default
+
+    def set(self, key: str, value) -> None:
+        self.qsettings.setValue(key, value)
+
+    def sync(self) -> None:
+        self.qsettings.sync()
+
+    @property
+    def first_start(self) -> bool:
+        return not self.get("app/started_before", False, bool)
+
+    def mark_started(self) -> None:
+        self.set("app/started_before", True)
+
+    # -- model
+    @property
+    def model_path(self) -> str:
+        """'' means the bundled default model."""
+        return self.get("model/path", "", str)
+
+    @model_path.setter
+    def model_path(self, value: str) -> None:
+        self.set("model/path", value or "")
+
+    @property
+    def device(self) -> str:
+        value = self.get("model/device", "auto", str)
+        return value if value in ("auto", "cpu", "cuda") else "auto"
+
+    @device.setter
+    def device(self, value: str) -> None:
+        self.set("model/device", value)
+
+    # -- query parameters
+    def query_params(self) -> QueryParams:
+        d = QueryParams()
+        try:
+            return QueryParams(
+                kappa_min=self.get("params/kappa_min", d.kappa_min, float),
+                kappa_max=self.get("params/kappa_max", d.kappa_max, float),
+                groups=self.get("params/groups", d.groups, int),
+                samples_per_group=self.get("params/samples_per_group", d.samples_per_group, int),
+                seed=self.get("params/seed", d.seed, int),
+            )
+        except ValueError:  # ConfigError: a hand-edited file; fall back to the defaults
+            return d
+
+    def set_query_params(self, p: QueryParams) -> None:
+        for k in ("kappa_min", "kappa_max", "groups", "samples_per_group", "seed"):
+            self.set(f"params/{k}", getattr(p, k))
+
+    # -- recent files
+    def recent_files(self) -> list[str]:
+        try:
+            value = json.loads(self.get("files/recent", "[]", str))
+        except json.JSONDecodeError:
+            return []
+        return [str(v) for v in value if isinstance(v, str)][:MAX_RECENT]
+
+    def add_recent_file(self, path: str) -> list[str]:
+        path = str(Path(path).resolve())
+        files = [path] + [f for f in self.recent_files() if f != path]
+        self.set("files/recent", json.dumps(files[:MAX_RECENT]))
+        return files[:MAX_RECENT]
+
+    def clear_recent_files(self) -> None:
+        self.set("files/recent", "[]")
+
+    # -- window layout
+    def bytes_value(self, key: str) -> QByteArray | None:
+        value = self.qsettings.value(key)
+        return value if isinstance(value, QByteArray) and not value.isEmpty() else None

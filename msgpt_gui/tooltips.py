@@ -1,0 +1,59 @@
+"""Tooltips in a chemist's words (one place, so the wording stays consistent)."""
+
+KAPPA = (
+    "<b>Density band κ</b> — how much of the predicted substructure fingerprint each query keeps.<br>"
+    "The spectrum encoder predicts, for 4096 substructure bits (Morgan, radius 2), how likely each "
+    "is present. A query switches on the most likely bits; κ is how many, relative to a typical "
+    "real molecule (κ = 1: as many bits as a true structure has on average).<br>"
+    "Low κ keeps only the confident substructures (the model fills in the rest); high κ also keeps "
+    "doubtful ones. MS-GPT sweeps the whole band from κ<sub>max</sub> to κ<sub>min</sub> "
+    "(default 0.95–1.50). Changing the band asks new questions, so the structures are drawn again."
+)
+KAPPA_MIN = KAPPA + "<br><br><b>κ<sub>min</sub></b>: the sparse end of the band."
+KAPPA_MAX = KAPPA + "<br><br><b>κ<sub>max</sub></b>: the dense end of the band."
+GROUPS = (
+    "<b>Query groups M</b> — how many fingerprint queries are spread across the κ band "
+    "(default 20). Each query proposes its own structures; more groups sweep the band more finely. "
+    "M = 1 is the classic single query at one κ (give κ<sub>min</sub> = κ<sub>max</sub>)."
+)
+SAMPLES = (
+    "<b>Samples per query N = B / M</b> — how many structures the model writes down for each query."
+)
+POOL = (
+    "<b>Pool size B = M × N</b> — how many candidate structures are drawn in total for a spectrum "
+    "(100–1500, in steps of M). A larger pool finds rarer structures and steadier ranks but takes "
+    "longer. Raising B draws only the extra structures; lowering it re-ranks the first ones without "
+    "drawing anything."
+)
+SEED = (
+    "<b>Random seed</b> — the same seed gives the same candidates for the same spectrum and "
+    "settings; it is written into every export."
+)
+FIDELITY = (
+    "<b>Spectrum fidelity</b> — how well the fingerprint queries predicted from this spectrum match "
+    "the reference structure in the file (highest Tanimoto similarity, 0–1). Low fidelity means the "
+    "spectrum encoder missed much of the reference's substructures, so the model can hardly propose it."
+)
+REFERENCE_RANK = (
+    "<b>Reference</b> — where the structure given in the file (SMILES / InChIKey) ranks among the "
+    "candidates, compared on the 2D skeleton (first InChIKey block): <i>exact</i> = rank 1, "
+    "<i>#k</i> = rank k, <i>absent</i> = not generated."
+)
+
+TIPS = {
+    "columns": {
+        "Structure": "2D structure of the candidate (stereochemistry is not predicted)",
+        "Rank": "Rank by how often the model generated the structure; ties go to the higher posterior similarity",
+        "Change": "How the rank moved since the previous ranking (other pool size or band): "
+                  "▲ up, ▼ down, new = not there before",
+        "SMILES": "Canonical SMILES without stereochemistry",
+        "Formula": "Molecular formula of the candidate (always the spectrum's formula)",
+        "Count": "How many of the B drawn structures were this molecule (2D skeleton). Structures the "
+                 "model proposes again and again, from different queries, are more likely",
+        "Frequency": "Count / number of drawn structures: the share of the pool that is this molecule",
+        "Posterior sim.": "Posterior similarity: highest Tanimoto similarity between the candidate's "
+                          "substructure fingerprint and the queries predicted from the spectrum (0–1). "
+                          "Higher means its substructures agree with what the spectrum suggests",
+        "Reference": "Marks the reference structure given in the file, when it is among the candidates",
+    },
+}

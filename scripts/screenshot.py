@@ -1,0 +1,146 @@
+"""Screenshot of MS-GPT Desktop for the README: the real app on a virtual screen (Xvfb).
+
+Starts the app as ``msgpt-gui`` does, opens spectra (the bundled examples, or ``--files``),
+runs one spectrum, waits for its candidates, selects the best one and saves a grab of the window::
+
+    python scripts/screenshot.py                                  # bundled model + examples
+    python scripts/screenshot.py --model BUNDLE --files tests/data/fixture.mgf
+
+Without a display it starts ``Xvfb`` itself (Debian: ``apt-get install xvfb``; Qt's xcb plugin
+also wants ``libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1``). Settings go to a throw-away
+MSGPT_HOME, so the user's own settings are never touched. Until the bundled default model
+exists, build a tiny one first::
+
+    python -c "import sys; sys.path.insert(0, 'tests'); from pathlib import Path; \\
+        from tiny_bundle import build_tiny_bundle; build_tiny_bundle(Path('/tmp/tiny_bundle'))"
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", help="model bundle folder (default: the bundled model)")
+    p.add_argument("--files", nargs="+", help="spectra files (default: resources/examples/*)")
+    p.add_argument("--spectrum", help="TITLE (or 1-based row) of the spectrum to run; "
+                   "default: the runnable spectrum with the most peaks")
+    p.add_argument("--out", default=str(ROOT / "docs" / "screenshot.png"), help="PNG to write")
+    p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
+    p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--timeout", type=float, default=300, help="seconds to wait for the model and the run")
+    return p.parse_args(argv)
+
+
+def start_xvfb(width: int, height: int) -> subprocess.Popen | None:
+    """Start Xvfb on a free display and point DISPLAY at it (None when a display exists)."""
+    if os.environ.get("DISPLAY"):
+        return None
+    xvfb = shutil.which("Xvfb")
+    if xvfb is None:
+        sys.exit("No display and no Xvfb: install it (Debian: apt-get install xvfb) or run under xvfb-run.")
+    for n in range(90, 140):
+        if Path(f"/tmp/.X{n}-lock").exists() or Path(f"/tmp/.X11-unix/X{n}").exists():
+            continue
+        proc = subprocess.Popen(
+            [xvfb, f":{n}", "-screen", "0", f"{width + 200}x{height + 200}x24", "-nolisten", "tcp", "-dpi", "96"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for _ in range(100):
+            if Path(f"/tmp/.X11-unix/X{n}").exists():
+                os.environ["DISPLAY"] = f":{n}"
+                return proc
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        proc.kill()
+    sys.exit("Could not start Xvfb on any display :90-:139.")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    xvfb = start_xvfb(width, height)
+    home = tempfile.mkdtemp(prefix="msgpt-screenshot-")
+    os.environ["MSGPT_HOME"] = home
+    os.environ.setdefault("QT_QPA_PLATFORM", "xcb")
+    try:
+        return shoot(args, width, height)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        if xvfb is not None:
+            xvfb.terminate()
+            xvfb.wait(5)
+
+
+def shoot(args, width: int, height: int) -> int:
+    from engine.paths import examples_dir
+    from msgpt_gui.app import create_window
+
+    files = args.files or sorted(str(p) for p in examples_dir().glob("*") if p.is_file() and p.name != "__init__.py")
+    if not files:
+        sys.exit(f"No example spectra in {examples_dir()}; give --files.")
+    argv = ["--device", args.device, *(["--model", args.model] if args.model else []), *files]
+    app, window = create_window(argv)
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    def wait(condition, what: str, timeout: float = args.timeout) -> None:
+        t0 = time.perf_counter()
+        while not condition():
+            if time.perf_counter() - t0 > timeout:
+                sys.exit(f"Timed out waiting for {what}.")
+            loop = QEventLoop()
+            QTimer.singleShot(25, loop.quit)
+            loop.exec()
+
+    window.resize(width, height)
+    window.move(0, 0)
+    wait(lambda: not window.busy and window.loader is None, "the model and the spectra")
+    if window.bundle is None:
+        sys.exit("No model could be loaded; give --model BUNDLE (see the docstring).")
+    entries = [e for e in window.spectra.entries if e.spectrum is not None]
+    if args.spectrum:
+        pick = next((e for e in entries if e.id == args.spectrum), None)
+        if pick is None and args.spectrum.isdigit():
+            pick = window.spectra.entries[int(args.spectrum) - 1]
+    else:
+        runnable = [e for e in entries if e.spectrum.formula and e.spectrum.adduct in window.bundle.supported_adducts]
+        pick = max(runnable or entries, key=lambda e: e.spectrum.n_peaks, default=None)
+    if pick is None:
+        sys.exit("No spectrum to run.")
+    window.select_entry(pick.key)
+    settle = time.perf_counter() + 0.5  # the plot draws before Run is pressed, as for a user
+    wait(lambda: time.perf_counter() > settle, "the plot")
+    finished = []
+    window.run_finished.connect(finished.append)
+    t0 = time.perf_counter()
+    window.run_selected()
+    wait(lambda: finished, "the run")
+    print(f"{pick.id}: {finished[0]} in {time.perf_counter() - t0:.1f} s; first candidates on screen after "
+          f"{window.first_candidates_s:.2f} s" if window.first_candidates_s else f"{pick.id}: {finished[0]}")
+    window.statusBar().clearMessage()
+    end = time.perf_counter() + 0.6  # let the plot and the depictions paint
+    wait(lambda: time.perf_counter() > end, "painting")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not window.grab().save(str(out)):
+        sys.exit(f"Could not write {out}.")
+    print(f"Saved {out} ({window.width()}x{window.height()}).")
+    window.close()
+    app.processEvents()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

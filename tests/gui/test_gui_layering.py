@@ -1,0 +1,102 @@
+"""Layers that cannot leak: engine/ and training/ never import Qt; the app's plotting needs no Qt."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+QT_PACKAGES = {"PySide6", "PySide2", "shiboken6", "shiboken2", "PyQt5", "PyQt6", "qtpy", "superqt", "pytestqt"}
+QT_FREE_APP_MODULES = ["msgpt_gui.plotting", "msgpt_gui.depict", "msgpt_gui.jobs"]
+
+_IMPORT_ALL = r"""
+import importlib, json, pkgutil, sys
+import engine, training
+names = [m.name for pkg in (engine, training) for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")]
+names += sys.argv[1:]
+failed = {}
+for name in names:
+    try:
+        importlib.import_module(name)
+    except Exception as e:  # reported, so a broken module cannot hide a Qt import
+        failed[name] = f"{type(e).__name__}: {e}"
+
+# the Qt-free plot works in a plain script (ax=None draws on pyplot's current axes)
+from engine.io import read_spectra
+from engine.annotate import annotate_spectrum
+from msgpt_gui.plotting import plot_spectrum
+spectrum = read_spectra("tests/data/fixture.mgf")[0][0]
+ax = plot_spectrum(spectrum, annotate_spectrum(spectrum))
+plotted = len(ax.texts)
+
+top = {m.split(".")[0] for m in sys.modules}
+print(json.dumps({"names": names, "failed": failed, "qt": sorted(top & set(json.loads(QT))), "plotted": plotted}))
+"""
+
+
+def test_engine_and_training_never_import_qt_when_every_module_is_imported():
+    script = "QT = " + repr(json.dumps(sorted(QT_PACKAGES))) + "\n" + _IMPORT_ALL
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    env.pop("QT_QPA_PLATFORM", None)
+    proc = subprocess.run([sys.executable, "-c", script, *QT_FREE_APP_MODULES], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert any(n.startswith("training.") for n in report["names"]) and "engine.pipeline" in report["names"]
+    assert report["qt"] == [], f"Qt was imported by the engine/training layer: {report['qt']}"
+    assert report["plotted"] > 0
+    if report["failed"]:
+        warnings.warn(f"modules that could not be imported (checked by source only): {report['failed']}", stacklevel=1)
+
+
+def _imported_top_level(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+            "import_module", "__import__"
+        ) and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            names.add(node.args[0].value.split(".")[0])
+    return names
+
+
+def test_no_source_file_of_engine_or_training_names_a_qt_package():
+    files = sorted((ROOT / "engine").rglob("*.py")) + sorted((ROOT / "training").rglob("*.py"))
+    files += [ROOT / "msgpt_gui" / f"{m.split('.')[-1]}.py" for m in QT_FREE_APP_MODULES]
+    assert len(files) > 20
+    offenders = {str(p.relative_to(ROOT)): sorted(_imported_top_level(p) & QT_PACKAGES) for p in files}
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_plot_functions_take_ax_and_return_it(fixture_mgf):
+    from matplotlib.figure import Figure
+
+    from engine.annotate import annotate_spectrum
+    from engine.io import read_spectra
+    from msgpt_gui.plotting import plot_rank_counts, plot_spectrum
+
+    spectrum = read_spectra(fixture_mgf)[0][0]
+    annotation = annotate_spectrum(spectrum)
+    ax = Figure().add_subplot()
+    assert plot_spectrum(spectrum, annotation, ax=ax, max_labels=5) is ax
+    labels = [t.get_text() for t in ax.texts]
+    assert 0 < len(labels) <= 5 and all(label.startswith("C") for label in labels)
+    assert any("precursor m/z 321.2020" in t.get_text() for t in ax.get_legend().get_texts())
+    assert ax.get_xlim()[0] < spectrum.mz.min() and ax.get_xlim()[1] > spectrum.precursor_mz
+
+    bare = Figure().add_subplot()
+    assert plot_spectrum(spectrum, ax=bare) is bare and len(bare.texts) == 0  # no annotation: no labels
+
+    class Result:  # the fields plot_rank_counts reads
+        candidates = ()
+
+    assert plot_rank_counts(Result(), ax=Figure().add_subplot()) is not None

@@ -1,0 +1,238 @@
+"""Conditional pretraining (training.pretrain): loss goes down, exact resume, LR schedule, stop on a signal."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import threading
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from engine.errors import ConfigError
+from engine.formula import ELEMENTS
+from engine.tokenizer import SPECIAL_TOKENS, SafeTokenizer
+from training.checkpoint import checkpoint_dirs, export_decoder, latest_checkpoint, load_decoder
+from training.corpus import FORMAT, FORMAT_VERSION
+from training.pretrain import (
+    CheckpointSaved,
+    Finished,
+    PretrainConfig,
+    Started,
+    StepDone,
+    Validated,
+    lr_at,
+    param_groups,
+    pretrain,
+    TeacherForcing,
+    forward_backward,
+    split_by_length,
+    stop_on_signals,
+    structure_hash,
+    to_device,
+)
+
+N_GROUPS = 4  # distinct formulas of the synthetic corpus
+
+
+def write_synthetic_corpus(path: Path, n_records: int = 96, n_shards: int = 2, seed: int = 0) -> Path:
+    """A corpus directory in training.corpus's format whose token sequences follow from the formula.
+
+    Record i has formula group g = i % 4; its tokens are a run of consecutive ids starting at a
+    group-dependent id, of length 3 + i % 5, so a conditioned model can learn them quickly.
+    """
+    rng = np.random.default_rng(seed)
+    vocab = [*SPECIAL_TOKENS, *(f"T{i}" for i in range(28))]
+    tok = SafeTokenizer(vocab)
+    path.mkdir(parents=True, exist_ok=True)
+    tok.save(path / "tokenizer.json")
+    letters = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", np.uint8)
+    per_shard = np.array_split(np.arange(n_records), n_shards)
+    shards = []
+    for s, ids in enumerate(per_shard):
+        seqs, bits, formulas = [], [], []
+        for i in ids:
+            g = i % N_GROUPS
+            body = [4 + (3 * g + j) % (len(vocab) - 4) for j in range(3 + i % 5)]
+            seqs.append([tok.bos_id, *body, tok.eos_id])
+            bits.append(np.unique(rng.integers(0, 4096, 5 + i % 7)).astype(np.uint16))
+            f = np.zeros(len(ELEMENTS), np.uint16)
+            f[0], f[1], f[3] = 6 + g, 12, g % 2  # C, H, O
+            formulas.append(f)
+        d = path / f"shard_{s:05d}"
+        d.mkdir()
+        np.save(d / "tokens.npy", np.concatenate(seqs).astype(np.uint16))
+        np.save(d / "tok_offsets.npy", np.r_[0, np.cumsum([len(x) for x in seqs])].astype(np.int64))
+        np.save(d / "bits.npy", np.concatenate(bits))
+        np.save(d / "bit_offsets.npy", np.r_[0, np.cumsum([len(b) for b in bits])].astype(np.int64))
+        np.save(d / "formula.npy", np.stack(formulas))
+        keys = rng.choice(letters, size=(len(ids), 14))
+        (d / "inchikey14.txt").write_bytes(b"".join(k.tobytes() + b"\n" for k in keys))
+        shards.append({"name": d.name, "n": len(ids), "n_tokens": sum(map(len, seqs)), "n_bits": sum(map(len, bits))})
+    manifest = {
+        "format": FORMAT, "version": FORMAT_VERSION, "n_records": n_records,
+        "n_tokens": sum(s["n_tokens"] for s in shards), "max_tokens": 16, "n_bits": 4096, "radius": 2,
+        "elements": list(ELEMENTS),
+        "tokenizer": {"file": "tokenizer.json", "fingerprint": tok.fingerprint(), "vocab_size": tok.vocab_size},
+        "shards": shards,
+    }  # fmt: skip
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_synthetic_corpus(tmp_path_factory.mktemp("corpus") / "c")
+
+
+def tiny_config(corpus: Path, out: Path, **overrides) -> PretrainConfig:
+    settings = dict(
+        corpus=str(corpus), out=str(out), preset="tiny", batch_size=8, grad_accum=2, max_steps=6, lr=3e-3,
+        min_lr=3e-4, warmup_steps=2, precision="fp32", device="cpu", val_fraction=0.1, eval_every=3,
+        checkpoint_every=0, checkpoint_minutes=0, log_every=1, threads=1,
+    )  # fmt: skip
+    return PretrainConfig(**{**settings, **overrides})
+
+
+def losses(events) -> list[float]:
+    return [e.loss for e in events if isinstance(e, StepDone)]
+
+
+def test_a_few_steps_lower_the_loss(corpus, tmp_path):
+    events = list(pretrain(tiny_config(corpus, tmp_path / "run", max_steps=30, eval_every=30, lr=1e-2, min_lr=1e-3)))
+    assert isinstance(events[0], Started) and events[0].n_val > 0
+    train = losses(events)
+    assert len(train) == 30 and all(math.isfinite(x) for x in train)
+    assert np.mean(train[-5:]) < 0.6 * np.mean(train[:5])
+    val = [e for e in events if isinstance(e, Validated)]
+    assert len(val) == 1 and val[0].step == 30 and 0 < val[0].accuracy <= 1
+    assert isinstance(events[-1], Finished) and events[-1].reason == "completed"
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert {r["kind"] for r in records} == {"train", "val", "checkpoint"}
+    assert latest_checkpoint(tmp_path / "run").name == "step_00000030"
+
+
+def test_resume_gives_the_losses_of_an_uninterrupted_run(corpus, tmp_path):
+    # dropout on, so the random streams matter; 9 steps of 2 batches cross the epoch boundary (10 batches/epoch)
+    cfg = dict(dropout=0.1, max_steps=9)
+    full = losses(pretrain(tiny_config(corpus, tmp_path / "full", **cfg)))
+
+    stop = threading.Event()
+    first = []
+    for event in pretrain(tiny_config(corpus, tmp_path / "cut", **cfg), stop):
+        if isinstance(event, StepDone):
+            first.append(event.loss)
+            if event.step == 4:
+                stop.set()  # seen at the end of step 4: a checkpoint at step 4, then the run ends
+    assert latest_checkpoint(tmp_path / "cut").name == "step_00000004"
+    rest = losses(pretrain(tiny_config(corpus, tmp_path / "cut", resume=True, **cfg)))
+    assert first + rest == full  # bitwise, float32
+
+    a, _ = load_decoder(latest_checkpoint(tmp_path / "full"))
+    b, _ = load_decoder(latest_checkpoint(tmp_path / "cut"))
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), name
+
+
+def test_refuses_to_overwrite_or_resume_with_other_settings(corpus, tmp_path):
+    list(pretrain(tiny_config(corpus, tmp_path / "run", max_steps=1)))
+    with pytest.raises(ConfigError, match="already holds checkpoints"):
+        list(pretrain(tiny_config(corpus, tmp_path / "run", max_steps=2)))
+    with pytest.raises(ConfigError, match="`batch_size` 8 -> 4"):
+        list(pretrain(tiny_config(corpus, tmp_path / "run", max_steps=2, batch_size=4, resume=True)))
+
+
+def test_sigterm_saves_a_checkpoint_at_the_next_step_boundary(corpus, tmp_path):
+    cfg = tiny_config(corpus, tmp_path / "run", max_steps=50, keep_checkpoints=2, checkpoint_every=2)
+    events = []
+    with stop_on_signals(threading.Event()) as stop:
+        for event in pretrain(cfg, stop):
+            events.append(event)
+            if isinstance(event, StepDone) and event.step == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+    saved = [e for e in events if isinstance(e, CheckpointSaved)]
+    assert [(e.step, e.reason) for e in saved] == [(2, "interval"), (3, "stop")]
+    assert events[-1] == Finished(3, "stopped")
+    assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == ["step_00000002", "step_00000003"]
+    state = json.loads((tmp_path / "run" / "checkpoints" / "step_00000003" / "trainer_state.json").read_text())
+    assert state["step"] == 3 and (state["sampler"]["epoch"], state["sampler"]["batches_done"]) == (0, 6)
+
+
+def test_length_sorted_pieces_give_the_gradient_of_the_whole_batch(corpus):
+    from engine.decoder import ConditionalDecoder, DecoderConfig
+    from training.dataset import CorpusDataset
+
+    ds = CorpusDataset(corpus)
+    batch = ds.collate(np.arange(0, 96, 3))  # 32 records of lengths 4..8
+    pieces = split_by_length(batch, 40)
+    assert len(pieces) > 2 and sum(len(p["idx"]) for p in pieces) == 32
+    assert all(len(p["idx"]) * int((p["targets"] != -1).sum(1).max()) <= 40 for p in pieces)
+    cfg = DecoderConfig.preset("tiny", vocab_size=ds.tokenizer.vocab_size)
+    grads = []
+    for parts in ([batch], pieces):
+        torch.manual_seed(0)
+        net = TeacherForcing(ConditionalDecoder(cfg))
+        n = int((batch["targets"] != -1).sum())
+        loss = forward_backward(net, [to_device(p, cfg, torch.device("cpu")) for p in parts], n, 1, nullcontext)
+        grads.append((loss, [p.grad.clone() for p in net.parameters()]))
+    assert grads[0][0] == pytest.approx(grads[1][0], rel=1e-6)
+    for a, b in zip(grads[0][1], grads[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_lr_schedule_at_hand_computed_steps():
+    kw = dict(lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=110)
+    assert lr_at(0, **kw) == pytest.approx(1e-4)  # 1/10 of the peak
+    assert lr_at(4, **kw) == pytest.approx(5e-4)
+    assert lr_at(9, **kw) == pytest.approx(1e-3)  # warm-up ends at the peak
+    assert lr_at(10, **kw) == pytest.approx(1e-3)  # cosine starts at the peak
+    assert lr_at(60, **kw) == pytest.approx(5.5e-4)  # half way: (1e-3 + 1e-4) / 2
+    assert lr_at(35, **kw) == pytest.approx(1e-4 + 0.5 * (1 + math.cos(math.pi / 4)) * 9e-4)
+    assert lr_at(110, **kw) == pytest.approx(1e-4)  # the floor
+    assert lr_at(500, **kw) == pytest.approx(1e-4)
+
+
+def test_weight_decay_only_on_linear_weights():
+    from engine.decoder import ConditionalDecoder, DecoderConfig
+
+    model = ConditionalDecoder(DecoderConfig.preset("tiny"))
+    groups, names = param_groups(model, 0.01)
+    decayed = names[: len(groups[0]["params"])]
+    assert "transformer.h.0.attn.c_attn.weight" in decayed and "cross.0.attn.q_proj.weight" in decayed
+    for name in ("transformer.wte.weight", "transformer.wpe.weight", "fp_encoder.bit_emb.weight",
+                 "transformer.ln_f.weight", "transformer.h.0.attn.c_attn.bias"):  # fmt: skip
+        assert name not in decayed
+    assert len(names) == len(set(names)) == len(list(model.parameters()))
+
+
+def test_validation_split_is_a_function_of_the_structure_key():
+    keys = np.frombuffer(b"KWILGNNWGSNMPAAAAAAAAAAAAAAA", np.uint8).reshape(2, 14)
+    h = structure_hash(keys)
+    assert h.dtype == np.uint64 and h[0] != h[1]
+    assert np.array_equal(structure_hash(keys[::-1]), h[::-1])  # no dependence on other records
+    many = np.random.default_rng(0).integers(65, 91, size=(20000, 14)).astype(np.uint8)
+    frac = (structure_hash(many) < np.uint64(int(0.1 * 2**64))).mean()
+    assert 0.09 < frac < 0.11
+
+
+def test_export_decoder_writes_what_bundles_need(corpus, tmp_path):
+    list(pretrain(tiny_config(corpus, tmp_path / "run", max_steps=1)))
+    dest = export_decoder(tmp_path / "run", tmp_path / "exported")
+    assert {p.name for p in dest.iterdir()} == {"decoder.safetensors", "decoder_config.json", "tokenizer.json"}
+    model, tok = load_decoder(dest)
+    ref, _ = load_decoder(latest_checkpoint(tmp_path / "run"))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref.state_dict().values()))
+
+
+def test_config_errors_name_the_field(corpus, tmp_path):
+    with pytest.raises(ConfigError, match="`grad_accum`"):
+        tiny_config(corpus, tmp_path, grad_accum=0)
+    with pytest.raises(ConfigError, match="`min_lr`"):
+        tiny_config(corpus, tmp_path, min_lr=1.0)
+    with pytest.raises(ConfigError, match="`precision`"):
+        tiny_config(corpus, tmp_path, precision="fp16")

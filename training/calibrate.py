@@ -1,0 +1,203 @@
+"""Active-bit density calibration of a trained encoder: ``D_enc`` and ``A(t)`` on its training split.
+
+Run ``python -m training.calibrate --encoder DIR --mgf spectra.mgf.gz --out calibration.json``, or call
+:func:`calibrate_encoder` (a generator of progress events) / :func:`calibrate`.
+
+Paper, "Active-bit density band calibration": ``D_enc`` is the mean number of active Morgan bits of the
+true structures over the spectra of the encoder's *training* set and ``A(t)`` the mean number of
+posterior bits above ``t`` on the same spectra; ``t_κ = A⁻¹(κ·D_enc)``. The training spectra are
+selected exactly as :mod:`training.train_encoder` selected them: the settings come from the encoder
+directory's ``train_config.json`` (folds, licences, instrument rule, annotation tolerances), so the
+reference density is the one the posterior was shaped on. Posteriors are computed in eval mode.
+
+With ``val_folds`` (default: the training run's), the output also reports the validation Tanimoto and
+active bits at ``t_κ`` for the κ of :data:`REPORT_KAPPAS`, to see what the band does to the queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.encoder import EncoderConfig, SpectrumEncoder
+from engine.errors import ConfigError, InputFileError
+from engine.querying import Calibration
+
+from .metrics import mean_active_bits, mean_tanimoto
+from .spectra import CacheHit, FeatureSettings, LabelledSpectra, ReadProgress, iter_load_labelled_spectra
+from .train_encoder import EncoderTrainConfig, load_weights, predict_posteriors
+
+log = logging.getLogger(__name__)
+
+REPORT_KAPPAS: tuple[float, ...] = (0.95, 1.0, 1.5)
+
+
+def calibration_summary(cal: Calibration, kappas: Sequence[float] = REPORT_KAPPAS) -> dict:
+    """``D_enc``, the number of spectra and ``t_κ`` (with ``A(t_κ)``) for each κ."""
+    return {
+        "d_enc": round(cal.d_enc, 4),
+        "n_spectra": cal.n_spectra,
+        "thresholds": {f"{k:g}": round(cal.threshold_for_kappa(k), 4) for k in kappas},
+        "active_bits_at_threshold": {
+            f"{k:g}": round(cal.active_bits_at(cal.threshold_for_kappa(k)), 3) for k in kappas
+        },
+    }
+
+
+
+
+def load_encoder(encoder_dir: str | Path) -> SpectrumEncoder:
+    """The encoder of a training output directory (``encoder_config.json`` + ``encoder.safetensors``)."""
+    folder = Path(encoder_dir)
+    for name in ("encoder_config.json", "encoder.safetensors"):
+        if not (folder / name).is_file():
+            raise ConfigError(f"{folder} has no {name}; give the --out directory of a finished training run.")
+    model = SpectrumEncoder(EncoderConfig.from_dict(json.loads((folder / "encoder_config.json").read_text())))
+    load_weights(model, folder / "encoder.safetensors")
+    return model.eval()
+
+
+@dataclass(frozen=True)
+class PosteriorsProgress:
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class CalibrationDone:
+    calibration: Calibration
+    summary: dict = field(default_factory=dict)
+
+
+def calibrate_encoder(
+    encoder_dir: str | Path,
+    mgf: str | Path | None = None,
+    *,
+    folds: Sequence[str] | None = None,
+    val_folds: Sequence[str] | None = None,
+    cache_dir: str | Path | None = None,
+    grid: np.ndarray | None = None,
+    batch_size: int = 256,
+    threads: int = 1,
+) -> Iterator[ReadProgress | CacheHit | PosteriorsProgress | CalibrationDone]:
+    """Calibrate the encoder in ``encoder_dir`` on its training split; the last event holds the result.
+
+    ``mgf``, ``folds`` and ``val_folds`` default to the training run's ``train_config.json``.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield from _calibrate(encoder_dir, mgf, folds, val_folds, cache_dir, grid, batch_size)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _calibrate(encoder_dir, mgf, folds, val_folds, cache_dir, grid, batch_size) -> Iterator:
+    folder = Path(encoder_dir)
+    config_path = folder / "train_config.json"
+    if not config_path.is_file():
+        raise ConfigError(f"{config_path} is missing: calibration reads the training data selection from it.")
+    train_config = EncoderTrainConfig.from_dict({**json.loads(config_path.read_text()), "resume": False})
+    model = load_encoder(folder)
+    settings = FeatureSettings.for_encoder(
+        model.config, precursor_tol_ppm=train_config.precursor_tol_ppm, precursor_tol_da=train_config.precursor_tol_da
+    )
+    mgf = mgf if mgf is not None else train_config.mgf
+    data = yield from iter_load_labelled_spectra(
+        mgf, settings, cache_dir=cache_dir if cache_dir is not None else train_config.cache_dir,
+        min_annotated_peaks=train_config.min_annotated_peaks,
+    )  # fmt: skip
+    pick = dict(licenses=train_config.licenses, exclude_unit_resolution=train_config.exclude_unit_resolution)
+    train = data.select(tuple(folds) if folds is not None else train_config.train_folds, **pick)
+    if train_config.max_train_spectra is not None and folds is None and train_config.max_train_spectra < len(train):
+        rng = np.random.default_rng([train_config.seed, 2**31 - 1])  # the subset train_encoder used
+        train = train.subset(np.sort(rng.choice(len(train), train_config.max_train_spectra, replace=False)))
+    if len(train) == 0:
+        raise ConfigError(f"No training spectra selected in {mgf}; check the folds and licences.")
+    posteriors = yield from _posteriors(model, train, batch_size)
+    source = f"{Path(mgf).name}: {len(train)} training spectra of {folder.name}"
+    cal = Calibration.from_posteriors(posteriors, train.n_true_bits, grid=grid, source=source)
+    summary = calibration_summary(cal)
+    summary["mean_true_bits_check"] = round(float(train.n_true_bits.mean()), 4)
+    val = data.select(tuple(val_folds) if val_folds is not None else train_config.val_folds, **pick)
+    if len(val):
+        val_post = yield from _posteriors(model, val, batch_size)
+        targets = val.targets(np.arange(len(val)))
+        summary["val"] = {"n_spectra": len(val), "active_bits_true": round(float(val.n_true_bits.mean()), 3)}
+        for k, t in summary["thresholds"].items():
+            summary["val"][f"kappa_{k}"] = {
+                "tanimoto": round(mean_tanimoto(val_post, targets, t), 4),
+                "active_bits": round(mean_active_bits(val_post, t), 3),
+            }
+    yield CalibrationDone(cal, summary)
+
+
+def _posteriors(model: SpectrumEncoder, data: LabelledSpectra, batch_size: int) -> Iterator[PosteriorsProgress]:
+    chunk = 20 * batch_size
+    out = np.empty((len(data), model.config.fp_bits), dtype=np.float32)  # 31k x 4096: 0.5 GB
+    for start in range(0, len(data), chunk):
+        stop = min(start + chunk, len(data))
+        out[start:stop] = predict_posteriors(model, data.subset(np.arange(start, stop)), batch_size)
+        yield PosteriorsProgress(stop, len(data))
+    return out
+
+
+def calibrate(encoder_dir: str | Path, mgf: str | Path | None = None, **kwargs) -> tuple[Calibration, dict]:
+    """:func:`calibrate_encoder` run to the end: ``(calibration, summary)``."""
+    done = None
+    for event in calibrate_encoder(encoder_dir, mgf, **kwargs):
+        if isinstance(event, CalibrationDone):
+            done = event
+    assert done is not None
+    return done.calibration, done.summary
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m training.calibrate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--encoder", required=True, help="training output directory (encoder.safetensors, ...)")
+    p.add_argument("--mgf", help="labelled MGF (default: the one in train_config.json)")
+    p.add_argument("--out", required=True, help="calibration.json to write")
+    p.add_argument("--cache-dir", help="labelled-spectra cache folder (default: the training run's)")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
+    try:
+        for event in calibrate_encoder(args.encoder, args.mgf, cache_dir=args.cache_dir, threads=args.threads):
+            if isinstance(event, ReadProgress):
+                print(f"read {event.records} records, kept {event.kept}", flush=True)
+            elif isinstance(event, CacheHit):
+                print(f"labelled spectra from cache {event.path}", flush=True)
+            elif isinstance(event, PosteriorsProgress):
+                print(f"posteriors {event.done}/{event.total}", flush=True)
+            elif isinstance(event, CalibrationDone):
+                out = Path(args.out)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                event.calibration.save(out)
+                s = event.summary
+                t = s["thresholds"]
+                print(f"D_enc = {s['d_enc']:.2f} active bits over {s['n_spectra']} training spectra")
+                print(f"t_0.95 = {t['0.95']:.4f}   t_1.0 = {t['1']:.4f}   t_1.50 = {t['1.5']:.4f}")
+                if "val" in s:
+                    print(f"validation at t_κ: {json.dumps(s['val'])}")
+                out.with_name(out.stem + "_summary.json").write_text(json.dumps(s, indent=1) + "\n")
+                print(f"written {out}")
+    except (ConfigError, InputFileError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""Pretraining checkpoints: safetensors + JSON, written atomically; nothing is ever unpickled.
+
+A run directory (``--out``) holds::
+
+    pretrain_config.json            the PretrainConfig of the run
+    metrics.jsonl                   one JSON object per line: train / val / checkpoint records
+    checkpoints/
+      step_00001000/
+        model.safetensors           decoder state_dict (the tied wte / lm_head weight under both
+                                    names, as engine.bundle stores it)
+        optimizer.safetensors       AdamW state by parameter *name*: ``<name>.exp_avg``,
+                                    ``<name>.exp_avg_sq``, ``<name>.step``
+        trainer_state.json          step, data position (sampler epoch + batches consumed), the
+                                    optimizer's param groups (hyperparameters + parameter names),
+                                    the run config, the decoder config, metrics at save time
+        decoder_config.json         DecoderConfig.to_dict()
+        tokenizer.json              the corpus tokenizer
+
+A checkpoint is written into ``checkpoints/.step_XXXXXXXX.tmp`` and renamed into place, so a
+directory named ``step_*`` is always complete; only the newest ``keep`` are kept. The learning rate
+schedule is a pure function of the step, and the random streams are re-seeded from
+``(seed, rank, step)`` at every step (see training.pretrain), so step + data position + weights +
+optimizer moments are the whole training state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import torch
+
+from engine.decoder import ConditionalDecoder, DecoderConfig
+from engine.errors import BundleError
+from engine.tokenizer import SafeTokenizer
+
+FORMAT = "msgpt-pretrain-checkpoint"
+FORMAT_VERSION = 1
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "trainer_state.json"
+_STEP_DIR = re.compile(r"step_(\d{8})")
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def module_weights(module: torch.nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """CPU copies of a state_dict for safetensors (shared tensors cloned per name; floats cast to ``dtype``)."""
+    return {
+        k: v.detach().to("cpu", dtype if dtype is not None and v.is_floating_point() else v.dtype).contiguous().clone()
+        for k, v in module.state_dict().items()
+    }
+
+
+def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and _STEP_DIR.fullmatch(p.name) and (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: int(p.name[5:]))
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = checkpoint_dirs(run_dir)
+    return found[-1] if found else None
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    *,
+    model: ConditionalDecoder,
+    optimizer: torch.optim.Optimizer,
+    param_names: list[str],
+    tokenizer: SafeTokenizer,
+    state: dict,
+    keep: int,
+) -> Path:
+    """Write ``checkpoints/step_<state['step']>`` atomically, then delete all but the newest ``keep``."""
+    from safetensors.torch import save_file
+
+    root = Path(run_dir) / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step_{int(state['step']):08d}"
+    tmp, final = root / f".{name}.tmp", root / name
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+
+    save_file(module_weights(model), str(tmp / "model.safetensors"))
+    tensors, groups = optimizer_tensors(optimizer, param_names)
+    save_file(tensors, str(tmp / "optimizer.safetensors"))
+    (tmp / "decoder_config.json").write_text(json.dumps(model.config.to_dict(), indent=1) + "\n")
+    tokenizer.save(tmp / "tokenizer.json")
+    full_state = {"format": FORMAT, "version": FORMAT_VERSION, **state, "optimizer_param_groups": groups}
+    (tmp / STATE_FILE).write_text(json.dumps(full_state, indent=1) + "\n")  # last: marks the directory complete
+
+    if final.exists():  # the same step saved again (e.g. a stop right after an interval save)
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in checkpoint_dirs(run_dir)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer, param_names: list[str]) -> tuple[dict, list[dict]]:
+    """The optimizer's per-parameter state as ``{"<name>.<key>": tensor}`` and its groups as JSON.
+
+    ``param_names`` names the parameters in the optimizer's order (group after group).
+    """
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    for index, values in sd["state"].items():
+        for key, value in values.items():
+            t = value if torch.is_tensor(value) else torch.tensor(value)
+            tensors[f"{param_names[index]}.{key}"] = t.detach().to("cpu").contiguous().clone()
+    groups = []
+    for g in sd["param_groups"]:
+        group = {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items() if k != "params"}
+        group["param_names"] = [param_names[i] for i in g["params"]]
+        groups.append(group)
+    return tensors, groups
+
+
+def load_checkpoint(
+    path: str | Path,
+    *,
+    model: ConditionalDecoder,
+    optimizer: torch.optim.Optimizer | None,
+    param_names: list[str],
+) -> dict:
+    """Load weights (and optimizer state) of a checkpoint directory into ``model`` / ``optimizer``;
+    returns its trainer state."""
+    path = Path(path)
+    state = read_state(path)
+    weights = _load_safetensors(path / "model.safetensors")
+    expected = model.state_dict()
+    if set(weights) != set(expected) or any(weights[k].shape != v.shape for k, v in expected.items()):
+        raise BundleError(
+            f"{path}: model.safetensors does not match this decoder (different preset or vocabulary?); "
+            "resume with the settings the run was started with."
+        )
+    model.load_state_dict(weights)
+    if optimizer is None:
+        return state
+
+    groups = state["optimizer_param_groups"]
+    saved_names = [n for g in groups for n in g["param_names"]]
+    if saved_names != param_names:
+        raise BundleError(f"{path}: the optimizer's parameters are not this decoder's; it is of another model.")
+    tensors = _load_safetensors(path / "optimizer.safetensors")
+    per_param: dict[int, dict] = {}
+    for i, name in enumerate(param_names):
+        values = {k[len(name) + 1 :]: t for k, t in tensors.items() if k.rsplit(".", 1)[0] == name}
+        if values:
+            per_param[i] = values
+    param_groups, start = [], 0
+    for g in groups:
+        n = len(g["param_names"])
+        hyper = {k: (tuple(v) if k == "betas" else v) for k, v in g.items() if k != "param_names"}
+        param_groups.append({**hyper, "params": list(range(start, start + n))})
+        start += n
+    optimizer.load_state_dict({"state": per_param, "param_groups": param_groups})
+    return state
+
+
+def read_state(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        state = json.loads((path / STATE_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise BundleError(f"{path}: not a readable pretraining checkpoint ({e}).") from e
+    if state.get("format") != FORMAT or state.get("version") != FORMAT_VERSION:
+        raise BundleError(
+            f"{path}: not a checkpoint of format {FORMAT!r} version {FORMAT_VERSION} "
+            f"(found {state.get('format')!r} version {state.get('version')!r})."
+        )
+    return state
+
+
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise BundleError(f"{path} is truncated or corrupt ({e}).") from e
+
+
+def load_decoder(path: str | Path) -> tuple[ConditionalDecoder, SafeTokenizer]:
+    """The decoder and tokenizer of a checkpoint directory or an exported decoder directory."""
+    path = Path(path)
+    config = DecoderConfig.from_dict(json.loads((path / "decoder_config.json").read_text()))
+    model = ConditionalDecoder(config)
+    weights_file = path / ("model.safetensors" if (path / "model.safetensors").is_file() else "decoder.safetensors")
+    weights = _load_safetensors(weights_file)
+    expected = model.state_dict()
+    model.load_state_dict({k: weights[k].to(v.dtype) for k, v in expected.items()})
+    return model, SafeTokenizer.load(path / "tokenizer.json")
+
+
+def export_decoder(src: str | Path, dest: str | Path, dtype: torch.dtype = torch.float32) -> Path:
+    """Write ``decoder.safetensors`` + ``decoder_config.json`` + ``tokenizer.json`` of a checkpoint.
+
+    ``src`` is a checkpoint directory or a run directory (its newest checkpoint). The files are what
+    ``engine.bundle.save_bundle`` needs for the decoder part of a bundle (see :func:`load_decoder`).
+    """
+    src = Path(src)
+    if not (src / STATE_FILE).is_file():
+        found = latest_checkpoint(src)
+        if found is None:
+            raise BundleError(f"{src}: neither a checkpoint directory nor a run directory with checkpoints.")
+        src = found
+    from safetensors.torch import save_file
+
+    model, tokenizer = load_decoder(src)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    save_file(module_weights(model, dtype), str(dest / "decoder.safetensors"))
+    (dest / "decoder_config.json").write_text(json.dumps(model.config.to_dict(), indent=1) + "\n")
+    tokenizer.save(dest / "tokenizer.json")
+    return dest

@@ -1,0 +1,784 @@
+"""Conditional pretraining of the decoder (paper, Appendix "Conditional Pretraining").
+
+    python -m training.pretrain --corpus runs/corpus_v1 --out runs/pt_small --preset small
+    torchrun --nproc_per_node 8 -m training.pretrain --corpus ... --out ... --preset paper --init-from safe-gpt/
+    python -m training.pretrain --out runs/pt_small --resume     # continues exactly, with the run's settings
+    python -m training.pretrain --out runs/pt_small --export-decoder models/pt_small_decoder
+
+The molecule-only objective: teacher-forced next-token loss of the SAFE tokens given the oracle
+fingerprint and the formula. One optimizer step:
+
+1. takes the next ``grad_accum`` formula-grouped batches of this rank (training.batching; rank r
+   of W takes batches r, r+W, ... of the shuffled epoch list, so W ranks with accumulation A see
+   exactly the batches one process with accumulation W*A would see in the same step);
+   each batch runs through the model sorted by length, in pieces of at most ``forward_tokens``
+   padded positions: the batch (and so the gradient) is unchanged, but mixed-formula batches,
+   padded to their longest molecule, waste less (on a 40k-record slice of the corpus, 61% of the
+   positions of a 64-record batch were padding; with 2048-position pieces 28%);
+2. sums the cross-entropy over every target token and divides by the number of target tokens of
+   the whole global batch (all micro-batches of all ranks), so the gradient is the token mean
+   of the global batch whatever its split into ranks and micro-batches;
+3. clips the gradient norm to ``grad_clip``, sets the learning rate of the step (linear warm-up,
+   then cosine decay to ``min_lr``) and takes an AdamW step (betas 0.9/0.95, decoupled weight
+   decay 0.01 on the Linear weight matrices only: biases, LayerNorms and embeddings, including the
+   tied token embedding / LM head, are not decayed, since AdamW's decay would shrink the rows of
+   rare tokens and bits at every step while they rarely get a gradient).
+
+Forward passes run under bfloat16 autocast where the device supports it (``--precision auto``);
+weights, gradients and optimizer moments stay float32.
+
+Exact resume: a checkpoint holds the weights, the AdamW moments, the step and the data position
+(sampler epoch + batches consumed). The learning rate is a function of the step, and every step
+re-seeds torch (CPU and CUDA), numpy and python ``random`` from ``(seed, rank, step)``, so dropout
+masks depend on nothing else; a resumed run therefore computes the same losses as one that was
+never interrupted (bitwise in float32 on the same machine).
+
+Validation: the records whose InChIKey first block hashes below ``val_fraction`` (see
+:func:`validation_mask`) are held out of training, so the split is structure-disjoint and does not
+move when the corpus grows; at most ``val_max_records`` of them are evaluated (loss per token and
+token accuracy) every ``eval_every`` steps and at the end.
+
+Distributed: under ``torchrun`` / ``accelerate launch`` (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT in the environment) the model is wrapped in DistributedDataParallel (gloo on CPU,
+nccl on CUDA); only rank 0 writes checkpoints and metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn import functional as F
+
+from engine.decoder import ConditionalDecoder, DecoderConfig, parameter_counts
+from engine.errors import BundleError, ConfigError
+
+from .batching import FormulaGroupedBatchSampler
+from .checkpoint import (
+    export_decoder,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    write_json_atomic,
+)
+from .dataset import IGNORE_INDEX, CorpusDataset
+
+# -----------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass
+class PretrainConfig:
+    corpus: str = field(default="", metadata={"help": "corpus directory (python -m training.corpus prepare)"})
+    out: str = field(default="", metadata={"help": "run directory: checkpoints, metrics.jsonl, config"})
+    preset: str = field(default="small", metadata={"help": "decoder preset: paper, small or tiny"})
+    dropout: float | None = field(default=None, metadata={"help": "override the preset's dropout"})
+    block_size: int | None = field(default=None, metadata={"help": "override the preset's max sequence length"})
+    batch_size: int = field(default=64, metadata={"help": "records per micro-batch and rank (paper: 64)"})
+    grad_accum: int = field(default=2, metadata={"help": "micro-batches per optimizer step (paper: 2)"})
+    forward_tokens: int = field(default=2048, metadata={
+        "help": "run each batch, sorted by length, in forward passes of at most this many padded token positions "
+        "(0: whole batches); the gradient is the same, the padding less"})
+    max_steps: int | None = field(default=None, metadata={"help": "optimizer steps (default: from --epochs)"})
+    epochs: float = field(default=2.0, metadata={"help": "passes over the training records without --max-steps"})
+    lr: float = field(default=3e-4, metadata={"help": "peak learning rate"})
+    min_lr: float = field(default=3e-5, metadata={"help": "floor of the cosine decay"})
+    warmup_steps: int = field(default=2000, metadata={"help": "linear warm-up steps"})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW decoupled weight decay (Linear weights only)"})
+    beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
+    beta2: float = field(default=0.95, metadata={"help": "AdamW beta2"})
+    grad_clip: float = field(default=1.0, metadata={"help": "max global gradient norm (0: no clipping)"})
+    precision: str = field(default="auto", metadata={"help": "auto (bf16 where supported), bf16 or fp32"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    threads: int | None = field(default=None, metadata={"help": "torch CPU threads per process"})
+    seed: int = field(default=0, metadata={"help": "seed of the initialisation, the batch order and dropout"})
+    val_fraction: float = field(default=0.002, metadata={"help": "share of structures held out for validation"})
+    val_max_records: int = field(default=2048, metadata={"help": "validation records evaluated"})
+    eval_every: int = field(default=500, metadata={"help": "validate every N steps (0: only at the end)"})
+    log_every: int = field(default=10, metadata={"help": "write a train record to metrics.jsonl every N steps"})
+    checkpoint_every: int = field(default=1000, metadata={"help": "save every N steps (0: never by steps)"})
+    checkpoint_minutes: float = field(default=30.0, metadata={"help": "save every M minutes (0: never by time)"})
+    keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept"})
+    resume: bool = field(default=False, metadata={"help": "continue from the newest checkpoint in --out"})
+    init_from: str | None = field(default=None, metadata={"help": "local SAFE-GPT checkpoint to warm-start from"})
+
+    def __post_init__(self):
+        if not self.corpus:
+            raise ConfigError("`corpus` is required: the directory written by `python -m training.corpus prepare`.")
+        if not self.out:
+            raise ConfigError("`out` is required: the run directory for checkpoints and metrics.")
+        for name in ("batch_size", "grad_accum", "warmup_steps", "val_max_records", "log_every", "keep_checkpoints"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "warmup_steps" else 1):
+                raise ConfigError(f"`{name}` must be a positive integer, got {v!r}.")
+        for name in ("max_steps", "threads", "block_size"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ConfigError(f"`{name}` must be a positive integer or unset, got {v!r}.")
+        for name in ("eval_every", "checkpoint_every", "forward_tokens"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ConfigError(f"`{name}` must be an integer >= 0 (0 turns it off), got {getattr(self, name)!r}.")
+        if self.max_steps is None and not self.epochs > 0:
+            raise ConfigError(f"`epochs` must be > 0 when `max_steps` is not set, got {self.epochs!r}.")
+        if not 0 < self.lr:
+            raise ConfigError(f"`lr` must be > 0, got {self.lr!r}.")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ConfigError(f"`min_lr` must be in [0, `lr`] = [0, {self.lr}], got {self.min_lr!r}.")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"`{name}` must be in [0, 1), got {getattr(self, name)!r}.")
+        for name in ("weight_decay", "grad_clip", "checkpoint_minutes"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"`{name}` must be >= 0, got {getattr(self, name)!r}.")
+        if not 0 <= self.val_fraction < 1:
+            raise ConfigError(f"`val_fraction` must be in [0, 1), got {self.val_fraction!r}.")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise ConfigError(f"`dropout` must be in [0, 1), got {self.dropout!r}.")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise ConfigError(f"`precision` must be 'auto', 'bf16' or 'fp32', got {self.precision!r}.")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"`device` must be 'auto', 'cpu' or 'cuda', got {self.device!r}.")
+
+    def decoder_config(self, vocab_size: int) -> DecoderConfig:
+        overrides = {k: getattr(self, k) for k in ("dropout", "block_size") if getattr(self, k) is not None}
+        return DecoderConfig.preset(self.preset, vocab_size=vocab_size, **overrides)
+
+
+# Settings that may change when resuming; every other field must equal the saved run's.
+RESUMABLE_CHANGES = frozenset({
+    "corpus", "out", "resume", "init_from", "precision", "device", "threads", "forward_tokens",
+    "eval_every", "log_every", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "val_max_records",
+})  # fmt: skip
+
+
+# -----------------------------------------------------------------------------------------------
+# Events (the CLI shows them with tqdm; a GUI would with a progress bar)
+
+
+@dataclass(frozen=True)
+class Started:
+    step: int  # first step to run (> 0 when resumed)
+    max_steps: int
+    steps_per_epoch: float
+    world_size: int
+    global_batch: int  # records per optimizer step
+    device: str
+    precision: str
+    n_params: int
+    n_train: int
+    n_val: int
+    resumed_from: str | None
+    warm_start: str | None
+
+
+@dataclass(frozen=True)
+class StepDone:
+    step: int  # optimizer steps done
+    loss: float  # token-mean loss of the step's global batch
+    lr: float
+    grad_norm: float  # before clipping
+    tokens: int  # target tokens of the step (all ranks)
+    tokens_per_s: float
+    epoch: float  # fractional epochs done
+
+
+@dataclass(frozen=True)
+class Validated:
+    step: int
+    loss: float
+    accuracy: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class CheckpointSaved:
+    step: int
+    path: str | None  # None on ranks other than 0
+    reason: str  # interval, timer, stop, final
+
+
+@dataclass(frozen=True)
+class Finished:
+    step: int
+    reason: str  # completed or stopped
+
+
+Event = Started | StepDone | Validated | CheckpointSaved | Finished
+
+
+# -----------------------------------------------------------------------------------------------
+# Pieces
+
+
+def lr_at(step: int, *, lr: float, min_lr: float, warmup_steps: int, max_steps: int) -> float:
+    """Learning rate of optimizer update ``step`` (0-based): linear warm-up to ``lr`` over the first
+    ``warmup_steps`` updates, then cosine decay to ``min_lr`` at ``max_steps``."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> tuple[list[dict], list[str]]:
+    """AdamW groups: decay on Linear weight matrices; none on biases, LayerNorms and embeddings.
+
+    Returns the groups and the parameter names in optimizer order (for the checkpoint).
+    """
+    no_decay = set()
+    for module in model.modules():
+        if isinstance(module, (nn.Embedding, nn.LayerNorm)):
+            no_decay.update(id(p) for p in module.parameters(recurse=False))
+    decay, other = [], []
+    for name, p in model.named_parameters():  # the tied lm_head.weight is transformer.wte.weight
+        (other if id(p) in no_decay or p.ndim < 2 else decay).append((name, p))
+    groups = [
+        {"params": [p for _, p in decay], "weight_decay": weight_decay},
+        {"params": [p for _, p in other], "weight_decay": 0.0},
+    ]
+    return groups, [n for n, _ in decay] + [n for n, _ in other]
+
+
+def structure_hash(blocks: np.ndarray) -> np.ndarray:
+    """(n, 14) uint8 ASCII InChIKey first blocks -> uint64: FNV-1a 64, then the splitmix64 finalizer."""
+    h = np.full(len(blocks), 0xCBF29CE484222325, np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(blocks.shape[1]):
+            h ^= blocks[:, j].astype(np.uint64)
+            h *= np.uint64(0x100000001B3)
+        for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+            h ^= h >> np.uint64(shift)
+            h *= np.uint64(mult)
+        h ^= h >> np.uint64(31)
+    return h
+
+
+def validation_mask(ds: CorpusDataset, fraction: float) -> np.ndarray:
+    """True for the records held out for validation: ``structure_hash(InChIKey-14) < fraction * 2**64``.
+
+    The split depends only on each structure's key, so it is structure-disjoint and stable when
+    records are added to the corpus.
+    """
+    blocks = []
+    for shard in ds.manifest["shards"]:
+        if shard["n"] == 0:
+            continue
+        path = ds.corpus_dir / shard["name"] / "inchikey14.txt"
+        try:
+            raw = np.fromfile(path, dtype=np.uint8)
+        except OSError as e:
+            raise BundleError(f"{path}: cannot read the InChIKey blocks the validation split needs ({e}).") from e
+        if raw.size != 15 * shard["n"] or np.any(raw[14::15] != ord("\n")):
+            raise BundleError(f"{path}: expected {shard['n']} lines of 14-letter InChIKey blocks; shard damaged.")
+        blocks.append(raw.reshape(-1, 15)[:, :14])
+    if not blocks:
+        return np.zeros(0, bool)
+    threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
+    return structure_hash(np.concatenate(blocks)) < threshold
+
+
+def reseed(seed: int, rank: int, step: int) -> None:
+    """Seed torch (CPU + CUDA), numpy and python ``random`` from (seed, rank, step)."""
+    words = np.random.SeedSequence([seed, rank, step]).generate_state(4, np.uint32)
+    torch.manual_seed(int(words[0]) << 32 | int(words[1]))
+    np.random.seed(words[2:])
+    random.seed(int(words[2]) << 32 | int(words[3]))
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """bfloat16 when asked for or (``auto``) when the device computes it natively; None = float32."""
+    if precision == "fp32":
+        return None
+    if device.type == "cuda":
+        supported = torch.cuda.is_bf16_supported()
+    else:
+        try:  # oneDNN's check (AVX-512 BF16 / AMX); a CPU without them emulates bf16 slowly
+            supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):
+            supported = False
+    if precision == "bf16" and not supported:
+        raise ConfigError(f"`precision` bf16 was asked for, but this {device.type.upper()} lacks bf16; use fp32.")
+    return torch.bfloat16 if supported else None
+
+
+class TeacherForcing(nn.Module):
+    """The decoder as one forward (what DistributedDataParallel wraps): context encoding + decoding."""
+
+    def __init__(self, decoder: ConditionalDecoder):
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, idx, fp_bits, fp_mask, formula):
+        ctx, ctx_mask = self.decoder.encode_context(fp_bits, fp_mask, formula)  # (B, L, C), (B, L)
+        logits, _ = self.decoder(idx, ctx, ctx_mask)  # (B, T, V)
+        return logits
+
+
+def to_device(batch: dict[str, torch.Tensor], config: DecoderConfig, device: torch.device) -> dict[str, torch.Tensor]:
+    """Cut a collated batch to what the model reads and move it to ``device``.
+
+    Sequences are cut to the longest one (at most ``block_size`` positions), the fingerprint to the
+    longest query (at most ``max_fp_tokens``): the rest is padding, which the model masks or the loss
+    ignores, so only time is saved.
+    """
+    T = min(max(1, int((batch["targets"] != IGNORE_INDEX).sum(1).max())), config.block_size)
+    n_fp = min(max(1, int(batch["fp_mask"].sum(1).max())), config.max_fp_tokens)
+    cut = {
+        "idx": batch["idx"][:, :T],
+        "targets": batch["targets"][:, :T],
+        "fp_bits": batch["fp_bits"][:, :n_fp],
+        "fp_mask": batch["fp_mask"][:, :n_fp],
+        "formula": batch["formula"],
+    }
+    return {k: v.to(device, non_blocking=True) for k, v in cut.items()}
+
+
+def split_by_length(batch: dict[str, torch.Tensor], max_tokens: int) -> list[dict[str, torch.Tensor]]:
+    """The rows of a collated batch, longest first, in pieces of at most ``max_tokens`` padded positions
+    (a longer row is a piece of its own); ``max_tokens`` 0 keeps the batch whole.
+
+    Every row still enters the same optimizer step, so the gradient is the batch's; the formula-grouped
+    batch composition is untouched, only the padding of mixed-length batches is saved.
+    """
+    if not max_tokens:
+        return [batch]
+    lengths = (batch["targets"] != IGNORE_INDEX).sum(1)
+    order = torch.sort(lengths, descending=True, stable=True).indices.tolist()
+    pieces, current = [], []
+    for row in order:
+        if current and (len(current) + 1) * int(lengths[current[0]]) > max_tokens:
+            pieces.append(current)
+            current = []
+        current.append(row)
+    pieces.append(current)
+    return [{k: v[rows] for k, v in batch.items()} for rows in pieces]
+
+
+def forward_backward(net: nn.Module, pieces: list[dict], n_tokens: float, world_size: int, amp) -> float:
+    """Accumulate the gradient of (summed token loss / ``n_tokens``) over ``pieces`` into ``.grad``.
+
+    ``n_tokens`` counts the target tokens of the whole global batch; DDP averages gradients over the
+    ranks, hence the factor ``world_size``. Under DDP only the last piece's backward all-reduces.
+    Returns the summed loss of the pieces.
+    """
+    loss_sum = 0.0
+    for i, b in enumerate(pieces):
+        sync = i == len(pieces) - 1 or not isinstance(net, nn.parallel.DistributedDataParallel)
+        with nullcontext() if sync else net.no_sync():
+            with amp():
+                logits = net(b["idx"], b["fp_bits"], b["fp_mask"], b["formula"])  # (B, T, V)
+            loss = F.cross_entropy(
+                logits.flatten(0, 1).float(), b["targets"].flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+            )
+            (loss * (world_size / n_tokens)).backward()
+        loss_sum += loss.item()
+    return loss_sum
+
+
+class BatchStream:
+    """This rank's batches, epoch after epoch, resumable at (epoch, batches consumed in it)."""
+
+    def __init__(self, sampler: FormulaGroupedBatchSampler, epoch: int = 0, position: int = 0):
+        self.sampler, self.epoch, self.position = sampler, epoch, position
+        self._it: Iterator[list[int]] | None = None
+
+    def next(self) -> list[int]:
+        while True:
+            if self._it is None:
+                self.sampler.set_epoch(self.epoch)
+                self.sampler.skip(self.position)
+                self._it = iter(self.sampler)
+            batch = next(self._it, None)
+            if batch is not None:
+                self.position += 1
+                return batch
+            self.epoch, self.position, self._it = self.epoch + 1, 0, None
+
+    def state(self) -> dict:
+        return {**self.sampler.state_dict(), "epoch": self.epoch, "batches_done": self.position}
+
+
+@dataclass
+class DistEnv:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    owns_group: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def all_reduce_sum(self, values: list[float]) -> list[float]:
+        """Sum over ranks (float64 on the wire: token counts stay exact)."""
+        if self.world_size == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+
+def init_distributed(device: str) -> DistEnv:
+    """Rank, world size and device from the environment torchrun / accelerate set; starts the group."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if use_cuda and not torch.cuda.is_available():
+        raise ConfigError("`device` cuda was asked for, but CUDA is not available here; use --device cpu.")
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    dev = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    env = DistEnv(rank, world_size, local_rank, dev)
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo", init_method="env://")
+        env.owns_group = True
+    return env
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event):
+    """While inside, SIGINT / SIGTERM set ``stop`` (training saves and ends at the next step boundary);
+    a second SIGINT interrupts at once."""
+    def handler(signum, frame):
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+# -----------------------------------------------------------------------------------------------
+# Training
+
+
+def pretrain(config: PretrainConfig, stop: threading.Event | None = None) -> Iterator[Event]:
+    """Train; yields progress events. Set ``stop`` to end at the next step boundary with a checkpoint
+    (``Finished(reason="stopped")``); closing the generator abandons the run without saving."""
+    env = init_distributed(config.device)
+    threads = torch.get_num_threads()
+    try:
+        yield from _train(config, env, stop or threading.Event())
+    finally:
+        torch.set_num_threads(threads)
+        if env.owns_group:
+            dist.destroy_process_group()
+
+
+def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Iterator[Event]:
+    out = Path(config.out)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    amp_dtype = autocast_dtype(config.precision, env.device)
+
+    # data: structure-disjoint validation split, formula-grouped batches of the rest
+    ds = CorpusDataset(config.corpus)
+    is_val = validation_mask(ds, config.val_fraction)
+    train_ids = np.flatnonzero(~is_val)
+    val_ids = np.flatnonzero(is_val)[: config.val_max_records]
+    sampler = FormulaGroupedBatchSampler(
+        ds.formula_keys()[train_ids], config.batch_size, seed=config.seed, rank=env.rank, world_size=env.world_size
+    )
+    if len(sampler) < config.grad_accum:
+        raise ConfigError(
+            f"{len(train_ids)} training records give {len(sampler)} batches per rank and epoch, fewer than "
+            f"`grad_accum` ({config.grad_accum}); lower `batch_size` or use more data."
+        )
+    steps_per_epoch = len(sampler) / config.grad_accum
+    max_steps = config.max_steps or max(1, int(config.epochs * steps_per_epoch))
+
+    # model and optimizer (identical initialisation on every rank; DDP also broadcasts rank 0's)
+    model_config = config.decoder_config(ds.tokenizer.vocab_size)
+    torch.manual_seed(config.seed)
+    model = ConditionalDecoder(model_config).to(env.device)
+    groups, param_names = param_groups(model, config.weight_decay)
+    fused = env.device.type in ("cpu", "cuda")
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2), eps=1e-8, fused=fused)
+
+    step, epoch, position, resumed_from, warm = 0, 0, 0, None, None
+    ckpt = latest_checkpoint(out)
+    if ckpt is not None and not config.resume:
+        raise ConfigError(f"{out} already holds checkpoints (newest {ckpt.name}); pass `resume` or use a new `out`.")
+    if ckpt is not None:
+        state = load_checkpoint(ckpt, model=model, optimizer=optimizer, param_names=param_names)
+        _check_resumable(state, config, ds, env)
+        step, epoch, position = state["step"], state["sampler"]["epoch"], state["sampler"]["batches_done"]
+        resumed_from = str(ckpt)
+    elif config.init_from:
+        from .warmstart import warm_start_from_safe_gpt
+
+        warm = warm_start_from_safe_gpt(model, config.init_from, ds.tokenizer)
+    metrics_path = out / "metrics.jsonl"
+    if env.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out / "pretrain_config.json", asdict(config))
+        _truncate_metrics(metrics_path, step)  # drop records a crashed run wrote after its last checkpoint
+        if warm is not None:
+            write_json_atomic(out / "warm_start.json", warm.to_dict())
+
+    stream = BatchStream(sampler, epoch, position)
+    net = TeacherForcing(model)
+    if env.world_size > 1:
+        device_ids = [env.local_rank] if env.device.type == "cuda" else None
+        net = nn.parallel.DistributedDataParallel(net, device_ids=device_ids)
+    val_batches = [val_ids[i : i + config.batch_size] for i in range(0, len(val_ids), config.batch_size)]
+    amp = (lambda: torch.autocast(env.device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
+    global_batch = config.batch_size * config.grad_accum * env.world_size
+    yield Started(
+        step, max_steps, steps_per_epoch, env.world_size, global_batch, str(env.device),
+        "bf16 autocast" if amp_dtype else "fp32", parameter_counts(model)["total"], len(train_ids), len(val_ids),
+        resumed_from, warm.summary() if warm else None,
+    )  # fmt: skip
+
+    def checkpoint(reason: str, last: dict) -> Iterator[Event]:
+        path = None
+        if env.is_main:
+            state = {
+                "step": step,
+                "sampler": stream.state(),
+                "seed": config.seed,
+                "world_size": env.world_size,
+                "config": asdict(config),
+                "corpus": {"n_records": len(ds), "tokenizer": ds.tokenizer.fingerprint()},
+                "decoder_config": model_config.to_dict(),
+                "metrics": last,
+                "saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            }
+            path = str(save_checkpoint(
+                out, model=model, optimizer=optimizer, param_names=param_names, tokenizer=ds.tokenizer,
+                state=state, keep=config.keep_checkpoints,
+            ))  # fmt: skip
+            _log(metrics_path, {"kind": "checkpoint", "step": step, "path": path, "reason": reason})
+        yield CheckpointSaved(step, path, reason)
+
+    model.train()
+    last_save, saved_step, last = time.monotonic(), step, {}
+    log_tokens, log_seconds = 0, 0.0
+    while step < max_steps:
+        if env.all_reduce_sum([float(stop.is_set())])[0] > 0:  # any rank asked to stop: all stop here
+            if saved_step != step:
+                yield from checkpoint("stop", last)
+            yield Finished(step, "stopped")
+            return
+        t0 = time.perf_counter()
+        reseed(config.seed, env.rank, step)
+        batches = [ds.collate(train_ids[stream.next()]) for _ in range(config.grad_accum)]
+        pieces = [to_device(p, model_config, env.device)
+                  for b in batches for p in split_by_length(b, config.forward_tokens)]  # fmt: skip
+        n_local = sum(int((p["targets"] != IGNORE_INDEX).sum()) for p in pieces)
+        (n_tokens,) = env.all_reduce_sum([n_local])
+        loss_sum = forward_backward(net, pieces, n_tokens, env.world_size, amp)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or float("inf"))
+        lr = lr_at(step, lr=config.lr, min_lr=config.min_lr, warmup_steps=config.warmup_steps, max_steps=max_steps)
+        for g in optimizer.param_groups:
+            g["lr"] = lr
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        (total_loss,) = env.all_reduce_sum([loss_sum])
+        seconds = time.perf_counter() - t0
+
+        log_tokens, log_seconds = log_tokens + int(n_tokens), log_seconds + seconds
+        epochs_done = stream.epoch + stream.position / len(sampler)
+        last = {"loss": total_loss / n_tokens, "lr": lr, "grad_norm": float(grad_norm), "epoch": epochs_done}
+        yield StepDone(step, last["loss"], lr, last["grad_norm"], int(n_tokens), n_tokens / seconds, epochs_done)
+        if env.is_main and (step % config.log_every == 0 or step == max_steps):
+            _log(metrics_path, {"kind": "train", "step": step, **last, "tokens_per_s": log_tokens / log_seconds})
+            log_tokens, log_seconds = 0, 0.0
+
+        if val_batches and ((config.eval_every and step % config.eval_every == 0) or step == max_steps):
+            val = evaluate(net, model, ds, val_batches, model_config, env, amp, step, config.forward_tokens)
+            last["val_loss"], last["val_accuracy"] = val.loss, val.accuracy
+            if env.is_main:
+                _log(metrics_path, {"kind": "val", **asdict(val)})
+            yield val
+
+        due = "interval" if config.checkpoint_every and step % config.checkpoint_every == 0 else None
+        if due is None and config.checkpoint_minutes and time.monotonic() - last_save >= 60 * config.checkpoint_minutes:
+            due = "timer"  # rank 0's clock decides: only rank 0 writes, so the ranks need not agree
+        if due or step == max_steps:
+            yield from checkpoint(due or "final", last)
+            last_save, saved_step = time.monotonic(), step
+    yield Finished(step, "completed")
+
+
+@torch.no_grad()
+def evaluate(net, model, ds, val_batches, model_config, env: DistEnv, amp, step: int, forward_tokens: int) -> Validated:
+    """Token-mean loss and accuracy over the validation batches (split over ranks)."""
+    module = net.module if isinstance(net, nn.parallel.DistributedDataParallel) else net
+    model.eval()
+    loss_sum, correct, count = 0.0, 0, 0
+    mine = val_batches[env.rank :: env.world_size]
+    pieces = (p for ids in mine for p in split_by_length(ds.collate(ids), forward_tokens))
+    for piece in pieces:
+        b = to_device(piece, model_config, env.device)
+        with amp():
+            logits = module(b["idx"], b["fp_bits"], b["fp_mask"], b["formula"])  # (B, T, V)
+        targets, valid = b["targets"], b["targets"] != IGNORE_INDEX
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+        )
+        loss_sum += loss.item()
+        correct += int(((logits.argmax(-1) == targets) & valid).sum())
+        count += int(valid.sum())
+    model.train()
+    loss_sum, correct, count = env.all_reduce_sum([loss_sum, correct, count])
+    return Validated(step, loss_sum / max(count, 1), correct / max(count, 1), int(count))
+
+
+def _check_resumable(state: dict, config: PretrainConfig, ds: CorpusDataset, env: DistEnv) -> None:
+    saved = state["config"]
+    names = [f.name for f in fields(config) if f.name not in RESUMABLE_CHANGES]
+    changed = sorted(k for k in names if saved.get(k) != getattr(config, k))
+    if changed:
+        shown = ", ".join(f"`{k}` {saved.get(k)!r} -> {getattr(config, k)!r}" for k in changed)
+        raise ConfigError(f"cannot resume exactly with changed settings ({shown}); use the saved ones or a new `out`.")
+    corpus = {"n_records": len(ds), "tokenizer": ds.tokenizer.fingerprint()}
+    if state["corpus"] != corpus:
+        raise ConfigError(
+            f"cannot resume: the corpus differs from the run's ({state['corpus']['n_records']} records, tokenizer "
+            f"{state['corpus']['tokenizer'][:12]}; now {corpus['n_records']}, {corpus['tokenizer'][:12]})."
+        )
+    if state["world_size"] != env.world_size:
+        raise ConfigError(
+            f"cannot resume exactly: the run was saved with {state['world_size']} processes, this one has "
+            f"{env.world_size}; the data order depends on it. Launch with --nproc_per_node {state['world_size']}."
+        )
+
+
+def _log(path: Path, record: dict) -> None:
+    record = {**record, "time": round(time.time(), 3)}
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Keep the records up to ``step`` (a fresh run keeps none)."""
+    if not path.exists():
+        return
+    keep = []
+    if step > 0:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    keep.append(line)
+            except json.JSONDecodeError:  # a line cut by a crash
+                continue
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# -----------------------------------------------------------------------------------------------
+# Command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m training.pretrain",
+        description="Conditional pretraining of the MS-GPT decoder (runs unchanged under torchrun).",
+    )
+    for f in fields(PretrainConfig):
+        flag, help_text = "--" + f.name.replace("_", "-"), f.metadata.get("help", "")
+        if f.type == "bool":
+            p.add_argument(flag, action="store_true", default=None, help=help_text)
+            continue
+        kind = {"int": int, "float": float, "str": str}[f.type.split(" | ")[0]]
+        shown = f" (default: {f.default})" if f.default not in (None, "") else ""
+        p.add_argument(flag, type=kind, default=None, help=help_text + shown)  # None: not given
+    p.add_argument("--export-decoder", metavar="DIR", help="write decoder.safetensors + decoder_config.json + "
+                   "tokenizer.json of the newest checkpoint in --out (or of --checkpoint) to DIR, then exit")
+    p.add_argument("--checkpoint", metavar="DIR", help="with --export-decoder: this checkpoint directory")
+    p.add_argument("--export-dtype", choices=("fp32", "bf16"), default="fp32", help="with --export-decoder")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tqdm import tqdm
+
+    args = vars(_parser().parse_args(argv))
+    export_to, checkpoint, export_dtype = args.pop("export_decoder"), args.pop("checkpoint"), args.pop("export_dtype")
+    try:
+        if export_to:
+            src = checkpoint or args["out"]
+            if not src:
+                raise ConfigError("--export-decoder needs --out (a run directory) or --checkpoint.")
+            dtype = torch.bfloat16 if export_dtype == "bf16" else torch.float32
+            print(f"exported {export_decoder(src, export_to, dtype)}")
+            return 0
+        given = {k: v for k, v in args.items() if v is not None}
+        saved = Path(args["out"] or "") / "pretrain_config.json"
+        base = json.loads(saved.read_text()) if args["resume"] and saved.is_file() else {}
+        base = {k: v for k, v in base.items() if k in {f.name for f in fields(PretrainConfig)}}
+        config = PretrainConfig(**{**base, **given})  # --resume: flags not given keep the run's values
+    except (ConfigError, BundleError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    bar = None
+    try:
+        with stop_on_signals(threading.Event()) as stop:
+            for event in pretrain(config, stop):
+                if not main_rank:
+                    continue
+                if isinstance(event, Started):
+                    print(_describe_start(event), flush=True)
+                    bar = tqdm(total=event.max_steps, initial=event.step, unit="step", dynamic_ncols=True)
+                elif isinstance(event, StepDone):
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{event.loss:.4f}", lr=f"{event.lr:.2e}", tok_s=f"{event.tokens_per_s:,.0f}")
+                elif isinstance(event, Validated):
+                    bar.write(f"step {event.step}: val loss {event.loss:.4f}, token accuracy {event.accuracy:.4f}")
+                elif isinstance(event, CheckpointSaved):
+                    bar.write(f"step {event.step}: checkpoint ({event.reason}) {event.path}")
+                elif isinstance(event, Finished):
+                    bar.close()
+                    if event.reason == "stopped":
+                        print(f"stopped at step {event.step}; continue with the same command and --resume")
+                    else:
+                        print(f"finished: {event.step} steps")
+    except (ConfigError, BundleError) as e:
+        if bar is not None:
+            bar.close()
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _describe_start(e: Started) -> str:
+    lines = [
+        f"{e.n_params / 1e6:.1f}M parameters on {e.device} ({e.precision}), {e.world_size} process(es), "
+        f"{e.global_batch} records per step",
+        f"{e.n_train:,} training / {e.n_val:,} validation records; {e.max_steps:,} steps "
+        f"({e.steps_per_epoch:,.1f} per epoch)",
+    ]
+    if e.resumed_from:
+        lines.append(f"resumed from {e.resumed_from} at step {e.step}")
+    if e.warm_start:
+        lines.append(e.warm_start)
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,723 @@
+"""Train the spectrum encoder: annotated peaks -> posterior over 4096 Morgan bits.
+
+Run ``python -m training.train_encoder --mgf spectra.mgf.gz --out DIR [--preset small]``; or call
+:func:`train_encoder`, a generator of progress events (stop iterating, or set ``stop``, to cancel; a
+checkpoint is saved and ``--resume`` continues from it).
+
+Data (:mod:`training.spectra`): ``FOLD=train`` records for training, ``FOLD=val`` for early stopping
+and the reported metrics; positive-mode ``[M+H]+`` / ``[M+Na]+`` with a formula and a parseable
+SMILES, licences ``CC0, CC BY, CC BY-SA, dl-de/by-2-0`` by default (what the shipped model may use),
+unit-resolution instruments excluded; precursor tolerance 10 ppm / 0.01 Da when reading, peak
+annotation with the encoder config's ``tol_ppm`` / ``tol_da`` (10 ppm, 2 mDa floor). Targets: Morgan
+radius-2 bits of the stereo-free reference structure.
+
+Training: BCE over bits (mean), optionally ``+ cosine_weight * (1 - cos(sigmoid(logits), target))``;
+AdamW (weight decay on matrices only, as nanoGPT); linear warm-up then cosine decay to
+``min_lr_ratio * lr`` over ``epochs``; batches of ``batch_size`` spectra grouped by token count
+(:func:`length_grouped_batches`); gradients clipped at ``grad_clip``. After every epoch the model is
+evaluated on the validation fold; the best weights by ``select_metric`` (default micro AP: the quality
+of a single global threshold on the posterior, which is how density-band querying uses it) are kept,
+and training stops after ``patience`` evaluations without improvement, after ``epochs``, or when
+``max_minutes`` of training time have been spent.
+
+Output directory::
+
+    encoder.safetensors, encoder_config.json   best weights (what engine.bundle.save_bundle takes)
+    metrics.json                               validation metrics of those weights, history, throughput
+    train_config.json                          this run's EncoderTrainConfig
+    best.safetensors                           best weights so far (during training)
+    checkpoint/                                the latest training state, for --resume:
+        model.safetensors  optimizer.safetensors  rng.safetensors  state.json
+
+Checkpoints hold no pickle: the AdamW state tensors go to ``optimizer.safetensors`` under
+``state.<param index>.<name>``, its hyper-parameters to ``state.json``, the torch RNG state (dropout)
+to ``rng.safetensors``; the data order of every epoch is a function of ``(seed, epoch)``. Resuming
+therefore reproduces the uninterrupted run exactly (on the same machine and thread count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from engine.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder
+from engine.errors import ConfigError, InputFileError
+
+from .metrics import bit_metrics, density_matched_threshold, mean_tanimoto
+from .spectra import (
+    SHIPPABLE_LICENSES,
+    CacheHit,
+    FeatureSettings,
+    LabelledSpectra,
+    ReadProgress,
+    describe_selection,
+    iter_load_labelled_spectra,
+)
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT_VERSION = 1
+SELECT_METRICS = {"ap_micro": "max", "auroc_micro": "max", "tanimoto": "max", "tanimoto_density": "max", "bce": "min"}
+# Fields that may differ between a run and its resumption (they do not change what is computed).
+_RESUMABLE_CHANGES = frozenset(
+    {"resume", "max_minutes", "max_steps", "checkpoint_minutes", "checkpoint_every_steps", "cache_dir", "threads"}
+)
+
+
+@dataclass
+class EncoderTrainConfig:
+    mgf: str = field(metadata={"help": "Labelled MGF (FOLD, LICENSE, SMILES, FORMULA per record)."})
+    out_dir: str = field(metadata={"help": "Output directory (created; holds checkpoints too)."})
+    preset: str = field(default="small", metadata={"help": "Encoder preset of engine.encoder.ENCODER_PRESETS."})
+    encoder: dict = field(default_factory=dict, metadata={"help": "EncoderConfig fields overriding the preset."})
+    licenses: tuple[str, ...] | None = field(
+        default=SHIPPABLE_LICENSES, metadata={"help": "LICENSE values to train on; None = all."}
+    )
+    exclude_unit_resolution: bool = field(default=True, metadata={"help": "Drop QQ / ion-trap spectra."})
+    precursor_tol_ppm: float = field(default=10.0, metadata={"help": "Precursor check when reading (ppm)."})
+    precursor_tol_da: float = field(default=0.01, metadata={"help": "Precursor check floor (Da)."})
+    min_annotated_peaks: int = field(default=0, metadata={"help": "Drop spectra with fewer annotated peaks."})
+    train_folds: tuple[str, ...] = field(default=("train",), metadata={"help": "FOLD values to train on."})
+    val_folds: tuple[str, ...] = field(default=("val",), metadata={"help": "FOLD values for early stopping."})
+    max_train_spectra: int | None = field(default=None, metadata={"help": "Random subset for quick runs."})
+    batch_size: int = field(default=64, metadata={"help": "Spectra per batch."})
+    bucket_batches: int = field(default=50, metadata={"help": "Batches per length bucket (sorted by tokens)."})
+    lr: float = field(default=5e-4, metadata={"help": "Peak learning rate of AdamW."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (matrices only)."})
+    warmup_steps: int = field(default=300, metadata={"help": "Linear warm-up steps."})
+    min_lr_ratio: float = field(default=0.05, metadata={"help": "Final learning rate of the cosine, relative to lr."})
+    epochs: int = field(default=30, metadata={"help": "Epochs: the cosine horizon and the maximum."})
+    grad_clip: float = field(default=1.0, metadata={"help": "Gradient norm clip; 0 = off."})
+    cosine_weight: float = field(default=0.0, metadata={"help": "Weight of the cosine-similarity loss term."})
+    select_metric: str = field(
+        default="ap_micro", metadata={"help": f"Validation metric for early stopping: {', '.join(SELECT_METRICS)}."}
+    )
+    patience: int = field(default=4, metadata={"help": "Evaluations without improvement before stopping."})
+    max_minutes: float | None = field(default=None, metadata={"help": "Training time budget (all sessions)."})
+    max_steps: int | None = field(default=None, metadata={"help": "Stop after this many steps (tests, probes)."})
+    checkpoint_minutes: float = field(default=5.0, metadata={"help": "Minutes between checkpoints."})
+    checkpoint_every_steps: int | None = field(default=None, metadata={"help": "Also checkpoint every N steps."})
+    eval_batch_size: int = field(default=256, metadata={"help": "Spectra per batch when predicting."})
+    seed: int = field(default=0, metadata={"help": "Seed of initialisation, data order and dropout."})
+    threads: int = field(default=1, metadata={"help": "torch CPU threads (one is fastest for this model)."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Labelled-spectra cache folder."})
+    resume: bool = field(default=False, metadata={"help": "Continue from out_dir/checkpoint."})
+
+    def __post_init__(self) -> None:
+        if self.preset not in ENCODER_PRESETS:
+            raise ConfigError(f"`preset` {self.preset!r} is unknown; choose one of {', '.join(ENCODER_PRESETS)}.")
+        self.licenses = None if self.licenses is None else tuple(self.licenses)
+        self.train_folds, self.val_folds = tuple(self.train_folds), tuple(self.val_folds)
+        self.encoder = dict(self.encoder)
+        for name in ("batch_size", "bucket_batches", "epochs", "patience", "eval_batch_size", "threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"`{name}` must be a positive integer, got {value!r}.")
+        if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and self.weight_decay >= 0 and self.grad_clip >= 0):
+            raise ConfigError(
+                f"`lr` must be > 0, `min_lr_ratio` in [0, 1], `weight_decay` and `grad_clip` >= 0; got {self.lr}, "
+                f"{self.min_lr_ratio}, {self.weight_decay}, {self.grad_clip}."
+            )
+        if self.warmup_steps < 0 or self.cosine_weight < 0 or self.min_annotated_peaks < 0:
+            raise ConfigError("`warmup_steps`, `cosine_weight` and `min_annotated_peaks` must be >= 0.")
+        if self.select_metric not in SELECT_METRICS:
+            raise ConfigError(
+                f"`select_metric` {self.select_metric!r} is unknown; choose one of {', '.join(SELECT_METRICS)}."
+            )
+        for name in ("max_minutes", "max_steps", "checkpoint_every_steps", "max_train_spectra"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"`{name}` must be positive or None, got {value!r}.")
+        self.encoder_config()  # fail now on bad encoder overrides
+
+    def encoder_config(self) -> EncoderConfig:
+        return EncoderConfig.from_preset(self.preset, **self.encoder)
+
+    def feature_settings(self) -> FeatureSettings:
+        return FeatureSettings.for_encoder(
+            self.encoder_config(), precursor_tol_ppm=self.precursor_tol_ppm, precursor_tol_da=self.precursor_tol_da
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, tuple):
+                d[k] = list(v)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EncoderTrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            log.warning("EncoderTrainConfig ignores unknown keys %s", unknown)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# ----------------------------------------------------------------------------------------------
+# Progress events
+
+
+@dataclass(frozen=True)
+class DataReady:
+    n_train: int
+    n_val: int
+    steps_per_epoch: int
+    train: dict
+    val: dict
+
+
+@dataclass(frozen=True)
+class Resumed:
+    step: int
+    epoch: int
+    batch: int
+
+
+@dataclass(frozen=True)
+class StepDone:
+    step: int  # steps done in all, this one included
+    epoch: int  # 0-based
+    batch: int  # batches done in this epoch
+    n_batches: int
+    loss: float
+    lr: float
+    spectra_per_s: float  # training throughput of this session so far
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    step: int
+    epoch: int
+    metrics: dict
+    improved: bool
+    best: float
+
+
+@dataclass(frozen=True)
+class CheckpointSaved:
+    step: int
+    path: str
+
+
+@dataclass(frozen=True)
+class TrainingStopped:
+    """Stopped on request; the checkpoint lets ``resume`` continue."""
+
+    step: int
+    checkpoint: str
+
+
+@dataclass(frozen=True)
+class TrainingFinished:
+    reason: str  # "early_stopping", "epochs", "time_limit", "max_steps"
+    out_dir: str
+    metrics: dict  # validation metrics of the kept weights
+
+
+Event = (
+    ReadProgress | CacheHit | DataReady | Resumed | StepDone | Evaluated | CheckpointSaved | TrainingStopped
+    | TrainingFinished
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pieces
+
+
+def length_grouped_batches(
+    n_tokens: np.ndarray, batch_size: int, *, seed: int, epoch: int, bucket_batches: int = 50
+) -> list[np.ndarray]:
+    """One epoch of batches of similar token counts (indices into ``n_tokens``).
+
+    The records are shuffled (``default_rng([seed, epoch])``), cut into buckets of
+    ``bucket_batches * batch_size``, each bucket is sorted by token count and cut into batches, and the
+    batch order is shuffled. Random batches would be padded to the longest of 64 spectra, nearly always
+    the 61-token maximum (the median spectrum has ~16); sorted buckets pad little and the pairwise
+    attention bias costs ``P^2``. Every record is in exactly one batch (the last of a bucket may be short).
+    """
+    rng = np.random.default_rng([seed, epoch])
+    perm = rng.permutation(len(n_tokens))
+    size = batch_size * bucket_batches
+    batches: list[np.ndarray] = []
+    for start in range(0, len(perm), size):
+        bucket = perm[start : start + size]
+        bucket = bucket[np.argsort(n_tokens[bucket], kind="stable")]
+        batches.extend(bucket[i : i + batch_size] for i in range(0, len(bucket), batch_size))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def lr_factor(step: int, *, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
+    """Learning-rate multiplier before step ``step`` (0-based): linear warm-up, then cosine to ``min_ratio``."""
+    if warmup_steps and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    span = max(1, total_steps - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / span)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def encoder_loss(logits: torch.Tensor, targets: torch.Tensor, cosine_weight: float = 0.0) -> torch.Tensor:
+    """Mean BCE over bits (+ ``cosine_weight`` * mean ``1 - cos(sigmoid(logits), targets)``)."""
+    loss = F.binary_cross_entropy_with_logits(logits, targets)  # (B, bits) -> scalar
+    if cosine_weight:
+        cos = F.cosine_similarity(torch.sigmoid(logits), targets, dim=-1)  # (B,)
+        loss = loss + cosine_weight * (1.0 - cos).mean()
+    return loss
+
+
+def make_optimizer(model: torch.nn.Module, config: EncoderTrainConfig) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999))
+
+
+@torch.no_grad()
+def predict_posteriors(model: SpectrumEncoder, data: LabelledSpectra, batch_size: int = 256) -> np.ndarray:
+    """Posteriors ``float32 (len(data), fp_bits)`` in eval mode (batches sorted by length, rows in data order)."""
+    was_training = model.training
+    model.eval()
+    out = np.zeros((len(data), model.config.fp_bits), dtype=np.float32)
+    order = np.argsort(data.n_tokens, kind="stable")
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        batch, _ = data.batch(idx)
+        out[idx] = model.predict_proba(batch).numpy()
+    model.train(was_training)
+    return out
+
+
+def evaluate(posteriors: np.ndarray, data: LabelledSpectra, *, macro: bool = False) -> dict[str, float]:
+    """Validation metrics: :func:`training.metrics.bit_metrics` at 0.5, ``bce``, and ``tanimoto_density``,
+    the mean Tanimoto at the global threshold that gives as many bits as the truth has (κ = 1 measured on
+    these spectra: comparable between losses that shift the posterior, such as the cosine term)."""
+    targets = data.targets(np.arange(len(data)))
+    p = np.clip(posteriors.astype(np.float64), 1e-7, 1 - 1e-7)
+    bce = float(-(targets * np.log(p) + (1 - targets) * np.log1p(-p)).mean())
+    t_density = density_matched_threshold(posteriors, float(data.n_true_bits.mean()))
+    return {
+        "bce": bce,
+        **bit_metrics(posteriors, targets, 0.5, macro=macro),
+        "tanimoto_density": mean_tanimoto(posteriors, targets, t_density),
+        "threshold_density": t_density,
+    }
+
+
+def _better(value: float, best: float | None, mode: str) -> bool:
+    if best is None or math.isnan(best):
+        return not math.isnan(value)
+    return value > best if mode == "max" else value < best
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints (safetensors + JSON, no pickle)
+
+
+def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
+
+
+def save_weights(model: torch.nn.Module, path: Path) -> None:
+    from safetensors.torch import save_file
+
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(_weights(model), str(tmp))
+    os.replace(tmp, path)
+
+
+def load_weights(model: torch.nn.Module, path: Path) -> None:
+    from safetensors.torch import load_file
+
+    model.load_state_dict(load_file(str(path)))
+
+
+def _optimizer_to_files(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    sd = optimizer.state_dict()
+    tensors = {
+        f"state.{index}.{name}": value.detach().cpu().contiguous().clone()
+        for index, entry in sd["state"].items()
+        for name, value in entry.items()
+    }
+    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in sd["param_groups"]]
+    return tensors, {"param_groups": groups}
+
+
+def _optimizer_from_files(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        _, index, name = key.split(".", 2)
+        state.setdefault(int(index), {})[name] = value
+    groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def save_checkpoint(out_dir: Path, model, optimizer, state: dict) -> Path:
+    """Write ``out_dir/checkpoint`` atomically (a new folder renamed into place)."""
+    from safetensors.torch import save_file
+
+    final = out_dir / "checkpoint"
+    tmp = out_dir / "checkpoint.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_file(_weights(model), str(tmp / "model.safetensors"))
+    opt_tensors, opt_meta = _optimizer_to_files(optimizer)
+    save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
+    save_file({"torch_cpu": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
+    doc = {"format_version": CHECKPOINT_FORMAT_VERSION, **state, "optimizer": opt_meta}
+    (tmp / "state.json").write_text(json.dumps(doc, indent=1) + "\n")
+    old = out_dir / "checkpoint.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(out_dir: Path, model, optimizer) -> dict:
+    from safetensors.torch import load_file
+
+    folder = out_dir / "checkpoint"
+    if not (folder / "state.json").is_file() and (out_dir / "checkpoint.old" / "state.json").is_file():
+        folder = out_dir / "checkpoint.old"  # interrupted between the two renames
+    if not (folder / "state.json").is_file():
+        raise ConfigError(f"Cannot resume: {out_dir} has no checkpoint/state.json; start without --resume.")
+    doc = json.loads((folder / "state.json").read_text())
+    if doc.get("format_version") != CHECKPOINT_FORMAT_VERSION:
+        raise ConfigError(f"Cannot resume: checkpoint format {doc.get('format_version')!r} is not supported.")
+    model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    _optimizer_from_files(optimizer, load_file(str(folder / "optimizer.safetensors")), doc.pop("optimizer"))
+    torch.set_rng_state(load_file(str(folder / "rng.safetensors"))["torch_cpu"])
+    return doc
+
+
+def _check_resumable(saved: dict, config: EncoderTrainConfig) -> None:
+    now = config.to_dict()
+    changed = sorted(k for k in set(saved) | set(now) if k not in _RESUMABLE_CHANGES and saved.get(k) != now.get(k))
+    if changed:
+        raise ConfigError(
+            f"Cannot resume: the settings {', '.join(f'`{k}`' for k in changed)} differ from the checkpoint's "
+            f"train_config.json; use the same settings (only {', '.join(sorted(_RESUMABLE_CHANGES))} may change) "
+            f"or start a new output directory."
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+
+
+def _load_data(config: EncoderTrainConfig) -> Iterator[Event]:
+    data = yield from iter_load_labelled_spectra(
+        config.mgf, config.feature_settings(), cache_dir=config.cache_dir,
+        min_annotated_peaks=config.min_annotated_peaks,
+    )  # fmt: skip
+    pick = dict(licenses=config.licenses, exclude_unit_resolution=config.exclude_unit_resolution)
+    train = data.select(config.train_folds, **pick)
+    val = data.select(config.val_folds, **pick)
+    if config.max_train_spectra is not None and config.max_train_spectra < len(train):
+        rng = np.random.default_rng([config.seed, 2**31 - 1])
+        train = train.subset(np.sort(rng.choice(len(train), config.max_train_spectra, replace=False)))
+    if len(train) == 0:
+        raise ConfigError(
+            f"No training spectra in {config.mgf} with FOLD in {list(config.train_folds)} and LICENSE in "
+            f"{config.licenses}; check `train_folds` / `licenses` (records kept: {data.report.get('kept')})."
+        )
+    return data, train, val
+
+
+def train_encoder(config: EncoderTrainConfig, stop: threading.Event | None = None) -> Iterator[Event]:
+    """Train (or resume) an encoder; yields progress events, ends with :class:`TrainingFinished`.
+
+    Setting ``stop`` or closing the generator saves a checkpoint first; ``resume=True`` continues it.
+    torch runs on ``config.threads`` threads meanwhile (the caller's setting is restored afterwards).
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        yield from _train(config, stop)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator[Event]:
+    out_dir = Path(config.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config_path = out_dir / "train_config.json"
+    if config.resume:
+        if not config_path.is_file():
+            raise ConfigError(f"Cannot resume: {config_path} does not exist; start without --resume.")
+        _check_resumable(json.loads(config_path.read_text()), config)
+    elif (out_dir / "checkpoint").exists():
+        raise ConfigError(f"{out_dir} already holds a training run; pass --resume to continue it or use a new --out.")
+    config_path.write_text(json.dumps(config.to_dict(), indent=1) + "\n")
+
+    all_data, train, val = yield from _load_data(config)
+    enc_config = config.encoder_config()
+    mode = SELECT_METRICS[config.select_metric]
+    n_batches = len(length_grouped_batches(train.n_tokens, config.batch_size, seed=0, epoch=0,
+                                           bucket_batches=config.bucket_batches))  # fmt: skip
+    total_steps = n_batches * config.epochs
+    yield DataReady(len(train), len(val), n_batches, describe_selection(train), describe_selection(val))
+
+    torch.manual_seed(config.seed)
+    model = SpectrumEncoder(enc_config)
+    optimizer = make_optimizer(model, config)
+    state: dict[str, Any] = {
+        "step": 0, "epoch": 0, "batch": 0, "train_seconds": 0.0, "spectra_seen": 0,
+        "best": None, "best_step": None, "best_epoch": None, "bad_evals": 0, "history": [],
+    }  # fmt: skip
+    if config.resume:
+        state.update(load_checkpoint(out_dir, model, optimizer))
+        yield Resumed(state["step"], state["epoch"], state["batch"])
+    model.train()
+
+    session_start = time.monotonic()
+    session_steps_time, session_spectra = 0.0, 0
+    last_checkpoint = time.monotonic()
+
+    def elapsed() -> float:
+        return state["train_seconds"] + (time.monotonic() - session_start)
+
+    def checkpoint() -> Path:
+        nonlocal last_checkpoint
+        saved = {**state, "train_seconds": elapsed()}
+        path = save_checkpoint(out_dir, model, optimizer, saved)
+        last_checkpoint = time.monotonic()
+        return path
+
+    def run_eval() -> Evaluated:
+        t0 = time.monotonic()
+        metrics = evaluate(predict_posteriors(model, val, config.eval_batch_size), val) if len(val) else {}
+        value = metrics.get(config.select_metric, float("nan"))
+        improved = bool(len(val)) and _better(value, state["best"], mode)
+        if improved or not len(val):
+            state.update(best=value if len(val) else None, best_step=state["step"], best_epoch=state["epoch"])
+            state["bad_evals"] = 0
+            save_weights(model, out_dir / "best.safetensors")
+        else:
+            state["bad_evals"] += 1
+        entry = {"step": state["step"], "epoch": state["epoch"], "batch": state["batch"],
+                 "train_minutes": round(elapsed() / 60, 2), "eval_seconds": round(time.monotonic() - t0, 1),
+                 **{k: (round(v, 5) if isinstance(v, float) else v) for k, v in metrics.items()}}  # fmt: skip
+        state["history"].append(entry)
+        return Evaluated(state["step"], state["epoch"], entry, improved, state["best"])
+
+    reason = None
+    try:
+        while reason is None:
+            batches = length_grouped_batches(train.n_tokens, config.batch_size, seed=config.seed,
+                                             epoch=state["epoch"], bucket_batches=config.bucket_batches)  # fmt: skip
+            while state["batch"] < len(batches):
+                idx = batches[state["batch"]]
+                t0 = time.monotonic()
+                lr = config.lr * lr_factor(state["step"], warmup_steps=config.warmup_steps,
+                                           total_steps=total_steps, min_ratio=config.min_lr_ratio)  # fmt: skip
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                batch, targets = train.batch(idx)
+                loss = encoder_loss(model(batch), targets, config.cosine_weight)  # (B, bits) -> scalar
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if config.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+                optimizer.step()
+                state["step"] += 1
+                state["batch"] += 1
+                state["spectra_seen"] += len(idx)
+                session_steps_time += time.monotonic() - t0
+                session_spectra += len(idx)
+                yield StepDone(state["step"], state["epoch"], state["batch"], len(batches), loss.item(), lr,
+                               session_spectra / max(session_steps_time, 1e-9))  # fmt: skip
+                if stop is not None and stop.is_set():
+                    path = checkpoint()
+                    yield TrainingStopped(state["step"], str(path))
+                    return
+                if config.max_minutes is not None and elapsed() >= config.max_minutes * 60:
+                    reason = "time_limit"
+                elif config.max_steps is not None and state["step"] >= config.max_steps:
+                    reason = "max_steps"
+                if reason is not None:
+                    break
+                due = time.monotonic() - last_checkpoint >= config.checkpoint_minutes * 60
+                if due or (config.checkpoint_every_steps and state["step"] % config.checkpoint_every_steps == 0):
+                    yield CheckpointSaved(state["step"], str(checkpoint()))
+            evaluated = run_eval()
+            if state["batch"] >= len(batches):  # before the yield, so a checkpoint taken there is consistent
+                state["epoch"] += 1
+                state["batch"] = 0
+            yield evaluated
+            if reason is None and len(val) and state["bad_evals"] >= config.patience:
+                reason = "early_stopping"
+            elif reason is None and state["epoch"] >= config.epochs:
+                reason = "epochs"
+            yield CheckpointSaved(state["step"], str(checkpoint()))
+    except GeneratorExit:  # the caller stopped iterating: keep what was done for --resume
+        if state["step"]:
+            checkpoint()
+        raise
+
+    state["train_seconds"] = elapsed()
+    throughput = session_spectra / max(session_steps_time, 1e-9)
+    metrics = _finish(out_dir, config, model, train, val, all_data, state, reason, throughput, n_batches)
+    yield TrainingFinished(reason, str(out_dir), metrics)
+
+
+def _finish(out_dir, config, model, train, val, all_data, state, reason, throughput, n_batches) -> dict:
+    """Write encoder.safetensors (best weights), encoder_config.json and metrics.json."""
+    load_weights(model, out_dir / "best.safetensors")
+    final = evaluate(predict_posteriors(model, val, config.eval_batch_size), val, macro=True) if len(val) else {}
+    save_weights(model, out_dir / "encoder.safetensors")
+    (out_dir / "encoder_config.json").write_text(json.dumps(model.config.to_dict(), indent=1) + "\n")
+    doc = {
+        "val": final,
+        "selected_by": config.select_metric,
+        "best_step": state["best_step"],
+        "best_epoch": state["best_epoch"],
+        "stop_reason": reason,
+        "steps": state["step"],
+        "epochs_done": round(state["epoch"] + state["batch"] / n_batches, 3),
+        "train_minutes": round(state["train_seconds"] / 60, 2),
+        "train_spectra_per_s": round(throughput, 1),  # training steps only, this session
+        "threads": config.threads,
+        "parameters": model.num_parameters(),
+        "annotation": {"tol_ppm": model.config.tol_ppm, "tol_da": model.config.tol_da,
+                       "min_rdbe": model.config.min_rdbe, "max_peaks": model.config.max_peaks},
+        "data": {"train": describe_selection(train), "val": describe_selection(val), "file": all_data.report},
+        "history": state["history"],
+    }  # fmt: skip
+    tmp = out_dir / "metrics.json.tmp"
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, out_dir / "metrics.json")
+    return final
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def _csv_list(text: str) -> tuple[str, ...]:
+    return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m training.train_encoder",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--mgf", required=True, help="labelled MGF (.mgf / .mgf.gz)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--preset", default="small", choices=sorted(ENCODER_PRESETS))
+    p.add_argument(
+        "--licenses", type=_csv_list, default=SHIPPABLE_LICENSES,
+        help=f"LICENSE values to train on, comma-separated, or 'all' (default: {','.join(SHIPPABLE_LICENSES)})",
+    )  # fmt: skip
+    p.add_argument("--keep-unit-resolution", action="store_true", help="keep QQ / ion-trap spectra")
+    p.add_argument("--max-peaks", type=int, help="encoder max_peaks (default: the preset's)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    for f in fields(EncoderTrainConfig):
+        if f.name in {"mgf", "out_dir", "preset", "encoder", "licenses", "exclude_unit_resolution", "resume",
+                      "train_folds", "val_folds"}:  # fmt: skip
+            continue
+        kind = {"int": int, "float": float, "str": str}[str(f.type).split(" | ")[0]]
+        p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=f.metadata.get("help"))
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> EncoderTrainConfig:
+    skip = {"mgf", "out", "licenses", "keep_unit_resolution", "max_peaks", "resume", "preset"}
+    kwargs = {k: v for k, v in vars(args).items() if k not in skip}
+    licenses = None if [s.lower() for s in args.licenses] == ["all"] else args.licenses
+    encoder = {"max_peaks": args.max_peaks} if args.max_peaks else {}
+    return EncoderTrainConfig(
+        mgf=args.mgf, out_dir=args.out, preset=args.preset, encoder=encoder, licenses=licenses,
+        exclude_unit_resolution=not args.keep_unit_resolution, resume=args.resume, **kwargs,
+    )  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from tqdm import tqdm
+
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
+    try:
+        config = config_from_args(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        if stop.is_set():  # a second Ctrl-C: give up at once
+            raise KeyboardInterrupt
+        print(f"\n{signal.Signals(signum).name}: saving a checkpoint after this step...", file=sys.stderr, flush=True)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    bar = None
+    try:
+        for event in train_encoder(config, stop):
+            if isinstance(event, ReadProgress):
+                print(f"read {event.records} records, kept {event.kept} ({event.elapsed_s:.0f} s)", flush=True)
+            elif isinstance(event, CacheHit):
+                print(f"labelled spectra from cache {event.path}", flush=True)
+            elif isinstance(event, DataReady):
+                print(f"train {json.dumps(event.train)}\nval   {json.dumps(event.val)}\n"
+                      f"{event.steps_per_epoch} steps per epoch", flush=True)  # fmt: skip
+            elif isinstance(event, Resumed):
+                print(f"resumed at step {event.step} (epoch {event.epoch}, batch {event.batch})", flush=True)
+            elif isinstance(event, StepDone):
+                if bar is None or bar.total != event.n_batches or event.batch == 1 or bar.n > event.batch:
+                    if bar is not None:
+                        bar.close()
+                    bar = tqdm(total=event.n_batches, initial=event.batch - 1, desc=f"epoch {event.epoch}",
+                               file=sys.stdout, mininterval=10, dynamic_ncols=False, ncols=110)  # fmt: skip
+                bar.update(event.batch - bar.n)
+                bar.set_postfix(loss=f"{event.loss:.4f}", lr=f"{event.lr:.2e}", sps=f"{event.spectra_per_s:.0f}",
+                                refresh=False)  # fmt: skip
+            elif isinstance(event, Evaluated):
+                m = {k: v for k, v in event.metrics.items() if isinstance(v, float)}
+                keys = ("bce", "tanimoto", "tanimoto_density", "ap_micro", "auroc_micro", "active_bits_pred")
+                shown = " ".join(f"{k} {m[k]:.4f}" for k in keys if k in m)
+                minutes, mark = event.metrics["train_minutes"], " *" if event.improved else ""
+                msg = f"eval step {event.step} epoch {event.epoch}: {shown} ({minutes} min){mark}"
+                (bar.write if bar is not None else print)(msg)
+                sys.stdout.flush()
+            elif isinstance(event, CheckpointSaved):
+                log.debug("checkpoint at step %d", event.step)
+            elif isinstance(event, TrainingStopped):
+                print(f"stopped at step {event.step}; resume with --resume (checkpoint {event.checkpoint})")
+                return 130
+            elif isinstance(event, TrainingFinished):
+                if bar is not None:
+                    bar.close()
+                print(f"finished ({event.reason}); val metrics of the kept weights:\n"
+                      f"{json.dumps(event.metrics, indent=1)}\nwritten to {event.out_dir}")  # fmt: skip
+    except (ConfigError, InputFileError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if bar is not None:
+            bar.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
