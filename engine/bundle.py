@@ -56,6 +56,32 @@ def resolve_device(name: str = "auto") -> tuple[torch.device, str]:
     return torch.device("cuda"), f"Running on CUDA ({torch.cuda.get_device_name(0)})."
 
 
+def native_bf16(device: torch.device) -> bool:
+    """True when ``device`` computes bfloat16 natively (CUDA bf16, or a CPU with AVX-512 BF16 / AMX).
+
+    A CPU without them emulates bf16 slowly, so ``auto`` precision stays fp32 there.
+    """
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    try:  # oneDNN's check
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
+    """``auto`` → bfloat16 where the device computes it natively, else float32; ``bf16``/``fp32`` as asked."""
+    precision = (precision or "auto").lower()
+    if precision not in ("auto", "bf16", "fp32"):
+        raise ConfigError(f"Unknown precision {precision!r}; use 'auto', 'bf16' or 'fp32'.")
+    if precision == "fp32":
+        return torch.float32
+    supported = native_bf16(device)
+    if precision == "bf16" and not supported:
+        raise ConfigError(f"bf16 was asked for, but this {device.type.upper()} lacks native bf16; use fp32 (or auto).")
+    return torch.bfloat16 if supported else torch.float32
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -76,6 +102,7 @@ class ModelBundle:
     calibration: Calibration
     device: torch.device
     checksum: str
+    dtype: torch.dtype = torch.float32  # of the decoder's weights (bf16 samples ~2x faster on CPUs that have it)
     has_adapter: bool = False
     adapter_active: bool = False
     _base_state: dict | None = field(default=None, repr=False)
@@ -95,12 +122,13 @@ class ModelBundle:
             raise ConfigError(f"The model bundle {self.path} has no adapter/ to switch on.")
         if active == self.adapter_active:
             return
-        self.decoder.load_state_dict(self._merged_state if active else self._base_state)
+        self.decoder.load_state_dict(self._merged_state if active else self._base_state)  # cast to self.dtype
         self.adapter_active = active
 
     def describe(self) -> str:
         adapter = ("adapter on" if self.adapter_active else "adapter off") if self.has_adapter else "no adapter"
-        return f"{self.name} [{self.checksum[:12]}] on {self.device.type}, {adapter}"
+        precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
+        return f"{self.name} [{self.checksum[:12]}] on {self.device.type} ({precision}), {adapter}"
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -146,8 +174,15 @@ def _load_weights(module: torch.nn.Module, path: Path, what: str) -> None:
     module.load_state_dict({k: t.to(v.dtype) for k, t in state.items() for v in [expected[k]]})
 
 
-def load_bundle(path: str | os.PathLike, device: str = "auto", use_adapter: bool = True) -> ModelBundle:
-    """Load and validate a model bundle directory."""
+def load_bundle(
+    path: str | os.PathLike, device: str = "auto", use_adapter: bool = True, precision: str = "auto"
+) -> ModelBundle:
+    """Load and validate a model bundle directory.
+
+    ``precision`` is the decoder's sampling precision: ``auto`` uses bfloat16 where the device computes
+    it natively (about 2x faster sampling on CPUs with AVX-512 BF16), ``fp32`` keeps full precision.
+    The encoder always runs in float32 (it is small, and the thresholds were calibrated on its output).
+    """
     path = Path(path).expanduser()
     _refuse_pickle(path)
     if not path.exists():
@@ -196,6 +231,7 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", use_adapter: bool
     calibration = Calibration.load(path / "calibration.json")
 
     dev, _ = resolve_device(device)
+    dtype = resolve_precision(precision, dev)
     decoder = ConditionalDecoder(dec_cfg)
     _load_weights(decoder, path / "decoder.safetensors", "decoder")
     encoder = SpectrumEncoder(enc_cfg)
@@ -214,8 +250,10 @@ def load_bundle(path: str | os.PathLike, device: str = "auto", use_adapter: bool
         checksum=bundle_checksum(path),
     )
     if (path / "adapter").is_dir():
-        _attach_adapter(bundle, path / "adapter")
+        _attach_adapter(bundle, path / "adapter")  # merged in float32, then cast below
         bundle.set_adapter(use_adapter)
+    decoder.to(dtype)
+    bundle.dtype = dtype
     return bundle
 
 

@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--top-k", type=int, default=50, help="top-k sampling (default 50)")
     pr.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
     pr.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="compute device")
+    pr.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
+                    help="decoder precision: auto = bf16 where the hardware computes it natively (about 2x "
+                    "faster on CPU), else fp32")
+    pr.add_argument("--threads", type=int, metavar="T",
+                    help="CPU threads for torch (default: torch's choice, usually one per core)")
     pr.add_argument("--formula", help="force this molecular formula on every input spectrum")
     pr.add_argument("--adduct", help="force this adduct (e.g. [M+H]+) on every input spectrum")
     pr.add_argument("--no-adapter", action="store_true", help="switch the bundle's LoRA adapter off")
@@ -98,6 +103,7 @@ def _spectra(paths: list[str], formula: str | None, adduct: str | None, file_err
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    import torch
     from tqdm import tqdm
 
     from .bundle import load_bundle, resolve_device
@@ -115,9 +121,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     )
     if args.top is not None and args.top < 1:
         raise MsgptError(f"--top must be at least 1, got {args.top}.")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise MsgptError(f"--threads must be at least 1, got {args.threads}.")
+        torch.set_num_threads(args.threads)
     _, device_msg = resolve_device(args.device)
     _err(device_msg)
-    bundle = load_bundle(_model_path(args.model), device=args.device, use_adapter=params.use_adapter)
+    bundle = load_bundle(_model_path(args.model), device=args.device, use_adapter=params.use_adapter,
+                         precision=args.precision)
     _err(f"Model: {bundle.describe()}")
     _err(f"Parameters: {params.describe()}")
 

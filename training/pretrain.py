@@ -66,6 +66,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn import functional as F
 
+from engine.bundle import native_bf16
 from engine.decoder import ConditionalDecoder, DecoderConfig, parameter_counts
 from engine.errors import BundleError, ConfigError
 
@@ -304,13 +305,7 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """bfloat16 when asked for or (``auto``) when the device computes it natively; None = float32."""
     if precision == "fp32":
         return None
-    if device.type == "cuda":
-        supported = torch.cuda.is_bf16_supported()
-    else:
-        try:  # oneDNN's check (AVX-512 BF16 / AMX); a CPU without them emulates bf16 slowly
-            supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        except (AttributeError, RuntimeError):
-            supported = False
+    supported = native_bf16(device)
     if precision == "bf16" and not supported:
         raise ConfigError(f"`precision` bf16 was asked for, but this {device.type.upper()} lacks bf16; use fp32.")
     return torch.bfloat16 if supported else None
