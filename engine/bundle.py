@@ -301,19 +301,22 @@ def save_bundle(
     supported_adducts=("[M+H]+", "[M+Na]+"),
     extra: dict | None = None,
     dtype: torch.dtype = torch.float32,
+    encoder_dtype: torch.dtype = torch.float32,
 ) -> Path:
-    """Write a bundle directory (weights in ``dtype``, e.g. bfloat16 to halve the size)."""
+    """Write a bundle directory: decoder weights in ``dtype`` (e.g. bfloat16 to halve the size), encoder
+    weights in ``encoder_dtype`` (float32 by default: the calibration thresholds were computed on its
+    float32 posteriors)."""
     from safetensors.torch import save_file
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
 
-    def weights(module):  # tied / shared tensors are saved once per name, contiguous
+    def weights(module, dtype):  # tied / shared tensors are saved once per name, contiguous
         return {k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous().clone()
                 for k, v in module.state_dict().items()}
 
-    save_file(weights(decoder), str(path / "decoder.safetensors"))
-    save_file(weights(encoder), str(path / "encoder.safetensors"))
+    save_file(weights(decoder, dtype), str(path / "decoder.safetensors"))
+    save_file(weights(encoder, encoder_dtype), str(path / "encoder.safetensors"))
     tokenizer.save(path / "tokenizer.json")
     calibration.save(path / "calibration.json")
     config = {

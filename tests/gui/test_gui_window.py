@@ -6,7 +6,7 @@ import gzip
 import shutil
 import sys
 
-from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence
 
 from engine.paths import config_dir
@@ -17,7 +17,8 @@ def drop(window, *paths):
     """Deliver a drop of ``paths`` exactly as Qt does when files are dragged onto the window."""
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
-    enter = QDragEnterEvent(QPointF(20, 20), Qt.DropAction.CopyAction, mime,
+    enter = QDragEnterEvent(QPoint(20, 20),  # QPoint here (Qt 6 API), QPointF for the drop
+                            Qt.DropAction.CopyAction, mime,
                             Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
     window.dragEnterEvent(enter)
     assert enter.isAccepted()

@@ -1,0 +1,271 @@
+"""Assemble a model bundle (and its model card) from the outputs of the training stages.
+
+::
+
+    python -m training.build_bundle \\
+        --decoder /work/runs/pt_small            # pretraining run (newest checkpoint) or a checkpoint
+        --encoder /work/runs/encoder_v1          # encoder run: weights, config, calibration.json
+        [--adapter /work/runs/adapt_v1/adapter]  # peft LoRA adapter (adapter_config.json + safetensors)
+        [--evaluation eval/table.md]             # Markdown put into the card's "Evaluation" section
+        --name msgpt-small-v1 --out resources/default_model
+
+Decoder weights are written in bfloat16 by default (half the size of float32; the engine samples in
+bf16 where the CPU supports it anyway, and casts back to float32 elsewhere); the encoder stays float32,
+the precision its calibration thresholds were computed in. The card (``MODEL_CARD.md``) is
+written from what the runs recorded — data selection, parameter counts, steps, wall time, encoder
+metrics, calibration — so it cannot drift from the weights; ``--evaluation`` adds the measured table.
+The finished bundle is loaded once with :func:`engine.bundle.load_bundle` to prove it is whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from engine.bundle import bundle_checksum, load_bundle, save_bundle
+from engine.decoder import parameter_counts
+from engine.errors import ConfigError, MsgptError
+from engine.querying import Calibration
+
+from .calibrate import load_encoder
+from .checkpoint import latest_checkpoint, load_decoder
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def resolve_decoder_checkpoint(src: Path) -> Path:
+    """A checkpoint directory as given, or the newest checkpoint of a run directory."""
+    if (src / "decoder_config.json").is_file():
+        return src
+    found = latest_checkpoint(src)
+    if found is None:
+        raise ConfigError(f"{src} is neither a decoder checkpoint nor a pretraining run with checkpoints.")
+    return found
+
+
+def decoder_training_summary(checkpoint: Path) -> dict:
+    """Steps, records and tokens seen, wall time and last validation of the pretraining run."""
+    run = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+    config = _json(run / "pretrain_config.json")
+    records = _jsonl(run / "metrics.jsonl")
+    state = _json(checkpoint / "state.json") or _json(checkpoint / "trainer_state.json")
+    step = state.get("step") or max((r["step"] for r in records if r.get("kind") == "train"), default=0)
+    train = [r for r in records if r.get("kind") == "train" and r["step"] <= step]
+    val = [r for r in records if r.get("kind") == "val" and r["step"] <= step]
+    corpus = _json(Path(config.get("corpus", "")) / "manifest.json") if config.get("corpus") else {}
+    summary = {"run": run.name, "checkpoint": checkpoint.name, "step": step, "config": config}
+    if corpus:
+        per_record = corpus["n_tokens"] / max(corpus["n_records"], 1)
+        seen = step * config.get("batch_size", 0) * config.get("grad_accum", 1)
+        summary.update(corpus_records=corpus["n_records"], corpus_tokens=corpus["n_tokens"],
+                       records_seen=seen, tokens_seen=round(seen * per_record), epochs=seen / corpus["n_records"])
+    if len(train) > 1:  # active time: sum of gaps between logs, ignoring pauses (stops and resumes)
+        gaps = [b["time"] - a["time"] for a, b in zip(train, train[1:]) if 0 < b["time"] - a["time"] < 600]
+        summary["train_hours"] = sum(gaps) / 3600
+        summary["tokens_per_s"] = sorted(r["tokens_per_s"] for r in train)[len(train) // 2]
+    if val:
+        summary["val"] = {k: val[-1][k] for k in ("step", "loss", "accuracy") if k in val[-1]}
+    return summary
+
+
+def _size_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+
+
+def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None) -> str:
+    dec, enc, cal = info["decoder"], info["encoder"], info["calibration"]
+    pc = info["decoder_parameters"]
+    cfg = dec.get("config", {})
+    enc_metrics = enc.get("metrics", {}).get("val", {})
+    enc_data = enc.get("metrics", {}).get("data", {})
+    enc_cfg = enc.get("train_config", {})
+    t = cal["thresholds"]
+    lines = [
+        f"# Model card: {name}",
+        "",
+        f"The default model bundle of MS-GPT Desktop, trained by this project's own code on a 2-core CPU "
+        f"({info['machine']}). Built {info['built']} by `python -m training.build_bundle`; bundle checksum "
+        f"`{info['checksum'][:16]}`, {info['size_mb']:.1f} MB, weights stored in {info['dtype']}.",
+        "",
+        "## What it does",
+        "",
+        "Given an MS/MS spectrum of a singly charged positive ion (`[M+H]+` or `[M+Na]+`) and the "
+        "molecule's formula, it proposes candidate structures: a spectrum encoder predicts a Morgan "
+        "fingerprint posterior, density-band queries are cut from it, and a fingerprint- and "
+        "formula-conditioned decoder samples SAFE strings (MS-GPT, see the paper in the project).",
+        "",
+        "## Components",
+        "",
+        "| component | preset | parameters |",
+        "| --- | --- | --- |",
+        f"| decoder (GPT-2 backbone + fingerprint/formula context + cross-attention) | {cfg.get('preset', '?')} | "
+        f"{pc['total'] / 1e6:.2f}M |",
+        f"| spectrum encoder (MIST-style, peaks annotated with subformulas) | {enc_cfg.get('preset', '?')} | "
+        f"{info['encoder_parameters'] / 1e6:.2f}M |",
+    ]
+    if info.get("adapter"):
+        lines.append(f"| LoRA adapter (posterior-aligned adaptation, merged at load) | rank 4 | "
+                     f"{info['adapter'].get('trainable_parameters', '?')} |")
+    lines += ["", "Decoder parameters by component: " + ", ".join(
+        f"{k} {v / 1e6:.2f}M" for k, v in pc.items() if k != "total") + ".", ""]
+
+    lines += ["## Training data", "",
+              "Only records we may redistribute a model of were used: spectra whose MassBank `LICENSE` is "
+              "CC0, CC BY, CC BY-SA or dl-de/by-2-0; non-commercial (CC BY-NC*) records were excluded.", ""]
+    if "corpus_records" in dec:
+        lines.append(
+            f"- **Decoder pretraining**: {dec['corpus_records']:,} distinct structures ({dec['corpus_tokens'] / 1e6:.1f}M "
+            "SAFE tokens): the molecule corpus `molecules.tsv.gz` of the project's shared data (public "
+            "sources and their licenses are listed in its `molecules.md`: MassBank open records, RepoRT, "
+            "MetaCyc via ModelSEED, NP-Classifier training data, MIBiG, MoleculeNet, ChEMBL and ZINC subsets) "
+            "plus the `FOLD=train` structures of `massbank_dev.mgf.gz`; structures of the `val` fold and of "
+            "the held-out test sets are excluded.")
+    if enc_data:
+        tr, va = enc_data.get("train", {}), enc_data.get("val", {})
+        lines.append(
+            f"- **Spectrum encoder, calibration{', adapter' if info.get('adapter') else ''}**: MassBank "
+            f"(MassBank-data release 2025.05.1, via `massbank_dev.mgf.gz`) `FOLD=train`: {tr.get('spectra', 0):,} "
+            f"positive-mode spectra of {tr.get('structures', 0):,} structures ("
+            + " and ".join(f"{n:,} {a}" for a, n in tr.get("adducts", {}).items()) + "); "
+            "unit-resolution instruments excluded. Model selection and every number below: `FOLD=val` "
+            f"({va.get('spectra', 0):,} spectra, {va.get('structures', 0):,} structures, disjoint by structure).")
+    lines.append("")
+
+    lines += ["## Training", ""]
+    if dec:
+        lines.append(
+            f"- Decoder: {dec.get('step', 0):,} AdamW steps of {cfg.get('batch_size')} formula-grouped records "
+            f"(lr {cfg.get('lr')} warm-up {cfg.get('warmup_steps')} then cosine to {cfg.get('min_lr')}, "
+            f"bf16 autocast, {cfg.get('threads')} CPU thread), "
+            f"{dec.get('tokens_seen', 0) / 1e6:.1f}M tokens = {dec.get('epochs', 0):.2f} epochs, "
+            f"{dec.get('train_hours', 0):.1f} h at ~{dec.get('tokens_per_s', 0):,.0f} tokens/s. "
+            + (f"Held-out teacher-forced loss {dec['val']['loss']:.3f}, token accuracy {dec['val']['accuracy']:.3f}."
+               if dec.get("val") else ""))
+    if enc:
+        m = enc.get("metrics", {})
+        lines.append(
+            f"- Encoder: {m.get('steps', '?')} steps, {m.get('train_minutes', 0):.0f} min, best step "
+            f"{m.get('best_step')} selected by val {m.get('selected_by')}. Peaks annotated with subformulas of "
+            f"the precursor formula within {m.get('annotation', {}).get('tol_ppm')} ppm "
+            f"(at least {1000 * m.get('annotation', {}).get('tol_da', 0):.0f} mDa), at most "
+            f"{m.get('annotation', {}).get('max_peaks')} peaks.")
+        if enc_metrics:
+            lines.append(
+                f"  Val: mean Tanimoto of the 0.5-thresholded posterior {enc_metrics['tanimoto']:.3f}, "
+                f"bit AUROC micro {enc_metrics['auroc_micro']:.3f} / macro {enc_metrics.get('auroc_macro', float('nan')):.3f}, "
+                f"AP micro {enc_metrics['ap_micro']:.3f} / macro {enc_metrics.get('ap_macro', float('nan')):.3f}.")
+    if info.get("adapter"):
+        lines.append(f"- Adapter: {info['adapter'].get('summary', 'see adapter/')}")
+    lines += ["",
+              "## Calibration", "",
+              f"D_enc = {cal['d_enc']:.2f} mean active bits of the true fingerprints over the encoder's training "
+              f"spectra. Thresholds t_κ = A⁻¹(κ·D_enc): κ=0.95 → {t['0.95']:.4f}, κ=1.00 → {t['1.0']:.4f}, "
+              f"κ=1.50 → {t['1.5']:.4f} (the default band κ ∈ [0.95, 1.50] spans these).", ""]
+    lines += ["## Evaluation", ""]
+    lines.append(evaluation.strip() if evaluation else "Not evaluated yet: run `msgpt-eval` (see the README).")
+    lines += ["",
+              "## Supported input and limits", "",
+              "- Positive mode, singly charged `[M+H]+` and `[M+Na]+` precursors; the molecular formula must be "
+              "known (from the file, or typed in). Negative mode and other adducts are reported as skipped.",
+              "- Elements C H N O S P F Cl Br I B Si Se As; up to 256 active fingerprint bits read by the "
+              "decoder; SAFE strings up to the decoder's block size.",
+              "- This is a small CPU-trained model (about 10M decoder parameters, under one epoch of a 0.56M-"
+              "molecule corpus) standing in for the paper's 150M decoder trained on 100M molecules on GPUs: "
+              "expect far lower accuracy than the paper reports; treat candidates as hypotheses to check "
+              "against standards, and read the posterior similarity and (with a reference) fidelity scores.",
+              "- Trained on MassBank reference spectra (mostly Orbitrap/Q-TOF, many collision energies); "
+              "spectra from other instruments or of compound classes absent from MassBank are out of "
+              "distribution.",
+              ""]
+    return "\n".join(lines)
+
+
+def build(args: argparse.Namespace) -> Path:
+    dtype = DTYPES[args.dtype]
+    checkpoint = resolve_decoder_checkpoint(Path(args.decoder))
+    decoder, tokenizer = load_decoder(checkpoint)
+    encoder_dir = Path(args.encoder)
+    encoder = load_encoder(encoder_dir)
+    calibration_file = Path(args.calibration) if args.calibration else encoder_dir / "calibration.json"
+    calibration = Calibration.load(calibration_file)
+    out = Path(args.out)
+    if out.exists():
+        if not args.force:
+            raise ConfigError(f"{out} exists; pass --force to replace it.")
+        shutil.rmtree(out)
+    dec_summary = decoder_training_summary(checkpoint)
+    enc_summary = {"metrics": _json(encoder_dir / "metrics.json"), "train_config": _json(encoder_dir / "train_config.json")}
+    save_bundle(
+        out, decoder=decoder.eval(), encoder=encoder, tokenizer=tokenizer, calibration=calibration,
+        name=args.name, dtype=dtype,
+        extra={"training": {"decoder_checkpoint": f"{dec_summary['run']}/{dec_summary['checkpoint']}",
+                            "decoder_step": dec_summary["step"], "encoder_run": encoder_dir.name}},
+    )
+    adapter_info = None
+    if args.adapter:
+        src = Path(args.adapter)
+        missing = [f for f in ADAPTER_FILES if not (src / f).is_file()]
+        if missing:
+            raise ConfigError(f"{src} lacks {', '.join(missing)}: give the adapter folder written by training.adapt.")
+        (out / "adapter").mkdir()
+        for f in ADAPTER_FILES:
+            shutil.copy2(src / f, out / "adapter" / f)
+        adapter_info = _json(src / "adapter_summary.json") or {}
+    cal_summary = {"d_enc": calibration.d_enc,
+                   "thresholds": {str(k): calibration.threshold_for_kappa(k) for k in (0.95, 1.0, 1.5)}}
+    bundle = load_bundle(out, device="cpu")  # proves the bundle is whole (checksums, shapes, tokenizer)
+    info = {
+        "decoder": dec_summary, "encoder": enc_summary, "calibration": cal_summary, "adapter": adapter_info,
+        "decoder_parameters": parameter_counts(decoder),
+        "encoder_parameters": sum(p.numel() for p in encoder.parameters()),
+        "checksum": bundle.checksum, "size_mb": _size_mb(out), "dtype": args.dtype,
+        "built": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "machine": f"{platform.processor() or platform.machine()}, torch {torch.__version__}",
+    }
+    evaluation = Path(args.evaluation).read_text() if args.evaluation else None
+    (out / "MODEL_CARD.md").write_text(render_card(args.name, out, info, evaluation))
+    assert bundle_checksum(out) == bundle.checksum  # the card is not part of the checksum
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--decoder", required=True, help="pretraining run directory or decoder checkpoint")
+    p.add_argument("--encoder", required=True, help="encoder training run directory")
+    p.add_argument("--calibration", help="calibration.json (default: the encoder run's)")
+    p.add_argument("--adapter", help="LoRA adapter folder (adapter_config.json + adapter_model.safetensors)")
+    p.add_argument("--evaluation", help="Markdown file with the evaluation table for the model card")
+    p.add_argument("--name", required=True, help="bundle name shown to users, e.g. msgpt-small-v1")
+    p.add_argument("--out", required=True, help="bundle directory to write")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="weight storage type (default bf16)")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    args = p.parse_args(argv)
+    try:
+        out = build(args)
+    except MsgptError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {out} ({_size_mb(out):.1f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
