@@ -11,6 +11,17 @@ from engine.spectrum import Spectrum
 DATA_DIR = Path(__file__).parent / "data"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_thread():
+    """Tiny models gain nothing from threads, and a busy shared machine makes thread barriers slow."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture
 def data_dir() -> Path:
     return DATA_DIR

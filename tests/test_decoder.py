@@ -17,15 +17,6 @@ FORMULA = np.array([20, 25, 3, 2] + [0] * 10)  # C20H25N3O2
 QUERIES = [np.array([3, 17, 40, 1023, 4000]), np.array([5, 6]), np.arange(0, 4096, 97)]  # 5, 2, 43 bits
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from threads, and a busy shared machine makes thread barriers slow."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)

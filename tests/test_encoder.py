@@ -31,15 +31,6 @@ def synthetic(n_peaks: int, seed: int, polarity: int = 1) -> SpectrumFeatures:
     )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread; with busy cores, more threads wait on each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def model() -> SpectrumEncoder:
     torch.manual_seed(0)

@@ -24,15 +24,6 @@ FORMULA = np.array([20, 25, 3, 2] + [0] * 10)
 Q0, Q1, Q2 = np.array([3, 17, 40, 1023, 4000]), np.array([5, 6, 900]), np.array([12])
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from threads, and a busy shared machine makes thread barriers slow."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def tok():
     return SafeTokenizer.build(SAFE)

@@ -174,15 +174,7 @@ def test_lr_schedule():
 # Training
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models are fastest on one thread, and the CI box is shared
-    yield
-    torch.set_num_threads(before)
-
-
-def test_a_few_steps_lower_the_loss(mgf, tmp_path, one_thread):
+def test_a_few_steps_lower_the_loss(mgf, tmp_path):
     torch.manual_seed(0)
     settings = FeatureSettings.for_encoder(EncoderConfig.from_preset("tiny"))
     train = load_labelled_spectra(mgf, settings, cache_dir=tmp_path / "cache").select(["train"])
