@@ -630,6 +630,7 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--keep-unit-resolution", action="store_true", help="keep QQ / ion-trap spectra")
     p.add_argument("--max-peaks", type=int, help="encoder max_peaks (default: the preset's)")
+    p.add_argument("--dropout", type=float, help="encoder dropout (default: the preset's)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     for f in fields(EncoderTrainConfig):
         if f.name in {"mgf", "out_dir", "preset", "encoder", "licenses", "exclude_unit_resolution", "resume",
@@ -641,10 +642,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> EncoderTrainConfig:
-    skip = {"mgf", "out", "licenses", "keep_unit_resolution", "max_peaks", "resume", "preset"}
+    skip = {"mgf", "out", "licenses", "keep_unit_resolution", "max_peaks", "dropout", "resume", "preset"}
     kwargs = {k: v for k, v in vars(args).items() if k not in skip}
     licenses = None if [s.lower() for s in args.licenses] == ["all"] else args.licenses
     encoder = {"max_peaks": args.max_peaks} if args.max_peaks else {}
+    if args.dropout is not None:
+        encoder["dropout"] = args.dropout
     return EncoderTrainConfig(
         mgf=args.mgf, out_dir=args.out, preset=args.preset, encoder=encoder, licenses=licenses,
         exclude_unit_resolution=not args.keep_unit_resolution, resume=args.resume, **kwargs,
