@@ -219,6 +219,11 @@ def load_bundle(
         raise BundleError(f"{path}/config.json lacks the {e.args[0]!r} section.") from e
     except ConfigError as e:
         raise BundleError(f"{path}/config.json: {e}") from e
+    if enc_cfg.fp_bits != dec_cfg.fp_bits:
+        raise BundleError(
+            f"{path}/config.json: the encoder predicts {enc_cfg.fp_bits} fingerprint bits but the decoder reads "
+            f"{dec_cfg.fp_bits}; the two models were not trained for each other."
+        )
     tokenizer = SafeTokenizer.load(path / "tokenizer.json")
     if tokenizer.vocab_size != dec_cfg.vocab_size:
         raise BundleError(

@@ -70,7 +70,7 @@ def build_tiny_bundle(path: Path, steps: int = 150) -> Path:
     spectra = fixture_spectra()
     decoder, tokenizer, _ = train_tiny_decoder([s.smiles for s in spectra], steps=steps)
     torch.manual_seed(1)
-    encoder = SpectrumEncoder(EncoderConfig.from_preset("tiny")).eval()
+    encoder = SpectrumEncoder(EncoderConfig.from_preset("tiny", fp_bits=decoder.config.fp_bits)).eval()
     with torch.no_grad():
         batch = collate([featurize_spectrum(s, encoder.config) for s in spectra])
         post = encoder.predict_proba(batch).numpy()
