@@ -128,3 +128,22 @@ def test_config_errors_name_the_bad_value(tmp_path):
         EvalConfig(model="m", mgf="x", out="o", variants=("bogus",))
     with pytest.raises(ConfigError, match="pool size 30 must be a positive multiple of M=20"):
         EvalConfig(model="m", mgf="x", out="o", pool_size=30)
+
+
+def test_mces_distances_and_failure_scoring(monkeypatch):
+    pytest.importorskip("myopic_mces")
+    from engine.ranking import Candidate
+    from engine.spectrum import Spectrum
+    from training import evaluate as ev
+
+    ref = ev.Reference.of(Spectrum(id="x", precursor_mz=47.05, smiles="CCO", mz=[1.0], intensity=[1.0]))
+    same = Candidate(rank=1, smiles="CCO", inchikey="", inchikey14="LFQSCWFLJHTTHZ", formula="C2H6O", count=1,
+                     frequency=1.0, posterior_similarity=0.0, bits=np.zeros(0, dtype=np.int64))
+    assert ev.mces_distances([same], ref, 10, 5.0) == [0.0]
+    assert ev.mces_distances([], ref, 10, 5.0) == [ev.MCES_FAILED]  # no candidates: 100
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("solver crashed")
+
+    monkeypatch.setattr("myopic_mces.MCES", fail)
+    assert ev.mces_distances([same], ref, 10, 5.0) == [4.0]  # failure: bonds of reference + candidate (2 + 2)
