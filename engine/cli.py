@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import logging
 import sys
@@ -129,6 +130,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     _err(device_msg)
     bundle = load_bundle(_model_path(args.model), device=args.device, use_adapter=params.use_adapter,
                          precision=args.precision)
+    if not bundle.has_adapter and params.use_adapter:  # record what really runs: no adapter to switch on
+        params = dataclasses.replace(params, use_adapter=False)
     _err(f"Model: {bundle.describe()}")
     _err(f"Parameters: {params.describe()}")
 

@@ -104,6 +104,7 @@ def test_cli_forced_formula_and_pool_size(tmp_path, tiny_bundle_dir, capsys):
     mols = list(Chem.SDMolSupplier(str(out)))
     assert mols and all(m.GetProp("MolecularFormula") == "C11H13NO3" for m in mols)
     assert "B=40" in mols[0].GetProp("msgpt_parameters")
+    assert "adapter=off" in mols[0].GetProp("msgpt_parameters")  # the tiny bundle has none: say what ran
 
 
 def test_cli_nothing_processed_exits_nonzero_and_writes_nothing(tmp_path, tiny_bundle_dir, capsys):
