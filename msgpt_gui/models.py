@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
@@ -28,7 +29,33 @@ _STATUS_COLORS = {
 }
 
 
-class SpectraModel(QAbstractTableModel):
+class _ColumnsModel(QAbstractTableModel):
+    """A flat table: subclasses name their ``COLUMNS``, the rows (``_rows``) and the header tips (``_tip``)."""
+
+    COLUMNS: tuple[str, ...] = ()
+
+    def _rows(self) -> Sequence:
+        raise NotImplementedError
+
+    def _tip(self, section: int) -> str:
+        raise NotImplementedError
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self._rows())
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section, orientation, role=DISPLAY):
+        if orientation == Qt.Orientation.Horizontal:
+            if role == DISPLAY:
+                return self.COLUMNS[section]
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return self._tip(section)
+        return None
+
+
+class SpectraModel(_ColumnsModel):
     """One row per record of the opened files (skipped records too, with their reason)."""
 
     COLUMNS = ("ID", "Prec. m/z", "Adduct", "Formula", "RT (min)", "Peaks", "Status")
@@ -81,19 +108,11 @@ class SpectraModel(QAbstractTableModel):
             self.dataChanged.emit(self.index(0, 0), self.index(len(self.entries) - 1, len(self.COLUMNS) - 1))
 
     # -- Qt model API
-    def rowCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.entries)
+    def _rows(self) -> Sequence:
+        return self.entries
 
-    def columnCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.COLUMNS)
-
-    def headerData(self, section, orientation, role=DISPLAY):
-        if orientation == Qt.Orientation.Horizontal:
-            if role == DISPLAY:
-                return self.COLUMNS[section]
-            if role == Qt.ItemDataRole.ToolTipRole:
-                return self.TIPS[section]
-        return None
+    def _tip(self, section: int) -> str:
+        return self.TIPS[section]
 
     def data(self, index, role=DISPLAY):
         if not index.isValid():
@@ -146,7 +165,7 @@ class SpectraModel(QAbstractTableModel):
         return e.spectrum.index if e.spectrum is not None else e.skipped.index
 
 
-class CandidatesModel(QAbstractTableModel):
+class CandidatesModel(_ColumnsModel):
     """Ranked candidates of one spectrum result, with rank moves against the previous ranking."""
 
     STRUCTURE, RANK, CHANGE, SMILES, FORMULA, COUNT, FREQUENCY, SIMILARITY, REFERENCE = range(9)
@@ -187,19 +206,11 @@ class CandidatesModel(QAbstractTableModel):
             return f"▼{-moved}", float(moved)
         return "=", 0.0
 
-    def rowCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.candidates)
+    def _rows(self) -> Sequence:
+        return self.candidates
 
-    def columnCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.COLUMNS)
-
-    def headerData(self, section, orientation, role=DISPLAY):
-        if orientation == Qt.Orientation.Horizontal:
-            if role == DISPLAY:
-                return self.COLUMNS[section]
-            if role == Qt.ItemDataRole.ToolTipRole:
-                return TIPS["columns"][self.COLUMNS[section]]
-        return None
+    def _tip(self, section: int) -> str:
+        return TIPS["columns"][self.COLUMNS[section]]
 
     def data(self, index, role=DISPLAY):
         if not index.isValid():

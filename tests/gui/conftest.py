@@ -69,17 +69,6 @@ def gui_bundle_dir(request) -> Path:
     return target if (target / "config.json").is_file() else built
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """One torch thread: on the shared 2-core machines a busy pool slows the tiny model ~50x."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture
 def home(tmp_path, monkeypatch) -> Path:
     """A fresh MSGPT_HOME: settings, data and cache of the app go there."""
