@@ -139,6 +139,22 @@ def test_resume_gives_the_losses_of_an_uninterrupted_run(corpus, tmp_path):
         assert torch.equal(x, y), name
 
 
+def test_a_new_stage_starts_from_an_earlier_decoder(corpus, tmp_path):
+    list(pretrain(tiny_config(corpus, tmp_path / "stage1", max_steps=3)))
+    first, _ = load_decoder(latest_checkpoint(tmp_path / "stage1"))
+    events = list(pretrain(tiny_config(corpus, tmp_path / "stage2", max_steps=1, lr=1e-12, min_lr=0.0, seed=1,
+                                       init_decoder=str(tmp_path / "stage1"))))
+    assert events[0].step == 0  # a fresh schedule and optimizer
+    second, _ = load_decoder(latest_checkpoint(tmp_path / "stage2"))
+    for (name, x), y in zip(first.state_dict().items(), second.state_dict().values()):
+        assert torch.allclose(x, y, atol=1e-9), name  # one step at lr 1e-12: the weights are stage 1's
+    with pytest.raises(ConfigError, match="another configuration"):
+        list(pretrain(tiny_config(corpus, tmp_path / "stage3", max_steps=1, dropout=0.2,
+                                  init_decoder=str(tmp_path / "stage1"))))
+    with pytest.raises(ConfigError, match="not both"):
+        tiny_config(corpus, tmp_path / "x", init_decoder="a", init_from="b")
+
+
 def test_refuses_to_overwrite_or_resume_with_other_settings(corpus, tmp_path):
     list(pretrain(tiny_config(corpus, tmp_path / "run", max_steps=1)))
     with pytest.raises(ConfigError, match="already holds checkpoints"):

@@ -75,6 +75,7 @@ from .checkpoint import (
     export_decoder,
     latest_checkpoint,
     load_checkpoint,
+    load_decoder,
     save_checkpoint,
     write_json_atomic,
 )
@@ -118,6 +119,10 @@ class PretrainConfig:
     keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept"})
     resume: bool = field(default=False, metadata={"help": "continue from the newest checkpoint in --out"})
     init_from: str | None = field(default=None, metadata={"help": "local SAFE-GPT checkpoint to warm-start from"})
+    init_decoder: str | None = field(default=None, metadata={
+        "help": "start a new stage from the decoder of an earlier run (its run directory, a checkpoint or an "
+                "exported decoder): weights only; optimizer, schedule and data order start afresh, so give "
+                "another --seed to see the corpus in a new order"})
 
     def __post_init__(self):
         if not self.corpus:
@@ -155,6 +160,8 @@ class PretrainConfig:
             raise ConfigError(f"`precision` must be 'auto', 'bf16' or 'fp32', got {self.precision!r}.")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"`device` must be 'auto', 'cpu' or 'cuda', got {self.device!r}.")
+        if self.init_from and self.init_decoder:
+            raise ConfigError("Give `init_from` (a SAFE-GPT checkpoint) or `init_decoder` (our own decoder), not both.")
 
     def decoder_config(self, vocab_size: int) -> DecoderConfig:
         overrides = {k: getattr(self, k) for k in ("dropout", "block_size") if getattr(self, k) is not None}
@@ -163,7 +170,7 @@ class PretrainConfig:
 
 # Settings that may change when resuming; every other field must equal the saved run's.
 RESUMABLE_CHANGES = frozenset({
-    "corpus", "out", "resume", "init_from", "precision", "device", "threads", "forward_tokens",
+    "corpus", "out", "resume", "init_from", "init_decoder", "precision", "device", "threads", "forward_tokens",
     "eval_every", "log_every", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "val_max_records",
 })  # fmt: skip
 
@@ -309,6 +316,24 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     if precision == "bf16" and not supported:
         raise ConfigError(f"`precision` bf16 was asked for, but this {device.type.upper()} lacks bf16; use fp32.")
     return torch.bfloat16 if supported else None
+
+
+def init_from_decoder(model: ConditionalDecoder, src: str | Path, tokenizer) -> Path:
+    """Copy the weights of an earlier run's decoder into ``model`` (same configuration and tokenizer)."""
+    src = Path(src)
+    found = src if (src / "decoder_config.json").is_file() else latest_checkpoint(src)
+    if found is None:
+        raise ConfigError(f"`init_decoder` {src} is neither a decoder directory nor a run with checkpoints.")
+    earlier, earlier_tokenizer = load_decoder(found)
+    if earlier.config != model.config:
+        raise ConfigError(
+            f"`init_decoder` {found} has another configuration ({earlier.config}) than this run ({model.config}); "
+            "use the same --preset/--dropout/--block-size."
+        )
+    if earlier_tokenizer.fingerprint() != tokenizer.fingerprint():
+        raise ConfigError(f"`init_decoder` {found} was trained with another tokenizer than this corpus's.")
+    model.load_state_dict(earlier.state_dict())
+    return found
 
 
 class TeacherForcing(nn.Module):
@@ -519,6 +544,8 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
         _check_resumable(state, config, ds, env)
         step, epoch, position = state["step"], state["sampler"]["epoch"], state["sampler"]["batches_done"]
         resumed_from = str(ckpt)
+    elif config.init_decoder:
+        init_from_decoder(model, config.init_decoder, ds.tokenizer)
     elif config.init_from:
         from .warmstart import warm_start_from_safe_gpt
 
