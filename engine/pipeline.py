@@ -7,7 +7,9 @@ produces no result.
 
 :class:`SpectrumSession` keeps one spectrum's posterior and every sample drawn so far (by its
 identity ``(i, j)``), so the GUI can grow the pool (only the new samples are drawn), shrink it
-(re-rank a subset, nothing drawn) or change the band (re-query).
+(re-rank a subset, nothing drawn) or change the band (re-query). ``run(params, plan=...)`` draws from
+a :class:`~engine.querying.QueryPlan` instead of the band (explicit thresholds, outer-band density
+ratios or one fixed fingerprint); ``msgpt-eval`` runs the paper's ablations and the oracle that way.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .bundle import ModelBundle
 from .errors import Cancelled, ConfigError, MsgptError, SpectrumError
 from .featurize import collate, featurize_spectrum
 from .formula import formula_vector, parse_formula
-from .querying import band_thresholds, build_queries, check_kappa
+from .querying import QueryPlan, band_thresholds, build_queries, check_kappa
 from .ranking import Candidate, CandidatePool, reference_rank
 from .sampling import QueryRequest, sample_queries
 from .spectrum import SkippedRecord, Spectrum, check_formula_matches_precursor
@@ -93,6 +95,13 @@ class QueryParams:
         d.pop("samples_per_group")
         return tuple(sorted(d.items()))
 
+    def plan_sampling_key(self, plan: QueryPlan) -> tuple:
+        """The same for samples drawn from ``plan`` (the band settings do not matter then)."""
+        d = asdict(self)
+        for name in ("samples_per_group", "kappa_min", "kappa_max", "groups"):
+            d.pop(name)
+        return ("plan", plan.key(), tuple(sorted(d.items())))
+
     def describe(self) -> str:
         return (
             f"kappa=[{self.kappa_min}, {self.kappa_max}] M={self.groups} N={self.samples_per_group} "
@@ -147,12 +156,13 @@ class SpectrumResult:
     thresholds: np.ndarray
     n_distinct_queries: int
     mean_query_bits: float
-    fidelity: float | None  # max Tanimoto of the reference fingerprint to the band's queries
+    fidelity: float | None  # max Tanimoto of the reference fingerprint to the queries (the band's, or the plan's)
     reference_inchikey14: str | None
     reference_rank: int | None  # None: absent (or no reference)
     new_samples: int  # samples drawn by the run that produced this result
     seconds: float
     partial: bool = False
+    plan: QueryPlan | None = None  # the queries, when not the band of ``params``
 
     @property
     def reference_status(self) -> str:
@@ -207,17 +217,19 @@ def compute_posterior(bundle: ModelBundle, spectrum: Spectrum) -> np.ndarray:
 class SpectrumSession:
     """One spectrum's posterior and sample pool; :meth:`run` draws only what is missing."""
 
-    def __init__(self, bundle: ModelBundle, spectrum: Spectrum, index: int = 0):
+    def __init__(self, bundle: ModelBundle, spectrum: Spectrum, index: int = 0, posterior: np.ndarray | None = None):
+        """``posterior``: π of this spectrum if already computed (e.g. by an evaluation), else computed once."""
         require_usable(bundle, spectrum)
         self.bundle = bundle
         self.spectrum = spectrum
         self.index = index
         self.formula = spectrum.formula
-        self.reference_bits, self.reference_inchikey14 = _reference(spectrum)
-        self._posterior: np.ndarray | None = None
+        self.reference_bits, self.reference_inchikey14 = _reference(spectrum, bundle.decoder.config.fp_bits)
+        self._posterior: np.ndarray | None = None if posterior is None else np.asarray(posterior, dtype=np.float32)
         self._key: tuple | None = None
         self._queries = []
         self._thresholds = np.zeros(0)
+        self._plan: QueryPlan | None = None
         self.pool: CandidatePool | None = None
 
     @property
@@ -226,24 +238,36 @@ class SpectrumSession:
             self._posterior = compute_posterior(self.bundle, self.spectrum)
         return self._posterior
 
-    def _prepare(self, params: QueryParams) -> None:
-        if params.sampling_key() == self._key:
+    def _prepare(self, params: QueryParams, plan: QueryPlan | None) -> None:
+        key = params.sampling_key() if plan is None else params.plan_sampling_key(plan)
+        if key == self._key:
             return
-        cal = self.bundle.calibration
-        self._thresholds = band_thresholds(cal, params.kappa_min, params.kappa_max, params.groups)
-        self._queries = build_queries(self.posterior, self._thresholds)
+        if plan is None:
+            cal = self.bundle.calibration
+            self._thresholds = band_thresholds(cal, params.kappa_min, params.kappa_max, params.groups)
+            self._queries = build_queries(self.posterior, self._thresholds)
+        else:
+            self._thresholds = np.asarray(plan.thresholds, dtype=np.float64)
+            self._queries = plan.queries(self.posterior)
         self.pool = CandidatePool(self.formula, [q.bits for q in self._queries])
-        self._key = params.sampling_key()
+        self._key = key
+        self._plan = plan
 
-    def run(self, params: QueryParams, cancel: CancelFn | None = None) -> Generator[Event, None, SpectrumResult]:
-        """Draw the samples ``params`` needs that the pool lacks, yielding progress and live rankings."""
+    def run(
+        self, params: QueryParams, cancel: CancelFn | None = None, plan: QueryPlan | None = None
+    ) -> Generator[Event, None, SpectrumResult]:
+        """Draw the samples ``params`` needs that the pool lacks, yielding progress and live rankings.
+
+        With a ``plan``, its queries replace the band of ``params`` (whose κ range and M are then
+        unused); N, seed, sampling settings and the adapter switch still come from ``params``.
+        """
         t0 = time.perf_counter()
         _check_cancel(cancel)
         if self.bundle.has_adapter:
             self.bundle.set_adapter(params.use_adapter)
         elif params.use_adapter and self.bundle.config.get("require_adapter"):
             raise ConfigError("This bundle requires its adapter, which is missing.")
-        self._prepare(params)
+        self._prepare(params, plan)
         n = params.samples_per_group
         requests = []
         for q in self._queries:
@@ -294,16 +318,18 @@ class SpectrumSession:
             new_samples=new_samples,
             seconds=time.perf_counter() - t0,
             partial=partial,
+            plan=self._plan,
         )
 
 
-def _reference(spectrum: Spectrum) -> tuple[np.ndarray | None, str | None]:
-    """Reference fingerprint and InChIKey-14 from the record's SMILES (or just the InChIKey)."""
+def _reference(spectrum: Spectrum, n_bits: int = chem.N_BITS) -> tuple[np.ndarray | None, str | None]:
+    """Reference fingerprint (in the model's ``n_bits``) and InChIKey-14 from the record's SMILES (or
+    just the InChIKey)."""
     if spectrum.smiles:
         mol = chem.mol_from_smiles(spectrum.smiles)
         if mol is not None:
             chem.remove_stereo(mol)
-            return chem.morgan_bits(mol), chem.inchikey14(mol)
+            return chem.morgan_bits(mol, n_bits), chem.inchikey14(mol)
     if spectrum.inchikey:
         return None, spectrum.inchikey[:14]
     return None, None

@@ -11,6 +11,11 @@ Paper, Method "Posterior Query Construction":
 
 Neighbouring thresholds often give the same fingerprint; :func:`build_queries` merges those so each
 distinct query is encoded once, keeping the identity ``(i, j)`` of every sample drawn from it.
+
+A :class:`QueryPlan` replaces the band where something else should be queried (the paper's
+ablations and the oracle run of ``msgpt-eval``): explicit thresholds (a point query at one ``t``, such
+as the F1- or cosine-optimal one), density ratios drawn outside the band (outer-band querying), or one
+given fingerprint (the true one: the decoder alone).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from .errors import BundleError, ConfigError
 
 CALIBRATION_FORMAT_VERSION = 1
 KAPPA_LIMITS = (0.05, 10.0)
+OUTER_KAPPA_RANGE = (0.5, 2.0)  # the κ range of the paper's density-ratio diagnostics
 
 
 @dataclass(frozen=True)
@@ -215,3 +221,106 @@ def build_queries(posterior: np.ndarray, thresholds: Sequence[float]) -> list[Qu
         bits = threshold_query(posterior, float(t))
         merged.setdefault(bits.tobytes(), (bits, []))[1].append(i)
     return [Query(bits, tuple(idx)) for bits, idx in merged.values()]
+
+
+def outer_band_kappas(
+    rng: np.random.Generator,
+    groups: int,
+    kappa_min: float,
+    kappa_max: float,
+    kappa_range: tuple[float, float] = OUTER_KAPPA_RANGE,
+) -> np.ndarray:
+    """M density ratios drawn uniformly from ``[lo, κ_min) ∪ (κ_max, hi]``, the outside of the band
+    within ``kappa_range = (lo, hi)``; sorted from sparse to dense."""
+    lo, hi = (check_kappa(k, "kappa_range") for k in kappa_range)
+    if not isinstance(groups, int) or groups < 1:
+        raise ConfigError(f"`groups` (M) must be a positive integer, got {groups!r}.")
+    below, above = max(kappa_min - lo, 0.0), max(hi - kappa_max, 0.0)
+    if below + above <= 0:
+        raise ConfigError(
+            f"The band [{kappa_min}, {kappa_max}] covers the whole κ range [{lo}, {hi}], so nothing lies "
+            f"outside it; widen the range (e.g. 0.5 2.0) or narrow the band."
+        )
+    u = rng.random(groups) * (below + above)
+    return np.sort(np.where(u < below, lo + u, kappa_max + (u - below)))
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """The queries a spectrum's samples come from when they are not the density band of the parameters.
+
+    Exactly one of ``thresholds`` (query ``i`` is ``1[π > t_i]``; one threshold is a point query) and
+    ``fingerprint`` (one fixed query, whatever the posterior; e.g. the true fingerprint) is given. N
+    samples are drawn per threshold (per fingerprint), so B = M × N with M = :attr:`groups`.
+    """
+
+    name: str = field(metadata={"help": "what the plan is, for reports (e.g. 'point', 'oracle')"})
+    thresholds: tuple[float, ...] = field(default=(), metadata={"help": "posterior thresholds t_i in [0, 1]"})
+    fingerprint: tuple[int, ...] | None = field(default=None, metadata={"help": "active bits of a fixed query"})
+    kappas: tuple[float, ...] = field(default=(), metadata={"help": "density ratios the thresholds came from"})
+
+    def __post_init__(self):
+        ts = tuple(float(t) for t in self.thresholds)
+        object.__setattr__(self, "thresholds", ts)
+        object.__setattr__(self, "kappas", tuple(float(k) for k in self.kappas))
+        if (self.fingerprint is None) == (not ts):
+            raise ConfigError(
+                f"A query plan takes either `thresholds` or a `fingerprint`, not both or neither "
+                f"(plan {self.name!r})."
+            )
+        if any(not (math.isfinite(t) and 0.0 <= t <= 1.0) for t in ts):
+            raise ConfigError(f"Thresholds must be numbers in [0, 1], got {list(ts)} (plan {self.name!r}).")
+        if self.fingerprint is not None:
+            bits = tuple(sorted({int(b) for b in self.fingerprint}))
+            if bits and bits[0] < 0:
+                raise ConfigError(f"Fingerprint bit indices must be ≥ 0, got {bits[0]} (plan {self.name!r}).")
+            object.__setattr__(self, "fingerprint", bits)
+
+    # -- constructors -----------------------------------------------------------------------------
+    @classmethod
+    def point(cls, threshold: float, name: str = "point") -> QueryPlan:
+        """One query ``1[π > t]`` (the point-query approximation of earlier pipelines)."""
+        return cls(name, thresholds=(threshold,))
+
+    @classmethod
+    def at_kappas(cls, cal: Calibration, kappas: Sequence[float], name: str) -> QueryPlan:
+        """One query per density ratio, at ``t_κ = A⁻¹(κ·D_enc)``."""
+        return cls(name, thresholds=tuple(cal.threshold_for_kappa(float(k)) for k in kappas),
+                   kappas=tuple(float(k) for k in kappas))
+
+    @classmethod
+    def outer_band(
+        cls, cal: Calibration, rng: np.random.Generator, groups: int, kappa_min: float, kappa_max: float,
+        kappa_range: tuple[float, float] = OUTER_KAPPA_RANGE,
+    ) -> QueryPlan:
+        """Outer-band querying: M queries at κ drawn uniformly outside ``[κ_min, κ_max]`` (see
+        :func:`outer_band_kappas`)."""
+        return cls.at_kappas(cal, outer_band_kappas(rng, groups, kappa_min, kappa_max, kappa_range), "outer")
+
+    @classmethod
+    def oracle(cls, bits: Sequence[int] | np.ndarray, name: str = "oracle") -> QueryPlan:
+        """One fixed query: the given active bits (for the true fingerprint, the decoder alone)."""
+        return cls(name, fingerprint=tuple(int(b) for b in np.asarray(bits).ravel()))
+
+    # -- use --------------------------------------------------------------------------------------
+    @property
+    def groups(self) -> int:
+        """M: the number of threshold indices the samples are spread over."""
+        return 1 if self.fingerprint is not None else len(self.thresholds)
+
+    def queries(self, posterior: np.ndarray) -> list[Query]:
+        """The distinct queries of this plan for one posterior (identical thresholded ones merged)."""
+        if self.fingerprint is not None:
+            return [Query(np.asarray(self.fingerprint, dtype=np.int64), (0,))]
+        return build_queries(posterior, self.thresholds)
+
+    def key(self) -> tuple:
+        """Equal keys give the same queries from the same posterior (and so share samples)."""
+        return (self.thresholds, self.fingerprint)
+
+    def describe(self) -> str:
+        if self.fingerprint is not None:
+            return f"{self.name}: one fixed fingerprint ({len(self.fingerprint)} bits)"
+        if len(self.thresholds) == 1:
+            return f"{self.name}: point query at t={self.thresholds[0]:.4f}"
+        return f"{self.name}: {len(self.thresholds)} thresholds {min(self.thresholds):.4f}…{max(self.thresholds):.4f}"

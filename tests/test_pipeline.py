@@ -140,3 +140,51 @@ def test_pool_size_must_be_multiple_of_groups():
     assert QueryParams.samples_for_pool_size(300, 20) == 15
     with pytest.raises(ConfigError, match="use 140 or 160"):
         QueryParams.samples_for_pool_size(150, 20)
+
+
+# -- query plans: explicit thresholds, outer band, a fixed fingerprint ----------------------------------
+def test_point_plan_is_the_point_query_of_the_parameters(tiny_bundle):
+    from engine.querying import QueryPlan
+
+    s = fixture_spectra()[0]
+    t = tiny_bundle.calibration.threshold_for_kappa(1.0)
+    via_params = drain(SpectrumSession(tiny_bundle, s).run(
+        QueryParams(kappa_min=1.0, kappa_max=1.0, groups=1, samples_per_group=20)))[1]
+    via_plan = drain(SpectrumSession(tiny_bundle, s).run(QueryParams(samples_per_group=20), plan=QueryPlan.point(t)))[1]
+    assert via_plan.n_samples == 20 and via_plan.plan.name == "point" and via_params.plan is None
+    assert [(c.inchikey14, c.count) for c in via_plan.candidates] == [(c.inchikey14, c.count) for c in via_params.candidates]
+    assert via_plan.thresholds.tolist() == pytest.approx([t])
+
+
+def test_explicit_thresholds_grow_and_switching_plans_requeries(tiny_bundle):
+    from engine.querying import QueryPlan
+
+    session = SpectrumSession(tiny_bundle, fixture_spectra()[1])
+    plan = QueryPlan("two", thresholds=(0.0, 1.0))  # every bit, and none
+    first = drain(session.run(QueryParams(samples_per_group=3), plan=plan))[1]
+    assert first.new_samples == 6 and first.n_distinct_queries == 2 and first.mean_query_bits == pytest.approx(4096 / 2)
+    grown = drain(session.run(QueryParams(samples_per_group=5, seed=0), plan=plan))[1]
+    assert grown.new_samples == 4 and grown.n_samples == 10  # only the new samples are drawn
+    band = drain(session.run(QueryParams(samples_per_group=1)))[1]  # back to the band: new queries
+    assert band.plan is None and band.new_samples == 20
+
+
+def test_oracle_plan_feeds_the_true_fingerprint(tiny_bundle):
+    from engine import chem
+    from engine.querying import QueryPlan
+
+    s = fixture_spectra()[3]
+    bits = chem.morgan_bits(chem.remove_stereo(chem.mol_from_smiles(s.smiles)))
+    r = drain(SpectrumSession(tiny_bundle, s).run(QueryParams(samples_per_group=20), plan=QueryPlan.oracle(bits)))[1]
+    assert r.n_samples == 20 and r.n_distinct_queries == 1 and len(r.thresholds) == 0
+    assert r.fidelity == 1.0 and r.mean_query_bits == len(bits)
+    assert r.reference_status == "exact"  # the tiny decoder memorised this structure from its fingerprint
+
+
+def test_session_reuses_a_given_posterior(tiny_bundle):
+    from engine.pipeline import compute_posterior
+
+    s = fixture_spectra()[2]
+    post = compute_posterior(tiny_bundle, s)
+    session = SpectrumSession(tiny_bundle, s, posterior=post)
+    assert session.posterior is not None and np.array_equal(session.posterior, post)

@@ -98,3 +98,52 @@ def test_build_queries_merges_identical_fingerprints():
     queries = build_queries(post, [0.2, 0.25, 0.4, 0.6])
     assert [q.bits.tolist() for q in queries] == [[0, 1, 3], [0, 1], [0]]
     assert [q.threshold_indices for q in queries] == [(0, 1), (2,), (3,)]
+
+
+# -- query plans ----------------------------------------------------------------------------------------
+def test_outer_band_kappas_stay_outside_the_band():
+    from engine.querying import outer_band_kappas
+
+    k = outer_band_kappas(np.random.default_rng(0), 400, 0.95, 1.5)
+    assert len(k) == 400 and np.all(np.diff(k) >= 0)
+    assert np.all(((k >= 0.5) & (k < 0.95)) | ((k > 1.5) & (k <= 2.0)))
+    # uniform over the outside: 0.45 of its 0.95 width lies below the band
+    assert np.mean(k < 0.95) == pytest.approx(0.45 / 0.95, abs=0.08)
+    again = outer_band_kappas(np.random.default_rng(0), 400, 0.95, 1.5)
+    assert np.array_equal(k, again)
+    with pytest.raises(ConfigError, match="covers the whole κ range"):
+        outer_band_kappas(np.random.default_rng(0), 4, 0.5, 2.0)
+
+
+def test_query_plans_build_their_queries():
+    from engine.querying import QueryPlan
+
+    post = np.array([0.9, 0.5, 0.2, 0.05])
+    plan = QueryPlan("p", thresholds=(0.4, 0.3, 0.1))
+    assert [(q.bits.tolist(), q.threshold_indices) for q in plan.queries(post)] == [([0, 1], (0, 1)), ([0, 1, 2], (2,))]
+    assert plan.groups == 3
+    oracle = QueryPlan.oracle(np.array([7, 3, 3]))
+    assert oracle.fingerprint == (3, 7) and oracle.groups == 1
+    assert [(q.bits.tolist(), q.threshold_indices) for q in oracle.queries(post)] == [([3, 7], (0,))]
+    cal = Calibration(d_enc=5.0, thresholds=np.array([0.0, 1.0]), active_counts=np.array([10.0, 0.0]))
+    at = QueryPlan.at_kappas(cal, [1.0, 1.6], "k")
+    assert at.thresholds == pytest.approx((0.5, 0.2)) and at.kappas == (1.0, 1.6)
+    outer = QueryPlan.outer_band(cal, np.random.default_rng(1), 5, 0.95, 1.5)
+    assert outer.name == "outer" and len(outer.thresholds) == 5
+    assert all(k < 0.95 or k > 1.5 for k in outer.kappas)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(thresholds=(0.5,), fingerprint=(1,)), "either `thresholds` or a `fingerprint`"),
+        (dict(), "either `thresholds` or a `fingerprint`"),
+        (dict(thresholds=(1.5,)), "Thresholds must be numbers in \\[0, 1\\], got \\[1.5\\]"),
+        (dict(fingerprint=(-1, 4)), "bit indices must be ≥ 0, got -1"),
+    ],
+)
+def test_bad_query_plans(kwargs, match):
+    from engine.querying import QueryPlan
+
+    with pytest.raises(ConfigError, match=match):
+        QueryPlan("bad", **kwargs)

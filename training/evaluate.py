@@ -3,40 +3,35 @@
 ::
 
     msgpt-eval --model resources/default_model --mgf ../shared/data/massbank_dev.mgf.gz --fold val \\
-        --max-spectra 150 --one-per-structure --variants oracle point band band+adapter --out eval/
+        --one-per-structure --max-spectra 150 --variants oracle point band band+adapter --out runs/eval
 
 For every selected spectrum (known formula, reference SMILES, an adduct the model supports) each
-*variant* draws a candidate pool of B samples and ranks it as the app does; the report compares the
-variants side by side on the same spectra and seeds:
+*variant* draws a pool of B decoder samples through :class:`engine.pipeline.SpectrumSession` and ranks
+it exactly as the app does; the variants run side by side on the same spectra and seeds:
 
-=================  ===========================================================================
-variant            queries (B = pool size samples in all of them)
-=================  ===========================================================================
-``oracle``         the true Morgan fingerprint of the reference (M=1): the decoder alone
-``point``          one query at κ = 1.00 (density match): the point-query baseline
-``f1``             one query at the threshold maximising mean F1 of ``1[π>t]`` vs the truth
-``cosine``         one query at the threshold maximising mean cosine similarity to the truth
-``outer``          M queries at κ drawn uniformly outside the band, from [0.5, κ_min) ∪ (κ_max, 2.5]
-``band``           the density band (M queries, N = B/M each), adapter off
-``band+adapter``   the same with the bundle's LoRA adapter on
-=================  ===========================================================================
+=================  ===========================================================================================
+variant            queries (B samples in all; paper section in brackets)
+=================  ===========================================================================================
+``oracle``         the reference's true Morgan fingerprint, one query, N = B: the decoder alone
+``point``          one query ``1[π > t_κ]`` at κ = 1.00 (density match), N = B [ablation, point-query controls]
+``f1``             one query at the global threshold with the best mean per-spectrum F1 of ``1[π > t]``
+                   against the true fingerprint, chosen on the evaluated fold's posteriors, N = B
+``cosine``         the same for cosine similarity
+``outer``          M queries at κ drawn uniformly from ``[0.5, κ_min) ∪ (κ_max, 2.0]`` (outside the band;
+                   a fresh draw per spectrum), N = B/M [ablation, outer-band querying]
+``band``           the density band ``[κ_min, κ_max]``: M thresholds, N = B/M, adapter off (MS-GPT-Base)
+``band+adapter``   the same with the bundle's posterior-aligned LoRA adapter on (MS-GPT)
+=================  ===========================================================================================
 
-The F1- and cosine-optimal thresholds, and the κ sweep, use the posteriors of *all* eligible spectra
-of the evaluated fold (the paper chooses the thresholds on its validation set), not only the subsample.
+Every variant but ``band+adapter`` runs with the adapter off, as the paper's ablations do. The
+F1/cosine thresholds and the κ sweep use the posteriors of *all* eligible spectra of the evaluated folds,
+not only the subsample. Metrics are defined in :mod:`training.metrics` (structure level) and
+:mod:`training.mces`; the analyses (posterior-fidelity bins, the κ diagnostic sweep, candidate-pool
+scaling with M fixed) and the report in :mod:`training.report`.
 
-Metrics (paper, "Evaluation"): Top-k accuracy — a top-k candidate has the reference's first InChIKey
-block; Top-k Tanimoto — the highest Morgan (r=2, 4096 bits) Tanimoto of a top-k candidate to the
-reference (0 without candidates); Top-k %close match — a top-k candidate has RDKit topological-
-fingerprint Tanimoto ≥ 0.675; Top-k MCES (``--mces``, myopic-mces, threshold 100, per-pair time limit;
-failures score the bond-count sum, spectra without candidates 100); valid and formula-consistent
-yield (share of the B samples); seconds per spectrum (sampling + ranking, posterior included).
-
-Analyses: posterior fidelity T_c (max Tanimoto between the reference fingerprint and the band's
-queries) in bins low (<0.5), mid, high (≥0.7) with Top-1/Top-10 per bin; the κ diagnostic sweep
-(κ = 0.5…2.0: fidelity-bin shares of the single query at t_κ and its mean active bits; encoder
-only); candidate-pool scaling (``--pool-sizes``, M fixed, one growing pool per spectrum so each B
-reuses the smaller pools' samples). Everything per spectrum goes to ``results.jsonl`` (a rerun
-skips what is there), the summary to ``metrics.json``, and ``report.md`` + ``figures/*.png``.
+Everything per (spectrum, variant) goes to ``results.jsonl`` as soon as it is done, so an interrupted
+run continues where it stopped (the same command again) and ``python -m training.report OUT`` rebuilds
+``metrics.json``, ``report.md`` and ``figures/`` from it without sampling anything.
 """
 
 from __future__ import annotations
@@ -47,108 +42,93 @@ import json
 import os
 import platform
 import random
+import subprocess
 import sys
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from engine import chem
-from engine.bundle import ModelBundle, load_bundle
 from engine.errors import Cancelled, ConfigError, MsgptError
-from engine.formula import formula_vector, parse_formula
 from engine.io import iter_spectra
-from engine.pipeline import compute_posterior, require_usable
-from engine.querying import Query, band_thresholds, build_queries, threshold_query
-from engine.ranking import Candidate, CandidatePool, reference_rank
-from engine.sampling import QueryRequest, sample_queries
+from engine.pipeline import QueryParams, SpectrumSession, compute_posterior, require_usable
+from engine.querying import OUTER_KAPPA_RANGE, Calibration, QueryPlan, band_thresholds, build_queries
 from engine.spectrum import Spectrum
+
+from . import metrics as M
 
 VARIANTS = ("oracle", "point", "f1", "cosine", "outer", "band", "band+adapter")
 DEFAULT_VARIANTS = ("oracle", "point", "band", "band+adapter")
-CLOSE_MATCH = 0.675  # RDKit topological-fingerprint Tanimoto (paper, after FRIGID)
-FIDELITY_BINS = (("low", 0.0, 0.5), ("mid", 0.5, 0.7), ("high", 0.7, 1.0 + 1e-9))
-KAPPA_SWEEP = tuple(round(k, 2) for k in np.arange(0.5, 2.0001, 0.1))
-OUTER_RANGE = (0.5, 2.5)
-MCES_FAILED = 100.0
+NEEDS_THRESHOLD = {"f1": "f1", "cosine": "cosine"}
+KAPPA_SWEEP = tuple(round(float(k), 2) for k in np.arange(0.5, 2.0001, 0.05))
+THRESHOLD_GRID = np.round(np.arange(0.001, 1.0, 0.001), 3)  # F1/cosine-optimal t, reported to 3 decimals
+TOP_K = 10  # candidates kept per record (Top-10 metrics; MCES later without sampling again)
+FORMAT_VERSION = 2
 
 
-# -- metrics (pure) ------------------------------------------------------------------------------------
-def fidelity_bin(fidelity: float) -> str:
-    """'low' (< 0.5), 'mid' (0.5 ≤ T_c < 0.7) or 'high' (≥ 0.7), the paper's posterior-fidelity bins."""
-    for name, lo, hi in FIDELITY_BINS:
-        if lo <= fidelity < hi:
-            return name
-    raise ConfigError(f"fidelity must be in [0, 1], got {fidelity!r}")
+# -- the model: a bundle, or an encoder training folder (κ sweep and thresholds only) ------------------
+@dataclass
+class EncoderOnly:
+    """An encoder training folder (``encoder_config.json``, ``encoder.safetensors``, ``calibration.json``)
+    standing in for a bundle where only posteriors are needed."""
+
+    path: Path
+    encoder: object
+    calibration: Calibration
+    checksum: str
+    device: object
+    config: dict = field(default_factory=dict)
+    has_adapter: bool = False
+    decoder = None
+    dtype = None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def supported_adducts(self) -> tuple[str, ...]:
+        return ("[M+H]+", "[M+Na]+")
+
+    @property
+    def fp_bits(self) -> int:
+        return self.encoder.config.fp_bits
 
 
-def topk_hit(rank: int | None, k: int) -> bool:
-    """The reference is among the top-k candidates (rank is 1-based; None = absent)."""
-    return rank is not None and rank <= k
+def load_model(path: str | Path, device: str = "auto", precision: str = "auto"):
+    """A :class:`~engine.bundle.ModelBundle`, or an :class:`EncoderOnly` for an encoder training folder."""
+    from engine.bundle import load_bundle, resolve_device, sha256_file
+
+    folder = Path(path).expanduser()
+    if not (folder / "config.json").is_file() and (folder / "encoder_config.json").is_file():
+        from .calibrate import load_encoder
+
+        if not (folder / "calibration.json").is_file():
+            raise ConfigError(f"{folder} has no calibration.json; run python -m training.calibrate --encoder {folder}")
+        dev, _ = resolve_device(device)
+        h = hashlib.sha256()
+        for name in ("encoder.safetensors", "calibration.json"):
+            h.update(sha256_file(folder / name).encode())
+        return EncoderOnly(folder, load_encoder(folder).to(dev), Calibration.load(folder / "calibration.json"),
+                           h.hexdigest(), dev)
+    return load_bundle(folder, device=device, precision=precision)
 
 
-def topk_max(scores: Sequence[float], k: int) -> float:
-    """Best score among the first k candidates; 0.0 without candidates."""
-    return max(scores[:k], default=0.0)
+def fp_bits_of(model) -> int:
+    return model.fp_bits if isinstance(model, EncoderOnly) else model.decoder.config.fp_bits
 
 
-def optimal_threshold(posteriors: np.ndarray, truths: Sequence[np.ndarray], grid: np.ndarray, score: str) -> tuple[float, float]:
-    """The global threshold t of ``grid`` maximising the mean per-spectrum ``score`` ('f1' or 'cosine')
-    of the query ``1[π > t]`` against the true active bits. Returns (t, mean score); an empty query
-    or truth scores 0."""
-    if score not in ("f1", "cosine"):
-        raise ConfigError(f"score must be 'f1' or 'cosine', got {score!r}")
-    truth = np.zeros(posteriors.shape, dtype=bool)
-    for i, bits in enumerate(truths):
-        truth[i, np.asarray(bits, dtype=np.int64)] = True
-    n_true = truth.sum(1).astype(np.float64)
-    best = (float(grid[0]), -1.0)
-    for t in grid:
-        pred = posteriors > t
-        inter = (pred & truth).sum(1).astype(np.float64)
-        n_pred = pred.sum(1).astype(np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if score == "f1":
-                s = np.where(n_pred + n_true > 0, 2 * inter / (n_pred + n_true), 0.0)
-            else:
-                s = np.where(n_pred * n_true > 0, inter / np.sqrt(n_pred * n_true), 0.0)
-        if s.mean() > best[1]:
-            best = (float(t), float(s.mean()))
-    return best
+def precision_of(model) -> str:
+    import torch
 
-
-def outer_kappas(rng: np.random.Generator, m: int, kappa_min: float, kappa_max: float) -> np.ndarray:
-    """M density ratios drawn uniformly from [0.5, κ_min) ∪ (κ_max, 2.5] (the outside of the band)."""
-    lo, hi = OUTER_RANGE
-    below, above = max(kappa_min - lo, 0.0), max(hi - kappa_max, 0.0)
-    if below + above <= 0:
-        raise ConfigError(f"the band [{kappa_min}, {kappa_max}] leaves nothing of [{lo}, {hi}] outside it")
-    u = rng.random(m) * (below + above)
-    return np.sort(np.where(u < below, lo + u, kappa_max + (u - below)))
-
-
-def summarize(records: Sequence[dict], ks: Sequence[int] = (1, 10)) -> dict:
-    """Mean metrics of per-spectrum records of one variant."""
-    n = len(records)
-    if n == 0:
-        return {"n": 0}
-    out: dict = {"n": n}
-    for k in ks:
-        out[f"top{k}_accuracy"] = float(np.mean([topk_hit(r["rank"], k) for r in records]))
-        out[f"top{k}_tanimoto"] = float(np.mean([topk_max(r["tanimoto"], k) for r in records]))
-        out[f"top{k}_close_match"] = float(np.mean([topk_max(r["topological"], k) >= CLOSE_MATCH for r in records]))
-        if all("mces" in r for r in records):
-            out[f"top{k}_mces"] = float(np.mean([min(r["mces"][:k], default=MCES_FAILED) for r in records]))
-    samples = sum(r["n_samples"] for r in records)
-    out["valid_yield"] = sum(r["n_valid"] for r in records) / max(samples, 1)
-    out["formula_consistent_yield"] = sum(r["n_formula_consistent"] for r in records) / max(samples, 1)
-    out["no_candidate_share"] = float(np.mean([r["n_candidates"] == 0 for r in records]))
-    out["seconds_per_spectrum"] = float(np.mean([r["seconds"] for r in records]))
-    out["mean_query_bits"] = float(np.mean([r["mean_query_bits"] for r in records]))
-    return out
+    if isinstance(model, EncoderOnly):
+        return "encoder only"
+    return "bf16" if model.dtype == torch.bfloat16 else "fp32"
 
 
 # -- selection ---------------------------------------------------------------------------------------
@@ -156,7 +136,7 @@ def summarize(records: Sequence[dict], ks: Sequence[int] = (1, 10)) -> dict:
 class Reference:
     """The reference structure of a labelled spectrum."""
 
-    smiles: str
+    smiles: str  # canonical, stereo-free
     inchikey14: str
     bits: np.ndarray  # Morgan r=2, 4096 bits: the Tanimoto metric
     query_bits: np.ndarray  # the same in the model's fingerprint space (oracle query, fidelity)
@@ -168,301 +148,416 @@ class Reference:
         if mol is None:
             return None
         chem.remove_stereo(mol)
-        smiles = chem.canonical_smiles(mol)
-        return cls(smiles, chem.inchikey14(mol), chem.morgan_bits(mol), chem.morgan_bits(mol, n_bits), mol)
+        key = chem.inchikey14(mol)
+        if not key:
+            return None
+        return cls(chem.canonical_smiles(mol), key, chem.morgan_bits(mol), chem.morgan_bits(mol, n_bits), mol)
 
 
 def spectrum_key(s: Spectrum) -> str:
+    """A spectrum's identity in results.jsonl: file name, record number and id."""
     return f"{Path(s.source).name}#{s.index}:{s.id}"
 
 
-def select_spectra(
-    bundle: ModelBundle, mgf: str | Path, folds: Sequence[str] | None, licenses: Sequence[str] | None,
-    max_spectra: int | None, one_per_structure: bool, seed: int,
-) -> tuple[list[Spectrum], list[Spectrum], dict]:
-    """Eligible labelled spectra, a seeded subsample of them, and counts of why others were left out."""
+@dataclass
+class Selection:
+    eligible: list[tuple[Spectrum, Reference]]  # every usable spectrum of the evaluated folds
+    chosen: list[tuple[Spectrum, Reference]]  # the seeded subsample that is sampled
+    sweep_only: dict[str, list[tuple[Spectrum, Reference]]]  # other folds, for the κ sweep only
+    info: dict
+
+
+def select_spectra(model, cfg: EvalConfig) -> Selection:
+    """Eligible labelled spectra, their seeded subsample, and counts of why others were left out."""
     left_out: dict[str, int] = defaultdict(int)
-    eligible: list[Spectrum] = []
-    for item in iter_spectra(mgf):
+    eligible: list[tuple[Spectrum, Reference]] = []
+    sweep_only: dict[str, list] = defaultdict(list)
+    extra_folds = [f for f in (cfg.sweep_folds or ()) if f not in cfg.folds]
+    n_bits = fp_bits_of(model)
+    for item in iter_spectra(cfg.mgf):
         if not isinstance(item, Spectrum):
-            left_out["unreadable record"] += 1
+            left_out["skipped by the reader (any fold)"] += 1
             continue
-        if folds and item.metadata.get("fold") not in folds:
+        fold = item.metadata.get("fold", "")
+        in_eval = not cfg.folds or fold in cfg.folds
+        if not in_eval and fold not in extra_folds:
             left_out["other fold"] += 1
             continue
-        if licenses and item.metadata.get("license") not in licenses:
+        if cfg.licenses and item.metadata.get("license") not in cfg.licenses:
             left_out["license not selected"] += 1
+            continue
+        if cfg.adducts and item.adduct not in cfg.adducts:
+            left_out["adduct not selected"] += 1
             continue
         if not item.smiles:
             left_out["no reference SMILES"] += 1
             continue
         try:
-            require_usable(bundle, item)
+            require_usable(model, item)
         except MsgptError:
-            left_out["not usable by the model (formula/adduct)"] += 1
+            left_out["not usable by the model (formula, adduct or precursor)"] += 1
             continue
-        eligible.append(item)
-    rng = random.Random(seed)
+        ref = Reference.of(item, n_bits)
+        if ref is None:
+            left_out["reference SMILES not readable by RDKit"] += 1
+            continue
+        (eligible if in_eval else sweep_only[fold]).append((item, ref))
+    rng = random.Random(cfg.seed)
     chosen = list(eligible)
-    if one_per_structure:
-        by_structure: dict[str, list[Spectrum]] = defaultdict(list)
-        for s in eligible:
-            by_structure[(s.inchikey or s.smiles)[:14]].append(s)
+    if cfg.one_per_structure:
+        by_structure: dict[str, list] = defaultdict(list)
+        for pair in eligible:
+            by_structure[pair[1].inchikey14].append(pair)
         chosen = [rng.choice(group) for _, group in sorted(by_structure.items())]
-    rng.shuffle(chosen)
-    if max_spectra is not None:
-        chosen = chosen[:max_spectra]
-    info = {"eligible": len(eligible), "selected": len(chosen), "left_out": dict(left_out)}
-    return eligible, chosen, info
+    rng.shuffle(chosen)  # a larger --max-spectra later extends the same prefix
+    if cfg.max_spectra is not None:
+        chosen = chosen[: cfg.max_spectra]
+    info = {
+        "eligible": len(eligible),
+        "eligible_structures": len({r.inchikey14 for _, r in eligible}),
+        "selected": len(chosen),
+        "selected_structures": len({r.inchikey14 for _, r in chosen}),
+        "adduct_counts": dict(sorted(_count(s.adduct for s, _ in chosen).items())),
+        "left_out": dict(left_out),
+        "sweep_only": {f: len(v) for f, v in sweep_only.items()},
+    }
+    return Selection(eligible, chosen, dict(sweep_only), info)
 
 
-# -- drawing and ranking ------------------------------------------------------------------------------
-def draw_pool(
-    bundle: ModelBundle, formula: str, queries: Sequence[Query], n_per_group: int, *, seed: int,
-    pool: CandidatePool | None = None, cancel: Callable[[], bool] | None = None,
-) -> CandidatePool:
-    """Sample N per threshold index of ``queries`` (only the samples the pool lacks) and add them."""
-    pool = pool or CandidatePool(formula, [q.bits for q in queries])
-    requests = []
-    for q in queries:
-        ids = tuple((i, j) for i in q.threshold_indices for j in range(n_per_group) if not pool.has((i, j)))
-        if ids:
-            requests.append(QueryRequest(fp_bits=q.bits, sample_ids=ids))
-    if requests:
-        fvec = formula_vector(parse_formula(formula))
-        for r, strings in sample_queries(bundle.decoder, bundle.tokenizer, fvec, requests, seed=seed, cancel=cancel):
-            pool.add(requests[r].sample_ids, strings)
-    return pool
-
-
-def score_candidates(candidates: Sequence[Candidate], ref: Reference, k_max: int = 10) -> dict:
-    """Reference rank, and Morgan and topological Tanimoto of the top ``k_max`` candidates to it."""
-    mols = [chem.mol_from_smiles(c.smiles) for c in candidates[:k_max]]
-    return {"rank": reference_rank(candidates, ref.inchikey14),
-            "tanimoto": [chem.tanimoto(chem.morgan_bits(m), ref.bits) for m in mols],
-            "topological": [chem.topological_tanimoto(m, ref.mol) for m in mols],
-            "top_smiles": [c.smiles for c in candidates[:3]]}
-
-
-def mces_distances(candidates: Sequence[Candidate], ref: Reference, k_max: int, time_limit: float) -> list[float]:
-    """MCES distance of each top-k candidate to the reference (myopic-mces, threshold 100): failures
-    (solver error or time limit without a solution) score the bond-count sum; no candidates, [100]."""
-    from myopic_mces import MCES
-
-    if not candidates:
-        return [MCES_FAILED]
-    ref_bonds = chem.mol_from_smiles(ref.smiles).GetNumBonds()
-    out = []
-    for c in candidates[:k_max]:
-        bonds = ref_bonds + chem.mol_from_smiles(c.smiles).GetNumBonds()
-        try:
-            _, dist, _, kind = MCES(ref.smiles, c.smiles, threshold=100, always_stronger_bound=False,
-                                    solver="PULP_CBC_CMD", solver_options={"timeLimit": time_limit, "msg": False})
-            out.append(float(bonds) if kind == 6 or dist < 0 else float(dist))
-        except Exception:  # noqa: BLE001 - the solver fails in many ways; the paper scores failures
-            out.append(float(bonds))
+def _count(items) -> dict:
+    out: dict = defaultdict(int)
+    for x in items:
+        out[x] += 1
     return out
 
 
-# -- the run ---------------------------------------------------------------------------------------------
+# -- configuration ---------------------------------------------------------------------------------
 @dataclass
 class EvalConfig:
-    model: str
-    mgf: str
-    out: str
-    folds: tuple[str, ...] = ("val",)
-    licenses: tuple[str, ...] | None = None
-    max_spectra: int | None = None
-    one_per_structure: bool = False
+    model: str = field(metadata={"help": "model bundle folder, or an encoder training folder (κ sweep only)"})
+    mgf: str = field(metadata={"help": "labelled MGF: FORMULA, SMILES and adduct per record (.gz too)"})
+    out: str = field(metadata={"help": "output folder"})
+    folds: tuple[str, ...] = field(default=("val",), metadata={"help": "FOLD values evaluated (empty: all)"})
+    licenses: tuple[str, ...] | None = field(default=None, metadata={"help": "LICENSE values kept (None: all)"})
+    adducts: tuple[str, ...] | None = field(default=None, metadata={"help": "adducts kept (None: all the model supports)"})
+    max_spectra: int | None = field(default=None, metadata={"help": "seeded random subsample size"})
+    one_per_structure: bool = field(default=False, metadata={"help": "one random spectrum per structure"})
     variants: tuple[str, ...] = DEFAULT_VARIANTS
     kappa_min: float = 0.95
     kappa_max: float = 1.50
-    groups: int = 20
-    pool_size: int = 100
-    pool_sizes: tuple[int, ...] = ()
+    groups: int = field(default=20, metadata={"help": "M"})
+    pool_size: int = field(default=100, metadata={"help": "B = M × N"})
+    pool_sizes: tuple[int, ...] = field(default=(), metadata={"help": "candidate-pool scaling: B values, M fixed"})
+    outer_range: tuple[float, float] = OUTER_KAPPA_RANGE
     seed: int = 0
     mces: bool = False
-    mces_time_limit: float = 10.0
+    mces_time_limit: float = field(default=60.0, metadata={"help": "seconds per MCES pair"})
     device: str = "auto"
     precision: str = "auto"
     threads: int | None = None
     kappa_sweep: bool = True
+    sweep_folds: tuple[str, ...] | None = field(default=None, metadata={"help": "folds of the κ sweep (None: folds)"})
+    command: str = ""
 
     def __post_init__(self):
+        self.folds = tuple(self.folds or ())
+        self.variants = tuple(self.variants)
+        self.pool_sizes = tuple(sorted(set(self.pool_sizes)))
         unknown = [v for v in self.variants if v not in VARIANTS]
         if unknown:
             raise ConfigError(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+        QueryParams(kappa_min=self.kappa_min, kappa_max=self.kappa_max, groups=self.groups)  # checks the band
         for b in (self.pool_size, *self.pool_sizes):
-            if b < self.groups or b % self.groups:
+            if not isinstance(b, int) or b < self.groups or b % self.groups:
                 raise ConfigError(f"pool size {b} must be a positive multiple of M={self.groups} (B = M × N)")
+        if self.max_spectra is not None and self.max_spectra < 1:
+            raise ConfigError(f"`max_spectra` must be at least 1, got {self.max_spectra}")
+        if self.mces_time_limit <= 0:
+            raise ConfigError(f"`mces_time_limit` must be > 0 seconds, got {self.mces_time_limit}")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"`threads` must be at least 1, got {self.threads}")
 
-    def run_key(self) -> dict:
-        """What decides the per-spectrum results: a results.jsonl of another key is not reused."""
-        keep = ("mgf", "folds", "kappa_min", "kappa_max", "groups", "pool_size", "seed", "precision")
-        return {k: getattr(self, k) for k in keep}
+    def run_key(self, model) -> dict:
+        """What decides the per-spectrum results: results.jsonl written under another key is not reused."""
+        keep = ("mgf", "folds", "licenses", "adducts", "one_per_structure", "kappa_min", "kappa_max", "groups",
+                "pool_size", "outer_range", "seed")
+        key = {k: getattr(self, k) for k in keep}
+        key.update(model_checksum=model.checksum, precision=precision_of(model), format_version=FORMAT_VERSION)
+        return json.loads(json.dumps(key))  # tuples as lists, as read back
 
 
+# -- events ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Progress:
+    phase: str  # "posteriors", "sampling", "mces"
     done: int
     total: int
-    spectrum_id: str
-    stage: str
+    spectrum_id: str = ""
+    variant: str = ""
 
 
 @dataclass
 class EvalResult:
     out: Path
-    metrics: dict = field(default_factory=dict)
+    metrics: dict
 
 
-def _queries_for(variant: str, cfg: EvalConfig, bundle: ModelBundle, posterior: np.ndarray, ref: Reference,
-                 special: dict, rng: np.random.Generator) -> tuple[list[Query], int]:
-    """The queries of a variant and N (samples per threshold index)."""
-    cal, b = bundle.calibration, cfg.pool_size
+# -- variants ---------------------------------------------------------------------------------------
+def query_for(variant: str, cfg: EvalConfig, model, ref: Reference, thresholds: dict,
+              rng: np.random.Generator) -> tuple[QueryParams, QueryPlan | None]:
+    """The parameters (N, seed, adapter) and the query plan of one variant (None: the band)."""
+    m, b = cfg.groups, cfg.pool_size
+    band = QueryParams(kappa_min=cfg.kappa_min, kappa_max=cfg.kappa_max, groups=m, samples_per_group=b // m,
+                       seed=cfg.seed, use_adapter=False)
+    single = replace(band, samples_per_group=b)
     if variant == "oracle":
-        return [Query(ref.query_bits, (0,))], b
+        return single, QueryPlan.oracle(ref.query_bits)
     if variant == "point":
-        return build_queries(posterior, [cal.threshold_for_kappa(1.0)]), b
-    if variant in ("f1", "cosine"):
-        return build_queries(posterior, [special[f"{variant}_threshold"]]), b
+        return single, QueryPlan.point(thresholds["kappa_1.0"], "point")
+    if variant in NEEDS_THRESHOLD:
+        return single, QueryPlan.point(thresholds[f"{variant}_threshold"], variant)
     if variant == "outer":
-        kappas = outer_kappas(rng, cfg.groups, cfg.kappa_min, cfg.kappa_max)
-        return build_queries(posterior, [cal.threshold_for_kappa(float(k)) for k in kappas]), b // cfg.groups
-    thresholds = band_thresholds(cal, cfg.kappa_min, cfg.kappa_max, cfg.groups)
-    return build_queries(posterior, thresholds), b // cfg.groups
+        return band, QueryPlan.outer_band(model.calibration, rng, m, cfg.kappa_min, cfg.kappa_max, cfg.outer_range)
+    if variant == "band":
+        return band, None
+    if variant == "band+adapter":
+        return replace(band, use_adapter=True), None
+    raise ConfigError(f"unknown variant {variant!r}")
 
 
-def _record(spectrum: Spectrum, variant: str, pool: CandidatePool, n: int, queries, ref, fidelity, seconds, cfg) -> dict:
-    candidates, counts = pool.rank(n)
-    rec = {"spectrum": spectrum_key(spectrum), "id": spectrum.id, "variant": variant,
-           "reference": ref.smiles, "fidelity": fidelity,
-           "query_fidelity": chem.max_tanimoto(ref.query_bits, [q.bits for q in queries]),
-           "n_samples": counts["samples"], "n_valid": counts["valid"],
-           "n_formula_consistent": counts["formula_consistent"], "n_candidates": len(candidates),
-           "mean_query_bits": float(np.mean([len(q.bits) for q in queries for _ in q.threshold_indices])),
-           "seconds": seconds, **score_candidates(candidates, ref)}
-    if cfg.mces:
-        rec["mces"] = mces_distances(candidates, ref, 10, cfg.mces_time_limit)
-    return rec
+def spectrum_rng(seed: int, key: str) -> np.random.Generator:
+    """The per-spectrum random stream of the outer band (the same on every rerun)."""
+    return np.random.default_rng([seed, zlib.crc32(key.encode())])
 
 
+def run_session(session: SpectrumSession, params: QueryParams, plan: QueryPlan | None, cancel):
+    gen = session.run(params, cancel, plan=plan)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+def make_record(spectrum: Spectrum, ref: Reference, variant: str, result, band_fidelity: float,
+                posterior_seconds: float, sampling_seconds: float) -> dict:
+    """One line of results.jsonl: what the metrics need, and the top candidates for reanalysis."""
+    top = result.candidates[:TOP_K]
+    mols = [chem.mol_from_smiles(c.smiles) for c in top]
+    plan = result.plan
+    return {
+        "spectrum": spectrum_key(spectrum), "id": spectrum.id, "variant": variant,
+        "adduct": spectrum.adduct, "reference": ref.smiles, "inchikey14": ref.inchikey14,
+        "fidelity": band_fidelity, "query_fidelity": result.fidelity,
+        "n_samples": result.n_samples, "n_valid": result.n_valid,
+        "n_formula_consistent": result.n_formula_consistent, "n_candidates": len(result.candidates),
+        "n_queries": result.n_distinct_queries, "mean_query_bits": result.mean_query_bits,
+        "thresholds": [round(float(t), 5) for t in result.thresholds],
+        "kappas": list(plan.kappas) if plan is not None and plan.kappas else None,
+        "posterior_seconds": posterior_seconds, "sampling_seconds": sampling_seconds,
+        "seconds": posterior_seconds + sampling_seconds,
+        "rank": M.reference_rank([c.inchikey14 for c in result.candidates], ref.inchikey14),
+        "tanimoto": [chem.tanimoto(chem.morgan_bits(m), ref.bits) for m in mols],
+        "topological": [chem.topological_tanimoto(m, ref.mol) for m in mols],
+        "top_smiles": [c.smiles for c in top], "top_inchikey14": [c.inchikey14 for c in top],
+        "top_counts": [c.count for c in top],
+    }
+
+
+# -- the run ---------------------------------------------------------------------------------------
 def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Iterator[Progress | EvalResult]:
-    """Run the evaluation; yields :class:`Progress` events and finally an :class:`EvalResult`."""
+    """Run the evaluation; yields :class:`Progress` events and finally one :class:`EvalResult`."""
     import torch
+
+    from .report import write_report
+
+    def check_cancel():
+        if cancel is not None and cancel():
+            raise Cancelled("Evaluation cancelled; run the same command again to continue.")
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    started = time.time()
+    model = load_model(cfg.model, cfg.device, cfg.precision)
+    variants = list(cfg.variants)
+    if isinstance(model, EncoderOnly) and (variants or cfg.pool_sizes):
+        raise ConfigError(f"{cfg.model} is an encoder folder without a decoder: it can run the κ sweep only; "
+                          "pass --variants with no names and no --pool-sizes, or give a model bundle")
+    skipped = [v for v in variants if v == "band+adapter" and not model.has_adapter]
+    variants = [v for v in variants if v not in skipped]
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    bundle = load_bundle(cfg.model, device=cfg.device, precision=cfg.precision)
-    variants = [v for v in cfg.variants if v != "band+adapter" or bundle.has_adapter]
-    skipped_variants = [v for v in cfg.variants if v not in variants]
-    eligible, spectra, selection = select_spectra(bundle, cfg.mgf, cfg.folds, cfg.licenses, cfg.max_spectra,
-                                                  cfg.one_per_structure, cfg.seed)
-    if not spectra:
-        raise ConfigError(f"no spectrum of {cfg.mgf} is eligible ({selection['left_out']}); check --fold/--licenses")
+    selection = select_spectra(model, cfg)
+    if not selection.eligible:
+        raise ConfigError(f"no spectrum of {cfg.mgf} is eligible ({selection.info['left_out']}); "
+                          "check --fold, --licenses and --adducts")
 
-    # posteriors of every eligible spectrum: the F1/cosine-optimal thresholds and the κ sweep use them all
-    refs, posteriors = {}, {}
-    for i, s in enumerate(eligible):
-        if cancel and cancel():
-            raise Cancelled("Evaluation cancelled.")
-        ref = Reference.of(s, bundle.decoder.config.fp_bits)
-        if ref is not None:
-            refs[spectrum_key(s)] = ref
-            posteriors[spectrum_key(s)] = compute_posterior(bundle, s)
-        if i % 50 == 0 or i + 1 == len(eligible):
-            yield Progress(i + 1, len(eligible), s.id, "posteriors")
-    spectra = [s for s in spectra if spectrum_key(s) in refs]
-    all_keys = list(posteriors)
-    P = np.stack([posteriors[k] for k in all_keys])
-    truths = [refs[k].query_bits for k in all_keys]
-    grid = np.unique(np.concatenate([bundle.calibration.thresholds, np.linspace(0.01, 0.9, 90)]))
-    special = {}
+    # posteriors of every eligible spectrum (thresholds and κ sweep use them all) and their time
+    everything = selection.eligible + ([p for v in selection.sweep_only.values() for p in v] if cfg.kappa_sweep else [])
+    posteriors: dict[str, np.ndarray] = {}
+    posterior_seconds: dict[str, float] = {}
+    for i, (s, _) in enumerate(everything):
+        check_cancel()
+        t0 = time.perf_counter()
+        posteriors[spectrum_key(s)] = compute_posterior(model, s)
+        posterior_seconds[spectrum_key(s)] = time.perf_counter() - t0
+        if i % 50 == 0 or i + 1 == len(everything):
+            yield Progress("posteriors", i + 1, len(everything), s.id)
+
+    def stack(pairs):
+        return np.stack([posteriors[spectrum_key(s)] for s, _ in pairs]), [r.query_bits for _, r in pairs]
+
+    P, truths = stack(selection.eligible)
+    cal = model.calibration
+    thresholds = {"kappa_1.0": cal.threshold_for_kappa(1.0),
+                  "band": [float(t) for t in band_thresholds(cal, cfg.kappa_min, cfg.kappa_max, cfg.groups)]}
+    scores = M.threshold_scores(P, truths, THRESHOLD_GRID)  # F1/cosine-optimal point queries, chosen on these
     for score in ("f1", "cosine"):
-        special[f"{score}_threshold"], special[f"{score}_score"] = optimal_threshold(P, truths, grid, score)
+        means = scores[score].mean(axis=0)
+        best = int(np.argmax(means))
+        thresholds[f"{score}_threshold"], thresholds[f"{score}_score"] = float(THRESHOLD_GRID[best]), float(means[best])
+    sweep = {}
+    if cfg.kappa_sweep:
+        sweep[",".join(cfg.folds) or "all"] = kappa_sweep(cal, P, truths)
+        for fold, pairs in selection.sweep_only.items():
+            if pairs:
+                sweep[fold] = kappa_sweep(cal, *stack(pairs))
 
-    results_path = out / "results.jsonl"
-    done = set()
-    meta_path = out / "run.json"
-    run_meta = json.loads(json.dumps({"run_key": cfg.run_key(), "checksum": bundle.checksum, "special": special}))
-    if results_path.exists() and meta_path.exists():
-        old = json.loads(meta_path.read_text())
-        if old.get("run_key") != run_meta["run_key"] or old.get("checksum") != bundle.checksum:
-            raise ConfigError(f"{out} holds results of another model or settings; use a new --out or delete it")
-        for line in results_path.read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                done.add((r["spectrum"], r["variant"]))
-    meta_path.write_text(json.dumps(run_meta, indent=1))
+    # resume: keep what results.jsonl holds for this model and these settings
+    results_path, run_path = out / "results.jsonl", out / "run.json"
+    run_key = cfg.run_key(model)
+    done: set[tuple[str, str]] = set()
+    if results_path.exists():
+        old = json.loads(run_path.read_text()).get("run_key") if run_path.exists() else None
+        if old != run_key:
+            changed = sorted(k for k in set(run_key) | set(old or {}) if (old or {}).get(k) != run_key.get(k))
+            raise ConfigError(f"{out} holds results of another model or settings (differs in: {', '.join(changed)}); "
+                              "use a new --out, or delete its results.jsonl")
+        drop_cut_line(results_path)
+        done = {(r["spectrum"], r["variant"]) for r in read_records(results_path)}
+    scaling_base = "band+adapter" if model.has_adapter else "band"
+    scaling = [f"{scaling_base}@B={b}" for b in cfg.pool_sizes]
+    run_info = {
+        "run_key": run_key,
+        "model": {"name": model.name, "checksum": model.checksum, "path": str(Path(cfg.model).resolve()),
+                  "precision": precision_of(model), "device": str(model.device), "has_adapter": model.has_adapter},
+        "data": {"mgf": str(cfg.mgf), "folds": list(cfg.folds), "licenses": cfg.licenses, "adducts": cfg.adducts,
+                 "one_per_structure": cfg.one_per_structure, "max_spectra": cfg.max_spectra, **selection.info},
+        "selected": [spectrum_key(s) for s, _ in selection.chosen],
+        "parameters": {"kappa_band": [cfg.kappa_min, cfg.kappa_max], "groups": cfg.groups,
+                       "pool_size": cfg.pool_size, "pool_sizes": list(cfg.pool_sizes), "seed": cfg.seed,
+                       "outer_range": list(cfg.outer_range), "temperature": 1.0, "top_k": 50, "top_p": 0.95,
+                       "mces": cfg.mces, "mces_time_limit": cfg.mces_time_limit},
+        "variants": variants, "skipped_variants": skipped, "scaling": scaling,
+        "thresholds": thresholds, "threshold_grid": [float(THRESHOLD_GRID[0]), float(THRESHOLD_GRID[-1]), 0.001],
+        "kappa_sweep": sweep,
+        "machine": machine(model), "command": cfg.command, "code_version": code_version(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+    }
+    run_path.write_text(json.dumps(run_info, indent=1))
 
-    band_thr = band_thresholds(bundle.calibration, cfg.kappa_min, cfg.kappa_max, cfg.groups)
+    # sampling: every (spectrum, variant) not yet in results.jsonl
+    todo_any = variants or scaling
     with open(results_path, "a", encoding="utf-8") as sink:
-        for i, s in enumerate(spectra):
-            key, ref, post = spectrum_key(s), refs[spectrum_key(s)], posteriors[spectrum_key(s)]
-            fidelity = chem.max_tanimoto(ref.query_bits, [q.bits for q in build_queries(post, band_thr)])
-            rng = np.random.default_rng([cfg.seed, int(hashlib.sha1(key.encode()).hexdigest()[:8], 16)])
-            todo = [v for v in variants if (key, v) not in done]
-            scaling = [f"band@B={b}" for b in cfg.pool_sizes]
-            todo += [v for v in scaling if (key, v) not in done]
-            for variant in todo:
-                if cancel and cancel():
-                    raise Cancelled("Evaluation cancelled.")
-                yield Progress(i, len(spectra), s.id, variant)
-                if variant.startswith("band@B="):
-                    continue  # below, one growing pool
-                if bundle.has_adapter:
-                    bundle.set_adapter(variant == "band+adapter")
-                queries, n = _queries_for(variant, cfg, bundle, post, ref, special, rng)
-                t0 = time.perf_counter()
-                pool = draw_pool(bundle, s.formula, queries, n, seed=cfg.seed, cancel=cancel)
-                rec = _record(s, variant, pool, n, queries, ref, fidelity, time.perf_counter() - t0, cfg)
+        for i, (s, ref) in enumerate(selection.chosen if todo_any else []):
+            key = spectrum_key(s)
+            todo = [v for v in variants + scaling if (key, v) not in done]
+            if not todo:
+                yield Progress("sampling", i + 1, len(selection.chosen), s.id)
+                continue
+            post = posteriors[key]
+            band_fid = chem.max_tanimoto(ref.query_bits, [q.bits for q in build_queries(post, thresholds["band"])])
+            rng = spectrum_rng(cfg.seed, key)
+            for variant in [v for v in variants if v in todo]:
+                check_cancel()
+                yield Progress("sampling", i, len(selection.chosen), s.id, variant)
+                params, plan = query_for(variant, cfg, model, ref, thresholds, rng)
+                result = run_session(SpectrumSession(model, s, posterior=post), params, plan, cancel)
+                rec = make_record(s, ref, variant, result, band_fid, posterior_seconds[key], result.seconds)
                 sink.write(json.dumps(rec) + "\n")
                 sink.flush()
-            if any(v.startswith("band@B=") for v in todo):
-                if bundle.has_adapter:
-                    bundle.set_adapter(True)
-                queries = build_queries(post, band_thr)
-                pool, t0 = None, time.perf_counter()
-                for b in sorted(cfg.pool_sizes):
-                    n = b // cfg.groups
-                    pool = draw_pool(bundle, s.formula, queries, n, seed=cfg.seed, pool=pool, cancel=cancel)
-                    rec = _record(s, f"band@B={b}", pool, n, queries, ref, fidelity, time.perf_counter() - t0, cfg)
-                    if (key, rec["variant"]) not in done:
+            if any(v in todo for v in scaling):
+                # one growing pool: each B draws only the samples the smaller pools lack; seconds add up
+                check_cancel()
+                yield Progress("sampling", i, len(selection.chosen), s.id, f"{scaling_base}@B")
+                session, spent = SpectrumSession(model, s, posterior=post), 0.0
+                params, _ = query_for(scaling_base, cfg, model, ref, thresholds, rng)
+                for b in cfg.pool_sizes:
+                    result = run_session(session, replace(params, samples_per_group=b // cfg.groups), None, cancel)
+                    spent += result.seconds
+                    name = f"{scaling_base}@B={b}"
+                    if name in todo:
+                        rec = make_record(s, ref, name, result, band_fid, posterior_seconds[key], spent)
                         sink.write(json.dumps(rec) + "\n")
                 sink.flush()
-            yield Progress(i + 1, len(spectra), s.id, "done")
+            yield Progress("sampling", i + 1, len(selection.chosen), s.id)
 
-    records = [json.loads(line) for line in results_path.read_text().splitlines() if line.strip()]
-    chosen = {spectrum_key(s) for s in spectra}
-    records = [r for r in records if r["spectrum"] in chosen]
-    sweep = kappa_sweep(bundle, P, truths) if cfg.kappa_sweep else []
-    metrics = build_metrics(cfg, bundle, records, selection, special, sweep, skipped_variants)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    from .report import write_report
-
-    write_report(out, metrics)
+    if cfg.mces and todo_any:
+        yield from add_mces(results_path, set(run_info["selected"]), cfg.mces_time_limit, check_cancel)
+    run_info["seconds_total_last_run"] = time.time() - started
+    run_path.write_text(json.dumps(run_info, indent=1))
+    metrics = write_report(out)
     yield EvalResult(out, metrics)
 
 
-def kappa_sweep(bundle: ModelBundle, posteriors: np.ndarray, truths: Sequence[np.ndarray]) -> list[dict]:
-    """Fidelity-bin shares and mean active bits of the single query at t_κ, κ = 0.5…2.0."""
+def add_mces(results_path: Path, keys: set[str], time_limit: float, check_cancel) -> Iterator[Progress]:
+    """Top-10 MCES for every record of ``keys`` that lacks it, from its stored top candidates; rewrites
+    results.jsonl (atomically) when done."""
+    from .mces import require_mces, topk_mces
+
+    require_mces()
+    records = read_records(results_path)
+    missing = [r for r in records if r["spectrum"] in keys and "mces" not in r]
+    for i, r in enumerate(missing):
+        check_cancel()
+        r["mces"], r["mces_failed"] = topk_mces(r["reference"], r["top_smiles"], TOP_K, time_limit)
+        yield Progress("mces", i + 1, len(missing), r["id"], r["variant"])
+    if missing:
+        tmp = results_path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        os.replace(tmp, results_path)
+
+
+def drop_cut_line(path: Path) -> None:
+    """Remove a last line that an interrupted write left without its newline (new lines go after it)."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of results.jsonl; a last line cut off by an interrupted write is ignored."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def kappa_sweep(cal: Calibration, posteriors: np.ndarray, truths: Sequence[np.ndarray],
+                kappas: Sequence[float] = KAPPA_SWEEP) -> list[dict]:
+    """The paper's density-ratio diagnostics: for each κ the single query ``1[π > t_κ]`` of every spectrum,
+    its Tanimoto to the true fingerprint (fidelity), the fidelity-bin shares and the mean active bits."""
+    ts = [cal.threshold_for_kappa(k) for k in kappas]
+    scores = M.threshold_scores(posteriors, truths, ts)
     rows = []
-    for kappa in KAPPA_SWEEP:
-        t = bundle.calibration.threshold_for_kappa(kappa)
-        fids, bits = [], []
-        for p, truth in zip(posteriors, truths):
-            q = threshold_query(p, t)
-            fids.append(chem.tanimoto(q, truth))
-            bits.append(len(q))
-        shares = {name: float(np.mean([fidelity_bin(f) == name for f in fids])) for name, *_ in FIDELITY_BINS}
-        rows.append({"kappa": kappa, "threshold": t, "mean_active_bits": float(np.mean(bits)),
-                     "mean_fidelity": float(np.mean(fids)), **{f"share_{k}": v for k, v in shares.items()}})
+    for j, (kappa, t) in enumerate(zip(kappas, ts)):
+        fid = scores["tanimoto"][:, j]
+        bins = [M.fidelity_bin(float(f)) for f in fid]
+        rows.append({"kappa": kappa, "threshold": t, "n": len(fid), "mean_active_bits": float(scores["active_bits"][:, j].mean()),
+                     "mean_fidelity": float(fid.mean()),
+                     **{f"share_{name}": bins.count(name) / len(bins) for name, *_ in M.FIDELITY_BINS}})
     return rows
 
 
-def machine() -> str:
+def machine(model) -> str:
+    """CPU model, cores, torch version and threads (and the GPU when there is one), and the load."""
+    import torch
+
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -471,111 +566,133 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    import torch
-
-    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads)"
-
-
-def build_metrics(cfg, bundle, records, selection, special, sweep, skipped_variants) -> dict:
-    by_variant: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        by_variant[r["variant"]].append(r)
-    order = [v for v in VARIANTS if v in by_variant] + sorted(
-        (v for v in by_variant if v.startswith("band@B=")), key=lambda v: int(v.split("=")[1]))
-    variants = {v: summarize(by_variant[v]) for v in order}
-    bins = {}
-    for v in order:
-        if v == "oracle":
-            continue
-        per_bin = {}
-        for name, *_ in FIDELITY_BINS:
-            rs = [r for r in by_variant[v] if fidelity_bin(r["fidelity"]) == name]
-            per_bin[name] = {"share": len(rs) / max(len(by_variant[v]), 1), **summarize(rs)}
-        bins[v] = per_bin
-    return {
-        "model": {"name": bundle.name, "checksum": bundle.checksum, "path": str(bundle.path),
-                  "precision": "bf16" if str(bundle.dtype) == "torch.bfloat16" else "fp32"},
-        "data": {"mgf": str(cfg.mgf), "folds": list(cfg.folds), "licenses": cfg.licenses,
-                 "one_per_structure": cfg.one_per_structure, "max_spectra": cfg.max_spectra, **selection},
-        "parameters": {"kappa_band": [cfg.kappa_min, cfg.kappa_max], "groups": cfg.groups,
-                       "pool_size": cfg.pool_size, "pool_sizes": list(cfg.pool_sizes), "seed": cfg.seed,
-                       "temperature": 1.0, "top_k": 50, "top_p": 0.95},
-        "point_thresholds": {"kappa_1.0": bundle.calibration.threshold_for_kappa(1.0), **special},
-        "machine": machine(),
-        "variants": variants,
-        "fidelity_bins": bins,
-        "kappa_sweep": sweep,
-        "skipped_variants": skipped_variants,
-    }
+    text = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    if str(model.device).startswith("cuda"):
+        text += f", GPU {torch.cuda.get_device_name(0)}"
+    if hasattr(os, "getloadavg"):
+        text += f"; load average {os.getloadavg()[0]:.1f} at the start"
+    return text
 
 
-# -- command line ---------------------------------------------------------------------------------------
+def code_version() -> str:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        rev = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"], capture_output=True, check=False,
+                             text=True, timeout=5)
+        return rev.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+# -- command line ----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="msgpt-eval", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="model bundle folder (default: the bundled model)")
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="variants: " + "; ".join(VARIANTS) + ". Defaults are the paper's settings.")
+    p.add_argument("--model", help="model bundle folder (default: the bundled model), or an encoder training "
+                   "folder for the κ sweep alone")
     p.add_argument("--mgf", required=True, help="labelled MGF (FORMULA, SMILES, adduct per record; .gz too)")
     p.add_argument("--out", required=True, help="output folder: report.md, metrics.json, results.jsonl, figures/")
     p.add_argument("--fold", nargs="*", default=["val"], help="FOLD values to evaluate (default val; none = all)")
-    p.add_argument("--licenses", nargs="*", help="LICENSE values to keep, e.g. 'CC0' 'CC BY' (default: all)")
-    p.add_argument("--max-spectra", type=int, help="seeded random subsample of this many spectra")
+    p.add_argument("--licenses", nargs="*", help="LICENSE values to keep, e.g. CC0 'CC BY' 'CC BY-SA' (default: all)")
+    p.add_argument("--adducts", nargs="*", help="adducts to keep, e.g. '[M+H]+' (default: all the model supports)")
+    p.add_argument("--max-spectra", type=int, metavar="N", help="seeded random subsample of N spectra")
     p.add_argument("--one-per-structure", action="store_true", help="one random spectrum per structure")
-    p.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), choices=VARIANTS,
-                   help=f"runs to compare (default: {' '.join(DEFAULT_VARIANTS)})")
-    p.add_argument("--band", nargs=2, type=float, default=(0.95, 1.50), metavar=("KMIN", "KMAX"))
-    p.add_argument("--groups", type=int, default=20, metavar="M")
-    p.add_argument("--pool-size", type=int, default=100, metavar="B")
+    p.add_argument("--variants", nargs="*", default=list(DEFAULT_VARIANTS), choices=VARIANTS, metavar="VARIANT",
+                   help=f"runs to compare, of {', '.join(VARIANTS)} (default: {' '.join(DEFAULT_VARIANTS)}; "
+                   "none: the κ sweep alone)")
+    p.add_argument("--band", nargs=2, type=float, default=(0.95, 1.50), metavar=("KMIN", "KMAX"),
+                   help="density band (default 0.95 1.50)")
+    p.add_argument("--groups", type=int, default=20, metavar="M", help="query groups (default 20)")
+    p.add_argument("--pool-size", type=int, default=100, metavar="B", help="samples per spectrum (default 100)")
     p.add_argument("--pool-sizes", type=int, nargs="*", default=[], metavar="B",
-                   help="candidate-pool scaling: band querying at these B (M fixed), e.g. 100 500 1500")
+                   help="candidate-pool scaling: band querying at these B with M fixed, e.g. 100 500 1500")
+    p.add_argument("--outer-range", nargs=2, type=float, default=OUTER_KAPPA_RANGE, metavar=("LO", "HI"),
+                   help="κ range whose part outside the band the outer variant draws from (default 0.5 2.0)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mces", action="store_true", help="also Top-k MCES (myopic-mces; pip install msgpt-desktop[eval])")
-    p.add_argument("--mces-time-limit", type=float, default=10.0, help="seconds per MCES pair (default 10)")
-    p.add_argument("--no-kappa-sweep", action="store_true", help="skip the κ diagnostic sweep")
+    p.add_argument("--mces", action="store_true", help="also Top-k MCES (myopic-mces: pip install 'msgpt-desktop[eval]')")
+    p.add_argument("--mces-time-limit", type=float, default=60.0, metavar="S", help="seconds per MCES pair (default 60)")
+    p.add_argument("--kappa-sweep", action=argparse.BooleanOptionalAction, default=True,
+                   help="the κ diagnostic sweep (encoder only; default on)")
+    p.add_argument("--sweep-folds", nargs="*", help="folds of the κ sweep (default: the evaluated ones), e.g. train val")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"))
+    p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"), help="decoder precision")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     return p
+
+
+def config_from_args(args: argparse.Namespace, argv: Sequence[str]) -> EvalConfig:
+    from engine.paths import default_model_dir
+
+    return EvalConfig(
+        model=args.model or str(default_model_dir()), mgf=args.mgf, out=args.out, folds=tuple(args.fold),
+        licenses=tuple(args.licenses) if args.licenses else None,
+        adducts=tuple(args.adducts) if args.adducts else None, max_spectra=args.max_spectra,
+        one_per_structure=args.one_per_structure, variants=tuple(args.variants), kappa_min=args.band[0],
+        kappa_max=args.band[1], groups=args.groups, pool_size=args.pool_size, pool_sizes=tuple(args.pool_sizes),
+        outer_range=tuple(args.outer_range), seed=args.seed, mces=args.mces, mces_time_limit=args.mces_time_limit,
+        device=args.device, precision=args.precision, threads=args.threads, kappa_sweep=args.kappa_sweep,
+        sweep_folds=tuple(args.sweep_folds) if args.sweep_folds else None,
+        command="msgpt-eval " + " ".join(_quote(a) for a in argv),
+    )
+
+
+def _quote(arg: str) -> str:
+    return arg if arg and all(c.isalnum() or c in "-_./=:+" for c in arg) else "'" + arg.replace("'", "'\\''") + "'"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from tqdm import tqdm
 
-    from engine.paths import default_model_dir
-
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    bar = None
     try:
-        if args.mces:
-            try:
-                import myopic_mces  # noqa: F401
-            except ImportError:
-                raise ConfigError("--mces needs myopic-mces: pip install 'msgpt-desktop[eval]'") from None
-        cfg = EvalConfig(
-            model=args.model or str(default_model_dir()), mgf=args.mgf, out=args.out, folds=tuple(args.fold),
-            licenses=tuple(args.licenses) if args.licenses else None, max_spectra=args.max_spectra,
-            one_per_structure=args.one_per_structure, variants=tuple(args.variants), kappa_min=args.band[0],
-            kappa_max=args.band[1], groups=args.groups, pool_size=args.pool_size, pool_sizes=tuple(args.pool_sizes),
-            seed=args.seed, mces=args.mces, mces_time_limit=args.mces_time_limit, device=args.device,
-            precision=args.precision, threads=args.threads, kappa_sweep=not args.no_kappa_sweep,
-        )
-        bar = tqdm(unit="spectrum", file=sys.stderr)
+        cfg = config_from_args(args, argv)
+        if cfg.mces:
+            from .mces import require_mces
+
+            require_mces()
+        phase = None
         for event in evaluate(cfg):
             if isinstance(event, Progress):
-                bar.total, bar.n = event.total, event.done
-                bar.set_postfix_str(f"{event.stage} {event.spectrum_id}"[:60], refresh=True)
+                if event.phase != phase:
+                    if bar is not None:
+                        bar.close()
+                    phase = event.phase
+                    unit = "record" if phase == "mces" else "spectrum"
+                    bar = tqdm(total=event.total, desc=phase, unit=unit, file=sys.stderr, dynamic_ncols=True)
+                bar.set_postfix_str(f"{event.variant} {event.spectrum_id}".strip()[:50], refresh=False)
+                bar.update(event.done - bar.n)  # redraws at most every 0.1 s
             else:
-                bar.close()
-                print(f"report: {event.out / 'report.md'}")
-                for v, m in event.metrics["variants"].items():
-                    print(f"  {v:14s} top1 {m['top1_accuracy']:.3f} top10 {m['top10_accuracy']:.3f} "
-                          f"tanimoto {m['top1_tanimoto']:.3f}/{m['top10_tanimoto']:.3f} "
-                          f"formula-consistent {m['formula_consistent_yield']:.3f} {m['seconds_per_spectrum']:.2f} s")
+                if bar is not None:
+                    bar.close()
+                print_summary(event)
     except KeyboardInterrupt:
-        print("interrupted; rerun the same command to continue (finished spectra are kept)", file=sys.stderr)
+        if bar is not None:
+            bar.close()
+        print("interrupted; run the same command again to continue (finished spectra are kept)", file=sys.stderr)
         return 130
     except MsgptError as e:
+        if bar is not None:
+            bar.close()
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def print_summary(result: EvalResult) -> None:
+    print(f"report: {result.out / 'report.md'}")
+    for v, m in result.metrics["variants"].items():
+        print(f"  {v:20s} top1 {m['top1_accuracy']:.3f} top10 {m['top10_accuracy']:.3f} "
+              f"tanimoto {m['top1_tanimoto']:.3f}/{m['top10_tanimoto']:.3f} "
+              f"close {m['top1_close_match']:.3f}/{m['top10_close_match']:.3f} "
+              f"valid {m['valid_yield']:.3f} formula-ok {m['formula_consistent_yield']:.3f} "
+              f"{m['seconds_per_spectrum']:.2f} s/spectrum (n={m['n']})")
+    for fold, rows in result.metrics.get("kappa_sweep", {}).items():
+        one = min(rows, key=lambda r: abs(r["kappa"] - 1.0))
+        print(f"  κ sweep ({fold}): at κ=1.00 {one['mean_active_bits']:.1f} bits, fidelity low/mid/high "
+              f"{one['share_low']:.3f}/{one['share_mid']:.3f}/{one['share_high']:.3f}")
 
 
 if __name__ == "__main__":

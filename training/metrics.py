@@ -1,4 +1,7 @@
-"""Bit-level metrics of fingerprint posteriors against the true fingerprints (pure numpy).
+"""Metrics of fingerprint posteriors (bit level) and of ranked candidate structures (pure numpy).
+
+Bit level
+---------
 
 ``posteriors`` is an ``(n, n_bits)`` array of probabilities, ``targets`` an ``(n, n_bits)`` array of
 0/1 (bool, int or float); :func:`dense_targets` builds one from lists of active bit indices.
@@ -14,6 +17,28 @@
 * **micro**: every (spectrum, bit) pair pooled into one ranking; this is the quality of one *global*
   threshold on the posterior, which is how density-band querying thresholds it. **macro**: the mean
   over bits that have both a positive and a negative among the spectra (other bits are undefined).
+* **Query scores at many thresholds** (:func:`threshold_counts`, :func:`threshold_scores`): for every
+  spectrum and threshold ``t`` the query ``Q = {b : π_b > t}`` against the true bits ``T``: F1
+  ``2|Q∩T| / (|Q|+|T|)``, cosine ``|Q∩T| / sqrt(|Q||T|)`` and Tanimoto ``|Q∩T| / |Q∪T|`` (each 0 when
+  undefined). :func:`optimal_threshold` picks the global ``t`` of a grid with the best *mean over
+  spectra*: the F1- and cosine-optimal point queries of the paper's ablation.
+
+Structure level (the paper's Appendix "Evaluation metrics"; used by ``msgpt-eval``)
+-----------------------------------------------------------------------------------
+Candidates come ranked, one per distinct first InChIKey block (2D structure), ties already broken by
+the ranking (generation count, then posterior similarity, then InChIKey), so no tie is counted twice.
+
+* **Top-k accuracy** (:func:`topk_exact`): the reference's first InChIKey block is among the first k
+  distinct candidates (:func:`reference_rank`; a key repeated further down takes no rank).
+* **Top-k Tanimoto** (:func:`topk_best`): the largest Morgan Tanimoto to the reference among the
+  first k candidates; 0 without candidates.
+* **Top-k close match** (:func:`topk_close_match`): some top-k candidate has RDKit topological-
+  fingerprint Tanimoto ≥ 0.675 to the reference (the boundary counts).
+* **Top-k MCES** (:func:`topk_min`): the smallest distance among the top k; a spectrum without
+  candidates scores 100.
+* **Yield** (:func:`sample_yield`): valid and formula-consistent samples as shares of all samples drawn.
+* **Posterior fidelity bins** (:func:`fidelity_bin`): low ``T_c < 0.5``, mid ``0.5 ≤ T_c < 0.7``, high
+  ``T_c ≥ 0.7``.
 """
 
 from __future__ import annotations
@@ -25,7 +50,20 @@ import numpy as np
 from engine.errors import ConfigError
 
 __all__ = [
+    "CLOSE_MATCH",
+    "FIDELITY_BINS",
+    "MCES_NO_CANDIDATES",
     "average_precision",
+    "fidelity_bin",
+    "optimal_threshold",
+    "reference_rank",
+    "sample_yield",
+    "threshold_counts",
+    "threshold_scores",
+    "topk_best",
+    "topk_close_match",
+    "topk_exact",
+    "topk_min",
     "auroc",
     "bit_metrics",
     "dense_targets",
@@ -193,3 +231,145 @@ def bit_metrics(
         out["auroc_macro"], out["n_bits_macro"] = _per_bit(auroc, p, y)
         out["ap_macro"] = _per_bit(average_precision, p, y)[0]
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Thresholded queries against the truth, at many thresholds at once
+
+
+def _truth_lists(truths, n: int, n_bits: int) -> list[np.ndarray]:
+    if isinstance(truths, np.ndarray) and truths.ndim == 2:
+        if truths.shape != (n, n_bits):
+            raise ConfigError(f"`truths` has shape {truths.shape}, expected ({n}, {n_bits}).")
+        return [np.flatnonzero(row) for row in truths.astype(bool)]
+    if len(truths) != n:
+        raise ConfigError(f"`truths` has {len(truths)} entries for {n} posteriors.")
+    return [np.unique(np.asarray(t, dtype=np.int64)) for t in truths]
+
+
+def threshold_counts(posteriors: np.ndarray, truths, thresholds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(|Q∩T|, |Q|)`` as ``int (n, G)`` arrays and ``|T|`` as ``int (n,)``, for ``Q = {b : π_b > t}``.
+
+    ``truths``: per spectrum the true active bit indices (or an ``(n, n_bits)`` 0/1 array). The
+    comparison is made in the posterior's dtype, as :func:`engine.querying.threshold_query` does for a
+    float32 posterior. One sort per spectrum, then a binary search per threshold.
+    """
+    p = np.asarray(posteriors)
+    if p.ndim != 2:
+        raise ConfigError(f"`posteriors` must be a 2-D array (n, n_bits), got shape {p.shape}.")
+    n, d = p.shape
+    truth = _truth_lists(truths, n, d)
+    t = np.asarray(thresholds, dtype=np.float64).ravel().astype(p.dtype)
+    inter = np.zeros((n, t.size), dtype=np.int64)
+    n_pred = np.zeros((n, t.size), dtype=np.int64)
+    n_true = np.array([len(x) for x in truth], dtype=np.int64)
+    for i in range(n):
+        order = np.argsort(p[i], kind="stable")
+        values = p[i][order]
+        is_true = np.zeros(d, dtype=bool)
+        is_true[truth[i]] = True
+        cum_true = np.r_[0, np.cumsum(is_true[order])]  # true bits among the smallest k values
+        at_or_below = np.searchsorted(values, t, side="right")  # values <= t
+        n_pred[i] = d - at_or_below
+        inter[i] = n_true[i] - cum_true[at_or_below]
+    return inter, n_pred, n_true
+
+
+def threshold_scores(posteriors: np.ndarray, truths, thresholds) -> dict[str, np.ndarray]:
+    """Per-spectrum ``f1``, ``cosine`` and ``tanimoto`` (``float (n, G)``) and ``active_bits`` (``int (n, G)``)
+    of the query ``π > t`` at each threshold; a score is 0 where it is undefined (empty sets)."""
+    inter, n_pred, n_true = threshold_counts(posteriors, truths, thresholds)
+    inter_f, pred_f, true_f = inter.astype(np.float64), n_pred.astype(np.float64), n_true[:, None].astype(np.float64)
+    zeros = np.zeros_like(inter_f)
+    union = pred_f + true_f - inter_f
+    return {
+        "f1": np.divide(2 * inter_f, pred_f + true_f, out=zeros.copy(), where=(pred_f + true_f) > 0),
+        "cosine": np.divide(inter_f, np.sqrt(pred_f * true_f), out=zeros.copy(), where=(pred_f * true_f) > 0),
+        "tanimoto": np.divide(inter_f, union, out=zeros.copy(), where=union > 0),
+        "active_bits": n_pred,
+    }
+
+
+def optimal_threshold(posteriors: np.ndarray, truths, grid, score: str) -> tuple[float, float]:
+    """The threshold of ``grid`` whose query ``π > t`` has the best mean ``score`` ('f1', 'cosine' or
+    'tanimoto') over spectra, and that mean; ties go to the first (lowest) grid value."""
+    if score not in ("f1", "cosine", "tanimoto"):
+        raise ConfigError(f"`score` must be 'f1', 'cosine' or 'tanimoto', got {score!r}.")
+    g = np.asarray(grid, dtype=np.float64).ravel()
+    if g.size == 0:
+        raise ConfigError("`grid` of thresholds is empty.")
+    means = threshold_scores(posteriors, truths, g)[score].mean(axis=0)
+    best = int(np.argmax(means))
+    return float(g[best]), float(means[best])
+
+
+# ----------------------------------------------------------------------------------------------
+# Structure level: ranked candidates against the reference structure
+
+CLOSE_MATCH = 0.675  # RDKit topological-fingerprint Tanimoto of a close match (paper, after FRIGID)
+FIDELITY_BINS = (("low", 0.0, 0.5), ("mid", 0.5, 0.7), ("high", 0.7, float("inf")))
+MCES_NO_CANDIDATES = 100.0  # MCES of a spectrum without candidates (the DiffMS configuration)
+
+
+def reference_rank(candidate_keys: Sequence[str], reference_key: str | None) -> int | None:
+    """1-based rank of ``reference_key`` among the *distinct* keys in order (None when absent or no reference).
+
+    Keys are first InChIKey blocks; a key seen before takes no new rank, so duplicates cannot push the
+    reference down.
+    """
+    if not reference_key:
+        return None
+    seen: set[str] = set()
+    for key in candidate_keys:
+        if key in seen:
+            continue
+        seen.add(key)
+        if key == reference_key:
+            return len(seen)
+    return None
+
+
+def topk_exact(rank: int | None, k: int) -> bool:
+    """The reference is among the top k (``rank`` 1-based; None = absent)."""
+    _check_k(k)
+    return rank is not None and rank <= k
+
+
+def topk_best(scores: Sequence[float], k: int, empty: float = 0.0) -> float:
+    """The largest of the first ``k`` scores (candidates in rank order); ``empty`` without candidates."""
+    _check_k(k)
+    return float(max(scores[:k], default=empty))
+
+
+def topk_min(distances: Sequence[float], k: int, empty: float = MCES_NO_CANDIDATES) -> float:
+    """The smallest of the first ``k`` distances; ``empty`` (100) without candidates."""
+    _check_k(k)
+    return float(min(distances[:k], default=empty))
+
+
+def topk_close_match(topological: Sequence[float], k: int, threshold: float = CLOSE_MATCH) -> bool:
+    """Some top-k candidate has topological Tanimoto ≥ ``threshold`` to the reference."""
+    return topk_best(topological, k, empty=-1.0) >= threshold
+
+
+def sample_yield(n_samples: Sequence[int], n_valid: Sequence[int], n_formula_consistent: Sequence[int]) -> tuple[float, float]:
+    """(valid, formula-consistent) samples as shares of all samples, pooled over spectra (0 without samples)."""
+    total = float(np.sum(n_samples))
+    if total <= 0:
+        return 0.0, 0.0
+    return float(np.sum(n_valid)) / total, float(np.sum(n_formula_consistent)) / total
+
+
+def fidelity_bin(fidelity: float) -> str:
+    """'low' (T_c < 0.5), 'mid' (0.5 ≤ T_c < 0.7) or 'high' (T_c ≥ 0.7): the paper's posterior-fidelity bins."""
+    if not (isinstance(fidelity, (int, float, np.floating)) and 0.0 <= fidelity <= 1.0):
+        raise ConfigError(f"Posterior fidelity is a Tanimoto similarity in [0, 1], got {fidelity!r}.")
+    for name, lo, hi in FIDELITY_BINS:
+        if lo <= fidelity < hi:
+            return name
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _check_k(k: int) -> None:
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise ConfigError(f"`k` must be a positive integer, got {k!r}.")
