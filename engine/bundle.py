@@ -117,12 +117,16 @@ class ModelBundle:
         return tuple(self.config.get("supported_adducts", ("[M+H]+", "[M+Na]+")))
 
     def set_adapter(self, active: bool) -> None:
-        """Switch the LoRA adapter on or off (both weight sets are kept; switching copies weights)."""
+        """Switch the LoRA adapter on (merged weights) or off (the base weights, bit-identical).
+
+        Only the tensors the adapter changes are kept twice (base and merged, float32 on the CPU) and
+        copied into the decoder, cast to its dtype; everything else is shared.
+        """
         if active and not self.has_adapter:
             raise ConfigError(f"The model bundle {self.path} has no adapter/ to switch on.")
         if active == self.adapter_active:
             return
-        self.decoder.load_state_dict(self._merged_state if active else self._base_state)  # cast to self.dtype
+        self.decoder.load_state_dict(self._merged_state if active else self._base_state, strict=False)
         self.adapter_active = active
 
     def describe(self) -> str:
@@ -138,8 +142,19 @@ def _read_json(path: Path, what: str) -> dict:
         raise BundleError(f"Cannot read {what} {path}: {e}. The bundle is damaged; copy it again.") from e
 
 
+def _looks_like_pickle(path: Path) -> bool:
+    """A pickle (protocol 2+ starts with 0x80) or a torch.save zip archive, whatever its name."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return False
+    return (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head == b"PK\x03\x04"
+
+
 def _refuse_pickle(path: Path) -> None:
-    if path.is_file() and path.suffix.lower() in PICKLE_SUFFIXES:
+    """Refuse a pickle checkpoint offered as a bundle, by its name or its content; never open it further."""
+    if path.is_file() and (path.suffix.lower() in PICKLE_SUFFIXES or _looks_like_pickle(path)):
         raise BundleError(
             f"{path} is a PyTorch pickle checkpoint. msgpt never loads pickles: unpickling can run "
             "arbitrary code hidden in the file. Give a model bundle directory (config.json + "
@@ -174,6 +189,14 @@ def _load_weights(module: torch.nn.Module, path: Path, what: str) -> None:
     module.load_state_dict({k: t.to(v.dtype) for k, t in state.items() for v in [expected[k]]})
 
 
+def _load_part(load, path: Path):
+    """``load(path)``, with malformed content (valid JSON, wrong structure) as a BundleError."""
+    try:
+        return load(path)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:  # BundleError passes through
+        raise BundleError(f"{path} is malformed ({type(e).__name__}: {e}); copy the bundle again.") from e
+
+
 def load_bundle(
     path: str | os.PathLike, device: str = "auto", use_adapter: bool = True, precision: str = "auto"
 ) -> ModelBundle:
@@ -194,10 +217,15 @@ def load_bundle(
         extra = f" It holds pickle checkpoints ({', '.join(pickles)}), which msgpt never loads." if pickles else ""
         raise BundleError(f"{path} is not a model bundle: config.json is missing.{extra}")
     config = _read_json(path / "config.json", "bundle config")
-    if config.get("format") != BUNDLE_FORMAT:
-        raise BundleError(f"{path}/config.json is not an msgpt bundle config (format {config.get('format')!r}).")
+    if not isinstance(config, dict) or config.get("format") != BUNDLE_FORMAT:
+        found = config.get("format") if isinstance(config, dict) else f"a JSON {type(config).__name__}"
+        raise BundleError(f"{path}/config.json is not an msgpt bundle config (format {found!r}).")
     version = config.get("format_version")
-    if not isinstance(version, int) or version > BUNDLE_FORMAT_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise BundleError(
+            f"{path}/config.json: format_version {version!r} is not a whole number; copy the bundle again."
+        )
+    if version > BUNDLE_FORMAT_VERSION:
         raise BundleError(
             f"{path} was written in bundle format {version!r}, newer than this msgpt understands "
             f"({BUNDLE_FORMAT_VERSION}). Upgrade msgpt (pip install -U msgpt-desktop)."
@@ -206,6 +234,10 @@ def load_bundle(
         if not (path / name).is_file():
             raise BundleError(f"Model bundle {path} is incomplete: {name} is missing. Copy the whole folder.")
     recorded = config.get("files", {})
+    if not isinstance(recorded, dict):
+        raise BundleError(
+            f"{path}/config.json: `files` must map file names to sha256 checksums; copy the bundle again."
+        )
     for name in CHECKSUMMED_FILES:
         if name in recorded and sha256_file(path / name) != recorded[name]:
             raise BundleError(
@@ -219,12 +251,14 @@ def load_bundle(
         raise BundleError(f"{path}/config.json lacks the {e.args[0]!r} section.") from e
     except ConfigError as e:
         raise BundleError(f"{path}/config.json: {e}") from e
+    except (TypeError, ValueError, AttributeError) as e:  # a section that is not a mapping of known fields
+        raise BundleError(f"{path}/config.json: the model sections are malformed ({e}); copy the bundle again.") from e
     if enc_cfg.fp_bits != dec_cfg.fp_bits:
         raise BundleError(
             f"{path}/config.json: the encoder predicts {enc_cfg.fp_bits} fingerprint bits but the decoder reads "
             f"{dec_cfg.fp_bits}; the two models were not trained for each other."
         )
-    tokenizer = SafeTokenizer.load(path / "tokenizer.json")
+    tokenizer = _load_part(SafeTokenizer.load, path / "tokenizer.json")
     if tokenizer.vocab_size != dec_cfg.vocab_size:
         raise BundleError(
             f"tokenizer.json has {tokenizer.vocab_size} tokens but the decoder expects "
@@ -233,7 +267,7 @@ def load_bundle(
     want = config.get("tokenizer_checksum")
     if want and tokenizer.fingerprint() != want:
         raise BundleError("tokenizer.json does not match the tokenizer the decoder was trained with.")
-    calibration = Calibration.load(path / "calibration.json")
+    calibration = _load_part(Calibration.load, path / "calibration.json")
 
     dev, _ = resolve_device(device)
     dtype = resolve_precision(precision, dev)
@@ -263,24 +297,65 @@ def load_bundle(
 
 
 def _attach_adapter(bundle: ModelBundle, adapter_dir: Path) -> None:
-    """Load the peft LoRA adapter (safetensors only), merge it, and keep base and merged weights."""
+    """Load the peft LoRA adapter (safetensors only) and merge it into a copy of the decoder.
+
+    Merging (W + B A scaling, once) makes the adapted model exactly as fast as the base one. The
+    decoder keeps its base weights; the tensors the merge changed are kept in both versions for
+    :meth:`ModelBundle.set_adapter`.
+    """
     from peft import PeftModel
 
     if not (adapter_dir / "adapter_model.safetensors").is_file():
         pickles = [p.name for p in adapter_dir.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES]
         why = f" ({', '.join(pickles)} are pickles, which msgpt never loads)" if pickles else ""
         raise BundleError(f"{adapter_dir} lacks adapter_model.safetensors{why}; remove adapter/ or re-save it.")
-    base_state = {k: v.detach().clone() for k, v in bundle.decoder.state_dict().items()}
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise BundleError(f"{adapter_dir} lacks adapter_config.json; remove adapter/ or re-save it (training/adapt.py).")
+    base_state = bundle.decoder.state_dict()
     try:
         peft_model = PeftModel.from_pretrained(copy.deepcopy(bundle.decoder), str(adapter_dir), is_trainable=False)
-    except (ValueError, RuntimeError, KeyError, OSError) as e:
+        merged_state = peft_model.merge_and_unload().state_dict()
+    except (ValueError, RuntimeError, KeyError, OSError, TypeError) as e:
         raise BundleError(f"Cannot load the adapter in {adapter_dir}: {e}. Remove adapter/ or re-train it.") from e
-    merged = peft_model.merge_and_unload()
-    merged_state = {k: v.detach().clone() for k, v in merged.state_dict().items()}
     if merged_state.keys() != base_state.keys():
         raise BundleError(f"The adapter in {adapter_dir} changes the decoder's structure; it belongs to another model.")
-    bundle._base_state, bundle._merged_state = base_state, merged_state
+    changed = [k for k, v in base_state.items() if not torch.equal(v, merged_state[k])]
+    bundle._base_state = {k: base_state[k].detach().to("cpu", copy=True) for k in changed}
+    bundle._merged_state = {k: merged_state[k].detach().to("cpu", copy=True) for k in changed}
     bundle.has_adapter = True
+
+
+def save_adapter(peft_model, bundle_dir: str | os.PathLike) -> Path:
+    """Write the LoRA adapter of a peft model into ``bundle_dir/adapter/``, replacing any adapter there.
+
+    The folder holds what :func:`load_bundle` reads: ``adapter_config.json`` and
+    ``adapter_model.safetensors`` (peft's ``save_pretrained`` with safe serialization; never a
+    pickle). It is written next to the bundle and renamed into place, so a bundle never holds half an
+    adapter. Returns the adapter folder.
+    """
+    import shutil
+
+    from peft import PeftModel
+
+    if not isinstance(peft_model, PeftModel):
+        raise ConfigError(
+            f"save_adapter needs a peft PeftModel (get_peft_model(decoder, LoraConfig(...))), got "
+            f"{type(peft_model).__name__}."
+        )
+    bundle_dir = Path(bundle_dir)
+    if not bundle_dir.is_dir():
+        raise BundleError(f"{bundle_dir} is not a folder; give the bundle folder the adapter belongs to.")
+    final, tmp = bundle_dir / "adapter", bundle_dir / ".adapter.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    peft_model.save_pretrained(str(tmp), safe_serialization=True)
+    for extra in tmp.iterdir():  # peft also writes a README model card; the bundle needs only the two files
+        if extra.name not in ("adapter_config.json", "adapter_model.safetensors"):
+            shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
+    if not (tmp / "adapter_model.safetensors").is_file():
+        raise BundleError(f"peft wrote no adapter_model.safetensors into {tmp}; the adapter was not saved.")
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    return final
 
 
 def bundle_checksum(path: Path) -> str:

@@ -341,7 +341,10 @@ class MainWindow(QMainWindow):
             s.set(f"window/{splitter.objectName()}", splitter.saveState())
         s.set_query_params(self.query_params)
         s.device = self.device
-        s.sync()
+        try:
+            s.sync()
+        except MsgptError as err:  # OutputError: disk full or no permission; the previous file is kept
+            self.show_message(str(err), "error")
 
     # ------------------------------------------------------------------------------------------
     # messages
@@ -379,6 +382,7 @@ class MainWindow(QMainWindow):
                 return False
             self.bundle = None
             self.model_dir = path
+            self._sync_adapter_switch()
             self.status(text, 0)
             self._show_model_label()
             self.model_changed.emit(None)
@@ -394,10 +398,19 @@ class MainWindow(QMainWindow):
         self.model_dir = path
         self.settings.model_path = "" if path == default_model_dir() else str(path)
         self._reset_all_results()
+        self._sync_adapter_switch()
         _, device_note = resolve_device(self.device)
         self._show_model_label()
         self.status(f"Model {bundle.name} loaded. {device_note}")
         self._announce(self.model_changed, bundle)
+
+    def _sync_adapter_switch(self) -> None:
+        """The "Use adapter" box is enabled only for a model with an adapter; the parameters follow it."""
+        self.params_panel.set_adapter_available(self.bundle is not None and self.bundle.has_adapter)
+        try:
+            self.query_params = self.params_panel.params()
+        except MsgptError:  # invalid parameters: the panel shows why; they are taken when fixed
+            pass
 
     def _model_failed(self, message: str, path: Path) -> None:
         self._show_model_label()
@@ -413,7 +426,7 @@ class MainWindow(QMainWindow):
             self.model_label.setToolTip("No model is loaded: Model ▸ Open Model Folder… picks a bundle folder")
         else:
             b = self.bundle
-            adapter = " · adapter" if b.adapter_active else ""
+            adapter = (" · adapter " + ("on" if self.query_params.use_adapter else "off")) if b.has_adapter else ""
             default = " (bundled)" if self.model_dir == default_model_dir() else ""
             self.model_label.setText(f"Model: <b>{b.name}</b>{default} [{b.checksum[:8]}]{adapter}")
             self.model_label.setToolTip(f"{b.describe()}\n{b.path}")
@@ -700,6 +713,8 @@ class MainWindow(QMainWindow):
         self.query_params = params
         self.settings.set_query_params(params)
         self._update_actions()
+        if self.bundle is not None:
+            self._show_model_label()  # "adapter on/off"
         e = self.current_entry()
         if self.bundle is not None and e is not None and e.result is not None:
             self._retune_timer.start()  # debounced: a slider drag re-ranks once it rests

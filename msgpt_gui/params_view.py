@@ -1,4 +1,4 @@
-"""Query parameters: κ band, query groups M, pool size B (snapping to multiples of M) and seed."""
+"""Query parameters: κ band, query groups M, pool size B (snapping to multiples of M), seed, adapter on/off."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 re
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
@@ -58,6 +59,9 @@ class ParamsPanel(QWidget):
         self.seed = QSpinBox(minimum=0, maximum=2**31 - 1)
         self.seed.setToolTip(tooltips.SEED)
         self.seed.setKeyboardTracking(False)
+        self.adapter = QCheckBox("Use adapter")
+        self.adapter.setChecked(True)
+        self.set_adapter_available(False)
         self.error = QLabel()
         self.error.setStyleSheet("color: #b3261e")
         self.error.hide()
@@ -85,6 +89,8 @@ class ParamsPanel(QWidget):
         row.addSpacing(12)
         row.addWidget(label("Seed", tooltips.SEED))
         row.addWidget(self.seed)
+        row.addSpacing(12)
+        row.addWidget(self.adapter)
         row.addWidget(self.error, 1)
 
         self.set_params(params or QueryParams())
@@ -93,6 +99,7 @@ class ParamsPanel(QWidget):
         self.groups.valueChanged.connect(self._groups_changed)
         self.pool.valueChanged.connect(self._pool_changed)
         self.seed.valueChanged.connect(self._emit)
+        self.adapter.toggled.connect(self._emit)
 
     @staticmethod
     def _kappa_box(lo: float, hi: float, tip: str) -> QDoubleSpinBox:
@@ -109,8 +116,13 @@ class ParamsPanel(QWidget):
     def set_pool_size(self, b: int) -> None:
         self.pool.setValue(snap_pool_size(b, self.groups.value()))
 
+    def set_adapter_available(self, available: bool) -> None:
+        """Enable the adapter switch when the loaded model has an adapter (no signal is emitted)."""
+        self.adapter.setEnabled(available)
+        self.adapter.setToolTip(tooltips.ADAPTER if available else tooltips.ADAPTER + "<br><br>" + tooltips.ADAPTER_MISSING)
+
     def set_params(self, p: QueryParams) -> None:
-        widgets = (self.kappa_min, self.kappa_max, self.groups, self.pool, self.seed)
+        widgets = (self.kappa_min, self.kappa_max, self.groups, self.pool, self.seed, self.adapter)
         for w in widgets:
             w.blockSignals(True)
         self.kappa_min.setValue(p.kappa_min)
@@ -120,13 +132,18 @@ class ParamsPanel(QWidget):
         self.pool.setPageStep(p.groups * max(1, round(100 / p.groups)))
         self.pool.setValue(snap_pool_size(p.pool_size, p.groups))
         self.seed.setValue(p.seed)
+        self.adapter.setChecked(p.use_adapter)
         for w in widgets:
             w.blockSignals(False)
         self._update_label()
         self._sync_point_query()
 
     def params(self) -> QueryParams:
-        """The current parameters (raises ConfigError for an invalid combination)."""
+        """The current parameters (raises ConfigError for an invalid combination).
+
+        ``use_adapter`` is on only when the model has an adapter and the box is ticked, so results
+        and exports of a model without one say ``adapter=off``.
+        """
         m = self.groups.value()
         return QueryParams(
             kappa_min=round(self.kappa_min.value(), 4),
@@ -134,6 +151,7 @@ class ParamsPanel(QWidget):
             groups=m,
             samples_per_group=QueryParams.samples_for_pool_size(self.pool.value(), m),
             seed=self.seed.value(),
+            use_adapter=self.adapter.isEnabled() and self.adapter.isChecked(),
         )
 
     # -- reactions

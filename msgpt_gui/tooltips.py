@@ -29,6 +29,17 @@ SEED = (
     "<b>Random seed</b> — the same seed gives the same candidates for the same spectrum and "
     "settings; it is written into every export."
 )
+ADAPTER = (
+    "<b>Use adapter</b> — switch the model's fine-tuning for real spectra on or off.<br>"
+    "The structure generator learned chemistry from true substructure fingerprints of millions of "
+    "molecules, but it reads fingerprints <i>predicted</i> from spectra, and the spectrum encoder makes "
+    "systematic mistakes (substructures it tends to miss or to invent). The adapter is a small add-on "
+    "trained on annotated spectra of this kind, so the generator reads those predicted fingerprints "
+    "the way they are meant; it leaves the learned chemistry alone.<br>"
+    "On (default): usually more correct structures at the top. Off: the generator as pretrained, to "
+    "compare. Switching draws the candidates again. Greyed out when the model has no adapter."
+)
+ADAPTER_MISSING = "This model bundle has no adapter (no adapter/ folder), so there is nothing to switch."
 FIDELITY = (
     "<b>Spectrum fidelity</b> — how well the fingerprint queries predicted from this spectrum match "
     "the reference structure in the file (highest Tanimoto similarity, 0–1). Low fidelity means the "
