@@ -165,9 +165,19 @@ def _add(target: dict[str, int], counts: Mapping[str, int], times: int) -> None:
         target[e] = target.get(e, 0) + n * times
 
 
+def _clip(digits: str) -> str:
+    return digits if len(digits) <= 12 else f"{digits[:6]}…({len(digits)} digits)"
+
+
 def _parse(text: str) -> Adduct:
     """Generic parse, without choosing a preferred name."""
     s = "".join(text.split())
+    big = re.search(r"\d{4,}", s)
+    if big is not None:
+        raise AdductError(
+            f"Adduct {text!r} holds the number {_clip(big.group())}; numbers in an adduct (molecules, "
+            f"multipliers, atom counts, charge) are at most 999 (examples: {EXAMPLES})."
+        )
     m = _ADDUCT.fullmatch(s)
     if m is None or bool(m["open"]) != bool(m["close"]):
         raise AdductError(

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import logging
+import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 from . import __version__
-from .errors import Cancelled, InputFileError, MsgptError
+from .errors import InputFileError, MsgptError
 
 log = logging.getLogger("msgpt")
 
@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--formula", help="force this molecular formula on every input spectrum")
     pr.add_argument("--adduct", help="force this adduct (e.g. [M+H]+) on every input spectrum")
     pr.add_argument("--no-adapter", action="store_true", help="switch the bundle's LoRA adapter off")
+    pr.add_argument("--resume", action="store_true",
+                    help="go on with an interrupted run of the same command: spectra already in OUTPUT.partial "
+                    "(listed in OUTPUT.journal) are passed over")
     pr.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pr.set_defaults(func=cmd_predict)
 
@@ -84,32 +87,154 @@ def _model_path(arg: str | None) -> Path:
 
 
 def _spectra(paths: list[str], formula: str | None, adduct: str | None, file_errors: list[str]) -> Iterator:
+    """``(input position, Spectrum or SkippedRecord)`` for every record of every input, streaming.
+
+    A file that cannot be read (or stops being readable mid-way) prints one line and the next
+    input goes on.
+    """
     from .io import iter_spectra
     from .pipeline import apply_overrides
     from .spectrum import SkippedRecord
 
-    for path in paths:
+    for position, path in enumerate(paths):
         try:
             for item in iter_spectra(path):
-                if isinstance(item, SkippedRecord) or not (formula or adduct):
-                    yield item
-                    continue
-                try:
-                    yield apply_overrides(item, formula=formula, adduct=adduct)
-                except MsgptError as e:
-                    yield SkippedRecord(item.source, item.index, item.id, str(e))
+                if not isinstance(item, SkippedRecord) and (formula or adduct):
+                    try:
+                        item = apply_overrides(item, formula=formula, adduct=adduct)
+                    except MsgptError as e:
+                        item = SkippedRecord(item.source, item.index, item.id, str(e))
+                yield position, item
         except InputFileError as e:
             file_errors.append(str(e))
             _err(f"error: {e}")
 
 
+def _elucidate_one(bundle, spectrum, params, bar):
+    """The result of one spectrum, or a SkippedRecord saying why it has none.
+
+    Problems of this spectrum alone (its formula is too large to annotate, ...) skip it; the
+    batch goes on. Problems of the model or the parameters stop the batch.
+    """
+    from .errors import AdductError, FormulaError, SpectrumError
+    from .pipeline import SamplesDrawn, SpectrumFinished, SpectrumSkipped, elucidate
+    from .spectrum import SkippedRecord
+
+    outcome = None
+    try:
+        for ev in elucidate(bundle, [spectrum], params):
+            if isinstance(ev, SamplesDrawn):
+                bar.set_postfix_str(f"samples {ev.done}/{ev.total}", refresh=False)
+            elif isinstance(ev, SpectrumFinished):
+                outcome = ev.result
+            elif isinstance(ev, SpectrumSkipped):
+                outcome = ev.record
+    except (SpectrumError, FormulaError, AdductError) as e:
+        outcome = SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
+    return outcome
+
+
+class _Summary:
+    """What a batch did, in bounded memory: counts, and the first records of each kind to show."""
+
+    SHOWN = 20
+
+    def __init__(self, inputs: list[str]):
+        self.inputs = inputs
+        self.done = self.done_before = self.rows = 0
+        self.skipped: list[str] = []
+        self.n_skipped = 0
+        self.reasons: Counter[str] = Counter()
+        self.notes: list[str] = []
+        self.n_notes = 0
+
+    def _line(self, entry: dict, text: str) -> str:
+        return f"  {self.inputs[entry['input']]} #{entry['index']} ({entry['id']}): {text}"
+
+    def add(self, entry: dict, earlier: bool = False) -> None:
+        if entry["status"] == "skipped":
+            self.n_skipped += 1
+            self.reasons[entry["reason"]] += 1
+            if len(self.skipped) < self.SHOWN:
+                self.skipped.append(self._line(entry, entry["reason"]))
+            return
+        if earlier:
+            self.done_before += 1
+        else:
+            self.done += 1
+        self.rows += entry["rows"]
+        if entry.get("notes"):
+            self.n_notes += 1
+            if len(self.notes) < self.SHOWN:
+                self.notes.append(self._line(entry, entry["notes"]))
+
+    def report(self, output: str, seconds: float, written: bool) -> None:
+        before = f" (and {self.done_before} in the interrupted run)" if self.done_before else ""
+        _err(f"Processed {self.done} spectra in {seconds:.1f} s{before}; "
+             f"{self.rows} candidates written to {output if written else '(nothing)'}.")
+        if self.n_notes:
+            _err(f"Notes on {self.n_notes} processed spectra:")
+            for line in self.notes:
+                _err(line)
+            if self.n_notes > len(self.notes):
+                _err(f"  … and {self.n_notes - len(self.notes)} more")
+        if self.n_skipped:
+            _err(f"Skipped {self.n_skipped} spectra:")
+            for line in self.skipped:
+                _err(line)
+            if self.n_skipped > len(self.skipped):
+                _err("  … by reason:")
+                for reason, count in self.reasons.most_common(self.SHOWN):
+                    _err(f"  {count:6d} × {reason}")
+
+
+def _run_settings(args: argparse.Namespace, bundle, params) -> dict:
+    """What decides the output: a resumed run must match these exactly."""
+    import torch
+
+    def identity(path: str) -> str:
+        p = Path(path)
+        try:
+            size = f"{p.stat().st_size} bytes"
+        except OSError:
+            size = "unreadable"
+        return f"{p.resolve()} ({size})"
+
+    return {
+        "msgpt_version": __version__,
+        "model_checksum": bundle.checksum,
+        "device": bundle.device.type,
+        "precision": "bf16" if bundle.dtype == torch.bfloat16 else "fp32",
+        "parameters": params.describe(),
+        "top": args.top,
+        "formula": args.formula,
+        "adduct": args.adduct,
+        "inputs": [identity(p) for p in args.inputs],
+    }
+
+
+def _open_journal(output: Path, resume: bool, settings: dict):
+    """Lock the journal, then decide how to start (see engine.journal.plan_run)."""
+    from .journal import JournalWriter, journal_path, plan_run
+
+    path = journal_path(output)
+    existed = path.exists()
+    journal = JournalWriter(path)
+    try:
+        return journal, plan_run(output, resume, settings)
+    except BaseException:
+        journal.close()
+        if not existed:
+            path.unlink(missing_ok=True)
+        raise
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     import torch
-    from tqdm import tqdm
 
     from .bundle import load_bundle, resolve_device
-    from .export import CandidateWriter, export_format, provenance
-    from .pipeline import QueryParams, SamplesDrawn, SpectrumFinished, SpectrumSkipped, elucidate
+    from .export import export_format
+    from .pipeline import QueryParams
 
     export_format(args.output)  # fail on a bad output name before loading anything
     n = args.samples_per_group
@@ -135,53 +260,105 @@ def cmd_predict(args: argparse.Namespace) -> int:
     _err(f"Model: {bundle.describe()}")
     _err(f"Parameters: {params.describe()}")
 
-    file_errors: list[str] = []
-    spectra = _spectra(args.inputs, args.formula, args.adduct, file_errors)
-    bar = tqdm(desc="spectra", unit="spectrum", disable=args.quiet, file=sys.stderr, dynamic_ncols=True)
-    writer = CandidateWriter(args.output, provenance(bundle, params, {"inputs": " ".join(args.inputs)}), args.top)
-    events = elucidate(bundle, spectra, params)
+    output = Path(args.output)
+    settings = _run_settings(args, bundle, params)
+    journal, plan = _open_journal(output, args.resume, settings)
     try:
-        while True:
-            try:
-                ev = next(events)
-            except StopIteration as stop:
-                summary = stop.value
-                break
-            if isinstance(ev, SamplesDrawn):
-                bar.set_postfix_str(f"samples {ev.done}/{ev.total}", refresh=False)
-            elif isinstance(ev, SpectrumFinished):
-                writer.write(ev.result)
-                bar.update(1)
-            elif isinstance(ev, SpectrumSkipped):
-                bar.update(1)
-    except (KeyboardInterrupt, Cancelled):
+        return _run_batch(args, bundle, params, settings, journal, plan)
+    finally:
+        journal.close()  # releases the lock; the journal stays unless the run removed it
+
+
+def _run_batch(args, bundle, params, settings: dict, journal, plan) -> int:
+    """Stream the inputs through the model into OUT.partial, one journal line per spectrum; rename at the end."""
+    import time
+
+    from tqdm import tqdm
+
+    from .errors import OutputError
+    from .export import CandidateWriter, fsync_directory, provenance
+    from .journal import new_header, partial_path
+    from .spectrum import SkippedRecord
+
+    output = Path(args.output)
+    partial = partial_path(output)
+    if plan.note:
+        _err(plan.note)
+    summary = _Summary(args.inputs)
+    for entry in plan.state.entries if plan.state else ():
+        summary.add(entry, earlier=True)
+    if plan.action == "finish":  # every spectrum was done; the interrupted run only missed the rename
+        if partial.is_file():
+            os.replace(partial, output)
+            fsync_directory(output.parent)
+        journal.remove()
+        summary.report(args.output, 0.0, written=True)
+        return 0
+
+    resuming = plan.action == "resume"
+    info = plan.state.header["info"] if resuming else provenance(bundle, params, {"inputs": " ".join(args.inputs)})
+    writer = CandidateWriter(output, info, args.top, partial=partial, resume_at=plan.state.offset if resuming else None)
+    done = plan.state.keys() if resuming else set()
+    file_errors: list[str] = []
+    t0 = time.perf_counter()
+    bar = tqdm(desc="spectra", unit="spectrum", disable=args.quiet, file=sys.stderr, dynamic_ncols=True,
+               initial=len(done))
+    try:
+        if resuming:
+            journal.resume(plan.state)
+            offset = plan.state.offset
+        else:
+            offset = writer.sync()
+            journal.start(new_header(settings, info, offset))
+        for position, item in _spectra(args.inputs, args.formula, args.adduct, file_errors):
+            if (position, item.index) in done:
+                continue
+            outcome = item if isinstance(item, SkippedRecord) else _elucidate_one(bundle, item, params, bar)
+            entry = {"input": position, "index": item.index}
+            if isinstance(outcome, SkippedRecord):
+                entry.update(id=outcome.spectrum_id, status="skipped", reason=outcome.reason, offset=offset)
+            else:
+                rows = writer.write(outcome)
+                offset = writer.sync()  # the rows are on disk before the journal says so
+                entry.update(id=item.id, status="done", rows=rows, offset=offset)
+                if outcome.spectrum.metadata.get("warnings"):
+                    entry["notes"] = outcome.spectrum.metadata["warnings"]
+            journal.append(entry)
+            summary.add(entry)
+            bar.update(1)
+    except KeyboardInterrupt:
         writer.abort()
         bar.close()
-        _err("Interrupted: nothing was written.")
+        _err(f"Interrupted: {summary.done_before + summary.done} finished spectra are kept in {partial}. "
+             f"Run the same command with --resume to go on.")
         return 130
+    except OutputError as e:
+        writer.abort()
+        bar.close()
+        raise OutputError(f"{e} The {summary.done_before + summary.done} finished spectra are kept in "
+                          f"{partial}; run the same command with --resume to go on.") from e
     except BaseException:
         writer.abort()
         raise
     bar.close()
-    if summary.n_done:
-        writer.close()
+
+    written = summary.done_before + summary.done > 0
+    if written:
+        journal.append({"status": "complete"})
+        try:
+            writer.close()
+        except OutputError as e:
+            raise OutputError(f"{e} All spectra are finished in {partial}; run the same command with --resume "
+                              "to finish.") from e
+        journal.remove()
     else:
         writer.abort()
-
-    _err(f"Processed {summary.n_done} spectra in {summary.seconds:.1f} s; "
-         f"{writer.n_rows} candidates written to {args.output if summary.n_done else '(nothing)'}.")
-    if summary.skipped:
-        _err(f"Skipped {len(summary.skipped)} spectra:")
-        reasons = Counter(r.reason for r in summary.skipped)
-        for rec in itertools.islice(summary.skipped, 20):
-            _err(f"  {rec.source} #{rec.index} ({rec.spectrum_id}): {rec.reason}")
-        if len(summary.skipped) > 20:
-            _err("  … by reason:")
-            for reason, count in reasons.most_common():
-                _err(f"  {count:6d} × {reason}")
+        partial.unlink(missing_ok=True)
+        journal.remove()
+    summary.report(args.output, time.perf_counter() - t0, written)
     if file_errors:
         _err(f"{len(file_errors)} input file(s) could not be read (see above).")
-    return 0 if summary.n_done else 1
+    return 0 if written else 1
 
 
 def cmd_info(args: argparse.Namespace) -> int:

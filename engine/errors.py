@@ -36,6 +36,22 @@ class BundleError(MsgptError):
     """A model bundle directory is missing, incomplete, corrupt or incompatible."""
 
 
+class OutputError(MsgptError):
+    """An output file (export, settings, batch journal) cannot be written; an earlier file is kept."""
+
+    @classmethod
+    def from_os_error(cls, path: object, e: OSError, kept: str = "") -> OutputError:
+        """Name the file and the system's reason, say what to do, and what was kept."""
+        import errno
+
+        hint = ""
+        if isinstance(e, PermissionError):
+            hint = " Choose a folder you may write to."
+        elif e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            hint = " Free some space, or choose another folder."
+        return cls(f"Cannot write {path}: {e.strerror or e}.{hint}{' ' + kept if kept else ''}")
+
+
 class ConfigError(MsgptError, ValueError):
     """A configuration or parameter value is out of range or inconsistent."""
 

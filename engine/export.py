@@ -5,7 +5,8 @@ see docs/conventions). Every file says which model (name + checksum), parameters
 CSV in ``#`` header lines (``pandas.read_csv(path, comment="#")``), SDF as properties of each record.
 
 Writers write to a temporary file beside the target and rename it over the target only when closed
-without error, so a cancelled or failed export leaves any earlier file intact.
+without error, so a cancelled or failed export (disk full, no permission) leaves any earlier file
+intact; the error is an :class:`~engine.errors.OutputError` that names the file and the reason.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from . import chem
-from .errors import ConfigError, MsgptError
+from .errors import ConfigError, OutputError
 from .pipeline import SpectrumResult
 
 CSV_COLUMNS = (
@@ -94,10 +95,39 @@ def candidate_rows(result: SpectrumResult, top: int | None = None) -> Iterable[d
         }
 
 
-class CandidateWriter:
-    """Stream results into a CSV or SDF file; the target appears only on a clean :meth:`close`."""
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (best effort: not every system can open a folder)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
-    def __init__(self, path: str | os.PathLike, info: dict[str, str], top: int | None = None):
+
+class CandidateWriter:
+    """Stream results into a CSV or SDF file; the target appears only on a clean :meth:`close`.
+
+    Rows go to a temporary file beside the target, renamed over it by :meth:`close`, so a failed or
+    cancelled export (or a full disk) leaves an earlier file as it was. By default the temporary file
+    is hidden and removed by :meth:`abort`; ``partial`` names it instead (``msgpt predict`` uses
+    ``OUT.partial`` so an interrupted run can go on), and ``resume_at`` reopens an existing partial
+    file cut back to that many bytes, appending without a new header.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        info: dict[str, str],
+        top: int | None = None,
+        *,
+        partial: str | os.PathLike | None = None,
+        resume_at: int | None = None,
+    ):
         self.path = Path(path)
         self.format = export_format(self.path)
         self.info = info
@@ -106,24 +136,50 @@ class CandidateWriter:
         directory = self.path.parent if str(self.path.parent) else Path(".")
         if not directory.is_dir():
             raise ConfigError(f"Cannot write {self.path}: folder {directory} does not exist.")
+        self._directory = directory
+        self._kept = "An earlier file of that name, if any, is unchanged."
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".partial", dir=directory)
+            if partial is None:
+                fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".partial", dir=directory)
+                self._tmp = Path(tmp)
+                self._fh = os.fdopen(fd, "w", newline="", encoding="utf-8")
+            else:
+                self._tmp = Path(partial)
+                if resume_at is not None:
+                    with open(self._tmp, "r+b") as fh:
+                        fh.truncate(resume_at)  # drop the rows of a spectrum that did not finish
+                self._fh = open(self._tmp, "a" if resume_at is not None else "w", newline="", encoding="utf-8")
         except OSError as e:
-            raise MsgptError(f"Cannot write {self.path}: {e.strerror or e}.") from e
-        self._tmp = Path(tmp)
-        self._fh = os.fdopen(fd, "w", newline="", encoding="utf-8")
+            raise OutputError.from_os_error(self.path, e, self._kept) from e
+        self._remove_on_abort = partial is None
         if self.format == "csv":
-            for k, v in info.items():
-                self._fh.write(f"# {k}: {v}\n")
             self._csv = csv.DictWriter(self._fh, fieldnames=CSV_COLUMNS)
-            self._csv.writeheader()
-        else:
-            from rdkit import Chem
+            if resume_at is None:
+                try:
+                    self._guarded(self._write_csv_header)
+                except OutputError:
+                    self.abort()
+                    raise
 
-            self._sdf = Chem.SDWriter(self._fh)
+    def _guarded(self, write, *args) -> None:
+        try:
+            write(*args)
+        except OSError as e:
+            raise OutputError.from_os_error(self.path, e, self._kept) from e
 
-    def write(self, result: SpectrumResult) -> None:
-        for row in candidate_rows(result, self.top):
+    def _write_csv_header(self) -> None:
+        for k, v in self.info.items():
+            self._fh.write(f"# {k}: {v}\n")
+        self._csv.writeheader()
+
+    def write(self, result: SpectrumResult) -> int:
+        """Add the candidates of one spectrum; returns the number of rows written."""
+        rows = list(candidate_rows(result, self.top))
+        self._guarded(self._write_rows, rows)
+        return len(rows)
+
+    def _write_rows(self, rows: list[dict]) -> None:
+        for row in rows:
             if self.format == "csv":
                 self._csv.writerow(row)
             else:
@@ -131,7 +187,18 @@ class CandidateWriter:
             self.n_rows += 1
         self._fh.flush()
 
+    def sync(self) -> int:
+        """Push what was written to the disk (flush + fsync); returns the temporary file's size in bytes."""
+        try:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            return os.fstat(self._fh.fileno()).st_size
+        except OSError as e:
+            raise OutputError.from_os_error(self.path, e, self._kept) from e
+
     def _write_sdf(self, row: dict) -> None:
+        from rdkit import Chem
+
         mol = chem.mol_with_2d_coords(row["smiles"])
         if mol is None:
             return
@@ -158,23 +225,35 @@ class CandidateWriter:
         }
         for k, v in props.items():
             mol.SetProp(k, str(v))
-        self._sdf.write(mol)
+        self._fh.write(Chem.SDWriter.GetText(mol))  # one record, ending in $$$$
 
     def close(self) -> None:
-        """Finish the file and move it over the target."""
-        if self.format == "sdf":
-            self._sdf.close()  # also closes nothing else: the file handle is ours
-        self._fh.close()
-        os.replace(self._tmp, self.path)
+        """Finish the file (flushed to disk) and move it over the target in one rename."""
+        try:
+            self.sync()
+        except OutputError:
+            self.abort()
+            raise
+        try:
+            self._fh.close()
+            os.replace(self._tmp, self.path)
+        except OSError as e:
+            self.abort()
+            raise OutputError.from_os_error(self.path, e, self._kept) from e
+        fsync_directory(self._directory)
 
     def abort(self) -> None:
-        """Drop the temporary file; an earlier file at the target stays as it was."""
+        """Close without renaming: an earlier file at the target stays as it was.
+
+        The hidden temporary file is removed; a named ``partial`` file is kept for a later resume.
+        """
         try:
-            if self.format == "sdf":
-                self._sdf.close()
             self._fh.close()
+        except OSError:
+            pass  # a full disk can fail the last flush; the file is dropped or resumed from its journal
         finally:
-            self._tmp.unlink(missing_ok=True)
+            if self._remove_on_abort:
+                self._tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> CandidateWriter:
         return self

@@ -23,6 +23,8 @@ PROTON_MASS = 1.007276466621
 
 _TOKEN = re.compile(r"([A-Z][a-z]?)(\d*)")
 _FORMULA = re.compile(r"(?:[A-Z][a-z]?\d*)+")
+_ADDUCT_METALS = ("Li", "Na", "K")
+MAX_COUNT = 999_999  # atoms of one element; larger counts are typos (and would overflow a float mass)
 
 
 @lru_cache(maxsize=1)
@@ -64,11 +66,11 @@ def parse_formula(text: str) -> dict[str, int]:
                 hint += " (give the neutral formula; the charge comes from the adduct)"
             elif bad in "()[].·*":
                 hint += " (write the formula without brackets or hydrate dots, e.g. 'C2H6O')"
-        elif s[0].islower() or s[0].isdigit():
+        elif s[0].isdigit():
             hint = "it must start with an element symbol such as 'C'"
         else:
             hint = "element symbols start with a capital letter followed by an optional lowercase letter"
-        raise FormulaError(f"Cannot parse formula {text!r}: {hint}.")
+        raise FormulaError(f"Cannot parse formula {text!r}: {hint}.{_did_you_mean(s)}")
     counts: dict[str, int] = {}
     for symbol, num in _TOKEN.findall(s):
         if symbol not in ELEMENT_INDEX:
@@ -78,16 +80,57 @@ def parse_formula(text: str) -> dict[str, int]:
                 suggestion = f" Did you mean {upper!r}?"
             elif len(symbol) == 2 and symbol[0] in ELEMENT_INDEX and symbol[1].upper() in ELEMENT_INDEX:
                 suggestion = f" Did you mean {symbol[0] + symbol[1].upper()!r} (two elements)?"
+            elif symbol in _ADDUCT_METALS:
+                suggestion = (f" If this is the ion's formula, give the neutral molecule's and put {symbol} in "
+                              f"the adduct (e.g. [M+{symbol}]+).")
             raise FormulaError(
                 f"Unsupported element {symbol!r} in formula {text!r}; supported elements are "
-                f"{', '.join(ELEMENTS)}.{suggestion}"
+                f"{', '.join(ELEMENTS)}.{suggestion or _did_you_mean(s)}"
             )
+        if len(num) > len(str(MAX_COUNT)) or (num and int(num) > MAX_COUNT):
+            raise FormulaError(f"Count {num} of {symbol} in formula {text!r} is too large (at most {MAX_COUNT:,}).")
         n = int(num) if num else 1
         counts[symbol] = counts.get(symbol, 0) + n
     counts = {e: n for e, n in counts.items() if n > 0}
     if not counts:
         raise FormulaError(f"Formula {text!r} has no atoms.")
     return counts
+
+
+def _case_fixes(s: str, limit: int = 3) -> list[str]:
+    """Spellings of ``s`` with only the letters' case changed that consist of supported elements.
+
+    ``c10h10o3`` -> ``C10H10O3``; ``C6H5CL`` -> ``C6H5Cl``; ``sih4`` -> ``SiH4`` or ``SIH4``.
+    """
+    symbols = {e.lower(): e for e in ELEMENTS}
+    found: list[str] = []
+
+    def walk(i: int, out: str) -> None:
+        if len(found) >= limit:
+            return
+        if i == len(s):
+            found.append(out)
+            return
+        if s[i].isdigit():
+            j = i
+            while j < len(s) and s[j].isdigit():
+                j += 1
+            if out and not out[-1].isdigit():
+                walk(j, out + s[i:j])
+            return
+        for n in (2, 1):
+            symbol = symbols.get(s[i : i + n].lower()) if i + n <= len(s) else None
+            if symbol is not None:
+                walk(i + n, out + symbol)
+
+    if len(s) <= 60 and s.isascii() and s.isalnum():
+        walk(0, "")
+    return [f for f in found if f != s]
+
+
+def _did_you_mean(s: str) -> str:
+    fixes = _case_fixes(s)
+    return f" Did you mean {' or '.join(repr(f) for f in fixes)}?" if fixes else ""
 
 
 def format_formula(counts: Mapping[str, int]) -> str:

@@ -3,14 +3,17 @@
 :func:`iter_spectra` streams a file and yields a :class:`~engine.spectrum.Spectrum` for every usable
 MS2 record and a :class:`~engine.spectrum.SkippedRecord` (with the reason) for every unusable one;
 the rest of the file goes on. Problems with the file as a whole (missing, a folder, unreadable,
-empty, binary, neither MGF nor mzML, malformed XML, truncated gzip) raise one
+empty, binary, neither MGF nor mzML, malformed XML, truncated gzip, an mzML without MS2 scans) raise one
 :class:`~engine.errors.InputFileError`; it can also come mid-way, after earlier records.
 
-Rules:
+Rules (docs/bad_inputs.md lists what each bad input gives, generated from tests/bad_inputs.py):
 
 * **Format**: the extension (``.mgf``, ``.mzML``, either + ``.gz``) decides, and the first 64 KB
   must confirm it; other extensions are accepted when the content is clearly MGF or mzML.
   Compression is recognised by gzip's magic bytes, whatever the name says.
+* **Text**: UTF-8 (a byte-order mark is dropped), or UTF-16 when the file starts with its
+  byte-order mark; any line ends (LF, CR LF, CR). Bytes that are not UTF-8 (a Latin-1 name) become
+  U+FFFD and the record gets a note naming the keys.
 * **MGF keys** are read case-insensitively with the aliases of ``conventions.md``; values
   ``N/A``, ``NA``, ``null``, ``none``, ``nan`` and empty mean missing (``unknown`` too for adducts).
   ``metadata`` keeps every ``KEY=value`` of the record (lower-case keys, header lines included).
@@ -22,7 +25,9 @@ Rules:
   agree with it (a polarity-switching file keeps its other-polarity scans without an adduct).
 * **Formula**: ``FORMULA``, else ``default_formula``; it must use supported elements and, with an
   adduct, give the precursor m/z within ``max(tol_da, tol_ppm)`` (default 0.01 Da / 10 ppm).
-* **Retention time** (seconds in the Spectrum): ``RTINSECONDS`` is seconds and must be a number;
+* **Precursor m/z** must be a number > 0 (else the record is skipped).
+* **Retention time** (seconds in the Spectrum): ``RTINSECONDS`` is seconds (text that is not a
+  number leaves it empty, with a note: it is not needed to elucidate the spectrum);
   ``RETENTION_TIME``/``RETENTIONTIME`` are free text as MassBank writes them: the first number,
   in the unit written right after it (``s``/``sec``, ``min``, ``h``), minutes when no unit is
   written; text without a leading number gives ``None`` and a warning. mzML: scan start time in
@@ -33,17 +38,21 @@ Rules:
 * **Reference SMILES** that RDKit cannot parse are dropped (``smiles=None``) with a note in
   ``metadata["warnings"]``; the spectrum itself stays usable.
 * **mzML**: only MS2 scans (MS:1000511 = 2) are records; MS1 and MSn>2 scans are passed over
-  silently. Precursor from the selected ion (MS:1000744), else the isolation window target
-  (MS:1000827); charge MS:1000041; polarity MS:1000130/MS:1000129; ``id`` is the native scan id.
+  silently, but a file without any MS2 scan is an ``InputFileError``. Precursor from the selected
+  ion (MS:1000744), else the isolation window target (MS:1000827); charge MS:1000041; polarity
+  MS:1000130/MS:1000129; ``id`` is the native scan id. Peak arrays are decoded scan by scan, so a
+  damaged array skips its scan only.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import math
 import os
 import re
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +69,7 @@ from .spectrum import DEFAULT_TOL_DA, DEFAULT_TOL_PPM, SkippedRecord, Spectrum, 
 MISSING = frozenset({"", "n/a", "na", "null", "none", "nan"})
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 _SNIFF_BYTES = 64 * 1024
 _SUPPORTED = "supported are .mgf and .mzML files, optionally gzip-compressed (.mgf.gz, .mzML.gz)"
 
@@ -126,9 +136,10 @@ def detect_format(path: str | os.PathLike) -> str:
     """``"mgf"`` or ``"mzml"`` from the extension, confirmed by the content; else ``InputFileError``."""
     p = Path(path)
     head = _read_head(p)
-    if b"\x00" in head:
+    encoding = _text_encoding(head)
+    if b"\x00" in head and encoding != "utf-16":
         raise InputFileError(p, f"the file holds binary data, not text; {_SUPPORTED}.")
-    text = head.decode("utf-8", errors="replace")
+    text = head.decode(encoding, errors="replace").replace("\r\n", "\n").replace("\r", "\n")  # any line ends
     is_mzml = "<mzML" in text or "<indexedmzML" in text
     is_mgf = re.search(r"^\s*BEGIN IONS\s*$", text, re.MULTILINE | re.IGNORECASE) is not None
     name = p.name.lower().removesuffix(".gz")
@@ -166,9 +177,14 @@ def _open_binary(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")
 
 
-def _open_text(path: Path) -> IO[str]:
-    # utf-8-sig drops a byte-order mark; undecodable bytes (latin-1 names) become U+FFFD.
-    return io.TextIOWrapper(_open_binary(path), encoding="utf-8-sig", errors="replace")
+def _text_encoding(head: bytes) -> str:
+    """UTF-16 when the content starts with its byte-order mark, else UTF-8 (a UTF-8 BOM is dropped)."""
+    return "utf-16" if head[:2] in _UTF16_BOMS else "utf-8-sig"
+
+
+def _open_text(path: Path, encoding: str) -> IO[str]:
+    # Undecodable bytes (Latin-1 names in a UTF-8 file) become U+FFFD, and the record gets a note.
+    return io.TextIOWrapper(_open_binary(path), encoding=encoding, errors="replace")
 
 
 def _read_head(path: Path) -> bytes:
@@ -185,11 +201,13 @@ def _read_head(path: Path) -> bytes:
     except PermissionError:
         raise InputFileError(path, "no permission to read this file.") from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise InputFileError(path, f"the gzip data is truncated or corrupt ({type(e).__name__}: {e}).") from e
+        raise InputFileError(path, f"the gzip data is truncated or corrupt ({e}).") from e
     except OSError as e:
         raise InputFileError(path, f"cannot read the file ({type(e).__name__}: {e}).") from e
-    if not head.strip():
-        raise InputFileError(path, "the file is empty (no content after decompression).")
+    if not head.strip(b" \t\r\n\x0b\x0c\xef\xbb\xbf\xff\xfe\x00"):  # white space, byte-order marks
+        raise InputFileError(
+            path, "the file is empty after decompression." if _is_gzip(path) else "the file holds only white space."
+        )
     return head
 
 
@@ -205,11 +223,10 @@ def _file_errors_wrapped(source: str, fmt: str, records: Iterable) -> Iterator:
         raise
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise InputFileError(
-            source,
-            f"the gzip data is truncated or corrupt ({type(e).__name__}: {e}); records before it were read.",
+            source, f"the gzip data is truncated or corrupt ({e}); records before it were read."
         ) from e
     except etree.XMLSyntaxError as e:
-        raise InputFileError(source, f"malformed XML, the file may be truncated or damaged ({e}).") from e
+        raise InputFileError(source, f"malformed XML, the file may be truncated or damaged ({_xml_problem(e)}).") from e
     except PermissionError:
         raise InputFileError(source, "no permission to read this file.") from None
     except OSError as e:
@@ -218,6 +235,13 @@ def _file_errors_wrapped(source: str, fmt: str, records: Iterable) -> Iterator:
         raise InputFileError(source, f"pyteomics cannot read this {label} file ({e.message}).") from e
     except Exception as e:  # the single file-level wrapper: name what went wrong, never a traceback
         raise InputFileError(source, f"cannot read this {label} file ({type(e).__name__}: {e}).") from e
+
+
+def _xml_problem(e) -> str:
+    """libxml2's message once, with where it happened: 'Premature end of data in tag binary at line 360'."""
+    message = re.sub(r"(\s+line \d+)?, line \d+, column \d+$", "", str(e.msg or e).strip())
+    line, column = e.position if e.position else (None, None)
+    return f"{message} at line {line}, column {column}" if line else message
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,7 +306,7 @@ def _clean_peaks(mz: np.ndarray, intensity: np.ndarray, metadata: dict[str, str]
             raise SpectrumError("no peaks: the record has no 'm/z intensity' lines")
         raise SpectrumError(f"no usable peaks: all {keep.size} peaks have zero, negative or NaN intensity or m/z")
     if n_bad:
-        _warn(metadata, f"{n_bad} peaks with zero, negative or NaN intensity or m/z dropped")
+        _warn(metadata, f"{n_bad} peak{'s' if n_bad > 1 else ''} with zero, negative or NaN intensity or m/z dropped")
         return mz[keep], intensity[keep]
     return mz, intensity
 
@@ -299,7 +323,11 @@ def _resolve_charge(rec: _Record, adduct: Adduct | None) -> tuple[int, str | Non
         sources.append((adduct.polarity, f"ADDUCT {adduct.name} is {adduct.polarity}"))
     polarities = {p for p, _ in sources}
     if len(polarities) > 1:
-        raise SpectrumError(f"conflicting polarity: {' but '.join(w for _, w in sources)}; fix one of them")
+        first = [w for p, w in sources if p == sources[0][0]]
+        other = [w for p, w in sources if p != sources[0][0]]
+        raise SpectrumError(
+            f"conflicting polarity: {' and '.join(first)} but {' and '.join(other)}; fix the one that is wrong"
+        )
     polarity = polarities.pop() if polarities else None
     charge = abs(rec.charge)
     if adduct is not None:
@@ -322,6 +350,9 @@ def _build(options: _Options, rec: _Record) -> Spectrum | SkippedRecord:
     try:
         if rec.precursor_mz is None:
             raise SpectrumError("no precursor m/z (PEPMASS, or the selected ion in mzML)")
+        if not (0 < rec.precursor_mz < math.inf):
+            raise SpectrumError(f"precursor m/z {rec.precursor_mz:g} is not a positive number; fix PEPMASS "
+                                "(or the selected ion m/z in mzML)")
         mz, intensity = _clean_peaks(rec.mz, rec.intensity, metadata)
         adduct = parse_adduct_or_none(rec.adduct)
         charge, polarity = _resolve_charge(rec, adduct)
@@ -391,7 +422,9 @@ def _iter_mgf(options: _Options) -> Iterator[Spectrum | SkippedRecord]:
     header: list[tuple[int, str]] = []  # (line number, "KEY=value") before the first record
     block: list[tuple[int, str]] | None = None
     index = 0
-    with _open_text(options.path) as fh:
+    with _open_binary(options.path) as fh:
+        encoding = _text_encoding(fh.read(2))
+    with _open_text(options.path, encoding) as fh:
         for lineno, line in enumerate(fh, 1):
             stripped = line.strip()
             marker = stripped.upper()
@@ -452,6 +485,10 @@ def _mgf_record(
                 del mz[len(intensity):]
                 bad_peak = bad_peak or (lineno, line)
     spectrum_id = _first(raw, _ID_KEYS) or str(index)
+    garbled = [key.upper() for key, value in raw.items() if "\ufffd" in value]
+    if garbled:
+        _warn(raw, f"{', '.join(garbled)} held bytes that are not UTF-8 (Latin-1?), shown as '\ufffd'; "
+                   "save the file as UTF-8 to keep them")
     try:
         if bad_peak is not None:
             raise SpectrumError(f"line {bad_peak[0]}: peak {bad_peak[1]!r} is not 'm/z intensity' (two numbers)")
@@ -520,16 +557,15 @@ def _mgf_fill(rec: _Record, raw: Mapping[str, str], line_of: Mapping[str, int]) 
     if seconds is not None:
         try:
             rec.retention_time = float(seconds)
-        except ValueError:
-            raise SpectrumError(
-                f"line {line_of['rtinseconds']}: RTINSECONDS {seconds!r} is not a number of seconds"
-            ) from None
+        except ValueError:  # the retention time is not needed to elucidate the spectrum
+            _warn(rec.metadata, f"line {line_of['rtinseconds']}: RTINSECONDS {seconds!r} is not a number "
+                                "of seconds; retention time left empty")
     else:
         text = _first(raw, _RT_MINUTES_KEYS)
         if text is not None:
             rec.retention_time = _rt_from_text(text, rec.metadata)
-    if rec.retention_time is not None and not (rec.retention_time >= 0):
-        _warn(rec.metadata, f"retention time {rec.retention_time:g} s is not >= 0; left empty")
+    if rec.retention_time is not None and not (0 <= rec.retention_time < math.inf):
+        _warn(rec.metadata, f"retention time {rec.retention_time:g} s is not a time >= 0; left empty")
         rec.retention_time = None
 
 
@@ -549,13 +585,49 @@ def _cv(params: Mapping, accession: str, name: str):
 def _iter_mzml(options: _Options) -> Iterator[Spectrum | SkippedRecord]:
     from pyteomics import mzml
 
+    n_scans = n_ms2 = 0
+    levels: Counter[str] = Counter()
+    # Arrays are decoded per scan (decode_binary=False), so a corrupt array skips its scan only.
     with _open_binary(options.path) as fh, mzml.MzML(fh, use_index=False, read_schema=False,
-                                                      iterative=True, dtype=np.float64) as reader:
+                                                      iterative=True, decode_binary=False) as reader:
         for position, spec in enumerate(reader):
+            n_scans += 1
             level = _cv(spec, "MS:1000511", "ms level")
-            if level is None or int(level) != 2:
+            levels[str(level)] += 1
+            if _int_or(level, -1) != 2:
                 continue
-            yield _mzml_record(options, int(spec.get("index", position)), spec)
+            n_ms2 += 1
+            index = _int_or(spec.get("index"), position)
+            try:
+                item = _mzml_record(options, index, spec)
+            except SpectrumError as e:  # a damaged scan: the rest of the run goes on
+                item = _skip(options, index, str(spec.get("id") or index), str(e))
+            except (ValueError, TypeError) as e:
+                item = _skip(options, index, str(spec.get("id") or index), f"the scan cannot be read ({e})")
+            yield item
+    if n_ms2 == 0:
+        found = ", ".join(f"{n} of MS level {lv}" for lv, n in sorted(levels.items())) if n_scans else "none"
+        raise InputFileError(
+            options.source,
+            f"no MS2 spectra: the file holds {n_scans} spectra ({found}); MS-GPT needs MS/MS (MS2) scans.",
+        )
+
+
+def _int_or(value, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _decoded(spec: Mapping, key: str) -> np.ndarray:
+    array = spec.get(key)
+    if array is None:
+        return np.zeros(0)
+    try:
+        return np.asarray(array.decode() if hasattr(array, "decode") else array, dtype=np.float64)
+    except (ValueError, TypeError, zlib.error) as e:  # bad base64, zlib or numbers
+        raise SpectrumError(f"its {key} cannot be decoded ({e}); the file is damaged") from None
 
 
 def _mzml_record(options: _Options, index: int, spec: Mapping) -> Spectrum | SkippedRecord:
@@ -595,8 +667,8 @@ def _mzml_record(options: _Options, index: int, spec: Mapping) -> Spectrum | Ski
         charge_signed=False,  # mzML charge states are unsigned; the polarity gives the sign
         polarity=polarity,
         retention_time=_mzml_rt(_first_scan(spec)),
-        mz=np.asarray(spec.get("m/z array", ()), dtype=np.float64),
-        intensity=np.asarray(spec.get("intensity array", ()), dtype=np.float64),
+        mz=_decoded(spec, "m/z array"),
+        intensity=_decoded(spec, "intensity array"),
         metadata=metadata,
     )
     return _build(options, rec)

@@ -2,7 +2,8 @@
 
 QSettings with ``IniFormat`` and an explicit file path, so tests (and portable installs) keep
 their settings apart from the user's. Values are read back with a type and a default, because an
-INI file stores everything as text.
+INI file stores everything as text. Qt writes the file atomically (a temporary file renamed over
+it); :meth:`Settings.sync` reports a failed write as an :class:`~engine.errors.OutputError`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings
 
+from engine.errors import OutputError
 from engine.paths import config_dir
 from engine.pipeline import QueryParams
 
@@ -49,7 +51,20 @@ class Settings:
         self.qsettings.setValue(key, value)
 
     def sync(self) -> None:
+        """Write the settings file now, atomically (Qt writes a temporary file, then renames it).
+
+        Raises :class:`~engine.errors.OutputError` when the file cannot be written (disk full, no
+        permission); the previous settings file is then left as it was.
+        """
         self.qsettings.sync()
+        status = self.qsettings.status()
+        if status != QSettings.Status.NoError:
+            what = "cannot be written (disk full, or no permission?)" if status == QSettings.Status.AccessError \
+                else "is not a valid settings file"
+            raise OutputError(
+                f"Cannot save the settings: {self.path} {what}. The previous settings file is kept; the app "
+                "works on, but changes made now are lost when it closes."
+            )
 
     @property
     def first_start(self) -> bool:

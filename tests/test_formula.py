@@ -39,9 +39,15 @@ def test_parse_formula(text, counts):
         ("", "empty"),
         ("C12H17N4OS+", r"'\+' is not allowed \(give the neutral formula"),
         ("C2H6O·H2O", "without brackets or hydrate dots"),
-        ("c10h10o3", "must start with an element symbol"),
+        ("c10h10o3", r"start with a capital letter .* Did you mean 'C10H10O3'\?"),
+        ("C10H10o3", r"Did you mean 'C10H10O3'\?"),
+        ("C6H5CL", r"Unsupported element 'L' .* Did you mean 'C6H5Cl'\?"),
+        ("sih4", r"Did you mean 'SiH4' or 'SIH4'\?"),
+        ("c10h10o3X", r"start with a capital letter[^?]*$"),  # no spelling of it works: no suggestion
         ("2H2O", "must start with an element symbol"),
-        ("C10H10Na", "Unsupported element 'Na'"),
+        ("C10H10Na", r"Unsupported element 'Na'.*put Na in the adduct \(e.g. \[M\+Na\]\+\)"),
+        ("C1234567H2", r"Count 1234567 of C in formula 'C1234567H2' is too large \(at most 999,999\)"),
+        ("C" + "9" * 5000, "is too large"),  # int() of 5000 digits would raise a plain ValueError
         ("Co2", r"Did you mean 'CO' \(two elements\)"),
         ("C0", "has no atoms"),
     ],
