@@ -77,6 +77,9 @@ def decoder_training_summary(checkpoint: Path) -> dict:
         seen = step * config.get("batch_size", 0) * config.get("grad_accum", 1)
         summary.update(corpus_records=corpus["n_records"], corpus_tokens=corpus["n_tokens"],
                        records_seen=seen, tokens_seen=round(seen * per_record), epochs=seen / corpus["n_records"])
+        report = _json(Path(config["corpus"]) / "report.json")
+        summary["corpus_inputs"] = {Path(k.split(" (")[0]).name + (" (MGF structures)" if "(MGF" in k else ""): v
+                                    for k, v in report.get("inputs", {}).items()}
     if len(train) > 1:  # active time: sum of gaps between logs, ignoring pauses (stops and resumes)
         gaps = [b["time"] - a["time"] for a, b in zip(train, train[1:]) if 0 < b["time"] - a["time"] < 600]
         summary["train_hours"] = sum(gaps) / 3600
@@ -137,7 +140,10 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
             "sources and their licenses are listed in its `molecules.md`: MassBank open records, RepoRT, "
             "MetaCyc via ModelSEED, NP-Classifier training data, MIBiG, MoleculeNet, ChEMBL and ZINC subsets) "
             "plus the `FOLD=train` structures of `massbank_dev.mgf.gz`; structures of the `val` fold and of "
-            "the held-out test sets are excluded.")
+            "the held-out test sets are excluded."
+            + (" Input rows: " + ", ".join(f"{n:,} from `{k}`" for k, n in dec["corpus_inputs"].items())
+               + " (a `*_sub*` file is a seeded random subset made by `scripts/sample_molecules.py`, sized to "
+               "what the CPU budget could train on)." if dec.get("corpus_inputs") else ""))
     if enc_data:
         tr, va = enc_data.get("train", {}), enc_data.get("val", {})
         lines.append(
@@ -154,7 +160,7 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
         lines.append(
             f"- Decoder: {dec.get('step', 0):,} AdamW steps of {cfg.get('batch_size')} formula-grouped records "
             f"(lr {cfg.get('lr')} warm-up {cfg.get('warmup_steps')} then cosine to {cfg.get('min_lr')}, "
-            f"bf16 autocast, {cfg.get('threads')} CPU thread), "
+            f"bf16 autocast, {cfg.get('threads')} CPU thread(s) at the end), "
             f"{dec.get('tokens_seen', 0) / 1e6:.1f}M tokens = {dec.get('epochs', 0):.2f} epochs, "
             f"{dec.get('train_hours', 0):.1f} h at ~{dec.get('tokens_per_s', 0):,.0f} tokens/s. "
             + (f"Held-out teacher-forced loss {dec['val']['loss']:.3f}, token accuracy {dec['val']['accuracy']:.3f}."
@@ -187,8 +193,9 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
               "known (from the file, or typed in). Negative mode and other adducts are reported as skipped.",
               "- Elements C H N O S P F Cl Br I B Si Se As; up to 256 active fingerprint bits read by the "
               "decoder; SAFE strings up to the decoder's block size.",
-              "- This is a small CPU-trained model (about 10M decoder parameters, under one epoch of a 0.56M-"
-              "molecule corpus) standing in for the paper's 150M decoder trained on 100M molecules on GPUs: "
+              f"- This is a small CPU-trained model ({pc['total'] / 1e6:.0f}M decoder parameters, "
+              f"{dec.get('epochs', 0):.2f} epochs of a {dec.get('corpus_records', 0) / 1e6:.2f}M-molecule corpus) "
+              "standing in for the paper's 150M decoder trained on 100M molecules on GPUs: "
               "expect far lower accuracy than the paper reports; treat candidates as hypotheses to check "
               "against standards, and read the posterior similarity and (with a reference) fidelity scores.",
               "- Trained on MassBank reference spectra (mostly Orbitrap/Q-TOF, many collision energies); "
