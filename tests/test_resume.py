@@ -70,6 +70,14 @@ def interrupt_after(monkeypatch, n: int) -> None:
     monkeypatch.setattr(export.CandidateWriter, "write", write)
 
 
+def interrupted_run(monkeypatch, capsys, mgf, out, bundle) -> None:
+    """A run stopped by Ctrl+C after 2 spectra; the interruption and its output are cleared afterwards."""
+    interrupt_after(monkeypatch, 2)
+    assert predict([mgf], out, bundle) == 130
+    monkeypatch.undo()
+    capsys.readouterr()
+
+
 def test_kill_9_then_resume_gives_the_uninterrupted_output(tmp_path, tiny_bundle_dir):
     """A real subprocess killed with SIGKILL mid-run, restarted with --resume: nothing lost, nothing doubled."""
     mgf = repeated_fixture(tmp_path / "long.mgf", 5)  # 60 records
@@ -135,10 +143,7 @@ def test_resume_drops_a_half_written_spectrum_and_a_torn_journal_line(tmp_path, 
 def test_an_interrupted_run_is_not_overwritten_without_resume(tmp_path, batch, tiny_bundle_dir, monkeypatch, capsys):
     mgf, _, _ = batch
     out = tmp_path / "out.csv"
-    interrupt_after(monkeypatch, 2)
-    assert predict([mgf], out, tiny_bundle_dir) == 130
-    monkeypatch.undo()
-    capsys.readouterr()
+    interrupted_run(monkeypatch, capsys, mgf, out, tiny_bundle_dir)
     assert predict([mgf], out, tiny_bundle_dir) == 2
     assert ("error: out.csv has an interrupted run (2 spectra processed, 0 skipped, kept in out.csv.partial and "
             "out.csv.journal). Add --resume to go on where it stopped, or delete out.csv.partial and "
@@ -149,10 +154,7 @@ def test_an_interrupted_run_is_not_overwritten_without_resume(tmp_path, batch, t
 def test_resume_with_other_settings_is_refused(tmp_path, batch, tiny_bundle_dir, monkeypatch, capsys):
     mgf, _, _ = batch
     out = tmp_path / "out.csv"
-    interrupt_after(monkeypatch, 2)
-    assert predict([mgf], out, tiny_bundle_dir) == 130
-    monkeypatch.undo()
-    capsys.readouterr()
+    interrupted_run(monkeypatch, capsys, mgf, out, tiny_bundle_dir)
     assert predict([mgf], out, tiny_bundle_dir, "--resume", "--seed", "7") == 2
     err = capsys.readouterr().err
     assert "--resume: the interrupted run was made with other settings (parameters: " in err
