@@ -497,11 +497,18 @@ def pretrain(config: PretrainConfig, stop: threading.Event | None = None) -> Ite
     (``Finished(reason="stopped")``); closing the generator abandons the run without saving."""
     env = init_distributed(config.device)
     threads = torch.get_num_threads()
+    finished = False
     try:
         yield from _train(config, env, stop or threading.Event())
+        finished = True
     finally:
         torch.set_num_threads(threads)
         if env.owns_group:
+            # All ranks leave together: a rank that tears gloo down while another is still writing
+            # the final checkpoint can abort in gloo's threads at exit ("terminate called without
+            # an active exception"). After a failure there is no barrier (the others may be gone).
+            if finished:
+                dist.barrier()
             dist.destroy_process_group()
 
 
