@@ -155,6 +155,24 @@ def test_a_new_stage_starts_from_an_earlier_decoder(corpus, tmp_path):
         tiny_config(corpus, tmp_path / "x", init_decoder="a", init_from="b")
 
 
+def test_a_new_stage_starts_from_the_decoder_of_a_model_bundle(corpus, tmp_path):
+    list(pretrain(tiny_config(corpus, tmp_path / "stage1", max_steps=2)))
+    bundle = tmp_path / "bundle"  # the decoder part of a bundle: config.json["decoder"] + weights + tokenizer
+    export_decoder(tmp_path / "stage1", bundle, torch.bfloat16)
+    decoder_config = json.loads((bundle / "decoder_config.json").read_text())
+    (bundle / "decoder_config.json").unlink()
+    (bundle / "config.json").write_text(json.dumps({"format": "msgpt-bundle", "decoder": decoder_config}))
+    first, _ = load_decoder(bundle)
+    assert all(p.dtype == torch.float32 for p in first.parameters())  # bf16 storage read back in fp32
+    list(pretrain(tiny_config(corpus, tmp_path / "stage2", max_steps=1, lr=1e-12, min_lr=0.0,
+                              init_decoder=str(bundle))))
+    second, _ = load_decoder(latest_checkpoint(tmp_path / "stage2"))
+    for (name, x), y in zip(first.state_dict().items(), second.state_dict().values()):
+        assert torch.allclose(x, y, atol=1e-9), name
+    with pytest.raises(ConfigError, match="neither a decoder directory, a model bundle nor a run"):
+        list(pretrain(tiny_config(corpus, tmp_path / "stage3", max_steps=1, init_decoder=str(tmp_path))))
+
+
 def test_refuses_to_overwrite_or_resume_with_other_settings(corpus, tmp_path):
     list(pretrain(tiny_config(corpus, tmp_path / "run", max_steps=1)))
     with pytest.raises(ConfigError, match="already holds checkpoints"):

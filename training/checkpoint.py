@@ -194,9 +194,13 @@ def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_decoder(path: str | Path) -> tuple[ConditionalDecoder, SafeTokenizer]:
-    """The decoder and tokenizer of a checkpoint directory or an exported decoder directory."""
+    """The decoder and tokenizer of a checkpoint directory, an exported decoder directory or a model
+    bundle (its ``config.json`` holds the decoder configuration; weights are read in fp32)."""
     path = Path(path)
-    config = DecoderConfig.from_dict(json.loads((path / "decoder_config.json").read_text()))
+    if (path / "decoder_config.json").is_file():
+        config = DecoderConfig.from_dict(json.loads((path / "decoder_config.json").read_text()))
+    else:
+        config = DecoderConfig.from_dict(json.loads((path / "config.json").read_text())["decoder"])
     model = ConditionalDecoder(config)
     weights_file = path / ("model.safetensors" if (path / "model.safetensors").is_file() else "decoder.safetensors")
     weights = _load_safetensors(weights_file)

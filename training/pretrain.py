@@ -120,9 +120,9 @@ class PretrainConfig:
     resume: bool = field(default=False, metadata={"help": "continue from the newest checkpoint in --out"})
     init_from: str | None = field(default=None, metadata={"help": "local SAFE-GPT checkpoint to warm-start from"})
     init_decoder: str | None = field(default=None, metadata={
-        "help": "start a new stage from the decoder of an earlier run (its run directory, a checkpoint or an "
-                "exported decoder): weights only; optimizer, schedule and data order start afresh, so give "
-                "another --seed to see the corpus in a new order"})
+        "help": "start a new stage from the decoder of an earlier run (its run directory, a checkpoint, an "
+                "exported decoder or a model bundle): weights only; optimizer, schedule and data order start "
+                "afresh, so give another --seed to see the corpus in a new order"})
 
     def __post_init__(self):
         if not self.corpus:
@@ -321,9 +321,12 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 def init_from_decoder(model: ConditionalDecoder, src: str | Path, tokenizer) -> Path:
     """Copy the weights of an earlier run's decoder into ``model`` (same configuration and tokenizer)."""
     src = Path(src)
-    found = src if (src / "decoder_config.json").is_file() else latest_checkpoint(src)
+    is_bundle = (src / "config.json").is_file() and (src / "decoder.safetensors").is_file()
+    found = src if (src / "decoder_config.json").is_file() or is_bundle else latest_checkpoint(src)
     if found is None:
-        raise ConfigError(f"`init_decoder` {src} is neither a decoder directory nor a run with checkpoints.")
+        raise ConfigError(
+            f"`init_decoder` {src} is neither a decoder directory, a model bundle nor a run with checkpoints."
+        )
     earlier, earlier_tokenizer = load_decoder(found)
     if earlier.config != model.config:
         raise ConfigError(
