@@ -86,7 +86,35 @@ def decoder_training_summary(checkpoint: Path) -> dict:
         summary["tokens_per_s"] = sorted(r["tokens_per_s"] for r in train)[len(train) // 2]
     if val:
         summary["val"] = {k: val[-1][k] for k in ("step", "loss", "accuracy") if k in val[-1]}
+    if config.get("init_decoder"):
+        summary["earlier_stages"] = earlier_decoder_stages(Path(config["init_decoder"]))
     return summary
+
+
+def stage_record(summary: dict) -> dict:
+    """The few numbers of one pretraining stage that a later bundle carries in its config.json."""
+    cfg = summary.get("config", {})
+    record = {"source": f"{summary['run']}/{summary['checkpoint']}", "step": summary["step"]}
+    record.update({k: cfg[k] for k in ("batch_size", "lr", "min_lr", "warmup_steps") if k in cfg})
+    record.update({k: summary[k] for k in ("tokens_seen", "epochs", "train_hours") if k in summary})
+    return record
+
+
+def earlier_decoder_stages(src: Path) -> list[dict]:
+    """The pretraining stages behind an ``--init-decoder`` source, oldest first.
+
+    A bundle lists them in ``config.json`` (``training.decoder_stages``; bundles written before that
+    field existed give their name and step only); a run directory or checkpoint is summarised, with
+    the stages behind it.
+    """
+    bundle = _json(src / "config.json")
+    if "decoder" in bundle:
+        training = bundle.get("training", {})
+        return training.get("decoder_stages") or [
+            {"source": f"bundle {bundle.get('name', src.name)}", "step": training.get("decoder_step", 0)}
+        ]
+    summary = decoder_training_summary(resolve_decoder_checkpoint(src))
+    return [*summary.get("earlier_stages", []), stage_record(summary)]
 
 
 def _size_mb(path: Path) -> float:
@@ -156,11 +184,25 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
     lines.append("")
 
     lines += ["## Training", ""]
+    for i, stage in enumerate(dec.get("earlier_stages", []), 1):
+        detail = ", ".join(
+            [f"{stage['batch_size']} records per step"] * ("batch_size" in stage)
+            + [f"lr {stage['lr']} to {stage.get('min_lr')}"] * ("lr" in stage)
+            + [f"{stage['tokens_seen'] / 1e6:.1f}M tokens = {stage.get('epochs', 0):.2f} epochs"] * ("tokens_seen" in stage)
+            + [f"{stage['train_hours']:.1f} h"] * ("train_hours" in stage)
+        )
+        lines.append(f"- Decoder stage {i}: {stage['step']:,} AdamW steps ({stage['source']})"
+                     + (f": {detail}." if detail else "."))
+    label = "Decoder"
+    if dec.get("earlier_stages"):
+        label = (f"Decoder stage {len(dec['earlier_stages']) + 1} (from those weights, with a fresh optimizer, "
+                 "warm-up and data order)")
     if dec:
         lines.append(
-            f"- Decoder: {dec.get('step', 0):,} AdamW steps of {cfg.get('batch_size')} formula-grouped records "
+            f"- {label}: {dec.get('step', 0):,} AdamW steps of {cfg.get('batch_size')} formula-grouped records "
             f"(lr {cfg.get('lr')} warm-up {cfg.get('warmup_steps')} then cosine to {cfg.get('min_lr')}, "
-            f"bf16 autocast, {cfg.get('threads')} CPU thread(s) at the end), "
+            f"{'fp32' if cfg.get('precision') == 'fp32' else 'bf16 autocast'}, "
+            f"{cfg.get('threads')} CPU thread(s) at the end), "
             f"{dec.get('tokens_seen', 0) / 1e6:.1f}M tokens = {dec.get('epochs', 0):.2f} epochs, "
             f"{dec.get('train_hours', 0):.1f} h at ~{dec.get('tokens_per_s', 0):,.0f} tokens/s. "
             + (f"Held-out teacher-forced loss {dec['val']['loss']:.3f}, token accuracy {dec['val']['accuracy']:.3f}."
@@ -194,7 +236,8 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
               "- Elements C H N O S P F Cl Br I B Si Se As; up to 256 active fingerprint bits read by the "
               "decoder; SAFE strings up to the decoder's block size.",
               f"- This is a small CPU-trained model ({pc['total'] / 1e6:.0f}M decoder parameters, "
-              f"{dec.get('epochs', 0):.2f} epochs of a {dec.get('corpus_records', 0) / 1e6:.2f}M-molecule corpus) "
+              f"{sum(st['step'] for st in dec.get('earlier_stages', [])) + dec.get('step', 0):,} pretraining steps "
+              f"of {cfg.get('batch_size')} on a {dec.get('corpus_records', 0) / 1e6:.2f}M-molecule corpus) "
               "standing in for the paper's 150M decoder trained on 100M molecules on GPUs: "
               "expect far lower accuracy than the paper reports; treat candidates as hypotheses to check "
               "against standards, and read the posterior similarity and (with a reference) fidelity scores.",
@@ -224,7 +267,8 @@ def build(args: argparse.Namespace) -> Path:
         out, decoder=decoder.eval(), encoder=encoder, tokenizer=tokenizer, calibration=calibration,
         name=args.name, dtype=dtype,
         extra={"training": {"decoder_checkpoint": f"{dec_summary['run']}/{dec_summary['checkpoint']}",
-                            "decoder_step": dec_summary["step"], "encoder_run": encoder_dir.name}},
+                            "decoder_step": dec_summary["step"], "encoder_run": encoder_dir.name,
+                            "decoder_stages": [*dec_summary.get("earlier_stages", []), stage_record(dec_summary)]}},
     )
     adapter_info = None
     if args.adapter:

@@ -1,0 +1,75 @@
+"""training.build_bundle: a bundle and its model card from the runs of the training stages."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from engine.bundle import load_bundle
+from engine.errors import ConfigError
+from engine.querying import Calibration
+from test_pretrain import tiny_config, write_synthetic_corpus
+from test_train_encoder import tiny_config as encoder_config
+from test_train_encoder import write_labelled_mgf
+from training.build_bundle import main as build_main
+from training.pretrain import pretrain
+from training.train_encoder import train_encoder
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two pretraining stages (the second starts from the first's decoder) and an encoder run."""
+    root = tmp_path_factory.mktemp("runs")
+    corpus = write_synthetic_corpus(root / "corpus")
+    list(pretrain(tiny_config(corpus, root / "stage1", max_steps=3)))
+    list(pretrain(tiny_config(corpus, root / "stage2", max_steps=2, seed=1, init_decoder=str(root / "stage1"))))
+    mgf = write_labelled_mgf(root / "labelled.mgf")
+    list(train_encoder(encoder_config(mgf, root / "encoder", max_steps=3, encoder={"fp_bits": 4096})))
+    rng = np.random.default_rng(0)
+    Calibration.from_posteriors(rng.random((20, 4096)) ** 8, rng.integers(20, 60, 20)).save(root / "calibration.json")
+    return root
+
+
+def _build(runs, out, *extra):
+    return build_main(["--decoder", str(runs / "stage2"), "--encoder", str(runs / "encoder"),
+                       "--calibration", str(runs / "calibration.json"), "--name", "test-model", "--out", str(out),
+                       *extra])
+
+
+def test_bundle_records_every_decoder_stage_and_its_card_names_them(runs, tmp_path):
+    assert _build(runs, tmp_path / "b1") == 0
+    bundle = load_bundle(tmp_path / "b1", device="cpu")
+    stages = bundle.config["training"]["decoder_stages"]
+    assert [s["step"] for s in stages] == [3, 2]
+    assert stages[0]["source"] == "stage1/step_00000003" and stages[1]["source"] == "stage2/step_00000002"
+    card = (tmp_path / "b1" / "MODEL_CARD.md").read_text()
+    assert "Decoder stage 1: 3 AdamW steps (stage1/step_00000003)" in card
+    assert "Decoder stage 2 (from those weights" in card and "5 pretraining steps" in card
+    assert "Not evaluated yet" in card
+
+    # a third stage started from the bundle itself carries all three (the bundle lists the first two)
+    corpus = runs / "corpus"
+    list(pretrain(tiny_config(corpus, tmp_path / "stage3", max_steps=1, init_decoder=str(tmp_path / "b1"))))
+    assert build_main(["--decoder", str(tmp_path / "stage3"), "--encoder", str(runs / "encoder"),
+                       "--calibration", str(runs / "calibration.json"), "--name", "m3", "--out",
+                       str(tmp_path / "b3")]) == 0
+    stages = json.loads((tmp_path / "b3" / "config.json").read_text())["training"]["decoder_stages"]
+    assert [s["step"] for s in stages] == [3, 2, 1]
+
+
+def test_evaluation_table_goes_into_the_card_and_an_existing_bundle_is_kept(runs, tmp_path, capsys):
+    table = tmp_path / "eval.md"
+    table.write_text("| variant | Top-1 |\n| --- | --- |\n| band | 12.5 |\n")
+    assert _build(runs, tmp_path / "b", "--evaluation", str(table)) == 0
+    assert "| band | 12.5 |" in (tmp_path / "b" / "MODEL_CARD.md").read_text()
+    assert _build(runs, tmp_path / "b") == 1
+    assert "exists; pass --force" in capsys.readouterr().err
+
+
+def test_a_folder_without_a_decoder_is_refused(runs, tmp_path):
+    with pytest.raises(ConfigError, match="neither a decoder checkpoint nor a pretraining run"):
+        from training.build_bundle import resolve_decoder_checkpoint
+
+        resolve_decoder_checkpoint(tmp_path)
