@@ -66,9 +66,7 @@ Run directory::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import re
 import shutil
 import sys
@@ -86,7 +84,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from engine import chem
-from engine.bundle import ModelBundle, load_bundle, save_adapter
+from engine.bundle import ModelBundle, load_bundle, save_adapter, sha256_file
 from engine.decoder import PAD_ID, ConditionalDecoder, collate_queries
 from engine.errors import BundleError, ConfigError, MsgptError
 from engine.formula import formula_vector, parse_formula
@@ -95,7 +93,7 @@ from engine.querying import band_thresholds, build_queries
 from engine.sampling import filter_probs
 from engine.spectrum import Spectrum
 
-from .checkpoint import optimizer_tensors, write_json_atomic
+from .checkpoint import log_metrics, optimizer_tensors, truncate_metrics, write_json_atomic
 from .spectra import SHIPPABLE_LICENSES, is_unit_resolution
 
 GROUPS = ("frozen-hit", "residual", "low-coverage")
@@ -363,18 +361,11 @@ def _run_to_end(gen):
             return stop.value
 
 
-def _file_digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def _examples_key(config: AdaptConfig, bundle: ModelBundle) -> dict:
     keep = ("folds", "licenses", "exclude_unit_resolution", "max_spectra", "val_spectra", "kappa_min", "kappa_max",
             "groups", "samples_per_group", "coverage_threshold", "seed", "precision")
-    return {"bundle": bundle.checksum, "mgf": _file_digest(config.mgf),
+    return {"bundle": bundle.checksum, "mgf": sha256_file(Path(config.mgf)),
             **{k: v for k, v in config.to_dict().items() if k in keep}}
 
 
@@ -776,7 +767,7 @@ def _train(config: AdaptConfig, prepared: Prepared, stop: threading.Event) -> It
     elif (out / "adapter").exists():
         shutil.rmtree(out / "adapter")  # an adapter without a checkpoint is from an abandoned start
     metrics_path = out / "metrics.jsonl"
-    _truncate_metrics(metrics_path, state["step"])
+    truncate_metrics(metrics_path, state["step"])
     n_frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
     yield Started(state["step"], config.steps, len(train), len(val), dict(Counter(e.group for e in train)),
                   len(targets), sum(p.numel() for _, p in named), predicted, n_frozen, str(device),
@@ -792,7 +783,7 @@ def _train(config: AdaptConfig, prepared: Prepared, stop: threading.Event) -> It
         nonlocal last_save
         path = _save_checkpoint(ckpt, named, optimizer, names, {**state, "train_seconds": elapsed()})
         last_save = time.monotonic()
-        _log(metrics_path, {"kind": "checkpoint", "step": state["step"]})
+        log_metrics(metrics_path, {"kind": "checkpoint", "step": state["step"]})
         yield CheckpointSaved(state["step"], str(path))
 
     def evaluation() -> Iterator[Validated]:
@@ -803,7 +794,7 @@ def _train(config: AdaptConfig, prepared: Prepared, stop: threading.Event) -> It
         if improved or (not val and state["step"] == config.steps):
             state.update(best=value, best_step=state["step"], best_metrics=m)
             save_adapter(model, out)
-        _log(metrics_path, {"kind": "val", "step": state["step"], **m, "improved": improved})
+        log_metrics(metrics_path, {"kind": "val", "step": state["step"], **m, "improved": improved})
         yield Validated(state["step"], m, improved)
 
     if state["step"] == 0 and not resumed:
@@ -823,7 +814,7 @@ def _train(config: AdaptConfig, prepared: Prepared, stop: threading.Event) -> It
         seconds = time.perf_counter() - t0
         session_examples, session_seconds = session_examples + config.batch_size, session_seconds + seconds
         record["examples_per_s"] = session_examples / session_seconds
-        _log(metrics_path, {"kind": "train", "step": state["step"], **record})
+        log_metrics(metrics_path, {"kind": "train", "step": state["step"], **record})
         yield StepDone(state["step"], **record)
         last = state["step"] == config.steps
         if state["step"] % config.eval_every == 0 or last:
@@ -885,25 +876,6 @@ def _load_checkpoint(path: Path, named, optimizer, names: list[str]) -> dict:
     return state
 
 
-def _log(path: Path, record: dict) -> None:
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Keep the records up to ``step`` (a resumed run rewrites what a crash left after its checkpoint)."""
-    if not path.exists():
-        return
-    keep = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= step and step > 0:
-                keep.append(line)
-        except json.JSONDecodeError:
-            continue
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # -----------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -230,3 +231,27 @@ def export_decoder(src: str | Path, dest: str | Path, dtype: torch.dtype = torch
     (dest / "decoder_config.json").write_text(json.dumps(model.config.to_dict(), indent=1) + "\n")
     tokenizer.save(dest / "tokenizer.json")
     return dest
+
+
+def log_metrics(path: Path, record: dict) -> None:
+    """Append one JSON line (with the wall-clock ``time``) to a run's ``metrics.jsonl``."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Keep the records up to ``step`` of a ``metrics.jsonl`` (a fresh run, step 0, keeps none): a resumed
+    run rewrites what a crash left after its last checkpoint."""
+    if not path.exists():
+        return
+    keep = []
+    if step > 0:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    keep.append(line)
+            except json.JSONDecodeError:  # a line cut by a crash
+                continue
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+    os.replace(tmp, path)

@@ -76,7 +76,9 @@ from .checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     load_decoder,
+    log_metrics,
     save_checkpoint,
+    truncate_metrics,
     write_json_atomic,
 )
 from .dataset import IGNORE_INDEX, CorpusDataset
@@ -564,7 +566,7 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
     if env.is_main:
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out / "pretrain_config.json", asdict(config))
-        _truncate_metrics(metrics_path, step)  # drop records a crashed run wrote after its last checkpoint
+        truncate_metrics(metrics_path, step)  # drop records a crashed run wrote after its last checkpoint
         if warm is not None:
             write_json_atomic(out / "warm_start.json", warm.to_dict())
 
@@ -600,7 +602,7 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
                 out, model=model, optimizer=optimizer, param_names=param_names, tokenizer=ds.tokenizer,
                 state=state, keep=config.keep_checkpoints,
             ))  # fmt: skip
-            _log(metrics_path, {"kind": "checkpoint", "step": step, "path": path, "reason": reason})
+            log_metrics(metrics_path, {"kind": "checkpoint", "step": step, "path": path, "reason": reason})
         yield CheckpointSaved(step, path, reason)
 
     model.train()
@@ -635,14 +637,15 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
         last = {"loss": total_loss / n_tokens, "lr": lr, "grad_norm": float(grad_norm), "epoch": epochs_done}
         yield StepDone(step, last["loss"], lr, last["grad_norm"], int(n_tokens), n_tokens / seconds, epochs_done)
         if env.is_main and (step % config.log_every == 0 or step == max_steps):
-            _log(metrics_path, {"kind": "train", "step": step, **last, "tokens_per_s": log_tokens / log_seconds})
+            log_metrics(metrics_path, {"kind": "train", "step": step, **last,
+                                       "tokens_per_s": log_tokens / log_seconds})
             log_tokens, log_seconds = 0, 0.0
 
         if val_batches and ((config.eval_every and step % config.eval_every == 0) or step == max_steps):
             val = evaluate(net, model, ds, val_batches, model_config, env, amp, step, config.forward_tokens)
             last["val_loss"], last["val_accuracy"] = val.loss, val.accuracy
             if env.is_main:
-                _log(metrics_path, {"kind": "val", **asdict(val)})
+                log_metrics(metrics_path, {"kind": "val", **asdict(val)})
             yield val
 
         due = "interval" if config.checkpoint_every and step % config.checkpoint_every == 0 else None
@@ -698,27 +701,6 @@ def _check_resumable(state: dict, config: PretrainConfig, ds: CorpusDataset, env
         )
 
 
-def _log(path: Path, record: dict) -> None:
-    record = {**record, "time": round(time.time(), 3)}
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record) + "\n")
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Keep the records up to ``step`` (a fresh run keeps none)."""
-    if not path.exists():
-        return
-    keep = []
-    if step > 0:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                if json.loads(line).get("step", 0) <= step:
-                    keep.append(line)
-            except json.JSONDecodeError:  # a line cut by a crash
-                continue
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # -----------------------------------------------------------------------------------------------
