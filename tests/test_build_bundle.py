@@ -59,6 +59,19 @@ def test_bundle_records_every_decoder_stage_and_its_card_names_them(runs, tmp_pa
     assert [s["step"] for s in stages] == [3, 2, 1]
 
 
+def test_a_bundle_from_before_decoder_stages_counts_as_one_stage(runs, tmp_path):
+    assert _build(runs, tmp_path / "old") == 0
+    config = json.loads((tmp_path / "old" / "config.json").read_text())
+    config["training"] = {"decoder_step": 5}  # what bundles written before decoder_stages recorded
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    list(pretrain(tiny_config(runs / "corpus", tmp_path / "next", max_steps=1, init_decoder=str(tmp_path / "old"))))
+    assert build_main(["--decoder", str(tmp_path / "next"), "--encoder", str(runs / "encoder"),
+                       "--calibration", str(runs / "calibration.json"), "--name", "m", "--out",
+                       str(tmp_path / "new")]) == 0
+    card = (tmp_path / "new" / "MODEL_CARD.md").read_text()
+    assert "- Decoder stage 1: 5 AdamW steps (bundle test-model)." in card and "6 pretraining steps" in card
+
+
 def test_evaluation_table_goes_into_the_card_and_an_existing_bundle_is_kept(runs, tmp_path, capsys):
     table = tmp_path / "eval.md"
     table.write_text("| variant | Top-1 |\n| --- | --- |\n| band | 12.5 |\n")

@@ -185,12 +185,16 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
 
     lines += ["## Training", ""]
     for i, stage in enumerate(dec.get("earlier_stages", []), 1):
-        detail = ", ".join(
-            [f"{stage['batch_size']} records per step"] * ("batch_size" in stage)
-            + [f"lr {stage['lr']} to {stage.get('min_lr')}"] * ("lr" in stage)
-            + [f"{stage['tokens_seen'] / 1e6:.1f}M tokens = {stage.get('epochs', 0):.2f} epochs"] * ("tokens_seen" in stage)
-            + [f"{stage['train_hours']:.1f} h"] * ("train_hours" in stage)
-        )
+        parts = []  # bundles written before decoder_stages existed give their name and step only
+        if "batch_size" in stage:
+            parts.append(f"{stage['batch_size']} records per step")
+        if "lr" in stage:
+            parts.append(f"lr {stage['lr']} to {stage.get('min_lr')}")
+        if "tokens_seen" in stage:
+            parts.append(f"{stage['tokens_seen'] / 1e6:.1f}M tokens = {stage.get('epochs', 0):.2f} epochs")
+        if "train_hours" in stage:
+            parts.append(f"{stage['train_hours']:.1f} h")
+        detail = ", ".join(parts)
         lines.append(f"- Decoder stage {i}: {stage['step']:,} AdamW steps ({stage['source']})"
                      + (f": {detail}." if detail else "."))
     label = "Decoder"
