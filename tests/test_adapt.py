@@ -354,6 +354,18 @@ def test_cli_end_to_end(tiny_bundle_dir, fixture_mgf_path, tmp_path, capsys):
     assert main(["--out", str(out), "--write-bundle", str(dest)]) == 2  # never overwrites
     assert "not empty" in capsys.readouterr().err
 
+    # the last step's adapter (whatever the selection kept): the checkpoint's LoRA weights, loadable
+    last = tmp_path / "adapted_last"
+    assert main(["--out", str(out), "--write-bundle", str(last), "--adapter-step", "last"]) == 0
+    from safetensors.torch import load_file
+
+    saved = load_file(str(out / "checkpoint" / "lora.safetensors"))
+    exported = load_file(str(last / "adapter" / "adapter_model.safetensors"))
+    assert sorted(k.replace(".default.", ".") for k in saved) == sorted(exported)
+    assert all(torch.equal(v, exported[k.replace(".default.", ".")]) for k, v in saved.items())
+    bundle = load_bundle(last, device="cpu")
+    assert bundle.has_adapter and bundle.config["adapter"]["adapter_step"] == 2
+
 
 @pytest.fixture
 def fixture_mgf_path(data_dir):

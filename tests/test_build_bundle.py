@@ -57,6 +57,12 @@ def test_bundle_records_every_decoder_stage_and_its_card_names_them(runs, tmp_pa
                        str(tmp_path / "b3")]) == 0
     stages = json.loads((tmp_path / "b3" / "config.json").read_text())["training"]["decoder_stages"]
     assert [s["step"] for s in stages] == [3, 2, 1]
+    # replacing the very bundle the new stage started from (--force): its stages are read first
+    assert build_main(["--decoder", str(tmp_path / "stage3"), "--encoder", str(runs / "encoder"),
+                       "--calibration", str(runs / "calibration.json"), "--name", "m3", "--out",
+                       str(tmp_path / "b1"), "--force"]) == 0
+    stages = json.loads((tmp_path / "b1" / "config.json").read_text())["training"]["decoder_stages"]
+    assert [s["step"] for s in stages] == [3, 2, 1]
 
 
 def test_a_bundle_from_before_decoder_stages_counts_as_one_stage(runs, tmp_path):

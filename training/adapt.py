@@ -934,6 +934,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prepare-only", action="store_true", help="stop after stage 1 (examples and groups)")
     p.add_argument("--write-bundle", metavar="DIR", help="write base bundle + the run's adapter to DIR (after training)")
     p.add_argument("--bundle-name", help="name of the written bundle (default: base name + '-pa')")
+    p.add_argument("--adapter-step", choices=("selected", "last"), default="selected",
+                   help="with --write-bundle: the selected checkpoint's adapter (default) or the last step's, "
+                        "to measure what training did when selection kept an earlier step")
     return p
 
 
@@ -944,7 +947,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = vars(_parser().parse_args(argv))
     all_spectra, prepare_only = args.pop("all_spectra"), args.pop("prepare_only")
-    write_to, bundle_name = args.pop("write_bundle"), args.pop("bundle_name")
+    write_to, bundle_name, adapter_step = args.pop("write_bundle"), args.pop("bundle_name"), args.pop("adapter_step")
     try:
         given = {k: v for k, v in args.items() if v is not None}
         if "licenses" in given and [s.lower() for s in given["licenses"]] == ["all"]:
@@ -957,7 +960,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_done = (Path(config.out) / "checkpoint" / "state.json").is_file() and \
             _saved_step(Path(config.out) / "checkpoint") >= config.steps
         if write_to and run_done and not prepare_only:  # only write the bundle of a finished run
-            print(f"wrote {_write_bundle(config, write_to, bundle_name)}")
+            print(f"wrote {_write_bundle(config, write_to, bundle_name, adapter_step)}")
             return 0
     except (ConfigError, BundleError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -1007,7 +1010,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"{event.reason} at step {event.step}; selected step {event.best_step} "
                           f"({json.dumps(event.best)}); adapter in {event.adapter}")
                     if write_to:
-                        print(f"wrote {_write_bundle(config, write_to, bundle_name)}")
+                        print(f"wrote {_write_bundle(config, write_to, bundle_name, adapter_step)}")
     except (ConfigError, BundleError) as e:
         if bar is not None:
             bar.close()
@@ -1016,13 +1019,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _write_bundle(config: AdaptConfig, dest: str, name: str | None) -> Path:
+def _write_bundle(config: AdaptConfig, dest: str, name: str | None, adapter_step: str = "selected") -> Path:
     out = Path(config.out)
     state = json.loads((out / "checkpoint" / "state.json").read_text())
     info = {"run": str(out), "steps": state["step"], "selected_step": state.get("best_step"),
             "selection": {config.select_metric: state.get("best")}, "rank": config.rank, "alpha": config.alpha,
             "data": state.get("data"), "mgf": Path(config.mgf).name, "folds": list(config.folds)}
-    return write_adapted_bundle(config.bundle, out / "adapter", dest, name, info)
+    adapter = out / "adapter"
+    if adapter_step == "last":
+        adapter = export_last_adapter(out)
+        info["adapter_step"] = state["step"]
+    return write_adapted_bundle(config.bundle, adapter, dest, name, info)
+
+
+def export_last_adapter(out: Path) -> Path:
+    """``out/adapter_last/``: the LoRA weights of the run's last training checkpoint as a peft adapter folder
+    (the same ``adapter_config.json`` as the selected adapter's; peft's saved names lack the ``.default``
+    adapter name that the live model's parameters carry)."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(out / "checkpoint" / "lora.safetensors"))
+    dest = out / "adapter_last"
+    dest.mkdir(exist_ok=True)
+    save_file({re.sub(r"\.(lora_[AB])\.default\.", r".\1.", k): v for k, v in weights.items()},
+              str(dest / "adapter_model.safetensors"))
+    shutil.copy2(out / "adapter" / "adapter_config.json", dest / "adapter_config.json")
+    return dest
 
 
 def _describe_start(e: Started) -> str:

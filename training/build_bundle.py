@@ -260,12 +260,12 @@ def build(args: argparse.Namespace) -> Path:
     encoder = load_encoder(encoder_dir)
     calibration_file = Path(args.calibration) if args.calibration else encoder_dir / "calibration.json"
     calibration = Calibration.load(calibration_file)
+    dec_summary = decoder_training_summary(checkpoint)  # before --force removes --out: it may be a stage's source
     out = Path(args.out)
     if out.exists():
         if not args.force:
             raise ConfigError(f"{out} exists; pass --force to replace it.")
         shutil.rmtree(out)
-    dec_summary = decoder_training_summary(checkpoint)
     enc_summary = {"metrics": _json(encoder_dir / "metrics.json"), "train_config": _json(encoder_dir / "train_config.json")}
     save_bundle(
         out, decoder=decoder.eval(), encoder=encoder, tokenizer=tokenizer, calibration=calibration,
