@@ -361,7 +361,6 @@ def _run_to_end(gen):
             return stop.value
 
 
-
 def _examples_key(config: AdaptConfig, bundle: ModelBundle) -> dict:
     keep = ("folds", "licenses", "exclude_unit_resolution", "max_spectra", "val_spectra", "kappa_min", "kappa_max",
             "groups", "samples_per_group", "coverage_threshold", "seed", "precision")
@@ -874,8 +873,6 @@ def _load_checkpoint(path: Path, named, optimizer, names: list[str]) -> dict:
         {**{k: (tuple(v) if k == "betas" else v) for k, v in g.items() if k != "param_names"},
          "params": list(range(len(names)))} for g in groups]})
     return state
-
-
 
 
 # -----------------------------------------------------------------------------------------------

@@ -701,8 +701,6 @@ def _check_resumable(state: dict, config: PretrainConfig, ds: CorpusDataset, env
         )
 
 
-
-
 # -----------------------------------------------------------------------------------------------
 # Command line
 
