@@ -269,6 +269,9 @@ class CandidatesPanel(QWidget):
             f"({r.n_valid} valid, {r.n_formula_consistent} with formula {r.spectrum.formula}) · "
             f"κ {p.kappa_min:g}–{p.kappa_max:g}, M = {p.groups}, B = {p.pool_size}, seed {p.seed}"
             + (f" · {r.seconds:.1f} s, {r.new_samples} newly drawn" if not (running or r.partial) else "")
+            + (f"<br><span style='color:#a15c00'>No drawn structure is valid with formula {r.spectrum.formula}: "
+               "raise the pool size B to draw more, or widen the κ band.</span>"
+               if not (running or r.partial or r.candidates) else "")
         )
         if r.reference_inchikey14:
             status = r.reference_status

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import time
+from dataclasses import replace
 
 from PySide6.QtCore import QElapsedTimer, Qt, QTimer
 
@@ -119,6 +120,19 @@ def test_run_shows_ranked_candidates_with_reference_and_tuning_draws_only_new_sa
 
     # the other spectrum was not touched
     assert entry_titled(window, NICOTINE).result is None
+
+
+def test_a_result_without_candidates_says_how_to_get_some(qtbot, make_window, write_mgf):
+    window = make_window()
+    loaded(qtbot, window, write_mgf("one.mgf", titles={NICOTINE}))
+    entry = window.spectra.entries[0]
+    window.select_entry(entry.key)
+    run_and_wait(qtbot, window, window.run_selected)
+    assert entry.result.candidates and "raise the pool size B" not in window.candidates.summary.text()
+    window.candidates.show_result(replace(entry.result, candidates=[]))
+    text = window.candidates.summary.text()
+    assert "0 candidates" in text and "No drawn structure is valid with formula C10H14N2" in text
+    assert "raise the pool size B" in text
 
 
 def test_slider_snaps_pool_size_to_multiples_of_m(make_window):
