@@ -33,7 +33,7 @@ from engine.querying import Calibration
 
 from .metrics import mean_active_bits, mean_tanimoto
 from .spectra import CacheHit, FeatureSettings, LabelledSpectra, ReadProgress, iter_load_labelled_spectra
-from .train_encoder import EncoderTrainConfig, load_weights, predict_posteriors
+from .train_encoder import EncoderTrainConfig, load_weights, predict_posteriors, training_split
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +116,10 @@ def _calibrate(encoder_dir, mgf, folds, val_folds, cache_dir, grid, batch_size) 
         min_annotated_peaks=train_config.min_annotated_peaks,
     )  # fmt: skip
     pick = dict(licenses=train_config.licenses, exclude_unit_resolution=train_config.exclude_unit_resolution)
-    train = data.select(tuple(folds) if folds is not None else train_config.train_folds, **pick)
-    if train_config.max_train_spectra is not None and folds is None and train_config.max_train_spectra < len(train):
-        rng = np.random.default_rng([train_config.seed, 2**31 - 1])  # the subset train_encoder used
-        train = train.subset(np.sort(rng.choice(len(train), train_config.max_train_spectra, replace=False)))
+    if folds is None:  # the spectra train_encoder trained on (cross-fitting fold and subset included)
+        train = training_split(train_config, data).train
+    else:
+        train = data.select(tuple(folds), **pick)
     if len(train) == 0:
         raise ConfigError(f"No training spectra selected in {mgf}; check the folds and licences.")
     posteriors = yield from _posteriors(model, train, batch_size)
@@ -127,7 +127,8 @@ def _calibrate(encoder_dir, mgf, folds, val_folds, cache_dir, grid, batch_size) 
     cal = Calibration.from_posteriors(posteriors, train.n_true_bits, grid=grid, source=source)
     summary = calibration_summary(cal)
     summary["mean_true_bits_check"] = round(float(train.n_true_bits.mean()), 4)
-    val = data.select(tuple(val_folds) if val_folds is not None else train_config.val_folds, **pick)
+    val_folds = tuple(val_folds) if val_folds is not None else train_config.val_folds
+    val = data.select(val_folds, **pick) if val_folds else data.subset(np.zeros(0, dtype=np.int64))
     if len(val):
         val_post = yield from _posteriors(model, val, batch_size)
         targets = val.targets(np.arange(len(val)))

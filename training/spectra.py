@@ -461,6 +461,32 @@ def _skip_reason(reason: str) -> str:
     return "skipped by engine.io: other"
 
 
+def structure_folds(inchikey14: Sequence[str], n_folds: int, seed: int = 0) -> np.ndarray:
+    """Fold index ``int64 (n,)`` of each spectrum: its structure's fold in a ``n_folds``-way split by structure.
+
+    The distinct keys (first InChIKey blocks) are ordered by ``sha256(f"{seed}:{key}")`` (ties, which
+    need a hash collision, by the key) and dealt out in turn, so every structure is in exactly one fold,
+    the folds differ by at most one structure, all spectra of a structure share its fold, and the result
+    depends only on the set of keys and ``seed`` (not on the spectra's order or count).
+    """
+    if not isinstance(n_folds, (int, np.integer)) or isinstance(n_folds, bool) or n_folds < 2:
+        raise ConfigError(f"`n_folds` must be an integer >= 2, got {n_folds!r}.")
+    keys = np.asarray(inchikey14, dtype=str)
+    if np.any(keys == ""):
+        raise ConfigError(
+            f"{int(np.count_nonzero(keys == ''))} spectra have no InChIKey, so they cannot be split by structure; "
+            "give each record an INCHIKEY (or drop those records)."
+        )
+    unique, inverse = np.unique(keys, return_inverse=True)
+    if len(unique) < n_folds:
+        raise ConfigError(f"{len(unique)} distinct structures cannot fill {n_folds} folds; use fewer folds.")
+    digests = [hashlib.sha256(f"{seed}:{key}".encode()).hexdigest() for key in unique]
+    order = sorted(range(len(unique)), key=lambda i: (digests[i], unique[i]))
+    fold_of_key = np.empty(len(unique), dtype=np.int64)
+    fold_of_key[order] = np.arange(len(unique)) % n_folds
+    return fold_of_key[inverse.reshape(-1)]
+
+
 def describe_selection(data: LabelledSpectra) -> dict:
     """Counts and token / bit statistics of a (selected) dataset, for logs and metrics.json."""
     n = len(data)

@@ -20,6 +20,12 @@ of a single global threshold on the posterior, which is how density-band queryin
 and training stops after ``patience`` evaluations without improvement, after ``epochs``, or when
 ``max_minutes`` of training time have been spent.
 
+Without a validation fold (``val_folds=()``, ``--no-val``) nothing is evaluated or selected: the last
+weights are kept, and ``stop_after_epochs`` stops at a fixed epoch of the ``epochs``-long cosine (to
+repeat a run whose selection on val kept an earlier epoch). Cross-fitting: ``cv_folds=K, cv_fold=k``
+splits the selected training spectra into K folds by structure (:func:`training.spectra.structure_folds`,
+seeded by ``cv_seed``) and trains on the other K-1 (``python -m training.oof_posteriors`` runs all K).
+
 Output directory::
 
     encoder.safetensors, encoder_config.json   best weights (what engine.bundle.save_bundle takes)
@@ -48,7 +54,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +74,7 @@ from .spectra import (
     ReadProgress,
     describe_selection,
     iter_load_labelled_spectra,
+    structure_folds,
 )
 
 log = logging.getLogger(__name__)
@@ -96,6 +103,13 @@ class EncoderTrainConfig:
     train_folds: tuple[str, ...] = field(default=("train",), metadata={"help": "FOLD values to train on."})
     val_folds: tuple[str, ...] = field(default=("val",), metadata={"help": "FOLD values for early stopping."})
     max_train_spectra: int | None = field(default=None, metadata={"help": "Random subset for quick runs."})
+    cv_folds: int | None = field(
+        default=None, metadata={"help": "Split the training structures into this many folds (cross-fitting)."}
+    )
+    cv_fold: int | None = field(
+        default=None, metadata={"help": "With cv_folds: the fold (0-based) whose structures are left out of training."}
+    )
+    cv_seed: int = field(default=0, metadata={"help": "Seed of the structure-to-fold assignment (cv_folds)."})
     batch_size: int = field(default=64, metadata={"help": "Spectra per batch."})
     bucket_batches: int = field(default=50, metadata={"help": "Batches per length bucket (sorted by tokens)."})
     lr: float = field(default=5e-4, metadata={"help": "Peak learning rate of AdamW."})
@@ -103,6 +117,9 @@ class EncoderTrainConfig:
     warmup_steps: int = field(default=300, metadata={"help": "Linear warm-up steps."})
     min_lr_ratio: float = field(default=0.05, metadata={"help": "Final learning rate of the cosine, relative to lr."})
     epochs: int = field(default=30, metadata={"help": "Epochs: the cosine horizon and the maximum."})
+    stop_after_epochs: int | None = field(
+        default=None, metadata={"help": "Stop after this many epochs (the cosine still spans `epochs`); None = epochs."}
+    )
     grad_clip: float = field(default=1.0, metadata={"help": "Gradient norm clip; 0 = off."})
     cosine_weight: float = field(default=0.0, metadata={"help": "Weight of the cosine-similarity loss term."})
     select_metric: str = field(
@@ -140,10 +157,24 @@ class EncoderTrainConfig:
             raise ConfigError(
                 f"`select_metric` {self.select_metric!r} is unknown; choose one of {', '.join(SELECT_METRICS)}."
             )
-        for name in ("max_minutes", "max_steps", "checkpoint_every_steps", "max_train_spectra"):
+        for name in ("max_minutes", "max_steps", "checkpoint_every_steps", "max_train_spectra", "stop_after_epochs"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ConfigError(f"`{name}` must be positive or None, got {value!r}.")
+        if self.stop_after_epochs is not None and self.stop_after_epochs > self.epochs:
+            raise ConfigError(
+                f"`stop_after_epochs` ({self.stop_after_epochs}) must not exceed `epochs` ({self.epochs})."
+            )
+        if (self.cv_folds is None) != (self.cv_fold is None):
+            raise ConfigError("`cv_folds` and `cv_fold` go together: give both (cross-fitting) or neither.")
+        if self.cv_folds is not None and not (
+            isinstance(self.cv_folds, int) and self.cv_folds >= 2 and isinstance(self.cv_fold, int)
+            and 0 <= self.cv_fold < self.cv_folds
+        ):  # fmt: skip
+            raise ConfigError(
+                f"`cv_folds` must be an integer >= 2 and `cv_fold` one of 0..cv_folds-1, got {self.cv_folds!r} "
+                f"and {self.cv_fold!r}."
+            )
         self.encoder_config()  # fail now on bad encoder overrides
 
     def encoder_config(self) -> EncoderConfig:
@@ -409,6 +440,8 @@ def load_checkpoint(out_dir: Path, model, optimizer) -> dict:
 
 def _check_resumable(saved: dict, config: EncoderTrainConfig) -> None:
     now = config.to_dict()
+    # a field added since the run started counts as its default (e.g. cv_seed in an older train_config.json)
+    saved = {**{f.name: f.default for f in fields(EncoderTrainConfig) if f.default is not MISSING}, **saved}
     changed = sorted(k for k in set(saved) | set(now) if k not in _RESUMABLE_CHANGES and saved.get(k) != now.get(k))
     if changed:
         raise ConfigError(
@@ -422,14 +455,30 @@ def _check_resumable(saved: dict, config: EncoderTrainConfig) -> None:
 # Training
 
 
-def _load_data(config: EncoderTrainConfig) -> Iterator[Event]:
-    data = yield from iter_load_labelled_spectra(
-        config.mgf, config.feature_settings(), cache_dir=config.cache_dir,
-        min_annotated_peaks=config.min_annotated_peaks,
-    )  # fmt: skip
+@dataclass(frozen=True, eq=False)
+class TrainingSplit:
+    """What a run trains and validates on (:func:`training_split`)."""
+
+    train: LabelledSpectra
+    val: LabelledSpectra
+    held_out: LabelledSpectra | None  # cross-fitting: the left-out fold's spectra (None without cv_folds)
+
+
+def training_split(config: EncoderTrainConfig, data: LabelledSpectra) -> TrainingSplit:
+    """The training and validation spectra of ``config`` in ``data`` (all usable records of the file).
+
+    Training: ``train_folds`` with the licence and instrument rules; with ``cv_folds`` the spectra of
+    fold ``cv_fold``'s structures are removed (``held_out``), the folds being assigned over that whole
+    selection; then ``max_train_spectra`` draws a seeded subset. Validation: ``val_folds``, same rules.
+    """
     pick = dict(licenses=config.licenses, exclude_unit_resolution=config.exclude_unit_resolution)
     train = data.select(config.train_folds, **pick)
-    val = data.select(config.val_folds, **pick)
+    val = data.select(config.val_folds, **pick) if config.val_folds else data.subset(np.zeros(0, dtype=np.int64))
+    held_out = None
+    if config.cv_folds is not None and len(train):
+        folds = structure_folds(train.inchikey14, config.cv_folds, config.cv_seed)
+        held_out = train.subset(np.flatnonzero(folds == config.cv_fold))
+        train = train.subset(np.flatnonzero(folds != config.cv_fold))
     if config.max_train_spectra is not None and config.max_train_spectra < len(train):
         rng = np.random.default_rng([config.seed, 2**31 - 1])
         train = train.subset(np.sort(rng.choice(len(train), config.max_train_spectra, replace=False)))
@@ -438,7 +487,16 @@ def _load_data(config: EncoderTrainConfig) -> Iterator[Event]:
             f"No training spectra in {config.mgf} with FOLD in {list(config.train_folds)} and LICENSE in "
             f"{config.licenses}; check `train_folds` / `licenses` (records kept: {data.report.get('kept')})."
         )
-    return data, train, val
+    return TrainingSplit(train, val, held_out)
+
+
+def _load_data(config: EncoderTrainConfig) -> Iterator[Event]:
+    data = yield from iter_load_labelled_spectra(
+        config.mgf, config.feature_settings(), cache_dir=config.cache_dir,
+        min_annotated_peaks=config.min_annotated_peaks,
+    )  # fmt: skip
+    split = training_split(config, data)
+    return data, split.train, split.val, split.held_out
 
 
 def train_encoder(config: EncoderTrainConfig, stop: threading.Event | None = None) -> Iterator[Event]:
@@ -467,7 +525,7 @@ def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator
         raise ConfigError(f"{out_dir} already holds a training run; pass --resume to continue it or use a new --out.")
     config_path.write_text(json.dumps(config.to_dict(), indent=1) + "\n")
 
-    all_data, train, val = yield from _load_data(config)
+    all_data, train, val, held_out = yield from _load_data(config)
     enc_config = config.encoder_config()
     mode = SELECT_METRICS[config.select_metric]
     n_batches = len(length_grouped_batches(train.n_tokens, config.batch_size, seed=0, epoch=0,
@@ -564,7 +622,7 @@ def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator
             yield evaluated
             if reason is None and len(val) and state["bad_evals"] >= config.patience:
                 reason = "early_stopping"
-            elif reason is None and state["epoch"] >= config.epochs:
+            elif reason is None and state["epoch"] >= (config.stop_after_epochs or config.epochs):
                 reason = "epochs"
             yield CheckpointSaved(state["step"], str(checkpoint()))
     except GeneratorExit:  # the caller stopped iterating: keep what was done for --resume
@@ -574,11 +632,11 @@ def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator
 
     state["train_seconds"] = elapsed()
     throughput = session_spectra / max(session_steps_time, 1e-9)
-    metrics = _finish(out_dir, config, model, train, val, all_data, state, reason, throughput, n_batches)
+    metrics = _finish(out_dir, config, model, train, val, held_out, all_data, state, reason, throughput, n_batches)
     yield TrainingFinished(reason, str(out_dir), metrics)
 
 
-def _finish(out_dir, config, model, train, val, all_data, state, reason, throughput, n_batches) -> dict:
+def _finish(out_dir, config, model, train, val, held_out, all_data, state, reason, throughput, n_batches) -> dict:
     """Write encoder.safetensors (best weights), encoder_config.json and metrics.json."""
     load_weights(model, out_dir / "best.safetensors")
     final = evaluate(predict_posteriors(model, val, config.eval_batch_size), val, macro=True) if len(val) else {}
@@ -598,7 +656,10 @@ def _finish(out_dir, config, model, train, val, all_data, state, reason, through
         "parameters": model.num_parameters(),
         "annotation": {"tol_ppm": model.config.tol_ppm, "tol_da": model.config.tol_da,
                        "min_rdbe": model.config.min_rdbe, "max_peaks": model.config.max_peaks},
-        "data": {"train": describe_selection(train), "val": describe_selection(val), "file": all_data.report},
+        "data": {"train": describe_selection(train), "val": describe_selection(val), "file": all_data.report,
+                 **({"held_out": {**describe_selection(held_out), "cv_folds": config.cv_folds,
+                                  "cv_fold": config.cv_fold, "cv_seed": config.cv_seed}}
+                    if held_out is not None else {})},
         "history": state["history"],
     }  # fmt: skip
     tmp = out_dir / "metrics.json.tmp"
@@ -632,6 +693,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-peaks", type=int, help="encoder max_peaks (default: the preset's)")
     p.add_argument("--dropout", type=float, help="encoder dropout (default: the preset's)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--no-val", action="store_true",
+                   help="no validation fold: nothing is evaluated or selected, the last weights are kept")
     for f in fields(EncoderTrainConfig):
         if f.name in {"mgf", "out_dir", "preset", "encoder", "licenses", "exclude_unit_resolution", "resume",
                       "train_folds", "val_folds"}:  # fmt: skip
@@ -642,7 +705,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> EncoderTrainConfig:
-    skip = {"mgf", "out", "licenses", "keep_unit_resolution", "max_peaks", "dropout", "resume", "preset"}
+    skip = {"mgf", "out", "licenses", "keep_unit_resolution", "max_peaks", "dropout", "resume", "preset", "no_val"}
     kwargs = {k: v for k, v in vars(args).items() if k not in skip}
     licenses = None if [s.lower() for s in args.licenses] == ["all"] else args.licenses
     encoder = {"max_peaks": args.max_peaks} if args.max_peaks else {}
@@ -650,7 +713,8 @@ def config_from_args(args: argparse.Namespace) -> EncoderTrainConfig:
         encoder["dropout"] = args.dropout
     return EncoderTrainConfig(
         mgf=args.mgf, out_dir=args.out, preset=args.preset, encoder=encoder, licenses=licenses,
-        exclude_unit_resolution=not args.keep_unit_resolution, resume=args.resume, **kwargs,
+        exclude_unit_resolution=not args.keep_unit_resolution, resume=args.resume,
+        **({"val_folds": ()} if args.no_val else {}), **kwargs,
     )  # fmt: skip
 
 

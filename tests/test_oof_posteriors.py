@@ -1,0 +1,180 @@
+"""Out-of-fold posteriors: the structure split (deterministic, disjoint, complete), training subsets that
+leave fold k out, a fixed epoch count without validation, and a tiny end-to-end run with resume."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from engine.chem import inchikey, mol_from_smiles
+from engine.encoder import EncoderConfig
+from engine.errors import ConfigError
+from test_train_encoder import tiny_config, write_labelled_mgf
+from training.oof_posteriors import FoldStarted, OOFConfig, OOFFinished, oof_posteriors
+from training.spectra import FeatureSettings, load_labelled_spectra, structure_folds
+from training.train_encoder import TrainingFinished, train_encoder, training_split
+
+
+def _keys(n_structures=50, seed=0):
+    """Spectra of ``n_structures`` InChIKey-14-like keys, 1-9 spectra each, in shuffled order."""
+    rng = np.random.default_rng(seed)
+    keys = [f"K{i:05d}ABCDEFGH"[:14] for i in range(n_structures)]
+    spectra = np.repeat(keys, rng.integers(1, 10, n_structures))
+    return spectra[rng.permutation(len(spectra))]
+
+
+# ----------------------------------------------------------------------------------------------
+# The split
+
+
+def test_structure_folds_are_deterministic_balanced_and_disjoint():
+    keys = _keys()
+    folds = structure_folds(keys, 5, seed=0)
+    assert folds.shape == keys.shape and set(folds.tolist()) == set(range(5))
+    np.testing.assert_array_equal(folds, structure_folds(keys, 5, seed=0))  # deterministic
+    of_key = {}
+    for key, fold in zip(keys.tolist(), folds.tolist()):
+        assert of_key.setdefault(key, fold) == fold  # all spectra of a structure share one fold
+    assert len(of_key) == 50  # every structure has exactly one fold
+    sizes = np.bincount(list(of_key.values()), minlength=5)
+    assert sizes.max() - sizes.min() <= 1  # balanced by structures
+    # The fold of a structure depends on the set of keys and the seed, not on the spectra's order or count.
+    perm = np.random.default_rng(1).permutation(len(keys))
+    again = structure_folds(keys[perm], 5, seed=0)
+    assert all(of_key[k] == f for k, f in zip(keys[perm].tolist(), again.tolist()))
+    once = np.unique(keys)
+    np.testing.assert_array_equal(structure_folds(once, 5, seed=0), [of_key[k] for k in once.tolist()])
+    # Another seed gives another split.
+    other = structure_folds(keys, 5, seed=1)
+    assert not np.array_equal(other, folds)
+
+
+def test_structure_folds_errors():
+    with pytest.raises(ConfigError, match="n_folds"):
+        structure_folds(_keys(), 1)
+    with pytest.raises(ConfigError, match="distinct structures"):
+        structure_folds(np.array(["A", "A", "B"]), 3)
+    with pytest.raises(ConfigError, match="no InChIKey"):
+        structure_folds(np.array(["A", "", "B", "C"]), 2)
+
+
+@pytest.fixture(scope="module")
+def mgf(tmp_path_factory):
+    """The encoder tests' labelled MGF with an INCHIKEY line in every record (the structure key)."""
+    path = write_labelled_mgf(tmp_path_factory.mktemp("oof") / "labelled.mgf")
+    lines = []
+    for line in path.read_text().splitlines():
+        lines.append(line)
+        if line.startswith("SMILES="):
+            mol = mol_from_smiles(line[len("SMILES="):])
+            lines.append(f"INCHIKEY={inchikey(mol) if mol is not None else ''}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_training_split_leaves_fold_k_out(mgf, tmp_path):
+    data = load_labelled_spectra(mgf, FeatureSettings.for_encoder(EncoderConfig.from_preset("tiny")),
+                                 cache_dir=tmp_path / "cache")  # fmt: skip
+    full = training_split(tiny_config(mgf, tmp_path / "run"), data).train
+    folds = structure_folds(full.inchikey14, 3, seed=7)
+    seen = []
+    for k in range(3):
+        split = training_split(tiny_config(mgf, tmp_path / "run", cv_folds=3, cv_fold=k, cv_seed=7), data)
+        fold_keys = set(full.inchikey14[folds == k].tolist())
+        assert fold_keys and not fold_keys & set(split.train.inchikey14.tolist())  # fold k's structures are out
+        assert set(split.held_out.inchikey14.tolist()) == fold_keys
+        assert sorted(split.train.ids.tolist() + split.held_out.ids.tolist()) == sorted(full.ids.tolist())
+        assert len(split.val) == 4  # validation is untouched by the split
+        seen += split.held_out.ids.tolist()
+        # a random training subset is drawn from what is left
+        sub = training_split(tiny_config(mgf, tmp_path / "run", cv_folds=3, cv_fold=k, cv_seed=7,
+                                         max_train_spectra=5), data).train  # fmt: skip
+        assert len(sub) == 5 and not fold_keys & set(sub.inchikey14.tolist())
+    assert sorted(seen) == sorted(full.ids.tolist())  # each spectrum is held out exactly once
+    assert len(training_split(tiny_config(mgf, tmp_path / "run", val_folds=()), data).val) == 0
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [({"cv_folds": 3}, "go together"), ({"cv_fold": 0}, "go together"), ({"cv_folds": 3, "cv_fold": 3}, "cv_fold"),
+     ({"cv_folds": 1, "cv_fold": 0}, "cv_folds"), ({"epochs": 3, "stop_after_epochs": 4}, "stop_after_epochs")],
+)  # fmt: skip
+def test_cv_config_errors(mgf, tmp_path, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        tiny_config(mgf, tmp_path / "run", **overrides)
+
+
+def test_fixed_epochs_without_validation(mgf, tmp_path):
+    config = tiny_config(mgf, tmp_path / "run", val_folds=(), epochs=5, stop_after_epochs=2, cv_folds=2, cv_fold=1)
+    events = list(train_encoder(config))
+    assert isinstance(events[-1], TrainingFinished) and events[-1].reason == "epochs"
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["epochs_done"] == 2 and metrics["best_epoch"] == 1 and metrics["val"] == {}
+    assert metrics["data"]["val"] == {"spectra": 0}
+    assert metrics["data"]["held_out"]["cv_fold"] == 1
+    assert metrics["data"]["train"]["spectra"] + metrics["data"]["held_out"]["spectra"] == 24
+
+
+# ----------------------------------------------------------------------------------------------
+# The command
+
+
+def _oof_config(mgf, out, **overrides):
+    base = dict(
+        mgf=str(mgf), out_dir=str(out), folds=2, preset="tiny", dropout=0.1, epochs=2, stop_after_epochs=1,
+        train={"batch_size": 8, "bucket_batches": 2, "eval_batch_size": 16, "warmup_steps": 1, "lr": 3e-3},
+        reference=None, cache_dir=str(out.parent / "cache"), checkpoint_minutes=60.0,
+    )  # fmt: skip
+    return OOFConfig(**{**base, **overrides})
+
+
+def test_oof_run_writes_every_train_spectrum_once_and_resumes(mgf, tmp_path):
+    events = list(oof_posteriors(_oof_config(mgf, tmp_path / "oof")))
+    assert isinstance(events[-1], OOFFinished)
+    data = load_labelled_spectra(mgf, FeatureSettings.for_encoder(EncoderConfig.from_preset("tiny")),
+                                 cache_dir=tmp_path / "cache")  # fmt: skip
+    train = data.select(["train"])
+    with np.load(tmp_path / "oof" / "oof_posteriors.npz", allow_pickle=False) as z:
+        np.testing.assert_array_equal(z["ids"], train.ids)
+        np.testing.assert_array_equal(z["fold"], structure_folds(train.inchikey14, 2, seed=0))
+        assert z["posteriors"].dtype == np.float16 and z["posteriors"].shape == (24, 128)
+        np.testing.assert_array_equal(z["bit_offsets"], train.bit_offsets)
+        np.testing.assert_array_equal(z["bits"], train.bits)
+        first = z["posteriors"].copy()
+    for k in range(2):
+        run = json.loads((tmp_path / "oof" / f"fold_{k}" / "train_config.json").read_text())
+        assert run["val_folds"] == [] and run["cv_fold"] == k and run["cv_folds"] == 2
+        assert (tmp_path / "oof" / f"fold_{k}" / "calibration.json").is_file()
+    summary = json.loads((tmp_path / "oof" / "summary.json").read_text())
+    assert summary["overall"]["spectra"] == 24 and len(summary["folds"]) == 2
+    assert sum(f["spectra"] for f in summary["folds"]) == 24
+    assert set(summary["overall"]["kappa1"]["bins"]) == {"low", "mid", "high"}
+    assert sum(summary["overall"]["kappa1"]["bins"].values()) == pytest.approx(1.0)
+    for key in ("ap_micro", "ap_macro", "auroc_micro"):
+        assert key in summary["overall"]
+    # Without --resume an existing run is refused; with it, finished folds are skipped and nothing changes.
+    with pytest.raises(ConfigError, match="resume"):
+        list(oof_posteriors(_oof_config(mgf, tmp_path / "oof")))
+    again = list(oof_posteriors(_oof_config(mgf, tmp_path / "oof", resume=True)))
+    assert [e.state for e in again if isinstance(e, FoldStarted)] == ["done", "done"]
+    with np.load(tmp_path / "oof" / "oof_posteriors.npz", allow_pickle=False) as z:
+        np.testing.assert_array_equal(z["posteriors"], first)
+    # A fold encoder folder serves as the reference encoder (scored on train in sample, and on val).
+    ref = list(oof_posteriors(_oof_config(mgf, tmp_path / "oof2", reference=str(tmp_path / "oof" / "fold_0"),
+                                          max_steps=1)))  # fmt: skip
+    reference = ref[-1].summary["reference"]
+    assert reference["train"]["spectra"] == 24 and reference["val"]["spectra"] == 4
+    assert "kappa1_calibrated" in reference["train"]
+
+
+def test_a_run_from_before_the_cv_fields_still_resumes(mgf, tmp_path):
+    list(train_encoder(tiny_config(mgf, tmp_path / "run", max_steps=2)))
+    path = tmp_path / "run" / "train_config.json"
+    saved = json.loads(path.read_text())
+    for key in ("cv_folds", "cv_fold", "cv_seed", "stop_after_epochs"):
+        del saved[key]
+    path.write_text(json.dumps(saved))
+    events = list(train_encoder(tiny_config(mgf, tmp_path / "run", max_steps=4, resume=True)))
+    assert isinstance(events[-1], TrainingFinished) and events[-1].reason == "max_steps"
