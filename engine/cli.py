@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--formula", help="force this molecular formula on every input spectrum")
     pr.add_argument("--adduct", help="force this adduct (e.g. [M+H]+) on every input spectrum")
     pr.add_argument("--no-adapter", action="store_true", help="switch the bundle's LoRA adapter off")
+    pr.add_argument("--decoding", choices=("formula", "free"), default="formula",
+                    help="formula (default): draw only strings with exactly the formula's heavy atoms; "
+                         "free: the paper's unconstrained sampling, filtered afterwards")
+    pr.add_argument("--ranking", choices=("combined", "fingerprint", "frequency"), default="combined",
+                    help="combined (default): fingerprint score under the posterior + log generation count; "
+                         "fingerprint: the score alone; frequency: the paper's generation count")
     pr.add_argument("--resume", action="store_true",
                     help="go on with an interrupted run of the same command: spectra already in OUTPUT.partial "
                     "(listed in OUTPUT.journal) are passed over")
@@ -243,7 +249,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     params = QueryParams(
         kappa_min=args.band[0], kappa_max=args.band[1], groups=args.groups,
         samples_per_group=n or 5, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-        seed=args.seed, use_adapter=not args.no_adapter,
+        seed=args.seed, use_adapter=not args.no_adapter, decoding=args.decoding, ranking=args.ranking,
     )
     if args.top is not None and args.top < 1:
         raise MsgptError(f"--top must be at least 1, got {args.top}.")

@@ -37,6 +37,8 @@ CSV_COLUMNS = (
     "count",
     "frequency",
     "posterior_similarity",
+    "fingerprint_score",
+    "score",
     "is_reference",
     "spectrum_fidelity",
     "spectrum_samples",
@@ -87,12 +89,18 @@ def candidate_rows(result: SpectrumResult, top: int | None = None) -> Iterable[d
             "count": c.count,
             "frequency": f"{c.frequency:.4f}",
             "posterior_similarity": f"{c.posterior_similarity:.4f}",
+            "fingerprint_score": _num(c.fingerprint_score, 3),
+            "score": _num(c.score, 3),
             "is_reference": "" if not result.reference_inchikey14 else
             ("yes" if c.inchikey14 == result.reference_inchikey14 else "no"),
             "spectrum_fidelity": "" if result.fidelity is None else f"{result.fidelity:.4f}",
             "spectrum_samples": result.n_samples,
             "spectrum_formula_consistent": result.n_formula_consistent,
         }
+
+
+def _num(x: float, digits: int) -> str:
+    return "" if x != x else f"{x:.{digits}f}"  # nan (no posterior) -> empty cell
 
 
 def fsync_directory(directory: Path) -> None:
@@ -217,8 +225,10 @@ class CandidateWriter:
             "precursor_mz": row["precursor_mz"],
             "retention_time_s": row["retention_time_s"],
             "count": row["count"],
-            "Score": row["frequency"],
+            "Score": row["score"],
+            "frequency": row["frequency"],
             "posterior_similarity": row["posterior_similarity"],
+            "fingerprint_score": row["fingerprint_score"],
             "is_reference": row["is_reference"],
             "spectrum_fidelity": row["spectrum_fidelity"],
             **{f"msgpt_{k}": v for k, v in self.info.items()},

@@ -29,7 +29,8 @@ from .featurize import collate, featurize_spectrum
 from .formula import formula_vector, parse_formula
 from .querying import QueryPlan, band_thresholds, build_queries, check_kappa
 from .ranking import Candidate, CandidatePool, reference_rank
-from .sampling import QueryRequest, sample_queries
+from .sampling import DECODING_MODES, QueryRequest, sample_queries
+from .scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking
 from .spectrum import SkippedRecord, Spectrum, check_formula_matches_precursor
 
 CancelFn = Callable[[], bool]
@@ -49,6 +50,10 @@ class QueryParams:
     seed: int = 0
     max_new_tokens: int | None = None
     use_adapter: bool = True
+    ranking: str = field(default=DEFAULT_RANKING, metadata={
+        "help": "combined: fingerprint score + log count; fingerprint; frequency: the paper's generation count"})
+    decoding: str = field(default="formula", metadata={
+        "help": "formula: only strings with exactly the formula's heavy atoms are drawn; free: the paper's sampling"})
 
     def __post_init__(self):
         check_kappa(self.kappa_min, "kappa_min")
@@ -70,6 +75,9 @@ class QueryParams:
             raise ConfigError(f"`top_p` must be in (0, 1], got {self.top_p!r}.")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"`seed` must be a non-negative integer, got {self.seed!r}.")
+        check_ranking(self.ranking)
+        if self.decoding not in DECODING_MODES:
+            raise ConfigError(f"`decoding` must be one of {', '.join(DECODING_MODES)}, got {self.decoding!r}.")
 
     @property
     def pool_size(self) -> int:
@@ -93,12 +101,13 @@ class QueryParams:
         """Everything that decides which samples exist, except N: equal keys share samples."""
         d = asdict(self)
         d.pop("samples_per_group")
+        d.pop("ranking")
         return tuple(sorted(d.items()))
 
     def plan_sampling_key(self, plan: QueryPlan) -> tuple:
         """The same for samples drawn from ``plan`` (the band settings do not matter then)."""
         d = asdict(self)
-        for name in ("samples_per_group", "kappa_min", "kappa_max", "groups"):
+        for name in ("samples_per_group", "kappa_min", "kappa_max", "groups", "ranking"):
             d.pop(name)
         return ("plan", plan.key(), tuple(sorted(d.items())))
 
@@ -106,7 +115,8 @@ class QueryParams:
         return (
             f"kappa=[{self.kappa_min}, {self.kappa_max}] M={self.groups} N={self.samples_per_group} "
             f"B={self.pool_size} T={self.temperature} top_k={self.top_k} top_p={self.top_p} "
-            f"seed={self.seed} adapter={'on' if self.use_adapter else 'off'}"
+            f"seed={self.seed} adapter={'on' if self.use_adapter else 'off'} decoding={self.decoding} "
+            f"ranking={self.ranking}"
         )
 
 
@@ -249,7 +259,8 @@ class SpectrumSession:
         else:
             self._thresholds = np.asarray(plan.thresholds, dtype=np.float64)
             self._queries = plan.queries(self.posterior)
-        self.pool = CandidatePool(self.formula, [q.bits for q in self._queries])
+        scorer = FingerprintScorer(self.posterior, self.bundle.calibration.bits)
+        self.pool = CandidatePool(self.formula, [q.bits for q in self._queries], scorer)
         self._key = key
         self._plan = plan
 
@@ -288,6 +299,7 @@ class SpectrumSession:
                 top_p=params.top_p,
                 max_new_tokens=params.max_new_tokens,
                 cancel=cancel,
+                decoding=params.decoding,
             )
             for req_index, strings in sampler:
                 self.pool.add(requests[req_index].sample_ids, strings)
@@ -298,7 +310,7 @@ class SpectrumSession:
         return self._result(params, done, t0, partial=False)
 
     def _result(self, params: QueryParams, new_samples: int, t0: float, partial: bool) -> SpectrumResult:
-        candidates, counts = self.pool.rank(params.samples_per_group)
+        candidates, counts = self.pool.rank(params.samples_per_group, params.ranking)
         fidelity = None
         if self.reference_bits is not None:
             fidelity = chem.max_tanimoto(self.reference_bits, [q.bits for q in self._queries])

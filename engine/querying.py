@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import BundleError, ConfigError
+from .scoring import BitCalibration
 
 CALIBRATION_FORMAT_VERSION = 1
 KAPPA_LIMITS = (0.05, 10.0)
@@ -44,6 +45,8 @@ class Calibration:
     active_counts: np.ndarray = field(metadata={"help": "A(t): mean posterior bits > t, non-increasing"})
     n_spectra: int = 0
     source: str = ""
+    bits: BitCalibration | None = field(default=None, metadata={
+        "help": "per-bit recalibration of π for the fingerprint score (engine.scoring); optional"})
 
     def __post_init__(self):
         t = np.asarray(self.thresholds, dtype=np.float64)
@@ -99,6 +102,7 @@ class Calibration:
             "source": self.source,
             "thresholds": [round(float(x), 6) for x in self.thresholds],
             "active_counts": [round(float(x), 4) for x in self.active_counts],
+            **({"bit_calibration": self.bits.to_dict()} if self.bits is not None else {}),
         }
 
     @classmethod
@@ -118,6 +122,7 @@ class Calibration:
             active_counts=np.asarray(d["active_counts"], dtype=np.float64),
             n_spectra=int(d.get("n_spectra", 0)),
             source=str(d.get("source", "")),
+            bits=BitCalibration.from_dict(d["bit_calibration"]) if d.get("bit_calibration") else None,
         )
 
     def save(self, path: str | Path) -> None:

@@ -2,9 +2,10 @@
 
 Each sample (a SAFE string) is decoded to a molecule; it counts if it is valid (RDKit parses it, one
 connected component) and formula-consistent (its neutral formula equals the spectrum's formula).
-Valid samples are grouped by the first InChIKey block (2D structure), ranked by generation count,
-ties broken by posterior similarity (max Tanimoto between the candidate's Morgan fingerprint and the
-band's queries), then by InChIKey for a stable order.
+Valid samples are grouped by the first InChIKey block (2D structure) and ranked by one of
+:data:`engine.scoring.RANKINGS`: the paper's generation count (ties broken by posterior similarity, the
+max Tanimoto between the candidate's Morgan fingerprint and the band's queries), the fingerprint score
+of the candidate under the posterior, or both combined; the InChIKey ends ties for a stable order.
 
 :class:`CandidatePool` keeps the outcome of every sample by its identity ``(i, j)`` (threshold
 index, sample index), so a pool can be re-ranked for a smaller N without sampling again and grown
@@ -22,6 +23,8 @@ from functools import lru_cache
 import numpy as np
 
 from . import chem
+from .constraints import DEAD_END
+from .scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking, ranking_score, sort_key
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,8 @@ class Candidate:
     frequency: float  # count / number of samples drawn
     posterior_similarity: float
     bits: np.ndarray  # Morgan active bits (for similarity to references); not exported
+    fingerprint_score: float = float("nan")  # log-likelihood of its fingerprint under π (nan: no posterior)
+    score: float = float("nan")  # what the ranking sorted by (higher first)
 
     @property
     def monoisotopic_mass(self) -> float:
@@ -65,8 +70,12 @@ def decode_safe(safe_str: str) -> DecodedSample:
 
     if not safe_str:
         return DecodedSample(None, None, None, None, "empty")
+    if safe_str.endswith(DEAD_END):
+        return DecodedSample(None, None, None, None, "no legal token left (formula-constrained decoding)")
     try:
-        smiles = sf.decode(safe_str, canonical=True, ignore_errors=True)
+        # fix=False: safe-mol's fixing caps unpaired digits with dummy atoms and turns them into carbons,
+        # which makes an invalid string "valid" with another formula
+        smiles = sf.decode(safe_str, canonical=True, fix=False, ignore_errors=True)
     except Exception as e:  # safe-mol raises many types for malformed strings  # noqa: BLE001
         log.debug("SAFE decode failed for %r: %s", safe_str, e)
         smiles = None
@@ -87,12 +96,15 @@ def decode_safe(safe_str: str) -> DecodedSample:
 class CandidatePool:
     """Samples of one spectrum, by identity, with the formula they must match."""
 
-    def __init__(self, formula: str, query_bits: Sequence[np.ndarray]):
+    def __init__(self, formula: str, query_bits: Sequence[np.ndarray], scorer: FingerprintScorer | None = None):
+        """``scorer`` gives fingerprint scores; without one only the ``frequency`` ranking is possible."""
         self.formula = formula
         self.query_bits = [np.asarray(b, dtype=np.int64) for b in query_bits]
+        self.scorer = scorer
         self._samples: dict[SampleId, str] = {}
         self._bits_cache: dict[str, np.ndarray] = {}
         self._sim_cache: dict[str, float] = {}
+        self._score_cache: dict[str, float] = {}
 
     def __len__(self) -> int:
         return len(self._samples)
@@ -108,8 +120,16 @@ class CandidatePool:
         """SAFE strings of the samples with ``j < n_per_group`` (all when None)."""
         return [s for (_, j), s in self._samples.items() if n_per_group is None or j < n_per_group]
 
-    def rank(self, n_per_group: int | None = None) -> tuple[list[Candidate], dict[str, int]]:
-        """Ranked candidates and counts ``{"samples", "valid", "formula_consistent"}``."""
+    def rank(self, n_per_group: int | None = None, ranking: str | None = None) -> tuple[list[Candidate], dict[str, int]]:
+        """Ranked candidates and counts ``{"samples", "valid", "formula_consistent"}``.
+
+        ``ranking`` defaults to :data:`~engine.scoring.DEFAULT_RANKING` with a scorer, else ``frequency``.
+        """
+        if ranking is None:
+            ranking = DEFAULT_RANKING if self.scorer is not None else "frequency"
+        check_ranking(ranking)
+        if ranking != "frequency" and self.scorer is None:
+            raise ValueError(f"ranking {ranking!r} needs the spectrum's posterior (a FingerprintScorer)")
         samples = self.select(n_per_group)
         groups: dict[str, Counter] = {}
         keys: dict[str, DecodedSample] = {}
@@ -129,8 +149,9 @@ class CandidatePool:
             # the most frequent SMILES of the group represents it (ties: alphabetical)
             smiles = min(smiles_counts, key=lambda s: (-smiles_counts[s], s))
             bits = self._bits(smiles)
-            rows.append((sum(smiles_counts.values()), self._similarity(smiles, bits), k14, smiles, bits))
-        rows.sort(key=lambda r: (-r[0], -r[1], r[2]))
+            fp_score = self._fingerprint_score(smiles, bits)
+            rows.append((sum(smiles_counts.values()), self._similarity(smiles, bits), k14, smiles, bits, fp_score))
+        rows.sort(key=lambda r: sort_key(ranking, r[0], r[5], r[1], r[2]))
         n = max(len(samples), 1)
         candidates = [
             Candidate(
@@ -143,8 +164,10 @@ class CandidatePool:
                 frequency=count / n,
                 posterior_similarity=sim,
                 bits=bits,
+                fingerprint_score=fp_score,
+                score=ranking_score(ranking, count, fp_score),
             )
-            for r, (count, sim, k14, smiles, bits) in enumerate(rows)
+            for r, (count, sim, k14, smiles, bits, fp_score) in enumerate(rows)
         ]
         return candidates, {"samples": len(samples), "valid": n_valid, "formula_consistent": n_ok}
 
@@ -152,6 +175,13 @@ class CandidatePool:
         if smiles not in self._bits_cache:
             self._bits_cache[smiles] = chem.morgan_bits(chem.mol_from_smiles(smiles))
         return self._bits_cache[smiles]
+
+    def _fingerprint_score(self, smiles: str, bits: np.ndarray) -> float:
+        if self.scorer is None:
+            return float("nan")
+        if smiles not in self._score_cache:
+            self._score_cache[smiles] = self.scorer.score(bits)
+        return self._score_cache[smiles]
 
     def _similarity(self, smiles: str, bits: np.ndarray) -> float:
         if smiles not in self._sim_cache:

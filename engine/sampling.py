@@ -25,9 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .constraints import DEAD_END, FormulaConstraint, SafeGrammar
 from .decoder import ConditionalDecoder, ContextKV, collate_queries
 from .errors import Cancelled, ConfigError
 from .tokenizer import SafeTokenizer
+
+DECODING_MODES = ("formula", "free")
 
 COMPACT_FRACTION = 0.25  # drop finished rows from the batch once they are this share of it
 
@@ -123,6 +126,7 @@ def sample_queries(
     dtype: torch.dtype | None = None,
     cancel: Callable[[], bool] | None = None,
     min_new_tokens: int = 0,
+    decoding: str = "free",
 ) -> Iterator[tuple[int, list[str]]]:
     """Draw the samples of ``requests`` (distinct queries of one spectrum with formula ``formula_vec``).
 
@@ -134,36 +138,45 @@ def sample_queries(
     ``dtype`` (e.g. ``torch.bfloat16``) runs the model under autocast in that dtype, leaving its
     weights alone; a model cast once with ``model.to(torch.bfloat16)`` is ~10% faster still.
     ``cancel()`` is checked between steps and raises :class:`Cancelled`.
+
+    ``decoding="formula"`` masks, before every step, the tokens that cannot lead to a complete string
+    with exactly the heavy atoms of ``formula_vec`` (:mod:`engine.constraints`); a row left without a
+    legal token ends as a failure, its string ending in :data:`~engine.constraints.DEAD_END`.
+    ``"free"`` is the paper's unconstrained sampling.
     """
     if model.training:
         raise ConfigError("The decoder is in training mode (dropout on); call `model.eval()` before sampling.")
     cfg = model.config
     max_new = min(max_new_tokens or cfg.block_size - 1, cfg.block_size - 1)
     _check_settings(seed, temperature, top_k, top_p, max_new, min_new_tokens, max_batch_rows)
+    if decoding not in DECODING_MODES:
+        raise ConfigError(f"`decoding` must be one of {', '.join(DECODING_MODES)}, got {decoding!r}.")
+    grammar = SafeGrammar.of(tokenizer) if decoding == "formula" else None
     rows = [(r, n, i, j) for r, req in enumerate(requests) for n, (i, j) in enumerate(req.sample_ids)]
     results: list[list[str]] = [[""] * len(req.sample_ids) for req in requests]
     remaining = [len(req.sample_ids) for req in requests]
     yield from ((r, []) for r, n in enumerate(remaining) if n == 0)
     settings = dict(temperature=temperature, top_k=top_k, top_p=top_p, eos=tokenizer.eos_id,
-                    bos=tokenizer.bos_id, min_new=min_new_tokens, use_cache=use_cache, dtype=dtype)
+                    bos=tokenizer.bos_id, min_new=min_new_tokens, use_cache=use_cache, dtype=dtype, grammar=grammar)
     for start in range(0, len(rows), max_batch_rows):
         chunk = rows[start : start + max_batch_rows]
         req_ids = sorted({r for r, *_ in chunk})
         group = torch.tensor([req_ids.index(r) for r, *_ in chunk])  # (B,) row -> its query within the chunk
         u = torch.from_numpy(sample_uniforms(seed, [(i, j) for *_, i, j in chunk], max_new))  # (B, max_new)
         bits = [requests[r].fp_bits for r in req_ids]
-        for finished, tokens in _generate(model, bits, formula_vec, group, u, cancel, **settings):
-            for row, toks in zip(finished.tolist(), tokens.tolist()):
+        for finished, tokens, dead in _generate(model, bits, formula_vec, group, u, cancel, **settings):
+            for row, toks, failed in zip(finished.tolist(), tokens.tolist(), dead.tolist()):
                 r, n = chunk[row][:2]
-                results[r][n] = tokenizer.decode(toks)
+                results[r][n] = tokenizer.decode(toks) + (DEAD_END if failed else "")
                 remaining[r] -= 1
                 if remaining[r] == 0:
                     yield r, results[r]
 
 
 @torch.inference_mode()  # on a generator: entered on each resume, left at each yield
-def _generate(model, bits, formula_vec, group, u, cancel, *, bos, eos, min_new, use_cache, dtype, **filters):
-    """Sample B = len(group) rows; yields (finished row indices, their tokens (n, t)) as rows finish."""
+def _generate(model, bits, formula_vec, group, u, cancel, *, bos, eos, min_new, use_cache, dtype, grammar, **filters):
+    """Sample B = len(group) rows; yields (finished row indices, their tokens (n, t), dead-end flags (n,))
+    as rows finish. With a ``grammar``, tokens are drawn under :class:`FormulaConstraint` masks."""
     device = next(model.parameters()).device
     group, u = group.to(device), u.to(device)
     rows = torch.arange(len(group), device=device)  # (b,) original index of each row still in the batch
@@ -172,25 +185,41 @@ def _generate(model, bits, formula_vec, group, u, cancel, *, bos, eos, min_new, 
     contexts = _contexts(model, bits, formula_vec, device, dtype)
     context = contexts.for_rows(group)
     cache = KVCache(model.config.n_layer, model.config.block_size) if use_cache else None
-    for t in range(u.size(1)):
+    constraint = FormulaConstraint(grammar, formula_vec, len(group)) if grammar is not None else None
+    dead = torch.zeros_like(alive)  # (b,) rows that ran out of legal tokens
+    steps = u.size(1)
+    for t in range(steps):
         if cancel is not None and cancel():
             raise Cancelled("Sampling was cancelled.")
         with _autocast(model, dtype):
             logits = model.decode(idx if cache is None else idx[:, -1:], context, cache)[:, -1].float()  # (b, V)
         if t < min_new:
             logits[:, eos] = float("-inf")
+        if constraint is not None:
+            allowed = constraint.allowed(steps - t).to(device)  # (b, V)
+            stuck = ~allowed.any(dim=1)
+            allowed[stuck, eos] = True  # a row with no legal token ends here, flagged as a dead end
+            dead = dead | (stuck & alive)
+            logits = logits.masked_fill(~allowed, float("-inf"))
         tok = draw(*filter_probs(logits, **filters), u[rows, t])  # (b,)
+        if constraint is not None:
+            constraint.advance(tok.tolist())
         idx = torch.cat([idx, tok[:, None]], dim=1)
-        done = alive & (tok == eos) if t + 1 < u.size(1) else alive
+        done = alive & (tok == eos) if t + 1 < steps else alive
         if done.any():
-            yield rows[done], idx[done, 1:]
+            failed = dead[done]
+            if constraint is not None:  # a constrained row cut at the length limit is a failure too
+                failed = failed | (tok[done] != eos)
+            yield rows[done], idx[done, 1:], failed
             alive = alive & ~done
         if not alive.any():
             return
         if (~alive).sum() >= COMPACT_FRACTION * len(alive):  # finished rows stop costing compute
             keep = alive
-            rows, idx, group, alive = rows[keep], idx[keep], group[keep], alive[keep]
+            rows, idx, group, alive, dead = rows[keep], idx[keep], group[keep], alive[keep], dead[keep]
             context = contexts.for_rows(group)
+            if constraint is not None:
+                constraint.select(keep.nonzero().flatten().tolist())
             if cache is not None:
                 cache.select(keep)
 

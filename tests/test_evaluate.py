@@ -179,7 +179,7 @@ def test_metrics_compare_variants_on_common_spectra_only():
 def small_config(tiny_bundle_dir, data_dir, out, **kw):
     base = dict(model=str(tiny_bundle_dir), mgf=str(data_dir / "fixture.mgf"), out=str(out), folds=(),
                 variants=("oracle", "point", "f1", "cosine", "outer", "band"), groups=4, pool_size=8,
-                pool_sizes=(8, 16), precision="fp32")
+                pool_sizes=(8, 16), precision="fp32", rankings=("frequency", "combined", "fingerprint"))
     return ev.EvalConfig(**{**base, **kw})
 
 

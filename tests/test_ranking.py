@@ -29,8 +29,18 @@ def test_invalid_samples_are_rejected_with_reason(safe_str, reason):
     assert d.inchikey14 is None and d.reason == reason
 
 
-def test_dangling_attachment_point_is_removed_as_safe_does():
-    assert decode_safe("C1CC").smiles == "CCC"  # SAFE digits are attachment points; decode(fix=True) drops unpaired ones
+def test_dangling_attachment_point_is_invalid_not_silently_fixed():
+    # safe-mol's fix=True would cap the open digit and return "CCC" (or add a carbon for a dummy atom):
+    # a sample with an unpaired digit is counted as invalid instead
+    d = decode_safe("C1CC")
+    assert d.inchikey14 is None and d.reason == "not a valid SAFE string"
+
+
+def test_dead_end_of_constrained_decoding_is_a_counted_failure():
+    from engine.constraints import DEAD_END
+
+    d = decode_safe("CCO" + DEAD_END)
+    assert d.inchikey14 is None and "no legal token" in d.reason
 
 
 def test_safe_with_attachment_points_decodes_to_one_molecule():

@@ -58,9 +58,12 @@ from engine.errors import Cancelled, ConfigError, MsgptError
 from engine.io import iter_spectra
 from engine.pipeline import QueryParams, SpectrumSession, compute_posterior, require_usable
 from engine.querying import OUTER_KAPPA_RANGE, Calibration, QueryPlan, band_thresholds, build_queries
+from engine.sampling import DECODING_MODES
+from engine.scoring import RANKINGS
 from engine.spectrum import Spectrum
 
 from . import metrics as M
+from .report import drop_cut_line, read_records, write_report
 
 VARIANTS = ("oracle", "point", "f1", "cosine", "outer", "band", "band+adapter")
 DEFAULT_VARIANTS = ("oracle", "point", "band", "band+adapter")
@@ -68,7 +71,18 @@ NEEDS_THRESHOLD = {"f1": "f1", "cosine": "cosine"}
 KAPPA_SWEEP = tuple(round(float(k), 2) for k in np.arange(0.5, 2.0001, 0.05))
 THRESHOLD_GRID = np.round(np.arange(0.001, 1.0, 0.001), 3)  # F1/cosine-optimal t, reported to 3 decimals
 TOP_K = 10  # candidates kept per record (Top-10 metrics; MCES later without sampling again)
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: samples decoded without safe-mol's fixing; decoding modes; rankings
+FREE_SUFFIX = "/free"  # variant name suffix of free (unconstrained) decoding
+
+
+def variant_name(variant: str, decoding: str) -> str:
+    """``band`` (formula-constrained decoding, the default) or ``band/free``."""
+    return variant if decoding == "formula" else variant + FREE_SUFFIX
+
+
+def split_variant(name: str) -> tuple[str, str]:
+    """Inverse of :func:`variant_name`: (variant, decoding)."""
+    return (name[: -len(FREE_SUFFIX)], "free") if name.endswith(FREE_SUFFIX) else (name, "formula")
 
 
 # -- the model: a bundle, or an encoder training folder (κ sweep and thresholds only) ------------------
@@ -243,6 +257,10 @@ class EvalConfig:
     max_spectra: int | None = field(default=None, metadata={"help": "seeded random subsample size"})
     one_per_structure: bool = field(default=False, metadata={"help": "one random spectrum per structure"})
     variants: tuple[str, ...] = DEFAULT_VARIANTS
+    decodings: tuple[str, ...] = field(default=("formula",), metadata={
+        "help": "decoding modes each variant runs with: formula (constrained), free (the paper's)"})
+    rankings: tuple[str, ...] = field(default=RANKINGS, metadata={
+        "help": "rankings scored on every pool; the first one fills rank/tanimoto (the headline numbers)"})
     kappa_min: float = 0.95
     kappa_max: float = 1.50
     groups: int = field(default=20, metadata={"help": "M"})
@@ -262,6 +280,12 @@ class EvalConfig:
     def __post_init__(self):
         self.folds = tuple(self.folds or ())
         self.variants = tuple(self.variants)
+        self.decodings = tuple(dict.fromkeys(self.decodings))
+        self.rankings = tuple(dict.fromkeys(self.rankings))
+        bad = [d for d in self.decodings if d not in DECODING_MODES] + [r for r in self.rankings if r not in RANKINGS]
+        if bad or not self.decodings or not self.rankings:
+            raise ConfigError(f"decodings must be among {', '.join(DECODING_MODES)} and rankings among "
+                              f"{', '.join(RANKINGS)} (at least one of each), got {', '.join(bad) or 'none'}")
         self.pool_sizes = tuple(sorted(set(self.pool_sizes)))
         unknown = [v for v in self.variants if v not in VARIANTS]
         if unknown:
@@ -280,7 +304,7 @@ class EvalConfig:
     def run_key(self, model) -> dict:
         """What decides the per-spectrum results: results.jsonl written under another key is not reused."""
         keep = ("mgf", "folds", "licenses", "adducts", "one_per_structure", "kappa_min", "kappa_max", "groups",
-                "pool_size", "outer_range", "seed")
+                "pool_size", "outer_range", "seed", "rankings")
         key = {k: getattr(self, k) for k in keep}
         key.update(model_checksum=model.checksum, precision=precision_of(model), format_version=FORMAT_VERSION)
         return json.loads(json.dumps(key))  # tuples as lists, as read back
@@ -339,8 +363,18 @@ def run_session(session: SpectrumSession, params: QueryParams, plan: QueryPlan |
             return stop.value
 
 
+def ranked_views(session: SpectrumSession, params: QueryParams, ref: Reference, rankings: Sequence[str]) -> dict:
+    """Rank of the reference and top-k Tanimoto under each ranking, from the same pool (nothing drawn)."""
+    out = {}
+    for name in rankings:
+        candidates, _ = session.pool.rank(params.samples_per_group, name)
+        out[name] = {"rank": M.reference_rank([c.inchikey14 for c in candidates], ref.inchikey14),
+                     "tanimoto": [chem.tanimoto(c.bits, ref.bits) for c in candidates[:TOP_K]]}
+    return out
+
+
 def make_record(spectrum: Spectrum, ref: Reference, variant: str, result, band_fidelity: float,
-                posterior_seconds: float, sampling_seconds: float) -> dict:
+                posterior_seconds: float, sampling_seconds: float, rankings: dict | None = None) -> dict:
     """One line of results.jsonl: what the metrics need, and the top candidates for reanalysis."""
     top = result.candidates[:TOP_K]
     mols = [chem.mol_from_smiles(c.smiles) for c in top]
@@ -361,6 +395,9 @@ def make_record(spectrum: Spectrum, ref: Reference, variant: str, result, band_f
         "topological": [chem.topological_tanimoto(m, ref.mol) for m in mols],
         "top_smiles": [c.smiles for c in top], "top_inchikey14": [c.inchikey14 for c in top],
         "top_counts": [c.count for c in top],
+        "top_fingerprint_scores": [round(c.fingerprint_score, 3) for c in top],
+        "ranking": result.params.ranking, "decoding": result.params.decoding,
+        **({"rankings": rankings} if rankings else {}),
     }
 
 
@@ -368,8 +405,6 @@ def make_record(spectrum: Spectrum, ref: Reference, variant: str, result, band_f
 def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Iterator[Progress | EvalResult]:
     """Run the evaluation; yields :class:`Progress` events and finally one :class:`EvalResult`."""
     import torch
-
-    from .report import write_report
 
     def check_cancel():
         if cancel is not None and cancel():
@@ -384,7 +419,7 @@ def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Itera
         raise ConfigError(f"{cfg.model} is an encoder folder without a decoder: it can run the κ sweep only; "
                           "pass --variants with no names and no --pool-sizes, or give a model bundle")
     skipped = [v for v in variants if v == "band+adapter" and not model.has_adapter]
-    variants = [v for v in variants if v not in skipped]
+    variants = [variant_name(v, d) for v in variants if v not in skipped for d in cfg.decodings]
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     selection = select_spectra(model, cfg)
@@ -449,6 +484,7 @@ def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Itera
                        "outer_range": list(cfg.outer_range), "temperature": 1.0, "top_k": 50, "top_p": 0.95,
                        "mces": cfg.mces, "mces_time_limit": cfg.mces_time_limit},
         "variants": variants, "skipped_variants": skipped, "scaling": scaling,
+        "decodings": list(cfg.decodings), "rankings": list(cfg.rankings),
         "thresholds": thresholds, "threshold_grid": [float(THRESHOLD_GRID[0]), float(THRESHOLD_GRID[-1]), 0.001],
         "kappa_sweep": sweep,
         "machine": machine(model), "command": cfg.command, "code_version": code_version(),
@@ -468,12 +504,18 @@ def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Itera
             post = posteriors[key]
             band_fid = chem.max_tanimoto(ref.query_bits, [q.bits for q in build_queries(post, thresholds["band"])])
             rng = spectrum_rng(cfg.seed, key)
-            for variant in [v for v in variants if v in todo]:
+            for variant in variants:
+                base, decoding = split_variant(variant)
+                params, plan = query_for(base, cfg, model, ref, thresholds, rng)  # the rng draws for every variant
+                if variant not in todo:
+                    continue
                 check_cancel()
                 yield Progress("sampling", i, len(selection.chosen), s.id, variant)
-                params, plan = query_for(variant, cfg, model, ref, thresholds, rng)
-                result = run_session(SpectrumSession(model, s, posterior=post), params, plan, cancel)
-                rec = make_record(s, ref, variant, result, band_fid, posterior_seconds[key], result.seconds)
+                params = replace(params, decoding=decoding, ranking=cfg.rankings[0])
+                session = SpectrumSession(model, s, posterior=post)
+                result = run_session(session, params, plan, cancel)
+                rec = make_record(s, ref, variant, result, band_fid, posterior_seconds[key], result.seconds,
+                                  ranked_views(session, params, ref, cfg.rankings))
                 sink.write(json.dumps(rec) + "\n")
                 sink.flush()
             if any(v in todo for v in scaling):
@@ -482,6 +524,7 @@ def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Itera
                 yield Progress("sampling", i, len(selection.chosen), s.id, f"{scaling_base}@B")
                 session, spent = SpectrumSession(model, s, posterior=post), 0.0
                 params, _ = query_for(scaling_base, cfg, model, ref, thresholds, rng)
+                params = replace(params, decoding=cfg.decodings[0], ranking=cfg.rankings[0])
                 for b in cfg.pool_sizes:
                     result = run_session(session, replace(params, samples_per_group=b // cfg.groups), None, cancel)
                     spent += result.seconds
@@ -516,26 +559,6 @@ def add_mces(results_path: Path, keys: set[str], time_limit: float, check_cancel
         tmp = results_path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
         os.replace(tmp, results_path)
-
-
-def drop_cut_line(path: Path) -> None:
-    """Remove a last line that an interrupted write left without its newline (new lines go after it)."""
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        with open(path, "r+b") as f:
-            f.truncate(data.rfind(b"\n") + 1)
-
-
-def read_records(path: Path) -> list[dict]:
-    """The records of results.jsonl; a last line cut off by an interrupted write is ignored."""
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
 
 
 def kappa_sweep(cal: Calibration, posteriors: np.ndarray, truths: Sequence[np.ndarray],
@@ -610,6 +633,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--outer-range", nargs=2, type=float, default=OUTER_KAPPA_RANGE, metavar=("LO", "HI"),
                    help="κ range whose part outside the band the outer variant draws from (default 0.5 2.0)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--decoding", nargs="+", default=["formula"], choices=DECODING_MODES, metavar="MODE",
+                   help="decoding modes, each variant runs with each: formula (constrained, default), free (the "
+                        "paper's); free runs are named VARIANT/free")
+    p.add_argument("--rankings", nargs="+", default=list(RANKINGS), choices=RANKINGS, metavar="RANKING",
+                   help=f"rankings scored on every pool; the first is the headline (default: {' '.join(RANKINGS)})")
     p.add_argument("--mces", action="store_true", help="also Top-k MCES (myopic-mces: pip install 'msgpt-desktop[eval]')")
     p.add_argument("--mces-time-limit", type=float, default=60.0, metavar="S", help="seconds per MCES pair (default 60)")
     p.add_argument("--kappa-sweep", action=argparse.BooleanOptionalAction, default=True,
@@ -630,7 +658,8 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str]) -> EvalConfi
         adducts=tuple(args.adducts) if args.adducts else None, max_spectra=args.max_spectra,
         one_per_structure=args.one_per_structure, variants=tuple(args.variants), kappa_min=args.band[0],
         kappa_max=args.band[1], groups=args.groups, pool_size=args.pool_size, pool_sizes=tuple(args.pool_sizes),
-        outer_range=tuple(args.outer_range), seed=args.seed, mces=args.mces, mces_time_limit=args.mces_time_limit,
+        outer_range=tuple(args.outer_range), seed=args.seed, decodings=tuple(args.decoding),
+        rankings=tuple(args.rankings), mces=args.mces, mces_time_limit=args.mces_time_limit,
         device=args.device, precision=args.precision, threads=args.threads, kappa_sweep=args.kappa_sweep,
         sweep_folds=tuple(args.sweep_folds) if args.sweep_folds else None,
         command="msgpt-eval " + " ".join(_quote(a) for a in argv),

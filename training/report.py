@@ -43,6 +43,8 @@ BOOTSTRAP = 2000
 
 
 def label(variant: str) -> str:
+    if variant.endswith("/free"):
+        return label(variant[: -len("/free")]) + ", free decoding"
     if "@B=" in variant:
         base, b = variant.split("@B=")
         return f"{LABELS.get(base, base)}, B={b}"
@@ -55,6 +57,27 @@ def pct(x: float) -> str:
 
 def short(variant: str) -> str:
     return {"band+adapter": "band+\nadapter"}.get(variant, variant)
+
+
+# -- results.jsonl ------------------------------------------------------------------------------------
+def drop_cut_line(path: Path) -> None:
+    """Remove a last line that an interrupted write left without its newline (new lines go after it)."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of results.jsonl; a last line cut off by an interrupted write is ignored."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
 
 
 # -- aggregation -------------------------------------------------------------------------------------
@@ -83,6 +106,12 @@ def summarize(records: Sequence[dict], ks: Sequence[int] = (1, 10)) -> dict:
     out["mean_query_bits"] = float(np.mean([r["mean_query_bits"] for r in records]))
     out["mean_distinct_queries"] = float(np.mean([r.get("n_queries", 1) for r in records]))
     out["mean_query_fidelity"] = float(np.mean([r["query_fidelity"] or 0.0 for r in records]))
+    out["any_candidate_share"] = 1.0 - out["no_candidate_share"]
+    names = [name for name in records[0].get("rankings", {}) if all(name in r.get("rankings", {}) for r in records)]
+    if names:
+        out["rankings"] = {name: {f"top{k}_{m}": float(np.mean([
+            M.topk_exact(r["rankings"][name]["rank"], k) if m == "accuracy" else M.topk_best(r["rankings"][name]["tanimoto"], k)
+            for r in records])) for k in ks for m in ("accuracy", "tanimoto")} for name in names}
     return out
 
 
@@ -121,7 +150,8 @@ def build_metrics(run: dict, records: Sequence[dict]) -> dict:
     for r in records:
         if not selected or r["spectrum"] in selected:
             by_variant[r["variant"]][r["spectrum"]] = r  # a rerun's record of the same pair replaces the old
-    main = [v for v in (*run.get("variants", []), *M_ORDER) if v in by_variant and "@B=" not in v]
+    main = [v for v in (*run.get("variants", []), *M_ORDER, *(v + "/free" for v in M_ORDER))
+            if v in by_variant and "@B=" not in v]
     main = list(dict.fromkeys(main))
     scaling = sorted((v for v in by_variant if "@B=" in v), key=lambda v: int(v.split("@B=")[1]))
 
@@ -182,6 +212,20 @@ def main_table(variants: dict) -> str:
             f"{pct(m['top1_close_match'])} / {pct(m['top10_close_match'])} | {pct(m['valid_yield'])} | "
             f"{pct(m['formula_consistent_yield'])} | {pct(m['no_candidate_share'])} | "
             f"{m['seconds_per_spectrum']:.2f} | {m['n']} |")
+    return "\n".join(rows)
+
+
+def decoding_table(variants: dict) -> str:
+    """Yield, coverage and accuracy of each variant under each ranking (from the same pools)."""
+    rows = ["| variant | ranking | yield % | spectra with a candidate % | distinct candidates | Top-1 / Top-10 % | "
+            "Tanimoto Top-1 / Top-10 | s/spectrum |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for v, x in variants.items():
+        if "@B=" in v or not x.get("n"):
+            continue
+        for name, r in x.get("rankings", {}).items():
+            rows.append(f"| {v} | {name} | {100 * x['formula_consistent_yield']:.1f} | {100 * x['any_candidate_share']:.1f} | "
+                        f"{x['mean_candidates']:.1f} | {pct(r['top1_accuracy'])} / {pct(r['top10_accuracy'])} | "
+                        f"{r['top1_tanimoto']:.3f} / {r['top10_tanimoto']:.3f} | {x['seconds_per_spectrum']:.2f} |")
     return "\n".join(rows)
 
 
@@ -401,6 +445,13 @@ def render(metrics: dict, figs: list[str]) -> str:
                   "Accuracy: the reference's first InChIKey block among the top k; Tanimoto: the best Morgan (r=2, "
                   "4096 bits) similarity among the top k, 0 without candidates; %CM: a top-k candidate with RDKit "
                   "topological-fingerprint Tanimoto ≥ 0.675; yields: shares of all samples drawn.", ""]
+        if any("rankings" in x for x in main.values()):
+            lines += ["### Decoding and ranking", "",
+                      "Yield: valid, formula-consistent samples / B; `/free`: the paper's unconstrained decoding "
+                      "(filtered afterwards), else formula-constrained decoding; every ranking re-ranks the same "
+                      "pool. Rankings: `frequency` (generation count, the paper's), `fingerprint` (log-likelihood of "
+                      "the candidate's fingerprint under the recalibrated posterior), `combined` (both: "
+                      "fingerprint score + log count).", "", decoding_table(main), ""]
         if any("top1_mces" in x for x in main.values()):
             lines += ["MCES (myopic-mces, threshold 100, stereo-free tautomer-canonical SMILES, "
                       f"{p.get('mces_time_limit', '?')} s per pair; a failed pair scores the bond-count sum, a "
@@ -438,8 +489,6 @@ def render(metrics: dict, figs: list[str]) -> str:
 
 def write_report(out: str | Path) -> dict:
     """Rebuild metrics.json, report.md and figures/ of an evaluation folder; returns the metrics."""
-    from .evaluate import read_records
-
     out = Path(out)
     run = json.loads((out / "run.json").read_text())
     records = read_records(out / "results.jsonl") if (out / "results.jsonl").exists() else []

@@ -1,0 +1,464 @@
+"""Formula-constrained decoding: which SAFE tokens may come next, given the molecular formula.
+
+The sampler asks, before every step, for the tokens each row may draw; everything else is masked
+out of the decoder's distribution (then top-k / top-p apply to what is left). A row therefore ends
+only on a complete string with exactly the formula's heavy atoms, or, when no legal token is left,
+as a counted failure (:data:`DEAD_END`), never with an exception.
+
+Tracked during decoding, per row:
+
+- **heavy atoms**: the remaining budget of each element; an atom token is legal only while its
+  element has atoms left. Every token places at most one heavy atom: ``C``, ``Cl``, ``Br``, aromatic
+  ``c n o s p b``, bracket atoms ``[nH]``, ``[N+]``, ``[O-]``, ``[Se]``... each count as one atom of
+  their element (a bracket's H count goes to the final hydrogen check, not the budget). Tokens of an
+  element outside the formula's 14 (``[Na]``) or with an isotope are never legal;
+- **grammar**: what may follow what (an atom starts the string and every ``.`` fragment; a bond is
+  followed by an atom or a ring digit; ``(`` by a bond or an atom; no ring digit after ``)``; no empty
+  branch; ``)`` only inside a branch; ``.`` only outside branches);
+- **ring closures and SAFE attachment points**: SAFE writes attachment points as ring-closure digits
+  shared across ``.``-separated fragments, so one set of open digits serves both. A digit closes on a
+  different atom from the one that opened it, and never duplicates a bond (``C1C1``);
+- **connectivity**: fragments joined by a digit form one component. ``.`` is legal only while the
+  current component still has an open digit (else it could never be joined to what follows), so at
+  ``<eos>`` with no digit open the molecule is one piece;
+- **completion**: ``<eos>`` only when every heavy atom is placed, no branch or digit is open and the
+  net charge of bracket atoms is zero;
+- **length**: the tokens a row still needs (one per remaining atom, open digit and open branch, plus
+  ``<eos>``) must fit in the tokens it has left; a token that would break this is masked.
+
+Only checked on the finished molecule (by RDKit, in :mod:`engine.ranking`): hydrogens (implicit
+hydrogens follow from valences; bracket atoms carry their own), valences, aromaticity
+(kekulisation). An unsaturation budget was not tracked: on the shipped model only a few percent of
+constrained samples fail on hydrogens (see README, "Formula-constrained decoding").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .formula import ELEMENT_INDEX, ELEMENTS
+from .tokenizer import SafeTokenizer
+
+# Token kinds.
+NEVER, ATOM, BOND, DIGIT, OPEN, CLOSE, DOT, EOS = range(8)
+START = -1  # the "previous token" of a row that has drawn nothing yet
+
+DEAD_END = "\x00dead-end"  # suffix of a constrained sample that ran out of legal tokens (counted, never decoded)
+
+_ORGANIC = {"B": "B", "C": "C", "N": "N", "O": "O", "P": "P", "S": "S", "F": "F", "Cl": "Cl", "Br": "Br", "I": "I",
+            "b": "B", "c": "C", "n": "N", "o": "O", "p": "P", "s": "S"}
+_BRACKET = re.compile(
+    r"^\[(?P<iso>\d*)(?P<sym>[A-Z][a-z]?|se|as|te|[bcnops])(?P<chiral>@*)(?P<h>H\d*)?"
+    r"(?P<charge>[+-]\d*|\+\++|-+)?(?P<cls>:\d+)?\]$"
+)
+_BONDS = frozenset("-=#:/\\$")
+BOND_ORDER = {"-": 1, "=": 2, "#": 3, ":": 1, "/": 1, "\\": 1, "$": 4}
+# Highest usual valence (sum of bond orders, hydrogens included) of the elements a formula may hold.
+MAX_VALENCE = {"C": 4, "N": 3, "O": 2, "S": 6, "P": 5, "F": 1, "Cl": 1, "Br": 1, "I": 1, "B": 3, "Si": 4,
+               "Se": 6, "As": 5}
+
+
+HYPERVALENT = frozenset({"S", "P", "Se", "As"})
+
+
+def rdbe(formula_vec) -> int:
+    """Rings plus double bonds of a formula (C, Si tetravalent; N, P, As, B trivalent; halogens and H
+    monovalent; O, S, Se divalent), rounded down."""
+    n = dict(zip(ELEMENTS, (int(x) for x in formula_vec)))
+    twice = 2 + 2 * (n["C"] + n["Si"]) + n["N"] + n["P"] + n["As"] + n["B"] - n["H"] - n["F"] - n["Cl"] - n["Br"] - n["I"]
+    return twice // 2
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    kind: int
+    element: int = -1  # index into engine.formula.ELEMENTS (atoms)
+    charge: int = 0  # formal charge (bracket atoms)
+    digit: int = -1  # ring-closure / attachment digit
+    order: int = 0  # bond order (bonds)
+    capacity: int = 0  # bond orders the atom can carry (atoms)
+    aromatic: bool = False  # lower-case atom (atoms)
+_DIGIT = re.compile(r"^(?:\d|%\d\d)$")
+
+
+def parse_charge(text: str | None) -> int:
+    """``+`` → 1, ``++`` → 2, ``+3`` → 3, ``-`` → -1, ``--`` → -2, None → 0."""
+    if not text:
+        return 0
+    sign = 1 if text[0] == "+" else -1
+    rest = text[1:]
+    if rest.isdigit():
+        return sign * int(rest)
+    return sign * len(text)
+
+
+def bond_capacity(symbol: str, charge: int = 0, hydrogens: int = 0, aromatic: bool = False) -> int:
+    """Most bond orders an atom may carry (its highest usual valence, charge and explicit H applied).
+
+    Aromatic bonds count 1 each, so an aromatic carbon keeps 4 (two ring bonds and ``c(=O)`` fit);
+    aromatic S and Se get 2 (thiophene), not the 6 of a sulfone's S.
+    """
+    if aromatic and symbol in ("S", "Se"):
+        base = 2
+    else:
+        base = MAX_VALENCE[symbol]
+    if symbol in ("C", "Si"):
+        base -= abs(charge)
+    elif symbol == "B":
+        base -= charge
+    else:
+        base += charge
+    return max(base - hydrogens, 0)
+
+
+def classify_token(token: str) -> TokenInfo:
+    """What one SAFE token is (kind, element, charge, ring digit, bond order or bond capacity)."""
+    if token == "<eos>":
+        return TokenInfo(EOS)
+    if token in _ORGANIC:
+        sym = _ORGANIC[token]
+        return TokenInfo(ATOM, ELEMENT_INDEX[sym], capacity=bond_capacity(sym, aromatic=token.islower()),
+                         aromatic=token.islower())
+    if token in _BONDS:
+        return TokenInfo(BOND, order=BOND_ORDER.get(token, 1))
+    if _DIGIT.match(token):
+        return TokenInfo(DIGIT, digit=int(token.lstrip("%")))
+    if token == "(":
+        return TokenInfo(OPEN)
+    if token == ")":
+        return TokenInfo(CLOSE)
+    if token == ".":
+        return TokenInfo(DOT)
+    m = _BRACKET.match(token)
+    if m and not m.group("iso"):
+        sym = m.group("sym")
+        aromatic = sym[0].islower()
+        sym = sym[0].upper() + sym[1:]
+        if sym in ELEMENT_INDEX and sym in MAX_VALENCE:
+            charge = parse_charge(m.group("charge"))
+            h = m.group("h")
+            hydrogens = 0 if not h else int(h[1:] or 1)
+            return TokenInfo(ATOM, ELEMENT_INDEX[sym], charge, capacity=bond_capacity(sym, charge, hydrogens, aromatic),
+                             aromatic=aromatic)
+    return TokenInfo(NEVER)  # <pad>, <bos>, <unk>, isotopes, elements the formula encoder lacks
+
+
+_GRAMMARS: dict[tuple, SafeGrammar] = {}
+
+
+class SafeGrammar:
+    """Token classes of one tokenizer as bit sets (Python ints over token ids), built once."""
+
+    def __init__(self, tokenizer: SafeTokenizer):
+        self.vocab_size = tokenizer.vocab_size
+        self.nbytes = (self.vocab_size + 7) // 8
+        self.info = [classify_token(t) for t in tokenizer.vocab]
+        self.kind = [i.kind for i in self.info]
+        self.max_capacity = max([i.capacity for i in self.info] + [1])
+        self.digit_token: dict[int, int] = {}  # ring digit -> its token bit
+        self.bonds_of = [0] * 5  # bond order o -> bond tokens of that order
+        self.open = self.close = self.dot = self.eos = 0
+        for t, info in enumerate(self.info):
+            bit = 1 << t
+            if info.kind == DIGIT:
+                self.digit_token[info.digit] = self.digit_token.get(info.digit, 0) | bit
+            elif info.kind == BOND:
+                self.bonds_of[info.order] |= bit
+            elif info.kind == OPEN:
+                self.open |= bit
+            elif info.kind == CLOSE:
+                self.close |= bit
+            elif info.kind == DOT:
+                self.dot |= bit
+            elif info.kind == EOS:
+                self.eos |= bit
+        self.element_capacity = [0] * len(ELEMENTS)  # most bond orders an uncharged atom of each element takes
+        for info in self.info:
+            if info.kind == ATOM and info.charge == 0:
+                self.element_capacity[info.element] = max(self.element_capacity[info.element], info.capacity)
+        self.hyper_elements = sum(1 << ELEMENT_INDEX[e] for e in HYPERVALENT)
+        self.aromatic_carbon = 0  # aromatic carbon atom tokens (each brings half a Kekulé double bond)
+        self.hypervalent = 0  # atom tokens of S, P, Se, As (their double bonds to O are not unsaturation)
+        for t, info in enumerate(self.info):
+            if info.kind == ATOM and info.element == ELEMENT_INDEX["C"] and info.aromatic:
+                self.aromatic_carbon |= 1 << t
+            if info.kind == ATOM and ELEMENTS[info.element] in HYPERVALENT:
+                self.hypervalent |= 1 << t
+        self._atoms_cache: dict[tuple[int, int, int, int], int] = {}
+
+    @classmethod
+    def of(cls, tokenizer: SafeTokenizer) -> SafeGrammar:
+        """The grammar of ``tokenizer``, built on first use and kept for its vocabulary."""
+        key = (tokenizer.pattern, tuple(tokenizer.vocab))
+        grammar = _GRAMMARS.get(key)
+        if grammar is None:
+            grammar = _GRAMMARS[key] = cls(tokenizer)
+        return grammar
+
+    def atoms(self, available: int, min_capacity: int = 0, charge: int = 0, atoms_after: int = 0) -> int:
+        """Atom tokens of the elements in ``available`` (a bit set over element indices) that can carry
+        at least ``min_capacity`` bond orders, and whose charge added to ``charge`` can still be
+        neutralised by ``atoms_after`` more atoms (one unit each)."""
+        key = (available, min_capacity, charge, min(atoms_after, 8))
+        m = self._atoms_cache.get(key)
+        if m is None:
+            m = 0
+            for t, info in enumerate(self.info):
+                if (info.kind == ATOM and available >> info.element & 1 and info.capacity >= min_capacity
+                        and abs(charge + info.charge) <= atoms_after):
+                    m |= 1 << t
+            self._atoms_cache[key] = m
+        return m
+
+    def to_tensor(self, masks: Sequence[int]) -> torch.Tensor:
+        """Bit sets -> bool tensor (len(masks), vocab_size)."""
+        raw = b"".join(m.to_bytes(self.nbytes, "little") for m in masks)
+        bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8).reshape(len(masks), self.nbytes), axis=1,
+                             bitorder="little")
+        return torch.from_numpy(bits[:, : self.vocab_size].astype(bool))
+
+
+class _Row:
+    """Decoding state of one sample."""
+
+    __slots__ = ("budget", "available", "atoms_left", "supply", "prev", "pending", "bond_after_atom", "stack",
+                 "open", "cur", "parent", "cap", "hyper", "pairs", "frag", "uf", "charge", "unsat", "rdbe", "n_arom")
+
+    def __init__(self, budget: list[int], element_capacity: list[int], max_unsat: int):
+        self.budget = budget
+        self.unsat = 0  # rings + double bonds so far (a lower bound of the molecule's)
+        self.rdbe = max_unsat  # the formula's rings + double bonds
+        self.n_arom = 0  # aromatic carbons so far
+        self.hyper: list[bool] = []  # atom is S, P, Se or As
+        self.supply = sum(n * c for n, c in zip(budget, element_capacity))  # bond orders the atoms left can take
+        self.available = sum(1 << e for e, n in enumerate(budget) if n > 0)
+        self.atoms_left = sum(budget)
+        self.prev = START
+        self.pending = 0  # order of the bond token just drawn (0: none, the next bond is single or aromatic)
+        self.bond_after_atom = False  # that bond follows an atom or digit (so a digit may follow it)
+        self.stack: list[int] = []  # branch points of open branches
+        self.open: dict[int, tuple[int, int, int]] = {}  # open digit -> (atom that opened it, its fragment, order)
+        self.cur = -1  # index of the atom the next bond attaches to
+        self.parent: list[int] = []  # chain neighbour of each atom (-1: first atom of a fragment)
+        self.cap: list[int] = []  # bond orders each atom can still take
+        self.pairs: set[tuple[int, int]] = set()  # atom pairs joined by a ring / attachment bond
+        self.frag = -1  # fragment of the current atom
+        self.uf: list[int] = []  # union-find over fragments
+        self.charge = 0
+
+    def _root(self, f: int) -> int:
+        while self.uf[f] != f:
+            self.uf[f] = self.uf[self.uf[f]]
+            f = self.uf[f]
+        return f
+
+    def _ring_order(self, digit: int) -> int:
+        return max(self.pending, self.open[digit][2], 1)
+
+    def closable(self, digit: int) -> bool:
+        opener, _, order = self.open[digit]
+        cur = self.cur
+        if opener == cur or opener == self.parent[cur]:
+            return False
+        if self.pending and order and self.pending != order:  # C=1...C#1
+            return False
+        if self.cap[cur] < self._ring_order(digit):
+            return False
+        return (min(opener, cur), max(opener, cur)) not in self.pairs
+
+    def component_has_open_digit(self) -> bool:
+        root = self._root(self.frag)
+        return any(self._root(f) == root for _, f, _ in self.open.values())
+
+    def _opened_here(self) -> bool:
+        return any(opener == self.cur for opener, _, _ in self.open.values())
+
+    def _open_orders(self) -> int:
+        return sum(max(o, 1) for _, _, o in self.open.values())
+
+    def _feasible(self, extra_open: int = 0) -> bool:
+        """Can the atoms left still take a bond each to their parent plus every open ring bond?"""
+        return self.supply >= self.atoms_left + self._open_orders() + extra_open
+
+    def _atoms(self, g: SafeGrammar, bond: int) -> int:
+        """Atom tokens that may bond to the current atom with order ``bond`` (0: first atom of a fragment)."""
+        if bond and self.cap[self.cur] < bond:
+            return 0
+        m = self._atoms_budget(g, bond)
+        if bond > 1 and not self.hyper[self.cur] and self.unsat + bond - 1 > self.rdbe:
+            m &= g.hypervalent  # only S=O-like bonds are left
+        if self.n_arom % 2 == 1 and self.unsat + 1 > self.rdbe:
+            m &= ~g.aromatic_carbon
+        return m
+
+    def _atoms_budget(self, g: SafeGrammar, bond: int) -> int:
+        need = max(bond, 1) if bond else 0
+        open_orders = self._open_orders()
+        if self.atoms_left == 1 and self.open:
+            # the last atom must close every open digit: not on its own neighbour, with room for the bonds
+            if bond and self._opened_here():
+                return 0
+            need = bond + open_orders
+        available = self.available
+        e, rest = 0, available
+        while rest:  # drop elements after which the atoms left could not take the bonds still needed
+            if rest & 1:
+                cap = g.element_capacity[e]
+                closes_here = max(cap - bond, 0)
+                if self.supply - cap < self.atoms_left - 1 + max(open_orders - closes_here, 0):
+                    available &= ~(1 << e)
+            rest >>= 1
+            e += 1
+        return g.atoms(available, need, self.charge, self.atoms_left - 1)
+
+    def allowed(self, g: SafeGrammar, left: int) -> int:
+        """Bit set of the tokens this row may draw with ``left`` tokens left (this one included)."""
+        prev = self.prev
+        if prev == START or prev == DOT:
+            return self._atoms(g, 0)
+        slack = left - 1 - (self.atoms_left + len(self.open) + len(self.stack) + 1)  # spare tokens after this
+        cap = self.cap[self.cur]
+        last_blocked = self.atoms_left == 1 and self._opened_here()  # the last atom cannot be a neighbour
+        if prev == OPEN:
+            m = self._atoms(g, 1)
+            if slack >= 0 and not last_blocked:
+                m |= self._bonds(g, cap, digits=False)
+            return m
+        if prev == BOND:
+            m = self._atoms(g, self.pending)
+            if self.bond_after_atom:
+                m |= self._digits(g, slack)
+            return m
+        after_atom = prev == ATOM or prev == DIGIT  # else prev == CLOSE
+        m = self._atoms(g, 1)
+        if self.atoms_left and slack >= 0:
+            if not last_blocked and cap >= 1:
+                m |= self._bonds(g, cap, digits=after_atom)
+                if slack >= 1 and self._feasible():  # past the branch point no digit closes on it
+                    m |= g.open
+            if not self.stack and self.component_has_open_digit() and self._feasible():
+                m |= g.dot
+        if after_atom:
+            m |= self._digits(g, slack)
+        if self.stack:
+            if self._feasible():  # no digit may follow ``)``: the atoms left must close what is open
+                m |= g.close
+        elif not self.atoms_left and not self.open and not self.charge:
+            m |= g.eos
+        return m
+
+    def _bonds(self, g: SafeGrammar, cap: int, digits: bool) -> int:
+        """Bond tokens after which an atom (or, when ``digits``, a ring closure) can still follow."""
+        m = 0
+        for o in range(1, min(cap, 4) + 1):
+            if o > 1 and self.unsat + o - 1 > self.rdbe and not self.hyper[self.cur] and not (self.available & g.hyper_elements):
+                break
+            if self._atoms(g, o) or (digits and any(max(order, 1) <= o and order in (0, o) and self.closable(d)
+                                                   for d, (_, _, order) in self.open.items())):
+                m |= g.bonds_of[o]
+        return m
+
+    def _digits(self, g: SafeGrammar, slack: int) -> int:
+        m = 0
+        can_open = (self.atoms_left and slack >= 1 and self.cap[self.cur] >= max(self.pending, 1)
+                    and self._feasible(max(self.pending, 1)))
+        ring_room = self.unsat + 1 <= self.rdbe
+        root = self._root(self.frag)
+        for d, tokens in g.digit_token.items():
+            if d in self.open:
+                if self.closable(d) and (ring_room or self._root(self.open[d][1]) != root):
+                    m |= tokens
+            elif can_open:
+                m |= tokens
+        return m
+
+    def advance(self, g: SafeGrammar, token: int) -> None:
+        info = g.info[token]
+        kind = info.kind
+        if kind == ATOM:
+            e = info.element
+            self.budget[e] -= 1
+            self.atoms_left -= 1
+            if self.budget[e] == 0:
+                self.available &= ~(1 << e)
+            cap = info.capacity
+            self.supply -= g.element_capacity[e]
+            if self.prev == START or self.prev == DOT:
+                self.uf.append(len(self.uf))
+                self.frag = len(self.uf) - 1
+                self.parent.append(-1)
+            else:
+                order = max(self.pending, 1)
+                self.parent.append(self.cur)
+                self.cap[self.cur] -= order
+                cap -= order
+                if order > 1 and not self.hyper[self.cur] and ELEMENTS[e] not in HYPERVALENT:
+                    self.unsat += order - 1
+            if info.aromatic and e == ELEMENT_INDEX["C"]:
+                self.n_arom += 1
+                if self.n_arom % 2 == 0:
+                    self.unsat += 1
+            self.hyper.append(ELEMENTS[e] in HYPERVALENT)
+            self.cap.append(cap)
+            self.cur = len(self.parent) - 1
+            self.charge += info.charge
+            self.pending = 0
+        elif kind == BOND:
+            self.bond_after_atom = self.prev == ATOM or self.prev == DIGIT
+            self.pending = info.order
+        elif kind == DIGIT:
+            d = info.digit
+            if d in self.open:
+                order = self._ring_order(d)
+                opener, frag, _ = self.open.pop(d)
+                self.pairs.add((min(opener, self.cur), max(opener, self.cur)))
+                self.cap[self.cur] -= order
+                a, b = self._root(frag), self._root(self.frag)
+                if a == b:  # a ring (a bond between fragments not yet joined only joins them)
+                    self.unsat += 1
+                if order > 1 and not self.hyper[self.cur] and not self.hyper[opener]:
+                    self.unsat += order - 1
+                self.uf[a] = b
+            else:
+                order = max(self.pending, 1)
+                self.open[d] = (self.cur, self.frag, self.pending)
+                self.cap[self.cur] -= order  # reserved for the ring bond
+            self.pending = 0
+        elif kind == OPEN:
+            self.stack.append(self.cur)
+        elif kind == CLOSE:
+            self.cur = self.stack.pop()
+        elif kind == DOT:
+            self.cur = -1
+        self.prev = kind
+
+
+class FormulaConstraint:
+    """Masks for a batch of rows that must all spell one formula; rows can be dropped (``select``)."""
+
+    def __init__(self, grammar: SafeGrammar, formula_vec: np.ndarray, n_rows: int):
+        vec = np.asarray(formula_vec, dtype=np.int64)
+        budget = [int(n) for n in vec]
+        budget[ELEMENT_INDEX["H"]] = 0  # hydrogens are checked on the finished molecule
+        self.grammar = grammar
+        max_unsat = rdbe(vec)
+        self.rows = [_Row(list(budget), grammar.element_capacity, max_unsat) for _ in range(n_rows)]
+
+    def allowed(self, left: int) -> torch.Tensor:
+        """(rows, vocab) bool: tokens each row may draw, with ``left`` tokens left including this one."""
+        g = self.grammar
+        return g.to_tensor([r.allowed(g, left) for r in self.rows])
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        g = self.grammar
+        for r, t in zip(self.rows, tokens, strict=True):
+            r.advance(g, t)
+
+    def select(self, keep: Sequence[int]) -> None:
+        """Keep rows ``keep`` (indices into the current rows), in that order."""
+        self.rows = [self.rows[i] for i in keep]
