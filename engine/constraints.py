@@ -227,13 +227,15 @@ class _Row:
     """Decoding state of one sample."""
 
     __slots__ = ("budget", "available", "atoms_left", "supply", "prev", "pending", "bond_after_atom", "stack",
-                 "open", "cur", "parent", "cap", "hyper", "pairs", "frag", "uf", "charge", "unsat", "rdbe", "n_arom")
+                 "open", "cur", "parent", "cap", "hyper", "pairs", "frag", "uf", "charge", "unsat", "rdbe", "n_arom",
+                 "ncomp")
 
     def __init__(self, budget: list[int], element_capacity: list[int], max_unsat: int):
         self.budget = budget
         self.unsat = 0  # rings + double bonds so far (a lower bound of the molecule's)
         self.rdbe = max_unsat  # the formula's rings + double bonds
         self.n_arom = 0  # aromatic carbons so far
+        self.ncomp = 0  # connected components (fragments not yet joined by a digit)
         self.hyper: list[bool] = []  # atom is S, P, Se or As
         self.supply = sum(n * c for n, c in zip(budget, element_capacity))  # bond orders the atoms left can take
         self.available = sum(1 << e for e, n in enumerate(budget) if n > 0)
@@ -278,6 +280,18 @@ class _Row:
     def _opened_here(self) -> bool:
         return any(opener == self.cur for opener, _, _ in self.open.values())
 
+    def _rings_forced(self, n_open: int, ncomp: int, atoms_left: int) -> int:
+        """Rings the open digits must still make: closures beyond the joins that merge the components
+        (those there are and one per possible new fragment) close rings."""
+        return max(0, n_open - (ncomp - 1) - atoms_left)
+
+    def _unsat_ok(self, unsat: int, n_open: int, ncomp: int, atoms_left: int) -> bool:
+        return unsat + self._rings_forced(n_open, ncomp, atoms_left) <= self.rdbe
+
+    def _stack_cap(self) -> int:
+        """Bonds the branch points of open branches can still take (reachable after ``)``)."""
+        return sum(self.cap[a] for a in self.stack)
+
     def _open_orders(self) -> int:
         return sum(max(o, 1) for _, _, o in self.open.values())
 
@@ -289,12 +303,7 @@ class _Row:
         """Atom tokens that may bond to the current atom with order ``bond`` (0: first atom of a fragment)."""
         if bond and self.cap[self.cur] < bond:
             return 0
-        m = self._atoms_budget(g, bond)
-        if bond > 1 and not self.hyper[self.cur] and self.unsat + bond - 1 > self.rdbe:
-            m &= g.hypervalent  # only S=O-like bonds are left
-        if self.n_arom % 2 == 1 and self.unsat + 1 > self.rdbe:
-            m &= ~g.aromatic_carbon
-        return m
+        return self._atoms_budget(g, bond)
 
     def _atoms_budget(self, g: SafeGrammar, bond: int) -> int:
         need = max(bond, 1) if bond else 0
@@ -304,17 +313,30 @@ class _Row:
             if bond and self._opened_here():
                 return 0
             need = bond + open_orders
-        available = self.available
+        atoms_after = self.atoms_left - 1
+        if atoms_after and not self.open and not self._stack_cap():
+            need = max(need, bond + 1)  # the atoms left can only attach to this new atom
+        ncomp_after = self.ncomp + (0 if bond else 1)
+        extra = bond - 1 if bond > 1 and not self.hyper[self.cur] else 0
+        if not self._unsat_ok(self.unsat + extra, len(self.open), ncomp_after, atoms_after):
+            if not extra or not self._unsat_ok(self.unsat, len(self.open), ncomp_after, atoms_after):
+                return 0
+            available = self.available & g.hyper_elements  # only an S=O-like bond fits
+        else:
+            available = self.available
         e, rest = 0, available
         while rest:  # drop elements after which the atoms left could not take the bonds still needed
             if rest & 1:
                 cap = g.element_capacity[e]
                 closes_here = max(cap - bond, 0)
-                if self.supply - cap < self.atoms_left - 1 + max(open_orders - closes_here, 0):
+                if self.supply - cap < atoms_after + max(open_orders - closes_here, 0):
                     available &= ~(1 << e)
             rest >>= 1
             e += 1
-        return g.atoms(available, need, self.charge, self.atoms_left - 1)
+        m = g.atoms(available, need, self.charge, atoms_after)
+        if self.n_arom % 2 == 1 and not self._unsat_ok(self.unsat + extra + 1, len(self.open), ncomp_after, atoms_after):
+            m &= ~g.aromatic_carbon
+        return m
 
     def allowed(self, g: SafeGrammar, left: int) -> int:
         """Bit set of the tokens this row may draw with ``left`` tokens left (this one included)."""
@@ -339,14 +361,17 @@ class _Row:
         if self.atoms_left and slack >= 0:
             if not last_blocked and cap >= 1:
                 m |= self._bonds(g, cap, digits=after_atom)
-                if slack >= 1 and self._feasible():  # past the branch point no digit closes on it
+                # past the branch point no digit closes on it, and the branch's atoms join this component
+                if slack >= 1 and self._feasible() and self._unsat_ok(self.unsat, len(self.open), self.ncomp,
+                                                                       self.atoms_left - 1):
                     m |= g.open
             if not self.stack and self.component_has_open_digit() and self._feasible():
                 m |= g.dot
         if after_atom:
             m |= self._digits(g, slack)
         if self.stack:
-            if self._feasible():  # no digit may follow ``)``: the atoms left must close what is open
+            # no digit may follow ``)``: the atoms left must close what is open, and have somewhere to attach
+            if self._feasible() and (not self.atoms_left or self._stack_cap() + len(self.open)):
                 m |= g.close
         elif not self.atoms_left and not self.open and not self.charge:
             m |= g.eos
@@ -365,13 +390,21 @@ class _Row:
 
     def _digits(self, g: SafeGrammar, slack: int) -> int:
         m = 0
+        n_open = len(self.open)
         can_open = (self.atoms_left and slack >= 1 and self.cap[self.cur] >= max(self.pending, 1)
-                    and self._feasible(max(self.pending, 1)))
-        ring_room = self.unsat + 1 <= self.rdbe
+                    and self._feasible(max(self.pending, 1))
+                    and self._unsat_ok(self.unsat, n_open + 1, self.ncomp, self.atoms_left))
         root = self._root(self.frag)
+        others = self._stack_cap() + n_open - 1  # attachment room left elsewhere after a closure
         for d, tokens in g.digit_token.items():
             if d in self.open:
-                if self.closable(d) and (ring_room or self._root(self.open[d][1]) != root):
+                if not self.closable(d):
+                    continue
+                order = self._ring_order(d)
+                extra = order - 1 if order > 1 and not self.hyper[self.cur] and not self.hyper[self.open[d][0]] else 0
+                ring = self._root(self.open[d][1]) == root
+                ok = self._unsat_ok(self.unsat + extra + ring, n_open - 1, self.ncomp - (not ring), self.atoms_left)
+                if ok and (not self.atoms_left or self.cap[self.cur] - order + others >= 1):
                     m |= tokens
             elif can_open:
                 m |= tokens
@@ -389,6 +422,7 @@ class _Row:
             cap = info.capacity
             self.supply -= g.element_capacity[e]
             if self.prev == START or self.prev == DOT:
+                self.ncomp += 1
                 self.uf.append(len(self.uf))
                 self.frag = len(self.uf) - 1
                 self.parent.append(-1)
@@ -421,6 +455,8 @@ class _Row:
                 a, b = self._root(frag), self._root(self.frag)
                 if a == b:  # a ring (a bond between fragments not yet joined only joins them)
                     self.unsat += 1
+                else:
+                    self.ncomp -= 1
                 if order > 1 and not self.hyper[self.cur] and not self.hyper[opener]:
                     self.unsat += order - 1
                 self.uf[a] = b

@@ -110,8 +110,9 @@ def test_dot_needs_atoms_left_and_no_branch_open():
 
 
 def test_valences_are_respected():
-    after_cl = allowed_after("C2H5Cl", split("CCl"))
-    assert not {"=", "(", "C", "1"} & after_cl  # chlorine takes one bond
+    after_cl = allowed_after("C3H7Cl", split("CC(Cl"))
+    assert not {"=", "(", "C", "1"} & after_cl and ")" in after_cl  # chlorine takes one bond
+    assert "Cl" not in allowed_after("C2H5Cl", split("C"))  # nothing could attach the last carbon after it
     after_triple = allowed_after("C4H2", split("C#C"))
     assert "-" in after_triple and not {"=", "#"} & after_triple  # the carbon has one bond left
     assert "=" not in allowed_after("C2H4O", split("C=C"))  # rings + double bonds: C2H4O has one
