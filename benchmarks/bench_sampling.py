@@ -202,6 +202,58 @@ def bench_attention() -> None:
             print(f"{str(dtype):15s} {label:42s} matmul {a:6.0f} us   sdpa {b:6.0f} us")
 
 
+def bench_decoding(args) -> None:
+    """Formula-constrained vs free decoding with the bundled model on the bundled example spectra (same
+    seeds, same run): seconds per spectrum, and the share of the constrained run spent computing masks."""
+    from engine import constraints
+    from engine.bundle import load_bundle
+    from engine.io import read_spectra
+    from engine.paths import default_model_dir
+    from engine.pipeline import QueryParams, SpectrumSession
+
+    bundle = load_bundle(default_model_dir())
+    spectra, _ = read_spectra(Path(__file__).resolve().parents[1] / "resources" / "examples" / "massbank_examples.mgf")
+    mask_time = [0.0]
+    allowed, advance = constraints.FormulaConstraint.allowed, constraints.FormulaConstraint.advance
+
+    def timed_method(fn):
+        def wrapper(self, *a):
+            t0 = time.perf_counter()
+            try:
+                return fn(self, *a)
+            finally:
+                mask_time[0] += time.perf_counter() - t0
+        return wrapper
+
+    print(f"\n== decoding with {bundle.name} on {len(spectra)} example spectra, B=100 (M=20, N=5), "
+          f"{args.repeats} repeats: median s/spectrum ==")
+    rows = {}
+    for mode in ("free", "formula"):
+        times, yields = [], []
+        for _ in range(args.repeats):
+            mask_time[0] = 0.0
+            constraints.FormulaConstraint.allowed = timed_method(allowed)
+            constraints.FormulaConstraint.advance = timed_method(advance)
+            t0 = time.perf_counter()
+            ok = n = 0
+            for s in spectra:
+                gen = SpectrumSession(bundle, s).run(QueryParams(decoding=mode))
+                while True:
+                    try:
+                        next(gen)
+                    except StopIteration as stop:
+                        ok, n = ok + stop.value.n_formula_consistent, n + stop.value.n_samples
+                        break
+            times.append((time.perf_counter() - t0) / len(spectra))
+            yields.append(ok / max(n, 1))
+            constraints.FormulaConstraint.allowed, constraints.FormulaConstraint.advance = allowed, advance
+        rows[mode] = statistics.median(times)
+        masks = f"masks {mask_time[0] / len(spectra):.3f} s/spectrum ({100 * mask_time[0] / len(spectra) / rows[mode]:.0f}%)"
+        print(f"{mode:8s} {rows[mode]:.3f} s/spectrum [{min(times):.3f}-{max(times):.3f}]  "
+              f"formula-consistent yield {100 * statistics.median(yields):.1f}%  " + (masks if mode == "formula" else ""))
+    print(f"formula / free: {rows['formula'] / rows['free']:.2f}x the time")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small preset, 20 tokens, 1 repeat")
@@ -212,6 +264,8 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="also time bf16 with torch.compile'd FFNs")
     ap.add_argument("--attention", action="store_true", help="also time attention kernels on decoding shapes")
     ap.add_argument("--small-candidates", action="store_true", help="also time candidate shapes for 'small'")
+    ap.add_argument("--decoding", action="store_true",
+                    help="also time formula-constrained vs free decoding (bundled model, example spectra)")
     args = ap.parse_args()
     if args.quick:
         args.presets, args.tokens, args.repeats = "small", 20, 1
@@ -224,6 +278,8 @@ def main() -> None:
         bench_small_candidates(args)
     if args.attention:
         bench_attention()
+    if args.decoding:
+        bench_decoding(args)
 
 
 if __name__ == "__main__":

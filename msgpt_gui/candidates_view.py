@@ -143,6 +143,7 @@ class DetailPane(QWidget):
         self.inchikey.setCursorPosition(0)
         self.scores.setText(
             f"Generated {c.count}× (frequency {c.frequency:.3f}) · posterior similarity {c.posterior_similarity:.3f}"
+            + ("" if c.fingerprint_score != c.fingerprint_score else f" · fingerprint score {c.fingerprint_score:.1f}")
         )
         self._draw()
 
@@ -210,7 +211,8 @@ class CandidatesPanel(QWidget):
         header.setStretchLastSection(False)
         fit_columns(self.table, {CandidatesModel.RANK: "9999", CandidatesModel.CHANGE: "▲99", CandidatesModel.FORMULA:
                                  "C22H30NaO4", CandidatesModel.COUNT: "9999", CandidatesModel.FREQUENCY: "0.000",
-                                 CandidatesModel.SIMILARITY: "0.000", CandidatesModel.REFERENCE: "★ reference"},
+                                 CandidatesModel.SIMILARITY: "0.000", CandidatesModel.SCORE: "-000.0",
+                                 CandidatesModel.REFERENCE: "★ reference"},
                     bold_rows=True)  # the reference row is bold
         self.table.setColumnWidth(CandidatesModel.STRUCTURE, STRUCTURE_WIDTH)
         header.setSectionResizeMode(CandidatesModel.SMILES, QHeaderView.ResizeMode.Stretch)

@@ -168,8 +168,9 @@ class SpectraModel(_ColumnsModel):
 class CandidatesModel(_ColumnsModel):
     """Ranked candidates of one spectrum result, with rank moves against the previous ranking."""
 
-    STRUCTURE, RANK, CHANGE, SMILES, FORMULA, COUNT, FREQUENCY, SIMILARITY, REFERENCE = range(9)
-    COLUMNS = ("Structure", "Rank", "Change", "SMILES", "Formula", "Count", "Frequency", "Posterior sim.", "Reference")
+    STRUCTURE, RANK, CHANGE, SMILES, FORMULA, COUNT, FREQUENCY, SIMILARITY, SCORE, REFERENCE = range(10)
+    COLUMNS = ("Structure", "Rank", "Change", "SMILES", "Formula", "Count", "Frequency", "Posterior sim.", "Score",
+               "Reference")
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -222,7 +223,8 @@ class CandidatesModel(_ColumnsModel):
         if role == SORT_ROLE:
             return (
                 c.rank, c.rank, self.change(c)[1], c.smiles, c.formula, c.count, c.frequency,
-                c.posterior_similarity, 0 if self.is_reference(c) else 1,
+                c.posterior_similarity, c.fingerprint_score if c.fingerprint_score == c.fingerprint_score else -1e300,
+                0 if self.is_reference(c) else 1,
             )[col]
         if role == DISPLAY:
             if col == self.STRUCTURE:
@@ -241,6 +243,8 @@ class CandidatesModel(_ColumnsModel):
                 return f"{c.frequency:.3f}"
             if col == self.SIMILARITY:
                 return f"{c.posterior_similarity:.3f}"
+            if col == self.SCORE:
+                return "" if c.fingerprint_score != c.fingerprint_score else f"{c.fingerprint_score:.1f}"
             if col == self.REFERENCE:
                 return "★ reference" if self.is_reference(c) else ""
         if role == Qt.ItemDataRole.ToolTipRole:
@@ -264,7 +268,7 @@ class CandidatesModel(_ColumnsModel):
             color = {"n": "#1f5fbf", "▲": "#1b7f3b", "▼": "#b3261e"}.get(text[:1])
             return QBrush(QColor(color)) if color else None
         if role == Qt.ItemDataRole.TextAlignmentRole:
-            if col in (self.RANK, self.COUNT, self.FREQUENCY, self.SIMILARITY):
+            if col in (self.RANK, self.COUNT, self.FREQUENCY, self.SIMILARITY, self.SCORE):
                 return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             if col == self.CHANGE:
                 return int(Qt.AlignmentFlag.AlignCenter)

@@ -7,6 +7,7 @@ from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 re
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
@@ -17,6 +18,8 @@ from PySide6.QtWidgets import (
 
 from engine.errors import ConfigError
 from engine.pipeline import QueryParams
+from engine.sampling import DECODING_MODES
+from engine.scoring import RANKINGS
 from engine.querying import KAPPA_LIMITS
 
 from . import tooltips
@@ -59,6 +62,12 @@ class ParamsPanel(QWidget):
         self.seed = QSpinBox(minimum=0, maximum=2**31 - 1)
         self.seed.setToolTip(tooltips.SEED)
         self.seed.setKeyboardTracking(False)
+        self.decoding = QComboBox()
+        self.decoding.addItems(list(DECODING_MODES))
+        self.decoding.setToolTip(tooltips.DECODING)
+        self.ranking = QComboBox()
+        self.ranking.addItems(list(RANKINGS))
+        self.ranking.setToolTip(tooltips.RANKING)
         self.adapter = QCheckBox("Use adapter")
         self.adapter.setChecked(True)
         self.set_adapter_available(False)
@@ -90,6 +99,11 @@ class ParamsPanel(QWidget):
         row.addWidget(label("Seed", tooltips.SEED))
         row.addWidget(self.seed)
         row.addSpacing(12)
+        row.addWidget(label("Decoding", tooltips.DECODING))
+        row.addWidget(self.decoding)
+        row.addWidget(label("Ranking", tooltips.RANKING))
+        row.addWidget(self.ranking)
+        row.addSpacing(12)
         row.addWidget(self.adapter)
         row.addWidget(self.error, 1)
 
@@ -100,6 +114,8 @@ class ParamsPanel(QWidget):
         self.pool.valueChanged.connect(self._pool_changed)
         self.seed.valueChanged.connect(self._emit)
         self.adapter.toggled.connect(self._emit)
+        self.decoding.currentTextChanged.connect(self._emit)
+        self.ranking.currentTextChanged.connect(self._emit)
 
     @staticmethod
     def _kappa_box(lo: float, hi: float, tip: str) -> QDoubleSpinBox:
@@ -122,7 +138,8 @@ class ParamsPanel(QWidget):
         self.adapter.setToolTip(tooltips.ADAPTER if available else tooltips.ADAPTER + "<br><br>" + tooltips.ADAPTER_MISSING)
 
     def set_params(self, p: QueryParams) -> None:
-        widgets = (self.kappa_min, self.kappa_max, self.groups, self.pool, self.seed, self.adapter)
+        widgets = (self.kappa_min, self.kappa_max, self.groups, self.pool, self.seed, self.adapter, self.decoding,
+                   self.ranking)
         for w in widgets:
             w.blockSignals(True)
         self.kappa_min.setValue(p.kappa_min)
@@ -133,6 +150,8 @@ class ParamsPanel(QWidget):
         self.pool.setValue(snap_pool_size(p.pool_size, p.groups))
         self.seed.setValue(p.seed)
         self.adapter.setChecked(p.use_adapter)
+        self.decoding.setCurrentText(p.decoding)
+        self.ranking.setCurrentText(p.ranking)
         for w in widgets:
             w.blockSignals(False)
         self._update_label()
@@ -152,6 +171,8 @@ class ParamsPanel(QWidget):
             samples_per_group=QueryParams.samples_for_pool_size(self.pool.value(), m),
             seed=self.seed.value(),
             use_adapter=self.adapter.isEnabled() and self.adapter.isChecked(),
+            decoding=self.decoding.currentText(),
+            ranking=self.ranking.currentText(),
         )
 
     # -- reactions

@@ -102,12 +102,14 @@ class Settings:
                 groups=self.get("params/groups", d.groups, int),
                 samples_per_group=self.get("params/samples_per_group", d.samples_per_group, int),
                 seed=self.get("params/seed", d.seed, int),
+                decoding=self.get("params/decoding", d.decoding, str),
+                ranking=self.get("params/ranking", d.ranking, str),
             )
         except ValueError:  # ConfigError: a hand-edited file; fall back to the defaults
             return d
 
     def set_query_params(self, p: QueryParams) -> None:
-        for k in ("kappa_min", "kappa_max", "groups", "samples_per_group", "seed"):
+        for k in ("kappa_min", "kappa_max", "groups", "samples_per_group", "seed", "decoding", "ranking"):
             self.set(f"params/{k}", getattr(p, k))
 
     # -- recent files

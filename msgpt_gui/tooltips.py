@@ -51,10 +51,24 @@ REFERENCE_RANK = (
     "<i>#k</i> = rank k, <i>absent</i> = not generated."
 )
 
+DECODING = (
+    "<b>Decoding</b> — <i>formula</i>: the generator may only write structures with exactly the "
+    "spectrum's heavy atoms (each C, N, O, S, P, halogen... placed once), with every ring and branch "
+    "closed and valences respected; almost every drawn structure is a usable candidate.<br>"
+    "<i>free</i>: the original MS-GPT sampling; structures with another formula are drawn and thrown away."
+)
+RANKING = (
+    "<b>Ranking</b> — <i>combined</i>: fingerprint score plus the log of the generation count (how well the "
+    "candidate's substructures match what the spectrum predicts, and how often the model proposed it).<br>"
+    "<i>fingerprint</i>: the fingerprint score alone. <i>frequency</i>: the original MS-GPT ranking by "
+    "generation count. Changing the ranking re-ranks the drawn structures; nothing is drawn again."
+)
+
 TIPS = {
     "columns": {
         "Structure": "2D structure of the candidate (stereochemistry is not predicted)",
-        "Rank": "Rank by how often the model generated the structure; ties go to the higher posterior similarity",
+        "Rank": "Rank under the chosen ranking (see Ranking): by default the fingerprint score plus the log of "
+                "how often the model generated the structure",
         "Change": "How the rank moved since the previous ranking (other pool size or band): "
                   "▲ up, ▼ down, new = not there before",
         "SMILES": "Canonical SMILES without stereochemistry",
@@ -65,6 +79,9 @@ TIPS = {
         "Posterior sim.": "Posterior similarity: highest Tanimoto similarity between the candidate's "
                           "substructure fingerprint and the queries predicted from the spectrum (0–1). "
                           "Higher means its substructures agree with what the spectrum suggests",
+        "Score": "Fingerprint score: log-likelihood of the candidate's own substructure fingerprint under the "
+                 "bit probabilities predicted from the spectrum (recalibrated on training spectra when the model "
+                 "carries a calibration). Higher (closer to 0) means the spectrum supports its substructures",
         "Reference": "Marks the reference structure given in the file, when it is among the candidates",
     },
 }
