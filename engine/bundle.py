@@ -370,6 +370,21 @@ def bundle_checksum(path: Path) -> str:
     return h.hexdigest()
 
 
+def save_calibration(path: str | os.PathLike, calibration: Calibration) -> Path:
+    """Replace a bundle's ``calibration.json`` (e.g. to add the per-bit calibration of the fingerprint
+    score) and its checksum in ``config.json``; both files are written atomically."""
+    path = Path(path)
+    config = _read_json(path / "config.json", "config.json")
+    tmp = path / "calibration.json.tmp"
+    calibration.save(tmp)
+    os.replace(tmp, path / "calibration.json")
+    config.setdefault("files", {})["calibration.json"] = sha256_file(path / "calibration.json")
+    tmp = path / "config.json.tmp"
+    tmp.write_text(json.dumps(config, indent=1) + "\n")
+    os.replace(tmp, path / "config.json")
+    return path / "calibration.json"
+
+
 def save_bundle(
     path: str | os.PathLike,
     *,

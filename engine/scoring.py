@@ -37,6 +37,10 @@ EPS = 1e-3  # clip of uncalibrated probabilities (a bit the encoder is sure of c
 _Q_CLIP = 1e-4  # clip of calibrated probabilities
 
 
+def _sigmoid(z):
+    return 0.5 * (1.0 + np.tanh(0.5 * z))  # no overflow for large |z|
+
+
 def _logit(p: np.ndarray, eps: float = EPS) -> np.ndarray:
     p = np.clip(np.asarray(p, dtype=np.float64), eps, 1 - eps)
     return np.log(p) - np.log1p(-p)
@@ -66,8 +70,7 @@ class BitCalibration:
         return int(self.slope.size)
 
     def probabilities(self, posterior: np.ndarray) -> np.ndarray:
-        z = self.slope * _logit(posterior) + self.intercept
-        return np.clip(1.0 / (1.0 + np.exp(-z)), _Q_CLIP, 1 - _Q_CLIP)
+        return np.clip(_sigmoid(self.slope * _logit(posterior) + self.intercept), _Q_CLIP, 1 - _Q_CLIP)
 
     def to_dict(self) -> dict:
         return {"slope": [round(float(x), 5) for x in self.slope],
@@ -92,47 +95,69 @@ class BitCalibration:
         of weight ``prior_strength`` (as many pseudo-observations), so that a bit seen active twice
         keeps the shared scaling and a frequent bit gets its own.
         """
-        p = np.asarray(posteriors, dtype=np.float32)
+        p = np.asarray(posteriors)
         if p.ndim != 2 or p.shape[0] != len(targets) or p.shape[0] == 0:
             raise ConfigError(f"`posteriors` {p.shape} and `targets` ({len(targets)}) must describe the same spectra.")
         n, n_bits = p.shape
-        y = np.zeros((n, n_bits), dtype=np.float32)
-        for i, bits in enumerate(targets):
-            y[i, np.asarray(bits, dtype=np.int64)] = 1.0
-        x = _logit(p).astype(np.float32)
-        # shared scaling: one (a, c) over all bits
-        a0, c0 = _newton_shared(x, y, iterations)
+        rows = np.repeat(np.arange(n), [len(t) for t in targets])
+        cols = np.concatenate([np.asarray(t, dtype=np.int64) for t in targets]) if n else np.zeros(0, np.int64)
+
+        def block(lo: int, hi: int, row_idx: np.ndarray | None = None):
+            sub = p[:, lo:hi] if row_idx is None else p[row_idx, lo:hi]
+            x = _logit(sub).astype(np.float32)
+            y = np.zeros(x.shape, dtype=np.float32)
+            keep = (cols >= lo) & (cols < hi)
+            r, c = rows[keep], cols[keep] - lo
+            if row_idx is not None:
+                where = np.full(n, -1)
+                where[row_idx] = np.arange(len(row_idx))
+                r = where[r]
+                c, r = c[r >= 0], r[r >= 0]
+            y[r, c] = 1.0
+            return x, y
+
+        # shared scaling: one (a, c) over all bits, on up to 2,000 spectra
+        sample = np.random.default_rng(0).choice(n, size=min(n, 2000), replace=False)
+        a0, c0 = _newton_shared(*block(0, n_bits, np.sort(sample)), iterations)
         a = np.full(n_bits, a0)
         c = np.full(n_bits, c0)
         lam = float(prior_strength)
-        for _ in range(iterations):
-            z = a[None, :] * x + c[None, :]
-            q = 1.0 / (1.0 + np.exp(-z))
-            r = q - y  # gradient of the log-loss w.r.t. z
-            w = q * (1 - q)
-            ga = (r * x).sum(0) + lam * (a - a0)
-            gc = r.sum(0) + lam * (c - c0)
-            haa = (w * x * x).sum(0) + lam
-            hac = (w * x).sum(0)
-            hcc = w.sum(0) + lam
-            det = haa * hcc - hac * hac
-            da = (hcc * ga - hac * gc) / det
-            dc = (haa * gc - hac * ga) / det
-            a, c = a - da, c - dc
-            if max(np.abs(da).max(), np.abs(dc).max()) < 1e-6:
-                break
+        for lo in range(0, n_bits, 256):  # bits in blocks: memory stays at n × 256 values
+            hi = min(lo + 256, n_bits)
+            x, y = block(lo, hi)
+            a[lo:hi], c[lo:hi] = _newton_per_bit(x, y, a[lo:hi], c[lo:hi], a0, c0, lam, iterations)
         return cls(a, c, n_spectra=n, source=source)
+
+
+def _newton_per_bit(x, y, a, c, a0, c0, lam, iterations):
+    """Per-column Newton steps on the penalised log-loss of σ(a·x + c) (2×2 system per column)."""
+    for _ in range(iterations):
+        q = _sigmoid(a[None, :] * x + c[None, :])
+        r = q - y  # gradient of the log-loss w.r.t. z
+        w = q * (1 - q)
+        ga = (r * x).sum(0) + lam * (a - a0)
+        gc = r.sum(0) + lam * (c - c0)
+        haa = (w * x * x).sum(0) + lam
+        hac = (w * x).sum(0)
+        hcc = w.sum(0) + lam
+        det = haa * hcc - hac * hac
+        da = np.clip((hcc * ga - hac * gc) / det, -2.0, 2.0)
+        dc = np.clip((haa * gc - hac * ga) / det, -2.0, 2.0)
+        a, c = a - da, c - dc
+        if max(np.abs(da).max(), np.abs(dc).max()) < 1e-6:
+            break
+    return a, c
 
 
 def _newton_shared(x: np.ndarray, y: np.ndarray, iterations: int) -> tuple[float, float]:
     a, c = 1.0, 0.0
     xf, yf = x.ravel().astype(np.float64), y.ravel().astype(np.float64)
     for _ in range(iterations):
-        q = 1.0 / (1.0 + np.exp(-(a * xf + c)))
+        q = _sigmoid(a * xf + c)
         r, w = q - yf, q * (1 - q)
         g = np.array([(r * xf).sum(), r.sum()])
         h = np.array([[(w * xf * xf).sum(), (w * xf).sum()], [(w * xf).sum(), w.sum()]]) + 1e-9 * np.eye(2)
-        step = np.linalg.solve(h, g)
+        step = np.clip(np.linalg.solve(h, g), -2.0, 2.0)  # damped: separable data would run away
         a, c = a - step[0], c - step[1]
         if np.abs(step).max() < 1e-8:
             break
