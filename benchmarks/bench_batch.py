@@ -1,6 +1,6 @@
 """A long batch through ``msgpt predict``: time, throughput and memory (does RSS stay flat?).
 
-Builds the tiny test bundle (tests/tiny_bundle.py) and an MGF of ``--spectra`` records made by
+Uses the committed tiny test bundle (tests/data/tiny_bundle) and builds an MGF of ``--spectra`` records made by
 repeating the real spectra of tests/data/fixture.mgf with unique TITLEs, then runs
 ``python -m engine.cli predict`` on it in a subprocess and samples the child's resident memory
 from /proc while it runs, keyed by how many spectra the journal lists. The fixture's 2 negative-mode
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--groups", type=int, default=4)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
-    p.add_argument("--bundle", type=Path, help="an existing bundle (default: build the tiny test bundle)")
+    p.add_argument("--bundle", type=Path, help="a model bundle (default: the tiny test bundle, tests/data/tiny_bundle)")
     p.add_argument("--work", type=Path, help="folder for the input and output (default: a temporary one)")
     args = p.parse_args(argv)
 
@@ -113,9 +113,9 @@ def main(argv: list[str] | None = None) -> None:
         work.mkdir(parents=True, exist_ok=True)
         bundle = args.bundle
         if bundle is None:
-            from tiny_bundle import build_tiny_bundle
+            from tiny_bundle import BUNDLE_DIR
 
-            bundle = build_tiny_bundle(work / "tiny")
+            bundle = BUNDLE_DIR
         mgf = work / "batch.mgf"
         repeated_mgf(mgf, args.spectra)
         print(f"input: {args.spectra} records, {mgf.stat().st_size / 2**20:.1f} MB; model {bundle}; "

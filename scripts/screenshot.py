@@ -10,10 +10,8 @@ Without a display it starts ``Xvfb`` itself (Debian: ``apt-get install xvfb``; Q
 also wants ``libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1``). Settings go to a throw-away
 MSGPT_HOME, so the user's own settings are never touched. The README's picture is
 ``python scripts/screenshot.py --spectrum MSBNK-BGC_Munich-RP010703`` (an example that gets
-candidates at B=100 from the bundled model). Without a bundled model, build the tiny test one::
-
-    python -c "import sys; sys.path.insert(0, 'tests'); from pathlib import Path; \\
-        from tiny_bundle import build_tiny_bundle; build_tiny_bundle(Path('/tmp/tiny_bundle'))"
+candidates at B=100 from the bundled model). Without a bundled model, use the tiny test one
+(``--model tests/data/tiny_bundle --files tests/data/fixture.mgf``).
 """
 
 from __future__ import annotations

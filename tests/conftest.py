@@ -1,7 +1,8 @@
-"""Shared fixtures: a spectrum builder and the path of the test data folder."""
+"""Shared fixtures: a spectrum builder, the path of the test data folder, the committed tiny bundle."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,19 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def fp32_decoding():
+    """``auto`` precision is fp32 in the tests, on every CPU.
+
+    ``auto`` decodes in bfloat16 where the CPU computes it natively (AVX-512 BF16, AMX), which rounds
+    differently from CPU to CPU; the tests ask for the same arithmetic everywhere. Tests of ``auto``
+    itself patch ``native_bf16`` again; subprocesses get ``--precision fp32``.
+    """
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("engine.bundle.native_bf16", lambda device: False)
+        yield
 
 
 @pytest.fixture
@@ -48,14 +62,15 @@ def make_spectrum():
 
 @pytest.fixture(scope="session")
 def tiny_bundle_dir(tmp_path_factory) -> Path:
-    """A tiny trained model bundle (see tests/tiny_bundle.py), built once per test session."""
-    from tiny_bundle import build_tiny_bundle
+    """The committed tiny bundle (tests/data/tiny_bundle, built by scripts/build_test_bundle.py), copied
+    once per session so that no test can change the committed files. Nothing is trained."""
+    from tiny_bundle import BUNDLE_DIR
 
-    return build_tiny_bundle(tmp_path_factory.mktemp("bundle") / "tiny")
+    return Path(shutil.copytree(BUNDLE_DIR, tmp_path_factory.mktemp("bundle") / "tiny"))
 
 
 @pytest.fixture(scope="session")
 def tiny_bundle(tiny_bundle_dir):
     from engine.bundle import load_bundle
 
-    return load_bundle(tiny_bundle_dir, device="cpu")
+    return load_bundle(tiny_bundle_dir, device="cpu", precision="fp32")

@@ -147,7 +147,8 @@ def test_cli_info(tiny_bundle_dir, capsys):
 def test_console_entry_point_runs(tmp_path, tiny_bundle_dir):
     out = tmp_path / "o.csv"
     p = subprocess.run([sys.executable, "-m", "engine.cli", "predict", str(FIXTURE), "-o", str(out),
-                        "--model", str(tiny_bundle_dir), "--pool-size", "20", "--groups", "2", "--top", "1"],
+                        "--model", str(tiny_bundle_dir), "--pool-size", "20", "--groups", "2", "--top", "1",
+                        "--precision", "fp32"],  # as in-process runs (tests/conftest.py): the same arithmetic on every CPU
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "spectra" in p.stderr and out.is_file()  # tqdm progress and the summary go to stderr

@@ -41,7 +41,8 @@ def test_end_to_end_finds_the_reference_structures(tiny_bundle):
         assert scores == sorted(scores, reverse=True) and scores == [c.count for c in r.candidates]
         assert sum(c.count for c in r.candidates) == r.n_formula_consistent
         assert r.fidelity is not None and 0.0 <= r.fidelity <= 1.0
-    # the tiny decoder memorised these structures: the reference should rank first nearly always
+    # the tiny decoder gives every reference token p > 0.99 under any query (tests/test_tiny_bundle.py): any
+    # correct sampler draws the reference (nearly) every time, so it ranks first; one miss is tolerated
     exact = sum(r.reference_status == "exact" for r in finished)
     assert exact >= len(finished) - 1
 
@@ -56,14 +57,17 @@ def test_event_order_for_one_spectrum(tiny_bundle):
 
 
 def test_same_seed_same_result_and_other_seed_differs(tiny_bundle):
+    # At T=1 the tiny decoder draws its memorised structure every time, whatever the seed; at T=2 without
+    # top-p its samples vary, so other seeds give other pools (4 tries: a tie with all of them is no chance).
     s = fixture_spectra()[0]
-    # free decoding: the memorised tiny decoder constrained to the formula draws nearly one structure only
-    a = drain(SpectrumSession(tiny_bundle, s).run(QueryParams(seed=3, decoding="free")))[1]
-    b = drain(SpectrumSession(tiny_bundle, s).run(QueryParams(seed=3, decoding="free")))[1]
-    c = drain(SpectrumSession(tiny_bundle, s).run(QueryParams(seed=4, decoding="free")))[1]
-    key = lambda r: [(x.inchikey14, x.count) for x in r.candidates]  # noqa: E731
-    assert key(a) == key(b)
-    assert key(a) != key(c) or a.n_formula_consistent != c.n_formula_consistent
+
+    def outcome(seed):
+        r = drain(SpectrumSession(tiny_bundle, s).run(QueryParams(seed=seed, temperature=2.0, top_p=1.0)))[1]
+        return [(x.inchikey14, x.count) for x in r.candidates], r.n_valid, r.n_formula_consistent
+
+    a = outcome(3)
+    assert outcome(3) == a
+    assert any(outcome(seed) != a for seed in (4, 5, 6, 7))
 
 
 def test_raising_pool_size_draws_only_new_samples_and_lowering_draws_none(tiny_bundle):

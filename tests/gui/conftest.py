@@ -1,4 +1,4 @@
-"""GUI test fixtures: offscreen Qt, isolated settings, a cached tiny bundle, window factory."""
+"""GUI test fixtures: offscreen Qt, isolated settings, the tiny bundle, window factory."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported a
 
 import msgpt_gui.qtcompat  # noqa: E402,F401  (before pytest-qt's first processEvents: see that module)
 
-import hashlib
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,55 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 FIXTURE_MGF = TESTS / "data" / "fixture.mgf"
 
-# What decides the tiny bundle's content: a change to any of these rebuilds the cached copy.
-_BUNDLE_INPUTS = [TESTS / "tiny_bundle.py", FIXTURE_MGF] + [
-    ROOT / "engine" / f"{m}.py" for m in ("bundle", "decoder", "encoder", "tokenizer", "querying", "featurize")
-]
-
-
-def _bundle_key() -> str:
-    h = hashlib.sha256()
-    for p in _BUNDLE_INPUTS:
-        h.update(p.name.encode())
-        h.update(p.read_bytes() if p.exists() else b"")
-    return h.hexdigest()[:16]
-
-
-def _loads(path: Path) -> bool:
-    from engine.bundle import load_bundle
-    from engine.errors import MsgptError
-
-    try:
-        load_bundle(path, device="cpu")
-    except MsgptError:
-        return False
-    return True
-
 
 @pytest.fixture(scope="session")
-def gui_bundle_dir(request) -> Path:
-    """The tiny trained bundle of tests/tiny_bundle.py, kept in pytest's cache between runs.
-
-    Building it trains a decoder (a minute or more on two busy cores); the GUI tests only need
-    *a* working bundle, so a copy is cached under .pytest_cache, keyed by the files that decide
-    its content. Without a cache (``-p no:cacheprovider``) the session fixture builds it.
-    """
-    cache = getattr(request.config, "cache", None)
-    if cache is None:
-        return request.getfixturevalue("tiny_bundle_dir")
-    target = Path(cache.mkdir("msgpt-tiny-bundle")) / _bundle_key()
-    if (target / "config.json").is_file() and _loads(target):
-        return target
-    built = request.getfixturevalue("tiny_bundle_dir")
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(built, tmp)
-    shutil.rmtree(target, ignore_errors=True)
-    try:
-        tmp.rename(target)
-    except OSError:  # another test run put it there first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target if (target / "config.json").is_file() else built
+def gui_bundle_dir(tiny_bundle_dir) -> Path:
+    """The tiny bundle the GUI tests run on: the session's copy of the committed one (tests/conftest.py)."""
+    return tiny_bundle_dir
 
 
 @pytest.fixture
