@@ -134,7 +134,9 @@ def _peaks(s):
 def test_sort_and_merge_peaks(make_spectrum, mz, intensity, tolerance, expected):
     s = make_spectrum(mz=mz, intensity=intensity, formula=None, precursor_mz=300.0)
     merged = sort_and_merge_peaks(s, tolerance_da=tolerance)
-    assert _peaks(merged) == pytest.approx(expected)
+    # (m/z, intensity) rows; pytest.approx takes no nested tuples (pytest >= 9.2 raises TypeError)
+    got = np.column_stack([merged.mz, merged.intensity])
+    np.testing.assert_allclose(got, np.array(expected, dtype=np.float64).reshape(-1, 2), rtol=1e-9, atol=1e-12)
 
 
 def test_remove_nonpositive_peaks(make_spectrum):
