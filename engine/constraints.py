@@ -64,6 +64,7 @@ MAX_VALENCE = {"C": 4, "N": 3, "O": 2, "S": 6, "P": 5, "F": 1, "Cl": 1, "Br": 1,
 
 
 HYPERVALENT = frozenset({"S", "P", "Se", "As"})
+_C, _N = ELEMENT_INDEX["C"], ELEMENT_INDEX["N"]
 
 
 def rdbe(formula_vec) -> int:
@@ -228,7 +229,7 @@ class _Row:
 
     __slots__ = ("budget", "available", "atoms_left", "supply", "prev", "pending", "bond_after_atom", "stack",
                  "open", "cur", "parent", "cap", "hyper", "pairs", "frag", "uf", "charge", "unsat", "rdbe", "n_arom",
-                 "ncomp")
+                 "ncomp", "n_arom_other")
 
     def __init__(self, budget: list[int], element_capacity: list[int], max_unsat: int):
         self.budget = budget
@@ -236,6 +237,7 @@ class _Row:
         self.rdbe = max_unsat  # the formula's rings + double bonds
         self.n_arom = 0  # aromatic carbons so far
         self.ncomp = 0  # connected components (fragments not yet joined by a digit)
+        self.n_arom_other = 0  # aromatic atoms other than carbon so far
         self.hyper: list[bool] = []  # atom is S, P, Se or As
         self.supply = sum(n * c for n, c in zip(budget, element_capacity))  # bond orders the atoms left can take
         self.available = sum(1 << e for e, n in enumerate(budget) if n > 0)
@@ -288,6 +290,15 @@ class _Row:
     def _unsat_ok(self, unsat: int, n_open: int, ncomp: int, atoms_left: int) -> bool:
         return unsat + self._rings_forced(n_open, ncomp, atoms_left) <= self.rdbe
 
+    def _reachable(self, dbe: int, c_exist: int, c_new: int, n_new: int, open_orders: int, ncomp: int) -> bool:
+        """Can the molecule still reach the formula's rings + double bonds? The bond orders still to come
+        are at most (free valence of the reachable atoms + of the atoms left + open ring bonds) / 2; each
+        new atom needs one of them and each join of two components another."""
+        # aromatic atoms bring double bonds that use no valence in this model: carbons still to place may be
+        # aromatic, and aromatic N/P placed may be pyridine-like (their double bonds are not in ``unsat``)
+        aromatic = (self.budget[_C] + self.budget[_N] + self.n_arom_other + self.n_arom % 2) // 2
+        return dbe + aromatic + (c_exist + c_new + open_orders) // 2 - n_new - (ncomp - 1) >= self.rdbe
+
     def _stack_cap(self) -> int:
         """Bonds the branch points of open branches can still take (reachable after ``)``)."""
         return sum(self.cap[a] for a in self.stack)
@@ -324,12 +335,17 @@ class _Row:
             available = self.available & g.hyper_elements  # only an S=O-like bond fits
         else:
             available = self.available
+        # free valence still reachable after this atom: the branch points' and its own after its bond (the
+        # current atom is left behind unless it is a branch point)
+        kept = self._stack_cap()
         e, rest = 0, available
         while rest:  # drop elements after which the atoms left could not take the bonds still needed
             if rest & 1:
                 cap = g.element_capacity[e]
                 closes_here = max(cap - bond, 0)
-                if self.supply - cap < atoms_after + max(open_orders - closes_here, 0):
+                if (self.supply - cap < atoms_after + max(open_orders - closes_here, 0)
+                        or not self._reachable(self.unsat + extra, kept + cap - bond, self.supply - cap, atoms_after,
+                                               open_orders, ncomp_after)):
                     available &= ~(1 << e)
             rest >>= 1
             e += 1
@@ -365,13 +381,17 @@ class _Row:
                 if slack >= 1 and self._feasible() and self._unsat_ok(self.unsat, len(self.open), self.ncomp,
                                                                        self.atoms_left - 1):
                     m |= g.open
-            if not self.stack and self.component_has_open_digit() and self._feasible():
+            if (not self.stack and self.component_has_open_digit() and self._feasible()
+                    and self._reachable(self.unsat, 0, self.supply, self.atoms_left, self._open_orders(), self.ncomp)):
                 m |= g.dot
         if after_atom:
             m |= self._digits(g, slack)
         if self.stack:
             # no digit may follow ``)``: the atoms left must close what is open, and have somewhere to attach
-            if self._feasible() and (not self.atoms_left or self._stack_cap() + len(self.open)):
+            stack_cap = self._stack_cap()
+            if (self._feasible() and (not self.atoms_left or stack_cap + len(self.open))
+                    and self._reachable(self.unsat, stack_cap, self.supply, self.atoms_left, self._open_orders(),
+                                        self.ncomp)):
                 m |= g.close
         elif not self.atoms_left and not self.open and not self.charge:
             m |= g.eos
@@ -395,7 +415,9 @@ class _Row:
                     and self._feasible(max(self.pending, 1))
                     and self._unsat_ok(self.unsat, n_open + 1, self.ncomp, self.atoms_left))
         root = self._root(self.frag)
-        others = self._stack_cap() + n_open - 1  # attachment room left elsewhere after a closure
+        stack_cap = self._stack_cap()
+        others = stack_cap + n_open - 1  # attachment room left elsewhere after a closure
+        open_orders = self._open_orders()
         for d, tokens in g.digit_token.items():
             if d in self.open:
                 if not self.closable(d):
@@ -403,7 +425,9 @@ class _Row:
                 order = self._ring_order(d)
                 extra = order - 1 if order > 1 and not self.hyper[self.cur] and not self.hyper[self.open[d][0]] else 0
                 ring = self._root(self.open[d][1]) == root
-                ok = self._unsat_ok(self.unsat + extra + ring, n_open - 1, self.ncomp - (not ring), self.atoms_left)
+                ok = (self._unsat_ok(self.unsat + extra + ring, n_open - 1, self.ncomp - (not ring), self.atoms_left)
+                      and self._reachable(self.unsat + extra + ring, self.cap[self.cur] - order + stack_cap, self.supply,
+                                          self.atoms_left, open_orders - order, self.ncomp - (not ring)))
                 if ok and (not self.atoms_left or self.cap[self.cur] - order + others >= 1):
                     m |= tokens
             elif can_open:
@@ -433,10 +457,12 @@ class _Row:
                 cap -= order
                 if order > 1 and not self.hyper[self.cur] and ELEMENTS[e] not in HYPERVALENT:
                     self.unsat += order - 1
-            if info.aromatic and e == ELEMENT_INDEX["C"]:
+            if info.aromatic and e == _C:
                 self.n_arom += 1
                 if self.n_arom % 2 == 0:
                     self.unsat += 1
+            elif info.aromatic:
+                self.n_arom_other += 1
             self.hyper.append(ELEMENTS[e] in HYPERVALENT)
             self.cap.append(cap)
             self.cur = len(self.parent) - 1
