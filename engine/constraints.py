@@ -183,6 +183,7 @@ class SafeGrammar:
             if info.kind == ATOM and info.charge == 0:
                 self.element_capacity[info.element] = max(self.element_capacity[info.element], info.capacity)
         self.hyper_elements = sum(1 << ELEMENT_INDEX[e] for e in HYPERVALENT)
+        self.aromatic_atoms = sum(1 << t for t, i in enumerate(self.info) if i.kind == ATOM and i.aromatic)
         self.aromatic_carbon = 0  # aromatic carbon atom tokens (each brings half a Kekulé double bond)
         self.hypervalent = 0  # atom tokens of S, P, Se, As (their double bonds to O are not unsaturation)
         for t, info in enumerate(self.info):
@@ -229,7 +230,7 @@ class _Row:
 
     __slots__ = ("budget", "available", "atoms_left", "supply", "prev", "pending", "bond_after_atom", "stack",
                  "open", "cur", "parent", "cap", "hyper", "pairs", "frag", "uf", "charge", "unsat", "rdbe", "n_arom",
-                 "ncomp", "n_arom_other")
+                 "ncomp", "n_arom_other", "aromatic")
 
     def __init__(self, budget: list[int], element_capacity: list[int], max_unsat: int):
         self.budget = budget
@@ -238,6 +239,7 @@ class _Row:
         self.n_arom = 0  # aromatic carbons so far
         self.ncomp = 0  # connected components (fragments not yet joined by a digit)
         self.n_arom_other = 0  # aromatic atoms other than carbon so far
+        self.aromatic: list[int] = []  # per atom: 0 aliphatic, 1 aromatic, 2 aromatic carbon counted in n_arom
         self.hyper: list[bool] = []  # atom is S, P, Se or As
         self.supply = sum(n * c for n, c in zip(budget, element_capacity))  # bond orders the atoms left can take
         self.available = sum(1 << e for e, n in enumerate(budget) if n > 0)
@@ -282,6 +284,12 @@ class _Row:
     def _opened_here(self) -> bool:
         return any(opener == self.cur for opener, _, _ in self.open.values())
 
+    def _count_aromatic_carbon(self, delta: int) -> None:
+        """Aromatic carbons bring one Kekulé double bond per two; keep ``unsat`` in step."""
+        before = self.n_arom // 2
+        self.n_arom += delta
+        self.unsat += self.n_arom // 2 - before
+
     def _rings_forced(self, n_open: int, ncomp: int, atoms_left: int) -> int:
         """Rings the open digits must still make: closures beyond the joins that merge the components
         (those there are and one per possible new fragment) close rings."""
@@ -306,9 +314,16 @@ class _Row:
     def _open_orders(self) -> int:
         return sum(max(o, 1) for _, _, o in self.open.values())
 
+    def _demand(self, atoms_left: int, open_orders: int, n_open: int) -> int:
+        """Bond orders the atoms left must take at least: one to its parent each, plus every open ring bond;
+        an atom that starts a ``.`` fragment is attached by the ring bond it closes, so up to one per open
+        digit is counted once."""
+        return atoms_left + open_orders - min(atoms_left, n_open)
+
     def _feasible(self, extra_open: int = 0) -> bool:
-        """Can the atoms left still take a bond each to their parent plus every open ring bond?"""
-        return self.supply >= self.atoms_left + self._open_orders() + extra_open
+        """Can the atoms left still take the bond orders they must (:meth:`_demand`)?"""
+        n_open = len(self.open) + (1 if extra_open else 0)
+        return self.supply >= self._demand(self.atoms_left, self._open_orders() + extra_open, n_open)
 
     def _atoms(self, g: SafeGrammar, bond: int) -> int:
         """Atom tokens that may bond to the current atom with order ``bond`` (0: first atom of a fragment)."""
@@ -329,6 +344,10 @@ class _Row:
             need = max(need, bond + 1)  # the atoms left can only attach to this new atom
         ncomp_after = self.ncomp + (0 if bond else 1)
         extra = bond - 1 if bond > 1 and not self.hyper[self.cur] else 0
+        aromatic_extra = extra  # for an aromatic atom after this bond
+        if extra and self.aromatic[self.cur] == 2:
+            # c(=O): the aromatic carbon's Kekulé double bond is this one, so it no longer counts in n_arom
+            extra += (self.n_arom - 1) // 2 - self.n_arom // 2
         if not self._unsat_ok(self.unsat + extra, len(self.open), ncomp_after, atoms_after):
             if not extra or not self._unsat_ok(self.unsat, len(self.open), ncomp_after, atoms_after):
                 return 0
@@ -343,14 +362,20 @@ class _Row:
             if rest & 1:
                 cap = g.element_capacity[e]
                 closes_here = max(cap - bond, 0)
-                if (self.supply - cap < atoms_after + max(open_orders - closes_here, 0)
+                left_open = max(open_orders - closes_here, 0)
+                if (self.supply - cap < self._demand(atoms_after, left_open, min(len(self.open), left_open))
                         or not self._reachable(self.unsat + extra, kept + cap - bond, self.supply - cap, atoms_after,
                                                open_orders, ncomp_after)):
                     available &= ~(1 << e)
             rest >>= 1
             e += 1
         m = g.atoms(available, need, self.charge, atoms_after)
-        if self.n_arom % 2 == 1 and not self._unsat_ok(self.unsat + extra + 1, len(self.open), ncomp_after, atoms_after):
+        if aromatic_extra != extra and not self._unsat_ok(self.unsat + aromatic_extra, len(self.open), ncomp_after,
+                                                          atoms_after):
+            m &= ~g.aromatic_atoms
+        exocyclic = bond > 1 and not (self.cur >= 0 and self.aromatic[self.cur])  # O=c: this carbon's own double bond
+        if (self.n_arom % 2 == 1 and not exocyclic
+                and not self._unsat_ok(self.unsat + aromatic_extra + 1, len(self.open), ncomp_after, atoms_after)):
             m &= ~g.aromatic_carbon
         return m
 
@@ -450,19 +475,25 @@ class _Row:
                 self.uf.append(len(self.uf))
                 self.frag = len(self.uf) - 1
                 self.parent.append(-1)
-            else:
+            exocyclic = False  # a double bond from an aromatic ring atom out to an aliphatic one (c(=O))
+            if self.prev != START and self.prev != DOT:
                 order = max(self.pending, 1)
                 self.parent.append(self.cur)
                 self.cap[self.cur] -= order
                 cap -= order
                 if order > 1 and not self.hyper[self.cur] and ELEMENTS[e] not in HYPERVALENT:
                     self.unsat += order - 1
-            if info.aromatic and e == _C:
-                self.n_arom += 1
-                if self.n_arom % 2 == 0:
-                    self.unsat += 1
-            elif info.aromatic:
-                self.n_arom_other += 1
+                exocyclic = order > 1 and bool(self.aromatic[self.cur]) != info.aromatic
+                if exocyclic and self.aromatic[self.cur] == 2:  # that carbon's double bond is this one
+                    self._count_aromatic_carbon(-1)
+                    self.aromatic[self.cur] = 1
+            if info.aromatic and e == _C and not exocyclic:
+                self._count_aromatic_carbon(+1)
+                self.aromatic.append(2)
+            else:
+                self.aromatic.append(1 if info.aromatic else 0)
+                if info.aromatic and e != _C:
+                    self.n_arom_other += 1
             self.hyper.append(ELEMENTS[e] in HYPERVALENT)
             self.cap.append(cap)
             self.cur = len(self.parent) - 1
