@@ -39,6 +39,30 @@ def load_oof(path: str | Path) -> tuple[np.ndarray, list[np.ndarray], np.ndarray
     return post, targets, keys
 
 
+def load_finished_folds(oof_dir: str | Path, mgf: str | Path) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """The same from the folds of a ``training.oof_posteriors`` run that have finished (``fold_k/held_out.npz``),
+    while the others still train; targets come from the labelled-spectra cache of the same MGF."""
+    from .spectra import load_labelled_spectra
+    from .train_encoder import EncoderTrainConfig
+
+    files = sorted(Path(oof_dir).glob("fold_*/held_out.npz"))
+    if not files:
+        raise SystemExit(f"{oof_dir}: no finished fold (fold_*/held_out.npz) yet")
+    cfg = EncoderTrainConfig.from_dict(json.loads((files[0].parent / "train_config.json").read_text()))
+    data = load_labelled_spectra(mgf, cfg.feature_settings(), cache_dir=cfg.cache_dir)
+    index = {str(x): i for i, x in enumerate(data.ids)}
+    posts, targets, keys = [], [], []
+    for f in files:
+        with np.load(f, allow_pickle=False) as z:
+            ids, post = z["ids"].astype(str), z["posteriors"]
+        rows = [index[i] for i in ids]
+        posts.append(post)
+        targets += [data.target_bits(r) for r in rows]
+        keys += [str(data.inchikey14[r]) for r in rows]
+    print(f"{len(files)} finished folds: {', '.join(f.parent.name for f in files)}")
+    return np.concatenate(posts), targets, np.array(keys)
+
+
 def log_loss(q: np.ndarray, targets: list[np.ndarray]) -> float:
     """Mean negative log-likelihood per bit of the true fingerprints under probabilities q (n, n_bits)."""
     q = np.clip(q.astype(np.float64), 1e-6, 1 - 1e-6)
@@ -50,13 +74,23 @@ def log_loss(q: np.ndarray, targets: list[np.ndarray]) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--oof", required=True, help="oof_posteriors.npz of training.oof_posteriors")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--oof", help="oof_posteriors.npz of training.oof_posteriors (all folds)")
+    src.add_argument("--oof-dir", help="a training.oof_posteriors folder: use the folds that have finished")
+    ap.add_argument("--mgf", help="the labelled MGF the folds were trained on (with --oof-dir)")
     ap.add_argument("--bundle", required=True, help="model bundle folder whose calibration.json gets the fit")
     ap.add_argument("--prior-strength", type=float, default=50.0, help="pull of each bit towards the shared scaling")
     ap.add_argument("--check-only", action="store_true", help="print the held-out check, write nothing")
     args = ap.parse_args(argv)
 
-    post, targets, keys = load_oof(args.oof)
+    if args.oof:
+        post, targets, keys = load_oof(args.oof)
+        source = Path(args.oof).name
+    else:
+        if not args.mgf:
+            ap.error("--oof-dir needs --mgf")
+        post, targets, keys = load_finished_folds(args.oof_dir, args.mgf)
+        source = f"{Path(args.oof_dir).name} (finished folds)"
     held = np.array([zlib.crc32(k.encode()) % 5 == 0 for k in keys])  # a fifth of the structures
     fit_idx, test_idx = np.flatnonzero(~held), np.flatnonzero(held)
     check = BitCalibration.fit(post[fit_idx], [targets[i] for i in fit_idx], prior_strength=args.prior_strength)
@@ -70,7 +104,7 @@ def main(argv=None) -> int:
     if args.check_only:
         return 0
     bits = BitCalibration.fit(post, targets, prior_strength=args.prior_strength,
-                              source=f"out-of-fold posteriors {Path(args.oof).name}, {len(post)} FOLD=train spectra")
+                              source=f"out-of-fold posteriors {source}, {len(post)} FOLD=train spectra")
     calibration = Calibration.load(Path(args.bundle) / "calibration.json")
     from dataclasses import replace
 
