@@ -150,18 +150,17 @@ def test_every_valid_safe_string_is_allowed_all_the_way():
 
 
 # -- property: every finished constrained sample has the exact heavy atoms ----------------------------------
-HEAVY = re.compile(r"\[[^\]]+\]|Cl|Br|[BCNOPSFI]|[bcnops]")
+_ATOM = re.compile(r"\[\d*([A-Z][a-z]?|[a-z]{1,2})[^\]]*\]|(Cl|Br|[BCNOPSFI])|([bcnops])")
 
 
 def heavy_atoms(safe_str: str) -> dict[str, int]:
+    """Heavy atoms of a SAFE string, read independently of engine.constraints."""
     counts: dict[str, int] = {}
-    for tok in HEAVY.findall(safe_str):
-        sym = re.match(r"\[?\d*([A-Za-z][a-z]?)", tok).group(1)
-        sym = sym if sym in ELEMENT_INDEX or sym[:1].upper() + sym[1:] not in ELEMENT_INDEX else sym.capitalize()
-        sym = sym[0].upper() + sym[1:]
-        if sym in ("Cl", "Br") or sym in ELEMENT_INDEX:
-            counts[sym] = counts.get(sym, 0) + 1
-        else:  # "Cc" style two letters that are C then aromatic c never appear inside brackets
+    for tok in TOK.tokenize(safe_str):
+        m = _ATOM.fullmatch(tok)
+        if m:
+            sym = next(g for g in m.groups() if g)
+            sym = sym[0].upper() + sym[1:]
             counts[sym] = counts.get(sym, 0) + 1
     return counts
 
