@@ -178,7 +178,7 @@ def test_constrained_samples_of_a_random_decoder_have_the_exact_heavy_atoms(form
     req = QueryRequest(fp_bits=np.array([1, 5, 80]), sample_ids=tuple((0, j) for j in range(60)))
     (_, strings), = list(sample_queries(model, TOK, vec, [req], seed=1, decoding="formula"))
     finished = [s for s in strings if not s.endswith(DEAD_END)]
-    assert len(strings) == 60
+    assert len(strings) == 60 and len(finished) >= 3  # even a random decoder finishes some under the masks
     for s in finished:
         assert heavy_atoms(s) == want, s
         assert s.count("(") == s.count(")")
