@@ -63,9 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--decoding", choices=("formula", "free"), default="formula",
                     help="formula (default): draw only strings with exactly the formula's heavy atoms; "
                          "free: the paper's unconstrained sampling, filtered afterwards")
-    pr.add_argument("--ranking", choices=("combined", "fingerprint", "frequency"), default="combined",
-                    help="combined (default): fingerprint score under the posterior + log generation count; "
-                         "fingerprint: the score alone; frequency: the paper's generation count")
+    pr.add_argument("--ranking", choices=("fingerprint", "combined", "frequency"), default="fingerprint",
+                    help="fingerprint (default): the candidate's fingerprint score under the posterior; combined: "
+                         "that + log generation count; frequency: the paper's generation count")
     pr.add_argument("--resume", action="store_true",
                     help="go on with an interrupted run of the same command: spectra already in OUTPUT.partial "
                     "(listed in OUTPUT.journal) are passed over")

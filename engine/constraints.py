@@ -399,6 +399,8 @@ class _Row:
             return m
         after_atom = prev == ATOM or prev == DIGIT  # else prev == CLOSE
         m = self._atoms(g, 1)
+        if not self.atoms_left and after_atom and self.open and slack >= 0 and cap >= 1:
+            m |= self._bonds(g, cap, digits=True)  # a bond a ring closure takes: C=1, c-1
         if self.atoms_left and slack >= 0:
             if not last_blocked and cap >= 1:
                 m |= self._bonds(g, cap, digits=after_atom)

@@ -51,7 +51,7 @@ class QueryParams:
     max_new_tokens: int | None = None
     use_adapter: bool = True
     ranking: str = field(default=DEFAULT_RANKING, metadata={
-        "help": "combined: fingerprint score + log count; fingerprint; frequency: the paper's generation count"})
+        "help": "fingerprint: fingerprint score; combined: + log count; frequency: the paper's generation count"})
     decoding: str = field(default="formula", metadata={
         "help": "formula: only strings with exactly the formula's heavy atoms are drawn; free: the paper's sampling"})
 

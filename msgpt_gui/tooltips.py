@@ -58,17 +58,15 @@ DECODING = (
     "<i>free</i>: the original MS-GPT sampling; structures with another formula are drawn and thrown away."
 )
 RANKING = (
-    "<b>Ranking</b> — <i>combined</i>: fingerprint score plus the log of the generation count (how well the "
-    "candidate's substructures match what the spectrum predicts, and how often the model proposed it).<br>"
-    "<i>fingerprint</i>: the fingerprint score alone. <i>frequency</i>: the original MS-GPT ranking by "
-    "generation count. Changing the ranking re-ranks the drawn structures; nothing is drawn again."
+    "<b>Ranking</b> — <i>fingerprint</i>: how well the candidate's own substructures match what the "
+    "spectrum predicts (the fingerprint score). <i>combined</i>: that plus the log of how often the model "
+    "proposed it. <i>frequency</i>: the original MS-GPT ranking by generation count. Changing the ranking re-ranks the drawn structures; nothing is drawn again."
 )
 
 TIPS = {
     "columns": {
         "Structure": "2D structure of the candidate (stereochemistry is not predicted)",
-        "Rank": "Rank under the chosen ranking (see Ranking): by default the fingerprint score plus the log of "
-                "how often the model generated the structure",
+        "Rank": "Rank under the chosen ranking (see Ranking): by default the fingerprint score",
         "Change": "How the rank moved since the previous ranking (other pool size or band): "
                   "▲ up, ▼ down, new = not there before",
         "SMILES": "Canonical SMILES without stereochemistry",

@@ -8,7 +8,7 @@ SITAGLIPTIN = "MSBNK-Eawag-EA290310"
 def test_decoding_and_ranking_settings(qtbot, make_window, write_mgf):
     window = make_window()
     panel = window.params_panel
-    assert panel.decoding.currentText() == "formula" and panel.ranking.currentText() == "combined"
+    assert panel.decoding.currentText() == "formula" and panel.ranking.currentText() == "fingerprint"
     assert window.query_params.decoding == "formula"
     with qtbot.waitSignal(window.file_loaded, timeout=20_000):
         window.open_files([write_mgf("one.mgf", titles={SITAGLIPTIN})])
