@@ -197,12 +197,9 @@ class SafeGrammar:
         self.hyper_elements = sum(1 << ELEMENT_INDEX[e] for e in HYPERVALENT)
         self.aromatic_atoms = sum(1 << t for t, i in enumerate(self.info) if i.kind == ATOM and i.aromatic)
         self.aromatic_carbon = 0  # aromatic carbon atom tokens (each brings half a Kekulé double bond)
-        self.hypervalent = 0  # atom tokens of S, P, Se, As (their double bonds to O are not unsaturation)
         for t, info in enumerate(self.info):
             if info.kind == ATOM and info.element == ELEMENT_INDEX["C"] and info.aromatic:
                 self.aromatic_carbon |= 1 << t
-            if info.kind == ATOM and ELEMENTS[info.element] in HYPERVALENT:
-                self.hypervalent |= 1 << t
         self._atoms_cache: dict[tuple[int, int, int, int], int] = {}
 
     @classmethod
