@@ -24,6 +24,7 @@ import numpy as np
 
 from . import chem
 from .constraints import DEAD_END
+from .errors import ConfigError
 from .scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking, ranking_score, sort_key
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class CandidatePool:
             ranking = DEFAULT_RANKING if self.scorer is not None else "frequency"
         check_ranking(ranking)
         if ranking != "frequency" and self.scorer is None:
-            raise ValueError(f"ranking {ranking!r} needs the spectrum's posterior (a FingerprintScorer)")
+            raise ConfigError(f"ranking {ranking!r} needs the spectrum's posterior (a FingerprintScorer)")
         samples = self.select(n_per_group)
         groups: dict[str, Counter] = {}
         keys: dict[str, DecodedSample] = {}
