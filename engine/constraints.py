@@ -338,9 +338,6 @@ class _Row:
         """Atom tokens that may bond to the current atom with order ``bond`` (0: first atom of a fragment)."""
         if bond and self.cap[self.cur] < bond:
             return 0
-        return self._atoms_budget(g, bond)
-
-    def _atoms_budget(self, g: SafeGrammar, bond: int) -> int:
         need = max(bond, 1) if bond else 0
         open_orders = self._open_orders()
         if self.atoms_left == 1 and self.open:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -223,7 +224,7 @@ class CandidatesModel(_ColumnsModel):
         if role == SORT_ROLE:
             return (
                 c.rank, c.rank, self.change(c)[1], c.smiles, c.formula, c.count, c.frequency,
-                c.posterior_similarity, c.fingerprint_score if c.fingerprint_score == c.fingerprint_score else -1e300,
+                c.posterior_similarity, -math.inf if math.isnan(c.fingerprint_score) else c.fingerprint_score,
                 0 if self.is_reference(c) else 1,
             )[col]
         if role == DISPLAY:
@@ -244,7 +245,7 @@ class CandidatesModel(_ColumnsModel):
             if col == self.SIMILARITY:
                 return f"{c.posterior_similarity:.3f}"
             if col == self.SCORE:
-                return "" if c.fingerprint_score != c.fingerprint_score else f"{c.fingerprint_score:.1f}"
+                return "" if math.isnan(c.fingerprint_score) else f"{c.fingerprint_score:.1f}"
             if col == self.REFERENCE:
                 return "★ reference" if self.is_reference(c) else ""
         if role == Qt.ItemDataRole.ToolTipRole:

@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -106,8 +107,6 @@ def main(argv=None) -> int:
     bits = BitCalibration.fit(post, targets, prior_strength=args.prior_strength,
                               source=f"out-of-fold posteriors {source}, {len(post)} FOLD=train spectra")
     calibration = Calibration.load(Path(args.bundle) / "calibration.json")
-    from dataclasses import replace
-
     written = save_calibration(args.bundle, replace(calibration, bits=bits))
     print(f"wrote the per-bit calibration into {written}")
     return 0
