@@ -66,7 +66,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn import functional as F
 
-from engine.bundle import native_bf16
+from engine.bundle import native_bf16, sha256_file
 from engine.decoder import ConditionalDecoder, DecoderConfig, parameter_counts
 from engine.errors import BundleError, ConfigError
 
@@ -82,6 +82,9 @@ from .checkpoint import (
     write_json_atomic,
 )
 from .dataset import IGNORE_INDEX, CorpusDataset
+from .noise import FingerprintNoise
+
+NOISE_STREAM = 0x6E6F6973  # tags the noise generator's seed sequence apart from reseed()'s
 
 # -----------------------------------------------------------------------------------------------
 # Configuration
@@ -125,6 +128,11 @@ class PretrainConfig:
         "help": "start a new stage from the decoder of an earlier run (its run directory, a checkpoint, an "
                 "exported decoder or a model bundle): weights only; optimizer, schedule and data order start "
                 "afresh, so give another --seed to see the corpus in a new order"})
+    noise_model: str | None = field(default=None, metadata={
+        "help": "fingerprint noise model (python -m training.noise fit): rows of a batch may condition on a "
+                "simulated band query of their fingerprint instead of the true one"})
+    noise_fraction: float = field(default=0.0, metadata={
+        "help": "share of the records (each drawn independently) that condition on a simulated query"})
 
     def __post_init__(self):
         if not self.corpus:
@@ -162,6 +170,13 @@ class PretrainConfig:
             raise ConfigError(f"`precision` must be 'auto', 'bf16' or 'fp32', got {self.precision!r}.")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"`device` must be 'auto', 'cpu' or 'cuda', got {self.device!r}.")
+        if not 0 <= self.noise_fraction <= 1:
+            raise ConfigError(f"`noise_fraction` must be in [0, 1], got {self.noise_fraction!r}.")
+        if self.noise_fraction > 0 and not self.noise_model:
+            raise ConfigError(
+                f"`noise_fraction` {self.noise_fraction} needs `noise_model`: fit one with "
+                "`python -m training.noise fit --oof runs/oof --out runs/noise.npz`."
+            )
         if self.init_from and self.init_decoder:
             raise ConfigError("Give `init_from` (a SAFE-GPT checkpoint) or `init_decoder` (our own decoder), not both.")
 
@@ -214,6 +229,8 @@ class Validated:
     loss: float
     accuracy: float
     tokens: int
+    noisy_loss: float | None = None  # the same records conditioned on simulated queries (noise-aware runs)
+    noisy_accuracy: float | None = None
 
 
 @dataclass(frozen=True)
@@ -525,6 +542,8 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
 
     # data: structure-disjoint validation split, formula-grouped batches of the rest
     ds = CorpusDataset(config.corpus)
+    noise = FingerprintNoise.load(config.noise_model) if config.noise_model else None
+    noise_sha = sha256_file(config.noise_model) if config.noise_model else None
     is_val = validation_mask(ds, config.val_fraction)
     train_ids = np.flatnonzero(~is_val)
     val_ids = np.flatnonzero(is_val)[: config.val_max_records]
@@ -554,6 +573,11 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
     if ckpt is not None:
         state = load_checkpoint(ckpt, model=model, optimizer=optimizer, param_names=param_names)
         _check_resumable(state, config, ds, env)
+        if state.get("noise_model") != noise_sha:
+            raise ConfigError(
+                f"cannot resume exactly: the noise model {config.noise_model} is not the file the run was trained "
+                "with (its checksum differs); restore that file or start a new `out`."
+            )
         step, epoch, position = state["step"], state["sampler"]["epoch"], state["sampler"]["batches_done"]
         resumed_from = str(ckpt)
     elif config.init_decoder:
@@ -594,6 +618,7 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
                 "world_size": env.world_size,
                 "config": asdict(config),
                 "corpus": {"n_records": len(ds), "tokenizer": ds.tokenizer.fingerprint()},
+                "noise_model": noise_sha,
                 "decoder_config": model_config.to_dict(),
                 "metrics": last,
                 "saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -617,6 +642,9 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
         t0 = time.perf_counter()
         reseed(config.seed, env.rank, step)
         batches = [ds.collate(train_ids[stream.next()]) for _ in range(config.grad_accum)]
+        if noise is not None:  # a generator of (seed, rank, step): a resumed run draws the same queries
+            noise_rng = np.random.default_rng([config.seed, env.rank, step, NOISE_STREAM])
+            batches = [noise.corrupt_batch(b, config.noise_fraction, noise_rng) for b in batches]
         pieces = [to_device(p, model_config, env.device)
                   for b in batches for p in split_by_length(b, config.forward_tokens)]  # fmt: skip
         n_local = sum(int((p["targets"] != IGNORE_INDEX).sum()) for p in pieces)
@@ -642,8 +670,10 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
             log_tokens, log_seconds = 0, 0.0
 
         if val_batches and ((config.eval_every and step % config.eval_every == 0) or step == max_steps):
-            val = evaluate(net, model, ds, val_batches, model_config, env, amp, step, config.forward_tokens)
+            val = evaluate(net, model, ds, val_batches, model_config, env, amp, step, config.forward_tokens, noise)
             last["val_loss"], last["val_accuracy"] = val.loss, val.accuracy
+            if val.noisy_loss is not None:
+                last["val_noisy_loss"], last["val_noisy_accuracy"] = val.noisy_loss, val.noisy_accuracy
             if env.is_main:
                 log_metrics(metrics_path, {"kind": "val", **asdict(val)})
             yield val
@@ -658,13 +688,28 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
 
 
 @torch.no_grad()
-def evaluate(net, model, ds, val_batches, model_config, env: DistEnv, amp, step: int, forward_tokens: int) -> Validated:
-    """Token-mean loss and accuracy over the validation batches (split over ranks)."""
+def evaluate(
+    net, model, ds, val_batches, model_config, env: DistEnv, amp, step: int, forward_tokens: int,
+    noise: FingerprintNoise | None = None,
+) -> Validated:
+    """Token-mean loss and accuracy over the validation batches (split over ranks); with a noise model
+    also over the same records conditioned on simulated queries (fixed draws, the same at every step)."""
+    loss, accuracy, count = _validate(net, model, ds, val_batches, model_config, env, amp, forward_tokens, None)
+    if noise is None:
+        return Validated(step, loss, accuracy, count)
+    noisy_loss, noisy_accuracy, _ = _validate(net, model, ds, val_batches, model_config, env, amp, forward_tokens, noise)
+    return Validated(step, loss, accuracy, count, noisy_loss, noisy_accuracy)
+
+
+def _validate(net, model, ds, val_batches, model_config, env, amp, forward_tokens, noise) -> tuple[float, float, int]:
     module = net.module if isinstance(net, nn.parallel.DistributedDataParallel) else net
     model.eval()
     loss_sum, correct, count = 0.0, 0, 0
     mine = val_batches[env.rank :: env.world_size]
-    pieces = (p for ids in mine for p in split_by_length(ds.collate(ids), forward_tokens))
+    batches = (ds.collate(ids) for ids in mine)
+    if noise is not None:
+        batches = (noise.corrupt_batch(b, 1.0, np.random.default_rng([i, NOISE_STREAM])) for i, b in enumerate(batches))
+    pieces = (p for b in batches for p in split_by_length(b, forward_tokens))
     for piece in pieces:
         b = to_device(piece, model_config, env.device)
         with amp():
@@ -678,7 +723,7 @@ def evaluate(net, model, ds, val_batches, model_config, env: DistEnv, amp, step:
         count += int(valid.sum())
     model.train()
     loss_sum, correct, count = env.all_reduce_sum([loss_sum, correct, count])
-    return Validated(step, loss_sum / max(count, 1), correct / max(count, 1), int(count))
+    return loss_sum / max(count, 1), correct / max(count, 1), int(count)
 
 
 def _check_resumable(state: dict, config: PretrainConfig, ds: CorpusDataset, env: DistEnv) -> None:
@@ -761,7 +806,9 @@ def main(argv: list[str] | None = None) -> int:
                     bar.update(1)
                     bar.set_postfix(loss=f"{event.loss:.4f}", lr=f"{event.lr:.2e}", tok_s=f"{event.tokens_per_s:,.0f}")
                 elif isinstance(event, Validated):
-                    bar.write(f"step {event.step}: val loss {event.loss:.4f}, token accuracy {event.accuracy:.4f}")
+                    noisy = "" if event.noisy_loss is None else (
+                        f"; simulated queries: loss {event.noisy_loss:.4f}, accuracy {event.noisy_accuracy:.4f}")
+                    bar.write(f"step {event.step}: val loss {event.loss:.4f}, token accuracy {event.accuracy:.4f}{noisy}")
                 elif isinstance(event, CheckpointSaved):
                     bar.write(f"step {event.step}: checkpoint ({event.reason}) {event.path}")
                 elif isinstance(event, Finished):
