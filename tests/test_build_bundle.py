@@ -92,3 +92,17 @@ def test_a_folder_without_a_decoder_is_refused(runs, tmp_path):
         from training.build_bundle import resolve_decoder_checkpoint
 
         resolve_decoder_checkpoint(tmp_path)
+
+
+def test_a_new_decoder_beside_the_encoder_of_an_existing_bundle(runs, tmp_path):
+    assert _build(runs, tmp_path / "first") == 0
+    list(pretrain(tiny_config(runs / "corpus", tmp_path / "next", max_steps=1, init_decoder=str(tmp_path / "first"))))
+    assert build_main(["--decoder", str(tmp_path / "next"), "--encoder", str(tmp_path / "first"),
+                       "--name", "second", "--out", str(tmp_path / "second")]) == 0
+    first, second = load_bundle(tmp_path / "first", device="cpu"), load_bundle(tmp_path / "second", device="cpu")
+    for (name, a), b in zip(first.encoder.state_dict().items(), second.encoder.state_dict().values()):
+        assert np.array_equal(a.float().numpy(), b.float().numpy()), name
+    assert (tmp_path / "first" / "calibration.json").read_text() == (tmp_path / "second" / "calibration.json").read_text()
+    # the encoder's training record travels with it, so the card still describes it
+    assert second.config["training"]["encoder_summary"] == first.config["training"]["encoder_summary"]
+    assert "Encoder: 3 steps" in (tmp_path / "second" / "MODEL_CARD.md").read_text()

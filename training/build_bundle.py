@@ -211,7 +211,9 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
             f"{dec.get('train_hours', 0):.1f} h at ~{dec.get('tokens_per_s', 0):,.0f} tokens/s. "
             + (f"Held-out teacher-forced loss {dec['val']['loss']:.3f}, token accuracy {dec['val']['accuracy']:.3f}."
                if dec.get("val") else ""))
-    if enc:
+    if enc and not enc.get("metrics") and enc.get("note"):
+        lines.append(f"- Encoder and calibration: {enc['note']}, unchanged; its training is in that bundle's card.")
+    elif enc:
         m = enc.get("metrics", {})
         lines.append(
             f"- Encoder: {m.get('steps', '?')} steps, {m.get('train_minutes', 0):.0f} min, best step "
@@ -252,12 +254,25 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
     return "\n".join(lines)
 
 
+def is_bundle(folder: Path) -> bool:
+    """A model bundle (config.json + both weight files), as opposed to a training run directory."""
+    return all((folder / f).is_file() for f in ("config.json", "encoder.safetensors", "decoder.safetensors"))
+
+
 def build(args: argparse.Namespace) -> Path:
     dtype = DTYPES[args.dtype]
     checkpoint = resolve_decoder_checkpoint(Path(args.decoder))
     decoder, tokenizer = load_decoder(checkpoint)
     encoder_dir = Path(args.encoder)
-    encoder = load_encoder(encoder_dir)
+    if is_bundle(encoder_dir):  # a new decoder beside the encoder and calibration of an existing model
+        source = load_bundle(encoder_dir, device="cpu", use_adapter=False, precision="fp32")
+        encoder = source.encoder.float().eval()
+        enc_summary = source.config.get("training", {}).get("encoder_summary") or {
+            "metrics": {}, "train_config": {}, "note": f"the encoder of bundle {source.name} [{source.checksum[:12]}]"}
+    else:
+        encoder = load_encoder(encoder_dir)
+        enc_summary = {"metrics": _json(encoder_dir / "metrics.json"),
+                       "train_config": _json(encoder_dir / "train_config.json")}
     calibration_file = Path(args.calibration) if args.calibration else encoder_dir / "calibration.json"
     calibration = Calibration.load(calibration_file)
     dec_summary = decoder_training_summary(checkpoint)  # before --force removes --out: it may be a stage's source
@@ -266,12 +281,12 @@ def build(args: argparse.Namespace) -> Path:
         if not args.force:
             raise ConfigError(f"{out} exists; pass --force to replace it.")
         shutil.rmtree(out)
-    enc_summary = {"metrics": _json(encoder_dir / "metrics.json"), "train_config": _json(encoder_dir / "train_config.json")}
     save_bundle(
         out, decoder=decoder.eval(), encoder=encoder, tokenizer=tokenizer, calibration=calibration,
         name=args.name, dtype=dtype,
         extra={"training": {"decoder_checkpoint": f"{dec_summary['run']}/{dec_summary['checkpoint']}",
                             "decoder_step": dec_summary["step"], "encoder_run": encoder_dir.name,
+                            "encoder_summary": enc_summary,
                             "decoder_stages": [*dec_summary.get("earlier_stages", []), stage_record(dec_summary)]}},
     )
     adapter_info = None
@@ -304,7 +319,8 @@ def build(args: argparse.Namespace) -> Path:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--decoder", required=True, help="pretraining run directory or decoder checkpoint")
-    p.add_argument("--encoder", required=True, help="encoder training run directory")
+    p.add_argument("--encoder", required=True,
+                   help="encoder training run directory, or a model bundle whose encoder and calibration to reuse")
     p.add_argument("--calibration", help="calibration.json (default: the encoder run's)")
     p.add_argument("--adapter", help="LoRA adapter folder (adapter_config.json + adapter_model.safetensors)")
     p.add_argument("--evaluation", help="Markdown file with the evaluation table for the model card")
