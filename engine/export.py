@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -117,6 +117,22 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def _create_hidden_temp(directory: Path, name: str) -> tuple[int, Path]:
+    """Create ``.NAME.XXXXXXXX.partial`` in ``directory`` with the permissions of an ordinary new file.
+
+    ``tempfile.mkstemp`` makes files readable by their owner only (0600), and the rename would carry
+    that over to the export; opened with mode 0666 here, the system applies the user's umask
+    (typically giving 0644), as for any file the user creates.
+    """
+    for _ in range(100):
+        tmp = directory / f".{name}.{secrets.token_hex(4)}.partial"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary file name for {name} in {directory}")
+
+
 class CandidateWriter:
     """Stream results into a CSV or SDF file; the target appears only on a clean :meth:`close`.
 
@@ -148,8 +164,7 @@ class CandidateWriter:
         self._kept = "An earlier file of that name, if any, is unchanged."
         try:
             if partial is None:
-                fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".partial", dir=directory)
-                self._tmp = Path(tmp)
+                fd, self._tmp = _create_hidden_temp(directory, self.path.name)
                 self._fh = os.fdopen(fd, "w", newline="", encoding="utf-8")
             else:
                 self._tmp = Path(partial)

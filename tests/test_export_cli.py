@@ -72,6 +72,25 @@ def test_failed_export_keeps_the_earlier_file(tmp_path, results):
     assert list(tmp_path.iterdir()) == [target]  # no temporary file left behind
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+@pytest.mark.parametrize("suffix", [".csv", ".sdf"])
+@pytest.mark.parametrize("named_partial", [False, True])
+def test_exports_get_the_permissions_of_an_ordinary_new_file(tmp_path, results, umask, mode, suffix, named_partial):
+    import os
+    import stat
+
+    target = tmp_path / f"c{suffix}"
+    old = os.umask(umask)
+    try:
+        partial = tmp_path / f"c{suffix}.partial" if named_partial else None
+        with CandidateWriter(target, {"model": "tiny"}, partial=partial) as w:
+            w.write(results[0])
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(target.stat().st_mode) == mode
+
+
 def test_export_rejects_unknown_extension(tmp_path):
     with pytest.raises(ConfigError, match="use a .csv or .sdf"):
         CandidateWriter(tmp_path / "c.xlsx", {})
