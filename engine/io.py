@@ -24,7 +24,10 @@ Rules (docs/bad_inputs.md lists what each bad input gives, generated from tests/
   given stays ``None``. ``default_adduct`` fills in records without one when polarity and charge
   agree with it (a polarity-switching file keeps its other-polarity scans without an adduct).
 * **Formula**: ``FORMULA``, else ``default_formula``; it must use supported elements and, with an
-  adduct, give the precursor m/z within ``max(tol_da, tol_ppm)`` (default 0.01 Da / 10 ppm).
+  adduct, give the precursor m/z within ``max(tol_da, tol_ppm)`` (default 0.01 Da / 10 ppm), or
+  within the precision the precursor is written with when that is coarser: MassBank-style nominal
+  values (``PEPMASS=163`` for an ion at 163.1077) are a check to 1 Da, ``163.1`` to 0.1 Da (the
+  decimals are kept in ``metadata["precursor_mz_decimals"]``).
 * **Precursor m/z** must be a number > 0 (else the record is skipped).
 * **Retention time** (seconds in the Spectrum): ``RTINSECONDS`` is seconds (text that is not a
   number leaves it empty, with a note: it is not needed to elucidate the spectrum);
@@ -64,7 +67,15 @@ from .adducts import Adduct, parse_adduct_or_none
 from .chem import mol_from_smiles
 from .errors import AdductError, FormulaError, InputFileError, SpectrumError
 from .formula import normalize_formula
-from .spectrum import DEFAULT_TOL_DA, DEFAULT_TOL_PPM, SkippedRecord, Spectrum, check_formula_matches_precursor
+from .spectrum import (
+    DEFAULT_TOL_DA,
+    DEFAULT_TOL_PPM,
+    PRECURSOR_DECIMALS_KEY,
+    SkippedRecord,
+    Spectrum,
+    check_formula_matches_precursor,
+    written_decimals,
+)
 
 MISSING = frozenset({"", "n/a", "na", "null", "none", "nan"})
 
@@ -526,13 +537,16 @@ def _mgf_fill(rec: _Record, raw: Mapping[str, str], line_of: Mapping[str, int]) 
             ) from None
         if pepmass_charge:  # as in pyteomics, a charge written in PEPMASS wins
             charge_text, charge_key = pepmass_charge, "pepmass"
+        precursor_text = pepmass
     else:
-        text = _first(raw, _PRECURSOR_KEYS)
-        if text is not None:
+        precursor_text = _first(raw, _PRECURSOR_KEYS)
+        if precursor_text is not None:
             try:
-                rec.precursor_mz = float(text)
+                rec.precursor_mz = float(precursor_text)
             except ValueError:
-                raise SpectrumError(f"precursor m/z {text!r} is not a number") from None
+                raise SpectrumError(f"precursor m/z {precursor_text!r} is not a number") from None
+    if precursor_text is not None and written_decimals(precursor_text) is not None:
+        rec.metadata[PRECURSOR_DECIMALS_KEY] = str(written_decimals(precursor_text))
     if charge_text is not None:
         try:
             charges = [int(c) for c in MGFBase.parse_precursor_charge(charge_text, list_only=True)]

@@ -261,23 +261,54 @@ def _round_ppm(ppm: float) -> str:
     return f"{ppm:.1f}"
 
 
+#: ``metadata`` key: how many decimals the file wrote the precursor m/z with (MGF ``PEPMASS``).
+PRECURSOR_DECIMALS_KEY = "precursor_mz_decimals"
+
+
+def written_decimals(text: str) -> int | None:
+    """Decimals of a number as written: ``"163"`` -> 0, ``"163.10"`` -> 2; ``None`` for exponent notation."""
+    number = text.strip().split()[0] if text.strip() else ""
+    if not number or "e" in number.lower():
+        return None
+    return len(number.split(".", 1)[1]) if "." in number else 0
+
+
+def precursor_precision_da(spectrum: Spectrum) -> float:
+    """One unit of the last decimal the precursor m/z was written with, 0.0 when not recorded.
+
+    MassBank-style records may give a nominal precursor (``PEPMASS=163`` for an ion at 163.1077):
+    written to the unit, the value says the ion lies within 1 Da of it (rounded or truncated alike).
+    """
+    text = spectrum.metadata.get(PRECURSOR_DECIMALS_KEY)
+    if text is None or not text.isdigit():
+        return 0.0
+    return 10.0 ** -int(text)
+
+
 def check_formula_matches_precursor(
     spectrum: Spectrum, tol_ppm: float = DEFAULT_TOL_PPM, tol_da: float = DEFAULT_TOL_DA
 ) -> Spectrum:
     """Raise :class:`SpectrumError` when formula + adduct do not give the precursor m/z.
 
     The tolerance is ``max(tol_da, tol_ppm * 1e-6 * m/z)`` (default 10 ppm or 0.01 Da, whichever
-    is larger). Returns the spectrum unchanged when it fits, or when formula or adduct is unknown.
+    is larger), widened to the precision the file wrote the precursor with
+    (:func:`precursor_precision_da`: ``PEPMASS=163`` is a check to 1 Da, ``163.1`` to 0.1 Da).
+    Returns the spectrum unchanged when it fits, or when formula or adduct is unknown.
     """
     if not spectrum.formula or not spectrum.adduct:
         return spectrum
     expected = precursor_mz_from_neutral(formula_mass(parse_formula(spectrum.formula)), spectrum.adduct)
     delta = spectrum.precursor_mz - expected
     tol = _tolerance(expected, tol_ppm, tol_da)
+    precision = precursor_precision_da(spectrum)
+    why = ""
+    if precision > tol:
+        tol = precision
+        why = f", the precision PEPMASS is written with ({spectrum.metadata[PRECURSOR_DECIMALS_KEY]} decimals)"
     if abs(delta) > tol:
         raise SpectrumError(
             f"formula {spectrum.formula} gives {spectrum.adduct} m/z {expected:.4f} but PEPMASS is "
             f"{spectrum.precursor_mz:g} (Δ {abs(delta):.2f} Da, {_round_ppm(abs(delta) / expected * 1e6)} ppm; "
-            f"tolerance {tol:.4g} Da); fix FORMULA or ADDUCT"
+            f"tolerance {tol:.4g} Da{why}); fix FORMULA or ADDUCT"
         )
     return spectrum

@@ -183,7 +183,8 @@ CASES: list[Case] = [
          content=with_good(record("bad", PEPMASS="0"))),
     Case("precursor_10000", "PEPMASS=10000 (the formula gives 208.10)",
          {**GOOD, "bad": "skipped: formula C11H13NO3 gives [M+H]+ m/z 208.0968 but PEPMASS is 10000 (Δ 9791.90 Da, "
-                         "47100000 ppm; tolerance 0.01 Da); fix FORMULA or ADDUCT"},
+                         "47100000 ppm; tolerance 1 Da, the precision PEPMASS is written with (0 decimals)); "
+                         "fix FORMULA or ADDUCT"},
          content=with_good(record("bad", PEPMASS="10000"))),
     Case("nan_intensities", "some peaks with NaN intensity",
          {**GOOD, "bad": "read; note: 2 peaks with zero, negative or NaN intensity or m/z dropped"},

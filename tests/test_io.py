@@ -436,3 +436,30 @@ def test_streaming_100k_spectra_keeps_memory_flat(tmp_path):
             rss[n] = _rss_mb()
     assert n == 100_000
     assert rss[100_000] - rss[10_000] < 20, rss
+
+
+# ---------------------------------------------------------------------------------------------
+# Precursor m/z written at nominal precision (MassBank-style records)
+# ---------------------------------------------------------------------------------------------
+
+LYSINE_OXIDE = {"TITLE": "nominal", "FORMULA": "C6H14N2O3", "SMILES": None}  # [M+H]+ 163.1077
+
+
+@pytest.mark.parametrize("pepmass", ["163", "163.1", "163.11", "163.1077", "164"])
+def test_nominal_pepmass_is_a_check_at_its_written_precision(tmp_path, pepmass):
+    s = read_one(tmp_path, mgf_record(PEAKS.replace("179.0703", "163.1077"), **LYSINE_OXIDE, PEPMASS=pepmass))
+    assert isinstance(s, Spectrum), s
+    assert s.formula == "C6H14N2O3" and s.precursor_mz == float(pepmass)  # kept as written
+    assert s.metadata["precursor_mz_decimals"] == str(len(pepmass.partition(".")[2]))
+
+
+@pytest.mark.parametrize("pepmass, tolerance", [("165", "1 Da"), ("163.3", "0.1 Da")])
+def test_precursor_off_by_more_than_its_written_precision_is_skipped(tmp_path, pepmass, tolerance):
+    item = read_one(tmp_path, mgf_record(**LYSINE_OXIDE, PEPMASS=pepmass))
+    assert isinstance(item, SkippedRecord)
+    assert f"tolerance {tolerance}, the precision PEPMASS is written with" in item.reason
+
+
+def test_precise_pepmass_keeps_the_ppm_check(tmp_path):
+    item = read_one(tmp_path, mgf_record(**LYSINE_OXIDE, PEPMASS="163.1277"))  # 20 mDa off, 4 decimals
+    assert isinstance(item, SkippedRecord) and "tolerance 0.01 Da)" in item.reason

@@ -232,3 +232,21 @@ def test_nothing_to_check_without_formula_or_adduct(make_spectrum):
 def test_negative_mode_check(make_spectrum):
     s = make_spectrum(adduct="[M-H]-", precursor_mz=177.0557)
     assert check_formula_matches_precursor(s) is s
+
+
+@pytest.mark.parametrize("text, decimals", [("163", 0), ("163.1", 1), (" 163.1077 1200 ", 4), ("1.6e2", None)])
+def test_written_decimals(text, decimals):
+    from engine.spectrum import written_decimals
+
+    assert written_decimals(text) == decimals
+
+
+def test_written_precision_widens_the_formula_check(make_spectrum):
+    from engine.spectrum import precursor_precision_da
+
+    nominal = make_spectrum(precursor_mz=179.0, metadata={"precursor_mz_decimals": "0"})
+    assert precursor_precision_da(nominal) == 1.0
+    assert check_formula_matches_precursor(nominal) is nominal
+    assert check_formula_matches_precursor(nominal.with_formula("C10H10O3")) is not None  # kept by copies
+    with pytest.raises(SpectrumError, match="tolerance 0.01 Da\\)"):
+        check_formula_matches_precursor(make_spectrum(precursor_mz=179.0))  # no precision recorded: 10 ppm
