@@ -40,11 +40,13 @@ Rules (docs/bad_inputs.md lists what each bad input gives, generated from tests/
   not merged (see :func:`engine.spectrum.sort_and_merge_peaks`).
 * **Reference SMILES** that RDKit cannot parse are dropped (``smiles=None``) with a note in
   ``metadata["warnings"]``; the spectrum itself stays usable.
-* **mzML**: only MS2 scans (MS:1000511 = 2) are records; MS1 and MSn>2 scans are passed over
-  silently, but a file without any MS2 scan is an ``InputFileError``. Precursor from the selected
+* **mzML**: only MS2 scans (MS:1000511 = 2) are records; MS1 scans are yielded as
+  :class:`~engine.spectrum.SurveyScan` with ``survey_scans=True`` (else passed over, as MSn>2
+  scans always are), but a file without any MS2 scan is an ``InputFileError``. Precursor from the selected
   ion (MS:1000744), else the isolation window target (MS:1000827); charge MS:1000041; polarity
-  MS:1000130/MS:1000129; ``id`` is the native scan id. Peak arrays are decoded scan by scan, so a
-  damaged array skips its scan only.
+  MS:1000130/MS:1000129; ``id`` is the native scan id; ``metadata`` keeps the precursor's survey
+  scan (``precursor_scan_id``, from ``spectrumRef``) and intensity (``precursor_intensity``).
+  Peak arrays are decoded scan by scan, so a damaged array skips its scan only.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from .spectrum import (
     PRECURSOR_DECIMALS_KEY,
     SkippedRecord,
     Spectrum,
+    SurveyScan,
     check_formula_matches_precursor,
     written_decimals,
 )
@@ -119,14 +122,17 @@ def iter_spectra(
     default_formula: str | None = None,
     tol_ppm: float = DEFAULT_TOL_PPM,
     tol_da: float = DEFAULT_TOL_DA,
-) -> Iterator[Spectrum | SkippedRecord]:
+    survey_scans: bool = False,
+) -> Iterator[Spectrum | SkippedRecord | SurveyScan]:
     """Stream the spectra of an MGF / mzML file (``.gz`` too): ``Spectrum`` or ``SkippedRecord`` each.
 
     The file is checked at once (``InputFileError`` before the first record); its records are read
     lazily. ``default_adduct`` / ``default_formula`` fill in records that give none (see the module
-    notes); a bad default raises ``AdductError`` / ``FormulaError`` here.
+    notes); a bad default raises ``AdductError`` / ``FormulaError`` here. ``survey_scans=True``
+    also yields the MS1 scans of an mzML run as :class:`~engine.spectrum.SurveyScan` (in file
+    order, between the MS2 scans), so callers can count them and use them as precursor evidence.
     """
-    options = _Options.create(path, default_adduct, default_formula, tol_ppm, tol_da)
+    options = _Options.create(path, default_adduct, default_formula, tol_ppm, tol_da, survey_scans)
     fmt = detect_format(path)
     records = _iter_mgf(options) if fmt == "mgf" else _iter_mzml(options)
     return _file_errors_wrapped(options.source, fmt, records)
@@ -268,9 +274,10 @@ class _Options:
     default_formula: str | None
     tol_ppm: float
     tol_da: float
+    survey_scans: bool = False
 
     @classmethod
-    def create(cls, path, default_adduct, default_formula, tol_ppm, tol_da) -> _Options:
+    def create(cls, path, default_adduct, default_formula, tol_ppm, tol_da, survey_scans=False) -> _Options:
         adduct = parse_adduct_or_none(default_adduct)
         if adduct is not None and abs(adduct.charge) != 1:
             raise AdductError(
@@ -278,7 +285,7 @@ class _Options:
                 f"adducts such as [M+H]+ or [M-H]- can be used."
             )
         formula = normalize_formula(default_formula) if default_formula else None
-        return cls(Path(path), str(path), adduct, formula, float(tol_ppm), float(tol_da))
+        return cls(Path(path), str(path), adduct, formula, float(tol_ppm), float(tol_da), bool(survey_scans))
 
 
 @dataclass
@@ -608,6 +615,10 @@ def _iter_mzml(options: _Options) -> Iterator[Spectrum | SkippedRecord]:
             n_scans += 1
             level = _cv(spec, "MS:1000511", "ms level")
             levels[str(level)] += 1
+            if _int_or(level, -1) == 1 and options.survey_scans:
+                scan = _survey_scan(options, _int_or(spec.get("index"), position), spec)
+                if scan is not None:
+                    yield scan
             if _int_or(level, -1) != 2:
                 continue
             n_ms2 += 1
@@ -659,12 +670,12 @@ def _mzml_record(options: _Options, index: int, spec: Mapping) -> Spectrum | Ski
         if precursor_mz is not None:
             metadata["precursor_source"] = "isolation window target m/z"
     charge = _cv(ion, "MS:1000041", "charge state")
-    if _cv(spec, "MS:1000130", "positive scan") is not None:
-        polarity = "positive"
-    elif _cv(spec, "MS:1000129", "negative scan") is not None:
-        polarity = "negative"
-    else:
-        polarity = None
+    polarity = _polarity(spec)
+    if precursor.get("spectrumRef"):
+        metadata["precursor_scan_id"] = str(precursor["spectrumRef"])
+    precursor_intensity = _cv(ion, "MS:1000042", "peak intensity")
+    if precursor_intensity is not None:
+        metadata["precursor_intensity"] = f"{float(precursor_intensity):g}"
     energy = _cv(precursor.get("activation") or {}, "MS:1000045", "collision energy")
     if energy is not None:
         metadata["collision_energy"] = f"{energy:g}"
@@ -686,6 +697,27 @@ def _mzml_record(options: _Options, index: int, spec: Mapping) -> Spectrum | Ski
         metadata=metadata,
     )
     return _build(options, rec)
+
+
+def _polarity(spec: Mapping) -> str | None:
+    if _cv(spec, "MS:1000130", "positive scan") is not None:
+        return "positive"
+    if _cv(spec, "MS:1000129", "negative scan") is not None:
+        return "negative"
+    return None
+
+
+def _survey_scan(options: _Options, index: int, spec: Mapping) -> SurveyScan | None:
+    """An MS1 scan; ``None`` when its peaks cannot be decoded (it is evidence only, the run goes on)."""
+    try:
+        mz, intensity = _decoded(spec, "m/z array"), _decoded(spec, "intensity array")
+    except SpectrumError:
+        return None
+    if mz.shape != intensity.shape:
+        return None
+    keep = np.isfinite(mz) & np.isfinite(intensity) & (mz > 0) & (intensity > 0)
+    return SurveyScan(id=str(spec.get("id") or index), index=index, retention_time=_mzml_rt(_first_scan(spec)),
+                      polarity=_polarity(spec), mz=mz[keep], intensity=intensity[keep], source=options.source)
 
 
 def _first_scan(spec: Mapping) -> Mapping:

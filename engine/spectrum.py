@@ -175,6 +175,39 @@ class SkippedRecord:
     reason: str
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SurveyScan:
+    """An MS1 survey scan of an LC-MS/MS run (mzML), kept for precursor evidence (isotopes, adducts).
+
+    Peaks are float64, sorted by m/z and read-only, like a :class:`Spectrum`'s.
+    """
+
+    id: str
+    index: int  # the scan's index in its file
+    retention_time: float | None  # seconds
+    polarity: str | None
+    mz: np.ndarray
+    intensity: np.ndarray
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        mz = _peak_array(self.mz, "mz")
+        intensity = _peak_array(self.intensity, "intensity")
+        if mz.shape != intensity.shape:
+            raise SpectrumError(f"`mz` has {mz.size} values but `intensity` has {intensity.size}.")
+        if mz.size > 1 and np.any(np.diff(mz) < 0):
+            order = np.argsort(mz, kind="stable")
+            mz, intensity = mz[order], intensity[order]
+        mz.flags.writeable = False
+        intensity.flags.writeable = False
+        object.__setattr__(self, "mz", mz)
+        object.__setattr__(self, "intensity", intensity)
+
+    @property
+    def n_peaks(self) -> int:
+        return int(self.mz.size)
+
+
 # ----------------------------------------------------------------------------------------------
 # Preprocessing steps: Spectrum -> new Spectrum
 # ----------------------------------------------------------------------------------------------
@@ -312,3 +345,35 @@ def check_formula_matches_precursor(
             f"tolerance {tol:.4g} Da{why}); fix FORMULA or ADDUCT"
         )
     return spectrum
+
+
+# ----------------------------------------------------------------------------------------------
+# Spectra that hold only the precursor
+# ----------------------------------------------------------------------------------------------
+
+#: Note for a spectrum without fragments (shown by the CLI summary and the app).
+NO_FRAGMENTS_NOTE = "no fragments: candidates reflect the formula only"
+FRAGMENT_MARGIN_DA = 2.0
+
+
+def has_fragments(spectrum: Spectrum, margin_da: float = FRAGMENT_MARGIN_DA) -> bool:
+    """Whether any peak lies below ``precursor m/z - margin_da`` (default 2 Da).
+
+    Peaks within 2 Da of the precursor (the precursor, its isotopes, a loss of H2) say nothing about
+    the structure: with none below, the encoder sees only the formula, and so do its candidates.
+    """
+    if margin_da < 0:
+        raise ConfigError(f"`margin_da` must be >= 0, got {margin_da}.")
+    return bool(np.any(spectrum.mz < spectrum.precursor_mz - margin_da))
+
+
+def note_no_fragments(spectrum: Spectrum, margin_da: float = FRAGMENT_MARGIN_DA) -> Spectrum:
+    """A copy noting :data:`NO_FRAGMENTS_NOTE` in ``metadata["warnings"]`` when it has no fragments.
+
+    Returns the spectrum itself when it has fragments or already carries the note.
+    """
+    warnings = spectrum.metadata.get("warnings", "")
+    if has_fragments(spectrum, margin_da) or NO_FRAGMENTS_NOTE in warnings:
+        return spectrum
+    metadata = {**spectrum.metadata, "warnings": f"{warnings}; {NO_FRAGMENTS_NOTE}" if warnings else NO_FRAGMENTS_NOTE}
+    return dataclasses.replace(spectrum, metadata=metadata)

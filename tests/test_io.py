@@ -92,6 +92,21 @@ def test_small_mzml(data_dir):
     assert (no_charge.index, no_charge.charge, no_charge.polarity) == (3, 0, "positive")
 
 
+def test_mzml_survey_scans_on_request(data_dir):
+    from engine.spectrum import SurveyScan
+
+    items = list(iter_spectra(data_dir / "small.mzML", survey_scans=True))
+    kinds = ["MS1" if isinstance(i, SurveyScan) else "MS2" for i in items]
+    assert kinds == ["MS2", "MS2", "MS1", "MS2", "MS2", "MS2", "MS1", "MS2", "MS2", "MS2"]  # file order
+    survey = items[2]
+    assert survey.id == "controllerType=0 controllerNumber=1 scan=623" and survey.index == 2
+    assert survey.n_peaks == 926 and survey.polarity == "positive"
+    assert survey.retention_time == pytest.approx(3.3476647 * 60)
+    assert not survey.mz.flags.writeable and (survey.intensity > 0).all()
+    assert items[3].metadata["precursor_scan_id"] == survey.id  # the MS2 scan names its survey scan
+    assert [i.index for i in iter_spectra(data_dir / "small.mzML")] == [0, 1, 3, 4, 5, 7, 8, 9]  # default: none
+
+
 def test_mzml_default_adduct_fills_matching_polarity_only(data_dir):
     positive, _ = read_spectra(data_dir / "small.mzML", default_adduct="M+H")
     assert {(s.adduct, s.charge) for s in positive} == {("[M+H]+", 1)}

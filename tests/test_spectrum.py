@@ -250,3 +250,36 @@ def test_written_precision_widens_the_formula_check(make_spectrum):
     assert check_formula_matches_precursor(nominal.with_formula("C10H10O3")) is not None  # kept by copies
     with pytest.raises(SpectrumError, match="tolerance 0.01 Da\\)"):
         check_formula_matches_precursor(make_spectrum(precursor_mz=179.0))  # no precision recorded: 10 ppm
+
+
+# ---------------------------------------------------------------------------------------------
+# Precursor-only spectra
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mz, expected",
+    [
+        ([179.0703], False),  # the precursor alone
+        ([177.1, 178.0, 179.0703, 180.0736], False),  # within 2 Da: precursor, isotope, loss of H2
+        ([177.0, 179.0703], True),  # 2.07 Da below: a fragment
+        ([51.0, 179.0703], True),
+    ],
+)
+def test_has_fragments(make_spectrum, mz, expected):
+    from engine.spectrum import has_fragments
+
+    assert has_fragments(make_spectrum(mz=mz, intensity=[1.0] * len(mz))) is expected
+
+
+def test_note_no_fragments_is_pure_and_added_once(make_spectrum):
+    from engine.spectrum import NO_FRAGMENTS_NOTE, note_no_fragments
+
+    with_fragments = make_spectrum()
+    assert note_no_fragments(with_fragments) is with_fragments
+    bare = make_spectrum(mz=[179.0703], intensity=[10.0], metadata={"warnings": "1 peak dropped"})
+    noted = note_no_fragments(bare)
+    assert noted.metadata["warnings"] == f"1 peak dropped; {NO_FRAGMENTS_NOTE}"
+    assert bare.metadata["warnings"] == "1 peak dropped"  # the input is unchanged
+    assert note_no_fragments(noted) is noted
+    assert NO_FRAGMENTS_NOTE == "no fragments: candidates reflect the formula only"
