@@ -1,9 +1,10 @@
-"""The main window: spectra list, spectrum plot, query parameters, candidates; menus and workers.
+"""The main window: spectra list, spectrum plot, query parameters, candidates; menus and dialogs.
 
-Long work (reading files, loading a model, elucidating, exporting) runs in
-:class:`~msgpt_gui.workers.GeneratorWorker` threads; the window only ever reacts to their signals,
-so it stays responsive and Esc cancels at the next decoding step. One "task" (model load, run or
-export) runs at a time; files load beside it, one after the other.
+Long work (reading files, loading a model, elucidating, exporting) is orchestrated by
+:class:`~msgpt_gui.run_controller.RunController` in :class:`~msgpt_gui.workers.GeneratorWorker`
+threads; the window only ever reacts to its signals, so it stays responsive and Esc cancels at the
+next decoding step. One "task" (model load, run or export) runs at a time; files load beside it,
+one after the other.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 re
 
 import logging
 import time
-from collections import deque
 from pathlib import Path
 
 from PySide6.QtCore import QItemSelectionModel, QSize, Qt, QTimer, Signal
@@ -38,31 +38,16 @@ from engine import __version__
 from engine.bundle import ModelBundle, resolve_device
 from engine.errors import MsgptError
 from engine.paths import default_model_dir, examples_dir
-from engine.pipeline import QueryParams, SpectrumSession
+from engine.pipeline import QueryParams
 
 from . import tooltips
 from .candidates_view import CandidatesPanel, fit_columns
-from .jobs import (
-    EntryFailed,
-    EntryFinished,
-    EntryProgress,
-    EntryRanking,
-    EntryStarted,
-    ExportProgress,
-    RecordsRead,
-    SpectrumEntry,
-    Status,
-    elucidate_sessions,
-    export_candidates,
-    export_info,
-    load_file,
-    load_model,
-)
+from .jobs import SpectrumEntry, Status, export_info
 from .models import KEY_ROLE, SortProxy, SpectraModel
 from .params_view import ParamsPanel
+from .run_controller import RunController
 from .settings import Settings
 from .spectrum_view import SpectrumPanel
-from .workers import GeneratorWorker
 
 log = logging.getLogger(__name__)
 
@@ -97,30 +82,22 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.settings = settings or Settings()
         self.popups = popups
-        self.bundle: ModelBundle | None = None
         self.model_dir = Path(model).expanduser() if model else self._settings_model_dir()
         self.device = device or self.settings.device
         self.query_params: QueryParams = self.settings.query_params()
-        self.task: GeneratorWorker | None = None
-        self.task_kind = ""
-        self.loader: GeneratorWorker | None = None
-        self._load_queue: deque[Path] = deque()
-        self._open_paths: set[str] = set()
-        self._next_key = 0
-        self._run: dict = {}
-        self._retune_pending = False
-        self._announcements: list = []
         self.first_candidates_s: float | None = None  # time from Run to the first candidates on screen
 
         self.setWindowTitle("MS-GPT Desktop")
         self.setAcceptDrops(True)
         self._build_widgets()
+        self._retune_timer = QTimer(self, singleShot=True, interval=RETUNE_DELAY_MS)
+        self._retune_timer.timeout.connect(self._retune)
+        self.runs = RunController(self.spectra, self)
+        self._connect_runs()
         self._build_actions()
         self._build_menus()
         self._build_statusbar()
         self._restore_layout()
-        self._retune_timer = QTimer(self, singleShot=True, interval=RETUNE_DELAY_MS)
-        self._retune_timer.timeout.connect(self._retune)
         self._update_actions()
 
         self.load_model(self.model_dir, quiet_if_default=True)
@@ -137,6 +114,39 @@ class MainWindow(QMainWindow):
     def _settings_model_dir(self) -> Path:
         saved = self.settings.model_path
         return Path(saved) if saved else default_model_dir()
+
+    def _connect_runs(self) -> None:
+        r = self.runs
+        for theirs, ours in ((r.worker_started, self.worker_started), (r.file_loaded, self.file_loaded),
+                             (r.model_changed, self.model_changed), (r.run_finished, self.run_finished),
+                             (r.export_finished, self.export_finished)):
+            theirs.connect(ours)
+        r.message.connect(lambda level, text: self.show_message(text, level))
+        r.status.connect(self.status)
+        r.progress.connect(self._show_progress)
+        r.task_started.connect(self._task_started)
+        r.task_ended.connect(self._task_ended)
+        r.loader_changed.connect(self._update_actions)
+        r.records_added.connect(self._records_added)
+        r.file_read.connect(self._file_read)
+        r.model_loaded.connect(self._model_loaded)
+        r.model_failed.connect(self._model_failed)
+        r.entry_updated.connect(self._entry_updated)
+        r.retune_wanted.connect(self._retune_timer.start)
+
+    @property
+    def bundle(self) -> ModelBundle | None:
+        return self.runs.bundle
+
+    @property
+    def busy(self) -> bool:
+        """A task (model load, run, export) is running; files may load beside it."""
+        return self.runs.busy
+
+    @property
+    def loader(self):
+        """The worker reading a file, or None."""
+        return self.runs.loader
 
     def _build_widgets(self) -> None:
         self.spectra = SpectraModel(self)
@@ -380,21 +390,17 @@ class MainWindow(QMainWindow):
             if not quiet_if_default:  # asked for from the menu: keep whatever model is loaded
                 self.show_message(text.replace("No model loaded: t", "T"))
                 return False
-            self.bundle = None
             self.model_dir = path
+            self.runs.bundle = None
             self._sync_adapter_switch()
             self.status(text, 0)
             self._show_model_label()
-            self.model_changed.emit(None)
+            self.runs.unload_model()
             return False
         self.model_label.setText(f"Loading model {path.name}…")
-        self._start_task("model", GeneratorWorker(load_model, str(path), self.device, name="loading the model"),
-                         on_returned=lambda bundle: self._model_loaded(bundle, path),
-                         on_errored=lambda msg: self._model_failed(msg, path))
-        return True
+        return self.runs.load_model(path, self.device)
 
     def _model_loaded(self, bundle: ModelBundle, path: Path) -> None:
-        self.bundle = bundle
         self.model_dir = path
         self.settings.model_path = "" if path == default_model_dir() else str(path)
         self._reset_all_results()
@@ -402,7 +408,6 @@ class MainWindow(QMainWindow):
         _, device_note = resolve_device(self.device)
         self._show_model_label()
         self.status(f"Model {bundle.name} loaded. {device_note}")
-        self._announce(self.model_changed, bundle)
 
     def _sync_adapter_switch(self) -> None:
         """The "Use adapter" box is enabled only for a model with an adapter; the parameters follow it."""
@@ -417,7 +422,6 @@ class MainWindow(QMainWindow):
         self.show_message(f"Cannot load the model bundle {path}:\n{message}", "error")
         if self.bundle is None:
             self.status("No model loaded: choose Model ▸ Open Model Folder… to pick a model bundle folder.", 0)
-        self._announce(self.model_changed, self.bundle)
 
     def _show_model_label(self) -> None:
         if self.bundle is None:
@@ -525,80 +529,36 @@ class MainWindow(QMainWindow):
                 expanded.extend(inside)
             else:
                 expanded.append(p)
+        queued = []
         for p in expanded:
-            key = str(p.resolve()) if p.exists() else str(p)
-            if key in self._open_paths or p in self._load_queue:
+            if self.runs.is_open(p) or p in queued:
                 self.status(f"{p.name} is already open.")
                 continue
             if p.is_file():
                 self.settings.add_recent_file(str(p))
-            self._load_queue.append(p)
-        self._next_load()
+            queued.append(p)
+        self.runs.load_files(queued)
 
-    def _next_load(self) -> None:
-        if self.loader is not None or not self._load_queue:
-            self._update_actions()
-            return
-        path = self._load_queue.popleft()
-        self._loading = {"path": path, "n": 0, "skipped": 0, "t0": time.perf_counter()}
-        worker = GeneratorWorker(load_file, str(path), name=f"reading {path.name}")
-        self.loader = worker
-        worker.yielded.connect(self._records_read)
-        worker.returned.connect(lambda n: self._load_done(path, n))
-        worker.errored.connect(lambda msg: self._load_failed(path, msg))
-        worker.aborted.connect(lambda: self._load_cancelled(path))
-        worker.finished.connect(lambda: self._loader_finished(worker, path))
-        self.status(f"Reading {path.name}…", 0)
-        self.worker_started.emit(worker)
-        worker.start()
-        self._update_actions()
-
-    def _records_read(self, batch: RecordsRead) -> None:
-        self._open_paths.add(str(Path(batch.path).resolve()))
-        entries = []
-        for item in batch.items:
-            entries.append(SpectrumEntry.from_item(self._next_key, item))
-            self._next_key += 1
-        self._loading["n"] += len(entries)
-        self._loading["skipped"] += sum(e.spectrum is None for e in entries)
-        first = self.spectra.rowCount() == 0
-        self.spectra.append(entries)
+    def _records_added(self, path: str, entries: list[SpectrumEntry], first_batch: bool) -> None:
         self._update_spectra_title()
-        self.status(f"Reading {Path(batch.path).name}: {self._loading['n']:,} records…", 0)
-        if first or not self.spectra_view.selectionModel().currentIndex().isValid():
+        if self.spectra.rowCount() == len(entries) or not self.spectra_view.selectionModel().currentIndex().isValid():
             self.select_entry(entries[0].key)
 
-    def _load_done(self, path: Path, n: int) -> None:
-        self._open_paths.add(str(path.resolve()))
-        skipped = self._loading["skipped"]
+    def _file_read(self, path: str, n: int, seconds: float) -> None:
+        path = Path(path)
+        skipped = sum(e.spectrum is None for e in self.spectra.entries if e.source == str(path))
         note = f" ({skipped} skipped: see their status)" if skipped else ""
         if n == 0:
             self.show_message(f"{path.name} holds no MS/MS spectra.", "info")
         hint = " No model loaded: choose Model ▸ Open Model Folder… to run." if self.bundle is None and not self.busy else ""
-        self.status(f"Read {n:,} records from {path.name}{note} in {time.perf_counter() - self._loading['t0']:.1f} s."
-                    + hint, 0 if hint else 8000)
-
-    def _load_failed(self, path: Path, message: str) -> None:
-        n = self._loading["n"]
-        kept = f"\nThe {n} records read before the problem are kept." if n else ""
-        self.show_message(f"Cannot read {path.name}:\n{message}{kept}", "error")
-
-    def _load_cancelled(self, path: Path) -> None:
-        self.status(f"Stopped reading {path.name} after {self._loading['n']:,} records.")
-
-    def _loader_finished(self, worker: GeneratorWorker, path: Path) -> None:
-        if self.loader is worker:
-            self.loader = None
-        worker.deleteLater()
-        self.file_loaded.emit(str(path))
-        self._next_load()
+        self.status(f"Read {n:,} records from {path.name}{note} in {seconds:.1f} s." + hint, 0 if hint else 8000)
 
     def close_all_spectra(self) -> None:
         if self.busy:
             self.show_message("Wait for the running work to finish (or cancel it with Esc) first.")
             return
         self.spectra.clear()
-        self._open_paths.clear()
+        self.runs.forget_files()
         self._update_spectra_title()
         self._show_current()
 
@@ -725,19 +685,13 @@ class MainWindow(QMainWindow):
         if e is None or e.result is None or e.result.params == self.query_params:
             return
         if self.busy:
-            self._retune_pending = True
-            if self.task_kind == "run" and self._run.get("retune"):
-                self.task.cancel()  # a retune superseded by newer settings
+            self.runs.defer_retune()
             return
         self.run_entries([e], retune=True)
 
     # ------------------------------------------------------------------------------------------
     # running
     # ------------------------------------------------------------------------------------------
-    @property
-    def busy(self) -> bool:
-        return self.task is not None
-
     def run_selected(self) -> None:
         self.run_entries(self.selected_entries())
 
@@ -756,132 +710,32 @@ class MainWindow(QMainWindow):
         except MsgptError as e:
             self.show_message(f"Check the query parameters: {e}")
             return False
-        entries = [e for e in entries if e.spectrum is not None]
-        if not entries:
-            self.status("Select spectra to run (skipped records cannot run).")
-            return False
-        jobs = []
-        for e in entries:
-            if e.session is None or e.model_checksum != self.bundle.checksum:
-                try:
-                    e.session = SpectrumSession(self.bundle, e.spectrum)
-                    e.model_checksum = self.bundle.checksum
-                except MsgptError as err:
-                    e.session, e.status, e.reason = None, Status.SKIPPED, str(err)
-                    self.spectra.entry_changed(e.key)
-                    continue
-            e.status, e.reason = Status.QUEUED, ""
-            self.spectra.entry_changed(e.key)
-            jobs.append((e.key, e.session))
-        if not jobs:
-            self._show_current()
-            reason = entries[0].reason if len(entries) == 1 else "see the Status column"
-            self.show_message(f"None of the selected spectra can run: {reason}.")
-            return False
-        self._run = {"keys": [k for k, _ in jobs], "retune": retune, "t0": time.perf_counter(), "first": None,
-                     "current": None, "skipped": len(entries) - len(jobs)}
-        self.first_candidates_s = None
-        worker = GeneratorWorker(elucidate_sessions, jobs, params, name="elucidation")
-        worker.yielded.connect(self._run_event)
-        self._start_task("run", worker, on_returned=self._run_done, on_errored=self._run_failed,
-                         on_aborted=self._run_cancelled)
-        self.progress.setValue(0)
-        self.progress.setFormat(f"Starting {len(jobs)} spectr{'um' if len(jobs) == 1 else 'a'}…")
+        started = self.runs.run(entries, params, retune=retune)
+        if started:
+            self.first_candidates_s = None
         self._show_current()
-        return True
+        return started
 
-    def _run_event(self, ev) -> None:
-        e = self.spectra.entry(ev.key)
-        if e is None:
-            return
-        current = self.current_entry()
-        if isinstance(ev, EntryStarted):
-            e.status = Status.RUNNING
-            self._run["current"] = ev.key
-            self.spectra.entry_changed(e.key)
-            self.progress.setValue(int(1000 * ev.position / ev.count))
-            self.progress.setFormat(f"Spectrum {ev.position + 1} of {ev.count}")
-            if current is e:
-                self._show_current()
-        elif isinstance(ev, EntryProgress):
-            self.progress.setValue(int(1000 * (ev.position + ev.done / max(ev.total, 1)) / ev.count))
-            what = f"Spectrum {ev.position + 1} of {ev.count}: " if ev.count > 1 else ""
-            self.progress.setFormat(f"{what}{ev.done}/{ev.total} structures")
-        elif isinstance(ev, EntryRanking):
-            e.live = ev.result
-            if current is e:
-                self._show_candidates(e)
-                self._note_first_candidates()
-        elif isinstance(ev, EntryFinished):
-            e.previous = e.result
-            e.result, e.live = ev.result, None
-            e.status, e.reason = Status.DONE, ""
-            self.spectra.entry_changed(e.key)
+    def _entry_updated(self, key: int, what: str) -> None:
+        if what == "result":
             self._update_spectra_title()
-            if current is e:
-                self._show_current()
-                self._note_first_candidates()
-        elif isinstance(ev, EntryFailed):
-            e.live = None
-            e.status, e.reason = Status.FAILED, ev.message
-            self.spectra.entry_changed(e.key)
-            if current is e:
-                self._show_current()
+        e = self.current_entry()
+        if e is None or e.key != key:
+            return
+        if what == "ranking":
+            self._show_candidates(e)
+        else:
+            self._show_current()
+        if what in ("ranking", "result"):
+            self._note_first_candidates()
 
     def _note_first_candidates(self) -> None:
-        if self.first_candidates_s is None and self.candidates.model.rowCount() > 0:
-            self.first_candidates_s = time.perf_counter() - self._run["t0"]
+        if self.first_candidates_s is None and self.candidates.model.rowCount() > 0 and self.runs.run_t0 is not None:
+            self.first_candidates_s = time.perf_counter() - self.runs.run_t0
             log.info("first candidates on screen after %.2f s", self.first_candidates_s)
 
-    def _end_run(self, running_status: str, reason: str = "") -> None:
-        """After a cancelled/failed run: no partial result stays; unfinished spectra go back."""
-        for key in self._run.get("keys", []):
-            e = self.spectra.entry(key)
-            if e is None:
-                continue
-            if e.status in (Status.RUNNING, Status.QUEUED):
-                e.live = None
-                if e.status == Status.RUNNING:
-                    e.status = Status.DONE if e.result is not None else running_status
-                    e.reason = "" if e.result is not None else reason
-                else:
-                    e.status = Status.DONE if e.result is not None else Status.NOT_RUN
-                self.spectra.entry_changed(key)
-        self._show_current()
-
-    def _run_done(self, outcome) -> None:
-        n, failed = len(outcome.finished), len(outcome.failed)
-        skipped = self._run.get("skipped", 0)
-        extra = "".join([f", {failed} failed" if failed else "", f", {skipped} skipped" if skipped else ""])
-        if not self._run.get("retune"):
-            self.status(f"Done: {n} spectr{'um' if n == 1 else 'a'} in {outcome.seconds:.1f} s{extra}.")
-        else:
-            e = self.spectra.entry(outcome.finished[0]) if outcome.finished else None
-            if e is not None and e.result is not None:
-                self.status(f"Re-ranked {e.id}: {e.result.new_samples} new structures drawn, "
-                            f"{len(e.result.candidates)} candidates.")
-        self._end_run(Status.CANCELLED)
-        self._announce(self.run_finished, "done")
-
-    def _run_cancelled(self) -> None:
-        self._end_run(Status.CANCELLED)
-        if not self._retune_pending:
-            self.status("Cancelled. Spectra that were not finished keep their earlier candidates (if any).")
-        self._announce(self.run_finished, "cancelled")
-
-    def _run_failed(self, message: str) -> None:
-        self._end_run(Status.FAILED, message)
-        self.show_message(f"The run stopped: {message}", "error")
-        self._announce(self.run_finished, "failed")
-
     def cancel(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            self.status("Cancelling…", 0)
-        if self.loader is not None:
-            self._load_queue.clear()
-            self.loader.cancel()
-        self._retune_pending = False
+        self.runs.cancel()
 
     # ------------------------------------------------------------------------------------------
     # export
@@ -930,66 +784,25 @@ class MainWindow(QMainWindow):
         except MsgptError as err:
             self.show_message(str(err))
             return False
-        path = Path(path)
-        worker = GeneratorWorker(export_candidates, str(path), results, info, name=f"exporting {path.name}")
-        worker.yielded.connect(self._export_progress)
-
-        def done(n_rows: int) -> None:
-            self.status(f"Exported {n_rows} candidates of {len(results)} spectr{'um' if len(results) == 1 else 'a'} "
-                        f"to {path}.", 15000)
-            self._announce(self.export_finished, str(path), n_rows)
-
-        def failed(message: str) -> None:
-            self.show_message(f"Export failed: {message}\nAn earlier {path.name}, if any, was left unchanged.", "error")
-            self._announce(self.export_finished, "", 0)
-
-        def aborted() -> None:
-            self.status(f"Export cancelled; {path.name} was not changed.")
-            self._announce(self.export_finished, "", 0)
-
-        self._start_task("export", worker, on_returned=done, on_errored=failed, on_aborted=aborted)
-        self.progress.setFormat(f"Exporting to {path.name}…")
-        return True
-
-    def _export_progress(self, ev: ExportProgress) -> None:
-        self.progress.setValue(int(1000 * ev.done / max(ev.total, 1)))
-        self.progress.setFormat(f"Exporting: {ev.done}/{ev.total} spectra")
+        return self.runs.export(Path(path), results, info)
 
     # ------------------------------------------------------------------------------------------
     # the task slot
     # ------------------------------------------------------------------------------------------
-    def _announce(self, signal, *args) -> None:
-        """Emit ``signal`` once the task slot is free again (listeners may start the next task)."""
-        self._announcements.append((signal, args))
-
-    def _start_task(self, kind, worker: GeneratorWorker, on_returned=None, on_errored=None, on_aborted=None) -> None:
-        self.task, self.task_kind = worker, kind
-        if on_returned:
-            worker.returned.connect(on_returned)
-        worker.errored.connect(on_errored or (lambda msg: self.show_message(msg, "error")))
-        if on_aborted:
-            worker.aborted.connect(on_aborted)
-        worker.finished.connect(lambda: self._task_finished(worker))
+    def _task_started(self, kind: str) -> None:
         self.progress.setValue(0)
         self.progress.setVisible(kind != "model")
         self.cancel_button.setVisible(True)
         self._update_actions()
-        self.worker_started.emit(worker)
-        worker.start()
 
-    def _task_finished(self, worker: GeneratorWorker) -> None:
-        if self.task is worker:
-            self.task, self.task_kind = None, ""
-        worker.deleteLater()
+    def _task_ended(self) -> None:
         self.progress.hide()
         self.cancel_button.setVisible(self.loader is not None)
         self._update_actions()
-        announcements, self._announcements = self._announcements, []
-        for signal, args in announcements:
-            signal.emit(*args)
-        if self._retune_pending:
-            self._retune_pending = False
-            self._retune_timer.start()
+
+    def _show_progress(self, value: int, text: str) -> None:
+        self.progress.setValue(value)
+        self.progress.setFormat(text)
 
     def _update_actions(self) -> None:
         busy = self.busy
@@ -1057,11 +870,4 @@ class MainWindow(QMainWindow):
     def shutdown(self, timeout_ms: int = 10000) -> None:
         """Cancel and wait for every worker (the engine stops at its next decoding step)."""
         self._retune_timer.stop()
-        self._retune_pending = False
-        self._load_queue.clear()
-        for worker in (self.task, self.loader):
-            if worker is not None:
-                worker.cancel()
-        for worker in (self.task, self.loader):
-            if worker is not None:
-                worker.wait(timeout_ms)
+        self.runs.shutdown(timeout_ms)

@@ -157,7 +157,7 @@ def test_first_start_opens_the_example_spectra(qtbot, make_window, no_examples, 
     qtbot.waitUntil(lambda: first.spectra.rowCount() == 12 and first.loader is None, timeout=20_000)
     first.close()
     second = make_window(wait_model=False, model=None)
-    assert second.spectra.rowCount() == 0 and second.loader is None and not second._load_queue
+    assert second.spectra.rowCount() == 0 and second.loader is None and not second.runs.load_queue
 
 
 def test_menus_and_shortcuts_a_desktop_user_expects(make_window):

@@ -1,0 +1,391 @@
+"""Run orchestration: the file-loading queue and one task at a time (model load, run, export).
+
+:class:`RunController` owns every :class:`~msgpt_gui.workers.GeneratorWorker` of the app and the
+state of the work in progress; it keeps the entries of the spectra list up to date while a run goes
+on. It knows nothing about the window's layout: the window calls its methods and reacts to its
+signals (messages, status-bar texts, progress, entries that changed). Files load one after the other,
+beside the task; a second task is refused while one runs (the window says why).
+
+Signals that end a task (``model_changed``, ``run_finished``, ``export_finished``) are emitted once
+the task slot is free again, so a listener may start the next task from them.
+"""
+
+from __future__ import annotations
+
+from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+
+import logging
+import time
+from collections import deque
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from engine.errors import MsgptError
+from engine.pipeline import QueryParams, SpectrumSession
+
+from .jobs import (
+    EntryFailed,
+    EntryFinished,
+    EntryProgress,
+    EntryRanking,
+    EntryStarted,
+    ExportProgress,
+    RecordsRead,
+    SpectrumEntry,
+    Status,
+    elucidate_sessions,
+    export_candidates,
+    load_file,
+    load_model,
+)
+from .models import SpectraModel
+from .workers import GeneratorWorker
+
+log = logging.getLogger(__name__)
+
+
+def plural(n: int, one: str = "spectrum", many: str = "spectra") -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+class RunController(QObject):
+    """The app's long work; see the module notes."""
+
+    worker_started = Signal(object)  # a GeneratorWorker about to start (tests hook into its signals)
+    task_started = Signal(str)  # "model", "run" or "export"
+    task_ended = Signal()  # the task slot is free again (before the task's own end signal)
+    loader_changed = Signal()  # a file started or finished loading
+    progress = Signal(int, str)  # 0..1000 and the text of the progress bar
+    message = Signal(str, str)  # level ("info" / "warning" / "error"), text: the window shows it
+    status = Signal(str, int)  # status-bar text, for this many ms (0: until replaced)
+    # files
+    records_added = Signal(str, object, bool)  # path, [SpectrumEntry] just listed, first batch of that file
+    file_read = Signal(str, object, float)  # path, what the load job returned, seconds (a file read to its end)
+    file_loaded = Signal(str)  # a file finished loading (or failed, or was cancelled)
+    # model
+    model_loaded = Signal(object, object)  # ModelBundle, folder
+    model_failed = Signal(str, object)  # message, folder
+    model_changed = Signal(object)  # the ModelBundle in use (None: none)
+    # runs
+    entry_updated = Signal(int, str)  # key, what changed: "status", "ranking" (live) or "result"
+    run_finished = Signal(str)  # "done", "cancelled" or "failed"
+    retune_wanted = Signal()  # a re-tune was asked for while busy: the task slot is free now
+    export_finished = Signal(str, int)  # path and number of rows; ("", 0) when it failed or was cancelled
+
+    def __init__(self, spectra: SpectraModel, parent=None):
+        super().__init__(parent)
+        self.spectra = spectra
+        self.bundle = None  # the loaded ModelBundle
+        self.task: GeneratorWorker | None = None
+        self.task_kind = ""
+        self.loader: GeneratorWorker | None = None
+        self.load_queue: deque[Path] = deque()
+        self.open_paths: set[str] = set()
+        self.run_t0: float | None = None  # when the current (or last) run started (perf_counter)
+        self.retune_pending = False
+        self._next_key = 0
+        self._loading: dict = {}
+        self._run: dict = {}
+        self._announcements: list = []
+
+    @property
+    def busy(self) -> bool:
+        """A task (model load, run, export) holds the slot; files may load beside it."""
+        return self.task is not None
+
+    @property
+    def running_retune(self) -> bool:
+        return self.task_kind == "run" and bool(self._run.get("retune"))
+
+    # ------------------------------------------------------------------------------------------
+    # files
+    # ------------------------------------------------------------------------------------------
+    def is_open(self, path: Path) -> bool:
+        key = str(path.resolve()) if path.exists() else str(path)
+        return key in self.open_paths or path in self.load_queue
+
+    def load_files(self, paths) -> None:
+        """Queue files; they are read in the background, one after the other."""
+        self.load_queue.extend(Path(p) for p in paths)
+        self._next_load()
+
+    def forget_files(self) -> None:
+        """The list was cleared: the same files may be opened again."""
+        self.open_paths.clear()
+
+    def _next_load(self) -> None:
+        if self.loader is not None or not self.load_queue:
+            self.loader_changed.emit()
+            return
+        path = self.load_queue.popleft()
+        self._loading = {"path": path, "n": 0, "t0": time.perf_counter()}
+        worker = GeneratorWorker(load_file, str(path), name=f"reading {path.name}")
+        self.loader = worker
+        worker.yielded.connect(self._records_read)
+        worker.returned.connect(lambda value: self._load_done(path, value))
+        worker.errored.connect(lambda msg: self._load_failed(path, msg))
+        worker.aborted.connect(lambda: self._load_cancelled(path))
+        worker.finished.connect(lambda: self._loader_finished(worker, path))
+        self.status.emit(f"Reading {path.name}…", 0)
+        self.worker_started.emit(worker)
+        worker.start()
+        self.loader_changed.emit()
+
+    def _records_read(self, batch: RecordsRead) -> None:
+        self.open_paths.add(str(Path(batch.path).resolve()))
+        entries = []
+        for item in batch.items:
+            entries.append(SpectrumEntry.from_item(self._next_key, item))
+            self._next_key += 1
+        first_batch = self._loading["n"] == 0
+        self._loading["n"] += len(entries)
+        self.spectra.append(entries)
+        self.status.emit(f"Reading {Path(batch.path).name}: {self._loading['n']:,} records…", 0)
+        self.records_added.emit(batch.path, entries, first_batch)
+
+    def _load_done(self, path: Path, value) -> None:
+        self.open_paths.add(str(path.resolve()))
+        self.file_read.emit(str(path), value, time.perf_counter() - self._loading["t0"])
+
+    def _load_failed(self, path: Path, message: str) -> None:
+        n = self._loading["n"]
+        kept = f"\nThe {n} records read before the problem are kept." if n else ""
+        self.message.emit("error", f"Cannot read {path.name}:\n{message}{kept}")
+
+    def _load_cancelled(self, path: Path) -> None:
+        self.status.emit(f"Stopped reading {path.name} after {self._loading['n']:,} records.", 8000)
+
+    def _loader_finished(self, worker: GeneratorWorker, path: Path) -> None:
+        if self.loader is worker:
+            self.loader = None
+        worker.deleteLater()
+        self.file_loaded.emit(str(path))
+        self._next_load()
+
+    # ------------------------------------------------------------------------------------------
+    # model
+    # ------------------------------------------------------------------------------------------
+    def load_model(self, path: Path, device: str) -> bool:
+        """Load the bundle in ``path`` in the background (``model_loaded`` / ``model_failed``, then
+        ``model_changed``)."""
+        if self.busy:
+            self.message.emit("warning", "Wait for the running work to finish (or cancel it with Esc) before "
+                                         "changing the model.")
+            return False
+        self._start_task("model", GeneratorWorker(load_model, str(path), device, name="loading the model"),
+                         on_returned=lambda bundle: self._model_loaded(bundle, path),
+                         on_errored=lambda msg: self._model_failed(msg, path))
+        return True
+
+    def unload_model(self) -> None:
+        self.bundle = None
+        self.model_changed.emit(None)
+
+    def _model_loaded(self, bundle, path: Path) -> None:
+        self.bundle = bundle
+        self.model_loaded.emit(bundle, path)
+        self._announce(self.model_changed, bundle)
+
+    def _model_failed(self, message: str, path: Path) -> None:
+        self.model_failed.emit(message, path)
+        self._announce(self.model_changed, self.bundle)
+
+    # ------------------------------------------------------------------------------------------
+    # running
+    # ------------------------------------------------------------------------------------------
+    def run(self, entries: list[SpectrumEntry], params: QueryParams, retune: bool = False) -> bool:
+        """Elucidate ``entries`` with ``params`` (the window checked that a model is loaded)."""
+        if self.busy:
+            self.status.emit("Busy: wait for the running work to finish, or cancel it with Esc.", 8000)
+            return False
+        entries = [e for e in entries if e.spectrum is not None]
+        if not entries:
+            self.status.emit("Select spectra to run (skipped records cannot run).", 8000)
+            return False
+        jobs = []
+        for e in entries:
+            if e.session is None or e.model_checksum != self.bundle.checksum:
+                try:
+                    e.session = SpectrumSession(self.bundle, e.spectrum)
+                    e.model_checksum = self.bundle.checksum
+                except MsgptError as err:
+                    e.session, e.status, e.reason = None, Status.SKIPPED, str(err)
+                    self.spectra.entry_changed(e.key)
+                    self.entry_updated.emit(e.key, "status")
+                    continue
+            e.status, e.reason = Status.QUEUED, ""
+            self.spectra.entry_changed(e.key)
+            jobs.append((e.key, e.session))
+        if not jobs:
+            reason = entries[0].reason if len(entries) == 1 else "see the Status column"
+            self.message.emit("warning", f"None of the selected spectra can run: {reason}.")
+            return False
+        self._run = {"keys": [k for k, _ in jobs], "retune": retune, "skipped": len(entries) - len(jobs)}
+        self.run_t0 = time.perf_counter()
+        worker = GeneratorWorker(elucidate_sessions, jobs, params, name="elucidation")
+        worker.yielded.connect(self._run_event)
+        self._start_task("run", worker, on_returned=self._run_done, on_errored=self._run_failed,
+                         on_aborted=self._run_cancelled)
+        self.progress.emit(0, f"Starting {plural(len(jobs))}…")
+        return True
+
+    def defer_retune(self) -> None:
+        """A re-tune asked for while busy: ``retune_wanted`` once the slot is free; a re-tune still
+        running is superseded by the newer settings and cancelled."""
+        self.retune_pending = True
+        if self.running_retune:
+            self.task.cancel()
+
+    def _run_event(self, ev) -> None:
+        e = self.spectra.entry(ev.key)
+        if e is None:
+            return
+        if isinstance(ev, EntryStarted):
+            e.status = Status.RUNNING
+            self.spectra.entry_changed(e.key)
+            self.progress.emit(int(1000 * ev.position / ev.count), f"Spectrum {ev.position + 1} of {ev.count}")
+            self.entry_updated.emit(e.key, "status")
+        elif isinstance(ev, EntryProgress):
+            what = f"Spectrum {ev.position + 1} of {ev.count}: " if ev.count > 1 else ""
+            self.progress.emit(int(1000 * (ev.position + ev.done / max(ev.total, 1)) / ev.count),
+                               f"{what}{ev.done}/{ev.total} structures")
+        elif isinstance(ev, EntryRanking):
+            e.live = ev.result
+            self.entry_updated.emit(e.key, "ranking")
+        elif isinstance(ev, EntryFinished):
+            e.previous = e.result
+            e.result, e.live = ev.result, None
+            e.status, e.reason = Status.DONE, ""
+            self.spectra.entry_changed(e.key)
+            self.entry_updated.emit(e.key, "result")
+        elif isinstance(ev, EntryFailed):
+            e.live = None
+            e.status, e.reason = Status.FAILED, ev.message
+            self.spectra.entry_changed(e.key)
+            self.entry_updated.emit(e.key, "status")
+
+    def _end_run(self, running_status: str, reason: str = "") -> None:
+        """After a cancelled/failed run: no partial result stays; unfinished spectra go back."""
+        for key in self._run.get("keys", []):
+            e = self.spectra.entry(key)
+            if e is None:
+                continue
+            if e.status in (Status.RUNNING, Status.QUEUED):
+                e.live = None
+                if e.status == Status.RUNNING:
+                    e.status = Status.DONE if e.result is not None else running_status
+                    e.reason = "" if e.result is not None else reason
+                else:
+                    e.status = Status.DONE if e.result is not None else Status.NOT_RUN
+                self.spectra.entry_changed(key)
+                self.entry_updated.emit(key, "status")
+
+    def _run_done(self, outcome) -> None:
+        n, failed = len(outcome.finished), len(outcome.failed)
+        skipped = self._run.get("skipped", 0)
+        extra = "".join([f", {failed} failed" if failed else "", f", {skipped} skipped" if skipped else ""])
+        if not self._run.get("retune"):
+            self.status.emit(f"Done: {plural(n)} in {outcome.seconds:.1f} s{extra}.", 8000)
+        else:
+            e = self.spectra.entry(outcome.finished[0]) if outcome.finished else None
+            if e is not None and e.result is not None:
+                self.status.emit(f"Re-ranked {e.id}: {e.result.new_samples} new structures drawn, "
+                                 f"{len(e.result.candidates)} candidates.", 8000)
+        self._end_run(Status.CANCELLED)
+        self._announce(self.run_finished, "done")
+
+    def _run_cancelled(self) -> None:
+        self._end_run(Status.CANCELLED)
+        if not self.retune_pending:
+            self.status.emit("Cancelled. Spectra that were not finished keep their earlier candidates (if any).", 8000)
+        self._announce(self.run_finished, "cancelled")
+
+    def _run_failed(self, message: str) -> None:
+        self._end_run(Status.FAILED, message)
+        self.message.emit("error", f"The run stopped: {message}")
+        self._announce(self.run_finished, "failed")
+
+    def cancel(self) -> None:
+        """Stop the task at its next check, and the file being read (queued files are dropped)."""
+        if self.task is not None:
+            self.task.cancel()
+            self.status.emit("Cancelling…", 0)
+        if self.loader is not None:
+            self.load_queue.clear()
+            self.loader.cancel()
+        self.retune_pending = False
+
+    # ------------------------------------------------------------------------------------------
+    # export
+    # ------------------------------------------------------------------------------------------
+    def export(self, path: Path, results: list, info: dict[str, str]) -> bool:
+        """Write ``results`` to ``path`` (CSV or SDF by its suffix) atomically, in the background."""
+        if self.busy:
+            self.message.emit("warning", "Wait for the running work to finish (or cancel it with Esc) before "
+                                         "exporting.")
+            return False
+        worker = GeneratorWorker(export_candidates, str(path), results, info, name=f"exporting {path.name}")
+        worker.yielded.connect(self._export_progress)
+
+        def done(n_rows: int) -> None:
+            self.status.emit(f"Exported {n_rows} candidates of {plural(len(results))} to {path}.", 15000)
+            self._announce(self.export_finished, str(path), n_rows)
+
+        def failed(message: str) -> None:
+            self.message.emit("error", f"Export failed: {message}\nAn earlier {path.name}, if any, was left "
+                                       "unchanged.")
+            self._announce(self.export_finished, "", 0)
+
+        def aborted() -> None:
+            self.status.emit(f"Export cancelled; {path.name} was not changed.", 8000)
+            self._announce(self.export_finished, "", 0)
+
+        self._start_task("export", worker, on_returned=done, on_errored=failed, on_aborted=aborted)
+        self.progress.emit(0, f"Exporting to {path.name}…")
+        return True
+
+    def _export_progress(self, ev: ExportProgress) -> None:
+        self.progress.emit(int(1000 * ev.done / max(ev.total, 1)), f"Exporting: {ev.done}/{ev.total} spectra")
+
+    # ------------------------------------------------------------------------------------------
+    # the task slot
+    # ------------------------------------------------------------------------------------------
+    def _announce(self, signal, *args) -> None:
+        """Emit ``signal`` once the task slot is free again (listeners may start the next task)."""
+        self._announcements.append((signal, args))
+
+    def _start_task(self, kind, worker: GeneratorWorker, on_returned=None, on_errored=None, on_aborted=None) -> None:
+        self.task, self.task_kind = worker, kind
+        if on_returned:
+            worker.returned.connect(on_returned)
+        worker.errored.connect(on_errored or (lambda msg: self.message.emit("error", msg)))
+        if on_aborted:
+            worker.aborted.connect(on_aborted)
+        worker.finished.connect(lambda: self._task_finished(worker))
+        self.task_started.emit(kind)
+        self.worker_started.emit(worker)
+        worker.start()
+
+    def _task_finished(self, worker: GeneratorWorker) -> None:
+        if self.task is worker:
+            self.task, self.task_kind = None, ""
+        worker.deleteLater()
+        self.task_ended.emit()
+        announcements, self._announcements = self._announcements, []
+        for signal, args in announcements:
+            signal.emit(*args)
+        if self.retune_pending:
+            self.retune_pending = False
+            self.retune_wanted.emit()
+
+    def shutdown(self, timeout_ms: int = 10000) -> None:
+        """Cancel and wait for every worker (the engine stops at its next decoding step)."""
+        self.retune_pending = False
+        self.load_queue.clear()
+        for worker in (self.task, self.loader):
+            if worker is not None:
+                worker.cancel()
+        for worker in (self.task, self.loader):
+            if worker is not None:
+                worker.wait(timeout_ms)
