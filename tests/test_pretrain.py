@@ -1,4 +1,4 @@
-"""Conditional pretraining (training.pretrain): loss goes down, exact resume, LR schedule, stop on a signal."""
+"""Conditional pretraining (training.pretrain): loss goes down, exact resume, stop on a signal."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from engine.formula import ELEMENTS
 from engine.tokenizer import SPECIAL_TOKENS, SafeTokenizer
 from training.checkpoint import checkpoint_dirs, export_decoder, latest_checkpoint, load_decoder
 from training.corpus import FORMAT, FORMAT_VERSION
+from training.loop import stop_on_signals
 from training.pretrain import (
     CheckpointSaved,
     Finished,
@@ -26,13 +27,11 @@ from training.pretrain import (
     Started,
     StepDone,
     Validated,
-    lr_at,
     param_groups,
     pretrain,
     TeacherForcing,
     forward_backward,
     split_by_length,
-    stop_on_signals,
     structure_hash,
     to_device,
 )
@@ -217,18 +216,6 @@ def test_length_sorted_pieces_give_the_gradient_of_the_whole_batch(corpus):
     assert grads[0][0] == pytest.approx(grads[1][0], rel=1e-6)
     for a, b in zip(grads[0][1], grads[1][1]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
-
-
-def test_lr_schedule_at_hand_computed_steps():
-    kw = dict(lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=110)
-    assert lr_at(0, **kw) == pytest.approx(1e-4)  # 1/10 of the peak
-    assert lr_at(4, **kw) == pytest.approx(5e-4)
-    assert lr_at(9, **kw) == pytest.approx(1e-3)  # warm-up ends at the peak
-    assert lr_at(10, **kw) == pytest.approx(1e-3)  # cosine starts at the peak
-    assert lr_at(60, **kw) == pytest.approx(5.5e-4)  # half way: (1e-3 + 1e-4) / 2
-    assert lr_at(35, **kw) == pytest.approx(1e-4 + 0.5 * (1 + math.cos(math.pi / 4)) * 9e-4)
-    assert lr_at(110, **kw) == pytest.approx(1e-4)  # the floor
-    assert lr_at(500, **kw) == pytest.approx(1e-4)
 
 
 def test_weight_decay_only_on_linear_weights():

@@ -19,8 +19,12 @@ A run directory (``--out``) holds::
 A checkpoint is written into ``checkpoints/.step_XXXXXXXX.tmp`` and renamed into place, so a
 directory named ``step_*`` is always complete; only the newest ``keep`` are kept. The learning rate
 schedule is a pure function of the step, and the random streams are re-seeded from
-``(seed, rank, step)`` at every step (see training.pretrain), so step + data position + weights +
+``(seed, rank, step)`` at every step (see training.loop), so step + data position + weights +
 optimizer moments are the whole training state.
+
+The writing helpers (:func:`write_json_atomic`, :func:`atomic_folder`, :func:`complete_folder`,
+:func:`module_weights`, :func:`optimizer_tensors` / :func:`load_optimizer_state`, :func:`log_metrics`)
+serve the checkpoints of encoder training and adaptation too.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -49,6 +55,35 @@ def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     os.replace(tmp, path)
+
+
+@contextmanager
+def atomic_folder(final: Path, tmp: Path | None = None) -> Iterator[Path]:
+    """Write a folder whole or not at all: yields an empty scratch folder (``tmp``, default ``<final>.tmp``)
+    that replaces ``final`` when the block ends without an error (an error leaves ``final`` as it was).
+
+    The previous ``final`` is renamed ``<final>.old`` for the moment of the swap, so a crash there leaves
+    one complete folder: :func:`complete_folder` finds it.
+    """
+    tmp = final.with_name(final.name + ".tmp") if tmp is None else tmp
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    yield tmp
+    old = final.with_name(final.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def complete_folder(final: Path, marker: str) -> Path | None:
+    """``final`` if it holds ``marker`` (the file written last), else the ``<final>.old`` a crash in
+    :func:`atomic_folder`'s swap left, else None."""
+    for folder in (final, final.with_name(final.name + ".old")):
+        if (folder / marker).is_file():
+            return folder
+    return None
 
 
 def module_weights(module: torch.nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
@@ -89,21 +124,15 @@ def save_checkpoint(
     root = Path(run_dir) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     name = f"step_{int(state['step']):08d}"
-    tmp, final = root / f".{name}.tmp", root / name
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-
-    save_file(module_weights(model), str(tmp / "model.safetensors"))
-    tensors, groups = optimizer_tensors(optimizer, param_names)
-    save_file(tensors, str(tmp / "optimizer.safetensors"))
-    (tmp / "decoder_config.json").write_text(json.dumps(model.config.to_dict(), indent=1) + "\n")
-    tokenizer.save(tmp / "tokenizer.json")
-    full_state = {"format": FORMAT, "version": FORMAT_VERSION, **state, "optimizer_param_groups": groups}
-    (tmp / STATE_FILE).write_text(json.dumps(full_state, indent=1) + "\n")  # last: marks the directory complete
-
-    if final.exists():  # the same step saved again (e.g. a stop right after an interval save)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    final = root / name  # the same step may be saved again (e.g. a stop right after an interval save)
+    with atomic_folder(final, tmp=root / f".{name}.tmp") as tmp:
+        save_file(module_weights(model), str(tmp / "model.safetensors"))
+        tensors, groups = optimizer_tensors(optimizer, param_names)
+        save_file(tensors, str(tmp / "optimizer.safetensors"))
+        (tmp / "decoder_config.json").write_text(json.dumps(model.config.to_dict(), indent=1) + "\n")
+        tokenizer.save(tmp / "tokenizer.json")
+        full_state = {"format": FORMAT, "version": FORMAT_VERSION, **state, "optimizer_param_groups": groups}
+        (tmp / STATE_FILE).write_text(json.dumps(full_state, indent=1) + "\n")  # last: marks the directory complete
     for old in checkpoint_dirs(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -154,7 +183,15 @@ def load_checkpoint(
     saved_names = [n for g in groups for n in g["param_names"]]
     if saved_names != param_names:
         raise BundleError(f"{path}: the optimizer's parameters are not this decoder's; it is of another model.")
-    tensors = _load_safetensors(path / "optimizer.safetensors")
+    load_optimizer_state(optimizer, _load_safetensors(path / "optimizer.safetensors"), groups, param_names)
+    return state
+
+
+def load_optimizer_state(
+    optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], groups: list[dict], param_names: list[str]
+) -> None:
+    """The inverse of :func:`optimizer_tensors`: load its tensors and groups into ``optimizer``, whose
+    parameters ``param_names`` names in optimizer order."""
     per_param: dict[int, dict] = {}
     for i, name in enumerate(param_names):
         values = {k[len(name) + 1 :]: t for k, t in tensors.items() if k.rsplit(".", 1)[0] == name}
@@ -167,7 +204,6 @@ def load_checkpoint(
         param_groups.append({**hyper, "params": list(range(start, start + n))})
         start += n
     optimizer.load_state_dict({"state": per_param, "param_groups": param_groups})
-    return state
 
 
 def read_state(path: str | Path) -> dict:

@@ -47,15 +47,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import random
-import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -66,7 +63,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn import functional as F
 
-from engine.bundle import native_bf16, sha256_file
+from engine.bundle import sha256_file
 from engine.decoder import ConditionalDecoder, DecoderConfig, parameter_counts
 from engine.errors import BundleError, ConfigError
 
@@ -82,6 +79,7 @@ from .checkpoint import (
     write_json_atomic,
 )
 from .dataset import IGNORE_INDEX, CorpusDataset
+from .loop import TrainingConfig, autocast, lr_at, reseed, stop_on_signals
 from .noise import FingerprintNoise
 
 NOISE_STREAM = 0x6E6F6973  # tags the noise generator's seed sequence apart from reseed()'s
@@ -91,7 +89,7 @@ NOISE_STREAM = 0x6E6F6973  # tags the noise generator's seed sequence apart from
 
 
 @dataclass
-class PretrainConfig:
+class PretrainConfig(TrainingConfig):
     corpus: str = field(default="", metadata={"help": "corpus directory (python -m training.corpus prepare)"})
     out: str = field(default="", metadata={"help": "run directory: checkpoints, metrics.jsonl, config"})
     preset: str = field(default="small", metadata={"help": "decoder preset: paper, small or tiny"})
@@ -253,15 +251,6 @@ Event = Started | StepDone | Validated | CheckpointSaved | Finished
 # Pieces
 
 
-def lr_at(step: int, *, lr: float, min_lr: float, warmup_steps: int, max_steps: int) -> float:
-    """Learning rate of optimizer update ``step`` (0-based): linear warm-up to ``lr`` over the first
-    ``warmup_steps`` updates, then cosine decay to ``min_lr`` at ``max_steps``."""
-    if step < warmup_steps:
-        return lr * (step + 1) / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
-
-
 def param_groups(model: nn.Module, weight_decay: float) -> tuple[list[dict], list[str]]:
     """AdamW groups: decay on Linear weight matrices; none on biases, LayerNorms and embeddings.
 
@@ -317,24 +306,6 @@ def validation_mask(ds: CorpusDataset, fraction: float) -> np.ndarray:
         return np.zeros(0, bool)
     threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
     return structure_hash(np.concatenate(blocks)) < threshold
-
-
-def reseed(seed: int, rank: int, step: int) -> None:
-    """Seed torch (CPU + CUDA), numpy and python ``random`` from (seed, rank, step)."""
-    words = np.random.SeedSequence([seed, rank, step]).generate_state(4, np.uint32)
-    torch.manual_seed(int(words[0]) << 32 | int(words[1]))
-    np.random.seed(words[2:])
-    random.seed(int(words[2]) << 32 | int(words[3]))
-
-
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """bfloat16 when asked for or (``auto``) when the device computes it natively; None = float32."""
-    if precision == "fp32":
-        return None
-    supported = native_bf16(device)
-    if precision == "bf16" and not supported:
-        raise ConfigError(f"`precision` bf16 was asked for, but this {device.type.upper()} lacks bf16; use fp32.")
-    return torch.bfloat16 if supported else None
 
 
 def init_from_decoder(model: ConditionalDecoder, src: str | Path, tokenizer) -> Path:
@@ -493,23 +464,6 @@ def init_distributed(device: str) -> DistEnv:
     return env
 
 
-@contextmanager
-def stop_on_signals(stop: threading.Event):
-    """While inside, SIGINT / SIGTERM set ``stop`` (training saves and ends at the next step boundary);
-    a second SIGINT interrupts at once."""
-    def handler(signum, frame):
-        if stop.is_set() and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        stop.set()
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 # -----------------------------------------------------------------------------------------------
 # Training
 
@@ -538,7 +492,7 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
     out = Path(config.out)
     if config.threads:
         torch.set_num_threads(config.threads)
-    amp_dtype = autocast_dtype(config.precision, env.device)
+    amp, amp_dtype = autocast(config.precision, env.device)
 
     # data: structure-disjoint validation split, formula-grouped batches of the rest
     ds = CorpusDataset(config.corpus)
@@ -589,7 +543,7 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
     metrics_path = out / "metrics.jsonl"
     if env.is_main:
         out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / "pretrain_config.json", asdict(config))
+        write_json_atomic(out / "pretrain_config.json", config.to_dict())
         truncate_metrics(metrics_path, step)  # drop records a crashed run wrote after its last checkpoint
         if warm is not None:
             write_json_atomic(out / "warm_start.json", warm.to_dict())
@@ -600,7 +554,6 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
         device_ids = [env.local_rank] if env.device.type == "cuda" else None
         net = nn.parallel.DistributedDataParallel(net, device_ids=device_ids)
     val_batches = [val_ids[i : i + config.batch_size] for i in range(0, len(val_ids), config.batch_size)]
-    amp = (lambda: torch.autocast(env.device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
     global_batch = config.batch_size * config.grad_accum * env.world_size
     yield Started(
         step, max_steps, steps_per_epoch, env.world_size, global_batch, str(env.device),
@@ -616,7 +569,7 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
                 "sampler": stream.state(),
                 "seed": config.seed,
                 "world_size": env.world_size,
-                "config": asdict(config),
+                "config": config.to_dict(),
                 "corpus": {"n_records": len(ds), "tokenizer": ds.tokenizer.fingerprint()},
                 "noise_model": noise_sha,
                 "decoder_config": model_config.to_dict(),
@@ -755,14 +708,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m training.pretrain",
         description="Conditional pretraining of the MS-GPT decoder (runs unchanged under torchrun).",
     )
-    for f in fields(PretrainConfig):
-        flag, help_text = "--" + f.name.replace("_", "-"), f.metadata.get("help", "")
-        if f.type == "bool":
-            p.add_argument(flag, action="store_true", default=None, help=help_text)
-            continue
-        kind = {"int": int, "float": float, "str": str}[f.type.split(" | ")[0]]
-        shown = f" (default: {f.default})" if f.default not in (None, "") else ""
-        p.add_argument(flag, type=kind, default=None, help=help_text + shown)  # None: not given
+    PretrainConfig.add_arguments(p, given_only=True)
     p.add_argument("--export-decoder", metavar="DIR", help="write decoder.safetensors + decoder_config.json + "
                    "tokenizer.json of the newest checkpoint in --out (or of --checkpoint) to DIR, then exit")
     p.add_argument("--checkpoint", metavar="DIR", help="with --export-decoder: this checkpoint directory")
@@ -786,8 +732,7 @@ def main(argv: list[str] | None = None) -> int:
         given = {k: v for k, v in args.items() if v is not None}
         saved = Path(args["out"] or "") / "pretrain_config.json"
         base = json.loads(saved.read_text()) if args["resume"] and saved.is_file() else {}
-        base = {k: v for k, v in base.items() if k in {f.name for f in fields(PretrainConfig)}}
-        config = PretrainConfig(**{**base, **given})  # --resume: flags not given keep the run's values
+        config = PretrainConfig.from_dict({**base, **given})  # --resume: flags not given keep the run's values
     except (ConfigError, BundleError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
