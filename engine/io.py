@@ -308,8 +308,16 @@ class _Record:
     metadata: dict[str, str] | None = None
 
 
-def _skip(options: _Options, index: int, spectrum_id: str, reason: str) -> SkippedRecord:
-    return SkippedRecord(options.source, index, spectrum_id, reason)
+def _skip(options: _Options, index: int, spectrum_id: str, reason: str, rec: _Record | None = None) -> SkippedRecord:
+    """A skipped record; with ``rec``, it keeps the record's usable peaks (finite, > 0, sorted by m/z)."""
+    if rec is None or rec.mz is None or rec.intensity is None or rec.mz.shape != rec.intensity.shape:
+        return SkippedRecord(options.source, index, spectrum_id, reason)
+    keep = np.isfinite(rec.mz) & np.isfinite(rec.intensity) & (rec.mz > 0) & (rec.intensity > 0)
+    order = np.argsort(rec.mz[keep], kind="stable")
+    mz, intensity = rec.mz[keep][order], rec.intensity[keep][order]
+    mz.flags.writeable = intensity.flags.writeable = False
+    return SkippedRecord(options.source, index, spectrum_id, reason, mz=mz, intensity=intensity,
+                         retention_time=rec.retention_time, polarity=rec.polarity)
 
 
 def _warn(metadata: dict[str, str], message: str) -> None:
@@ -401,7 +409,7 @@ def _build(options: _Options, rec: _Record) -> Spectrum | SkippedRecord:
         )
         return check_formula_matches_precursor(spectrum, options.tol_ppm, options.tol_da)
     except (SpectrumError, FormulaError, AdductError) as e:
-        return _skip(options, rec.index, rec.spectrum_id, str(e))
+        return _skip(options, rec.index, rec.spectrum_id, str(e), rec)
 
 
 def _first(values: Mapping[str, str], keys: Iterable[str]) -> str | None:

@@ -167,12 +167,25 @@ class Spectrum:
 
 @dataclass(frozen=True)
 class SkippedRecord:
-    """A record of an input file that could not be used, and why."""
+    """A record of an input file that could not be used, and why.
+
+    A record whose peaks could be read (an MS2 scan without a precursor m/z, say) keeps them, with
+    its retention time and polarity, so that an app can still plot it and let the user supply what
+    is missing; these fields take no part in ``==``.
+    """
 
     source: str
     index: int
     spectrum_id: str
     reason: str
+    mz: np.ndarray | None = field(default=None, compare=False, repr=False)  # float64, finite, > 0
+    intensity: np.ndarray | None = field(default=None, compare=False, repr=False)
+    retention_time: float | None = field(default=None, compare=False)  # seconds
+    polarity: str | None = field(default=None, compare=False)
+
+    @property
+    def has_peaks(self) -> bool:
+        return self.mz is not None and self.mz.size > 0
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
