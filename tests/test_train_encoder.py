@@ -33,7 +33,6 @@ from training.train_encoder import (
     TrainingStopped,
     encoder_loss,
     length_grouped_batches,
-    lr_factor,
     make_optimizer,
     train_encoder,
 )
@@ -159,15 +158,6 @@ def test_length_grouped_batches_cover_every_record_once():
     assert all(np.array_equal(a, b) for a, b in zip(batches, again))
     other = length_grouped_batches(n_tokens, 32, seed=1, epoch=1, bucket_batches=8)
     assert not all(np.array_equal(a, b) for a, b in zip(batches, other))
-
-
-def test_lr_schedule():
-    kw = dict(warmup_steps=10, total_steps=110, min_ratio=0.1)
-    assert lr_factor(0, **kw) == pytest.approx(0.1)
-    assert lr_factor(9, **kw) == pytest.approx(1.0)
-    assert lr_factor(60, **kw) == pytest.approx(0.1 + 0.9 * 0.5)  # half-way through the cosine
-    assert lr_factor(110, **kw) == pytest.approx(0.1)
-    assert lr_factor(500, **kw) == pytest.approx(0.1)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -45,12 +45,11 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +62,8 @@ from engine.errors import ConfigError, InputFileError
 from engine.querying import Calibration
 
 from .calibrate import CalibrationDone, PosteriorsProgress, calibrate_encoder, load_encoder
+from .checkpoint import complete_folder, write_json_atomic
+from .loop import TrainingConfig, stop_on_signals
 from .metrics import FIDELITY_BINS, bit_metrics, density_matched_threshold, tanimoto_at
 from .spectra import (
     CacheHit,
@@ -73,6 +74,7 @@ from .spectra import (
     structure_folds,
 )
 from .train_encoder import (
+    STOP_NOTICE,
     CheckpointSaved,
     DataReady,
     EncoderTrainConfig,
@@ -81,6 +83,7 @@ from .train_encoder import (
     StepDone,
     TrainingFinished,
     TrainingStopped,
+    epoch_bar,
     load_weights,
     predict_posteriors,
     train_encoder,
@@ -95,7 +98,7 @@ _RESUMABLE_CHANGES = frozenset({"resume", "threads", "checkpoint_minutes", "cach
 
 
 @dataclass
-class OOFConfig:
+class OOFConfig(TrainingConfig):
     mgf: str = field(metadata={"help": "Labelled MGF (FOLD, LICENSE, SMILES, FORMULA per record)."})
     out_dir: str = field(metadata={"help": "Output directory (one sub-folder per fold)."})
     folds: int = field(default=5, metadata={"help": "Number of folds K (structures split K ways)."})
@@ -330,7 +333,7 @@ def _reference(config: OOFConfig, data: LabelledSpectra, train: LabelledSpectra)
         if len(val):
             yield Predicting("reference val", len(val))
             doc["val"] = posterior_summary(predict_posteriors(model, val, 256), val, cal.threshold_for_kappa(1.0))
-    _write_json(path, doc)
+    write_json_atomic(path, doc)
     return doc
 
 
@@ -365,7 +368,7 @@ def _fold(config: OOFConfig, k: int, everything: LabelledSpectra, fold_of: np.nd
         trained = (folder / "encoder.safetensors").is_file() and (folder / "metrics.json").is_file() \
             and not (folder / "checkpoint.tmp").exists() and _finished(folder)  # fmt: skip
         if not trained:
-            resume = any((folder / name / "state.json").is_file() for name in ("checkpoint", "checkpoint.old"))
+            resume = complete_folder(folder / "checkpoint", "state.json") is not None
             if resume and not config.resume:
                 raise ConfigError(f"{folder} holds a training run; pass --resume to continue it.")
             yield FoldStarted(k, "resumed" if resume else "new")
@@ -391,7 +394,7 @@ def _fold(config: OOFConfig, k: int, everything: LabelledSpectra, fold_of: np.nd
         for event in calibrate_encoder(folder, cache_dir=config.cache_dir, threads=config.threads):
             if isinstance(event, CalibrationDone):
                 event.calibration.save(folder / "calibration.json")
-                _write_json(folder / "calibration_summary.json", event.summary)
+                write_json_atomic(folder / "calibration_summary.json", event.summary)
             elif isinstance(event, (PosteriorsProgress, ReadProgress, CacheHit)):
                 yield FoldEvent(k, event)
         timings["calibrate_seconds"] = round(time.monotonic() - t0, 1)
@@ -461,14 +464,8 @@ def _assemble(config, everything: LabelledSpectra, fold_of: np.ndarray, fold_sum
             "overall AP/AUROC pool the posteriors of the K encoders into one ranking",
         ],
     }  # fmt: skip
-    _write_json(out / "summary.json", summary)
+    write_json_atomic(out / "summary.json", summary)
     return summary
-
-
-def _write_json(path: Path, doc: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -484,17 +481,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--resume", action="store_true", help="continue the run in --out (finished folds are kept)")
     p.add_argument("--no-reference", action="store_true", help="do not score the reference encoder")
-    for f in fields(OOFConfig):
-        if f.name in {"mgf", "out_dir", "resume", "train", "reference_val"}:
-            continue
-        kind = {"int": int, "float": float, "str": str}[str(f.type).split(" | ")[0]]
-        p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=f.metadata.get("help"))
+    OOFConfig.add_arguments(p, skip={"mgf", "out_dir", "resume", "train", "reference_val"})
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from tqdm import tqdm
-
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
     kwargs = {k: v for k, v in vars(args).items() if k not in {"mgf", "out", "no_reference"}}
@@ -505,16 +496,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-
-    def on_signal(signum, frame):
-        if stop.is_set():
-            raise KeyboardInterrupt
-        print(f"\n{signal.Signals(signum).name}: saving a checkpoint after this step...", file=sys.stderr, flush=True)
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
     bar = None
 
     def say(msg: str) -> None:
@@ -522,61 +503,59 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
 
     try:
-        for item in oof_posteriors(config, stop):
-            fold, event = (item.fold, item.event) if isinstance(item, FoldEvent) else (None, item)
-            if isinstance(event, ReadProgress):
-                if event.records % 20000 == 0:
-                    say(f"read {event.records} records, kept {event.kept} ({event.elapsed_s:.0f} s)")
-            elif isinstance(event, CacheHit):
-                say(f"labelled spectra from cache {event.path}")
-            elif isinstance(event, FoldsAssigned):
-                say(f"{event.n_spectra} training spectra of {event.n_structures} structures in {config.folds} folds: "
-                    + ", ".join(f"{d['spectra']} ({d['structures']})" for d in event.folds))  # fmt: skip
-            elif isinstance(event, ReferenceDone):
-                s = event.summary
-                val = f", val {s['val']['kappa1_calibrated']['mean_fidelity']} (at its t_κ=1)" if "val" in s else ""
-                say(f"reference {s['reference']}: train (in sample) fidelity κ=1 "
-                    f"{s['train']['kappa1']['mean_fidelity']}{val}")  # fmt: skip
-            elif isinstance(event, FoldStarted):
-                say(f"fold {event.fold}: {event.state}")
-            elif isinstance(event, DataReady):
-                say(f"fold {fold}: train {event.n_train} spectra, {event.steps_per_epoch} steps per epoch, "
-                    f"{config.stop_after_epochs} of {config.epochs} epochs")  # fmt: skip
-            elif isinstance(event, Resumed):
-                say(f"fold {fold}: resumed at step {event.step} (epoch {event.epoch}, batch {event.batch})")
-            elif isinstance(event, StepDone):
-                if bar is None or bar.total != event.n_batches or event.batch == 1 or bar.n > event.batch:
+        with stop_on_signals(notice=STOP_NOTICE) as stop:
+            for item in oof_posteriors(config, stop):
+                fold, event = (item.fold, item.event) if isinstance(item, FoldEvent) else (None, item)
+                if isinstance(event, ReadProgress):
+                    if event.records % 20000 == 0:
+                        say(f"read {event.records} records, kept {event.kept} ({event.elapsed_s:.0f} s)")
+                elif isinstance(event, CacheHit):
+                    say(f"labelled spectra from cache {event.path}")
+                elif isinstance(event, FoldsAssigned):
+                    say(f"{event.n_spectra} training spectra of {event.n_structures} structures in "
+                        f"{config.folds} folds: "
+                        + ", ".join(f"{d['spectra']} ({d['structures']})" for d in event.folds))  # fmt: skip
+                elif isinstance(event, ReferenceDone):
+                    s = event.summary
+                    val = (f", val {s['val']['kappa1_calibrated']['mean_fidelity']} (at its t_κ=1)"
+                           if "val" in s else "")
+                    say(f"reference {s['reference']}: train (in sample) fidelity κ=1 "
+                        f"{s['train']['kappa1']['mean_fidelity']}{val}")  # fmt: skip
+                elif isinstance(event, FoldStarted):
+                    say(f"fold {event.fold}: {event.state}")
+                elif isinstance(event, DataReady):
+                    say(f"fold {fold}: train {event.n_train} spectra, {event.steps_per_epoch} steps per epoch, "
+                        f"{config.stop_after_epochs} of {config.epochs} epochs")  # fmt: skip
+                elif isinstance(event, Resumed):
+                    say(f"fold {fold}: resumed at step {event.step} (epoch {event.epoch}, batch {event.batch})")
+                elif isinstance(event, StepDone):
+                    bar = epoch_bar(bar, event, f"fold {fold} epoch {event.epoch}", mininterval=30)
+                    bar.set_postfix(loss=f"{event.loss:.4f}", sps=f"{event.spectra_per_s:.0f}", refresh=False)
+                elif isinstance(event, Evaluated):
+                    minutes = event.metrics["train_minutes"]
+                    say(f"fold {fold}: epoch {event.epoch} done at step {event.step} ({minutes} min)")
+                elif isinstance(event, (CheckpointSaved, PosteriorsProgress)):
+                    pass
+                elif isinstance(event, TrainingFinished):
                     if bar is not None:
                         bar.close()
-                    bar = tqdm(total=event.n_batches, initial=event.batch - 1, desc=f"fold {fold} epoch {event.epoch}",
-                               file=sys.stdout, mininterval=30, dynamic_ncols=False, ncols=110)  # fmt: skip
-                bar.update(event.batch - bar.n)
-                bar.set_postfix(loss=f"{event.loss:.4f}", sps=f"{event.spectra_per_s:.0f}", refresh=False)
-            elif isinstance(event, Evaluated):
-                minutes = event.metrics["train_minutes"]
-                say(f"fold {fold}: epoch {event.epoch} done at step {event.step} ({minutes} min)")
-            elif isinstance(event, (CheckpointSaved, PosteriorsProgress)):
-                pass
-            elif isinstance(event, TrainingFinished):
-                if bar is not None:
-                    bar.close()
-                    bar = None
-                say(f"fold {fold}: trained ({event.reason})")
-            elif isinstance(event, Predicting):
-                say(f"predicting {event.what}: {event.n} spectra")
-            elif isinstance(event, FoldDone):
-                s = event.summary
-                say(f"fold {event.fold}: {s['spectra']} held-out spectra, fidelity κ=1 {s['kappa1']['mean_fidelity']} "
-                    f"(calibrated t {s['kappa1_calibrated']['mean_fidelity']}), low bin {s['kappa1']['bins']['low']}, "
-                    f"AP micro {s['ap_micro']}; {s['timings']}")  # fmt: skip
-            elif isinstance(event, OOFStopped):
-                say(f"stopped in fold {event.fold}; resume with --resume (checkpoint {event.checkpoint})")
-                return 130
-            elif isinstance(event, OOFFinished):
-                o = event.summary["overall"]
-                say(f"out-of-fold fidelity κ=1 {o['kappa1']['mean_fidelity']} (bins {o['kappa1']['bins']}), "
-                    f"calibrated {o['kappa1_calibrated']['mean_fidelity']}, AP micro {o['ap_micro']} macro "
-                    f"{o['ap_macro']}; written to {event.out_dir}")  # fmt: skip
+                        bar = None
+                    say(f"fold {fold}: trained ({event.reason})")
+                elif isinstance(event, Predicting):
+                    say(f"predicting {event.what}: {event.n} spectra")
+                elif isinstance(event, FoldDone):
+                    s = event.summary
+                    say(f"fold {event.fold}: {s['spectra']} held-out spectra, fidelity κ=1 "
+                        f"{s['kappa1']['mean_fidelity']} (calibrated t {s['kappa1_calibrated']['mean_fidelity']}), "
+                        f"low bin {s['kappa1']['bins']['low']}, AP micro {s['ap_micro']}; {s['timings']}")  # fmt: skip
+                elif isinstance(event, OOFStopped):
+                    say(f"stopped in fold {event.fold}; resume with --resume (checkpoint {event.checkpoint})")
+                    return 130
+                elif isinstance(event, OOFFinished):
+                    o = event.summary["overall"]
+                    say(f"out-of-fold fidelity κ=1 {o['kappa1']['mean_fidelity']} (bins {o['kappa1']['bins']}), "
+                        f"calibrated {o['kappa1_calibrated']['mean_fidelity']}, AP micro {o['ap_micro']} macro "
+                        f"{o['ap_macro']}; written to {event.out_dir}")  # fmt: skip
     except (ConfigError, InputFileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

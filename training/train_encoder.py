@@ -48,13 +48,11 @@ import json
 import logging
 import math
 import os
-import shutil
-import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +63,8 @@ import torch.nn.functional as F
 from engine.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder
 from engine.errors import ConfigError, InputFileError
 
+from .checkpoint import atomic_folder, complete_folder, module_weights, write_json_atomic
+from .loop import TrainingConfig, lr_at, stop_on_signals
 from .metrics import bit_metrics, density_matched_threshold, mean_tanimoto
 from .spectra import (
     SHIPPABLE_LICENSES,
@@ -88,7 +88,7 @@ _RESUMABLE_CHANGES = frozenset(
 
 
 @dataclass
-class EncoderTrainConfig:
+class EncoderTrainConfig(TrainingConfig):
     mgf: str = field(metadata={"help": "Labelled MGF (FOLD, LICENSE, SMILES, FORMULA per record)."})
     out_dir: str = field(metadata={"help": "Output directory (created; holds checkpoints too)."})
     preset: str = field(default="small", metadata={"help": "Encoder preset of engine.encoder.ENCODER_PRESETS."})
@@ -185,21 +185,6 @@ class EncoderTrainConfig:
             self.encoder_config(), precursor_tol_ppm=self.precursor_tol_ppm, precursor_tol_da=self.precursor_tol_da
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for k, v in d.items():
-            if isinstance(v, tuple):
-                d[k] = list(v)
-        return d
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EncoderTrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            log.warning("EncoderTrainConfig ignores unknown keys %s", unknown)
-        return cls(**{k: v for k, v in data.items() if k in known})
-
 
 # ----------------------------------------------------------------------------------------------
 # Progress events
@@ -294,15 +279,6 @@ def length_grouped_batches(
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def lr_factor(step: int, *, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
-    """Learning-rate multiplier before step ``step`` (0-based): linear warm-up, then cosine to ``min_ratio``."""
-    if warmup_steps and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    span = max(1, total_steps - warmup_steps)
-    progress = min(1.0, (step - warmup_steps) / span)
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
 def encoder_loss(logits: torch.Tensor, targets: torch.Tensor, cosine_weight: float = 0.0) -> torch.Tensor:
     """Mean BCE over bits (+ ``cosine_weight`` * mean ``1 - cos(sigmoid(logits), targets)``)."""
     loss = F.binary_cross_entropy_with_logits(logits, targets)  # (B, bits) -> scalar
@@ -360,15 +336,11 @@ def _better(value: float, best: float | None, mode: str) -> bool:
 # Checkpoints (safetensors + JSON, no pickle)
 
 
-def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
-
-
 def save_weights(model: torch.nn.Module, path: Path) -> None:
     from safetensors.torch import save_file
 
     tmp = path.with_name(path.name + ".tmp")
-    save_file(_weights(model), str(tmp))
+    save_file(module_weights(model), str(tmp))
     os.replace(tmp, path)
 
 
@@ -402,32 +374,21 @@ def save_checkpoint(out_dir: Path, model, optimizer, state: dict) -> Path:
     """Write ``out_dir/checkpoint`` atomically (a new folder renamed into place)."""
     from safetensors.torch import save_file
 
-    final = out_dir / "checkpoint"
-    tmp = out_dir / "checkpoint.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file(_weights(model), str(tmp / "model.safetensors"))
-    opt_tensors, opt_meta = _optimizer_to_files(optimizer)
-    save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
-    save_file({"torch_cpu": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
-    doc = {"format_version": CHECKPOINT_FORMAT_VERSION, **state, "optimizer": opt_meta}
-    (tmp / "state.json").write_text(json.dumps(doc, indent=1) + "\n")
-    old = out_dir / "checkpoint.old"
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        final.rename(old)
-    tmp.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
-    return final
+    with atomic_folder(out_dir / "checkpoint") as tmp:
+        save_file(module_weights(model), str(tmp / "model.safetensors"))
+        opt_tensors, opt_meta = _optimizer_to_files(optimizer)
+        save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
+        save_file({"torch_cpu": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
+        doc = {"format_version": CHECKPOINT_FORMAT_VERSION, **state, "optimizer": opt_meta}
+        (tmp / "state.json").write_text(json.dumps(doc, indent=1) + "\n")
+    return out_dir / "checkpoint"
 
 
 def load_checkpoint(out_dir: Path, model, optimizer) -> dict:
     from safetensors.torch import load_file
 
-    folder = out_dir / "checkpoint"
-    if not (folder / "state.json").is_file() and (out_dir / "checkpoint.old" / "state.json").is_file():
-        folder = out_dir / "checkpoint.old"  # interrupted between the two renames
-    if not (folder / "state.json").is_file():
+    folder = complete_folder(out_dir / "checkpoint", "state.json")  # or checkpoint.old after a crash in the swap
+    if folder is None:
         raise ConfigError(f"Cannot resume: {out_dir} has no checkpoint/state.json; start without --resume.")
     doc = json.loads((folder / "state.json").read_text())
     if doc.get("format_version") != CHECKPOINT_FORMAT_VERSION:
@@ -584,8 +545,8 @@ def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator
             while state["batch"] < len(batches):
                 idx = batches[state["batch"]]
                 t0 = time.monotonic()
-                lr = config.lr * lr_factor(state["step"], warmup_steps=config.warmup_steps,
-                                           total_steps=total_steps, min_ratio=config.min_lr_ratio)  # fmt: skip
+                lr = config.lr * lr_at(state["step"], lr=1.0, min_lr=config.min_lr_ratio,
+                                       warmup_steps=config.warmup_steps, max_steps=total_steps)  # fmt: skip
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 batch, targets = train.batch(idx)
@@ -662,14 +623,28 @@ def _finish(out_dir, config, model, train, val, held_out, all_data, state, reaso
                     if held_out is not None else {})},
         "history": state["history"],
     }  # fmt: skip
-    tmp = out_dir / "metrics.json.tmp"
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, out_dir / "metrics.json")
+    write_json_atomic(out_dir / "metrics.json", doc)
     return final
 
 
 # ----------------------------------------------------------------------------------------------
 # Command line
+
+
+STOP_NOTICE = "saving a checkpoint after this step..."  # printed after the signal's name (SIGINT, SIGTERM)
+
+
+def epoch_bar(bar, event: StepDone, desc: str, mininterval: float):
+    """The tqdm bar of ``event``'s epoch, advanced to its batch: ``bar`` or, at a new epoch, a new one."""
+    from tqdm import tqdm
+
+    if bar is None or bar.total != event.n_batches or event.batch == 1 or bar.n > event.batch:
+        if bar is not None:
+            bar.close()
+        bar = tqdm(total=event.n_batches, initial=event.batch - 1, desc=desc, file=sys.stdout,
+                   mininterval=mininterval, dynamic_ncols=False, ncols=110)  # fmt: skip
+    bar.update(event.batch - bar.n)
+    return bar
 
 
 def _csv_list(text: str) -> tuple[str, ...]:
@@ -695,12 +670,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--no-val", action="store_true",
                    help="no validation fold: nothing is evaluated or selected, the last weights are kept")
-    for f in fields(EncoderTrainConfig):
-        if f.name in {"mgf", "out_dir", "preset", "encoder", "licenses", "exclude_unit_resolution", "resume",
-                      "train_folds", "val_folds"}:  # fmt: skip
-            continue
-        kind = {"int": int, "float": float, "str": str}[str(f.type).split(" | ")[0]]
-        p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=f.metadata.get("help"))
+    EncoderTrainConfig.add_arguments(p, skip={"mgf", "out_dir", "preset", "encoder", "licenses",
+                                              "exclude_unit_resolution", "resume", "train_folds", "val_folds"})
     return p
 
 
@@ -719,8 +690,6 @@ def config_from_args(args: argparse.Namespace) -> EncoderTrainConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from tqdm import tqdm
-
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
     try:
@@ -728,55 +697,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-
-    def on_signal(signum, frame):
-        if stop.is_set():  # a second Ctrl-C: give up at once
-            raise KeyboardInterrupt
-        print(f"\n{signal.Signals(signum).name}: saving a checkpoint after this step...", file=sys.stderr, flush=True)
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
     bar = None
     try:
-        for event in train_encoder(config, stop):
-            if isinstance(event, ReadProgress):
-                print(f"read {event.records} records, kept {event.kept} ({event.elapsed_s:.0f} s)", flush=True)
-            elif isinstance(event, CacheHit):
-                print(f"labelled spectra from cache {event.path}", flush=True)
-            elif isinstance(event, DataReady):
-                print(f"train {json.dumps(event.train)}\nval   {json.dumps(event.val)}\n"
-                      f"{event.steps_per_epoch} steps per epoch", flush=True)  # fmt: skip
-            elif isinstance(event, Resumed):
-                print(f"resumed at step {event.step} (epoch {event.epoch}, batch {event.batch})", flush=True)
-            elif isinstance(event, StepDone):
-                if bar is None or bar.total != event.n_batches or event.batch == 1 or bar.n > event.batch:
+        with stop_on_signals(notice=STOP_NOTICE) as stop:
+            for event in train_encoder(config, stop):
+                if isinstance(event, ReadProgress):
+                    print(f"read {event.records} records, kept {event.kept} ({event.elapsed_s:.0f} s)",
+                          flush=True)
+                elif isinstance(event, CacheHit):
+                    print(f"labelled spectra from cache {event.path}", flush=True)
+                elif isinstance(event, DataReady):
+                    print(f"train {json.dumps(event.train)}\nval   {json.dumps(event.val)}\n"
+                          f"{event.steps_per_epoch} steps per epoch", flush=True)  # fmt: skip
+                elif isinstance(event, Resumed):
+                    print(f"resumed at step {event.step} (epoch {event.epoch}, batch {event.batch})",
+                          flush=True)
+                elif isinstance(event, StepDone):
+                    bar = epoch_bar(bar, event, f"epoch {event.epoch}", mininterval=10)
+                    bar.set_postfix(loss=f"{event.loss:.4f}", lr=f"{event.lr:.2e}",
+                                    sps=f"{event.spectra_per_s:.0f}", refresh=False)  # fmt: skip
+                elif isinstance(event, Evaluated):
+                    m = {k: v for k, v in event.metrics.items() if isinstance(v, float)}
+                    keys = ("bce", "tanimoto", "tanimoto_density", "ap_micro", "auroc_micro",
+                            "active_bits_pred")
+                    shown = " ".join(f"{k} {m[k]:.4f}" for k in keys if k in m)
+                    minutes, mark = event.metrics["train_minutes"], " *" if event.improved else ""
+                    msg = f"eval step {event.step} epoch {event.epoch}: {shown} ({minutes} min){mark}"
+                    (bar.write if bar is not None else print)(msg)
+                    sys.stdout.flush()
+                elif isinstance(event, CheckpointSaved):
+                    log.debug("checkpoint at step %d", event.step)
+                elif isinstance(event, TrainingStopped):
+                    print(f"stopped at step {event.step}; resume with --resume "
+                          f"(checkpoint {event.checkpoint})")
+                    return 130
+                elif isinstance(event, TrainingFinished):
                     if bar is not None:
                         bar.close()
-                    bar = tqdm(total=event.n_batches, initial=event.batch - 1, desc=f"epoch {event.epoch}",
-                               file=sys.stdout, mininterval=10, dynamic_ncols=False, ncols=110)  # fmt: skip
-                bar.update(event.batch - bar.n)
-                bar.set_postfix(loss=f"{event.loss:.4f}", lr=f"{event.lr:.2e}", sps=f"{event.spectra_per_s:.0f}",
-                                refresh=False)  # fmt: skip
-            elif isinstance(event, Evaluated):
-                m = {k: v for k, v in event.metrics.items() if isinstance(v, float)}
-                keys = ("bce", "tanimoto", "tanimoto_density", "ap_micro", "auroc_micro", "active_bits_pred")
-                shown = " ".join(f"{k} {m[k]:.4f}" for k in keys if k in m)
-                minutes, mark = event.metrics["train_minutes"], " *" if event.improved else ""
-                msg = f"eval step {event.step} epoch {event.epoch}: {shown} ({minutes} min){mark}"
-                (bar.write if bar is not None else print)(msg)
-                sys.stdout.flush()
-            elif isinstance(event, CheckpointSaved):
-                log.debug("checkpoint at step %d", event.step)
-            elif isinstance(event, TrainingStopped):
-                print(f"stopped at step {event.step}; resume with --resume (checkpoint {event.checkpoint})")
-                return 130
-            elif isinstance(event, TrainingFinished):
-                if bar is not None:
-                    bar.close()
-                print(f"finished ({event.reason}); val metrics of the kept weights:\n"
-                      f"{json.dumps(event.metrics, indent=1)}\nwritten to {event.out_dir}")  # fmt: skip
+                    print(f"finished ({event.reason}); val metrics of the kept weights:\n"
+                          f"{json.dumps(event.metrics, indent=1)}\nwritten to {event.out_dir}")  # fmt: skip
     except (ConfigError, InputFileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
