@@ -10,7 +10,12 @@
       tokenizer.json         SAFE vocabulary
       calibration.json       D_enc and the A(t) curve of the encoder
       adapter/               optional peft LoRA adapter (adapter_config.json + adapter_model.safetensors)
+      bit_legend.json        optional: atom environments behind each fingerprint bit (engine.bitlegend)
+      known_structures.npz   optional: hashes of the training corpus's structures (engine.novelty)
       MODEL_CARD.md          optional, shown to users
+
+Optional files are checked against their checksum in config.json when it records one (bundles made
+before they existed load as they are, without them).
 
 Loading checks every file, its checksum, every tensor shape and the tokenizer/decoder match, and
 says what to do when something is wrong.
@@ -30,7 +35,9 @@ import torch
 
 from .decoder import ConditionalDecoder, DecoderConfig
 from .encoder import EncoderConfig, SpectrumEncoder
+from .bitlegend import BitLegend
 from .errors import BundleError, ConfigError
+from .novelty import KnownStructures
 from .querying import Calibration
 from .tokenizer import SafeTokenizer
 
@@ -40,6 +47,7 @@ BUNDLE_FORMAT = "msgpt-bundle"
 BUNDLE_FORMAT_VERSION = 1
 REQUIRED_FILES = ("config.json", "decoder.safetensors", "encoder.safetensors", "tokenizer.json", "calibration.json")
 CHECKSUMMED_FILES = REQUIRED_FILES[1:]
+OPTIONAL_FILES = ("bit_legend.json", "known_structures.npz")  # loaded when present
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
 
 
@@ -105,6 +113,8 @@ class ModelBundle:
     dtype: torch.dtype = torch.float32  # of the decoder's weights (bf16 samples ~2x faster on CPUs that have it)
     has_adapter: bool = False
     adapter_active: bool = False
+    bit_legend: BitLegend | None = None  # bit_legend.json, when the bundle ships one
+    known_structures: KnownStructures | None = None  # known_structures.npz: the training corpus's structures
     _base_state: dict | None = field(default=None, repr=False)
     _merged_state: dict | None = field(default=None, repr=False)
 
@@ -268,6 +278,7 @@ def load_bundle(
     if want and tokenizer.fingerprint() != want:
         raise BundleError("tokenizer.json does not match the tokenizer the decoder was trained with.")
     calibration = _load_part(Calibration.load, path / "calibration.json")
+    bit_legend, known = _load_optional(path, recorded, dec_cfg.fp_bits)
 
     dev, _ = resolve_device(device)
     dtype = resolve_precision(precision, dev)
@@ -287,6 +298,8 @@ def load_bundle(
         calibration=calibration,
         device=dev,
         checksum=bundle_checksum(path),
+        bit_legend=bit_legend,
+        known_structures=known,
     )
     if (path / "adapter").is_dir():
         _attach_adapter(bundle, path / "adapter")  # merged in float32, then cast below
@@ -294,6 +307,50 @@ def load_bundle(
     decoder.to(dtype)
     bundle.dtype = dtype
     return bundle
+
+
+def _load_optional(path: Path, recorded: dict, n_bits: int) -> tuple[BitLegend | None, KnownStructures | None]:
+    """The optional files that are present, each checked against its recorded checksum."""
+    for name in OPTIONAL_FILES:
+        file = path / name
+        if name in recorded and not file.is_file():
+            log.warning("%s: config.json lists %s, which is missing; going on without it.", path, name)
+        elif name in recorded and sha256_file(file) != recorded[name]:
+            raise BundleError(
+                f"{name} in {path} does not match its checksum in config.json: the file is damaged or was "
+                "replaced. Copy the bundle again (or remove the file: it is optional)."
+            )
+    legend = known = None
+    if (path / "bit_legend.json").is_file():
+        legend = BitLegend.load(path / "bit_legend.json")
+        legend.check_fingerprint(n_bits)
+    if (path / "known_structures.npz").is_file():
+        known = KnownStructures.load(path / "known_structures.npz")
+    return legend, known
+
+
+def add_bundle_file(bundle_dir: str | os.PathLike, file: str | os.PathLike) -> Path:
+    """Put an optional file (:data:`OPTIONAL_FILES`) into a bundle and record its sha256 in ``config.json``.
+
+    ``file`` is copied into the bundle unless it is there already; ``config.json`` is rewritten
+    atomically (the bundle's checksum changes with it, as it identifies the exact model files).
+    """
+    import shutil
+
+    bundle_dir, file = Path(bundle_dir), Path(file)
+    if file.name not in OPTIONAL_FILES:
+        raise ConfigError(f"{file.name!r} is not an optional bundle file; allowed are {', '.join(OPTIONAL_FILES)}.")
+    config = _read_json(bundle_dir / "config.json", "config.json")
+    target = bundle_dir / file.name
+    if file.resolve() != target.resolve():
+        tmp = bundle_dir / (file.name + ".tmp")
+        shutil.copyfile(file, tmp)
+        os.replace(tmp, target)
+    config.setdefault("files", {})[file.name] = sha256_file(target)
+    tmp = bundle_dir / "config.json.tmp"
+    tmp.write_text(json.dumps(config, indent=1) + "\n")
+    os.replace(tmp, bundle_dir / "config.json")
+    return target
 
 
 def _attach_adapter(bundle: ModelBundle, adapter_dir: Path) -> None:

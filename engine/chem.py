@@ -76,6 +76,11 @@ def morgan_bits(mol: Mol, n_bits: int = N_BITS, radius: int = RADIUS) -> np.ndar
     return np.array(fp.GetOnBits(), dtype=np.int64)
 
 
+def morgan_generator(radius: int = RADIUS, n_bits: int = N_BITS):
+    """The RDKit generator of :func:`morgan_bits` (shared, cached): for bit information (engine.bitlegend)."""
+    return _morgan_generator(radius, n_bits)
+
+
 def morgan_bits_from_smiles(smiles: str, n_bits: int = N_BITS, radius: int = RADIUS) -> np.ndarray | None:
     """:func:`morgan_bits` of a SMILES; ``None`` if it cannot be parsed."""
     mol = mol_from_smiles(smiles)
