@@ -75,7 +75,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -93,7 +93,15 @@ from engine.querying import band_thresholds, build_queries
 from engine.sampling import filter_probs
 from engine.spectrum import Spectrum
 
-from .checkpoint import log_metrics, optimizer_tensors, truncate_metrics, write_json_atomic
+from .checkpoint import (
+    atomic_folder,
+    load_optimizer_state,
+    log_metrics,
+    optimizer_tensors,
+    truncate_metrics,
+    write_json_atomic,
+)
+from .loop import TrainingConfig, autocast, lr_at, reseed, stop_on_signals
 from .spectra import SHIPPABLE_LICENSES, is_unit_resolution
 
 GROUPS = ("frozen-hit", "residual", "low-coverage")
@@ -108,7 +116,7 @@ RESUMABLE_CHANGES = frozenset({"out", "resume", "threads", "device", "checkpoint
 
 
 @dataclass
-class AdaptConfig:
+class AdaptConfig(TrainingConfig):
     bundle: str = field(default="", metadata={"help": "base model bundle folder (its adapter, if any, is ignored)"})
     mgf: str = field(default="", metadata={"help": "labelled MGF (FOLD, LICENSE, SMILES, FORMULA per record)"})
     out: str = field(default="", metadata={"help": "run directory: examples cache, checkpoints, adapter/"})
@@ -200,14 +208,6 @@ class AdaptConfig:
             raise ConfigError(f"`precision` must be 'auto', 'bf16' or 'fp32', got {self.precision!r}.")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"`device` must be 'auto', 'cpu' or 'cuda', got {self.device!r}.")
-
-    def to_dict(self) -> dict:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> AdaptConfig:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
 
     def group_weights(self, group: str) -> tuple[float, float]:
         """(alpha_g, lambda_g) of a recoverability group."""
@@ -599,8 +599,6 @@ def train_step(model, optimizer, train: Sequence[Example], step: int, t_lo: floa
     divided by the token count of the whole batch, so the gradient is the batch's. Returns the
     batch loss, the unweighted token-mean CE and KL, the learning rate and the gradient norm.
     """
-    from .pretrain import lr_at, reseed
-
     decoder = model.get_base_model()
     device = next(decoder.parameters()).device
     reseed(config.seed, 0, step)
@@ -731,20 +729,13 @@ def _check_resumable(saved: dict, config: AdaptConfig) -> None:
         raise ConfigError(f"cannot resume exactly with changed settings ({shown}); use the saved ones or a new --out.")
 
 
-def _amp(config: AdaptConfig, device: torch.device):
-    from .pretrain import autocast_dtype
-
-    dtype = autocast_dtype(config.precision, device)
-    return (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else nullcontext, dtype
-
-
 def _train(config: AdaptConfig, prepared: Prepared, stop: threading.Event) -> Iterator:
     out = Path(config.out)
     if not prepared.train:
         raise ConfigError(f"No training example survived preparation (dropped: {prepared.dropped}); use more spectra.")
     bundle = load_bundle(config.bundle, device=config.device, use_adapter=False, precision="fp32")
     device = bundle.device
-    amp, amp_dtype = _amp(config, device)
+    amp, amp_dtype = autocast(config.precision, device)
     base = bundle.decoder
     targets = lora_targets(base, config.fp_targets)
     predicted = predicted_lora_parameters(base, targets, config.rank)
@@ -832,19 +823,11 @@ def _train(config: AdaptConfig, prepared: Prepared, stop: threading.Event) -> It
 def _save_checkpoint(path: Path, named, optimizer, names: list[str], state: dict) -> Path:
     from safetensors.torch import save_file
 
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file({n: p.detach().cpu().contiguous().clone() for n, p in named}, str(tmp / "lora.safetensors"))
-    tensors, groups = optimizer_tensors(optimizer, names)
-    save_file(tensors, str(tmp / "optimizer.safetensors"))
-    write_json_atomic(tmp / "state.json", {**state, "optimizer_param_groups": groups})
-    old = path.with_name(path.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if path.exists():
-        path.rename(old)
-    tmp.rename(path)
-    shutil.rmtree(old, ignore_errors=True)
+    with atomic_folder(path) as tmp:
+        save_file({n: p.detach().cpu().contiguous().clone() for n, p in named}, str(tmp / "lora.safetensors"))
+        tensors, groups = optimizer_tensors(optimizer, names)
+        save_file(tensors, str(tmp / "optimizer.safetensors"))
+        write_json_atomic(tmp / "state.json", {**state, "optimizer_param_groups": groups})
     return path
 
 
@@ -862,16 +845,8 @@ def _load_checkpoint(path: Path, named, optimizer, names: list[str]) -> dict:
     with torch.no_grad():
         for n, p in named:
             p.copy_(weights[n])
-    tensors = load_file(str(path / "optimizer.safetensors"))
-    groups = state.pop("optimizer_param_groups")
-    per_param = {}
-    for i, n in enumerate(names):
-        values = {k[len(n) + 1 :]: t for k, t in tensors.items() if k.rsplit(".", 1)[0] == n}
-        if values:
-            per_param[i] = values
-    optimizer.load_state_dict({"state": per_param, "param_groups": [
-        {**{k: (tuple(v) if k == "betas" else v) for k, v in g.items() if k != "param_names"},
-         "params": list(range(len(names)))} for g in groups]})
+    load_optimizer_state(optimizer, load_file(str(path / "optimizer.safetensors")), state.pop("optimizer_param_groups"),
+                         names)
     return state
 
 
@@ -912,21 +887,9 @@ def write_adapted_bundle(base: str | Path, adapter: str | Path, dest: str | Path
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training.adapt", description=__doc__.split("\n\n")[0])
-    for f in fields(AdaptConfig):
-        flag, help_text = "--" + f.name.replace("_", "-"), f.metadata.get("help", "")
-        if f.type == "bool":
-            if f.name == "exclude_unit_resolution":
-                p.add_argument("--keep-unit-resolution", dest=f.name, action="store_false", default=None,
-                               help="keep QQ / ion-trap spectra")
-            else:
-                p.add_argument(flag, action="store_true", default=None, help=help_text)
-            continue
-        if f.type.startswith("tuple"):
-            kind = float if "float" in f.type else str
-            p.add_argument(flag, nargs="*", type=kind, default=None, help=help_text + f" (default: {f.default})")
-            continue
-        kind = {"int": int, "float": float, "str": str}[f.type.split(" | ")[0]]
-        p.add_argument(flag, type=kind, default=None, help=help_text + f" (default: {f.default})")
+    AdaptConfig.add_arguments(p, skip={"exclude_unit_resolution"}, given_only=True)
+    p.add_argument("--keep-unit-resolution", dest="exclude_unit_resolution", action="store_false", default=None,
+                   help="keep QQ / ion-trap spectra")
     p.add_argument("--all-spectra", action="store_true", help="no subsample (same as --max-spectra unset)")
     p.add_argument("--prepare-only", action="store_true", help="stop after stage 1 (examples and groups)")
     p.add_argument("--write-bundle", metavar="DIR", help="write base bundle + the run's adapter to DIR (after training)")
@@ -939,8 +902,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from tqdm import tqdm
-
-    from .pretrain import stop_on_signals
 
     args = vars(_parser().parse_args(argv))
     all_spectra, prepare_only = args.pop("all_spectra"), args.pop("prepare_only")
