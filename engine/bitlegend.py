@@ -5,7 +5,7 @@ environment whose identifier hashes to it: an atom (radius 0), or an atom with i
 one or two bonds. Several environments share a bit (hash collisions), so the meaning of a bit is
 empirical: the environments that set it in real molecules, most frequent first.
 :func:`bit_environments` lists them for one molecule; ``python -m training.bit_legend`` counts them
-over a sample of the training corpus and writes ``bit_legend.json``, which a bundle may ship and
+over a sample of the training corpus and writes ``bit_legend.json.gz``, which a bundle may ship and
 :class:`BitLegend` reads.
 
 Each environment is written two ways:
@@ -16,7 +16,8 @@ Each environment is written two ways:
   aromaticity, heavy-atom degree ``D``, hydrogens ``H``, ring membership ``R``/``!R``, charge) and
   explicit bonds; it matches the environment in a molecule with RDKit's substructure search.
 
-File format (``bit_legend.json``, JSON, :data:`FORMAT` version :data:`FORMAT_VERSION`)::
+File format (``bit_legend.json.gz``: gzip-compressed JSON, :data:`FORMAT` version :data:`FORMAT_VERSION`;
+a plain ``.json`` of the same content is read too)::
 
     {"format": "msgpt-bit-legend", "format_version": 1,
      "fingerprint": {"type": "morgan", "radius": 2, "n_bits": 4096, ...},
@@ -31,12 +32,13 @@ sampled molecule sets is absent.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdkit import Chem
+from rdkit import Chem, rdBase
 from rdkit.Chem import rdFingerprintGenerator
 
 from . import chem
@@ -44,7 +46,7 @@ from .errors import BundleError, ConfigError
 
 FORMAT = "msgpt-bit-legend"
 FORMAT_VERSION = 1
-FILE_NAME = "bit_legend.json"
+FILE_NAME = "bit_legend.json.gz"
 COLUMNS = ("smiles", "smarts", "radius", "count")
 
 _BOND_SMARTS = {
@@ -110,38 +112,77 @@ def _atom_smarts(atom: Chem.Atom) -> str:
 
 
 def environment_fragment(mol: chem.Mol, center: int, radius: int) -> Environment:
-    """The environment of ``radius`` bonds around atom ``center`` of ``mol``, as SMILES and SMARTS."""
+    """The environment of ``radius`` bonds around atom ``center`` of ``mol``, as SMILES and SMARTS.
+
+    The fragment is cut out as a molecule of its own (each atom keeping its hydrogen count), so the
+    same environment gives the same strings in whatever molecule it sits.
+    """
     if radius == 0:
-        atoms, bonds = [center], None
+        atoms, bonds = [center], []
     else:
         bonds = list(Chem.FindAtomEnvironmentOfRadiusN(mol, radius, center))
         atoms = sorted({center} | {a for b in bonds for a in (mol.GetBondWithIdx(b).GetBeginAtomIdx(),
                                                               mol.GetBondWithIdx(b).GetEndAtomIdx())})
-        bonds = bonds or None
-    smiles = Chem.MolFragmentToSmiles(mol, atomsToUse=atoms, bondsToUse=bonds, rootedAtAtom=center,
-                                      allHsExplicit=True, isomericSmiles=False)
-    smarts = Chem.MolFragmentToSmiles(
-        mol, atomsToUse=atoms, bondsToUse=bonds, rootedAtAtom=center, isomericSmiles=False,
-        atomSymbols=[_atom_smarts(a) for a in mol.GetAtoms()],
-        bondSymbols=[_BOND_SMARTS.get(b.GetBondType(), "~") for b in mol.GetBonds()], allBondsExplicit=True,
-    )
+    frag = Chem.RWMol()
+    index = {}
+    for i in atoms:
+        src = mol.GetAtomWithIdx(i)
+        atom = Chem.Atom(src.GetAtomicNum())
+        atom.SetFormalCharge(src.GetFormalCharge())
+        atom.SetIsAromatic(src.GetIsAromatic())
+        atom.SetNumExplicitHs(src.GetTotalNumHs())
+        atom.SetNoImplicit(True)
+        index[i] = frag.AddAtom(atom)
+    for k in bonds:
+        b = mol.GetBondWithIdx(k)
+        frag.AddBond(index[b.GetBeginAtomIdx()], index[b.GetEndAtomIdx()], b.GetBondType())
+        if b.GetIsAromatic():
+            frag.GetBondBetweenAtoms(index[b.GetBeginAtomIdx()], index[b.GetEndAtomIdx()]).SetIsAromatic(True)
+    frag.UpdatePropertyCache(strict=False)
+    root = index[center]
+    src_atoms = [mol.GetAtomWithIdx(i) for i in atoms]  # invariants of the whole molecule, in fragment order
+    with rdBase.BlockLogs():  # a partial aromatic ring cannot be kekulised; RDKit says so, harmlessly
+        smiles = Chem.MolToSmiles(frag, rootedAtAtom=root, allHsExplicit=True, isomericSmiles=False)
+        if not bonds:
+            smarts = _atom_smarts(src_atoms[0])
+        else:
+            smarts = Chem.MolFragmentToSmiles(
+                frag, atomsToUse=list(range(frag.GetNumAtoms())), bondsToUse=list(range(frag.GetNumBonds())),
+                rootedAtAtom=root, isomericSmiles=False, allBondsExplicit=True,
+                atomSymbols=[_atom_smarts(a) for a in src_atoms],
+                bondSymbols=[_BOND_SMARTS.get(b.GetBondType(), "~") for b in frag.GetBonds()],
+            )
     return Environment(smiles, smarts, radius)
 
 
-def bit_environments(mol: chem.Mol, n_bits: int = chem.N_BITS, radius: int = chem.RADIUS) -> dict[int, list[Environment]]:
-    """``{bit: [distinct environments that set it in mol]}`` (one per distinct fragment, ordered by radius)."""
-    out: dict[int, list[Environment]] = {}
+def bit_environment_ids(mol: chem.Mol, n_bits: int = chem.N_BITS, radius: int = chem.RADIUS) -> dict[int, list[tuple]]:
+    """``{bit: [(environment id, centre atom, radius), ...]}``: one entry per distinct environment.
+
+    The id is the Morgan identifier before folding (equal ids: the same environment up to a 32-bit
+    hash collision); the bits are those of :func:`engine.chem.morgan_bits`.
+    """
+    output = rdFingerprintGenerator.AdditionalOutput()
+    output.AllocateBitInfoMap()
+    chem.morgan_generator(radius, n_bits).GetSparseFingerprint(mol, additionalOutput=output)
+    ids = {hit: env_id for env_id, hits in output.GetBitInfoMap().items() for hit in hits}
+    out: dict[int, list[tuple]] = {}
     for bit, hits in morgan_bit_info(mol, n_bits, radius).items():
-        seen: dict[str, Environment] = {}
+        seen: dict[int, tuple] = {}
         for center, r in sorted(hits, key=lambda h: (h[1], h[0])):
-            env = environment_fragment(mol, center, r)
-            seen.setdefault(env.smiles, env)
+            env_id = ids[(center, r)]
+            seen.setdefault(env_id, (env_id, center, r))
         out[int(bit)] = list(seen.values())
     return out
 
 
+def bit_environments(mol: chem.Mol, n_bits: int = chem.N_BITS, radius: int = chem.RADIUS) -> dict[int, list[Environment]]:
+    """``{bit: [distinct environments that set it in mol]}`` (ordered by radius, then centre atom)."""
+    return {bit: [environment_fragment(mol, center, r) for _, center, r in hits]
+            for bit, hits in bit_environment_ids(mol, n_bits, radius).items()}
+
+
 class BitLegend:
-    """The environments behind each bit, from ``bit_legend.json`` (see the module docstring)."""
+    """The environments behind each bit, from ``bit_legend.json.gz`` (see the module docstring)."""
 
     def __init__(self, bits: dict[int, tuple[int, tuple[Environment, ...]]], *, n_molecules: int, source: str = "",
                  fingerprint: dict | None = None, top: int = 3):
@@ -206,10 +247,14 @@ class BitLegend:
         }
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the legend (compact JSON) atomically."""
+        """Write the legend atomically: compact JSON, gzip-compressed when the name ends in ``.gz``
+        (reproducibly: the same legend gives the same bytes)."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), ensure_ascii=True, separators=(",", ":")) + "\n", encoding="utf-8")
+        data = (json.dumps(self.to_dict(), ensure_ascii=True, separators=(",", ":")) + "\n").encode("utf-8")
+        if path.name.endswith(".gz"):
+            data = gzip.compress(data, compresslevel=9, mtime=0)
+        tmp.write_bytes(data)
         os.replace(tmp, path)
         return path
 
@@ -236,8 +281,9 @@ class BitLegend:
     def load(cls, path: str | os.PathLike) -> BitLegend:
         path = Path(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raw = path.read_bytes()
+            data = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+        except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise BundleError(f"Cannot read the bit legend {path}: {e}. Copy the bundle again or rebuild it "
                               "with python -m training.bit_legend.") from e
         return cls.from_dict(data, str(path))
@@ -247,7 +293,7 @@ class BitLegend:
         if self.n_bits != n_bits or self.radius != radius:
             raise BundleError(
                 f"The bit legend describes a {self.n_bits}-bit radius-{self.radius} Morgan fingerprint but the model "
-                f"reads {n_bits} bits of radius {radius}; rebuild it with python -m training.bit_legend --n-bits {n_bits}."
+                f"reads {n_bits} bits of radius {radius}; rebuild it for this model with python -m training.bit_legend."
             )
 
 

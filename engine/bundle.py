@@ -10,7 +10,7 @@
       tokenizer.json         SAFE vocabulary
       calibration.json       D_enc and the A(t) curve of the encoder
       adapter/               optional peft LoRA adapter (adapter_config.json + adapter_model.safetensors)
-      bit_legend.json        optional: atom environments behind each fingerprint bit (engine.bitlegend)
+      bit_legend.json.gz     optional: atom environments behind each fingerprint bit (engine.bitlegend)
       known_structures.npz   optional: hashes of the training corpus's structures (engine.novelty)
       MODEL_CARD.md          optional, shown to users
 
@@ -47,7 +47,7 @@ BUNDLE_FORMAT = "msgpt-bundle"
 BUNDLE_FORMAT_VERSION = 1
 REQUIRED_FILES = ("config.json", "decoder.safetensors", "encoder.safetensors", "tokenizer.json", "calibration.json")
 CHECKSUMMED_FILES = REQUIRED_FILES[1:]
-OPTIONAL_FILES = ("bit_legend.json", "known_structures.npz")  # loaded when present
+OPTIONAL_FILES = ("bit_legend.json.gz", "known_structures.npz")  # loaded when present
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
 
 
@@ -113,7 +113,7 @@ class ModelBundle:
     dtype: torch.dtype = torch.float32  # of the decoder's weights (bf16 samples ~2x faster on CPUs that have it)
     has_adapter: bool = False
     adapter_active: bool = False
-    bit_legend: BitLegend | None = None  # bit_legend.json, when the bundle ships one
+    bit_legend: BitLegend | None = None  # bit_legend.json.gz, when the bundle ships one
     known_structures: KnownStructures | None = None  # known_structures.npz: the training corpus's structures
     _base_state: dict | None = field(default=None, repr=False)
     _merged_state: dict | None = field(default=None, repr=False)
@@ -321,8 +321,8 @@ def _load_optional(path: Path, recorded: dict, n_bits: int) -> tuple[BitLegend |
                 "replaced. Copy the bundle again (or remove the file: it is optional)."
             )
     legend = known = None
-    if (path / "bit_legend.json").is_file():
-        legend = BitLegend.load(path / "bit_legend.json")
+    if (path / "bit_legend.json.gz").is_file():
+        legend = BitLegend.load(path / "bit_legend.json.gz")
         legend.check_fingerprint(n_bits)
     if (path / "known_structures.npz").is_file():
         known = KnownStructures.load(path / "known_structures.npz")

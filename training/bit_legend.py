@@ -3,7 +3,7 @@
 ::
 
     python -m training.bit_legend --molecules ../shared/data/molecules.tsv.gz --rows 50000 \\
-        --out resources/default_model/bit_legend.json --bundle resources/default_model
+        --out resources/default_model/bit_legend.json.gz --bundle resources/default_model
 
 Reads a seeded random sample of ``--rows`` molecules from SMILES tables (``--molecules``: a column
 named ``smiles``, else the first; .gz allowed) and/or prepared corpora (``--corpus``: the
@@ -11,7 +11,7 @@ named ``smiles``, else the first; .gz allowed) and/or prepared corpora (``--corp
 bit information (:func:`engine.bitlegend.bit_environments`: RDKit, radius 2, 4096 bits, exactly
 :func:`engine.chem.morgan_bits`, stereochemistry removed as the corpus does), counts per bit the
 molecules in which each distinct environment sets it, and writes the ``--top`` most frequent per bit
-(:class:`engine.bitlegend.BitLegend`). ``--bundle`` also records the file's checksum in that bundle's
+(:class:`engine.bitlegend.BitLegend`, gzip-compressed JSON). ``--bundle`` also records the file's checksum in that bundle's
 ``config.json`` (:func:`engine.bundle.add_bundle_file`), so loading checks it.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import chem
-from engine.bitlegend import BitLegend, bit_environments, legend_from_counts
+from engine.bitlegend import BitLegend, bit_environment_ids, environment_fragment, legend_from_counts
 from engine.errors import ConfigError, MsgptError
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def build_legend(smiles: Sequence[str], *, top: int = 3, source: str = "", n_bit
 
     n_with_bit: Counter[int] = Counter()
     counts: dict[int, Counter[str]] = defaultdict(Counter)
-    examples = {}
+    examples, fragments = {}, {}
     n = unparsed = 0
     for i, s in enumerate(smiles, 1):
         mol = chem.mol_from_smiles(s)
@@ -97,11 +97,16 @@ def build_legend(smiles: Sequence[str], *, top: int = 3, source: str = "", n_bit
         else:
             chem.remove_stereo(mol)
             n += 1
-            for bit, envs in bit_environments(mol, n_bits, radius).items():
+            for bit, hits in bit_environment_ids(mol, n_bits, radius).items():
                 n_with_bit[bit] += 1
-                for env in envs:
-                    counts[bit][env.smiles] += 1
-                    examples.setdefault(env.smiles, env)
+                envs = {}
+                for env_id, center, r in hits:
+                    if env_id not in fragments:  # the fragment of an identifier is written once
+                        fragments[env_id] = environment_fragment(mol, center, r)
+                    envs.setdefault(fragments[env_id].smiles, fragments[env_id])
+                for smiles, env in envs.items():  # a molecule counts once per fragment
+                    counts[bit][smiles] += 1
+                    examples.setdefault(smiles, env)
         if i % 500 == 0 or i == len(smiles):
             if cancel is not None and cancel():
                 raise Cancelled("Cancelled by the user.")
@@ -118,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, default=50_000, help="molecules sampled (seeded; default 50000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--top", type=int, default=3, help="environments kept per bit (default 3)")
-    p.add_argument("--out", required=True, help="bit_legend.json to write")
+    p.add_argument("--out", required=True, help="bit_legend.json.gz to write")
     p.add_argument("--bundle", help="also record the file's checksum in this bundle's config.json "
                    "(--out must lie in the bundle folder)")
     p.add_argument("-q", "--quiet", action="store_true")
