@@ -173,6 +173,7 @@ class SpectrumResult:
     seconds: float
     partial: bool = False
     plan: QueryPlan | None = None  # the queries, when not the band of ``params``
+    posterior: np.ndarray | None = field(default=None, repr=False, compare=False)  # π (float32, n_bits)
 
     @property
     def reference_status(self) -> str:
@@ -331,6 +332,7 @@ class SpectrumSession:
             seconds=time.perf_counter() - t0,
             partial=partial,
             plan=self._plan,
+            posterior=self._posterior,
         )
 
 
