@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import chem
 from .errors import ConfigError, OutputError
+from .novelty import NoveltyMarker
 from .pipeline import SpectrumResult
 
 CSV_COLUMNS = (
@@ -39,6 +40,7 @@ CSV_COLUMNS = (
     "posterior_similarity",
     "fingerprint_score",
     "score",
+    "novelty",
     "is_reference",
     "spectrum_fidelity",
     "spectrum_samples",
@@ -70,9 +72,12 @@ def provenance(bundle, params, extra: dict | None = None) -> dict[str, str]:
     return info
 
 
-def candidate_rows(result: SpectrumResult, top: int | None = None) -> Iterable[dict]:
+def candidate_rows(result: SpectrumResult, top: int | None = None, novelty: NoveltyMarker | None = None) -> Iterable[dict]:
+    """CSV rows of the candidates; ``novelty`` labels each training corpus / user list / new (else empty)."""
     s = result.spectrum
-    for c in result.candidates[:top]:
+    shown = result.candidates[:top]
+    labels = novelty.labels([c.inchikey14 for c in shown]) if novelty is not None else [""] * len(shown)
+    for c, label in zip(shown, labels):
         mol = chem.mol_from_smiles(c.smiles)
         yield {
             "spectrum_id": s.id,
@@ -91,6 +96,7 @@ def candidate_rows(result: SpectrumResult, top: int | None = None) -> Iterable[d
             "posterior_similarity": f"{c.posterior_similarity:.4f}",
             "fingerprint_score": _num(c.fingerprint_score, 3),
             "score": _num(c.score, 3),
+            "novelty": label,
             "is_reference": "" if not result.reference_inchikey14 else
             ("yes" if c.inchikey14 == result.reference_inchikey14 else "no"),
             "spectrum_fidelity": "" if result.fidelity is None else f"{result.fidelity:.4f}",
@@ -151,11 +157,13 @@ class CandidateWriter:
         *,
         partial: str | os.PathLike | None = None,
         resume_at: int | None = None,
+        novelty: NoveltyMarker | None = None,
     ):
         self.path = Path(path)
         self.format = export_format(self.path)
         self.info = info
         self.top = top
+        self.novelty = novelty
         self.n_rows = 0
         directory = self.path.parent if str(self.path.parent) else Path(".")
         if not directory.is_dir():
@@ -197,7 +205,7 @@ class CandidateWriter:
 
     def write(self, result: SpectrumResult) -> int:
         """Add the candidates of one spectrum; returns the number of rows written."""
-        rows = list(candidate_rows(result, self.top))
+        rows = list(candidate_rows(result, self.top, self.novelty))
         self._guarded(self._write_rows, rows)
         return len(rows)
 
@@ -241,6 +249,7 @@ class CandidateWriter:
             "retention_time_s": row["retention_time_s"],
             "count": row["count"],
             "Score": row["score"],
+            "novelty": row["novelty"],
             "frequency": row["frequency"],
             "posterior_similarity": row["posterior_similarity"],
             "fingerprint_score": row["fingerprint_score"],
@@ -291,10 +300,11 @@ class CandidateWriter:
 
 
 def export_results(
-    path: str | os.PathLike, results: Iterable[SpectrumResult], info: dict[str, str], top: int | None = None
+    path: str | os.PathLike, results: Iterable[SpectrumResult], info: dict[str, str], top: int | None = None,
+    novelty: NoveltyMarker | None = None,
 ) -> int:
     """Write finished results to one file atomically; returns the number of candidate rows."""
-    with CandidateWriter(path, info, top) as w:
+    with CandidateWriter(path, info, top, novelty=novelty) as w:
         for r in results:
             w.write(r)
     return w.n_rows
