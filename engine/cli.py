@@ -69,8 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--resume", action="store_true",
                     help="go on with an interrupted run of the same command: spectra already in OUTPUT.partial "
                     "(listed in OUTPUT.journal) are passed over")
+    pr.add_argument("--posteriors", metavar="OUT.npz",
+                    help="also write every spectrum's fingerprint posterior, band thresholds and queries to this .npz")
+    pr.add_argument("--known", metavar="FILE",
+                    help="your list of known structures (SMILES/InChIKeys, one per row, or an SDF): candidates in it "
+                    "are marked 'user list' in the novelty column")
     pr.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pr.set_defaults(func=cmd_predict)
+
+    from .score_cli import add_score_parser
+
+    add_score_parser(sub)
 
     info = sub.add_parser("info", help="describe a model bundle")
     info.add_argument("--model", help="model bundle folder (default: the bundled model)")
@@ -216,6 +225,7 @@ def _run_settings(args: argparse.Namespace, bundle, params) -> dict:
         "formula": args.formula,
         "adduct": args.adduct,
         "inputs": [identity(p) for p in args.inputs],
+        **({"known": identity(args.known)} if getattr(args, "known", None) else {}),
     }
 
 
@@ -243,6 +253,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from .pipeline import QueryParams
 
     export_format(args.output)  # fail on a bad output name before loading anything
+    if args.posteriors and Path(args.posteriors).suffix.lower() != ".npz":
+        raise MsgptError(f"--posteriors {args.posteriors!r}: give a file name ending in .npz.")
     n = args.samples_per_group
     if args.pool_size is not None:
         n = QueryParams.samples_for_pool_size(args.pool_size, args.groups)
@@ -266,16 +278,19 @@ def cmd_predict(args: argparse.Namespace) -> int:
     _err(f"Model: {bundle.describe()}")
     _err(f"Parameters: {params.describe()}")
 
+    from .score_cli import novelty_marker
+
+    marker = novelty_marker(bundle, args.known)  # before the journal: a bad list stops here
     output = Path(args.output)
     settings = _run_settings(args, bundle, params)
     journal, plan = _open_journal(output, args.resume, settings)
     try:
-        return _run_batch(args, bundle, params, settings, journal, plan)
+        return _run_batch(args, bundle, params, settings, journal, plan, marker)
     finally:
         journal.close()  # releases the lock; the journal stays unless the run removed it
 
 
-def _run_batch(args, bundle, params, settings: dict, journal, plan) -> int:
+def _run_batch(args, bundle, params, settings: dict, journal, plan, marker) -> int:
     """Stream the inputs through the model into OUT.partial, one journal line per spectrum; rename at the end."""
     import time
 
@@ -284,9 +299,11 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan) -> int:
     from .errors import OutputError
     from .export import CandidateWriter, fsync_directory, provenance
     from .journal import new_header, partial_path
+    from .score_cli import PosteriorSink
     from .spectrum import SkippedRecord
 
     output = Path(args.output)
+    sink = PosteriorSink(args.posteriors, bundle, params) if args.posteriors else None
     partial = partial_path(output)
     if plan.note:
         _err(plan.note)
@@ -298,12 +315,17 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan) -> int:
             os.replace(partial, output)
             fsync_directory(output.parent)
         journal.remove()
+        if sink is not None:
+            sink.add_inputs(_spectra(args.inputs, args.formula, args.adduct, []))
+            sink.close()
         summary.report(args.output, 0.0, written=True)
         return 0
 
     resuming = plan.action == "resume"
-    info = plan.state.header["info"] if resuming else provenance(bundle, params, {"inputs": " ".join(args.inputs)})
-    writer = CandidateWriter(output, info, args.top, partial=partial, resume_at=plan.state.offset if resuming else None)
+    info = plan.state.header["info"] if resuming else provenance(
+        bundle, params, {"inputs": " ".join(args.inputs), "novelty": marker.describe()})
+    writer = CandidateWriter(output, info, args.top, partial=partial, resume_at=plan.state.offset if resuming else None,
+                             novelty=marker)
     done = plan.state.keys() if resuming else set()
     file_errors: list[str] = []
     t0 = time.perf_counter()
@@ -318,6 +340,8 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan) -> int:
             journal.start(new_header(settings, info, offset))
         for position, item in _spectra(args.inputs, args.formula, args.adduct, file_errors):
             if (position, item.index) in done:
+                if sink is not None:
+                    sink.add_spectrum(item)  # the encoder alone: posteriors of the interrupted run's spectra
                 continue
             outcome = item if isinstance(item, SkippedRecord) else _elucidate_one(bundle, item, params, bar)
             entry = {"input": position, "index": item.index}
@@ -326,6 +350,8 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan) -> int:
             else:
                 rows = writer.write(outcome)
                 offset = writer.sync()  # the rows are on disk before the journal says so
+                if sink is not None:
+                    sink.add_result(outcome)
                 entry.update(id=item.id, status="done", rows=rows, offset=offset)
                 if outcome.spectrum.metadata.get("warnings"):
                     entry["notes"] = outcome.spectrum.metadata["warnings"]
@@ -334,17 +360,23 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan) -> int:
             bar.update(1)
     except KeyboardInterrupt:
         writer.abort()
+        if sink is not None:
+            sink.abort()
         bar.close()
         _err(f"Interrupted: {summary.done_before + summary.done} finished spectra are kept in {partial}. "
              f"Run the same command with --resume to go on.")
         return 130
     except OutputError as e:
         writer.abort()
+        if sink is not None:
+            sink.abort()
         bar.close()
         raise OutputError(f"{e} The {summary.done_before + summary.done} finished spectra are kept in "
                           f"{partial}; run the same command with --resume to go on.") from e
     except BaseException:
         writer.abort()
+        if sink is not None:
+            sink.abort()
         raise
     bar.close()
 
@@ -357,10 +389,14 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan) -> int:
             raise OutputError(f"{e} All spectra are finished in {partial}; run the same command with --resume "
                               "to finish.") from e
         journal.remove()
+        if sink is not None:
+            sink.close()
     else:
         writer.abort()
         partial.unlink(missing_ok=True)
         journal.remove()
+        if sink is not None:
+            sink.abort()
     summary.report(args.output, time.perf_counter() - t0, written)
     if file_errors:
         _err(f"{len(file_errors)} input file(s) could not be read (see above).")

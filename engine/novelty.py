@@ -158,7 +158,7 @@ def _open_text(path: Path):
     return open(path, encoding="utf-8", errors="replace", newline="")
 
 
-def _table_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+def table_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
     name = path.name.lower().removesuffix(".gz")
     with _open_text(path) as fh:
         if name.endswith(".csv"):
@@ -201,7 +201,7 @@ def iter_structure_list(path: str | os.PathLike) -> Iterator[tuple[str, str, str
             for n, value in _sdf_records(path):
                 yield f"record {n}", value or "(unreadable record)", key_of(value) if value else None
             return
-        rows = _table_rows(path)
+        rows = table_rows(path)
         first = next(rows, None)
         if first is None:
             return

@@ -81,10 +81,39 @@ class PosteriorRecord:
         return [threshold_query(self.posterior, float(t)) for t in self.thresholds]
 
 
-def fingerprint_info(n_bits: int) -> dict:
+def posterior_info(bundle, params) -> dict:
+    """The ``info`` of a file written with ``bundle`` and band ``params``: provenance, fingerprint, band."""
     from .bitlegend import fingerprint_definition
+    from .export import provenance
 
-    return fingerprint_definition(n_bits=n_bits)
+    info = dict(provenance(bundle, params))
+    info["fingerprint"] = fingerprint_definition(n_bits=bundle.decoder.config.fp_bits)
+    info["band"] = {"kappa_min": params.kappa_min, "kappa_max": params.kappa_max, "groups": params.groups,
+                    "d_enc": bundle.calibration.d_enc}
+    return info
+
+
+def record_for_spectrum(bundle, spectrum, params) -> PosteriorRecord:
+    """Compute the posterior and band thresholds of one spectrum (the encoder only, nothing sampled).
+
+    Raises :class:`~engine.errors.MsgptError` (SpectrumError, ...) when the model cannot run on it.
+    """
+    from . import chem
+    from .pipeline import compute_posterior, require_usable
+    from .querying import band_thresholds
+
+    require_usable(bundle, spectrum)
+    posterior = compute_posterior(bundle, spectrum)
+    thresholds = band_thresholds(bundle.calibration, params.kappa_min, params.kappa_max, params.groups)
+    key = chem.inchikey14(spectrum.smiles) if spectrum.smiles else None
+    return PosteriorRecord.of(spectrum, posterior, thresholds, key)
+
+
+def record_for_result(result) -> PosteriorRecord:
+    """The record of a finished :class:`~engine.pipeline.SpectrumResult` (its posterior and thresholds)."""
+    if result.posterior is None:
+        raise ConfigError(f"The result of {result.spectrum.id!r} carries no posterior.")
+    return PosteriorRecord.of(result.spectrum, result.posterior, result.thresholds, result.reference_inchikey14)
 
 
 class PosteriorWriter:
