@@ -18,7 +18,7 @@ import torch
 
 from engine.bundle import native_bf16
 from engine.errors import ConfigError
-from training.loop import TrainingConfig, autocast, autocast_dtype, lr_at, reseed, stop_on_signals
+from training.loop import TrainingConfig, autocast, autocast_dtype, lr_at, reseed, stop_on_signals, torch_threads
 
 
 def test_lr_schedule_at_hand_computed_steps():
@@ -79,6 +79,22 @@ def test_autocast_choice():
     if not native_bf16(cpu):
         with pytest.raises(ConfigError, match="`precision` bf16 was asked for"):
             autocast("bf16", cpu)
+
+
+def test_torch_threads_inside_a_generator_and_back_after():
+    before = torch.get_num_threads()
+
+    def work():
+        with torch_threads(before + 1):
+            yield torch.get_num_threads()
+            yield torch.get_num_threads()
+
+    gen = work()
+    assert next(gen) == before + 1
+    gen.close()  # a caller that stops iterating gets its setting back too
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before
 
 
 def test_signals_set_the_stop_flag_and_the_handlers_come_back(capsys):

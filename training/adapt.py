@@ -101,7 +101,7 @@ from .checkpoint import (
     truncate_metrics,
     write_json_atomic,
 )
-from .loop import TrainingConfig, autocast, lr_at, reseed, stop_on_signals
+from .loop import TrainingConfig, autocast, lr_at, reseed, stop_on_signals, torch_threads
 from .spectra import SHIPPABLE_LICENSES, is_unit_resolution
 
 GROUPS = ("frozen-hit", "residual", "low-coverage")
@@ -698,9 +698,7 @@ def adapt(config: AdaptConfig, stop: threading.Event | None = None, prepared: Pr
     later with ``resume``). ``prepared`` skips stage 1 (tests). torch runs on ``config.threads``
     threads meanwhile.
     """
-    before = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
-    try:
+    with torch_threads(config.threads):
         out = Path(config.out)
         out.mkdir(parents=True, exist_ok=True)
         saved = out / "adapt_config.json"
@@ -717,8 +715,6 @@ def adapt(config: AdaptConfig, stop: threading.Event | None = None, prepared: Pr
             yield prepared
         if not prepare_only:
             yield from _train(config, prepared, stop or threading.Event())
-    finally:
-        torch.set_num_threads(before)
 
 
 def _check_resumable(saved: dict, config: AdaptConfig) -> None:

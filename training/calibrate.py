@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from engine.encoder import EncoderConfig, SpectrumEncoder
 from engine.errors import ConfigError, InputFileError
 from engine.querying import Calibration
 
+from .loop import torch_threads
 from .metrics import mean_active_bits, mean_tanimoto
 from .spectra import CacheHit, FeatureSettings, LabelledSpectra, ReadProgress, iter_load_labelled_spectra
 from .train_encoder import EncoderTrainConfig, load_weights, predict_posteriors, training_split
@@ -92,12 +92,8 @@ def calibrate_encoder(
 
     ``mgf``, ``folds`` and ``val_folds`` default to the training run's ``train_config.json``.
     """
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         yield from _calibrate(encoder_dir, mgf, folds, val_folds, cache_dir, grid, batch_size)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _calibrate(encoder_dir, mgf, folds, val_folds, cache_dir, grid, batch_size) -> Iterator:

@@ -1,5 +1,5 @@
-"""What the training commands share: learning-rate schedule, re-seeding, autocast, stopping on a signal,
-and the base class of their config dataclasses (saved configs, command-line flags).
+"""What the training commands share: learning-rate schedule, re-seeding, autocast, torch threads, stopping
+on a signal, and the base class of their config dataclasses (saved configs, command-line flags).
 
 Pretraining (:mod:`training.pretrain`), encoder training (:mod:`training.train_encoder`, also run by
 :mod:`training.oof_posteriors`) and adaptation (:mod:`training.adapt`) use these; the checkpoint files
@@ -71,6 +71,18 @@ def autocast(precision: str, device: torch.device) -> tuple[Callable[[], Abstrac
     autocast dtype (None: float32); see :func:`autocast_dtype`."""
     dtype = autocast_dtype(precision, device)
     return (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else nullcontext, dtype
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch computes on ``n`` CPU threads inside (None: as it is); the caller's setting comes back after."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # -----------------------------------------------------------------------------------------------

@@ -54,7 +54,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from engine import paths
 from engine.encoder import EncoderConfig, SpectrumEncoder
@@ -63,7 +62,7 @@ from engine.querying import Calibration
 
 from .calibrate import CalibrationDone, PosteriorsProgress, calibrate_encoder, load_encoder
 from .checkpoint import complete_folder, write_json_atomic
-from .loop import TrainingConfig, stop_on_signals
+from .loop import TrainingConfig, stop_on_signals, torch_threads
 from .metrics import FIDELITY_BINS, bit_metrics, density_matched_threshold, tanimoto_at
 from .spectra import (
     CacheHit,
@@ -255,12 +254,8 @@ def _fidelity(posteriors: np.ndarray, targets: np.ndarray, threshold) -> dict:
 def oof_posteriors(config: OOFConfig, stop: threading.Event | None = None) -> Iterator:
     """Train the K fold encoders (resumably) and write the out-of-fold posteriors; yields progress events,
     ends with :class:`OOFFinished` (or :class:`OOFStopped`)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
-    try:
+    with torch_threads(config.threads):
         yield from _run(config, stop)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _run(config: OOFConfig, stop: threading.Event | None) -> Iterator:

@@ -79,7 +79,7 @@ from .checkpoint import (
     write_json_atomic,
 )
 from .dataset import IGNORE_INDEX, CorpusDataset
-from .loop import TrainingConfig, autocast, lr_at, reseed, stop_on_signals
+from .loop import TrainingConfig, autocast, lr_at, reseed, stop_on_signals, torch_threads
 from .noise import FingerprintNoise
 
 NOISE_STREAM = 0x6E6F6973  # tags the noise generator's seed sequence apart from reseed()'s
@@ -472,13 +472,12 @@ def pretrain(config: PretrainConfig, stop: threading.Event | None = None) -> Ite
     """Train; yields progress events. Set ``stop`` to end at the next step boundary with a checkpoint
     (``Finished(reason="stopped")``); closing the generator abandons the run without saving."""
     env = init_distributed(config.device)
-    threads = torch.get_num_threads()
     finished = False
     try:
-        yield from _train(config, env, stop or threading.Event())
+        with torch_threads(config.threads):
+            yield from _train(config, env, stop or threading.Event())
         finished = True
     finally:
-        torch.set_num_threads(threads)
         if env.owns_group:
             # All ranks leave together: a rank that tears gloo down while another is still writing
             # the final checkpoint can abort in gloo's threads at exit ("terminate called without
@@ -490,8 +489,6 @@ def pretrain(config: PretrainConfig, stop: threading.Event | None = None) -> Ite
 
 def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Iterator[Event]:
     out = Path(config.out)
-    if config.threads:
-        torch.set_num_threads(config.threads)
     amp, amp_dtype = autocast(config.precision, env.device)
 
     # data: structure-disjoint validation split, formula-grouped batches of the rest

@@ -64,7 +64,7 @@ from engine.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder
 from engine.errors import ConfigError, InputFileError
 
 from .checkpoint import atomic_folder, complete_folder, module_weights, write_json_atomic
-from .loop import TrainingConfig, lr_at, stop_on_signals
+from .loop import TrainingConfig, lr_at, stop_on_signals, torch_threads
 from .metrics import bit_metrics, density_matched_threshold, mean_tanimoto
 from .spectra import (
     SHIPPABLE_LICENSES,
@@ -466,12 +466,8 @@ def train_encoder(config: EncoderTrainConfig, stop: threading.Event | None = Non
     Setting ``stop`` or closing the generator saves a checkpoint first; ``resume=True`` continues it.
     torch runs on ``config.threads`` threads meanwhile (the caller's setting is restored afterwards).
     """
-    before = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
-    try:
+    with torch_threads(config.threads):
         yield from _train(config, stop)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator[Event]:
