@@ -257,9 +257,10 @@ def cmd_score(args: argparse.Namespace) -> int:
     bar.close()
     if wanted - {r["spectrum_id"] for r in rows} - {s.split(":")[0] for s in skipped}:
         _err(f"Not found in the inputs: {', '.join(sorted(wanted - {r['spectrum_id'] for r in rows}))}")
-    _write_table(args.output, info, SCORE_COLUMNS, rows)
+    if rows:
+        _write_table(args.output, info, SCORE_COLUMNS, rows)
     _err(f"Scored {len(structures)} structure(s) against {len({r['spectrum_id'] for r in rows})} spectra"
-         f"{f' -> {args.output}' if args.output else ''}.")
+         f"{f' -> {args.output}' if args.output and rows else ''}.")
     if skipped:
         _err(f"Skipped {len(skipped)} spectra:")
         for line in skipped[:20]:
