@@ -46,7 +46,7 @@ QUERY_RULE = "query (s, i) = bits b with posteriors[s, b] > thresholds[s, i]: CS
 _TEXT_FIELDS = ("ids", "sources", "formula", "adduct", "inchikey14")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PosteriorRecord:
     """One spectrum's posterior and band thresholds (its queries follow from both)."""
 
@@ -233,7 +233,7 @@ def write_posteriors(path: str | os.PathLike, records: Iterable[PosteriorRecord]
     return w.n
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PosteriorSet:
     """What :func:`read_posteriors` returns: the file's arrays (see the module docstring)."""
 
