@@ -18,7 +18,17 @@ import torch
 
 from engine.bundle import native_bf16
 from engine.errors import ConfigError
-from training.loop import TrainingConfig, autocast, autocast_dtype, lr_at, reseed, stop_on_signals, torch_threads
+from training.loop import (
+    TrainingConfig,
+    autocast,
+    autocast_dtype,
+    int_at_least,
+    lr_at,
+    one_of,
+    reseed,
+    stop_on_signals,
+    torch_threads,
+)
 
 
 def test_lr_schedule_at_hand_computed_steps():
@@ -142,6 +152,32 @@ def test_config_round_trip_and_unknown_keys_warn(caplog):
     assert caplog.records[0].name == __name__  # logged for the module that defines the config
     with pytest.raises(ConfigError, match="`steps`"):
         _Config.from_dict({"steps": 0})
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"steps": 0}, r"`steps` must be a positive integer, got 0\."),
+        ({"steps": True}, r"`steps` must be a positive integer, got True\."),
+        ({"steps": 2.0}, r"`steps` must be a positive integer, got 2\.0\."),
+        ({"rate": -1.0}, r"`rate` must be >= 0 or unset, got -1\.0\."),
+        ({"rate": "fast"}, r"`rate` must be >= 0 or unset, got 'fast'\."),  # not comparable: the same error
+        ({"name": "c"}, r"`name` must be 'a' or 'b', got 'c'\."),
+    ],
+)
+def test_require_names_the_field_the_value_and_what_is_allowed(changes, message):
+    @dataclass
+    class Checked(_Config):
+        def __post_init__(self):
+            self.require(("steps",), int_at_least(1), "a positive integer")
+            self.require(("rate",), lambda v: v is None or v >= 0, ">= 0 or unset")
+            self.require(("name",), *one_of(("a", "b")))
+
+    Checked(name="a", rate=None)
+    with pytest.raises(ConfigError, match=message):
+        Checked(**{"name": "a", **changes})
+    assert one_of(("fp32",))[1] == "'fp32'" and one_of(("a", "b", "c"))[1] == "'a', 'b' or 'c'"
+    assert int_at_least(0, optional=True)(None) and not int_at_least(0)(None)
 
 
 def test_flags_from_fields():

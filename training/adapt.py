@@ -101,7 +101,18 @@ from .checkpoint import (
     truncate_metrics,
     write_json_atomic,
 )
-from .loop import TrainingConfig, autocast, lr_at, reseed, stop_on_signals, torch_threads
+from .loop import (
+    DEVICES,
+    PRECISIONS,
+    TrainingConfig,
+    autocast,
+    int_at_least,
+    lr_at,
+    one_of,
+    reseed,
+    stop_on_signals,
+    torch_threads,
+)
 from .spectra import SHIPPABLE_LICENSES, is_unit_resolution
 
 GROUPS = ("frozen-hit", "residual", "low-coverage")
@@ -168,15 +179,10 @@ class AdaptConfig(TrainingConfig):
         self.licenses = None if self.licenses is None else tuple(self.licenses)
         self.fp_targets = tuple(self.fp_targets)
         self.ce_weights, self.kl_weights = tuple(self.ce_weights), tuple(self.kl_weights)
-        for name in ("val_spectra", "rank", "groups", "samples_per_group", "steps", "batch_size", "micro_batch",
-                     "eval_every", "val_thresholds", "threads"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"`{name}` must be a positive integer, got {v!r}.")
-        if self.max_spectra is not None and (isinstance(self.max_spectra, bool) or self.max_spectra < 1):
-            raise ConfigError(f"`max_spectra` must be a positive integer or None (all), got {self.max_spectra!r}.")
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ConfigError(f"`warmup_steps` must be an integer >= 0, got {self.warmup_steps!r}.")
+        self.require(("val_spectra", "rank", "groups", "samples_per_group", "steps", "batch_size", "micro_batch",
+                      "eval_every", "val_thresholds", "threads"), int_at_least(1), "a positive integer")
+        self.require(("max_spectra",), int_at_least(1, optional=True), "a positive integer or None (all)")
+        self.require(("warmup_steps",), int_at_least(0), "an integer >= 0")
         unknown = [t for t in self.fp_targets if t not in FP_TARGET_CHOICES]
         if unknown:
             raise ConfigError(f"`fp_targets` {unknown} unknown; choose from {', '.join(FP_TARGET_CHOICES)}.")
@@ -194,20 +200,13 @@ class AdaptConfig(TrainingConfig):
                 raise ConfigError(f"`{name}` needs three weights >= 0 ({', '.join(GROUPS)}), got {w!r}.")
         if not 0 < self.lr or not 0 <= self.min_lr <= self.lr:
             raise ConfigError(f"`lr` must be > 0 and `min_lr` in [0, lr]; got {self.lr}, {self.min_lr}.")
-        for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ConfigError(f"`{name}` must be in [0, 1), got {getattr(self, name)!r}.")
-        for name in ("weight_decay", "grad_clip", "checkpoint_minutes"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"`{name}` must be >= 0, got {getattr(self, name)!r}.")
-        if self.max_minutes is not None and not self.max_minutes > 0:
-            raise ConfigError(f"`max_minutes` must be > 0 or unset, got {self.max_minutes!r}.")
+        self.require(("beta1", "beta2"), lambda v: 0 <= v < 1, "in [0, 1)")
+        self.require(("weight_decay", "grad_clip", "checkpoint_minutes"), lambda v: v >= 0, ">= 0")
+        self.require(("max_minutes",), lambda v: v is None or v > 0, "> 0 or unset")
         if self.select_metric not in SELECT_METRICS:
             raise ConfigError(f"`select_metric` {self.select_metric!r} unknown; choose one of {', '.join(SELECT_METRICS)}.")
-        if self.precision not in ("auto", "bf16", "fp32"):
-            raise ConfigError(f"`precision` must be 'auto', 'bf16' or 'fp32', got {self.precision!r}.")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ConfigError(f"`device` must be 'auto', 'cpu' or 'cuda', got {self.device!r}.")
+        self.require(("precision",), *one_of(PRECISIONS))
+        self.require(("device",), *one_of(DEVICES))
 
     def group_weights(self, group: str) -> tuple[float, float]:
         """(alpha_g, lambda_g) of a recoverability group."""

@@ -20,7 +20,7 @@ import random
 import signal
 import sys
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import MISSING, asdict, fields
 from typing import Any, TypeVar
@@ -115,11 +115,37 @@ def stop_on_signals(stop: threading.Event | None = None, notice: str | None = No
 # Config dataclasses
 
 C = TypeVar("C", bound="TrainingConfig")
+PRECISIONS = ("auto", "bf16", "fp32")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def int_at_least(least: int, *, optional: bool = False) -> Callable[[Any], bool]:
+    """A test for :meth:`TrainingConfig.require`: an integer (not a bool) >= ``least`` (or None, if ``optional``)."""
+    return lambda v: (optional and v is None) or (isinstance(v, int) and not isinstance(v, bool) and v >= least)
+
+
+def one_of(choices: Sequence[str]) -> tuple[Callable[[Any], bool], str]:
+    """The test and its wording for :meth:`TrainingConfig.require`: one of ``choices`` ("'a', 'b' or 'c'")."""
+    quoted = [repr(c) for c in choices]
+    wording = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+    return (lambda v: v in choices), wording
 
 
 class TrainingConfig:
     """Base class of the training commands' config dataclasses (fields carry ``metadata={"help": ...}``;
     the dataclass's ``__post_init__`` checks values and raises ConfigError naming the field)."""
+
+    def require(self, names: Iterable[str], ok: Callable[[Any], bool], allowed: str) -> None:
+        """For ``__post_init__``: raise ConfigError "`name` must be <allowed>, got <value>." for the first of
+        ``names`` whose value fails ``ok`` (a value ``ok`` cannot compare, such as None for a number, fails)."""
+        for name in names:
+            value = getattr(self, name)
+            try:
+                good = ok(value)
+            except TypeError:
+                good = False
+            if not good:
+                raise ConfigError(f"`{name}` must be {allowed}, got {value!r}.")
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON values (tuples as lists)."""

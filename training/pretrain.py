@@ -79,7 +79,18 @@ from .checkpoint import (
     write_json_atomic,
 )
 from .dataset import IGNORE_INDEX, CorpusDataset
-from .loop import TrainingConfig, autocast, lr_at, reseed, stop_on_signals, torch_threads
+from .loop import (
+    DEVICES,
+    PRECISIONS,
+    TrainingConfig,
+    autocast,
+    int_at_least,
+    lr_at,
+    one_of,
+    reseed,
+    stop_on_signals,
+    torch_threads,
+)
 from .noise import FingerprintNoise
 
 NOISE_STREAM = 0x6E6F6973  # tags the noise generator's seed sequence apart from reseed()'s
@@ -137,37 +148,25 @@ class PretrainConfig(TrainingConfig):
             raise ConfigError("`corpus` is required: the directory written by `python -m training.corpus prepare`.")
         if not self.out:
             raise ConfigError("`out` is required: the run directory for checkpoints and metrics.")
-        for name in ("batch_size", "grad_accum", "warmup_steps", "val_max_records", "log_every", "keep_checkpoints"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "warmup_steps" else 1):
-                raise ConfigError(f"`{name}` must be a positive integer, got {v!r}.")
-        for name in ("max_steps", "threads", "block_size"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ConfigError(f"`{name}` must be a positive integer or unset, got {v!r}.")
-        for name in ("eval_every", "checkpoint_every", "forward_tokens"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ConfigError(f"`{name}` must be an integer >= 0 (0 turns it off), got {getattr(self, name)!r}.")
+        self.require(("batch_size", "grad_accum", "val_max_records", "log_every", "keep_checkpoints"), int_at_least(1),
+                     "a positive integer")
+        self.require(("warmup_steps",), int_at_least(0), "an integer >= 0")
+        self.require(("max_steps", "threads", "block_size"), int_at_least(1, optional=True),
+                     "a positive integer or unset")
+        self.require(("eval_every", "checkpoint_every", "forward_tokens"), int_at_least(0),
+                     "an integer >= 0 (0 turns it off)")
         if self.max_steps is None and not self.epochs > 0:
             raise ConfigError(f"`epochs` must be > 0 when `max_steps` is not set, got {self.epochs!r}.")
         if not 0 < self.lr:
             raise ConfigError(f"`lr` must be > 0, got {self.lr!r}.")
         if not 0 <= self.min_lr <= self.lr:
             raise ConfigError(f"`min_lr` must be in [0, `lr`] = [0, {self.lr}], got {self.min_lr!r}.")
-        for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ConfigError(f"`{name}` must be in [0, 1), got {getattr(self, name)!r}.")
-        for name in ("weight_decay", "grad_clip", "checkpoint_minutes"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"`{name}` must be >= 0, got {getattr(self, name)!r}.")
-        if not 0 <= self.val_fraction < 1:
-            raise ConfigError(f"`val_fraction` must be in [0, 1), got {self.val_fraction!r}.")
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise ConfigError(f"`dropout` must be in [0, 1), got {self.dropout!r}.")
-        if self.precision not in ("auto", "bf16", "fp32"):
-            raise ConfigError(f"`precision` must be 'auto', 'bf16' or 'fp32', got {self.precision!r}.")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ConfigError(f"`device` must be 'auto', 'cpu' or 'cuda', got {self.device!r}.")
+        self.require(("beta1", "beta2"), lambda v: 0 <= v < 1, "in [0, 1)")
+        self.require(("weight_decay", "grad_clip", "checkpoint_minutes"), lambda v: v >= 0, ">= 0")
+        self.require(("val_fraction",), lambda v: 0 <= v < 1, "in [0, 1)")
+        self.require(("dropout",), lambda v: v is None or 0 <= v < 1, "in [0, 1)")
+        self.require(("precision",), *one_of(PRECISIONS))
+        self.require(("device",), *one_of(DEVICES))
         if not 0 <= self.noise_fraction <= 1:
             raise ConfigError(f"`noise_fraction` must be in [0, 1], got {self.noise_fraction!r}.")
         if self.noise_fraction > 0 and not self.noise_model:

@@ -64,7 +64,7 @@ from engine.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder
 from engine.errors import ConfigError, InputFileError
 
 from .checkpoint import atomic_folder, complete_folder, module_weights, write_json_atomic
-from .loop import TrainingConfig, lr_at, stop_on_signals, torch_threads
+from .loop import TrainingConfig, int_at_least, lr_at, stop_on_signals, torch_threads
 from .metrics import bit_metrics, density_matched_threshold, mean_tanimoto
 from .spectra import (
     SHIPPABLE_LICENSES,
@@ -142,10 +142,8 @@ class EncoderTrainConfig(TrainingConfig):
         self.licenses = None if self.licenses is None else tuple(self.licenses)
         self.train_folds, self.val_folds = tuple(self.train_folds), tuple(self.val_folds)
         self.encoder = dict(self.encoder)
-        for name in ("batch_size", "bucket_batches", "epochs", "patience", "eval_batch_size", "threads"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"`{name}` must be a positive integer, got {value!r}.")
+        self.require(("batch_size", "bucket_batches", "epochs", "patience", "eval_batch_size", "threads"),
+                     int_at_least(1), "a positive integer")
         if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and self.weight_decay >= 0 and self.grad_clip >= 0):
             raise ConfigError(
                 f"`lr` must be > 0, `min_lr_ratio` in [0, 1], `weight_decay` and `grad_clip` >= 0; got {self.lr}, "
@@ -157,10 +155,8 @@ class EncoderTrainConfig(TrainingConfig):
             raise ConfigError(
                 f"`select_metric` {self.select_metric!r} is unknown; choose one of {', '.join(SELECT_METRICS)}."
             )
-        for name in ("max_minutes", "max_steps", "checkpoint_every_steps", "max_train_spectra", "stop_after_epochs"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigError(f"`{name}` must be positive or None, got {value!r}.")
+        self.require(("max_minutes", "max_steps", "checkpoint_every_steps", "max_train_spectra", "stop_after_epochs"),
+                     lambda v: v is None or v > 0, "positive or None")
         if self.stop_after_epochs is not None and self.stop_after_epochs > self.epochs:
             raise ConfigError(
                 f"`stop_after_epochs` ({self.stop_after_epochs}) must not exceed `epochs` ({self.epochs})."
