@@ -243,10 +243,14 @@ class CandidatesPanel(QWidget):
 
     # -- showing a result
     def show_result(self, result: SpectrumResult | None, previous: SpectrumResult | None = None,
-                    running: bool = False, note: str = "") -> None:
+                    running: bool = False, note: str = "", flag: str = "") -> None:
+        """``note``: what to say when there is no result; ``flag``: a warning shown with the result
+        (e.g. the spectrum holds no fragments)."""
         keep = self.selected_key()
         self.model.set_result(result, previous)
         self._summarise(result, running, note)
+        if flag:
+            self.summary.setText(self.summary.text() + f"<br><span style='color:#a15c00'>⚠ {flag}</span>")
         row = self._proxy_row_of(keep) if keep else None
         if row is None and self.proxy.rowCount() and not running:
             row = 0

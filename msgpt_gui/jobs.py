@@ -1,5 +1,7 @@
 """The app's long work as plain generators (no Qt): loading files, elucidating spectra, exporting.
 
+(The document these jobs work on, one entry per record, is :mod:`msgpt_gui.entries`.)
+
 Each job takes a ``cancel`` callable, yields progress events and returns its result, like
 ``engine.pipeline``; :class:`msgpt_gui.workers.GeneratorWorker` runs one in a QThread and turns the
 events into signals. Cancelling raises :class:`engine.errors.Cancelled` at the next check, so a
@@ -10,7 +12,9 @@ writers are atomic).
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
+from collections import Counter
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +23,7 @@ from engine.errors import Cancelled, MsgptError
 from engine.export import CandidateWriter
 from engine.io import iter_spectra
 from engine.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
-from engine.spectrum import SkippedRecord, Spectrum
+from engine.spectrum import SkippedRecord, SurveyScan
 
 CancelFn = Callable[[], bool]
 
@@ -33,72 +37,6 @@ def check_cancel(cancel: CancelFn | None) -> None:
         raise Cancelled("Cancelled by the user.")
 
 
-# -- the document: one entry per record of the opened files ------------------------------------------
-class Status:
-    NOT_RUN = "not run"
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    SKIPPED = "skipped"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
-
-
-@dataclass(eq=False)
-class SpectrumEntry:
-    """One record of an opened file and what the app knows about it (main thread only)."""
-
-    key: int
-    spectrum: Spectrum | None  # None for a record the reader skipped
-    skipped: SkippedRecord | None = None
-    original: Spectrum | None = None  # as read, before the user set a formula/adduct
-    status: str = Status.NOT_RUN
-    reason: str = ""  # why it was skipped / failed
-    result: SpectrumResult | None = None  # the last complete result
-    live: SpectrumResult | None = None  # a partial ranking while it runs
-    previous: SpectrumResult | None = None  # the complete result before the current one (rank moves)
-    session: SpectrumSession | None = None  # its posterior and sample pool, kept across runs
-    model_checksum: str | None = None  # the model the session belongs to
-
-    @classmethod
-    def from_item(cls, key: int, item: Spectrum | SkippedRecord) -> SpectrumEntry:
-        if isinstance(item, SkippedRecord):
-            return cls(key, None, skipped=item, status=Status.SKIPPED, reason=item.reason)
-        return cls(key, item, original=item)
-
-    @property
-    def id(self) -> str:
-        return self.spectrum.id if self.spectrum is not None else self.skipped.spectrum_id
-
-    @property
-    def source(self) -> str:
-        return self.spectrum.source if self.spectrum is not None else self.skipped.source
-
-    @property
-    def shown(self) -> SpectrumResult | None:
-        """What the candidate table shows: the live ranking while running, else the last result."""
-        return self.live if self.live is not None else self.result
-
-    @property
-    def overridden(self) -> bool:
-        return self.spectrum is not None and self.original is not None and (
-            self.spectrum.formula != self.original.formula or self.spectrum.adduct != self.original.adduct
-        )
-
-    def status_text(self) -> str:
-        if self.status in (Status.SKIPPED, Status.FAILED) and self.reason:
-            return f"{self.status}: {self.reason}"
-        return self.status
-
-    def reset_results(self) -> None:
-        """Forget results and samples (new formula/adduct, another model)."""
-        self.result = self.live = self.previous = None
-        self.session = None
-        self.model_checksum = None
-        if self.spectrum is not None:
-            self.status, self.reason = Status.NOT_RUN, ""
-
-
 # -- loading ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RecordsRead:
@@ -106,19 +44,103 @@ class RecordsRead:
     items: tuple  # Spectrum | SkippedRecord
 
 
+_LINE_PREFIX = re.compile(r"^line \d+: ")
+_QUOTED = re.compile(r"'[^']*'")
+
+
+def reason_kind(reason: str) -> str:
+    """A skip reason without what differs from record to record (line numbers, quoted values)."""
+    return _QUOTED.sub("'…'", _LINE_PREFIX.sub("", reason))
+
+
+@dataclass
+class FileSummary:
+    """What :func:`load_file` read from one file."""
+
+    path: str
+    records: int = 0  # listed: spectra and skipped records
+    spectra: int = 0  # usable as read
+    skipped: Counter = field(default_factory=Counter)  # reason kind -> records
+    survey_scans: int = 0  # MS1 scans of an mzML run (not listed)
+
+    @property
+    def n_skipped(self) -> int:
+        return sum(self.skipped.values())
+
+    def report(self, entries: Sequence, supported_adducts: Sequence[str] | None, model_name: str = "") -> tuple[str, bool]:
+        """What the user should know about the file: (text, whether it is worth a dialog).
+
+        ``entries``: the file's entries (:class:`~msgpt_gui.entries.SpectrumEntry`) as listed now, so
+        that what stops a spectrum from running is judged for the loaded model (``supported_adducts``).
+        A dialog is worth it when records were passed over or skipped, or spectra need something first.
+        """
+        name = Path(self.path).name
+        ready = sum(e.spectrum is not None and e.blocker(supported_adducts) is None for e in entries)
+        lines = [f"{name}: {self.records:,} MS/MS record{'s' if self.records != 1 else ''} listed, {ready:,} ready to run."]
+        if self.survey_scans:
+            lines += ["", f"Not listed: {self.survey_scans:,} MS1 survey scan{'s' if self.survey_scans != 1 else ''} "
+                          "(MS-GPT elucidates MS/MS spectra; the survey scans hold no fragments)."]
+        if self.skipped:
+            lines += ["", "Listed but skipped by the reader (select one to see it; its Status says why):"]
+            for reason, n in self.skipped.most_common(8):
+                lines.append(f"  • {n:,} × {reason}")
+            rest = self.skipped.most_common()[8:]
+            if rest:
+                lines.append(f"  • {sum(n for _, n in rest):,} × {len(rest)} other reasons")
+            if any(r.startswith("no precursor m/z") for r in self.skipped):
+                lines.append("  Records without a precursor m/z are plotted: type the precursor m/z above the plot "
+                             "and press Apply to run one.")
+        blocked = Counter()
+        unsupported = Counter()
+        for e in entries:
+            b = e.blocker(supported_adducts) if e.spectrum is not None else None
+            if b is not None:
+                blocked[b[0]] += 1
+                if b[0] == "ion not supported":
+                    unsupported[e.spectrum.adduct] += 1
+        if blocked:
+            lines += ["", "Need your input before Run:"]
+            if blocked["needs formula"] or blocked["needs adduct"]:
+                n = blocked["needs formula"] + blocked["needs adduct"]
+                lines.append(f"  • {n:,} without a molecular formula or adduct: type them below the spectrum and "
+                             "press Apply, or select several rows and press Apply to selected")
+            if unsupported:
+                ions = ", ".join(f"{a} ({n})" for a, n in unsupported.most_common())
+                lines.append(f"  • {sum(unsupported.values()):,} with an ion type this model cannot use: {ions}")
+        flagged = sum(bool(e.no_fragments) for e in entries)
+        if flagged:
+            lines += ["", f"Flagged: {flagged:,} spectr{'um' if flagged == 1 else 'a'} with no fragments "
+                          "(only the precursor): candidates reflect the formula only."]
+        if supported_adducts is not None:
+            model = f"The model {model_name}" if model_name else "The model"
+            lines += ["", f"{model} supports the ion types {', '.join(supported_adducts)}."]
+        else:
+            lines += ["", "No model is loaded: Model ▸ Open Model Folder… picks one (it says which ion types it supports)."]
+        worth = bool(self.survey_scans or self.skipped or blocked)
+        return "\n".join(lines), worth
+
+
 def load_file(
     path: str | Path, cancel: CancelFn | None = None, batch: int = 500, interval_s: float = 0.15
-) -> Generator[RecordsRead, None, int]:
-    """Stream a spectra file in batches (at most ``batch`` records or ``interval_s`` apart)."""
+) -> Generator[RecordsRead, None, FileSummary]:
+    """Stream a spectra file in batches (at most ``batch`` records or ``interval_s`` apart); returns
+    a :class:`FileSummary`. MS1 survey scans are counted, not listed."""
     path = str(path)
+    summary = FileSummary(path)
     items: list = []
-    n = 0
     last = time.perf_counter()
     try:
-        for item in iter_spectra(path):
+        for item in iter_spectra(path, survey_scans=True):
             check_cancel(cancel)
+            if isinstance(item, SurveyScan):
+                summary.survey_scans += 1
+                continue
             items.append(item)
-            n += 1
+            summary.records += 1
+            if isinstance(item, SkippedRecord):
+                summary.skipped[reason_kind(item.reason)] += 1
+            else:
+                summary.spectra += 1
             now = time.perf_counter()
             if len(items) >= batch or now - last >= interval_s:
                 yield RecordsRead(path, tuple(items))
@@ -132,7 +154,7 @@ def load_file(
     check_cancel(cancel)
     if items:
         yield RecordsRead(path, tuple(items))
-    return n
+    return summary
 
 
 # -- elucidation --------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -42,10 +43,12 @@ from engine.pipeline import QueryParams
 
 from . import tooltips
 from .candidates_view import CandidatesPanel, fit_columns
-from .jobs import SpectrumEntry, Status, export_info
-from .models import KEY_ROLE, SortProxy, SpectraModel
+from .editing import ERROR, apply_formula
+from .entries import FILTER_PLACEHOLDER, FILTER_TIP, SpectrumEntry, Status, format_mz
+from .jobs import FileSummary, export_info
+from .models import KEY_ROLE, NO_FRAGMENTS_TIP, SpectraModel, SpectraProxy
 from .params_view import ParamsPanel
-from .run_controller import RunController
+from .run_controller import RunController, plural
 from .settings import Settings
 from .spectrum_view import SpectrumPanel
 
@@ -54,6 +57,11 @@ log = logging.getLogger(__name__)
 SPECTRA_FILTER = "Spectra (*.mgf *.mgf.gz *.mzML *.mzml *.mzML.gz *.mzml.gz);;All files (*)"
 SPECTRA_SUFFIXES = (".mgf", ".mzml", ".mgf.gz", ".mzml.gz")
 RETUNE_DELAY_MS = 350
+STATUS_SAMPLE = "ion not supported"  # the longest word the Status column shows (reasons are in its tooltip)
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def is_spectra_file(path: Path) -> bool:
@@ -69,6 +77,7 @@ class MainWindow(QMainWindow):
     run_finished = Signal(str)  # "done", "cancelled" or "failed"
     export_finished = Signal(str, int)  # path and number of rows; ("", 0) when it failed or was cancelled
     candidates_shown = Signal(int)  # the candidate table now holds this many rows
+    file_reported = Signal(str, str)  # path, the report of a file worth a dialog (one per file)
 
     def __init__(
         self,
@@ -86,6 +95,8 @@ class MainWindow(QMainWindow):
         self.device = device or self.settings.device
         self.query_params: QueryParams = self.settings.query_params()
         self.first_candidates_s: float | None = None  # time from Run to the first candidates on screen
+        self.file_reports: dict[str, str] = {}  # path -> what was read from it (FileSummary.report)
+        self._select_new = False
 
         self.setWindowTitle("MS-GPT Desktop")
         self.setAcceptDrops(True)
@@ -150,10 +161,10 @@ class MainWindow(QMainWindow):
 
     def _build_widgets(self) -> None:
         self.spectra = SpectraModel(self)
-        self.spectra_proxy = SortProxy(self, filter_columns=(0, 2, 3, 6))
+        self.spectra_proxy = SpectraProxy(self)
         self.spectra_proxy.setSourceModel(self.spectra)
-        self.spectra_filter = QLineEdit(placeholderText="Filter spectra (ID, adduct, formula, status)…",
-                                        clearButtonEnabled=True)
+        self.spectra_filter = QLineEdit(placeholderText=FILTER_PLACEHOLDER, clearButtonEnabled=True)
+        self.spectra_filter.setToolTip(FILTER_TIP)
         self.spectra_filter.textChanged.connect(self.spectra_proxy.set_filter_text)
         self.spectra_view = QTableView()
         self.spectra_view.setModel(self.spectra_proxy)
@@ -161,18 +172,19 @@ class MainWindow(QMainWindow):
         self.spectra_view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.spectra_view.setAlternatingRowColors(True)
         self.spectra_view.setWordWrap(False)
-        self.spectra_view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.spectra_view.setTextElideMode(Qt.TextElideMode.ElideRight)  # IDs differ at their end: see compact_id
         self.spectra_view.verticalHeader().hide()
         self.spectra_view.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
         header = self.spectra_view.horizontalHeader()
         header.setSortIndicator(-1, Qt.SortOrder.AscendingOrder)  # file order until a column is clicked
         self.spectra_view.setSortingEnabled(True)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        fit_columns(self.spectra_view, {1: "1234.5678", 2: "[M+Na]+", 3: "C22H30NO4 *", 4: "99.99", 5: "999",
-                                        6: "cancelled"})
+        fit_columns(self.spectra_view, {1: "1234.5678 *", 2: "[M+Na]+", 3: "C22H30NO4 *", 4: "99.99", 5: "999 ⚠",
+                                        6: STATUS_SAMPLE})
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # IDs take what is left
         self.spectra_view.selectionModel().currentRowChanged.connect(lambda *_: self._show_current())
+        self.spectra_view.selectionModel().selectionChanged.connect(lambda *_: self._selection_changed())
         self.spectra_view.doubleClicked.connect(lambda *_: self.run_selected())
 
         left = QWidget()
@@ -186,6 +198,7 @@ class MainWindow(QMainWindow):
 
         self.spectrum_panel = SpectrumPanel()
         self.spectrum_panel.editor.applied.connect(self._formula_applied)
+        self.spectrum_panel.editor.applied_to_selected.connect(self.apply_to_selected)
         self.spectrum_panel.editor.reset_requested.connect(self._formula_reset)
 
         self.params_panel = ParamsPanel(self.query_params)
@@ -349,7 +362,7 @@ class MainWindow(QMainWindow):
         s.set("window/state", self.saveState())
         for splitter in (self.main_splitter, self.top_splitter, self.candidates.splitter):
             s.set(f"window/{splitter.objectName()}", splitter.saveState())
-        s.set_query_params(self.query_params)
+        s.set_query_params(self._saved_params())
         s.device = self.device
         try:
             s.sync()
@@ -392,7 +405,7 @@ class MainWindow(QMainWindow):
                 return False
             self.model_dir = path
             self.runs.bundle = None
-            self._sync_adapter_switch()
+            self._follow_model()
             self.status(text, 0)
             self._show_model_label()
             self.runs.unload_model()
@@ -404,13 +417,17 @@ class MainWindow(QMainWindow):
         self.model_dir = path
         self.settings.model_path = "" if path == default_model_dir() else str(path)
         self._reset_all_results()
-        self._sync_adapter_switch()
+        self._follow_model()
         _, device_note = resolve_device(self.device)
         self._show_model_label()
         self.status(f"Model {bundle.name} loaded. {device_note}")
 
-    def _sync_adapter_switch(self) -> None:
-        """The "Use adapter" box is enabled only for a model with an adapter; the parameters follow it."""
+    def _follow_model(self) -> None:
+        """What follows the model: the "Use adapter" box (enabled only for a model with an adapter; the
+        parameters follow it) and the ion types offered and accepted."""
+        adducts = self.bundle.supported_adducts if self.bundle is not None else None
+        self.spectra.set_supported_adducts(adducts)
+        self.spectrum_panel.editor.set_supported_adducts(adducts)
         self.params_panel.set_adapter_available(self.bundle is not None and self.bundle.has_adapter)
         try:
             self.query_params = self.params_panel.params()
@@ -537,21 +554,42 @@ class MainWindow(QMainWindow):
             if p.is_file():
                 self.settings.add_recent_file(str(p))
             queued.append(p)
+        if queued:
+            self._select_new = True  # the first record of the first of these files is selected and shown
         self.runs.load_files(queued)
 
     def _records_added(self, path: str, entries: list[SpectrumEntry], first_batch: bool) -> None:
         self._update_spectra_title()
-        if self.spectra.rowCount() == len(entries) or not self.spectra_view.selectionModel().currentIndex().isValid():
-            self.select_entry(entries[0].key)
+        current = self.spectra_view.selectionModel().currentIndex()
+        if (first_batch and self._select_new) or not current.isValid():
+            self._select_new = False
+            key = entries[0].key
+            if not self.spectra_proxy.mapFromSource(self.spectra.index(self.spectra.row_of(key), 0)).isValid():
+                self.spectra_filter.clear()  # the filter would hide the new file
+            self.select_entry(key)
+            self.spectra_view.scrollTo(self.spectra_view.currentIndex(), QAbstractItemView.ScrollHint.PositionAtTop)
 
-    def _file_read(self, path: str, n: int, seconds: float) -> None:
-        path = Path(path)
-        skipped = sum(e.spectrum is None for e in self.spectra.entries if e.source == str(path))
-        note = f" ({skipped} skipped: see their status)" if skipped else ""
-        if n == 0:
-            self.show_message(f"{path.name} holds no MS/MS spectra.", "info")
+    def _file_read(self, path: str, summary: FileSummary, seconds: float) -> None:
+        """One report per file: a dialog when something was passed over, skipped or needs input."""
+        entries = [e for e in self.spectra.entries if e.source == path]
+        name = Path(path).name
+        if summary.records == 0:
+            self.show_message(f"{name} holds no MS/MS spectra.", "info")
+        text, worth_a_dialog = summary.report(entries, self.spectra.supported_adducts,
+                                              self.bundle.name if self.bundle is not None else "")
+        self.file_reports[path] = text
         hint = " No model loaded: choose Model ▸ Open Model Folder… to run." if self.bundle is None and not self.busy else ""
-        self.status(f"Read {n:,} records from {path.name}{note} in {seconds:.1f} s." + hint, 0 if hint else 8000)
+        self.status(text.splitlines()[0].removesuffix(".") + f" (read in {seconds:.1f} s)." + hint, 0 if hint else 8000)
+        if worth_a_dialog:
+            self.file_reported.emit(path, text)
+            self.message_shown.emit("info", text)
+            if self.popups:
+                box = QMessageBox(QMessageBox.Icon.Information, f"What was read from {name}", text,
+                                  QMessageBox.StandardButton.Ok, self)
+                box.setObjectName("file_report")
+                box.setWindowModality(Qt.WindowModality.NonModal)
+                box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+                box.show()
 
     def close_all_spectra(self) -> None:
         if self.busy:
@@ -626,26 +664,32 @@ class MainWindow(QMainWindow):
         self._update_actions()
 
     def _show_candidates(self, e: SpectrumEntry | None) -> None:
+        supported = self.spectra.supported_adducts
         if e is None:
             self.candidates.show_result(None)
         elif e.spectrum is None:
-            self.candidates.show_result(None, note=f"<span style='color:#a15c00'>Skipped: {e.reason}</span>")
+            self.candidates.show_result(None, note=f"<span style='color:#a15c00'>{_html(e.status_text(supported))}"
+                                                   "</span>")
         else:
             running = e.status in (Status.RUNNING, Status.QUEUED)
             baseline = e.result if e.live is not None else e.previous
             note = ""
             if e.shown is None:
-                if e.status == Status.FAILED or e.status == Status.SKIPPED:
-                    note = f"<span style='color:#b3261e'>{e.status_text()}</span>"
+                if e.status in (Status.FAILED, Status.SKIPPED):
+                    note = f"<span style='color:#b3261e'>{_html(e.status_text(supported))}</span>"
+                elif e.status == Status.NOT_RUN and e.blocker(supported) is not None:
+                    note = f"<span style='color:#a15c00'>{_html(e.status_text(supported))}</span>"
                 elif running:
                     note = "<span style='color:#1f5fbf'>Drawing structures…</span>"
                 elif e.status == Status.CANCELLED:
                     note = "Cancelled: no candidates. Press Run (Ctrl+R) to start again."
-            self.candidates.show_result(e.shown, baseline, running=running and e.live is not None, note=note)
+            flag = NO_FRAGMENTS_TIP + " (the spectrum holds only the precursor)" if e.no_fragments else ""
+            self.candidates.show_result(e.shown, baseline, running=running and e.live is not None, note=note,
+                                        flag=flag)
         self.candidates_shown.emit(self.candidates.model.rowCount())
 
     # ------------------------------------------------------------------------------------------
-    # formula / adduct
+    # formula / adduct / precursor m/z
     # ------------------------------------------------------------------------------------------
     def _formula_applied(self, spectrum) -> None:
         e = self.current_entry()
@@ -654,30 +698,78 @@ class MainWindow(QMainWindow):
         e.spectrum = spectrum
         e.reset_results()
         self.spectra.entry_changed(e.key)
+        self._update_spectra_title()
         self._show_current()
-        self.status(f"{e.id}: formula {spectrum.formula}, adduct {spectrum.adduct}. Press Run (Ctrl+R).")
+        blocked = e.blocker(self.spectra.supported_adducts)
+        what = f"formula {spectrum.formula or '—'}, adduct {spectrum.adduct or '—'}, precursor m/z {format_mz(spectrum)}"
+        self.status(f"{e.id}: {what}. " + (f"Still {blocked[0]}." if blocked else "Press Run (Ctrl+R)."))
 
     def _formula_reset(self) -> None:
         e = self.current_entry()
-        if e is None or e.original is None or e.status in (Status.RUNNING, Status.QUEUED):
+        if e is None or not e.overridden or e.status in (Status.RUNNING, Status.QUEUED):
             return
-        e.spectrum = e.original
         e.reset_results()
+        e.spectrum = e.original
+        if e.spectrum is None:  # a skipped record again
+            e.status, e.reason = Status.SKIPPED, e.skipped.reason
+        else:
+            e.status, e.reason = Status.NOT_RUN, ""
         self.spectra.entry_changed(e.key)
+        self._update_spectra_title()
         self._show_current()
+
+    def _selection_changed(self) -> None:
+        self.spectrum_panel.editor.set_selection_count(len(self.spectra_view.selectionModel().selectedRows()))
+
+    def apply_to_selected(self, formula: str, adduct: str) -> int:
+        """One formula and adduct for every selected spectrum whose precursor m/z fits; returns how many
+        changed. Spectra that do not fit (or are running) keep theirs, and the message says why."""
+        entries = [e for e in self.selected_entries()
+                   if e.spectrum is not None and e.status not in (Status.RUNNING, Status.QUEUED)]
+        outcomes = apply_formula([e.spectrum for e in entries], formula, adduct, self.spectra.supported_adducts)
+        changed, problems = 0, {}
+        for e, outcome in zip(entries, outcomes):
+            if outcome.spectrum is None:
+                problems.setdefault(outcome.problem, []).append(e.display_id)
+                continue
+            if outcome.spectrum != e.spectrum:
+                e.spectrum = outcome.spectrum
+                e.reset_results()
+                self.spectra.entry_changed(e.key)
+                changed += 1
+        not_listed = len(self.selected_entries()) - len(entries)
+        what = f"{formula} {adduct}".strip() if formula else f"adduct {adduct}"
+        text = f"{what} applied to {plural(changed)}"
+        if problems:
+            text += f"; {sum(map(len, problems.values()))} kept their own:"
+            for problem, ids in problems.items():
+                text += f"\n  • {', '.join(ids[:5])}{' …' if len(ids) > 5 else ''}: {problem}"
+        if not_listed:
+            text += f"\n{not_listed} selected record(s) without a spectrum (or running) were left alone."
+        self._update_spectra_title()
+        self._show_current()
+        if problems or not_listed:
+            self.show_message(text, "warning" if not changed else "info")
+        else:
+            self.status(text + ". Press Run (Ctrl+R).")
+        return changed
 
     # ------------------------------------------------------------------------------------------
     # parameters
     # ------------------------------------------------------------------------------------------
     def _params_changed(self, params: QueryParams) -> None:
         self.query_params = params
-        self.settings.set_query_params(params)
+        self.settings.set_query_params(self._saved_params())
         self._update_actions()
         if self.bundle is not None:
             self._show_model_label()  # "adapter on/off"
         e = self.current_entry()
         if self.bundle is not None and e is not None and e.result is not None:
             self._retune_timer.start()  # debounced: a slider drag re-ranks once it rests
+
+    def _saved_params(self) -> QueryParams:
+        """The parameters to remember: with the adapter as the user wants it for models that have one."""
+        return dataclasses.replace(self.query_params, use_adapter=self.params_panel.adapter_wanted)
 
     def _retune(self) -> None:
         """Re-run the current spectrum with the new parameters (draws only what is missing)."""
@@ -710,11 +802,30 @@ class MainWindow(QMainWindow):
         except MsgptError as e:
             self.show_message(f"Check the query parameters: {e}")
             return False
+        if not retune and not self._take_pending_edit(entries):
+            return False
         started = self.runs.run(entries, params, retune=retune)
         if started:
             self.first_candidates_s = None
         self._show_current()
         return started
+
+    def _take_pending_edit(self, entries: list[SpectrumEntry]) -> bool:
+        """Run applies what was typed below the current spectrum and not applied, when it is valid;
+        when it is wrong, nothing runs and the message says why (what was typed stays)."""
+        e = self.current_entry()
+        editor = self.spectrum_panel.editor
+        pending = editor.pending()
+        if e is None or pending is None or e not in entries:
+            return True
+        if pending.appliable:
+            self._formula_applied(pending.spectrum)
+            return True
+        if pending.level == ERROR:
+            self.show_message(f"Not run: what is typed below {e.display_id} cannot be applied: {pending.message}. "
+                              "Correct it, or press Reset to go back to the file's values.")
+            return False
+        return True
 
     def _entry_updated(self, key: int, what: str) -> None:
         if what == "result":

@@ -12,9 +12,12 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyMod
 from PySide6.QtGui import QBrush, QColor, QFont
 
 from engine.pipeline import SpectrumResult
+from engine.spectrum import NO_FRAGMENTS_NOTE
 
-from .jobs import SpectrumEntry, Status
+from .entries import SpectraFilter, SpectrumEntry, Status, format_mz
 from .tooltips import TIPS
+
+NO_FRAGMENTS_TIP = NO_FRAGMENTS_NOTE[0].upper() + NO_FRAGMENTS_NOTE[1:]  # "No fragments: candidates reflect ..."
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # a number (or text) to sort by
 KEY_ROLE = Qt.ItemDataRole.UserRole + 2  # entry key / candidate InChIKey first block
@@ -28,6 +31,8 @@ _STATUS_COLORS = {
     Status.FAILED: "#b3261e",
     Status.CANCELLED: "#6b6b6b",
 }
+BLOCKED_COLOR = "#a15c00"  # needs formula / adduct / m/z, ion not supported
+WARNING_MARK = " ⚠"
 
 
 class _ColumnsModel(QAbstractTableModel):
@@ -57,23 +62,30 @@ class _ColumnsModel(QAbstractTableModel):
 
 
 class SpectraModel(_ColumnsModel):
-    """One row per record of the opened files (skipped records too, with their reason)."""
+    """One row per record of the opened files (skipped records too, with their reason).
 
+    ``supported_adducts`` (the loaded model's ion types, None without a model) decides which rows
+    need something before they can run; the Status column says it in a few words, its tooltip in full.
+    """
+
+    ID, MZ, ADDUCT, FORMULA, RT, PEAKS, STATUS = range(7)
     COLUMNS = ("ID", "Prec. m/z", "Adduct", "Formula", "RT (min)", "Peaks", "Status")
     TIPS = (
         "Spectrum title (TITLE / FEATURE_ID / scan number) and the file it comes from",
-        "m/z of the precursor ion (PEPMASS)",
+        "m/z of the precursor ion (PEPMASS); * typed by you",
         "Precursor ion type; set it below the spectrum when the file has none",
         "Neutral molecular formula; MS-GPT needs it. Set it below the spectrum when the file has none",
         "Retention time in minutes",
-        "Number of fragment peaks",
-        "not run / queued / running / done / skipped or failed (with the reason)",
+        "Number of peaks; ⚠ no fragments: the spectrum holds only the precursor",
+        "not run / queued / running / done / failed, or what the spectrum needs before it can run "
+        "(the tooltip of a cell gives the reason)",
     )
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.entries: list[SpectrumEntry] = []
         self._row_of: dict[int, int] = {}
+        self.supported_adducts: tuple[str, ...] | None = None
 
     # -- editing (main thread only)
     def append(self, entries: list[SpectrumEntry]) -> None:
@@ -91,6 +103,10 @@ class SpectraModel(_ColumnsModel):
         self.entries.clear()
         self._row_of.clear()
         self.endResetModel()
+
+    def set_supported_adducts(self, adducts) -> None:
+        self.supported_adducts = tuple(adducts) if adducts is not None else None
+        self.all_changed()
 
     def entry(self, key: int) -> SpectrumEntry | None:
         row = self._row_of.get(key)
@@ -115,6 +131,10 @@ class SpectraModel(_ColumnsModel):
     def _tip(self, section: int) -> str:
         return self.TIPS[section]
 
+    def _unsupported(self, s) -> bool:
+        return s is not None and bool(s.adduct) and self.supported_adducts is not None and \
+            s.adduct not in self.supported_adducts
+
     def data(self, index, role=DISPLAY):
         if not index.isValid():
             return None
@@ -125,45 +145,59 @@ class SpectraModel(_ColumnsModel):
             return e.key
         if role in (DISPLAY, SORT_ROLE):
             sort = role == SORT_ROLE
-            if col == 0:
-                return e.id
-            if col == 6:
-                return e.status_text()
+            if col == self.ID:
+                return e.id if sort else e.display_id
+            if col == self.STATUS:
+                return e.status_label(self.supported_adducts)
+            if col == self.RT:
+                rt = e.retention_time
+                if rt is None:
+                    return -1.0 if sort else ""
+                return rt if sort else f"{rt / 60:.2f}"
+            if col == self.PEAKS:
+                n = e.n_peaks
+                if sort or n is None:
+                    return -1 if n is None else n
+                return f"{n}{WARNING_MARK}" if e.no_fragments else n
             if s is None:
-                return -1.0 if sort and col in (1, 4, 5) else ""
-            if col == 1:
-                return s.precursor_mz if sort else f"{s.precursor_mz:.4f}"
-            if col == 2:
+                return -1.0 if sort and col == self.MZ else ""
+            if col == self.MZ:
+                return s.precursor_mz if sort else format_mz(s) + (" *" if e.precursor_typed else "")
+            if col == self.ADDUCT:
                 return s.adduct or ("" if sort else "—")
-            if col == 3:
+            if col == self.FORMULA:
                 if sort:
                     return s.formula or ""
-                return (s.formula + " *" if e.overridden else s.formula) if s.formula else "—"
-            if col == 4:
-                if s.retention_time is None:
-                    return -1.0 if sort else ""
-                return s.retention_time if sort else f"{s.retention_time / 60:.2f}"
-            if col == 5:
-                return s.n_peaks
+                changed = e.original is None or s.formula != e.original.formula or s.adduct != e.original.adduct
+                return (s.formula + " *" if changed else s.formula) if s.formula else "—"
         if role == Qt.ItemDataRole.ToolTipRole:
-            if col == 6:
-                return e.status_text()
-            if col == 0:
-                name = s.metadata.get("name") if s is not None else None
-                return f"{e.id}\n{name + chr(10) if name else ''}{e.source} (record {self._index(e) + 1})"
-            if col == 3 and e.overridden:
+            if col == self.STATUS:
+                return e.status_text(self.supported_adducts)
+            if col == self.ID:
+                name = e.name
+                return f"{e.id}\n{name + chr(10) if name else ''}{e.source} (record {e.record_index + 1})"
+            if col == self.PEAKS and e.no_fragments:
+                return (f"{NO_FRAGMENTS_TIP}: no peak below precursor m/z − 2 Da, so the candidates are only "
+                        "structures with the formula, not what the spectrum shows")
+            if col == self.ADDUCT and self._unsupported(s):
+                return e.blocker(self.supported_adducts)[1]
+            if col == self.MZ and e.precursor_typed:
+                file_mz = "none" if e.original is None else f"{e.original.precursor_mz:.4f}"
+                return f"Typed by you (the file gives {file_mz})"
+            if col == self.FORMULA and e.overridden and e.original is not None:
                 return f"Set by you (the file says {e.original.formula or 'nothing'} / {e.original.adduct or 'nothing'})"
             return None
-        if role == Qt.ItemDataRole.ForegroundRole and col == 6:
-            color = _STATUS_COLORS.get(e.status)
-            return QBrush(QColor(color)) if color else None
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (1, 4, 5):
+        if role == Qt.ItemDataRole.ForegroundRole:
+            if col == self.STATUS:
+                blocked = e.status in (Status.NOT_RUN, Status.SKIPPED) and e.blocker(self.supported_adducts)
+                color = BLOCKED_COLOR if blocked else _STATUS_COLORS.get(e.status)
+                return QBrush(QColor(color)) if color else None
+            if (col == self.PEAKS and e.no_fragments) or (col == self.ADDUCT and self._unsupported(s)):
+                return QBrush(QColor(BLOCKED_COLOR))
+            return None
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (self.MZ, self.RT, self.PEAKS):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
-
-    @staticmethod
-    def _index(e: SpectrumEntry) -> int:
-        return e.spectrum.index if e.spectrum is not None else e.skipped.index
 
 
 class CandidatesModel(_ColumnsModel):
@@ -313,6 +347,28 @@ class SortProxy(QSortFilterProxyModel):
             return a < b
         except TypeError:
             return str(a) < str(b)
+
+
+class SpectraProxy(SortProxy):
+    """The spectra list sorted by any column and filtered with :class:`~msgpt_gui.entries.SpectraFilter`
+    (m/z, RT ranges and text; see :mod:`msgpt_gui.entries`)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.filter = SpectraFilter()
+
+    def set_filter_text(self, text: str) -> None:
+        if hasattr(self, "beginFilterChange"):  # Qt >= 6.10 (invalidateFilter is deprecated there)
+            self.beginFilterChange()
+            self.filter = SpectraFilter(text)
+            self.endFilterChange()
+        else:
+            self.filter = SpectraFilter(text)
+            self.invalidateFilter()
+
+    def filterAcceptsRow(self, row, parent) -> bool:
+        model = self.sourceModel()
+        return self.filter.matches(model.entries[row], model.supported_adducts)
 
 
 def short_source(path: str) -> str:

@@ -69,7 +69,7 @@ class ParamsPanel(QWidget):
         self.ranking.addItems(list(RANKINGS))
         self.ranking.setToolTip(tooltips.RANKING)
         self.adapter = QCheckBox("Use adapter")
-        self.adapter.setChecked(True)
+        self.adapter_wanted = True  # the user's choice, kept while a model without an adapter is loaded
         self.set_adapter_available(False)
         self.error = QLabel()
         self.error.setStyleSheet("color: #b3261e")
@@ -113,7 +113,7 @@ class ParamsPanel(QWidget):
         self.groups.valueChanged.connect(self._groups_changed)
         self.pool.valueChanged.connect(self._pool_changed)
         self.seed.valueChanged.connect(self._emit)
-        self.adapter.toggled.connect(self._emit)
+        self.adapter.toggled.connect(self._adapter_toggled)
         self.decoding.currentTextChanged.connect(self._emit)
         self.ranking.currentTextChanged.connect(self._emit)
 
@@ -133,7 +133,12 @@ class ParamsPanel(QWidget):
         self.pool.setValue(snap_pool_size(b, self.groups.value()))
 
     def set_adapter_available(self, available: bool) -> None:
-        """Enable the adapter switch when the loaded model has an adapter (no signal is emitted)."""
+        """The adapter switch is enabled, and ticked as the user last chose, for a model with an adapter;
+        for one without, it is unticked and disabled (as results and exports say: adapter=off). No
+        signal is emitted."""
+        self.adapter.blockSignals(True)
+        self.adapter.setChecked(available and self.adapter_wanted)
+        self.adapter.blockSignals(False)
         self.adapter.setEnabled(available)
         self.adapter.setToolTip(tooltips.ADAPTER if available else tooltips.ADAPTER + "<br><br>" + tooltips.ADAPTER_MISSING)
 
@@ -149,7 +154,8 @@ class ParamsPanel(QWidget):
         self.pool.setPageStep(p.groups * max(1, round(100 / p.groups)))
         self.pool.setValue(snap_pool_size(p.pool_size, p.groups))
         self.seed.setValue(p.seed)
-        self.adapter.setChecked(p.use_adapter)
+        self.adapter_wanted = p.use_adapter
+        self.adapter.setChecked(p.use_adapter and self.adapter.isEnabled())
         self.decoding.setCurrentText(p.decoding)
         self.ranking.setCurrentText(p.ranking)
         for w in widgets:
@@ -190,6 +196,11 @@ class ParamsPanel(QWidget):
         if snapped != value:
             self.pool.setValue(snapped)  # re-enters with the snapped value
             return
+        self._emit()
+
+    def _adapter_toggled(self, checked: bool) -> None:
+        if self.adapter.isEnabled():
+            self.adapter_wanted = checked
         self._emit()
 
     def _sync_point_query(self) -> None:

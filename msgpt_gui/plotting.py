@@ -46,9 +46,13 @@ def plot_spectrum(
     ``annotation`` (an :class:`engine.annotate.Annotation` of the same peaks) colours explained
     peaks and labels up to ``max_labels`` of the most intense of them (at least
     ``min_label_intensity`` of the base peak) with their ion subformula. The precursor m/z is
-    marked with a dashed line and a triangle. Returns ``ax``.
+    marked with a dashed line and a triangle. ``spectrum`` may be any object with ``mz`` and
+    ``intensity``; without a ``precursor_mz`` (or with None: a record that gives none) only the
+    peaks are drawn. Returns ``ax``.
     """
     ax = _axes(ax)
+    precursor = getattr(spectrum, "precursor_mz", None)
+    precursor = None if precursor is None else float(precursor)
     mz = np.asarray(spectrum.mz, dtype=float)
     intensity = np.asarray(spectrum.intensity, dtype=float)
     top = intensity.max(initial=0.0)
@@ -66,7 +70,7 @@ def plot_spectrum(
     if matched.any():
         ax.vlines(mz[matched], 0, rel[matched], colors=ANNOTATED_COLOR, linewidth=1.6, zorder=3,
                   label="explained by a subformula")
-        span = max(float(mz.max(initial=0.0) - mz.min(initial=0.0)), float(spectrum.precursor_mz) * 0.2, 1.0)
+        span = max(float(mz.max(initial=0.0) - mz.min(initial=0.0)), (precursor or 0.0) * 0.2, 1.0)
         order = _label_order(mz, rel, matched, max_labels, min_label_intensity * 100, min_gap=span * 0.012)
         for i in order:
             ax.annotate(
@@ -83,16 +87,15 @@ def plot_spectrum(
                 annotation_clip=True,
             )
 
-    precursor = float(spectrum.precursor_mz)
-    if show_precursor:
+    if show_precursor and precursor is not None:
         near = np.abs(mz - precursor) <= max(0.01, precursor * 10e-6)
         if not near.any():  # no precursor peak left: a dashed line shows where it would be
             ax.vlines(precursor, 0, 100, colors=PRECURSOR_COLOR, linestyles="--", linewidth=1.0, alpha=0.6, zorder=1)
         ax.plot([precursor], [0], marker="^", markersize=8, color=PRECURSOR_COLOR, clip_on=False, zorder=5,
                 linestyle="none", label=f"precursor m/z {precursor:.4f}")
 
-    lo = min(mz.min(initial=precursor), precursor)
-    hi = max(mz.max(initial=precursor), precursor)
+    ends = ([precursor] if precursor is not None else []) + ([float(mz.min()), float(mz.max())] if mz.size else [])
+    lo, hi = (min(ends), max(ends)) if ends else (0.0, 100.0)
     pad = max((hi - lo) * 0.05, 5.0)
     ax.set_xlim(max(lo - pad, 0.0), hi + pad)
     ax.set_ylim(0, 140 if matched.any() else 105)  # room above the base peak for its label

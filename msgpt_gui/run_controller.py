@@ -32,13 +32,12 @@ from .jobs import (
     EntryStarted,
     ExportProgress,
     RecordsRead,
-    SpectrumEntry,
-    Status,
     elucidate_sessions,
     export_candidates,
     load_file,
     load_model,
 )
+from .entries import SpectrumEntry, Status
 from .models import SpectraModel
 from .workers import GeneratorWorker
 
@@ -61,7 +60,7 @@ class RunController(QObject):
     status = Signal(str, int)  # status-bar text, for this many ms (0: until replaced)
     # files
     records_added = Signal(str, object, bool)  # path, [SpectrumEntry] just listed, first batch of that file
-    file_read = Signal(str, object, float)  # path, what the load job returned, seconds (a file read to its end)
+    file_read = Signal(str, object, float)  # path, the load job's FileSummary, seconds (a file read to its end)
     file_loaded = Signal(str)  # a file finished loading (or failed, or was cancelled)
     # model
     model_loaded = Signal(object, object)  # ModelBundle, folder
@@ -205,6 +204,12 @@ class RunController(QObject):
             return False
         jobs = []
         for e in entries:
+            blocked = e.blocker(self.bundle.supported_adducts)
+            if blocked is not None:  # needs a formula, an adduct the model supports...: said in the app's words
+                e.session, e.status, e.reason = None, Status.SKIPPED, blocked[1]
+                self.spectra.entry_changed(e.key)
+                self.entry_updated.emit(e.key, "status")
+                continue
             if e.session is None or e.model_checksum != self.bundle.checksum:
                 try:
                     e.session = SpectrumSession(self.bundle, e.spectrum)

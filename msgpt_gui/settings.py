@@ -104,12 +104,14 @@ class Settings:
                 seed=self.get("params/seed", d.seed, int),
                 decoding=self.get("params/decoding", d.decoding, str),
                 ranking=self.get("params/ranking", d.ranking, str),
+                use_adapter=self.get("params/use_adapter", d.use_adapter, bool),
             )
         except ValueError:  # ConfigError: a hand-edited file; fall back to the defaults
             return d
 
     def set_query_params(self, p: QueryParams) -> None:
-        for k in ("kappa_min", "kappa_max", "groups", "samples_per_group", "seed", "decoding", "ranking"):
+        for k in ("kappa_min", "kappa_max", "groups", "samples_per_group", "seed", "decoding", "ranking",
+                  "use_adapter"):
             self.set(f"params/{k}", getattr(p, k))
 
     # -- recent files

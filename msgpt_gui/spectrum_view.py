@@ -18,115 +18,173 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.adducts import precursor_mz_from_neutral
 from engine.annotate import ION_TYPES, annotate_spectrum
 from engine.errors import MsgptError
-from engine.formula import formula_mass, normalize_formula, parse_formula
-from engine.spectrum import Spectrum, check_formula_matches_precursor
+from engine.spectrum import NO_FRAGMENTS_NOTE, SkippedRecord, Spectrum
 
+from .editing import ERROR, INCOMPLETE, OK, EditCheck, check_edit
+from .entries import format_mz
 from .plotting import plot_spectrum
 
 COMMON_ADDUCTS = ("[M+H]+", "[M+Na]+", "[M+NH4]+", "[M+K]+", "[M-H2O+H]+", "[M-H]-", "[M+Cl]-", "[M+HCOO]-")
-
-
-def check_formula_adduct(spectrum: Spectrum, formula: str, adduct: str) -> tuple[Spectrum | None, str, bool]:
-    """Validate a typed formula/adduct against ``spectrum``'s precursor m/z.
-
-    Returns ``(new spectrum or None, message, ok)``; the message gives the calculated m/z and the
-    mass error (or what is wrong and how to fix it).
-    """
-    formula, adduct = formula.strip(), adduct.strip()
-    if not formula or not adduct:
-        missing = " and ".join(w for w, v in (("formula", formula), ("adduct", adduct)) if not v)
-        return None, f"Enter the {missing} to run this spectrum", False
-    try:
-        hill = normalize_formula(formula)
-        new = spectrum.with_adduct(adduct, check=False).with_formula(hill, check=False)
-        expected = precursor_mz_from_neutral(formula_mass(parse_formula(hill)), new.adduct)
-    except MsgptError as e:
-        return None, str(e), False
-    delta = spectrum.precursor_mz - expected
-    ppm = delta / expected * 1e6
-    text = f"calc. m/z {expected:.4f} (Δ {ppm:+.1f} ppm)"
-    try:
-        check_formula_matches_precursor(new)
-    except MsgptError:
-        return None, text + ": too far from the precursor m/z; check the formula and adduct", False
-    return new, text, True
+LEVEL_COLORS = {OK: "#1b7f3b", INCOMPLETE: "#a15c00", ERROR: "#b3261e"}
 
 
 class FormulaEditor(QWidget):
-    """Formula + adduct of the current spectrum; Apply only when they fit the precursor m/z."""
+    """Precursor m/z, formula and adduct of the current spectrum, checked as typed.
 
-    applied = Signal(object)  # the new Spectrum
+    Apply takes what is valid for the current spectrum; Apply to selected takes the formula and
+    adduct for every selected spectrum (each checked against its own precursor m/z). Only the ion
+    types of the loaded model are offered; another one typed is refused with the reason.
+    """
+
+    applied = Signal(object)  # the new Spectrum of the current entry
+    applied_to_selected = Signal(str, str)  # formula, adduct
     reset_requested = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.spectrum: Spectrum | None = None
+        self.base: Spectrum | SkippedRecord | None = None
+        self.supported_adducts: tuple[str, ...] | None = None
+        self.check: EditCheck | None = None
+        self._filled = ("", "", "")
+        self._editable = True
+        self._n_selected = 0
+        self.precursor = QLineEdit(placeholderText="m/z")
+        self.precursor.setToolTip("Precursor m/z of the ion that was fragmented (PEPMASS). Type it when the file "
+                                  "gives none; the formula is checked against it")
+        self.precursor.setFixedWidth(self.precursor.fontMetrics().horizontalAdvance("0000.00000") + 16)
         self.formula = QLineEdit(placeholderText="e.g. C10H10O3")
         self.formula.setToolTip("Neutral molecular formula of the compound (Hill notation or any order)")
         self.formula.setMaximumWidth(150)
         self.adduct = QComboBox(editable=True)
-        self.adduct.addItems(list(COMMON_ADDUCTS) + [a for a in ION_TYPES if a not in COMMON_ADDUCTS])
-        self.adduct.setToolTip("Precursor ion type, e.g. [M+H]+ or [M+Na]+")
         self.adduct.setMinimumContentsLength(11)
         self.apply = QPushButton("Apply")
-        self.apply.setToolTip("Use this formula and adduct for the spectrum (its earlier candidates are dropped)")
+        self.apply.setToolTip("Use these values for this spectrum (its earlier candidates are dropped). Run "
+                              "(Ctrl+R) applies valid values typed here, too")
+        self.apply_selected = QPushButton("Apply to selected")
+        self.apply_selected.setToolTip("Use this formula and adduct for every selected spectrum whose precursor "
+                                       "m/z fits them (an empty formula sets the adduct only)")
         self.reset = QPushButton("Reset")
-        self.reset.setToolTip("Go back to the formula and adduct given in the file")
-        self.message = QLabel()
+        self.reset.setToolTip("Go back to the values given in the file")
+        self.message = QLabel(wordWrap=True)
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        row = QHBoxLayout(self)
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(QLabel("Formula"))
-        row.addWidget(self.formula)
-        row.addWidget(QLabel("Adduct"))
-        row.addWidget(self.adduct)
-        row.addWidget(self.apply)
-        row.addWidget(self.reset)
-        row.addWidget(self.message, 1)
+        self.message.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        fields = QHBoxLayout()
+        fields.setContentsMargins(0, 0, 0, 0)
+        for label, widget in (("Precursor m/z", self.precursor), ("Formula", self.formula), ("Adduct", self.adduct)):
+            fields.addWidget(QLabel(label))
+            fields.addWidget(widget)
+        fields.addStretch(1)
+        actions = QHBoxLayout()
+        actions.setContentsMargins(0, 0, 0, 0)
+        actions.addWidget(self.apply)
+        actions.addWidget(self.apply_selected)
+        actions.addWidget(self.reset)
+        actions.addWidget(self.message, 1)  # the rest of the line: a long hint wraps instead of being cut
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(fields)
+        layout.addLayout(actions)
+        self.precursor.textChanged.connect(self._validate)
         self.formula.textChanged.connect(self._validate)
         self.adduct.currentTextChanged.connect(self._validate)
+        self.precursor.returnPressed.connect(self._apply)
         self.formula.returnPressed.connect(self._apply)
         self.apply.clicked.connect(self._apply)
+        self.apply_selected.clicked.connect(self._apply_selected)
         self.reset.clicked.connect(self.reset_requested)
-        self._new: Spectrum | None = None
-        self.set_spectrum(None)
+        self.set_supported_adducts(None)
+        self.set_base(None)
 
-    def set_spectrum(self, spectrum: Spectrum | None, overridden: bool = False, editable: bool = True) -> None:
-        self.spectrum = spectrum
-        for w in (self.formula, self.adduct):
-            w.blockSignals(True)
-        self.formula.setText(spectrum.formula or "" if spectrum else "")
-        self.adduct.setEditText(spectrum.adduct or "" if spectrum else "")
-        for w in (self.formula, self.adduct):
-            w.blockSignals(False)
-        self.formula.setEnabled(spectrum is not None and editable)
-        self.adduct.setEnabled(spectrum is not None and editable)
-        self.reset.setEnabled(overridden and editable)
-        self._editable = editable
+    # -- what is shown
+    def set_supported_adducts(self, adducts) -> None:
+        """The loaded model's ion types (None: no model; the common ones are offered)."""
+        self.supported_adducts = tuple(adducts) if adducts is not None else None
+        offered = list(self.supported_adducts) if self.supported_adducts is not None else \
+            list(COMMON_ADDUCTS) + [a for a in ION_TYPES if a not in COMMON_ADDUCTS]
+        text = self.adduct.currentText()
+        self.adduct.blockSignals(True)
+        self.adduct.clear()
+        self.adduct.addItems(offered)
+        self.adduct.setEditText(text)
+        self.adduct.blockSignals(False)
+        ions = ", ".join(offered) if self.supported_adducts is not None else "no model loaded"
+        self.adduct.setToolTip(f"Precursor ion type, e.g. [M+H]+ or [M+Na]+. This model supports: {ions}")
         self._validate()
 
+    def set_base(self, base: Spectrum | SkippedRecord | None, overridden: bool = False, editable: bool = True,
+                 keep_typed: bool = False) -> None:
+        """Show ``base`` (a spectrum, or a skipped record that kept its peaks). ``keep_typed``: the same
+        entry again (its status changed): what the user typed stays."""
+        typed = keep_typed and base is self.base and self.dirty
+        self.base = base
+        self._editable = editable
+        if not typed:
+            s = base if isinstance(base, Spectrum) else None
+            values = (format_mz(s) if s else "", (s.formula or "") if s else "", (s.adduct or "") if s else "")
+            for w in (self.precursor, self.formula, self.adduct):
+                w.blockSignals(True)
+            self.precursor.setText(values[0])
+            self.formula.setText(values[1])
+            self.adduct.setEditText(values[2])
+            for w in (self.precursor, self.formula, self.adduct):
+                w.blockSignals(False)
+            self._filled = values
+        self.precursor.setPlaceholderText("m/z" if isinstance(base, Spectrum) else "type it")
+        for w in (self.precursor, self.formula, self.adduct):
+            w.setEnabled(base is not None and editable)
+        self.reset.setEnabled(overridden and editable)
+        self._validate()
+
+    def set_selection_count(self, n: int) -> None:
+        self._n_selected = n
+        self._update_buttons()
+
+    @property
+    def dirty(self) -> bool:
+        """The user typed something that is not applied."""
+        return self._texts() != self._filled
+
+    def pending(self) -> EditCheck | None:
+        """The check of what was typed and not applied (None when nothing was)."""
+        return self.check if self.base is not None and self.dirty else None
+
+    # -- reactions
+    def _texts(self) -> tuple[str, str, str]:
+        return self.precursor.text().strip(), self.formula.text().strip(), self.adduct.currentText().strip()
+
     def _validate(self) -> None:
-        self._new = None
-        if self.spectrum is None:
-            self.apply.setEnabled(False)
+        if self.base is None:
+            self.check = None
             self.message.setText("")
+            self._update_buttons()
             return
-        new, text, ok = check_formula_adduct(self.spectrum, self.formula.text(), self.adduct.currentText())
-        changed = ok and (new.formula != self.spectrum.formula or new.adduct != self.spectrum.adduct)
-        self._new = new if changed else None
-        self.apply.setEnabled(bool(changed and self._editable))
-        color = "#1b7f3b" if ok else "#b3261e"
-        self.message.setText(f'<span style="color:{color}">{_html(text)}</span>')
-        self.message.setToolTip(text if not ok else f"{self.adduct.currentText()} of {self.formula.text()}: {text}; "
-                                "the precursor m/z in the file is " f"{self.spectrum.precursor_mz:.4f}")
+        self.check = check_edit(self.base, *self._texts(), self.supported_adducts)
+        color = LEVEL_COLORS[self.check.level]
+        self.message.setText(f'<span style="color:{color}">{_html(self.check.message)}</span>')
+        tip = self.check.message
+        if self.check.level == OK and isinstance(self.base, Spectrum):
+            tip = (f"{self.adduct.currentText()} of {self.formula.text()}: {tip}; the precursor m/z in the file is "
+                   f"{format_mz(self.base)}")
+        self.message.setToolTip(tip)
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        check = self.check
+        self.apply.setEnabled(bool(self._editable and check is not None and check.appliable))
+        adduct = self._texts()[2]
+        self.apply_selected.setEnabled(bool(self._editable and self._n_selected > 1 and adduct))
 
     def _apply(self) -> None:
-        if self._new is not None and self.apply.isEnabled():
-            self.applied.emit(self._new)
+        if self.check is not None and self.check.appliable and self.apply.isEnabled():
+            self.applied.emit(self.check.spectrum)
+
+    def _apply_selected(self) -> None:
+        if self.apply_selected.isEnabled():
+            _, formula, adduct = self._texts()
+            self.applied_to_selected.emit(formula, adduct)
 
 
 def _html(text: str) -> str:
@@ -154,7 +212,8 @@ class SpectrumCanvas(QWidget):
         self.spectrum = None
         self.show_spectrum(None)
 
-    def show_spectrum(self, spectrum: Spectrum | None) -> None:
+    def show_spectrum(self, spectrum: Spectrum | SkippedRecord | None) -> None:
+        """Plot a spectrum, or the peaks of a skipped record (no precursor marked when it has none)."""
         self.spectrum = spectrum
         self.ax.clear()
         self.annotation = None
@@ -164,7 +223,7 @@ class SpectrumCanvas(QWidget):
                          ha="center", va="center", color="#777777", transform=self.ax.transAxes)
         else:
             self.ax.set_axis_on()
-            if spectrum.formula and spectrum.adduct:
+            if isinstance(spectrum, Spectrum) and spectrum.formula and spectrum.adduct:
                 try:
                     self.annotation = annotate_spectrum(spectrum)
                 except MsgptError:
@@ -175,7 +234,7 @@ class SpectrumCanvas(QWidget):
 
 
 class SpectrumPanel(QWidget):
-    """Header line, formula editor and the plot of the current spectrum."""
+    """Header line, the "no fragments" flag, the editor and the plot of the current spectrum."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -183,33 +242,49 @@ class SpectrumPanel(QWidget):
         self.header.setTextFormat(Qt.TextFormat.RichText)
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.header.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.flag = QLabel(wordWrap=True)
+        self.flag.setStyleSheet("color: #a15c00")
         self.editor = FormulaEditor()
         self.canvas = SpectrumCanvas()
+        self.key: int | None = None  # the entry shown
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 0)
         layout.setSpacing(4)
         layout.addWidget(self.header)
+        layout.addWidget(self.flag)
         layout.addWidget(self.editor)
         layout.addWidget(self.canvas, 1)
         self.show_entry(None)
 
     def show_entry(self, entry, editable: bool = True) -> None:
         s = entry.spectrum if entry is not None else None
+        record = entry.skipped if entry is not None and s is None and entry.plottable else None
         if entry is None:
             self.header.setText("<b>No spectrum selected</b>")
-        elif s is None:
-            self.header.setText(f"<b>{_html(entry.id)}</b> — skipped: {_html(entry.reason)}")
+            self.header.setToolTip("")
         else:
-            bits = [f"<b>{_html(s.id)}</b>"]
-            name = s.metadata.get("name")
-            if name:
-                bits.append(_html(name))
-            bits.append(f"precursor m/z {s.precursor_mz:.4f}")
-            if s.retention_time is not None:
-                bits.append(f"RT {s.retention_time / 60:.2f} min")
-            bits.append(f"{s.n_peaks} peaks")
-            self.header.setText(" · ".join(bits))
-            self.header.setToolTip(f"{s.source}, record {s.index + 1}")
-        self.editor.set_spectrum(s, overridden=bool(entry and entry.overridden), editable=editable)
-        if s is not self.canvas.spectrum or s is None:  # a status change does not re-draw the plot
-            self.canvas.show_spectrum(s)
+            bits = [f"<b>{_html(entry.id)}</b>"]
+            if entry.name:
+                bits.append(_html(entry.name))
+            if s is not None:
+                bits.append(f"precursor m/z {format_mz(s)}")
+            if entry.retention_time is not None:
+                bits.append(f"RT {entry.retention_time / 60:.2f} min")
+            if entry.n_peaks is not None:
+                bits.append(f"{entry.n_peaks} peaks")
+            text = " · ".join(bits)
+            if s is None:
+                text += f" — <span style='color:#a15c00'>skipped: {_html(entry.reason)}</span>"
+            self.header.setText(text)
+            self.header.setToolTip(f"{entry.source}, record {entry.record_index + 1}")
+        no_fragments = entry is not None and entry.no_fragments
+        self.flag.setText(f"⚠ {NO_FRAGMENTS_NOTE[0].upper()}{NO_FRAGMENTS_NOTE[1:]} (no peak below precursor m/z "
+                          "− 2 Da): the spectrum holds only the precursor" if no_fragments else "")
+        self.flag.setVisible(no_fragments)
+        same = entry is not None and entry.key == self.key
+        self.key = entry.key if entry is not None else None
+        self.editor.set_base(s if s is not None else record, overridden=bool(entry and entry.overridden),
+                             editable=editable, keep_typed=same)
+        shown = s if s is not None else record
+        if shown is not self.canvas.spectrum or shown is None:  # a status change does not re-draw the plot
+            self.canvas.show_spectrum(shown)

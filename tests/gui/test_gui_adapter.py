@@ -54,3 +54,37 @@ def test_adapter_switch_follows_the_model_and_requeries(qtbot, make_window, gui_
     assert off.new_samples == off.n_samples == 100  # another model: every sample drawn again, none mixed
     assert "adapter off" in window.model_label.text()
     assert "adapter=off" in off.params.describe()
+
+
+def test_adapter_box_is_unticked_without_an_adapter_and_remembered_for_models_with_one(
+    qtbot, make_window, gui_bundle_dir, tmp_path
+):
+    adapted = adapted_copy(gui_bundle_dir, tmp_path / "adapted")
+    window = make_window()  # no adapter: no tick, greyed out, as the exports say (adapter=off)
+    box = window.params_panel.adapter
+    assert not box.isChecked() and not box.isEnabled()
+
+    def load(path):
+        with qtbot.waitSignal(window.model_changed, timeout=30_000):
+            window.load_model(path)
+
+    load(adapted)
+    assert box.isEnabled() and box.isChecked()  # the default: on
+    box.setChecked(False)  # the user's choice...
+    load(gui_bundle_dir)
+    assert not box.isChecked() and not box.isEnabled()
+    assert window.params_panel.params().use_adapter is False
+    load(adapted)
+    assert box.isEnabled() and not box.isChecked()  # ...is remembered between models
+    assert window.query_params.use_adapter is False and "adapter off" in window.model_label.text()
+    box.setChecked(True)
+    load(gui_bundle_dir)
+    assert not box.isChecked()
+    window.close()  # and between sessions of the app: the choice, not the greyed-out box, is saved
+
+    again = make_window(model=adapted)
+    assert again.params_panel.adapter.isChecked() and again.query_params.use_adapter
+    again.params_panel.adapter.setChecked(False)
+    again.close()
+    third = make_window(model=adapted)
+    assert not third.params_panel.adapter.isChecked() and third.params_panel.adapter.isEnabled()

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from PySide6.QtCore import QElapsedTimer, Qt, QTimer
 
-from msgpt_gui.jobs import Status
+from msgpt_gui.entries import Status
 from msgpt_gui.models import CandidatesModel
 
 SITAGLIPTIN = "MSBNK-Eawag-EA290310"
@@ -213,7 +213,7 @@ def test_run_all_skips_unsupported_adduct_with_its_reason_and_exports_csv_and_sd
     run_and_wait(qtbot, window, window.run_all)
     skipped = entry_titled(window, DAPHNORETIN)
     assert skipped.status == Status.SKIPPED and "[M-H]-" in skipped.reason
-    assert "skipped: adduct [M-H]-" in skipped.status_text()
+    assert skipped.status_text(window.bundle.supported_adducts).startswith("ion not supported: adduct [M-H]-")
     done = [e for e in window.spectra.entries if e.result is not None]
     assert len(done) == 2
 

@@ -10,7 +10,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence
 
 from engine.paths import config_dir
-from msgpt_gui.jobs import Status
+from msgpt_gui.entries import Status
 
 
 def drop(window, *paths):

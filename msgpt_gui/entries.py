@@ -1,0 +1,305 @@
+"""The app's document, without Qt: one entry per record of the opened files, what stops it from running,
+the IDs it is listed under, and the filter of the spectra list.
+
+An entry whose record was skipped by the reader still holds the record's peaks when it had any
+(:class:`engine.spectrum.SkippedRecord`), so it is listed and plotted; typing its precursor m/z
+(:mod:`msgpt_gui.editing`) makes it a spectrum that can run.
+
+Filter syntax (:class:`SpectraFilter`), terms separated by spaces, all of which must match:
+
+* ``163.1``: a number is a precursor m/z starting with these digits (163.1000 to 163.1999...),
+  or text in the ID / name;
+* ``mz:163.05-163.15`` (also ``m/z:``) a precursor m/z range; ``mz:163.1`` as above;
+* ``rt:4-5`` a retention-time range in minutes (``rt:4.2``: 4.2 to 4.3 min);
+* anything else: text in the ID, name, adduct, formula, status or notes (case-insensitive);
+  ``"no fragments"`` in quotes is one term.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.pipeline import SpectrumResult, SpectrumSession
+from engine.spectrum import NO_FRAGMENTS_NOTE, PRECURSOR_DECIMALS_KEY, SkippedRecord, Spectrum, has_fragments
+
+NO_PRECURSOR = "no precursor m/z"  # how the reader's reason for such a record starts
+
+
+class Status:
+    NOT_RUN = "not run"
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+@dataclass(eq=False)
+class SpectrumEntry:
+    """One record of an opened file and what the app knows about it (main thread only)."""
+
+    key: int
+    spectrum: Spectrum | None  # None for a record the reader skipped (until its precursor m/z is typed)
+    skipped: SkippedRecord | None = None
+    original: Spectrum | None = None  # as read, before the user set a formula/adduct/precursor m/z
+    status: str = Status.NOT_RUN
+    reason: str = ""  # why it was skipped / failed
+    result: SpectrumResult | None = None  # the last complete result
+    live: SpectrumResult | None = None  # a partial ranking while it runs
+    previous: SpectrumResult | None = None  # the complete result before the current one (rank moves)
+    session: SpectrumSession | None = None  # its posterior and sample pool, kept across runs
+    model_checksum: str | None = None  # the model the session belongs to
+
+    @classmethod
+    def from_item(cls, key: int, item: Spectrum | SkippedRecord) -> SpectrumEntry:
+        if isinstance(item, SkippedRecord):
+            return cls(key, None, skipped=item, status=Status.SKIPPED, reason=item.reason)
+        return cls(key, item, original=item)
+
+    @property
+    def id(self) -> str:
+        return self.spectrum.id if self.spectrum is not None else self.skipped.spectrum_id
+
+    @property
+    def display_id(self) -> str:
+        return compact_id(self.id)
+
+    @property
+    def source(self) -> str:
+        return self.spectrum.source if self.spectrum is not None else self.skipped.source
+
+    @property
+    def record_index(self) -> int:
+        return self.spectrum.index if self.spectrum is not None else self.skipped.index
+
+    @property
+    def name(self) -> str:
+        return self.spectrum.metadata.get("name", "") if self.spectrum is not None else ""
+
+    @property
+    def precursor_mz(self) -> float | None:
+        return self.spectrum.precursor_mz if self.spectrum is not None else None
+
+    @property
+    def retention_time(self) -> float | None:
+        """Seconds, or None."""
+        if self.spectrum is not None:
+            return self.spectrum.retention_time
+        return self.skipped.retention_time if self.skipped is not None else None
+
+    @property
+    def n_peaks(self) -> int | None:
+        if self.spectrum is not None:
+            return self.spectrum.n_peaks
+        return int(self.skipped.mz.size) if self.skipped is not None and self.skipped.has_peaks else None
+
+    @property
+    def plottable(self) -> bool:
+        """Has peaks to show (every spectrum; a skipped record when its peaks could be read)."""
+        return self.spectrum is not None or (self.skipped is not None and self.skipped.has_peaks)
+
+    @property
+    def shown(self) -> SpectrumResult | None:
+        """What the candidate table shows: the live ranking while running, else the last result."""
+        return self.live if self.live is not None else self.result
+
+    @property
+    def precursor_typed(self) -> bool:
+        """The precursor m/z was typed by the user (the file gave none, or another one)."""
+        if self.spectrum is None:
+            return False
+        if self.original is None:
+            return True
+        return self.spectrum.precursor_mz != self.original.precursor_mz
+
+    @property
+    def overridden(self) -> bool:
+        """Formula, adduct or precursor m/z differ from the file's (Reset goes back)."""
+        if self.spectrum is None:
+            return False
+        if self.original is None:
+            return True  # a skipped record made runnable
+        return self.precursor_typed or (
+            self.spectrum.formula != self.original.formula or self.spectrum.adduct != self.original.adduct
+        )
+
+    @property
+    def no_fragments(self) -> bool:
+        """Holds only the precursor (no peak below precursor m/z - 2 Da): candidates reflect the formula only."""
+        return self.spectrum is not None and not has_fragments(self.spectrum)
+
+    def blocker(self, supported_adducts: Sequence[str] | None = None) -> tuple[str, str] | None:
+        """Why it cannot run as it is: (a short label for the Status column, the reason and the fix).
+
+        ``supported_adducts``: the ion types of the loaded model (None: no model, not checked).
+        """
+        s = self.spectrum
+        if s is None:
+            if self.skipped is not None and self.skipped.has_peaks and self.reason.startswith(NO_PRECURSOR):
+                return "needs m/z", (f"{self.reason}. Type the precursor m/z above the plot and press Apply "
+                                     "to run it")
+            return "skipped", self.reason
+        ions = f" (this model supports {', '.join(supported_adducts)})" if supported_adducts else ""
+        missing = [w for w, v in (("molecular formula", s.formula), ("ion type (adduct)", s.adduct)) if not v]
+        if missing:
+            label = "needs formula" if not s.formula else "needs adduct"
+            return label, (f"no {' and no '.join(missing)}: type {'them' if len(missing) > 1 else 'it'} below the "
+                           f"spectrum and press Apply, or select several rows and press Apply to selected{ions}")
+        if supported_adducts is not None and s.adduct not in supported_adducts:
+            return "ion not supported", (f"adduct {s.adduct} is not supported by this model{ions}; choose one of "
+                                         "those below the spectrum")
+        return None
+
+    def status_label(self, supported_adducts: Sequence[str] | None = None) -> str:
+        """A few words for the Status column (the full reason is :meth:`status_text`)."""
+        if self.status in (Status.NOT_RUN, Status.SKIPPED):
+            blocked = self.blocker(supported_adducts)
+            if blocked is not None:
+                return blocked[0]
+        return self.status
+
+    def status_text(self, supported_adducts: Sequence[str] | None = None) -> str:
+        """The status with its reason and fix (the Status column's tooltip)."""
+        if self.status in (Status.NOT_RUN, Status.SKIPPED):
+            blocked = self.blocker(supported_adducts)
+            if blocked is not None:
+                return f"{blocked[0]}: {blocked[1]}"
+        if self.status in (Status.SKIPPED, Status.FAILED) and self.reason:
+            return f"{self.status}: {self.reason}"
+        return self.status
+
+    def notes(self) -> list[str]:
+        return [NO_FRAGMENTS_NOTE] if self.no_fragments else []
+
+    def reset_results(self) -> None:
+        """Forget results and samples (new formula/adduct/precursor, another model)."""
+        self.result = self.live = self.previous = None
+        self.session = None
+        self.model_checksum = None
+        if self.spectrum is not None:
+            self.status, self.reason = Status.NOT_RUN, ""
+
+
+def format_mz(spectrum: Spectrum) -> str:
+    """Precursor m/z with 4 decimals; a nominal one as written (``PEPMASS=163`` is not ``163.0000``)."""
+    decimals = spectrum.metadata.get(PRECURSOR_DECIMALS_KEY, "")
+    places = int(decimals) if decimals.isdigit() and int(decimals) <= 1 else 4
+    return f"{spectrum.precursor_mz:.{places}f}"
+
+
+# -- IDs ----------------------------------------------------------------------------------------------
+# mzML native IDs name the instrument's counters; these stay the same along a run.
+_CONSTANT_ID_KEYS = frozenset({"controllertype", "controllernumber", "sample", "period", "process", "function"})
+_NATIVE_ID = re.compile(r"^(?:\s*[A-Za-z_]+=\S+)+\s*$")
+
+
+def compact_id(native_id: str) -> str:
+    """A short ID that tells scans apart: ``controllerType=0 controllerNumber=1 scan=621`` -> ``scan=621``,
+    ``sample=1 period=1 cycle=812 experiment=3`` -> ``cycle=812 experiment=3``; other IDs unchanged."""
+    if not _NATIVE_ID.match(native_id):
+        return native_id
+    parts = native_id.split()
+    kept = [p for p in parts if p.split("=", 1)[0].lower() not in _CONSTANT_ID_KEYS]
+    return " ".join(kept) if kept else native_id
+
+
+# -- the filter of the spectra list -----------------------------------------------------------------------
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_RANGE = re.compile(rf"^({_NUMBER})?\s*(?:-|–|\.\.)\s*({_NUMBER})?$")
+_SINGLE = re.compile(rf"^{_NUMBER}$")
+_WORDS = re.compile(r'"([^"]+)"|(\S+)')
+FILTER_PLACEHOLDER = "Filter: name, ID, formula · 163.1 (m/z) · mz:163-164 · rt:4-5 (min)…"
+FILTER_TIP = (
+    "Terms separated by spaces; a spectrum is shown when all of them match.<br>"
+    "<b>163.1</b> — precursor m/z starting with these digits (or the number in an ID or name)<br>"
+    "<b>mz:163.05-163.15</b> — precursor m/z range (<b>mz:163.1</b>: 163.1 to 163.2)<br>"
+    "<b>rt:4-5</b> — retention time range in minutes (<b>rt:4.2</b>: 4.2 to 4.3 min; <b>rt:-2</b>: up to 2)<br>"
+    "anything else — text in the ID, name, adduct, formula, status or notes (e.g. <b>[M+H]+</b>, "
+    "<b>\"needs formula\"</b>, <b>\"no fragments\"</b>: quotes keep words together)"
+)
+
+
+def _span(text: str) -> tuple[float, float] | None:
+    """``4-5`` -> (4, 5); ``4.2`` -> [4.2, 4.3); ``-5`` -> (-inf, 5); None when it is not a number or range."""
+    text = text.strip()
+    if _SINGLE.match(text):
+        decimals = len(text.split(".", 1)[1]) if "." in text else 0
+        lo = float(text)
+        return lo, lo + 10.0 ** -decimals
+    m = _RANGE.match(text)
+    if m is None or (m.group(1) is None and m.group(2) is None):
+        return None
+    lo = float(m.group(1)) if m.group(1) is not None else -math.inf
+    hi = float(m.group(2)) if m.group(2) is not None else math.inf
+    return (lo, hi) if lo <= hi else (hi, lo)
+
+
+def _within(value: float | None, span: tuple[float, float], closed: bool) -> bool:
+    if value is None:
+        return False
+    lo, hi = span
+    return lo <= value <= hi if closed else lo <= value < hi
+
+
+@dataclass(frozen=True)
+class _Term:
+    kind: str  # "mz", "rt" or "text"
+    text: str
+    span: tuple[float, float] | None = None
+    closed: bool = True  # a range includes its end; a single value means [x, x + one unit of its last digit)
+
+
+class SpectraFilter:
+    """The parsed filter text (see the module notes); :meth:`matches` tests one entry."""
+
+    def __init__(self, text: str = ""):
+        self.text = text.strip()
+        self.terms: list[_Term] = []
+        for phrase, word in _WORDS.findall(self.text):
+            if phrase:
+                self.terms.append(_Term("text", phrase.lower()))
+                continue
+            low = word.lower()
+            key, _, value = low.partition(":")
+            if value and key in ("mz", "m/z", "rt"):
+                span = _span(value)
+                if span is not None:
+                    self.terms.append(_Term("rt" if key == "rt" else "mz", low, span, not _SINGLE.match(value)))
+                    continue
+            if _SINGLE.match(low):
+                self.terms.append(_Term("number", low, _span(low), False))
+            else:
+                self.terms.append(_Term("text", low))
+
+    def __bool__(self) -> bool:
+        return bool(self.terms)
+
+    def matches(self, entry: SpectrumEntry, supported_adducts: Sequence[str] | None = None) -> bool:
+        if not self.terms:
+            return True
+        words = None
+        for term in self.terms:
+            if term.kind == "mz":
+                ok = _within(entry.precursor_mz, term.span, term.closed)
+            elif term.kind == "rt":
+                rt = entry.retention_time
+                ok = _within(None if rt is None else rt / 60.0, term.span, term.closed)
+            else:
+                if words is None:
+                    words = _searchable(entry, supported_adducts)
+                ok = term.text in words or (term.kind == "number" and _within(entry.precursor_mz, term.span, False))
+            if not ok:
+                return False
+        return True
+
+
+def _searchable(entry: SpectrumEntry, supported_adducts: Sequence[str] | None) -> str:
+    s = entry.spectrum
+    parts = [entry.id, entry.name, entry.status_label(supported_adducts), *entry.notes()]
+    if s is not None:
+        parts += [s.adduct or "", s.formula or ""]
+    return "\n".join(parts).lower()
