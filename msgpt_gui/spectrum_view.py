@@ -242,6 +242,7 @@ class SpectrumPanel(QWidget):
         self.header.setTextFormat(Qt.TextFormat.RichText)
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.header.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.header.setWordWrap(True)  # a long ID or skip reason wraps instead of being cut
         self.flag = QLabel(wordWrap=True)
         self.flag.setStyleSheet("color: #a15c00")
         self.editor = FormulaEditor()

@@ -222,7 +222,9 @@ def test_a_scan_without_precursor_is_plotted_and_runs_once_one_is_typed(qtbot, m
     assert window.current_entry() is entry
     canvas = window.spectrum_panel.canvas
     assert isinstance(canvas.spectrum, SkippedRecord) and canvas.ax.collections  # the peaks are drawn
-    assert "no precursor m/z" in window.spectrum_panel.header.text()
+    header = window.spectrum_panel.header
+    assert "no precursor m/z (PEPMASS, or the selected ion in mzML)" in header.text()
+    assert header.wordWrap() and header.heightForWidth(header.width()) <= header.height() + 1  # not cut
     row = [window.spectra.index(0, c).data() for c in range(SpectraModel.STATUS + 1)]
     assert row == ["scan=621", "", "", "", "3.34", 202, "needs m/z"]
 
