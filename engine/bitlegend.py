@@ -230,7 +230,7 @@ class BitLegend:
         envs = self.environments(bit)[:top]
         if not envs:
             return "not seen in the corpus sample"
-        return "; ".join(f"{e.smiles} ({e.count / n:.0%})" for e in envs)
+        return "; ".join(f"{e.smiles} ({_share(e.count, n)})" for e in envs)
 
     # -- (de)serialisation ----------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -295,6 +295,11 @@ class BitLegend:
                 f"The bit legend describes a {self.n_bits}-bit radius-{self.radius} Morgan fingerprint but the model "
                 f"reads {n_bits} bits of radius {radius}; rebuild it for this model with python -m training.bit_legend."
             )
+
+
+def _share(count: int, total: int) -> str:
+    share = count / total if total else 0.0
+    return "<1%" if 0 < share < 0.005 else f"{share:.0%}"
 
 
 def legend_from_counts(n_with_bit, counts, examples, n_molecules: int, *, top: int = 3, source: str = "",
