@@ -230,7 +230,7 @@ class BitLegend:
         envs = self.environments(bit)[:top]
         if not envs:
             return "not seen in the corpus sample"
-        return "; ".join(f"{e.smiles} ({_share(e.count, n)})" for e in envs)
+        return "; ".join(f"{e.smiles} ({share_text(e.count, n)})" for e in envs)
 
     # -- (de)serialisation ----------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -297,7 +297,7 @@ class BitLegend:
             )
 
 
-def _share(count: int, total: int) -> str:
+def share_text(count: int, total: int) -> str:
     share = count / total if total else 0.0
     return "<1%" if 0 < share < 0.005 else f"{share:.0%}"
 

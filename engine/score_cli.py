@@ -258,7 +258,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     if wanted - {r["spectrum_id"] for r in rows} - {s.split(":")[0] for s in skipped}:
         _err(f"Not found in the inputs: {', '.join(sorted(wanted - {r['spectrum_id'] for r in rows}))}")
     if rows:
-        _write_table(args.output, info, SCORE_COLUMNS, rows)
+        write_csv_table(args.output, info, SCORE_COLUMNS, rows)
     _err(f"Scored {len(structures)} structure(s) against {len({r['spectrum_id'] for r in rows})} spectra"
          f"{f' -> {args.output}' if args.output and rows else ''}.")
     if skipped:
@@ -268,7 +268,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0 if rows else 1
 
 
-def _write_table(output: str | None, info: dict, columns, rows: list[dict]) -> None:
+def write_csv_table(output: str | None, info: dict, columns, rows: list[dict]) -> None:
     """CSV with ``#`` provenance lines, to ``output`` atomically (or to stdout)."""
     if not output:
         writer = csv.DictWriter(sys.stdout, fieldnames=columns, lineterminator="\n")
