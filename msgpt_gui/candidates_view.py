@@ -28,7 +28,8 @@ from engine.pipeline import SpectrumResult
 
 from . import tooltips
 from .depict import depict_png
-from .models import KEY_ROLE, CandidatesModel, SortProxy
+from .models import KEY_ROLE, CandidatesModel
+from .novelty_view import NoveltyCandidatesModel, NoveltyFilter, NoveltyProxy
 
 ROW_HEIGHT = 116
 STRUCTURE_WIDTH = 164
@@ -176,8 +177,8 @@ class CandidatesPanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.cache = PixmapCache()
-        self.model = CandidatesModel(self)
-        self.proxy = SortProxy(self, filter_columns=(CandidatesModel.SMILES,))
+        self.model = NoveltyCandidatesModel(self)  # + a Novelty column (training corpus / user list / new)
+        self.proxy = NoveltyProxy(self, filter_columns=(CandidatesModel.SMILES,))
         self.proxy.setSourceModel(self.model)
 
         self.summary = QLabel()
@@ -190,6 +191,7 @@ class CandidatesPanel(QWidget):
         self.filter.setToolTip("Show only candidates whose SMILES contains this text (e.g. 'N' or 'c1ccccc1')")
         self.filter.setMaximumWidth(220)
         self.filter.textChanged.connect(self.proxy.set_filter_text)
+        self.novelty_filter = NoveltyFilter(self.proxy)
 
         self.table = QTableView()
         self.table.setModel(self.proxy)
@@ -212,7 +214,8 @@ class CandidatesPanel(QWidget):
         fit_columns(self.table, {CandidatesModel.RANK: "9999", CandidatesModel.CHANGE: "▲99", CandidatesModel.FORMULA:
                                  "C22H30NaO4", CandidatesModel.COUNT: "9999", CandidatesModel.FREQUENCY: "0.000",
                                  CandidatesModel.SIMILARITY: "0.000", CandidatesModel.SCORE: "-000.0",
-                                 CandidatesModel.REFERENCE: "★ reference"},
+                                 CandidatesModel.REFERENCE: "★ reference",
+                                 NoveltyCandidatesModel.NOVELTY: "training corpus"},
                     bold_rows=True)  # the reference row is bold
         self.table.setColumnWidth(CandidatesModel.STRUCTURE, STRUCTURE_WIDTH)
         header.setSectionResizeMode(CandidatesModel.SMILES, QHeaderView.ResizeMode.Stretch)
@@ -221,6 +224,7 @@ class CandidatesPanel(QWidget):
         self.detail = DetailPane(self.cache)
         top = QHBoxLayout()
         top.addWidget(self.summary, 1)
+        top.addWidget(self.novelty_filter)
         top.addWidget(self.filter)
         left = QWidget()
         lay = QVBoxLayout(left)

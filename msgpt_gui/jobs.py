@@ -269,10 +269,12 @@ class ExportProgress:
 
 
 def export_candidates(
-    path: str | Path, results: Sequence[SpectrumResult], info: dict[str, str], cancel: CancelFn | None = None
+    path: str | Path, results: Sequence[SpectrumResult], info: dict[str, str], cancel: CancelFn | None = None,
+    novelty=None,
 ) -> Generator[ExportProgress, None, int]:
-    """Write ``results`` to a CSV/SDF file atomically; returns the number of candidate rows."""
-    with CandidateWriter(path, info) as writer:
+    """Write ``results`` to a CSV/SDF file atomically; returns the number of candidate rows. ``novelty``: the
+    :class:`~engine.novelty.NoveltyMarker` of the novelty column."""
+    with CandidateWriter(path, info, novelty=novelty) as writer:
         for i, result in enumerate(results):
             check_cancel(cancel)
             writer.write(result)

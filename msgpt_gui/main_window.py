@@ -45,6 +45,7 @@ from . import tooltips
 from .candidates_view import CandidatesPanel, fit_columns
 from .editing import ERROR, apply_formula
 from .entries import FILTER_PLACEHOLDER, FILTER_TIP, SpectrumEntry, Status, format_mz
+from .insights_view import Insights
 from .jobs import FileSummary, export_info
 from .models import KEY_ROLE, NO_FRAGMENTS_TIP, SpectraModel, SpectraProxy
 from .params_view import ParamsPanel
@@ -211,7 +212,8 @@ class MainWindow(QMainWindow):
         blay.setContentsMargins(0, 0, 0, 0)
         blay.setSpacing(0)
         blay.addWidget(self.params_panel)
-        blay.addWidget(self.candidates, 1)
+        self.insights = Insights(self)  # tabs: the candidates, fingerprint bits, score a structure
+        blay.addWidget(self.insights.tabs, 1)
 
         self.top_splitter = QSplitter(Qt.Orientation.Horizontal, objectName="top_splitter")
         self.top_splitter.addWidget(left)
@@ -287,6 +289,7 @@ class MainWindow(QMainWindow):
         m.addSeparator()
         m.addAction(self.act_export)
         m.addAction(self.act_export_all)
+        self.insights.add_file_actions(m)
         m.addSeparator()
         m.addAction(self.act_close_all)
         m.addSeparator()
@@ -303,6 +306,7 @@ class MainWindow(QMainWindow):
             dm.addAction(act)
         m.addSeparator()
         m.addAction(self.act_model_info)
+        self.insights.add_model_actions(m)
         m = mb.addMenu("&Help")
         m.addAction(self.act_help_scores)
         m.addAction(self.act_about)
@@ -895,7 +899,8 @@ class MainWindow(QMainWindow):
         except MsgptError as err:
             self.show_message(str(err))
             return False
-        return self.runs.export(Path(path), results, info)
+        info["novelty"] = self.insights.marker.describe()
+        return self.runs.export(Path(path), results, info, novelty=self.insights.marker)
 
     # ------------------------------------------------------------------------------------------
     # the task slot
@@ -982,3 +987,4 @@ class MainWindow(QMainWindow):
         """Cancel and wait for every worker (the engine stops at its next decoding step)."""
         self._retune_timer.stop()
         self.runs.shutdown(timeout_ms)
+        self.insights.shutdown(timeout_ms)

@@ -324,13 +324,15 @@ class RunController(QObject):
     # ------------------------------------------------------------------------------------------
     # export
     # ------------------------------------------------------------------------------------------
-    def export(self, path: Path, results: list, info: dict[str, str]) -> bool:
-        """Write ``results`` to ``path`` (CSV or SDF by its suffix) atomically, in the background."""
+    def export(self, path: Path, results: list, info: dict[str, str], novelty=None) -> bool:
+        """Write ``results`` to ``path`` (CSV or SDF by its suffix) atomically, in the background; ``novelty``
+        (a NoveltyMarker) fills the novelty column."""
         if self.busy:
             self.message.emit("warning", "Wait for the running work to finish (or cancel it with Esc) before "
                                          "exporting.")
             return False
-        worker = GeneratorWorker(export_candidates, str(path), results, info, name=f"exporting {path.name}")
+        worker = GeneratorWorker(export_candidates, str(path), results, info, novelty=novelty,
+                                 name=f"exporting {path.name}")
         worker.yielded.connect(self._export_progress)
 
         def done(n_rows: int) -> None:
@@ -348,6 +350,14 @@ class RunController(QObject):
 
         self._start_task("export", worker, on_returned=done, on_errored=failed, on_aborted=aborted)
         self.progress.emit(0, f"Exporting to {path.name}…")
+        return True
+
+    def start_job(self, kind: str, worker: GeneratorWorker, on_returned=None, on_errored=None, on_aborted=None) -> bool:
+        """Run another long job in the task slot (e.g. a posterior export); refused while a task runs."""
+        if self.busy:
+            self.message.emit("warning", "Wait for the running work to finish (or cancel it with Esc) first.")
+            return False
+        self._start_task(kind, worker, on_returned=on_returned, on_errored=on_errored, on_aborted=on_aborted)
         return True
 
     def _export_progress(self, ev: ExportProgress) -> None:
