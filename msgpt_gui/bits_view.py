@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -24,9 +25,9 @@ from engine.bitlegend import share_text
 from engine.errors import MsgptError
 from engine.pipeline import QueryParams
 
-from .insights import BitRow, depict_fragment_png, entry_posterior, top_bits
+from .insights import ORDERS, BitRow, depict_fragment_png, entry_posterior, top_bits
 
-FRAGMENT_SIZE = (132, 84)
+FRAGMENT_SIZE = (120, 60)
 BIT, PROB, QUERIES, CANDIDATE, FRAGMENT, MEANING = range(6)
 COLUMNS = ("Bit", "π", "Queries", "Candidate", "Fragment", "What sets it in corpus molecules")
 TIPS = (
@@ -59,8 +60,14 @@ class BitsPanel(QWidget):
         self.count = QSpinBox(minimum=5, maximum=500, value=25, singleStep=5)
         self.count.setToolTip("How many of the most probable bits to list")
         self.count.valueChanged.connect(lambda *_: self.refresh())
+        self.order = QComboBox()
+        self.order.addItems(["most probable", "most specific"])
+        self.order.setToolTip("most probable: by π; most specific: by how much π exceeds the bit's frequency in the "
+                              "corpus (rare predicted substructures first, the ubiquitous CH3/CH2 bits last)")
+        self.order.currentIndexChanged.connect(lambda *_: self.refresh())
         top = QHBoxLayout()
         top.addWidget(self.summary, 1)
+        top.addWidget(self.order)
         top.addWidget(QLabel("Top"))
         top.addWidget(self.count)
         top.addWidget(QLabel("bits"))
@@ -133,12 +140,14 @@ class BitsPanel(QWidget):
         bits = None
         if self.candidate is not None:
             bits = getattr(self.candidate, "bits", None)
-        self.rows = top_bits(posterior, self.bundle, self.params, self.count.value(), bits)
+        self.rows = top_bits(posterior, self.bundle, self.params, self.count.value(), bits,
+                             ORDERS[self.order.currentIndex()])
         legend = self.bundle.bit_legend
         about = (f"legend: {legend.source}" if legend is not None else
                  "<span style='color:#a15c00'>this model ships no bit legend (bit_legend.json.gz)</span>")
         expected = float(np.sum(posterior))
-        self._show(self.rows, f"<b>{self.entry.display_id}</b>: the {len(self.rows)} most probable of "
+        which = "most probable" if self.order.currentIndex() == 0 else "most specific"
+        self._show(self.rows, f"<b>{self.entry.display_id}</b>: the {len(self.rows)} {which} of "
                               f"{posterior.size} bits (Σπ = {expected:.1f} expected active bits) · {about}")
 
     def _show(self, rows: list[BitRow], summary: str) -> None:

@@ -60,11 +60,28 @@ class BitRow:
     in_candidate: bool | None  # None: no candidate selected
 
 
+ORDERS = ("probability", "specific")
+
+
+def bit_order(posterior: np.ndarray, legend, order: str = "probability") -> np.ndarray:
+    """Bits from first to last: by π (``probability``), or by how much π exceeds the bit's frequency in the
+    corpus (``specific``: π·log(π/f), f the share of the legend's molecules with the bit), which puts the
+    predicted substructures that are rare in the corpus before the ubiquitous CH3 and CH2 bits."""
+    if order not in ORDERS:
+        raise MsgptError(f"Unknown bit order {order!r}; use one of {', '.join(ORDERS)}.")
+    p = np.asarray(posterior, dtype=np.float64)
+    if order == "probability" or legend is None or not legend.n_molecules:
+        return np.argsort(-p, kind="stable")
+    floor = 1.0 / (legend.n_molecules + 1)
+    f = np.array([max(legend.frequency(b), floor) for b in range(p.size)])
+    return np.argsort(-(p * np.log(np.maximum(p, 1e-12) / f)), kind="stable")
+
+
 def top_bits(posterior: np.ndarray, bundle, params: QueryParams, n: int = 25,
-             candidate_bits: np.ndarray | None = None) -> list[BitRow]:
-    """The ``n`` most probable bits with their legend entries and how many band queries hold them."""
+             candidate_bits: np.ndarray | None = None, order: str = "probability") -> list[BitRow]:
+    """The first ``n`` bits (:func:`bit_order`) with their legend entries and how many band queries hold them."""
     posterior = np.asarray(posterior)
-    order = np.argsort(-posterior, kind="stable")[:n]
+    order = bit_order(posterior, bundle.bit_legend, order)[:n]
     thresholds = band_thresholds(bundle.calibration, params.kappa_min, params.kappa_max, params.groups)
     held = np.zeros(posterior.size, dtype=np.int64)
     for q in build_queries(posterior, thresholds):
@@ -97,8 +114,11 @@ def depict_fragment_png(smiles: str, width: int, height: int) -> bytes | None:
             rdDepictor.Compute2DCoords(mol)
             drawer = rdMolDraw2D.MolDraw2DCairo(int(width), int(height))
             opts = drawer.drawOptions()
-            opts.padding = 0.12
-            opts.minFontSize = max(7, int(min(width, height) / 12))
+            opts.padding = 0.15
+            opts.explicitMethyl = True  # a CH3 end of a fragment is written, not a bare line end
+            opts.highlightRadius = 0.25
+            opts.minFontSize = max(7, int(min(width, height) / 7))
+            opts.maxFontSize = max(opts.minFontSize + 1, int(min(width, height) / 4))
             drawn = rdMolDraw2D.PrepareMolForDrawing(mol, kekulize=False, addChiralHs=False)
             drawer.DrawMolecule(drawn, highlightAtoms=[0], highlightAtomColors={0: (0.55, 0.78, 1.0)},
                                 highlightBonds=[])

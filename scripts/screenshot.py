@@ -10,7 +10,8 @@ Without a display it starts ``Xvfb`` itself (Debian: ``apt-get install xvfb``; Q
 also wants ``libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1``). Settings go to a throw-away
 MSGPT_HOME, so the user's own settings are never touched. The README's picture is
 ``python scripts/screenshot.py --spectrum MSBNK-BGC_Munich-RP010703`` (an example that gets
-candidates at B=100 from the bundled model). Without a bundled model, use the tiny test one
+candidates at B=100 from the bundled model); ``--tab bits`` and ``--tab score --score SMILES`` show
+the other tabs below the spectrum. Without a bundled model, use the tiny test one
 (``--model tests/data/tiny_bundle --files tests/data/fixture.mgf``).
 """
 
@@ -39,6 +40,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
     p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
     p.add_argument("--timeout", type=float, default=300, help="seconds to wait for the model and the run")
+    p.add_argument("--tab", choices=("candidates", "bits", "score"), default="candidates",
+                   help="the tab below the spectrum: candidates (default), fingerprint bits, or score a structure")
+    p.add_argument("--score", nargs="+", default=[], metavar="SMILES",
+                   help="with --tab score: structures to score against the spectrum before the grab")
     return p.parse_args(argv)
 
 
@@ -128,6 +133,12 @@ def shoot(args, width: int, height: int) -> int:
     wait(lambda: finished, "the run")
     print(f"{pick.id}: {finished[0]} in {time.perf_counter() - t0:.1f} s; first candidates on screen after "
           f"{window.first_candidates_s:.2f} s" if window.first_candidates_s else f"{pick.id}: {finished[0]}")
+    tabs = window.insights.tabs
+    tabs.setCurrentWidget({"candidates": window.candidates, "bits": window.insights.bits,
+                           "score": window.insights.score}[args.tab])
+    if args.score:
+        window.insights.score.input.setPlainText("\n".join(args.score))
+        window.insights.score.score()
     window.statusBar().clearMessage()
     end = time.perf_counter() + 0.6  # let the plot and the depictions paint
     wait(lambda: time.perf_counter() > end, "painting")

@@ -137,6 +137,12 @@ def test_bits_tab_lists_the_top_bits_with_their_fragments(qtbot, make_window, wr
     for r, row in enumerate(bits.rows):
         if row.bit in legend:
             assert bits.table.item(r, 5).text().startswith(legend.environments(row.bit)[0].smiles)
+    bits.order.setCurrentIndex(1)  # most specific: π against the bit's frequency among the legend's molecules
+    f = np.array([max(legend.frequency(b), 1 / (legend.n_molecules + 1)) for b in range(4096)])
+    specific = posterior.astype(np.float64) * np.log(np.maximum(posterior, 1e-12) / f)
+    assert [r.bit for r in bits.rows] == np.argsort(-specific, kind="stable")[:25].tolist()
+    assert "most specific" in bits.summary.text()
+    bits.order.setCurrentIndex(0)
     bits.count.setValue(10)
     assert bits.table.rowCount() == 10
 
