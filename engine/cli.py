@@ -418,6 +418,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"  encoder parameters: {sum(p.numel() for p in bundle.encoder.parameters()):,}")
     print(f"  calibration: D_enc={cal.d_enc:.2f} bits over {cal.n_spectra} spectra; "
           f"t(κ=0.95)={cal.threshold_for_kappa(0.95):.4f}, t(κ=1.50)={cal.threshold_for_kappa(1.50):.4f}")
+    legend, known = bundle.bit_legend, bundle.known_structures
+    print(f"  bit legend: {f'{len(legend)} bits described, {legend.source}' if legend else 'none'}")
+    print(f"  known structures (novelty): {f'{len(known):,}: {known.source}' if known else 'none'}")
     return 0
 
 
