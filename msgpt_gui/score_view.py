@@ -60,9 +60,8 @@ def structures_of(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def clipboard_structure() -> str:
-    """What a sketcher put on the clipboard: a molfile or SMILES flavour when offered, else the plain text."""
-    mime = QGuiApplication.clipboard().mimeData()
+def mime_structure(mime) -> str:
+    """What a sketcher put in ``mime``: a molfile or SMILES flavour when offered, else the plain text."""
     if mime is None:
         return ""
     for fmt in MOLFILE_MIME:
@@ -71,6 +70,22 @@ def clipboard_structure() -> str:
             if data.strip():
                 return data
     return mime.text() if mime.hasText() else ""
+
+
+def clipboard_structure() -> str:
+    return mime_structure(QGuiApplication.clipboard().mimeData())
+
+
+class StructureEdit(QPlainTextEdit):
+    """The structure box: Ctrl+V and drops take a sketcher's molfile flavour too, not only plain text."""
+
+    def canInsertFromMimeData(self, source) -> bool:
+        return any(source.hasFormat(f) for f in MOLFILE_MIME) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source) -> None:
+        text = mime_structure(source)
+        if text:
+            self.textCursor().insertText(text)
 
 
 class ScorePanel(QWidget):
@@ -87,7 +102,7 @@ class ScorePanel(QWidget):
         self.entry = None
         self.busy = False
         self.history: dict[int, list[StructureScore]] = {}  # entry key -> its scored structures, newest first
-        self.input = QPlainTextEdit(placeholderText="A structure to score against the selected spectrum: SMILES or "
+        self.input = StructureEdit(placeholderText="A structure to score against the selected spectrum: SMILES or "
                                     "InChI (one per line), or paste a molfile from your sketcher (Ctrl+V or Paste)")
         self.input.setMaximumHeight(self.fontMetrics().height() * 4 + 12)
         self.input.setTabChangesFocus(True)

@@ -191,6 +191,10 @@ def test_score_a_typed_and_a_pasted_structure_and_export_them(qtbot, make_window
     assert len(rows) == 1 and rows[0].smiles == nicotine.smiles and rows[0].decoder_logp == pytest.approx(
         nicotine.decoder_logp)
 
+    panel.input.clear()
+    panel.input.paste()  # Ctrl+V in the box takes the molfile flavour as well
+    assert "M  END" in panel.input.toPlainText()
+
     QGuiApplication.clipboard().setText("not a structure")
     panel.paste()
     panel.score()
