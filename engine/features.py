@@ -28,7 +28,8 @@ Merging (:func:`merge_scans`), the consensus spectrum of ``n`` scans:
    With 2 scans every cluster is kept; a single scan is its own consensus, unchanged.
 
 MGF libraries hold one spectrum per record, already merged; with ``grouping="auto"`` (default) each
-record is its own feature, unchanged, and only mzML runs are grouped.
+record is its own feature, unchanged, and only mzML runs are grouped. ``grouping="never"`` keeps every
+scan of a run as its own feature, unchanged (with its MS1 evidence); ``"always"`` groups MGF too.
 
 MS1 evidence (:func:`ms1_evidence`): among the survey scans within ``ms1_rt_pad_s`` of the
 feature's retention-time range (and those its scans name as their precursor scan), the one where the
@@ -356,10 +357,23 @@ def build_features(
     """Group a run's MS2 scans into features (``config.grouping`` "never": one per scan)."""
     survey = sorted(survey_scans, key=lambda s: (math.inf if s.retention_time is None else s.retention_time))
     if config.grouping == "never":
-        groups = [np.array([i]) for i in range(len(spectra))]
-    else:
-        groups = group_scans([s.precursor_mz for s in spectra], [s.retention_time for s in spectra], config)
+        return [single_scan_feature(s, survey, config) for s in spectra]
+    groups = group_scans([s.precursor_mz for s in spectra], [s.retention_time for s in spectra], config)
     return [build_feature(k, [spectra[i] for i in g], survey, config) for k, g in enumerate(groups)]
+
+
+def single_scan_feature(
+    spectrum: Spectrum, survey_scans: Sequence[SurveyScan] = (), config: FeatureConfig = FeatureConfig()
+) -> Feature:
+    """One scan as its own feature, unchanged (its id, index and precursor), with its MS1 evidence."""
+    feature = library_feature(spectrum)
+    if not survey_scans:
+        return feature
+    rt = spectrum.retention_time
+    ms1 = ms1_evidence(spectrum.precursor_mz, (rt, rt), survey_scans, config,
+                       referenced=[spectrum.metadata["precursor_scan_id"]] if "precursor_scan_id" in spectrum.metadata else (),
+                       polarity=spectrum.polarity)
+    return dataclasses.replace(feature, ms1=ms1)
 
 
 def library_feature(spectrum: Spectrum) -> Feature:

@@ -199,7 +199,10 @@ def test_features_of_a_run(run):
 def test_grouping_never_keeps_one_feature_per_scan(run):
     items = list(iter_features(run, FeatureConfig(grouping="never")))
     assert [f.n_scans for f in items] == [1] * 5
+    assert [f.id for f in items] == [scan_id(i) for i in (1, 3, 5, 6, 8)]  # the scans as read
+    assert [f.index for f in items] == [1, 3, 5, 6, 8] and items[0].spectrum is items[0].scans[0]
     assert items[0].spectrum.n_peaks == 5  # the scan's own peaks, extra one included
+    assert items[0].ms1.scan_id == scan_id(0) and items[1].ms1.scan_id == scan_id(2)  # its own survey scan
 
 
 def test_ms1_evidence_needs_the_precursor_peak():
