@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -63,6 +64,48 @@ def test_bundle_records_every_decoder_stage_and_its_card_names_them(runs, tmp_pa
                        str(tmp_path / "b1"), "--force"]) == 0
     stages = json.loads((tmp_path / "b1" / "config.json").read_text())["training"]["decoder_stages"]
     assert [s["step"] for s in stages] == [3, 2, 1]
+
+
+def test_the_bundle_ships_the_structures_of_every_pretraining_corpus(runs, tmp_path, capsys):
+    from engine.novelty import KnownStructures
+    from training.known_structures import corpus_keys
+
+    assert _build(runs, tmp_path / "b") == 0
+    bundle = load_bundle(tmp_path / "b", device="cpu")  # its checksum in config.json is checked
+    keys = sorted(set(corpus_keys(runs / "corpus")))
+    assert bundle.known_structures is not None and len(bundle.known_structures) == len(keys)
+    assert bundle.known_structures.contains(keys).all() and "corpus" in bundle.known_structures.source
+    assert "known_structures.npz" in bundle.config["files"]
+    assert "## Files beside the weights" in (tmp_path / "b" / "MODEL_CARD.md").read_text()
+
+    # a stage started from a bundle: that bundle's set joins the new corpus's
+    other = write_synthetic_corpus(tmp_path / "other_corpus", seed=1)  # other random InChIKey blocks
+    more = sorted(set(corpus_keys(other)) - set(keys))
+    list(pretrain(tiny_config(other, tmp_path / "stage3", max_steps=1, init_decoder=str(tmp_path / "b"))))
+    assert build_main(["--decoder", str(tmp_path / "stage3"), "--encoder", str(runs / "encoder"),
+                       "--calibration", str(runs / "calibration.json"), "--name", "m3", "--out",
+                       str(tmp_path / "b3")]) == 0
+    known = KnownStructures.load(tmp_path / "b3" / "known_structures.npz")
+    assert len(more) > 0 and len(known) == len(keys) + len(more) and known.contains(keys + more).all()
+
+    # a corpus that is gone: no set, and the command says how to build one
+    shutil.rmtree(other)
+    assert build_main(["--decoder", str(tmp_path / "stage3"), "--encoder", str(runs / "encoder"),
+                       "--calibration", str(runs / "calibration.json"), "--name", "m3", "--out",
+                       str(tmp_path / "b4")]) == 0
+    assert not (tmp_path / "b4" / "known_structures.npz").exists()
+    assert "python -m training.known_structures" in capsys.readouterr().err
+
+
+def test_bit_legend_from_the_corpus_on_request(runs, tmp_path):
+    smiles = ["CCO", "c1ccccc1O", "CC(=O)O", "CCN"]
+    for shard in sorted((runs / "corpus").glob("shard_*")):  # the synthetic corpus has no SMILES: give it some
+        n = len((shard / "inchikey14.txt").read_text().splitlines())
+        (shard / "smiles.txt").write_text("".join(smiles[i % 4] + "\n" for i in range(n)))
+    assert _build(runs, tmp_path / "b", "--bit-legend", "20") == 0
+    legend = load_bundle(tmp_path / "b", device="cpu").bit_legend
+    assert legend is not None and legend.n_molecules == 20 and "from corpus" in legend.source
+    assert "bit_legend.json.gz" in (tmp_path / "b" / "MODEL_CARD.md").read_text()
 
 
 def test_a_bundle_from_before_decoder_stages_counts_as_one_stage(runs, tmp_path):

@@ -7,6 +7,7 @@
         --encoder /work/runs/encoder_v1          # encoder run: weights, config, calibration.json
         [--adapter /work/runs/adapt_v1/adapter]  # peft LoRA adapter (adapter_config.json + safetensors)
         [--evaluation eval/table.md]             # Markdown put into the card's "Evaluation" section
+        [--bit-legend 50000]                     # bit legend from that many molecules of the corpus
         --name msgpt-small-v1 --out resources/default_model
 
 Decoder weights are written in bfloat16 by default (half the size of float32; the engine samples in
@@ -15,6 +16,11 @@ the precision its calibration thresholds were computed in. The card (``MODEL_CAR
 written from what the runs recorded — data selection, parameter counts, steps, wall time, encoder
 metrics, calibration — so it cannot drift from the weights; ``--evaluation`` adds the measured table.
 The finished bundle is loaded once with :func:`engine.bundle.load_bundle` to prove it is whole.
+
+The bundle also gets ``known_structures.npz`` (the novelty flag's training corpus): the structures of
+every corpus the decoder's stages were pretrained on, with those of a bundle a stage started from
+(:func:`training_structures`); when a stage's corpus cannot be found, none is written and the command
+says how to build it by hand (``python -m training.known_structures``).
 """
 
 from __future__ import annotations
@@ -27,15 +33,22 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from engine.bundle import bundle_checksum, load_bundle, save_bundle
+from engine.bitlegend import FILE_NAME as LEGEND_FILE
+from engine.bitlegend import BitLegend
+from engine.bundle import add_bundle_file, bundle_checksum, load_bundle, save_bundle
 from engine.decoder import parameter_counts
 from engine.errors import ConfigError, MsgptError
+from engine.novelty import FILE_NAME as KNOWN_FILE
+from engine.novelty import KnownStructures
 from engine.querying import Calibration
 
+from .bit_legend import build_legend, corpus_smiles, reservoir_sample
 from .calibrate import load_encoder
 from .checkpoint import latest_checkpoint, load_decoder
+from .known_structures import corpus_keys
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -115,6 +128,35 @@ def earlier_decoder_stages(src: Path) -> list[dict]:
         ]
     summary = decoder_training_summary(resolve_decoder_checkpoint(src))
     return [*summary.get("earlier_stages", []), stage_record(summary)]
+
+
+def training_structures(checkpoint: Path) -> tuple[KnownStructures | None, str]:
+    """The structures every pretraining stage behind ``checkpoint`` read (None, and why, when a stage's
+    corpus is unknown): the union of the stages' corpora and of the known set of a bundle one started from."""
+    hashes, names = [], []
+    run = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+    while True:
+        config = _json(run / "pretrain_config.json")
+        corpus = Path(config["corpus"]) if config.get("corpus") else None
+        if corpus is None or not (corpus / "manifest.json").is_file():
+            return None, f"the corpus of pretraining run {run} ({corpus}) is not there"
+        hashes.append(KnownStructures.from_keys(corpus_keys(corpus)).hashes)
+        names.append(corpus.name)
+        init = Path(config["init_decoder"]) if config.get("init_decoder") else None
+        if init is None:
+            break
+        if (init / "config.json").is_file():  # a stage started from a bundle: its known set, when it ships one
+            if not (init / KNOWN_FILE).is_file():
+                return None, f"bundle {init}, which a stage started from, ships no {KNOWN_FILE}"
+            known = KnownStructures.load(init / KNOWN_FILE)
+            hashes.append(known.hashes)
+            names.append(f"bundle {init.name}")
+            break
+        run = resolve_decoder_checkpoint(init)
+        run = run.parent.parent if run.parent.name == "checkpoints" else run.parent
+    merged = np.unique(np.concatenate(hashes))
+    return KnownStructures(merged, f"{merged.size:,} structures of the decoder's pretraining corpora "
+                                   f"({', '.join(dict.fromkeys(names))})"), ""
 
 
 def _size_mb(path: Path) -> float:
@@ -233,6 +275,15 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
               f"D_enc = {cal['d_enc']:.2f} mean active bits of the true fingerprints over the encoder's training "
               f"spectra. Thresholds t_κ = A⁻¹(κ·D_enc): κ=0.95 → {t['0.95']:.4f}, κ=1.00 → {t['1.0']:.4f}, "
               f"κ=1.50 → {t['1.5']:.4f} (the default band κ ∈ [0.95, 1.50] spans these).", ""]
+    extras = []
+    if (bundle_dir / LEGEND_FILE).is_file():
+        extras.append(f"- `{LEGEND_FILE}`: the atom environments behind each fingerprint bit "
+                      f"({BitLegend.load(bundle_dir / LEGEND_FILE).source}; the app's Fingerprint bits tab).")
+    if (bundle_dir / KNOWN_FILE).is_file():
+        extras.append(f"- `{KNOWN_FILE}`: {KnownStructures.load(bundle_dir / KNOWN_FILE).source}, hashed (the "
+                      "novelty column: candidates the model was trained on are marked 'training corpus').")
+    if extras:
+        lines += ["## Files beside the weights", "", *extras, ""]
     lines += ["## Evaluation", ""]
     lines.append(evaluation.strip() if evaluation else "Not evaluated yet: run `msgpt-eval` (see the README).")
     lines += ["",
@@ -289,6 +340,23 @@ def build(args: argparse.Namespace) -> Path:
                             "encoder_summary": enc_summary,
                             "decoder_stages": [*dec_summary.get("earlier_stages", []), stage_record(dec_summary)]}},
     )
+    known, why = training_structures(checkpoint)
+    if known is not None:
+        add_bundle_file(out, known.save(out / KNOWN_FILE))
+    else:
+        print(f"note: no {KNOWN_FILE} (the novelty flag's training corpus): {why}. Build it with "
+              f"python -m training.known_structures --corpus CORPUS --out {out / KNOWN_FILE} --bundle {out}",
+              file=sys.stderr)
+    if args.bit_legend:
+        corpus = Path(dec_summary["config"].get("corpus", ""))
+        sample = reservoir_sample(corpus_smiles(corpus), args.bit_legend)
+        gen = build_legend(sample, source=f"{len(sample):,} molecules sampled (seed 0) from {corpus.name}")
+        while True:
+            try:
+                next(gen)
+            except StopIteration as stop:
+                add_bundle_file(out, stop.value.save(out / LEGEND_FILE))
+                break
     adapter_info = None
     if args.adapter:
         src = Path(args.adapter)
@@ -328,6 +396,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="bundle directory to write")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="weight storage type (default bf16)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--bit-legend", type=int, default=0, metavar="ROWS",
+                   help="also write the bit legend from ROWS molecules of the last stage's corpus (e.g. 50000)")
     args = p.parse_args(argv)
     try:
         out = build(args)
