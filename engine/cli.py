@@ -32,9 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser(
         "predict",
         help="rank candidate structures for every spectrum of MGF/mzML files",
-        description="Rank candidate structures for every MS2 spectrum in the input files (MGF, mzML, "
-        "optionally .gz). Each spectrum needs its molecular formula and a supported adduct "
-        "(from the file, or forced with --formula/--adduct).",
+        description="Rank candidate structures for every precursor of the input files (MGF, mzML, "
+        "optionally .gz). The MS2 scans of one precursor in an LC-MS/MS run (mzML) are merged into one "
+        "consensus spectrum (a precursor feature); an MGF record is its own feature. A spectrum without a "
+        "molecular formula gets formula and ion type candidates (precursor mass, fragments, MS1 isotopes "
+        "and adducts, corpus prior) and is predicted for the best --formulas K of them; --formula/--adduct "
+        "force one on every spectrum.",
     )
     pr.add_argument("inputs", nargs="+", metavar="INPUT", help="MGF or mzML files (.gz allowed)")
     pr.add_argument("-o", "--output", required=True, help="output .csv or .sdf file")
@@ -46,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     size = pr.add_mutually_exclusive_group()
     size.add_argument("--samples-per-group", type=int, metavar="N", help="samples per group N (default 5)")
     size.add_argument("--pool-size", type=int, metavar="B", help="candidate pool size B = M × N (default 100)")
-    pr.add_argument("--top", type=int, metavar="K", help="write only the K best candidates per spectrum")
+    pr.add_argument("--top", type=int, metavar="K",
+                    help="write only the K best candidates per spectrum (per formula when several are tried)")
     pr.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same result")
     pr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
     pr.add_argument("--top-k", type=int, default=50, help="top-k sampling (default 50)")
@@ -59,6 +63,23 @@ def build_parser() -> argparse.ArgumentParser:
                     help="CPU threads for torch (default: torch's choice, usually one per core)")
     pr.add_argument("--formula", help="force this molecular formula on every input spectrum")
     pr.add_argument("--adduct", help="force this adduct (e.g. [M+H]+) on every input spectrum")
+    pr.add_argument("--formulas", type=int, default=3, metavar="K",
+                    help="spectra without a formula: predict for the K best formula candidates the model can run "
+                    "(default 3; 0 skips them)")
+    pr.add_argument("--formula-ppm", type=float, default=10.0, metavar="PPM",
+                    help="precursor mass tolerance of formula candidates (default 10 ppm, at least 1 mDa)")
+    pr.add_argument("--ion-types", nargs="+", metavar="ION",
+                    help="ion types tried for a spectrum without an adduct (default [M+H]+ [M+Na]+ [M+NH4]+, in "
+                    "negative mode [M-H]- [M+Cl]- [M+HCOO]-); candidates of types the model cannot run are ranked "
+                    "but not predicted")
+    pr.add_argument("--elements", default="CHNOPSFClBrISi", metavar="ELEMENTS",
+                    help="elements formula candidates may hold (default CHNOPSFClBrISi; C and H always)")
+    pr.add_argument("--feature-ppm", type=float, default=10.0, metavar="PPM",
+                    help="mzML: precursor m/z agreement of the MS2 scans of one feature (default 10 ppm, at least 5 mDa)")
+    pr.add_argument("--feature-rt-gap", type=float, default=30.0, metavar="S",
+                    help="mzML: longest gap between consecutive MS2 scans of one feature (default 30 s)")
+    pr.add_argument("--no-merge", action="store_true",
+                    help="mzML: predict every MS2 scan on its own instead of one consensus per precursor feature")
     pr.add_argument("--no-adapter", action="store_true", help="switch the bundle's LoRA adapter off")
     pr.add_argument("--decoding", choices=("formula", "free"), default="formula",
                     help="formula (default): draw only strings with exactly the formula's heavy atoms; "
@@ -101,28 +122,77 @@ def _model_path(arg: str | None) -> Path:
     return path
 
 
-def _spectra(paths: list[str], formula: str | None, adduct: str | None, file_errors: list[str]) -> Iterator:
-    """``(input position, Spectrum or SkippedRecord)`` for every record of every input, streaming.
+def _feature_config(args: argparse.Namespace):
+    from .features import FeatureConfig
 
-    A file that cannot be read (or stops being readable mid-way) prints one line and the next
-    input goes on.
+    return FeatureConfig(mz_tol_ppm=args.feature_ppm, rt_gap_s=args.feature_rt_gap,
+                         grouping="never" if args.no_merge else "auto")
+
+
+def _formula_config(args: argparse.Namespace):
+    import re
+
+    from .decompose import DecompositionConfig
+    from .formula_candidates import FormulaConfig
+
+    elements = tuple(dict.fromkeys(["C", "H", *re.findall(r"[A-Z][a-z]?", args.elements)]))
+    return FormulaConfig(ppm=args.formula_ppm, ion_types=tuple(args.ion_types) if args.ion_types else None,
+                         decomposition=DecompositionConfig(elements=elements))
+
+
+def _features(paths: list[str], args: argparse.Namespace, file_errors: list[str], counts: list) -> Iterator:
+    """``(input position, Feature or SkippedRecord)`` for every precursor of every input.
+
+    MGF streams record by record; an mzML run is read whole and its MS2 scans grouped into features
+    (engine.features). ``counts`` gets one :class:`~engine.features.RunCounts` per input. A file
+    that cannot be read (or stops being readable mid-way) prints one line and the next input goes on.
     """
-    from .io import iter_spectra
-    from .pipeline import apply_overrides
-    from .spectrum import SkippedRecord
+    from .features import RunCounts, iter_features
 
+    config = _feature_config(args)
     for position, path in enumerate(paths):
+        run = RunCounts(source=path)
+        counts.append(run)
         try:
-            for item in iter_spectra(path):
-                if not isinstance(item, SkippedRecord) and (formula or adduct):
-                    try:
-                        item = apply_overrides(item, formula=formula, adduct=adduct)
-                    except MsgptError as e:
-                        item = SkippedRecord(item.source, item.index, item.id, str(e))
+            for item in iter_features(path, config, counts=run):
                 yield position, item
         except InputFileError as e:
+            counts.remove(run)
             file_errors.append(str(e))
             _err(f"error: {e}")
+
+
+def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_config) -> list:
+    """The spectra to elucidate for one feature, or a SkippedRecord saying why there are none.
+
+    The feature's spectrum with ``--formula``/``--adduct`` applied and the no-fragments note; with a
+    formula and an adduct, that one; else one copy per formula candidate (``--formulas`` best of the
+    ion types the model supports), each noting its formula rank and score.
+    """
+    from .errors import AdductError, FormulaError, SpectrumError
+    from .formula_candidates import rank_formulas, with_formula_candidate
+    from .pipeline import apply_overrides
+    from .spectrum import SkippedRecord, note_no_fragments
+
+    spectrum = feature.spectrum
+    try:
+        if args.formula or args.adduct:
+            spectrum = apply_overrides(spectrum, formula=args.formula, adduct=args.adduct)
+        spectrum = note_no_fragments(spectrum)
+        if (spectrum.formula and spectrum.adduct) or args.formulas == 0:
+            return [spectrum]
+        table = rank_formulas(spectrum, ms1=feature.ms1, config=formula_config,
+                              supported_adducts=bundle.supported_adducts)
+    except (SpectrumError, FormulaError, AdductError) as e:
+        return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
+    chosen = table.top(args.formulas)
+    if not chosen:
+        tried = ", ".join(table.ion_types)
+        reason = (f"no formula candidate within {args.formula_ppm:g} ppm for {tried}" if not table.candidates else
+                  f"no formula candidate of an ion type the model supports ({', '.join(bundle.supported_adducts)}; "
+                  f"tried {tried})")
+        return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, reason)
+    return [with_formula_candidate(spectrum, c) for c in chosen]
 
 
 def _elucidate_one(bundle, spectrum, params, bar):
@@ -224,6 +294,9 @@ def _run_settings(args: argparse.Namespace, bundle, params) -> dict:
         "top": args.top,
         "formula": args.formula,
         "adduct": args.adduct,
+        "formula_candidates": f"k={args.formulas} ppm={args.formula_ppm} ion_types={args.ion_types} "
+                              f"elements={args.elements}",
+        "features": f"ppm={args.feature_ppm} rt_gap={args.feature_rt_gap} merge={not args.no_merge}",
         "inputs": [identity(p) for p in args.inputs],
         **({"known": identity(args.known)} if getattr(args, "known", None) else {}),
     }
@@ -265,6 +338,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     )
     if args.top is not None and args.top < 1:
         raise MsgptError(f"--top must be at least 1, got {args.top}.")
+    if args.formulas < 0:
+        raise MsgptError(f"--formulas must be 0 or more, got {args.formulas}.")
+    _feature_config(args), _formula_config(args)  # bad tolerances or ion types stop here, before the model loads
     if args.threads is not None:
         if args.threads < 1:
             raise MsgptError(f"--threads must be at least 1, got {args.threads}.")
@@ -305,6 +381,8 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker) -> i
     output = Path(args.output)
     sink = PosteriorSink(args.posteriors, bundle, params) if args.posteriors else None
     partial = partial_path(output)
+    formula_config = _formula_config(args)
+    run_counts: list = []
     if plan.note:
         _err(plan.note)
     summary = _Summary(args.inputs)
@@ -316,7 +394,9 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker) -> i
             fsync_directory(output.parent)
         journal.remove()
         if sink is not None:
-            sink.add_inputs(_spectra(args.inputs, args.formula, args.adduct, []))
+            for _, item in _features(args.inputs, args, [], []):
+                for spectrum in _spectra_of_feature(item, args, bundle, formula_config) if hasattr(item, "spectrum") else ():
+                    sink.add_spectrum(spectrum)
             sink.close()
         summary.report(args.output, 0.0, written=True)
         return 0
@@ -338,23 +418,31 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker) -> i
         else:
             offset = writer.sync()
             journal.start(new_header(settings, info, offset))
-        for position, item in _spectra(args.inputs, args.formula, args.adduct, file_errors):
+        for position, item in _features(args.inputs, args, file_errors, run_counts):
             if (position, item.index) in done:
-                if sink is not None:
-                    sink.add_spectrum(item)  # the encoder alone: posteriors of the interrupted run's spectra
+                if sink is not None and not isinstance(item, SkippedRecord):
+                    todo = _spectra_of_feature(item, args, bundle, formula_config)
+                    for spectrum in () if isinstance(todo, SkippedRecord) else todo:
+                        sink.add_spectrum(spectrum)  # the encoder alone: posteriors of the interrupted run's spectra
                 continue
-            outcome = item if isinstance(item, SkippedRecord) else _elucidate_one(bundle, item, params, bar)
+            todo = item if isinstance(item, SkippedRecord) else _spectra_of_feature(item, args, bundle, formula_config)
+            # one feature: its spectrum, or one per formula candidate; their candidates are ranked on in one list
+            outcomes = [todo] if isinstance(todo, SkippedRecord) else [_elucidate_one(bundle, s, params, bar) for s in todo]
+            results = [o for o in outcomes if not isinstance(o, SkippedRecord)]
             entry = {"input": position, "index": item.index}
-            if isinstance(outcome, SkippedRecord):
-                entry.update(id=outcome.spectrum_id, status="skipped", reason=outcome.reason, offset=offset)
+            if not results:
+                entry.update(id=outcomes[0].spectrum_id, status="skipped", reason=outcomes[0].reason, offset=offset)
             else:
-                rows = writer.write(outcome)
+                rows = 0
+                for result in results:
+                    rows += writer.write(result, rank_offset=rows)
                 offset = writer.sync()  # the rows are on disk before the journal says so
                 if sink is not None:
-                    sink.add_result(outcome)
+                    for result in results:
+                        sink.add_result(result)
                 entry.update(id=item.id, status="done", rows=rows, offset=offset)
-                if outcome.spectrum.metadata.get("warnings"):
-                    entry["notes"] = outcome.spectrum.metadata["warnings"]
+                if results[0].spectrum.metadata.get("warnings"):
+                    entry["notes"] = results[0].spectrum.metadata["warnings"]
             journal.append(entry)
             summary.add(entry)
             bar.update(1)
@@ -398,6 +486,9 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker) -> i
         if sink is not None:
             sink.abort()
     summary.report(args.output, time.perf_counter() - t0, written)
+    for counts in run_counts:  # what each LC-MS/MS run held, MS1 survey scans included
+        if counts.n_survey or counts.n_features != counts.n_ms2:
+            _err(f"  {counts.describe()}")
     if file_errors:
         _err(f"{len(file_errors)} input file(s) could not be read (see above).")
     return 0 if written else 1
@@ -420,7 +511,7 @@ def cmd_info(args: argparse.Namespace) -> int:
           f"t(κ=0.95)={cal.threshold_for_kappa(0.95):.4f}, t(κ=1.50)={cal.threshold_for_kappa(1.50):.4f}")
     legend, known = bundle.bit_legend, bundle.known_structures
     print(f"  bit legend: {f'{len(legend)} bits described, {legend.source}' if legend else 'none'}")
-    print(f"  known structures (novelty): {f'{len(known):,}: {known.source}' if known else 'none'}")
+    print(f"  known structures (novelty): {(known.source or f'{len(known):,} structures') if known else 'none'}")
     return 0
 
 

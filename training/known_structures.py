@@ -8,7 +8,8 @@
 Sources (their union): prepared corpora (``--corpus``: the ``inchikey14.txt`` of every shard listed
 in ``manifest.json``, i.e. exactly the records pretraining reads), SMILES/InChIKey tables
 (``--molecules``: an ``inchikey14``/``inchikey`` column when there is one, else SMILES) and MGF
-libraries (``--mgf`` with ``--mgf-fold``/``--mgf-license``: ``INCHIKEY``, else ``SMILES``). ``--within``
+libraries (``--mgf`` with ``--mgf-fold``/``--mgf-license``: each structure through the corpus's own
+conversion, so what ``training.corpus prepare --mgf`` drops is left out here too). ``--within``
 keeps only the structures also found in these sources (same kinds; a folder is a corpus, ``.mgf`` an
 MGF): e.g. the records of a full corpus that a model's seeded subset held. Writes the sorted 64-bit
 hashes of the InChIKey first blocks (:class:`engine.novelty.KnownStructures`); ``--bundle`` records
@@ -45,17 +46,15 @@ def corpus_keys(corpus_dir: str | Path) -> Iterator[str]:
 
 
 def mgf_keys(path: str | Path, folds: Sequence[str], licenses: Sequence[str]) -> Iterator[str]:
-    """Keys of the MGF records whose FOLD and LICENSE are among those given (empty: any)."""
-    from .corpus import read_mgf_headers
+    """Keys of the MGF records whose FOLD and LICENSE are among those given, as ``training.corpus prepare
+    --mgf`` makes them: each distinct SMILES through the corpus's own conversion, dropped where it drops it."""
+    from .corpus import ConvertSettings, Record, convert_smiles, select_mgf_structures
 
-    for rec in read_mgf_headers(path):
-        if folds and rec.get("FOLD", "") not in folds:
-            continue
-        if licenses and rec.get("LICENSE", "") not in licenses:
-            continue
-        key = rec.get("INCHIKEY", "")[:14] or (chem.inchikey14(rec.get("SMILES", "")) or "")
-        if key:
-            yield key
+    settings = ConvertSettings()
+    for smiles in select_mgf_structures([path], folds, licenses).smiles:
+        record = convert_smiles(smiles, settings)
+        if isinstance(record, Record):
+            yield record.inchikey14
 
 
 def table_keys(path: str | Path) -> Iterator[str]:
