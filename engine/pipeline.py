@@ -265,6 +265,24 @@ class SpectrumSession:
         self._key = key
         self._plan = plan
 
+    def drawn_samples(self, params: QueryParams) -> list[tuple[int, int, str]]:
+        """The samples drawn so far for the band of ``params`` (any N): ``(i, j, SAFE string)``; empty when
+        the pool holds samples of other settings (another band, seed, decoding...) or none."""
+        if self.pool is None or self._plan is not None or self._key != params.sampling_key():
+            return []
+        return [(i, j, s) for (i, j), s in self.pool.items()]
+
+    def add_drawn_samples(self, params: QueryParams, samples: Iterable[tuple[int, int, str]]) -> None:
+        """Put samples drawn earlier for the band of ``params`` back into the pool (a project file keeps
+        them, see :mod:`engine.project`); a later :meth:`run` with these settings draws only what they lack.
+
+        The samples must come from this model and spectrum: a sample's identity ``(i, j)`` decides its
+        random numbers, so drawing them again would give the same strings.
+        """
+        self._prepare(params, None)
+        samples = list(samples)
+        self.pool.add([(int(i), int(j)) for i, j, _ in samples], [str(s) for _, _, s in samples])
+
     def run(
         self, params: QueryParams, cancel: CancelFn | None = None, plan: QueryPlan | None = None
     ) -> Generator[Event, None, SpectrumResult]:

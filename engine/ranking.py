@@ -117,6 +117,10 @@ class CandidatePool:
         for sid, s in zip(sample_ids, safe_strings, strict=True):
             self._samples[sid] = s
 
+    def items(self) -> list[tuple[SampleId, str]]:
+        """Every sample drawn so far: ((i, j), SAFE string), in the order they were added."""
+        return list(self._samples.items())
+
     def select(self, n_per_group: int | None = None) -> list[str]:
         """SAFE strings of the samples with ``j < n_per_group`` (all when None)."""
         return [s for (_, j), s in self._samples.items() if n_per_group is None or j < n_per_group]
