@@ -55,6 +55,7 @@ class BitsPanel(QWidget):
         self.rows: list[BitRow] = []
         self._posteriors: dict[tuple, np.ndarray] = {}
         self._dirty = True
+        self._shown_for = None  # (spectrum, result) the table was drawn for
         self.summary = QLabel(wordWrap=True)
         self.summary.setTextFormat(Qt.TextFormat.RichText)
         self.count = QSpinBox(minimum=5, maximum=500, value=25, singleStep=5)
@@ -102,8 +103,13 @@ class BitsPanel(QWidget):
         self.refresh()
 
     def set_entry(self, entry) -> None:
+        """Follow the current entry; a live ranking of the same spectrum changes nothing here."""
+        shown = self._shown_for
+        same = entry is self.entry and entry is not None and shown is not None and shown[0] is entry.spectrum \
+            and shown[1] is entry.result
         self.entry = entry
-        self.refresh()
+        if not same:
+            self.refresh()
 
     def set_candidate(self, candidate) -> None:
         self.candidate = candidate
@@ -126,6 +132,7 @@ class BitsPanel(QWidget):
             return
         self._dirty = False
         self.rows = []
+        self._shown_for = (self.entry.spectrum, self.entry.result) if self.entry is not None else None
         if self.bundle is None:
             self._show([], "<span style='color:#777'>No model loaded.</span>")
             return

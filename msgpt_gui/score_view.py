@@ -102,6 +102,7 @@ class ScorePanel(QWidget):
         self.entry = None
         self.busy = False
         self.history: dict[int, list[StructureScore]] = {}  # entry key -> its scored structures, newest first
+        self._filled_for = None
         self.input = StructureEdit(placeholderText="A structure to score against the selected spectrum: SMILES or "
                                     "InChI (one per line), or paste a molfile from your sketcher (Ctrl+V or Paste)")
         self.input.setMaximumHeight(self.fontMetrics().height() * 4 + 12)
@@ -268,7 +269,10 @@ class ScorePanel(QWidget):
             ranks = f"ranked among its {n} candidates" if n else "run the spectrum to rank it among candidates"
             self.summary.setText(f"Against <b>{self.entry.display_id}</b> ({self.entry.spectrum.formula or 'no formula'}"
                                  f", {self.entry.spectrum.adduct or 'no adduct'}): {ranks}.")
-        self._fill(rows)
+        shown = (self.entry, rows)
+        if self._filled_for is None or shown[0] is not self._filled_for[0] or shown[1] is not self._filled_for[1]:
+            self._filled_for = shown  # live rankings of a run re-show the same rows: not redrawn
+            self._fill(rows)
 
     def _fill(self, rows: list[StructureScore]) -> None:
         self.table.setRowCount(len(rows))
