@@ -33,6 +33,8 @@ CSV_COLUMNS = (
     "formula",
     "monoisotopic_mass",
     "adduct",
+    "formula_rank",
+    "formula_score",
     "precursor_mz",
     "retention_time_s",
     "count",
@@ -72,8 +74,15 @@ def provenance(bundle, params, extra: dict | None = None) -> dict[str, str]:
     return info
 
 
-def candidate_rows(result: SpectrumResult, top: int | None = None, novelty: NoveltyMarker | None = None) -> Iterable[dict]:
-    """CSV rows of the candidates; ``novelty`` labels each training corpus / user list / new (else empty)."""
+def candidate_rows(
+    result: SpectrumResult, top: int | None = None, novelty: NoveltyMarker | None = None, rank_offset: int = 0
+) -> Iterable[dict]:
+    """CSV rows of the candidates; ``novelty`` labels each training corpus / user list / new (else empty).
+
+    ``rank_offset`` continues the ranks of an earlier result of the same spectrum (``msgpt predict``
+    runs a spectrum without a formula for its best formula candidates, one after the other);
+    ``formula_rank`` / ``formula_score`` are those of the formula candidate, empty for a given formula.
+    """
     s = result.spectrum
     shown = result.candidates[:top]
     labels = novelty.labels([c.inchikey14 for c in shown]) if novelty is not None else [""] * len(shown)
@@ -81,7 +90,7 @@ def candidate_rows(result: SpectrumResult, top: int | None = None, novelty: Nove
         mol = chem.mol_from_smiles(c.smiles)
         yield {
             "spectrum_id": s.id,
-            "rank": c.rank,
+            "rank": c.rank + rank_offset,
             "smiles": c.smiles,
             "inchikey": c.inchikey,
             "InChIkey2D": c.inchikey14,
@@ -89,6 +98,8 @@ def candidate_rows(result: SpectrumResult, top: int | None = None, novelty: Nove
             "formula": c.formula,
             "monoisotopic_mass": f"{c.monoisotopic_mass:.5f}",
             "adduct": s.adduct or "",
+            "formula_rank": s.metadata.get("formula_rank", ""),
+            "formula_score": s.metadata.get("formula_score", ""),
             "precursor_mz": f"{s.precursor_mz:.5f}",
             "retention_time_s": "" if s.retention_time is None else f"{s.retention_time:.2f}",
             "count": c.count,
@@ -203,9 +214,9 @@ class CandidateWriter:
             self._fh.write(f"# {k}: {v}\n")
         self._csv.writeheader()
 
-    def write(self, result: SpectrumResult) -> int:
-        """Add the candidates of one spectrum; returns the number of rows written."""
-        rows = list(candidate_rows(result, self.top, self.novelty))
+    def write(self, result: SpectrumResult, rank_offset: int = 0) -> int:
+        """Add the candidates of one spectrum (ranks after ``rank_offset``); returns the number of rows written."""
+        rows = list(candidate_rows(result, self.top, self.novelty, rank_offset))
         self._guarded(self._write_rows, rows)
         return len(rows)
 
@@ -245,6 +256,8 @@ class CandidateWriter:
             "MolecularFormula": row["formula"],
             "MonoisotopicMass": row["monoisotopic_mass"],
             "adduct": row["adduct"],
+            "formula_rank": row["formula_rank"],
+            "formula_score": row["formula_score"],
             "precursor_mz": row["precursor_mz"],
             "retention_time_s": row["retention_time_s"],
             "count": row["count"],

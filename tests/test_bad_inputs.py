@@ -47,8 +47,9 @@ def test_predict_on_every_bad_input_at_once(tmp_path, tiny_bundle_dir, capsys):
     expected = [o for c in CASES for o in run_case(c, _folder(tmp_path / f"again-{c.name}"))[0].values()]
     out = tmp_path / "out.csv"
     with unreadable(inputs["unreadable"]):
+        # record by record, as the corpus describes them: no formula candidates, no merged scans
         rc = main(["predict", *map(str, inputs.values()), "-o", str(out), "--model", str(tiny_bundle_dir),
-                   "--groups", "1", "--band", "1.0", "1.0", "--pool-size", "1", "-q"])
+                   "--groups", "1", "--band", "1.0", "1.0", "--pool-size", "1", "--formulas", "0", "--no-merge", "-q"])
     err = capsys.readouterr().err
     assert rc == 0 and "Traceback" not in err
     for case in CASES:

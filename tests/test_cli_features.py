@@ -1,0 +1,146 @@
+"""`msgpt predict` on an LC-MS/MS run: one result per precursor feature, formula candidates, MS1 counted.
+
+The run is a small synthetic mzML (tests/synthetic_run.py) with survey scans; the model is the tiny
+test bundle. What the CLI hands to the model is captured, so nothing depends on what the tiny model
+happens to generate.
+"""
+
+import csv
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import engine.cli as cli
+from engine.adducts import precursor_mz_from_neutral
+from engine.formula import formula_mass, parse_formula
+from engine.isotopes import isotope_pattern
+from engine.spectrum import NO_FRAGMENTS_NOTE
+from synthetic_run import scan_id, write_mzml
+
+CAFFEINE = "C8H10N4O2"
+FRAGMENTS = ["C6H7N3O", "C5H7N3", "C4H5N3", "C7H6N4O"]  # neutral subformulas; ions are +H
+
+
+def mz_of(formula: str, ion: str = "[M+H]+") -> float:
+    return precursor_mz_from_neutral(formula_mass(parse_formula(formula)), ion)
+
+
+def survey(rt: float, scale: float) -> dict:
+    masses, abundances = isotope_pattern("C8H11N4O2", 3, charge=1)
+    mz = [*masses, mz_of(CAFFEINE, "[M+Na]+"), mz_of("C10H10O3"), 400.0]
+    intensity = [*(abundances * 1e6 * scale), 2e5 * scale, 5e5, 1e3]
+    order = np.argsort(mz)
+    return {"ms_level": 1, "rt": rt, "mz": np.array(mz)[order], "intensity": np.array(intensity)[order]}
+
+
+def ms2(rt: float, precursor: float, fragments: list[str], ref=None, **extra) -> dict:
+    mz = sorted([mz_of(f) for f in fragments] + [precursor])
+    return {"ms_level": 2, "rt": rt, "precursor_mz": precursor, "charge": 1, "ref": ref, "mz": mz,
+            "intensity": [100.0] * len(mz), **extra}
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    caffeine = mz_of(CAFFEINE)
+    scans = [
+        survey(60.0, 0.5),
+        ms2(60.5, caffeine, FRAGMENTS, ref=scan_id(0)),
+        survey(66.0, 1.0),
+        ms2(66.5, caffeine, FRAGMENTS[:3], ref=scan_id(2)),
+        ms2(67.0, mz_of("C10H10O3"), [], ref=scan_id(2)),  # the precursor only: no fragments
+        survey(72.0, 0.4),
+        ms2(72.5, caffeine, FRAGMENTS, ref=scan_id(5)),
+    ]
+    return write_mzml(tmp_path / "run.mzML", scans)
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The spectra the CLI hands to the model, in order."""
+    seen = []
+    real = cli._elucidate_one
+
+    def spy(bundle, spectrum, params, bar):
+        seen.append(spectrum)
+        return real(bundle, spectrum, params, bar)
+
+    monkeypatch.setattr(cli, "_elucidate_one", spy)
+    return seen
+
+
+FAST = ["--groups", "2", "--pool-size", "4", "-q"]
+
+
+def read_rows(path: Path) -> list[dict]:
+    text = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("#"))
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def test_a_run_without_options_gives_one_result_per_precursor_feature(run, tmp_path, tiny_bundle_dir, captured, capsys):
+    out = tmp_path / "out.csv"
+    rc = cli.main(["predict", str(run), "-o", str(out), "--model", str(tiny_bundle_dir), "--formulas", "2", *FAST])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    # two features (caffeine: 3 scans merged; the precursor-only one), each tried with its 2 best formulas
+    feature_ids = list(dict.fromkeys(s.id for s in captured))
+    assert len(feature_ids) == 2 and len(captured) == 4
+    first = [s for s in captured if s.id == feature_ids[0]]
+    assert [s.metadata["formula_rank"] for s in first] == ["1", "2"]
+    assert first[0].formula == CAFFEINE and first[0].adduct == "[M+H]+"  # fragments, isotopes and the Na adduct agree
+    assert first[0].metadata["n_scans"] == "3" and all(s.adduct in ("[M+H]+", "[M+Na]+") for s in captured)
+    bare = [s for s in captured if s.id == feature_ids[1]]
+    assert all(NO_FRAGMENTS_NOTE in s.metadata["warnings"] for s in bare)
+    # the summary: features processed, the precursor-only note, MS1 scans counted
+    assert "Processed 2 spectra" in err and NO_FRAGMENTS_NOTE in err
+    assert "3 MS2 spectra" not in err and "4 MS2 spectra (0 skipped), 3 MS1 survey scans" in err
+    assert "2 precursor features" in err
+    rows = read_rows(out)
+    for fid in feature_ids:  # one ranked list per feature, ranks running on across its formulas
+        mine = [r for r in rows if r["spectrum_id"] == fid]
+        assert [int(r["rank"]) for r in mine] == list(range(1, len(mine) + 1))
+        assert all(r["formula_rank"] in ("1", "2") and 0 < float(r["formula_score"]) <= 1 for r in mine)
+
+
+def test_forced_formula_and_adduct_skip_the_candidates(run, tmp_path, tiny_bundle_dir, captured, capsys):
+    out = tmp_path / "out.csv"
+    rc = cli.main(["predict", str(run), "-o", str(out), "--model", str(tiny_bundle_dir), "--formula", CAFFEINE,
+                   "--adduct", "[M+H]+", *FAST])
+    err = capsys.readouterr().err
+    assert rc == 0
+    assert [s.formula for s in captured] == [CAFFEINE]  # the other precursor does not fit caffeine: skipped
+    assert "formula_rank" not in captured[0].metadata and "Skipped 1 spectra" in err
+    assert all(r["formula_rank"] == "" for r in read_rows(out))
+
+
+def test_no_merge_and_no_formulas_give_the_old_per_scan_behaviour(run, tmp_path, tiny_bundle_dir, captured, capsys):
+    rc = cli.main(["predict", str(run), "-o", str(tmp_path / "o.csv"), "--model", str(tiny_bundle_dir),
+                   "--no-merge", "--formulas", "0", *FAST])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Skipped 4 spectra" in err and "no molecular formula" in err
+    assert scan_id(1) in err  # scans keep their own ids
+
+
+def test_ion_types_the_model_cannot_run_are_not_predicted(run, tmp_path, tiny_bundle_dir, captured, capsys):
+    rc = cli.main(["predict", str(run), "-o", str(tmp_path / "o.csv"), "--model", str(tiny_bundle_dir),
+                   "--ion-types", "[M+NH4]+", *FAST])
+    err = capsys.readouterr().err
+    assert rc == 1 and not captured
+    assert "no formula candidate of an ion type the model supports ([M+H]+, [M+Na]+; tried [M+NH4]+)" in err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--formulas", "-1"], "--formulas must be 0 or more"),
+        (["--formula-ppm", "-2"], "`ppm` must be a number >= 0"),
+        (["--ion-types", "[M+Xx]+"], "`ion_types`"),
+        (["--feature-rt-gap", "-1"], "`rt_gap_s` must be a number >= 0"),
+        (["--elements", "CHNa"], "`elements` holds Na"),
+    ],
+)
+def test_bad_options_give_one_line(run, tmp_path, tiny_bundle_dir, capsys, args, message):
+    rc = cli.main(["predict", str(run), "-o", str(tmp_path / "o.csv"), "--model", str(tiny_bundle_dir), *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err
