@@ -11,7 +11,7 @@ Filter syntax (:class:`SpectraFilter`), terms separated by spaces, all of which 
   or text in the ID / name;
 * ``mz:163.05-163.15`` (also ``m/z:``) a precursor m/z range; ``mz:163.1`` as above;
 * ``rt:4-5`` a retention-time range in minutes (``rt:4.2``: 4.2 to 4.3 min);
-* anything else: text in the ID, name, adduct, formula, status or notes (case-insensitive);
+* anything else: text in the ID, name, adduct, formula, status, the app's notes or yours (case-insensitive);
   ``"no fragments"`` in quotes is one term.
 """
 
@@ -52,7 +52,9 @@ class SpectrumEntry:
     live: SpectrumResult | None = None  # a partial ranking while it runs
     previous: SpectrumResult | None = None  # the complete result before the current one (rank moves)
     session: SpectrumSession | None = None  # its posterior and sample pool, kept across runs
-    model_checksum: str | None = None  # the model the session belongs to
+    model_checksum: str | None = None  # the model the session (or the result, read from a project) belongs to
+    user_notes: str = ""  # the user's notes on this spectrum (saved in projects, found by the filter)
+    drawn_samples: tuple = ()  # samples a project kept for the result: put back into the next session (new_session)
 
     @classmethod
     def from_item(cls, key: int, item: Spectrum | SkippedRecord) -> SpectrumEntry:
@@ -173,13 +175,27 @@ class SpectrumEntry:
         return self.status
 
     def notes(self) -> list[str]:
+        """What the app notes about the spectrum (the user's own notes are :attr:`user_notes`)."""
         return [NO_FRAGMENTS_NOTE] if self.no_fragments else []
 
+    def new_session(self, bundle) -> SpectrumSession:
+        """A session of the spectrum on ``bundle`` (raises MsgptError when the model cannot run it). When a
+        project kept the samples of the result for this model, they are put back, so that re-tuning draws
+        only what they lack."""
+        drawn, self.drawn_samples = self.drawn_samples, ()
+        r = self.result
+        if drawn and r is not None and r.spectrum is self.spectrum and self.model_checksum == bundle.checksum:
+            session = SpectrumSession(bundle, self.spectrum, posterior=r.posterior)
+            session.add_drawn_samples(r.params, drawn)
+            return session
+        return SpectrumSession(bundle, self.spectrum)
+
     def reset_results(self) -> None:
-        """Forget results and samples (new formula/adduct/precursor, another model)."""
+        """Forget results and samples (new formula/adduct/precursor, another model); the notes stay."""
         self.result = self.live = self.previous = None
         self.session = None
         self.model_checksum = None
+        self.drawn_samples = ()
         if self.spectrum is not None:
             self.status, self.reason = Status.NOT_RUN, ""
 
@@ -299,7 +315,7 @@ class SpectraFilter:
 
 def _searchable(entry: SpectrumEntry, supported_adducts: Sequence[str] | None) -> str:
     s = entry.spectrum
-    parts = [entry.id, entry.name, entry.status_label(supported_adducts), *entry.notes()]
+    parts = [entry.id, entry.name, entry.status_label(supported_adducts), *entry.notes(), entry.user_notes]
     if s is not None:
         parts += [s.adduct or "", s.formula or ""]
     return "\n".join(parts).lower()

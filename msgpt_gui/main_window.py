@@ -49,6 +49,7 @@ from .insights_view import Insights
 from .jobs import FileSummary, export_info
 from .models import KEY_ROLE, NO_FRAGMENTS_TIP, SpectraModel, SpectraProxy
 from .params_view import ParamsPanel
+from .project_view import ProjectController
 from .run_controller import RunController, plural
 from .settings import Settings
 from .spectrum_view import SpectrumPanel
@@ -106,6 +107,7 @@ class MainWindow(QMainWindow):
         self._retune_timer.timeout.connect(self._retune)
         self.runs = RunController(self.spectra, self)
         self._connect_runs()
+        self.projects = ProjectController(self)  # File ▸ Open/Save Project, notes, autosave and recovery
         self._build_actions()
         self._build_menus()
         self._build_statusbar()
@@ -282,6 +284,7 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         mb = self.menuBar()
         m = mb.addMenu("&File")
+        self.projects.add_file_actions(m)
         m.addAction(self.act_open)
         self.recent_menu = m.addMenu("Open &Recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
@@ -541,6 +544,7 @@ class MainWindow(QMainWindow):
 
     def open_files(self, paths) -> None:
         """Queue files for loading in the background (the path drag-and-drop and File ▸ Open take)."""
+        paths = self.projects.take_project_files(paths)  # a project file opens as the project
         expanded: list[Path] = []
         for p in map(Path, paths):
             if p.is_dir():
@@ -601,6 +605,11 @@ class MainWindow(QMainWindow):
             return
         self.spectra.clear()
         self.runs.forget_files()
+        self._update_spectra_title()
+        self._show_current()
+
+    def document_replaced(self) -> None:
+        """The list was filled from elsewhere (a project opened): title, panels and actions follow."""
         self._update_spectra_title()
         self._show_current()
 
@@ -979,8 +988,12 @@ class MainWindow(QMainWindow):
     # closing
     # ------------------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:
+        if not self.projects.may_close():  # unsaved work: save, discard, or stay
+            event.ignore()
+            return
         self.save_layout()
         self.shutdown()
+        self.projects.clean_exit()
         super().closeEvent(event)
 
     def shutdown(self, timeout_ms: int = 10000) -> None:
@@ -988,3 +1001,4 @@ class MainWindow(QMainWindow):
         self._retune_timer.stop()
         self.runs.shutdown(timeout_ms)
         self.insights.shutdown(timeout_ms)
+        self.projects.shutdown(timeout_ms)

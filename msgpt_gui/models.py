@@ -33,6 +33,7 @@ _STATUS_COLORS = {
 }
 BLOCKED_COLOR = "#a15c00"  # needs formula / adduct / m/z, ion not supported
 WARNING_MARK = " ⚠"
+NOTES_MARK = " ✎"  # after the ID of a spectrum with notes
 
 
 class _ColumnsModel(QAbstractTableModel):
@@ -146,7 +147,7 @@ class SpectraModel(_ColumnsModel):
         if role in (DISPLAY, SORT_ROLE):
             sort = role == SORT_ROLE
             if col == self.ID:
-                return e.id if sort else e.display_id
+                return e.id if sort else e.display_id + (NOTES_MARK if e.user_notes.strip() else "")
             if col == self.STATUS:
                 return e.status_label(self.supported_adducts)
             if col == self.RT:
@@ -175,7 +176,8 @@ class SpectraModel(_ColumnsModel):
                 return e.status_text(self.supported_adducts)
             if col == self.ID:
                 name = e.name
-                return f"{e.id}\n{name + chr(10) if name else ''}{e.source} (record {e.record_index + 1})"
+                notes = f"\n\nYour notes: {e.user_notes.strip()}" if e.user_notes.strip() else ""
+                return f"{e.id}\n{name + chr(10) if name else ''}{e.source} (record {e.record_index + 1}){notes}"
             if col == self.PEAKS and e.no_fragments:
                 return (f"{NO_FRAGMENTS_TIP}: no peak below precursor m/z − 2 Da, so the candidates are only "
                         "structures with the formula, not what the spectrum shows")

@@ -22,7 +22,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from engine.errors import MsgptError
-from engine.pipeline import QueryParams, SpectrumSession
+from engine.pipeline import QueryParams
 
 from .jobs import (
     EntryFailed,
@@ -131,6 +131,12 @@ class RunController(QObject):
         worker.start()
         self.loader_changed.emit()
 
+    def new_keys(self, n: int) -> range:
+        """Keys for ``n`` entries listed from elsewhere (a project being opened); never used twice."""
+        first = self._next_key
+        self._next_key += n
+        return range(first, first + n)
+
     def _records_read(self, batch: RecordsRead) -> None:
         self.open_paths.add(str(Path(batch.path).resolve()))
         entries = []
@@ -212,7 +218,7 @@ class RunController(QObject):
                 continue
             if e.session is None or e.model_checksum != self.bundle.checksum:
                 try:
-                    e.session = SpectrumSession(self.bundle, e.spectrum)
+                    e.session = e.new_session(self.bundle)  # with the samples a project kept, if any
                     e.model_checksum = self.bundle.checksum
                 except MsgptError as err:
                     e.session, e.status, e.reason = None, Status.SKIPPED, str(err)

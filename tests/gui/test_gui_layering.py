@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 QT_PACKAGES = {"PySide6", "PySide2", "shiboken6", "shiboken2", "PyQt5", "PyQt6", "qtpy", "superqt", "pytestqt"}
 QT_FREE_APP_MODULES = ["msgpt_gui.plotting", "msgpt_gui.depict", "msgpt_gui.jobs", "msgpt_gui.entries",
-                       "msgpt_gui.editing", "msgpt_gui.insights"]
+                       "msgpt_gui.editing", "msgpt_gui.insights", "msgpt_gui.projects"]
 
 _IMPORT_ALL = r"""
 import importlib, json, pkgutil, sys
