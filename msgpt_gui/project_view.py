@@ -280,11 +280,16 @@ class ProjectController(QObject):
         w.settings.set("projects/last_dir", str(path.parent))
         return path
 
-    def _stop_io(self) -> None:
-        """An autosave in flight gives way (it leaves nothing behind when cancelled)."""
+    def _stop_io(self, timeout_ms: int = -1) -> None:
+        """An autosave (or a project being read) in flight gives way: cancelled, it leaves nothing behind; a save
+        the user asked for is waited for."""
         if self.io is not None:
-            self.io.cancel()
-            self.io.wait()
+            if not self.io.name.startswith("saving"):
+                self.io.cancel()
+            if timeout_ms < 0:
+                self.io.wait()
+            else:
+                self.io.wait(timeout_ms)
 
     def save_to(self, path: str | Path, wait: bool = False) -> bool:
         """Write the project to ``path`` in the background (``saved`` says when); ``wait``: here and now (closing)."""
@@ -377,8 +382,9 @@ class ProjectController(QObject):
     def check_recovery(self) -> bool:
         """Offer the newest autosave of a session that ended without a clean exit; returns whether one is
         being restored."""
-        if self._open_requested:
-            return False
+        w = self.window
+        if self._open_requested or w.loader is not None or w.spectra.entries:
+            return False  # files or a project were asked for: the autosave waits for the next start
         stale = self.autosave.stale()
         if not stale:
             return False
@@ -397,7 +403,12 @@ class ProjectController(QObject):
             self._discard(stale)
             return False
         self._recovering = stale
-        return self.open_project(newest, recovered=True)
+        if self.open_project(newest, recovered=True):
+            return True
+        for _, lock in stale:  # not now: kept for the next start
+            lock.unlock()
+        self._recovering = []
+        return False
 
     def ask_restore(self, summary: ProjectSummary) -> bool | None:
         """Restore the autosave (True), discard it (False) or decide at the next start (None); a method, so tests
@@ -605,9 +616,7 @@ class ProjectController(QObject):
     def shutdown(self, timeout_ms: int = 10000) -> None:
         self.autosave_timer.stop()
         self._after_model.clear()
-        if self.io is not None:
-            self.io.cancel()
-            self.io.wait(timeout_ms)
+        self._stop_io(timeout_ms)
 
     # ------------------------------------------------------------------------------------------
     # recent projects
