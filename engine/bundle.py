@@ -30,16 +30,19 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from .decoder import ConditionalDecoder, DecoderConfig
 from .encoder import EncoderConfig, SpectrumEncoder
-from .bitlegend import BitLegend
 from .errors import BundleError, ConfigError
-from .novelty import KnownStructures
 from .querying import Calibration
 from .tokenizer import SafeTokenizer
+
+if TYPE_CHECKING:  # RDKit-backed modules, loaded only when a bundle ships the files: pretraining on a machine
+    from .bitlegend import BitLegend  # without RDKit (an accelerator) imports this module too
+    from .novelty import KnownStructures
 
 log = logging.getLogger(__name__)
 
@@ -310,6 +313,9 @@ def load_bundle(
 
 
 def _load_optional(path: Path, recorded: dict, n_bits: int) -> tuple[BitLegend | None, KnownStructures | None]:
+    from .bitlegend import BitLegend
+    from .novelty import KnownStructures
+
     """The optional files that are present, each checked against its recorded checksum."""
     for name in OPTIONAL_FILES:
         file = path / name

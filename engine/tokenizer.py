@@ -19,13 +19,28 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from safe import SAFESplitter
+from functools import cache
 
 from .errors import BundleError, ConfigError
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
-SAFE_REGEX: str = SAFESplitter.REGEX_PATTERN
+
+
+@cache
+def safe_regex() -> str:
+    """The SMILES regex safe-mol splits with (imported on first use: loading a saved tokenizer, as
+    pretraining on a machine without RDKit / safe-mol does, never needs it)."""
+    from safe import SAFESplitter
+
+    return SAFESplitter.REGEX_PATTERN
+
+
+def __getattr__(name: str):
+    if name == "SAFE_REGEX":  # the module constant of earlier versions
+        return safe_regex()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 FORMAT = "msgpt-safe-tokenizer"
 FORMAT_VERSION = 1
 
@@ -33,7 +48,8 @@ FORMAT_VERSION = 1
 class SafeTokenizer:
     """Maps SAFE strings to token ids and back. Build it from a corpus or load it from JSON."""
 
-    def __init__(self, vocab: Sequence[str], pattern: str = SAFE_REGEX):
+    def __init__(self, vocab: Sequence[str], pattern: str | None = None):
+        pattern = safe_regex() if pattern is None else pattern
         vocab = list(vocab)
         if tuple(vocab[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
             raise ConfigError(f"`vocab` must start with the special tokens {list(SPECIAL_TOKENS)}, got {vocab[:4]}.")
@@ -97,7 +113,7 @@ class SafeTokenizer:
             raise ConfigError(f"`min_freq` must be >= 1, got {min_freq}.")
         if max_size is not None and max_size <= len(SPECIAL_TOKENS):
             raise ConfigError(f"`max_size` must exceed the {len(SPECIAL_TOKENS)} special tokens, got {max_size}.")
-        regex = re.compile(SAFE_REGEX)
+        regex = re.compile(safe_regex())
         counts: Counter[str] = Counter()
         for s in safe_strings:
             counts.update(regex.findall(s))

@@ -159,3 +159,31 @@ def test_a_noise_fraction_needs_a_noise_model(corpus, tmp_path):  # noqa: F811
         tiny_config(corpus, tmp_path / "run", noise_fraction=0.5)
     with pytest.raises(ConfigError, match="noise_fraction"):
         tiny_config(corpus, tmp_path / "run", noise_model="x.npz", noise_fraction=1.5)
+
+
+BLOCK_RDKIT = """
+import sys, importlib.abc
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("rdkit", "safe", "PySide6"):
+            raise ImportError("not on this machine: " + name)
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_pretraining_runs_where_rdkit_and_safe_mol_are_missing(corpus, tmp_path, noise_file):  # noqa: F811
+    # an accelerator has torch and numpy only (docs/accelerator.md): reading a prepared corpus, the noise
+    # model and training must not import RDKit, safe-mol or Qt
+    import subprocess
+    import sys
+
+    script = BLOCK_RDKIT + (
+        "from training.pretrain import main\n"
+        f"sys.exit(main(['--corpus', {str(corpus)!r}, '--out', {str(tmp_path / 'run')!r}, '--preset', 'tiny', "
+        "'--batch-size', '8', '--grad-accum', '1', '--max-steps', '2', '--warmup-steps', '1', '--precision', 'fp32', "
+        "'--device', 'cpu', '--threads', '1', '--val-fraction', '0.1', "
+        f"'--noise-model', {str(noise_file)!r}, '--noise-fraction', '0.5']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert latest_checkpoint(tmp_path / "run").name == "step_00000002"

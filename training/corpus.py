@@ -68,15 +68,14 @@ from engine.errors import ConfigError, InputFileError
 from engine.formula import ELEMENT_INDEX, ELEMENTS, formula_vector
 from engine.tokenizer import SPECIAL_TOKENS, SafeTokenizer
 
+from .corpus_format import FORMAT, FORMAT_VERSION, MAX_CONTEXT_BITS  # noqa: F401  (re-exported)
+
 log = logging.getLogger(__name__)
 
-FORMAT = "msgpt-corpus"
-FORMAT_VERSION = 1
 DEFAULT_MGF_LICENSES: tuple[str, ...] = ("CC0", "CC BY", "CC BY-SA", "dl-de/by-2-0")
 DONE_MARKER = "DONE"
 TOKENS_MARKER = "TOKENS_DONE"
 TEXT_FIELDS: tuple[str, ...] = ("smiles", "safe", "formula", "inchikey14")
-MAX_CONTEXT_BITS = 256  # the decoder's fingerprint encoder reads at most this many active bits
 _INCHIKEY14 = re.compile(r"[A-Z]{14}")
 _LENGTH_TOKENIZER = SafeTokenizer(list(SPECIAL_TOKENS))  # token counts do not depend on the vocabulary
 

@@ -31,7 +31,7 @@ import torch
 from engine.errors import BundleError
 from engine.tokenizer import SafeTokenizer
 
-from .corpus import FORMAT, FORMAT_VERSION, MAX_CONTEXT_BITS
+from .corpus_format import FORMAT, FORMAT_VERSION, MAX_CONTEXT_BITS
 
 IGNORE_INDEX = -1
 
