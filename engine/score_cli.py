@@ -199,12 +199,38 @@ def _sdf_molblocks(path: Path) -> list[str]:
     return [block.split("M  END")[0] + "M  END\n" for block in text.split("$$$$") if "M  END" in block]
 
 
+def score_inputs(paths, formula: str | None, adduct: str | None, file_errors: list[str]):
+    """The spectra to score, as ``msgpt predict`` reads them (MGF record by record, an mzML run as its
+    precursor features), with ``--formula``/``--adduct`` applied; a Spectrum or a SkippedRecord each."""
+    from .features import iter_features
+    from .pipeline import apply_overrides
+    from .spectrum import SkippedRecord
+
+    for path in paths:
+        try:
+            for item in iter_features(path):
+                if isinstance(item, SkippedRecord):
+                    yield item
+                    continue
+                spectrum = item.spectrum
+                if formula or adduct:
+                    try:
+                        spectrum = apply_overrides(spectrum, formula=formula, adduct=adduct)
+                    except MsgptError as e:
+                        yield SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
+                        continue
+                yield spectrum
+        except InputFileError as e:
+            file_errors.append(str(e))
+            _err(f"error: {e}")
+
+
 def cmd_score(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
     from .bundle import load_bundle, resolve_device
-    from .cli import _model_path, _spectra
+    from .cli import _model_path
     from .export import provenance
     from .fragments import FragmentSettings
     from .pipeline import QueryParams, SpectrumSession
@@ -238,7 +264,7 @@ def cmd_score(args: argparse.Namespace) -> int:
                                        "fragments": f"up to {fragments.max_breaks} bonds cut, ±{fragments.h_shift} H"})
     rows, skipped, file_errors = [], [], []
     bar = tqdm(desc="spectra", unit="spectrum", file=sys.stderr, disable=not sys.stderr.isatty())
-    for _, item in _spectra(args.inputs, args.formula, args.adduct, file_errors):
+    for item in score_inputs(args.inputs, args.formula, args.adduct, file_errors):
         if wanted and (item.spectrum_id if isinstance(item, SkippedRecord) else item.id) not in wanted:
             continue
         if isinstance(item, SkippedRecord):

@@ -125,11 +125,11 @@ def test_a_resumed_run_writes_the_same_posteriors(tmp_path, tiny_bundle_dir, mon
     assert msgpt([*args, "-o", str(tmp_path / "ref.csv"), "--posteriors", str(tmp_path / "ref.npz")]) == 0
     real, calls = export.CandidateWriter.write, {"n": 0}
 
-    def write(self, result):
+    def write(self, result, **kwargs):
         calls["n"] += 1
         if calls["n"] > 4:
             raise KeyboardInterrupt
-        return real(self, result)
+        return real(self, result, **kwargs)
 
     monkeypatch.setattr(export.CandidateWriter, "write", write)
     assert msgpt([*args, "-o", str(tmp_path / "c.csv"), "--posteriors", str(tmp_path / "p.npz")]) == 130
