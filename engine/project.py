@@ -504,6 +504,7 @@ def _read_document(path: Path, zf: zipfile.ZipFile) -> dict:
             path, f"was saved by {by} in project format {version}; this version of MS-GPT Desktop "
                   f"(msgpt {__version__}) reads project formats up to {FORMAT_VERSION}. Update MS-GPT Desktop to "
                   "open it (the file is left unchanged).")
+    doc["written_in"] = version  # the file's own version, kept through the upgrades below
     while doc["format_version"] < FORMAT_VERSION:
         v = doc["format_version"]
         doc = _UPGRADES[v](doc)
@@ -542,7 +543,7 @@ def read_summary(path: str | os.PathLike) -> ProjectSummary:
         model = None
     return ProjectSummary(str(path), str(doc.get("saved_at", "")), str(doc.get("saved_by", "")), len(entries),
                           sum(isinstance(e, dict) and e.get("result") is not None for e in entries), model,
-                          doc.get("app") if isinstance(doc.get("app"), dict) else {}, int(doc["format_version"]))
+                          doc.get("app") if isinstance(doc.get("app"), dict) else {}, int(doc["written_in"]))
 
 
 def _model(d) -> ModelRef | None:
@@ -756,7 +757,7 @@ def read_project(path: str | os.PathLike, cancel: CancelFn | None = None) -> Gen
             entries=entries, params=_params(doc.get("params", {}), "params"), model=_model(doc.get("model")),
             files=files, selection=selection, app=doc.get("app") if isinstance(doc.get("app"), dict) else {},
             saved_at=str(doc.get("saved_at") or ""), saved_by=str(doc.get("saved_by") or ""),
-            format_version=int(doc["format_version"]),
+            format_version=int(doc["written_in"]),
         )
     except _Damaged as e:
         raise InputFileError(path, f"is damaged: {e}.") from None
