@@ -37,6 +37,7 @@ from .projects import (
     ProjectOpened,
     ProjectSaved,
     entries_from_project,
+    find_model,
     model_note,
     open_job,
     same_sources,
@@ -493,11 +494,12 @@ class ProjectController(QObject):
         """The project is read: load its model first when it is on this machine and another one is loaded."""
         w = self.window
         model = out.project.model
-        if model is not None and (w.bundle is None or w.bundle.checksum != model.checksum) and model.path \
-                and (Path(model.path) / "config.json").is_file() and not w.busy:
+        folder = find_model(model) if model is not None and (w.bundle is None or w.bundle.checksum != model.checksum) \
+            else None
+        if folder is not None and not w.busy:
             self._after_model.append(lambda: self._apply(out, recovered))
             w.status(f"Loading the project's model {model.name}…", 0)
-            if w.load_model(Path(model.path)):
+            if w.load_model(folder):
                 return
             self._after_model.pop()
         self._apply(out, recovered)

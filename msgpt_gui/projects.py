@@ -14,6 +14,8 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from engine.bundle import bundle_checksum
+from engine.paths import default_model_dir
 from engine.pipeline import QueryParams
 from engine.project import (
     SOURCE_CHANGED,
@@ -148,6 +150,21 @@ def entries_from_project(project: Project, keys: Sequence[int]) -> list[Spectrum
             e.reason = e.reason or (e.skipped.reason if e.skipped is not None else "")
         out.append(e)
     return out
+
+
+def find_model(model: ModelRef | None) -> Path | None:
+    """The folder of the project's model on this machine: where it was, or the bundled model, when the checksum
+    there is the recorded one (None when it is not here)."""
+    if model is None:
+        return None
+    folders = ([Path(model.path)] if model.path else []) + [default_model_dir()]
+    for folder in folders:
+        try:
+            if (folder / "config.json").is_file() and bundle_checksum(folder) == model.checksum:
+                return folder
+        except OSError:
+            continue
+    return None
 
 
 def model_note(project: Project, bundle) -> str:

@@ -1,0 +1,68 @@
+"""The document as a project, without Qt (msgpt_gui/projects.py): what is worth saving, a run in progress, the
+notes and filter, the model and source-file notes, finding the project's model."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from types import SimpleNamespace
+
+from engine.pipeline import QueryParams
+from engine.project import SOURCE_CHANGED, SOURCE_MISSING, SOURCE_SAME, ModelRef, Project, ProjectEntry
+from msgpt_gui.entries import SpectraFilter, SpectrumEntry, Status
+from msgpt_gui.projects import entries_from_project, find_model, model_note, snapshot, sources_note, worth_saving
+
+
+def test_worth_saving_means_work_that_opening_the_files_again_would_not_bring_back(make_spectrum):
+    s = make_spectrum()
+    assert not worth_saving([SpectrumEntry(0, s, original=s)])
+    assert worth_saving([SpectrumEntry(0, s, original=s, user_notes="checked")])
+    assert worth_saving([SpectrumEntry(0, s, original=dataclasses.replace(s, formula=None))])  # set by hand
+    assert not worth_saving([SpectrumEntry(0, s, original=s, user_notes="  \n")])
+
+
+def test_a_run_in_progress_is_saved_as_it_was_before_and_notes_travel(make_spectrum):
+    s = make_spectrum()
+    running = SpectrumEntry(0, s, original=s, status=Status.RUNNING, user_notes="lactone?")
+    queued = SpectrumEntry(1, s, original=s, status=Status.QUEUED)
+    project = snapshot([running, queued], QueryParams())
+    assert [(e.status, e.notes) for e in project.entries] == [(Status.NOT_RUN, "lactone?"), (Status.NOT_RUN, "")]
+    back = entries_from_project(project, [7, 8])
+    assert [e.key for e in back] == [7, 8] and back[0].user_notes == "lactone?"
+    assert SpectraFilter("lactone").matches(back[0]) and not SpectraFilter("lactone").matches(back[1])
+
+
+def test_a_skipped_record_stays_skipped(make_spectrum):
+    from engine.spectrum import SkippedRecord
+
+    record = SkippedRecord("a.mgf", 3, "x", "no precursor m/z")
+    back = entries_from_project(Project(entries=[ProjectEntry(None, skipped=record, status="not run")]), [0])
+    assert back[0].status == Status.SKIPPED and back[0].reason == "no precursor m/z"
+
+
+def test_notes_on_models_and_files():
+    bundle = SimpleNamespace(name="here", checksum="a" * 64)
+    done = SimpleNamespace(result=object(), model_checksum="b" * 64)
+    project = Project(entries=[done], model=ModelRef("there", "b" * 64, "/models/there"))
+    text = model_note(project, bundle)
+    assert "there [bbbbbbbb] (it was at /models/there)" in text and "loaded model is here [aaaaaaaa]" in text
+    assert "no model is loaded" in model_note(project, None)
+    assert model_note(project, SimpleNamespace(name="there", checksum="b" * 64)) == ""
+    assert model_note(Project(entries=[SimpleNamespace(result=None, model_checksum=None)]), bundle) == ""
+    assert sources_note([("/d/a.mgf", SOURCE_SAME)]) == ""
+    text = sources_note([("/d/a.mgf", SOURCE_MISSING), ("/d/b.mgf", SOURCE_MISSING), ("/d/c.mgf", SOURCE_CHANGED)])
+    assert text.startswith("a.mgf, b.mgf are not at their saved place") and "c.mgf changed" in text
+
+
+def test_the_projects_model_is_found_by_its_checksum(tiny_bundle_dir, tmp_path):
+    from engine.bundle import bundle_checksum
+
+    checksum = bundle_checksum(tiny_bundle_dir)
+    assert find_model(ModelRef("tiny", checksum, str(tiny_bundle_dir))) == tiny_bundle_dir
+    assert find_model(ModelRef("tiny", checksum, str(tmp_path / "gone"))) is None
+    changed = shutil.copytree(tiny_bundle_dir, tmp_path / "changed")
+    config = json.loads((changed / "config.json").read_text())
+    (changed / "config.json").write_text(json.dumps({**config, "name": "other"}))
+    assert find_model(ModelRef("tiny", checksum, str(changed))) is None  # the folder holds another model now
+    assert find_model(None) is None
