@@ -72,7 +72,9 @@ def rank_of(order_formulas: list[str], truth: str) -> int | None:
 def run(spectra, noise_ppm: float, seed: int, config: FormulaConfig, scorer) -> list[dict]:
     rng = np.random.default_rng(seed + 7)
     out = []
-    for s in spectra:
+    for i, s in enumerate(spectra):
+        if i and i % 50 == 0:
+            print(f"  {i} / {len(spectra)} spectra", file=sys.stderr, flush=True)
         theo = precursor_mz_from_neutral(formula_mass(parse_formula(s.formula)), "[M+H]+")
         precursor = theo * (1 + rng.normal(0, noise_ppm) * 1e-6) if noise_ppm > 0 else s.precursor_mz
         hidden = dataclasses.replace(s, formula=None, precursor_mz=precursor)
@@ -85,7 +87,7 @@ def run(spectra, noise_ppm: float, seed: int, config: FormulaConfig, scorer) -> 
         row["n_decompositions"] = len(vectors)
         row["mass_only"] = int(hit[0]) + 1 if hit.size else None
         if hit.size:
-            theo_mz = np.array([precursor_mz_from_neutral(m, "[M+H]+") for m in masses])
+            theo_mz = precursor_mz_from_neutral(0.0, "[M+H]+") + masses
             feats = scorer.prior.features(vectors, masses)
             feats["mass_error"] = ((precursor - theo_mz) / theo_mz * 1e6 / 10.0) ** 2
             stage1 = sum(scorer.stage1[f] * feats[f] for f in STAGE1_FEATURES)
@@ -137,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = run(spectra, noise, args.seed, config, scorer)
         summary = summarise(rows)
         report["runs"][str(noise)] = {"summary": summary, "rows": rows}
+        if args.out:  # after each noise level, so a long run leaves its finished part
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(report, indent=1))
         print(f"\nprecursor noise sd {noise:g} ppm")
         print("| mass | n | mass only Top-1 / Top-5 | mass + prior | full (fragments) | full, ion type unknown | s / spectrum |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -145,9 +150,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"{e['mass_prior_top1']:.1f} / {e['mass_prior_top5']:.1f} | {e['full_top1']:.1f} / {e['full_top5']:.1f} | "
                   f"{e['full_unknown_ion_top1']:.1f} / {e['full_unknown_ion_top5']:.1f} | {e['seconds_per_spectrum']:.2f} |",
                   flush=True)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=1))
     return 0
 
 

@@ -154,12 +154,17 @@ def _rare_part(elements: tuple[str, ...], caps: tuple[int, ...], max_rare: int, 
     return vectors, vectors @ masses
 
 
-def _core_part(mass_max: float, config: DecompositionConfig, extra_h: int) -> tuple[np.ndarray, np.ndarray]:
-    """(C, H, N, O) compositions with mass <= ``mass_max``, sorted by mass: ``(vectors (K, 14), masses)``."""
+_CHNO = [_I["C"], _I["H"], _I["N"], _I["O"]]
+_CORE_CACHE: dict[tuple, tuple[float, np.ndarray, np.ndarray]] = {}
+_CORE_STEP_DA = 250.0
+
+
+def _build_core(mass_max: float, config: DecompositionConfig, extra_h: int) -> tuple[np.ndarray, np.ndarray]:
+    """(C, H, N, O) compositions with mass <= ``mass_max``, sorted by mass: ``(counts (K, 4) int16, masses)``."""
     m = _masses()
     c_max = min(config.cap("C"), int(mass_max // m[_I["C"]]))
     if c_max < 1:
-        return np.zeros((0, len(ELEMENTS)), dtype=np.int64), np.zeros(0)
+        return np.zeros((0, 4), dtype=np.int16), np.zeros(0)
     n_max = min(config.cap("N"), int(mass_max // m[_I["N"]]))
     o_max = min(config.cap("O"), int(mass_max // m[_I["O"]]))
     cno = _grid([np.arange(1, c_max + 1), np.arange(n_max + 1), np.arange(o_max + 1)])  # (T, 3)
@@ -168,22 +173,39 @@ def _core_part(mass_max: float, config: DecompositionConfig, extra_h: int) -> tu
     if config.golden_rules:
         keep &= (cno[:, 1] <= RATIO_LIMITS["N"][1] * cno[:, 0]) & (cno[:, 2] <= RATIO_LIMITS["O"][1] * cno[:, 0])
     cno, cno_mass = cno[keep], cno_mass[keep]
-    # hydrogens: at most what the valences allow (RDBE >= 0, with P and Si of the other part as slack)
-    h_lo = np.zeros(len(cno), dtype=np.int64)  # the H/C floor counts halogens too: checked on the whole formula
+    # hydrogens: at most what the valences allow (RDBE >= 0, with P and Si of the other part as slack);
+    # the H/C floor counts halogens too, so it is checked on the whole formula
     h_hi = 2 * cno[:, 0] + cno[:, 1] + 2 + extra_h
     h_hi = np.minimum(h_hi, config.cap("H"))
     if config.golden_rules:
         h_hi = np.minimum(h_hi, np.floor(RATIO_LIMITS["H"][1] * cno[:, 0]).astype(np.int64))
     h_hi = np.minimum(h_hi, np.floor((mass_max - cno_mass) / m[_I["H"]]).astype(np.int64))
-    n_h = np.maximum(h_hi - h_lo + 1, 0)
+    n_h = np.maximum(h_hi + 1, 0)
     rows = np.repeat(np.arange(len(cno)), n_h)
-    h = np.arange(int(n_h.sum())) - np.repeat(np.cumsum(n_h) - n_h, n_h) + h_lo[rows]
-    vectors = np.zeros((len(rows), len(ELEMENTS)), dtype=np.int64)
-    vectors[:, _I["C"]], vectors[:, _I["N"]], vectors[:, _I["O"]] = cno[rows, 0], cno[rows, 1], cno[rows, 2]
-    vectors[:, _I["H"]] = h
+    h = np.arange(int(n_h.sum())) - np.repeat(np.cumsum(n_h) - n_h, n_h)
+    counts = np.empty((len(rows), 4), dtype=np.int16)
+    counts[:, 0], counts[:, 1], counts[:, 2], counts[:, 3] = cno[rows, 0], h, cno[rows, 1], cno[rows, 2]
     masses = cno_mass[rows] + h * m[_I["H"]]
     order = np.argsort(masses, kind="stable")
-    return vectors[order], masses[order]
+    return counts[order], masses[order]
+
+
+def _core_part(mass_max: float, config: DecompositionConfig, extra_h: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_build_core` up to ``mass_max``, cut from a cached table built for a larger mass.
+
+    The table only grows (in 250 Da steps), so a run's precursors share one (1000 Da: 2.3 million
+    rows, 37 MB).
+    """
+    key = (tuple(config.cap(e) for e in ("C", "H", "N", "O")), config.golden_rules, extra_h)
+    cached = _CORE_CACHE.get(key)
+    if cached is None or cached[0] < mass_max:
+        size = math.ceil(mass_max / _CORE_STEP_DA) * _CORE_STEP_DA
+        cached = (size, *_build_core(size, config, extra_h))
+        _CORE_CACHE.clear()  # one table at a time
+        _CORE_CACHE[key] = cached
+    _, counts, masses = cached
+    n = int(np.searchsorted(masses, mass_max, side="right"))
+    return counts[:n], masses[:n]
 
 
 def decompose_mass(
@@ -213,7 +235,8 @@ def decompose_mass(
     n_hits = np.maximum(hi_idx - lo_idx, 0)
     which_rare = np.repeat(np.arange(len(rare)), n_hits)
     which_core = np.arange(int(n_hits.sum())) - np.repeat(np.cumsum(n_hits) - n_hits, n_hits) + lo_idx[which_rare]
-    vectors = core[which_core] + rare[which_rare]
+    vectors = rare[which_rare].copy()  # (K, 14)
+    vectors[:, _CHNO] += core[which_core]
     masses = core_mass[which_core] + rare_mass[which_rare]
     keep = chemical_rules_mask(vectors, config)
     vectors, masses = vectors[keep], masses[keep]

@@ -162,6 +162,12 @@ def formula_keys(vectors: np.ndarray) -> np.ndarray:
     return np.where(ok, keys, -1)
 
 
+def _pattern_codes(vectors: np.ndarray) -> np.ndarray:
+    """Which non-CHNO elements each count vector holds, as a bit code (bit j: _RARE[j])."""
+    present = np.asarray(vectors)[:, [ELEMENT_INDEX[e] for e in _RARE]] > 0  # (K, 7)
+    return present.astype(np.int64) @ (1 << np.arange(len(_RARE)))
+
+
 def _pattern(vector_row: np.ndarray) -> str:
     return ",".join(e for e in _RARE if vector_row[ELEMENT_INDEX[e]] > 0)
 
@@ -247,8 +253,7 @@ class FormulaPrior:
         """
         v = np.asarray(vectors, dtype=np.int64)
         bins = np.clip(np.searchsorted(self.mass_edges, masses, side="right") - 1, 0, len(self.mass_edges) - 1)
-        keys = [_pattern(row) for row in v]
-        pattern = np.array([self.patterns.get(k, self.unseen_pattern) for k in keys])
+        pattern = self._pattern_table()[_pattern_codes(v)]
         counts = np.zeros(len(v))
         for e in _COUNTED:
             n = v[:, ELEMENT_INDEX[e]]
@@ -264,6 +269,14 @@ class FormulaPrior:
             isomers = np.maximum(isomers - np.asarray(exclude_self, dtype=np.float64), 0.0)
         out["prior_isomers"] = np.log1p(isomers)
         return out
+
+    def _pattern_table(self) -> np.ndarray:
+        """log P of each of the 2^7 patterns of non-CHNO elements, by :func:`_pattern_codes` code."""
+        table = np.full(2 ** len(_RARE), self.unseen_pattern)
+        for code in range(len(table)):
+            key = ",".join(e for j, e in enumerate(_RARE) if code >> j & 1)
+            table[code] = self.patterns.get(key, self.unseen_pattern)
+        return table
 
     def to_json(self) -> dict:
         return {
@@ -323,9 +336,19 @@ def _ratio_histogram(values: np.ndarray, weights: np.ndarray, edges: np.ndarray)
 STAGE1_FEATURES = ("mass_error", "prior_pattern", "prior_counts", "prior_hc", "prior_nc", "prior_oc",
                    "prior_rdbec", "prior_isomers")
 FRAGMENT_FEATURES = ("frag_intensity", "frag_peaks", "frag_decoy", "frag_error", "frag_none")
-STAGE2_FEATURES = STAGE1_FEATURES + FRAGMENT_FEATURES
+# the same times neutral mass / 500 Da: large molecules explain more peaks by chance, and differently
+MASS_SCALED_FEATURES = tuple(f"{f}_x_mass" for f in FRAGMENT_FEATURES[:4])
+STAGE2_FEATURES = STAGE1_FEATURES + FRAGMENT_FEATURES + MASS_SCALED_FEATURES
 _TERM_OF = {"mass_error": "mass", **{f: "prior" for f in STAGE1_FEATURES if f.startswith("prior")},
-            **{f: "fragments" for f in FRAGMENT_FEATURES}}
+            **{f: "fragments" for f in FRAGMENT_FEATURES + MASS_SCALED_FEATURES}}
+
+
+def fragment_terms(fragments: Mapping[str, np.ndarray], neutral_masses: np.ndarray) -> dict[str, np.ndarray]:
+    """The stage-2 fragment features of formulas: FRAGMENT_FEATURES and MASS_SCALED_FEATURES."""
+    scale = np.asarray(neutral_masses, dtype=np.float64) / 500.0
+    out = {f: np.asarray(fragments[f], dtype=np.float64) for f in FRAGMENT_FEATURES}
+    out.update({f"{f}_x_mass": out[f] * scale for f in FRAGMENT_FEATURES[:4]})
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -377,8 +400,9 @@ class FormulaScorer:
         with_isomers = bool(len(self.prior.isomer_keys))
         if with_isomers:
             rows = sorted(zip(_formulas_of_keys(self.prior.isomer_keys), self.prior.isomer_counts.tolist()))
-            with gzip.open(folder / ISOMERS_FILE, "wt", encoding="utf-8") as fh:
-                fh.writelines(f"{f}\t{n}\n" for f, n in rows)
+            text = "".join(f"{f}\t{n}\n" for f, n in rows).encode("utf-8")
+            with open(folder / ISOMERS_FILE, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as fh:
+                fh.write(text)  # mtime 0: the same table gives the same bytes
         path = folder / SCORER_FILE
         path.write_text(json.dumps(self.to_json(with_isomers), indent=1) + "\n", encoding="utf-8")
         return path
@@ -567,7 +591,11 @@ def fragment_features_many(
             hits, query, error = hits[needs], query[needs], error[needs]
             if not len(hits):
                 continue
-            inside = (hits[None, :, :] <= cores[rows][:, None, :]).all(axis=2)  # (K', T)
+            cols = np.flatnonzero(hits.any(axis=0))  # elements some hit holds (the others are 0 <= anything)
+            sub_hits, sub_cores = hits[:, cols].astype(np.int16), cores[rows][:, cols].astype(np.int16)
+            inside = np.ones((len(rows), len(hits)), dtype=bool)  # (K', T): hit is a subformula of the core
+            for j in range(len(cols)):
+                inside &= sub_hits[None, :, j] <= sub_cores[:, j, None]
             shift, peak = np.divmod(query, mz.size)
             for j, row in enumerate(rows):
                 sel = inside[j]
@@ -718,7 +746,8 @@ def rank_formulas(
         n_decompositions += len(vectors)
         if not len(vectors):
             continue
-        theo_mz = np.array([precursor_mz_from_neutral(m, ion_type) for m in masses])
+        adduct = parse_adduct(ion_type)
+        theo_mz = (adduct.n_molecules * masses + adduct.mass_delta) / abs(adduct.charge)  # precursor_mz_from_neutral
         ppm = (spectrum.precursor_mz - theo_mz) / theo_mz * 1e6
         features = scorer.prior.features(vectors, masses)
         features["mass_error"] = (ppm / 10.0) ** 2
@@ -732,13 +761,14 @@ def rank_formulas(
         raise Cancelled("Cancelled by the user.")
     fragments = fragment_features_many(frag_mz, frag_w, np.array([r[1] for r in rows]).reshape(-1, len(ELEMENTS)),
                                        [r[0] for r in rows], config.fragment_tol_ppm, config.fragment_tol_da)
+    stage2 = fragment_terms(fragments, np.array([r[2] for r in rows]))
     candidates = []
     for k, (ion_type, vector, mass, theo_mz, ppm, feats) in enumerate(rows):
         if cancel is not None and cancel():
             raise Cancelled("Cancelled by the user.")
         counts = vector_to_counts(vector)
         frag = {name: values[k] for name, values in fragments.items()}
-        feats = {**feats, **{name: frag[name] for name in FRAGMENT_FEATURES}}
+        feats = {**feats, **{name: values[k] for name, values in stage2.items()}}
         t = scorer.linear(scorer.stage2, {k: np.array([v]) for k, v in feats.items()}, 1)
         terms = {"mass": float(t["mass"][0]), "prior": float(t["prior"][0]), "fragments": float(t["fragments"][0]),
                  "ion_type": scorer.ion_prior(ion_type), "isotopes": 0.0, "adducts": 0.0}

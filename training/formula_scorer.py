@@ -44,7 +44,6 @@ from engine.decompose import decompose_mass
 from engine.formula import formula_mass, formula_vector, parse_formula
 from engine.formula_candidates import (
     DEFAULT_ION_TYPES,
-    FRAGMENT_FEATURES,
     STAGE1_FEATURES,
     STAGE2_FEATURES,
     FormulaConfig,
@@ -52,6 +51,7 @@ from engine.formula_candidates import (
     FormulaScorer,
     fragment_features_many,
     fragment_peaks,
+    fragment_terms,
 )
 
 
@@ -172,7 +172,7 @@ def build_stage_data(examples, prior: FormulaPrior, corpus_keys: set[str], confi
             n_missing += 1
             continue
         t = int(hit[0])
-        theo = np.array([precursor_mz_from_neutral(m, spectrum.adduct) for m in masses])
+        theo = precursor_mz_from_neutral(0.0, spectrum.adduct) + masses  # [M+H]+: one molecule, charge 1
         ppm = (precursor - theo) / theo * 1e6
         exclude = np.zeros(len(vectors))
         if spectrum.inchikey[:14] in corpus_keys:
@@ -205,7 +205,8 @@ def stage2_data(full, w1: np.ndarray, config: FormulaConfig):
         mz, weight = fragment_peaks(shown)
         frag = fragment_features_many(mz, weight, vectors[best], [spectrum.adduct] * len(best),
                                       config.fragment_tol_ppm, config.fragment_tol_da)
-        groups.append(np.hstack([X[best], np.stack([frag[f] for f in FRAGMENT_FEATURES], axis=1)]))
+        terms = fragment_terms(frag, masses[best])
+        groups.append(np.hstack([X[best], np.stack([terms[f] for f in STAGE2_FEATURES[len(STAGE1_FEATURES):]], axis=1)]))
         truth.append(int(np.flatnonzero(best == t)[0]))
     return groups, truth, n_out
 

@@ -1,0 +1,90 @@
+"""Precursor features of real LC-MS/MS runs: features found, scans per feature, seconds per run.
+
+::
+
+    python benchmarks/feature_benchmark.py ../shared/data/mzml/qexactive_dda_*.mzML
+
+For each run: MS2 and MS1 scans read, precursor features made (engine.features, default settings),
+scans per feature, the share with MS1 evidence and with fragments, the seconds to read and group
+the run, and the seconds to rank the formula candidates of every feature (no structure model).
+With ``--predict`` it also times ``msgpt predict`` on the run (bundled model, given pool size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engine.features import FeatureConfig, RunCounts, iter_features
+from engine.formula_candidates import default_scorer, rank_formulas
+from engine.spectrum import SkippedRecord, has_fragments
+
+
+def measure(path: str, formulas: bool) -> dict:
+    counts = RunCounts()
+    t0 = time.perf_counter()
+    items = list(iter_features(path, FeatureConfig(), counts=counts))
+    t_features = time.perf_counter() - t0
+    features = [f for f in items if not isinstance(f, SkippedRecord)]
+    scans = np.array([f.n_scans for f in features])
+    out = {
+        "run": Path(path).name, "ms2": counts.n_ms2, "skipped": counts.n_skipped, "ms1": counts.n_survey,
+        "features": len(features), "scans_mean": float(scans.mean()), "scans_median": float(np.median(scans)),
+        "scans_max": int(scans.max()), "single_scan": int((scans == 1).sum()),
+        "with_ms1": int(sum(f.ms1 is not None for f in features)),
+        "without_fragments": int(sum(not has_fragments(f.spectrum) for f in features)),
+        "seconds_features": t_features,
+    }
+    if formulas:
+        default_scorer()  # loaded once, not timed
+        t0 = time.perf_counter()
+        top_adducts = []
+        for f in features:
+            table = rank_formulas(f.spectrum, ms1=f.ms1, supported_adducts=("[M+H]+", "[M+Na]+"))
+            if table.candidates:
+                top_adducts.append(table.candidates[0].ion_type)
+        out["seconds_formulas"] = time.perf_counter() - t0
+        out["top_ion_types"] = {a: top_adducts.count(a) for a in sorted(set(top_adducts))}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", help="mzML runs")
+    p.add_argument("--no-formulas", action="store_true", help="skip timing the formula candidates")
+    p.add_argument("--predict", action="store_true", help="also time `msgpt predict RUN` (bundled model)")
+    p.add_argument("--pool-size", type=int, default=100, help="pool size B for --predict (default 100)")
+    args = p.parse_args(argv)
+    print(f"machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}")
+    print("| run | MS2 | MS1 | features | scans / feature (mean, median, max) | single-scan | with MS1 | "
+          "no fragments | s features | s formulas |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    for run in args.runs:
+        m = measure(run, not args.no_formulas)
+        print(f"| {m['run']} | {m['ms2']} | {m['ms1']} | {m['features']} | {m['scans_mean']:.2f}, "
+              f"{m['scans_median']:g}, {m['scans_max']} | {m['single_scan']} | {m['with_ms1']} | "
+              f"{m['without_fragments']} | {m['seconds_features']:.1f} | {m.get('seconds_formulas', float('nan')):.1f} |",
+              flush=True)
+        if "top_ion_types" in m:
+            print(f"  best-ranked ion types: {m['top_ion_types']}", flush=True)
+        if args.predict:
+            with tempfile.TemporaryDirectory() as tmp:
+                t0 = time.perf_counter()
+                rc = subprocess.run([sys.executable, "-m", "engine.cli", "predict", run, "-o", f"{tmp}/out.csv",
+                                     "--pool-size", str(args.pool_size), "-q"], capture_output=True, text=True)
+                seconds = time.perf_counter() - t0
+            tail = rc.stderr.strip().splitlines()[-3:]
+            print(f"  msgpt predict (B={args.pool_size}): {seconds:.0f} s, exit {rc.returncode}; " + " / ".join(tail),
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
