@@ -138,7 +138,13 @@ def test_a_folder_without_a_decoder_is_refused(runs, tmp_path):
 
 
 def test_a_new_decoder_beside_the_encoder_of_an_existing_bundle(runs, tmp_path):
+    from pathlib import Path
+
+    from engine.bundle import add_bundle_file
+
     assert _build(runs, tmp_path / "first") == 0
+    legend = Path(__file__).resolve().parents[1] / "resources" / "default_model" / "bit_legend.json.gz"
+    add_bundle_file(tmp_path / "first", legend)  # it describes the 4096-bit fingerprint, as the encoder's
     list(pretrain(tiny_config(runs / "corpus", tmp_path / "next", max_steps=1, init_decoder=str(tmp_path / "first"))))
     assert build_main(["--decoder", str(tmp_path / "next"), "--encoder", str(tmp_path / "first"),
                        "--name", "second", "--out", str(tmp_path / "second")]) == 0
@@ -149,3 +155,4 @@ def test_a_new_decoder_beside_the_encoder_of_an_existing_bundle(runs, tmp_path):
     # the encoder's training record travels with it, so the card still describes it
     assert second.config["training"]["encoder_summary"] == first.config["training"]["encoder_summary"]
     assert "Encoder: 3 steps" in (tmp_path / "second" / "MODEL_CARD.md").read_text()
+    assert second.bit_legend is not None and len(second.bit_legend) == len(first.bit_legend)  # travels with it

@@ -347,6 +347,9 @@ def build(args: argparse.Namespace) -> Path:
         print(f"note: no {KNOWN_FILE} (the novelty flag's training corpus): {why}. Build it with "
               f"python -m training.known_structures --corpus CORPUS --out {out / KNOWN_FILE} --bundle {out}",
               file=sys.stderr)
+    if not args.bit_legend and is_bundle(encoder_dir) and (encoder_dir / LEGEND_FILE).is_file():
+        # the legend describes the fingerprint, not the decoder: the encoder's bundle's one still holds
+        add_bundle_file(out, encoder_dir / LEGEND_FILE)
     if args.bit_legend:
         corpus = Path(dec_summary["config"].get("corpus", ""))
         sample = reservoir_sample(corpus_smiles(corpus), args.bit_legend)
