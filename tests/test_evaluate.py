@@ -341,3 +341,25 @@ def test_cancel_stops_between_spectra_and_keeps_what_is_done(tiny_bundle_dir, da
     assert [r["variant"] for r in ev.read_records(tmp_path / "c" / "results.jsonl")] == ["point"]
     result = list(ev.evaluate(cfg))[-1]
     assert result.metrics["variants"]["point"]["n"] == 3
+
+
+def test_compare_runs_pairs_the_spectra_both_runs_scored(tmp_path):
+    from training.report import compare_runs, main as report_main
+
+    def write(run, ranks):
+        run.mkdir()
+        lines = [json.dumps({"spectrum": s, "variant": "band", "rank": r,
+                             "rankings": {"frequency": {"rank": 1}}}) for s, r in ranks.items()]
+        lines.append(json.dumps({"spectrum": "x", "variant": "oracle", "rank": 1}))
+        (run / "results.jsonl").write_text("\n".join(lines) + "\n")
+
+    write(tmp_path / "a", {"s1": 1, "s2": None, "s3": 12, "s4": 5})
+    write(tmp_path / "b", {"s1": 1, "s2": 1, "s3": 3, "s5": 1})  # s4 / s5 are in one run only
+    row = compare_runs(tmp_path / "a", tmp_path / "b")
+    assert row["n"] == 3
+    assert row["top1"] == pytest.approx((1 / 3, 2 / 3)) and row["top10"] == pytest.approx((1 / 3, 1.0))
+    assert row["top10_diff"] == pytest.approx(2 / 3)
+    lo, hi = row["top10_diff_ci"]
+    assert 0 <= lo <= 2 / 3 <= hi <= 1
+    assert compare_runs(tmp_path / "a", tmp_path / "b", "band", "frequency")["top1_diff"] == 0
+    assert report_main(["--compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0

@@ -499,10 +499,47 @@ def write_report(out: str | Path) -> dict:
     return metrics
 
 
+def compare_runs(base: str | Path, other: str | Path, variant: str = "band", ranking: str | None = None) -> dict:
+    """Paired comparison of one variant between two ``msgpt-eval`` runs (e.g. two models) on the spectra
+    both scored: Top-1/Top-10 of each, the mean paired difference ``other - base`` and its 95% bootstrap
+    interval (resampling spectra). ``ranking`` picks one of the runs' rankings (default: the shipped one)."""
+
+    def ranks(run) -> dict[str, int | None]:
+        out = {}
+        for r in read_records(Path(run) / "results.jsonl"):
+            if r["variant"] == variant:
+                out[r["spectrum"]] = r["rankings"][ranking]["rank"] if ranking else r["rank"]
+        return out
+
+    a, b = ranks(base), ranks(other)
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise ValueError(f"the runs {base} and {other} share no spectrum of variant {variant!r}")
+    row: dict = {"n": len(common), "variant": variant, "ranking": ranking or "shipped"}
+    for k in (1, 10):
+        x = np.array([M.topk_exact(a[s], k) for s in common], dtype=float)
+        y = np.array([M.topk_exact(b[s], k) for s in common], dtype=float)
+        row[f"top{k}"] = (float(x.mean()), float(y.mean()))
+        row[f"top{k}_diff"] = float((y - x).mean())
+        row[f"top{k}_diff_ci"] = bootstrap_ci(y - x)
+    return row
+
+
 def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--compare"] and len(args) in (3, 4, 5):
+        row = compare_runs(args[1], args[2], *args[3:])
+        print(f"{row['variant']} ({row['ranking']} ranking), {row['n']} spectra in both runs:")
+        for k in (1, 10):
+            x, y = row[f"top{k}"]
+            lo, hi = row[f"top{k}_diff_ci"]
+            print(f"  Top-{k}: {pct(x)} -> {pct(y)}, difference {100 * row[f'top{k}_diff']:+.1f} points "
+                  f"(paired 95% bootstrap interval [{100 * lo:+.1f}, {100 * hi:+.1f}])")
+        return 0
     if len(args) != 1 or not (Path(args[0]) / "run.json").is_file():
-        print("usage: python -m training.report EVAL_DIR  (a folder written by msgpt-eval, with run.json)", file=sys.stderr)
+        print("usage: python -m training.report EVAL_DIR  (a folder written by msgpt-eval, with run.json)\n"
+              "       python -m training.report --compare BASE_DIR OTHER_DIR [VARIANT [RANKING]]  (paired, "
+              "e.g. two models on the same spectra)", file=sys.stderr)
         return 2
     write_report(args[0])
     print(Path(args[0]) / "report.md")
