@@ -191,6 +191,9 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
         reason = (f"no formula candidate within {args.formula_ppm:g} ppm for {tried}" if not table.candidates else
                   f"no formula candidate of an ion type the model supports ({', '.join(bundle.supported_adducts)}; "
                   f"tried {tried})")
+        why = [note for note in table.notes if not note.startswith("no fragments")]
+        if not table.candidates and why:
+            reason = f"no formula candidate: {'; '.join(why)}"
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, reason)
     return [with_formula_candidate(spectrum, c) for c in chosen]
 

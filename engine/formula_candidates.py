@@ -97,6 +97,8 @@ class FormulaConfig:
         "help": "ion types to consider when the record has none (None: [M+H]+, [M+Na]+, [M+NH4]+ or the negative three)"})
     decomposition: DecompositionConfig = field(default_factory=DecompositionConfig)
     max_scored: int = field(default=60, metadata={"help": "formulas per ion type scored by their fragments"})
+    max_mass: float = field(default=1000.0, metadata={
+        "help": "largest neutral mass decomposed, Da (above it formulas are too many to rank: give the formula)"})
     fragment_tol_ppm: float = FRAGMENT_TOL_PPM
     fragment_tol_da: float = FRAGMENT_TOL_DA
     ms1_tol_ppm: float = field(default=10.0, metadata={"help": "survey peaks (isotopes, adducts), ppm"})
@@ -107,7 +109,7 @@ class FormulaConfig:
 
     def __post_init__(self):
         for name in ("ppm", "da", "fragment_tol_ppm", "fragment_tol_da", "ms1_tol_ppm", "ms1_tol_da",
-                     "isotope_weight", "adduct_weight"):
+                     "isotope_weight", "adduct_weight", "max_mass"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
                 raise ConfigError(f"`{name}` must be a number >= 0, got {value!r}.")
@@ -564,6 +566,8 @@ def fragment_features_many(
     if mz.size == 0:
         out["frag_none"][:] = 1.0
         return out
+    if k == 0:
+        return out
     total = float(weight.sum())
     ions = [get_ion_type(a) for a in ion_types]
     cores = np.array([v + formula_vector(dict(ion.core_delta)) for v, ion in zip(vectors, ions)])  # (K, 14)
@@ -741,6 +745,10 @@ def rank_formulas(
             vectors, masses = v[keep], masses[keep]
         elif neutral <= 0:
             continue
+        elif neutral > config.max_mass:
+            notes.append(f"{ion_type}: neutral mass {neutral:.1f} Da is above {config.max_mass:g} Da, where formulas "
+                         f"are too many to rank; give the formula")
+            continue
         else:
             vectors, masses = decompose_mass(neutral, tol, config.decomposition)
         n_decompositions += len(vectors)
@@ -789,7 +797,7 @@ def rank_formulas(
     probs = np.exp(scores - scores.max()) if len(scores) else scores
     probs = probs / probs.sum() if len(scores) else probs
     table = tuple(FormulaCandidate(rank=i + 1, probability=float(p), **c) for i, (c, p) in enumerate(zip(candidates, probs)))
-    if not table:
+    if not table and not any("above" in n for n in notes):
         notes.append(f"no formula within {tol:.4g} Da of the neutral mass for {', '.join(ion_types)}")
     return FormulaTable(spectrum_id=spectrum.id, precursor_mz=spectrum.precursor_mz, ion_types=ion_types,
                         candidates=table, n_decompositions=n_decompositions, has_ms1=ms1 is not None,
