@@ -475,6 +475,10 @@ def save_bundle(
 
     save_file(weights(decoder, dtype), str(path / "decoder.safetensors"))
     save_file(weights(encoder, encoder_dtype), str(path / "encoder.safetensors"))
+    umask = os.umask(0)
+    os.umask(umask)
+    for weights_file in ("decoder.safetensors", "encoder.safetensors"):  # safetensors writes them 0600:
+        os.chmod(path / weights_file, 0o666 & ~umask)  # others sharing the machine could not load the model
     tokenizer.save(path / "tokenizer.json")
     calibration.save(path / "calibration.json")
     config = {

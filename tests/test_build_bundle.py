@@ -156,3 +156,17 @@ def test_a_new_decoder_beside_the_encoder_of_an_existing_bundle(runs, tmp_path):
     assert second.config["training"]["encoder_summary"] == first.config["training"]["encoder_summary"]
     assert "Encoder: 3 steps" in (tmp_path / "second" / "MODEL_CARD.md").read_text()
     assert second.bit_legend is not None and len(second.bit_legend) == len(first.bit_legend)  # travels with it
+
+
+def test_bundle_weights_are_readable_like_any_new_file(runs, tmp_path):
+    import os
+    import stat
+
+    umask = os.umask(0o022)
+    try:
+        assert _build(runs, tmp_path / "b") == 0
+    finally:
+        os.umask(umask)
+    for name in ("decoder.safetensors", "encoder.safetensors", "config.json"):
+        assert stat.S_IMODE((tmp_path / "b" / name).stat().st_mode) == 0o644, name
+    assert load_bundle(tmp_path / "b", device="cpu").name == "test-model"

@@ -98,7 +98,7 @@ def decoder_training_summary(checkpoint: Path) -> dict:
         summary["train_hours"] = sum(gaps) / 3600
         summary["tokens_per_s"] = sorted(r["tokens_per_s"] for r in train)[len(train) // 2]
     if val:
-        summary["val"] = {k: val[-1][k] for k in ("step", "loss", "accuracy") if k in val[-1]}
+        summary["val"] = {k: val[-1][k] for k in ("step", "loss", "accuracy", "noisy_loss", "noisy_accuracy") if k in val[-1]}
     if config.get("init_decoder"):
         summary["earlier_stages"] = earlier_decoder_stages(Path(config["init_decoder"]))
     return summary
@@ -208,9 +208,10 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
             f"- **Decoder pretraining**: {dec['corpus_records']:,} distinct structures ({dec['corpus_tokens'] / 1e6:.1f}M "
             "SAFE tokens): the molecule corpus `molecules.tsv.gz` of the project's shared data (public "
             "sources and their licenses are listed in its `molecules.md`: MassBank open records, RepoRT, "
-            "MetaCyc via ModelSEED, NP-Classifier training data, MIBiG, MoleculeNet, ChEMBL and ZINC subsets) "
-            "plus the `FOLD=train` structures of `massbank_dev.mgf.gz`; structures of the `val` fold and of "
-            "the held-out test sets are excluded."
+            "MetaCyc via ModelSEED, NP-Classifier training data, MIBiG, MoleculeNet, ChEMBL and ZINC subsets)"
+            + (" plus the `FOLD=train` structures of `massbank_dev.mgf.gz`"
+               if any("(MGF" in k for k in dec.get("corpus_inputs") or {"(MGF": 0}) else "")
+            + "; structures of the `val` fold and of the held-out test sets are excluded."
             + (" Input rows: " + ", ".join(f"{n:,} from `{k}`" for k, n in dec["corpus_inputs"].items())
                + " (a `*_sub*` file is a seeded random subset made by `scripts/sample_molecules.py`, sized to "
                "what the CPU budget could train on)." if dec.get("corpus_inputs") else ""))
@@ -251,7 +252,13 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
             f"{cfg.get('threads')} CPU thread(s) at the end), "
             f"{dec.get('tokens_seen', 0) / 1e6:.1f}M tokens = {dec.get('epochs', 0):.2f} epochs, "
             f"{dec.get('train_hours', 0):.1f} h at ~{dec.get('tokens_per_s', 0):,.0f} tokens/s. "
-            + (f"Held-out teacher-forced loss {dec['val']['loss']:.3f}, token accuracy {dec['val']['accuracy']:.3f}."
+            + (f"Noise-aware: {cfg['noise_fraction']:.0%} of the records conditioned on a simulated band query "
+               f"(noise model `{Path(cfg['noise_model']).name}`: per band threshold and bit, the rates at which "
+               "out-of-fold encoders keep true bits and switch false ones on) instead of the true fingerprint. "
+               if cfg.get("noise_fraction") and cfg.get("noise_model") else "")
+            + (f"Held-out teacher-forced loss {dec['val']['loss']:.3f}, token accuracy {dec['val']['accuracy']:.3f}"
+               + (f"; {dec['val']['noisy_loss']:.3f} and {dec['val']['noisy_accuracy']:.3f} from simulated queries"
+                  if dec["val"].get("noisy_loss") is not None else "") + "."
                if dec.get("val") else ""))
     if enc and not enc.get("metrics") and enc.get("note"):
         lines.append(f"- Encoder and calibration: {enc['note']}, unchanged; its training is in that bundle's card.")
