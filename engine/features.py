@@ -48,10 +48,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, InputFileError
 from .spectrum import SkippedRecord, Spectrum, SurveyScan
 
 GROUPINGS = ("auto", "always", "never")
+MAX_SURVEY_BEHIND = 50  # survey scans an ungrouped MS2 scan may find its precursor in (the latest ones)
 
 
 @dataclass(frozen=True)
@@ -406,8 +407,10 @@ def iter_features(
 
     MGF with ``grouping="auto"`` streams: each record is its own feature (:func:`library_feature`).
     An mzML run (or ``grouping="always"``) is read whole, MS1 survey scans included, then grouped;
-    skipped records come first, then the features in order. ``io_kwargs`` go to
-    :func:`engine.io.iter_spectra`.
+    skipped records come first, then the features in order; a run that breaks off mid-way
+    (``InputFileError``) gives the features of the scans read before, then raises. With
+    ``grouping="never"`` an mzML run streams too, each scan with the survey scans read before it.
+    ``io_kwargs`` go to :func:`engine.io.iter_spectra`.
     """
     from .io import detect_format, iter_spectra
 
@@ -426,16 +429,26 @@ def iter_features(
         return
     spectra: list[Spectrum] = []
     survey: list[SurveyScan] = []
-    for item in iter_spectra(path, survey_scans=True, **io_kwargs):
-        if isinstance(item, SurveyScan):
-            counts.n_survey += 1
-            survey.append(item)
-        elif isinstance(item, SkippedRecord):
-            counts.n_skipped += 1
-            yield item
-        else:
-            counts.n_ms2 += 1
-            spectra.append(item)
+    error: InputFileError | None = None
+    try:
+        for item in iter_spectra(path, survey_scans=True, **io_kwargs):
+            if isinstance(item, SurveyScan):
+                counts.n_survey += 1
+                survey.append(item)
+            elif isinstance(item, SkippedRecord):
+                counts.n_skipped += 1
+                yield item
+            elif config.grouping == "never":  # streams: each scan with the survey scans read so far
+                counts.n_ms2 += 1
+                counts.n_features += 1
+                yield single_scan_feature(item, survey[-MAX_SURVEY_BEHIND:], config)
+            else:
+                counts.n_ms2 += 1
+                spectra.append(item)
+    except InputFileError as e:  # a run cut off mid-way: the scans read before still count
+        error = e
     features = build_features(spectra, survey, config)
-    counts.n_features = len(features)
+    counts.n_features += len(features)
     yield from features
+    if error is not None:
+        raise error

@@ -236,3 +236,16 @@ def test_build_features_from_spectra(make_spectrum):
     assert feature.n_scans == 2 and feature.ms1 is None and isinstance(feature.spectrum, Spectrum)
     assert feature.spectrum.adduct == "[M+H]+" and feature.spectrum.formula == "C10H10O3"  # agreed by all scans
     assert feature.spectrum.metadata["precursor_source"] == "median of the MS2 scans' precursor m/z"
+
+
+@pytest.mark.parametrize("grouping", ["auto", "never"])
+def test_a_run_cut_off_mid_way_keeps_the_features_read_before(run, grouping):
+    from engine.errors import InputFileError
+
+    text = run.read_text()
+    run.write_text(text[: text.index('<spectrum index="6"') + 200])  # cut inside the 7th scan
+    items = []
+    with pytest.raises(InputFileError, match="malformed XML"):
+        for item in iter_features(run, FeatureConfig(grouping=grouping)):
+            items.append(item)
+    assert sum(f.n_scans for f in items) == 3  # scans 1, 3 and 5 were read before the cut
