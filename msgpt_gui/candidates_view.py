@@ -212,7 +212,8 @@ class CandidatesPanel(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(False)
         fit_columns(self.table, {CandidatesModel.RANK: "9999", CandidatesModel.CHANGE: "▲99", CandidatesModel.FORMULA:
-                                 "C22H30NaO4", CandidatesModel.COUNT: "9999", CandidatesModel.FREQUENCY: "0.000",
+                                 "C22H30NaO4", CandidatesModel.FORMULA_SCORE: "0.00 (#9)",
+                                 CandidatesModel.COUNT: "9999", CandidatesModel.FREQUENCY: "0.000",
                                  CandidatesModel.SIMILARITY: "0.000", CandidatesModel.SCORE: "-000.0",
                                  CandidatesModel.REFERENCE: "★ reference",
                                  NoveltyCandidatesModel.NOVELTY: "training corpus"},
@@ -247,12 +248,17 @@ class CandidatesPanel(QWidget):
 
     # -- showing a result
     def show_result(self, result: SpectrumResult | None, previous: SpectrumResult | None = None,
-                    running: bool = False, note: str = "", flag: str = "") -> None:
+                    running: bool = False, note: str = "", flag: str = "", formula_scores: dict | None = None,
+                    detail: str = "", formula_text: str = "") -> None:
         """``note``: what to say when there is no result; ``flag``: a warning shown with the result
-        (e.g. the spectrum holds no fragments)."""
+        (e.g. the spectrum holds no fragments); ``formula_scores``: formula -> (rank, score) of the formula
+        candidates the candidates were drawn for; ``detail``: a line (HTML) under the summary; ``formula_text``:
+        what the structures were drawn for when not the result's formula (several formulas)."""
         keep = self.selected_key()
-        self.model.set_result(result, previous)
-        self._summarise(result, running, note)
+        self.model.set_result(result, previous, formula_scores)
+        self._summarise(result, running, note, formula_text)
+        if detail and result is not None:
+            self.summary.setText(self.summary.text() + f"<br>{detail}")
         if flag:
             self.summary.setText(self.summary.text() + f"<br><span style='color:#a15c00'>⚠ {flag}</span>")
         row = self._proxy_row_of(keep) if keep else None
@@ -266,20 +272,21 @@ class CandidatesPanel(QWidget):
         else:
             self.detail.show_candidate(None)
 
-    def _summarise(self, r: SpectrumResult | None, running: bool, note: str) -> None:
+    def _summarise(self, r: SpectrumResult | None, running: bool, note: str, formula_text: str = "") -> None:
         if r is None:
             self.summary.setText(note or "<span style='color:#777'>No candidates yet: select spectra and press "
                                  "Run (Ctrl+R).</span>")
             self.reference.hide()
             return
         p = r.params
+        formula = formula_text or f"formula {r.spectrum.formula}"
         live = " <span style='color:#1f5fbf'>(updating…)</span>" if running or r.partial else ""
         self.summary.setText(
             f"<b>{len(r.candidates)} candidate{'' if len(r.candidates) == 1 else 's'}</b>{live} from {r.n_samples} structures drawn "
-            f"({r.n_valid} valid, {r.n_formula_consistent} with formula {r.spectrum.formula}) · "
+            f"({r.n_valid} valid, {r.n_formula_consistent} with {formula}) · "
             f"κ {p.kappa_min:g}–{p.kappa_max:g}, M = {p.groups}, B = {p.pool_size}, seed {p.seed}"
             + (f" · {r.seconds:.1f} s, {r.new_samples} newly drawn" if not (running or r.partial) else "")
-            + (f"<br><span style='color:#a15c00'>No drawn structure is valid with formula {r.spectrum.formula}: "
+            + (f"<br><span style='color:#a15c00'>No drawn structure is valid with {formula}: "
                "raise the pool size B to draw more, or widen the κ band.</span>"
                if not (running or r.partial or r.candidates) else "")
         )
@@ -316,12 +323,14 @@ class CandidatesPanel(QWidget):
         self.candidate_selected.emit(c)
 
 
-def fit_columns(view: QTableView, samples: dict[int, str], bold_rows: bool = False) -> None:
-    """Width of each column = its header or a sample value (whichever is wider), in the view's font."""
+def fit_columns(view, samples: dict[int, str], bold_rows: bool = False) -> None:
+    """Width of each column = its header or a sample value (whichever is wider), in the view's font (a table or a
+    tree view)."""
     font = QFont(view.font())
     font.setBold(bold_rows)
     bold = QFontMetrics(font)
-    header_fm = view.horizontalHeader().fontMetrics()
+    header = view.horizontalHeader() if isinstance(view, QTableView) else view.header()
+    header_fm = header.fontMetrics()
     model = view.model()
     for col, sample in samples.items():
         header = str(model.headerData(col, Qt.Orientation.Horizontal) or "")

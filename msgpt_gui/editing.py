@@ -25,6 +25,8 @@ from engine.spectrum import (
     written_decimals,
 )
 
+from .formulas import SOURCE_KEYS
+
 OK, INCOMPLETE, ERROR = "ok", "incomplete", "error"
 
 
@@ -104,6 +106,10 @@ def check_edit(
         spectrum = spectrum.with_formula(hill, check=False)
     except MsgptError as e:
         return EditCheck(None, str(e), ERROR)
+    if isinstance(base, Spectrum) and (spectrum.formula, spectrum.adduct) != (base.formula, base.adduct) and \
+            any(k in spectrum.metadata for k in SOURCE_KEYS):  # typed: no longer a picked formula candidate
+        spectrum = dataclasses.replace(spectrum, metadata={k: v for k, v in spectrum.metadata.items()
+                                                           if k not in SOURCE_KEYS})
     changed = not isinstance(base, Spectrum) or any(
         getattr(spectrum, f) != getattr(base, f) for f in ("precursor_mz", "formula", "adduct")
     )

@@ -1,6 +1,11 @@
 """The app's document, without Qt: one entry per record of the opened files, what stops it from running,
 the IDs it is listed under, and the filter of the spectra list.
 
+An LC-MS/MS run is listed by precursor feature (:mod:`engine.features`): one entry per feature, holding its
+consensus spectrum, with the feature's scans as child entries when there are several. A spectrum without a
+formula runs for its best formula candidates (:mod:`msgpt_gui.formulas`): each becomes a *formula run*, an
+entry of its own that is not listed, owned by the listed one, which shows their candidates as one list.
+
 An entry whose record was skipped by the reader still holds the record's peaks when it had any
 (:class:`engine.spectrum.SkippedRecord`), so it is listed and plotted; typing its precursor m/z
 (:mod:`msgpt_gui.editing`) makes it a spectrum that can run.
@@ -19,11 +24,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
+from engine.features import Feature
 from engine.pipeline import SpectrumResult, SpectrumSession
 from engine.spectrum import NO_FRAGMENTS_NOTE, PRECURSOR_DECIMALS_KEY, SkippedRecord, Spectrum, has_fragments
+
+from .formulas import combine_results, formula_base, readiness, table_key
 
 NO_PRECURSOR = "no precursor m/z"  # how the reader's reason for such a record starts
 
@@ -55,6 +63,17 @@ class SpectrumEntry:
     model_checksum: str | None = None  # the model the session (or the result, read from a project) belongs to
     user_notes: str = ""  # the user's notes on this spectrum (saved in projects, found by the filter)
     drawn_samples: tuple = ()  # samples a project kept for the result: put back into the next session (new_session)
+    # LC-MS runs: precursor features and their scans
+    feature: Feature | None = None  # the precursor feature this entry lists (its spectrum is the consensus)
+    ms1: object | None = None  # MS1Evidence of the precursor (a feature's, also given to its scans)
+    parent_key: int | None = None  # a scan listed under its feature
+    children: list[SpectrumEntry] = field(default_factory=list)  # the scans of a feature of several scans
+    # formula candidates
+    formula_table: object | None = None  # the FormulaTable of formula_base(), once ranked
+    formula_table_key: tuple | None = None  # table_key() of the spectrum it was ranked for
+    formula_runs: list[SpectrumEntry] = field(default_factory=list)  # one entry per formula Run took (not listed)
+    owner_key: int | None = None  # a formula run: the key of the listed entry it belongs to
+    candidate: object | None = None  # a formula run: its FormulaCandidate
 
     @classmethod
     def from_item(cls, key: int, item: Spectrum | SkippedRecord) -> SpectrumEntry:
@@ -62,13 +81,38 @@ class SpectrumEntry:
             return cls(key, None, skipped=item, status=Status.SKIPPED, reason=item.reason)
         return cls(key, item, original=item)
 
+    @classmethod
+    def from_feature(cls, key: int, feature: Feature, new_key: Callable[[], int]) -> SpectrumEntry:
+        """The entry of a precursor feature; a feature of several scans lists them as children (keys from
+        ``new_key``)."""
+        entry = cls(key, feature.spectrum, original=feature.spectrum, feature=feature, ms1=feature.ms1)
+        if feature.n_scans > 1:
+            entry.children = [cls(new_key(), scan, original=scan, parent_key=key, ms1=feature.ms1)
+                              for scan in feature.scans]
+        return entry
+
     @property
     def id(self) -> str:
         return self.spectrum.id if self.spectrum is not None else self.skipped.spectrum_id
 
     @property
     def display_id(self) -> str:
+        """``F0007`` for a feature (``F0007 · scan=621`` when it is one scan), compact scan IDs otherwise."""
+        if self.feature is not None:
+            short = self.feature.id.split("_", 1)[0]
+            return f"{short} · {compact_id(self.feature.scans[0].id)}" if self.feature.n_scans == 1 else short
         return compact_id(self.id)
+
+    @property
+    def n_scans(self) -> int | None:
+        """MS2 scans merged into this entry's spectrum (a feature's), None for other entries."""
+        return self.feature.n_scans if self.feature is not None else None
+
+    @property
+    def rt_range(self) -> tuple[float, float] | None:
+        """First and last retention time (s) of a feature's scans, None for other entries."""
+        f = self.feature
+        return (f.rt_min, f.rt_max) if f is not None and f.rt_min is not None else None
 
     @property
     def source(self) -> str:
@@ -106,8 +150,83 @@ class SpectrumEntry:
 
     @property
     def shown(self) -> SpectrumResult | None:
-        """What the candidate table shows: the live ranking while running, else the last result."""
+        """What the candidate table shows: the live ranking while running, else the last result; after a run of
+        several formulas, their candidates as one list (ranks running on, formula by formula)."""
+        if self.formula_runs:
+            return combine_results([r.shown for r in self.formula_runs])
         return self.live if self.live is not None else self.result
+
+    @property
+    def baseline(self) -> SpectrumResult | None:
+        """What the Change column compares :attr:`shown` with."""
+        if self.formula_runs:
+            runs = self.formula_runs
+            if any(r.live is not None for r in runs):
+                return combine_results([r.result for r in runs])
+            return combine_results([r.previous for r in runs]) if all(r.previous for r in runs if r.result) else None
+        return self.result if self.live is not None else self.previous
+
+    def results(self) -> list[SpectrumResult]:
+        """The complete results of this entry: its own, or those of its formula runs (best formula first)."""
+        if self.formula_runs:
+            return [r.result for r in self.formula_runs if r.result is not None]
+        return [self.result] if self.result is not None else []
+
+    @property
+    def has_results(self) -> bool:
+        return self.result is not None or any(r.result is not None for r in self.formula_runs)
+
+    @property
+    def needs_formulas(self) -> bool:
+        """Run ranks formula candidates first: the spectrum lacks a formula or an ion type."""
+        s = self.spectrum
+        return s is not None and (not s.formula or not s.adduct)
+
+    def formula_base(self) -> Spectrum | None:
+        """The spectrum the formula table is for (:func:`msgpt_gui.formulas.formula_base`)."""
+        return formula_base(self.spectrum, self.original) if self.spectrum is not None else None
+
+    def cached_formulas(self):
+        """The formula table of :meth:`formula_base` when it was ranked already, else None."""
+        base = self.formula_base()
+        if base is None or self.formula_table is None or self.formula_table_key != table_key(base):
+            return None
+        return self.formula_table
+
+    def keep_formulas(self, base: Spectrum, table) -> None:
+        self.formula_table, self.formula_table_key = table, table_key(base)
+
+    def sync_status(self) -> None:
+        """A listed entry with formula runs: its status follows theirs (running while one is, done when one is)."""
+        runs = self.formula_runs
+        if not runs:
+            return
+        states = [r.status for r in runs]
+        if any(s in (Status.RUNNING, Status.QUEUED) for s in states):
+            self.status, self.reason = Status.RUNNING, ""
+        elif Status.DONE in states or any(r.result is not None for r in runs):
+            self.status, self.reason = Status.DONE, ""
+        elif Status.CANCELLED in states:
+            self.status, self.reason = Status.CANCELLED, ""
+        elif Status.FAILED in states:
+            failed = [r for r in runs if r.status == Status.FAILED]
+            self.status = Status.FAILED
+            self.reason = "; ".join(f"{r.spectrum.formula}: {r.reason}" for r in failed)
+        else:
+            self.status, self.reason = Status.NOT_RUN, ""
+
+    def take_formula_run(self, spectrum: Spectrum) -> bool:
+        """Picking a formula that already ran: the entry takes that run's result and samples (True); the other
+        runs are dropped either way."""
+        run = next((r for r in self.formula_runs if r.result is not None and r.spectrum.formula == spectrum.formula
+                    and r.spectrum.adduct == spectrum.adduct), None)
+        self.reset_results()
+        if run is None:
+            return False
+        self.spectrum = run.spectrum
+        self.result, self.session, self.model_checksum = run.result, run.session, run.model_checksum
+        self.status, self.reason = Status.DONE, ""
+        return True
 
     @property
     def precursor_typed(self) -> bool:
@@ -148,9 +267,13 @@ class SpectrumEntry:
         ions = f" (this model supports {', '.join(supported_adducts)})" if supported_adducts else ""
         missing = [w for w, v in (("molecular formula", s.formula), ("ion type (adduct)", s.adduct)) if not v]
         if missing:
+            why_not = readiness(s, supported_adducts)  # as for formula_base(): same ion types
+            if why_not is None:
+                return None  # Run ranks its formula candidates and takes the best (msgpt_gui.formulas)
             label = "needs formula" if not s.formula else "needs adduct"
-            return label, (f"no {' and no '.join(missing)}: type {'them' if len(missing) > 1 else 'it'} below the "
-                           f"spectrum and press Apply, or select several rows and press Apply to selected{ions}")
+            return label, (f"no {' and no '.join(missing)}, and no formula candidates: {why_not}. Type "
+                           f"{'them' if len(missing) > 1 else 'it'} below the spectrum and press Apply, or select "
+                           f"several rows and press Apply to selected{ions}")
         if supported_adducts is not None and s.adduct not in supported_adducts:
             return "ion not supported", (f"adduct {s.adduct} is not supported by this model{ions}; choose one of "
                                          "those below the spectrum")
@@ -191,11 +314,13 @@ class SpectrumEntry:
         return SpectrumSession(bundle, self.spectrum)
 
     def reset_results(self) -> None:
-        """Forget results and samples (new formula/adduct/precursor, another model); the notes stay."""
+        """Forget results, samples and formula runs (new formula/adduct/precursor, another model); the notes and
+        the formula table stay."""
         self.result = self.live = self.previous = None
         self.session = None
         self.model_checksum = None
         self.drawn_samples = ()
+        self.formula_runs = []
         if self.spectrum is not None:
             self.status, self.reason = Status.NOT_RUN, ""
 
@@ -316,6 +441,9 @@ class SpectraFilter:
 def _searchable(entry: SpectrumEntry, supported_adducts: Sequence[str] | None) -> str:
     s = entry.spectrum
     parts = [entry.id, entry.name, entry.status_label(supported_adducts), *entry.notes(), entry.user_notes]
+    if entry.feature is not None:
+        parts += list(entry.feature.scan_ids)
     if s is not None:
         parts += [s.adduct or "", s.formula or ""]
+    parts += [r.spectrum.formula or "" for r in entry.formula_runs]
     return "\n".join(parts).lower()

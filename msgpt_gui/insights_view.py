@@ -58,6 +58,7 @@ class Insights(QObject):
 
         window.candidates_shown.connect(lambda *_: self._follow_current())
         window.candidates.candidate_selected.connect(self.bits.set_candidate)
+        window.candidates.candidate_selected.connect(lambda *_: self._follow_current())  # several formulas: its own
         window.model_changed.connect(self._model_changed)
         window.params_panel.changed.connect(self._params_changed)
         window.worker_started.connect(self._worker_started)
@@ -88,7 +89,7 @@ class Insights(QObject):
         worker.finished.connect(lambda: self.score.set_busy(self.window.busy))
 
     def _follow_current(self) -> None:
-        e = self.window.current_entry()
+        e = self.window.focus_entry()  # after a run of several formulas: that of the selected candidate
         self.bits.set_entry(e)
         self.score.set_busy(self.window.busy)
         self.score.set_entry(e)
@@ -142,7 +143,7 @@ class Insights(QObject):
         if w.bundle is None:
             w.show_message("No model is loaded: choose Model ▸ Open Model Folder… first.")
             return False
-        entries = [e for e in w.selected_entries() if e.spectrum is not None]
+        entries = [r for e in w.selected_entries() for r in (e.formula_runs or [e]) if r.spectrum is not None]
         if not entries:
             w.show_message("Select the spectra whose posteriors to export.")
             return False

@@ -1,5 +1,9 @@
 """The app's long work as plain generators (no Qt): loading files, elucidating spectra, exporting.
 
+An mzML run is loaded as precursor features (:mod:`engine.features`: the MS2 scans of one precursor merged,
+with the MS1 evidence of the precursor); an MGF file record by record, as before. Elucidating a spectrum
+without a formula first ranks its formula candidates, then runs the best ``k`` (:class:`FormulaJob`).
+
 (The document these jobs work on, one entry per record, is :mod:`msgpt_gui.entries`.)
 
 Each job takes a ``cancel`` callable, yields progress events and returns its result, like
@@ -12,6 +16,7 @@ writers are atomic).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import time
 from collections import Counter
@@ -21,9 +26,12 @@ from pathlib import Path
 
 from engine.errors import Cancelled, MsgptError
 from engine.export import CandidateWriter
-from engine.io import iter_spectra
+from engine.features import FeatureConfig, build_feature, group_scans
+from engine.io import detect_format, iter_spectra
 from engine.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
-from engine.spectrum import SkippedRecord, SurveyScan
+from engine.spectrum import SkippedRecord, Spectrum, SurveyScan
+
+from .formulas import DEFAULT_TOP_K, formula_spectra, no_candidate_reason, rank_job
 
 CancelFn = Callable[[], bool]
 
@@ -41,7 +49,7 @@ def check_cancel(cancel: CancelFn | None) -> None:
 @dataclass(frozen=True)
 class RecordsRead:
     path: str
-    items: tuple  # Spectrum | SkippedRecord
+    items: tuple  # Spectrum | SkippedRecord | Feature (an mzML run)
 
 
 _LINE_PREFIX = re.compile(r"^line \d+: ")
@@ -58,28 +66,41 @@ class FileSummary:
     """What :func:`load_file` read from one file."""
 
     path: str
-    records: int = 0  # listed: spectra and skipped records
-    spectra: int = 0  # usable as read
+    records: int = 0  # listed: spectra (or precursor features) and skipped records
+    spectra: int = 0  # usable as read (an mzML run: its precursor features)
     skipped: Counter = field(default_factory=Counter)  # reason kind -> records
     survey_scans: int = 0  # MS1 scans of an mzML run (not listed)
+    ms2_scans: int = 0  # an mzML run: the usable MS2 scans merged into its features
+    features: int = 0  # an mzML run: precursor features listed
 
     @property
     def n_skipped(self) -> int:
         return sum(self.skipped.values())
 
-    def report(self, entries: Sequence, supported_adducts: Sequence[str] | None, model_name: str = "") -> tuple[str, bool]:
+    def report(self, entries: Sequence, supported_adducts: Sequence[str] | None, model_name: str = "",
+               top_k: int = DEFAULT_TOP_K) -> tuple[str, bool]:
         """What the user should know about the file: (text, whether it is worth a dialog).
 
         ``entries``: the file's entries (:class:`~msgpt_gui.entries.SpectrumEntry`) as listed now, so
         that what stops a spectrum from running is judged for the loaded model (``supported_adducts``).
-        A dialog is worth it when records were passed over or skipped, or spectra need something first.
+        A dialog is worth it when records were passed over or skipped, spectra need something first, or
+        Run will take formula candidates for them (``top_k`` of each).
         """
         name = Path(self.path).name
         ready = sum(e.spectrum is not None and e.blocker(supported_adducts) is None for e in entries)
-        lines = [f"{name}: {self.records:,} MS/MS record{'s' if self.records != 1 else ''} listed, {ready:,} ready to run."]
+        if self.features:
+            merged = self.ms2_scans - self.features
+            lines = [f"{name}: {self.features:,} precursor feature{'s' if self.features != 1 else ''} from "
+                     f"{self.ms2_scans:,} MS/MS scans listed, {ready:,} ready to run.", "",
+                     "The MS/MS scans of one precursor (m/z within 10 ppm, no gap over 30 s) are merged into one "
+                     f"consensus spectrum ({merged:,} scans merged into others); expand a feature (▸) to see its scans."]
+        else:
+            lines = [f"{name}: {self.records:,} MS/MS record{'s' if self.records != 1 else ''} listed, "
+                     f"{ready:,} ready to run."]
         if self.survey_scans:
             lines += ["", f"Not listed: {self.survey_scans:,} MS1 survey scan{'s' if self.survey_scans != 1 else ''} "
-                          "(MS-GPT elucidates MS/MS spectra; the survey scans hold no fragments)."]
+                          "(MS-GPT elucidates MS/MS spectra; the survey scans hold no fragments). They give each "
+                          "precursor's isotope pattern and co-detected adducts to its formula candidates."]
         if self.skipped:
             lines += ["", "Listed but skipped by the reader (select one to see it; its Status says why):"]
             for reason, n in self.skipped.most_common(8):
@@ -107,6 +128,12 @@ class FileSummary:
             if unsupported:
                 ions = ", ".join(f"{a} ({n})" for a, n in unsupported.most_common())
                 lines.append(f"  • {sum(unsupported.values()):,} with an ion type this model cannot use: {ions}")
+        guessed = sum(e.needs_formulas and e.blocker(supported_adducts) is None for e in entries)
+        if guessed:
+            lines += ["", f"Without a molecular formula: {guessed:,}. Run ranks their formula and ion type candidates "
+                          f"(precursor mass, fragments{', MS1 isotopes' if self.survey_scans else ''}) and elucidates "
+                          f"the best {top_k} of each; the Formulas tab lists them to pick one, or type one below the "
+                          "spectrum."]
         flagged = sum(bool(e.no_fragments) for e in entries)
         if flagged:
             lines += ["", f"Flagged: {flagged:,} spectr{'um' if flagged == 1 else 'a'} with no fragments "
@@ -116,24 +143,40 @@ class FileSummary:
             lines += ["", f"{model} supports the ion types {', '.join(supported_adducts)}."]
         else:
             lines += ["", "No model is loaded: Model ▸ Open Model Folder… picks one (it says which ion types it supports)."]
-        worth = bool(self.survey_scans or self.skipped or blocked)
+        worth = bool(self.survey_scans or self.skipped or blocked or guessed)
         return "\n".join(lines), worth
 
 
 def load_file(
-    path: str | Path, cancel: CancelFn | None = None, batch: int = 500, interval_s: float = 0.15
+    path: str | Path, cancel: CancelFn | None = None, batch: int = 500, interval_s: float = 0.15,
+    features: FeatureConfig | None = FeatureConfig(),
 ) -> Generator[RecordsRead, None, FileSummary]:
-    """Stream a spectra file in batches (at most ``batch`` records or ``interval_s`` apart); returns
-    a :class:`FileSummary`. MS1 survey scans are counted, not listed."""
+    """Read a spectra file in batches (at most ``batch`` records or ``interval_s`` apart); returns a
+    :class:`FileSummary`. An MGF file streams record by record. An mzML run is read whole and listed by
+    precursor feature (``features``: how scans are grouped; None lists every MS2 scan), skipped records first;
+    MS1 survey scans are counted and give the features their MS1 evidence, not listed."""
     path = str(path)
     summary = FileSummary(path)
     items: list = []
     last = time.perf_counter()
+    grouped = features is not None and detect_format(path) == "mzml"
+    spectra: list[Spectrum] = []
+    survey: list[SurveyScan] = []
+
+    def due() -> bool:
+        return len(items) >= batch or time.perf_counter() - last >= interval_s
+
     try:
         for item in iter_spectra(path, survey_scans=True):
             check_cancel(cancel)
             if isinstance(item, SurveyScan):
                 summary.survey_scans += 1
+                if grouped:
+                    survey.append(item)
+                continue
+            if grouped and not isinstance(item, SkippedRecord):
+                spectra.append(item)
+                summary.ms2_scans += 1
                 continue
             items.append(item)
             summary.records += 1
@@ -141,10 +184,9 @@ def load_file(
                 summary.skipped[reason_kind(item.reason)] += 1
             else:
                 summary.spectra += 1
-            now = time.perf_counter()
-            if len(items) >= batch or now - last >= interval_s:
+            if due():
                 yield RecordsRead(path, tuple(items))
-                items, last = [], now
+                items, last = [], time.perf_counter()
     except Cancelled:
         raise
     except MsgptError:  # a problem mid-file: the records read before it are kept
@@ -152,6 +194,18 @@ def load_file(
             yield RecordsRead(path, tuple(items))
         raise
     check_cancel(cancel)
+    if spectra:
+        survey.sort(key=lambda s: (math.inf if s.retention_time is None else s.retention_time))
+        groups = group_scans([s.precursor_mz for s in spectra], [s.retention_time for s in spectra], features)
+        for k, group in enumerate(groups):
+            check_cancel(cancel)
+            items.append(build_feature(k, [spectra[i] for i in group], survey, features))
+            summary.records += 1
+            summary.spectra += 1
+            summary.features += 1
+            if due():
+                yield RecordsRead(path, tuple(items))
+                items, last = [], time.perf_counter()
     if items:
         yield RecordsRead(path, tuple(items))
     return summary
@@ -199,11 +253,74 @@ class RunOutcome:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class FormulaJob:
+    """Elucidate the best ``k`` formula candidates of a spectrum without a formula (the ion types the model
+    supports); the table is ranked in the job unless given."""
+
+    key: int  # the listed entry
+    base: Spectrum  # the spectrum the table is for (msgpt_gui.formulas.formula_base)
+    ms1: object | None  # its MS1 evidence (engine.features.MS1Evidence), if any
+    table: object | None  # its FormulaTable, when ranked already
+    run_keys: tuple[int, ...]  # keys for the formula runs, one per formula (k of them)
+
+
+@dataclass(frozen=True)
+class FormulaRun:
+    key: int
+    candidate: object  # FormulaCandidate
+    spectrum: Spectrum  # the base with the candidate's formula and ion type
+    session: SpectrumSession | None  # None when the model cannot run it (problem says why)
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class FormulasRanked:
+    """The formula table of a :class:`FormulaJob` and the runs it starts (their events follow, keyed by run)."""
+
+    key: int
+    base: Spectrum
+    table: object  # FormulaTable
+    runs: tuple[FormulaRun, ...]
+
+
+def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession, params: QueryParams,
+                   cancel: CancelFn, preview: bool) -> Generator[object, None, SpectrumResult]:
+    """One session's run with its progress and live rankings (see :func:`elucidate_sessions`)."""
+    t0 = time.perf_counter()
+    stages = [params]
+    if preview and params.samples_per_group > 1:
+        stages.insert(0, dataclasses.replace(params, samples_per_group=1))
+    new = 0
+    result = None
+    for n_stage, stage in enumerate(stages):
+        final = n_stage == len(stages) - 1
+        gen = session.run(stage, cancel)
+        offset = new
+        while True:
+            try:
+                event = next(gen)
+            except StopIteration as stop:
+                result = stop.value
+                break
+            if isinstance(event, SamplesDrawn):
+                # a fresh pool: the preview draws M of the B samples; report against B
+                total = event.total if final else max(params.pool_size, event.total)
+                yield EntryProgress(key, position, count, offset + event.done, offset + total)
+            elif isinstance(event, RankingUpdated):
+                yield EntryRanking(key, dataclasses.replace(event.result, partial=True))
+        new += result.new_samples
+        if not final and result.new_samples:
+            yield EntryRanking(key, dataclasses.replace(result, partial=True))
+    return dataclasses.replace(result, new_samples=new, seconds=time.perf_counter() - t0, partial=False)
+
+
 def elucidate_sessions(
-    jobs: Sequence[tuple[int, SpectrumSession]],
+    jobs: Sequence[tuple[int, SpectrumSession] | FormulaJob],
     params: QueryParams,
     cancel: CancelFn | None = None,
     preview: bool = True,
+    bundle=None,
 ) -> Generator[object, None, RunOutcome]:
     """Run ``params`` on each ``(key, session)``; yields Entry* events, returns a :class:`RunOutcome`.
 
@@ -212,6 +329,9 @@ def elucidate_sessions(
     identified by (query, index), growing draws only the missing ones and the final pool is the
     one a single run would draw; the first structures are on screen after about 1/N of the work.
 
+    A :class:`FormulaJob` (it needs ``bundle``) ranks the spectrum's formula candidates, says which it
+    runs (:class:`FormulasRanked`), then runs each like a session, its events keyed by the run's key.
+
     A spectrum that fails with an engine error is reported (``EntryFailed``) and the run goes on;
     cancelling raises :class:`Cancelled` (the spectrum in progress gets no result).
     """
@@ -219,46 +339,60 @@ def elucidate_sessions(
     outcome = RunOutcome()
     t_run = time.perf_counter()
     count = len(jobs)
-    for position, (key, session) in enumerate(jobs):
+    for position, job in enumerate(jobs):
         check_cancel(cancel)
-        yield EntryStarted(key, position, count)
-        t0 = time.perf_counter()
-        try:
-            stages = [params]
-            if preview and params.samples_per_group > 1:
-                stages.insert(0, dataclasses.replace(params, samples_per_group=1))
-            new = 0
-            result = None
-            for n_stage, stage in enumerate(stages):
-                final = n_stage == len(stages) - 1
-                gen = session.run(stage, cancel)
-                offset = new
-                while True:
-                    try:
-                        event = next(gen)
-                    except StopIteration as stop:
-                        result = stop.value
-                        break
-                    if isinstance(event, SamplesDrawn):
-                        # a fresh pool: the preview draws M of the B samples; report against B
-                        total = event.total if final else max(params.pool_size, event.total)
-                        yield EntryProgress(key, position, count, offset + event.done, offset + total)
-                    elif isinstance(event, RankingUpdated):
-                        yield EntryRanking(key, dataclasses.replace(event.result, partial=True))
-                new += result.new_samples
-                if not final and result.new_samples:
-                    yield EntryRanking(key, dataclasses.replace(result, partial=True))
-            result = dataclasses.replace(result, new_samples=new, seconds=time.perf_counter() - t0, partial=False)
-        except Cancelled:
-            raise
-        except MsgptError as e:
-            outcome.failed.append(key)
-            yield EntryFailed(key, str(e))
-            continue
-        outcome.finished.append(key)
-        yield EntryFinished(key, result)
+        if isinstance(job, FormulaJob):
+            runs = yield from _formula_runs(job, position, count, bundle, cancel)
+            if runs is None:
+                outcome.failed.append(job.key)
+                continue
+            todo = [(run.key, run.session) for run in runs if run.session is not None]
+        else:
+            todo = [job]
+        finished = False
+        for key, session in todo:
+            yield EntryStarted(key, position, count)
+            try:
+                result = yield from _elucidate_one(key, position, count, session, params, cancel, preview)
+            except Cancelled:
+                raise
+            except MsgptError as e:
+                yield EntryFailed(key, str(e))
+                continue
+            finished = True
+            yield EntryFinished(key, result)
+        top = job.key if isinstance(job, FormulaJob) else job[0]
+        (outcome.finished if finished else outcome.failed).append(top)
     outcome.seconds = time.perf_counter() - t_run
     return outcome
+
+
+def _formula_runs(job: FormulaJob, position: int, count: int, bundle, cancel: CancelFn
+                  ) -> Generator[object, None, tuple[FormulaRun, ...] | None]:
+    """Rank (unless given) and start the formula runs of ``job``; None when there is nothing to run (said)."""
+    yield EntryStarted(job.key, position, count)
+    try:
+        table = job.table if job.table is not None else (yield from rank_job(job.base, job.ms1, cancel))
+    except Cancelled:
+        raise
+    except MsgptError as e:
+        yield EntryFailed(job.key, str(e))
+        return None
+    runs = []
+    for key, (candidate, spectrum) in zip(job.run_keys, formula_spectra(job.base, table, bundle.supported_adducts,
+                                                                        len(job.run_keys))):
+        try:
+            runs.append(FormulaRun(key, candidate, spectrum, SpectrumSession(bundle, spectrum)))
+        except MsgptError as e:
+            runs.append(FormulaRun(key, candidate, spectrum, None, str(e)))
+    yield FormulasRanked(job.key, job.base, table, tuple(runs))
+    if not runs:
+        yield EntryFailed(job.key, no_candidate_reason(table, bundle.supported_adducts))
+        return None
+    for run in runs:
+        if run.session is None:
+            yield EntryFailed(run.key, run.problem)
+    return tuple(runs)
 
 
 # -- export -------------------------------------------------------------------------------------------
@@ -269,24 +403,28 @@ class ExportProgress:
 
 
 def export_candidates(
-    path: str | Path, results: Sequence[SpectrumResult], info: dict[str, str], cancel: CancelFn | None = None,
-    novelty=None,
+    path: str | Path, results: Sequence[SpectrumResult | Sequence[SpectrumResult]], info: dict[str, str],
+    cancel: CancelFn | None = None, novelty=None,
 ) -> Generator[ExportProgress, None, int]:
-    """Write ``results`` to a CSV/SDF file atomically; returns the number of candidate rows. ``novelty``: the
-    :class:`~engine.novelty.NoveltyMarker` of the novelty column."""
+    """Write ``results`` to a CSV/SDF file atomically; returns the number of candidate rows. An item that is a
+    sequence holds the results of one spectrum's formulas: their ranks run on, as ``msgpt predict`` writes them.
+    ``novelty``: the :class:`~engine.novelty.NoveltyMarker` of the novelty column."""
     with CandidateWriter(path, info, novelty=novelty) as writer:
-        for i, result in enumerate(results):
+        for i, item in enumerate(results):
             check_cancel(cancel)
-            writer.write(result)
+            rows = 0
+            for result in ([item] if isinstance(item, SpectrumResult) else item):
+                rows += writer.write(result, rank_offset=rows)
             yield ExportProgress(i + 1, len(results))
         check_cancel(cancel)
     return writer.n_rows
 
 
-def export_info(bundle, results: Sequence[SpectrumResult]) -> dict[str, str]:
+def export_info(bundle, results: Sequence[SpectrumResult | Sequence[SpectrumResult]]) -> dict[str, str]:
     """Provenance for an export: model, checksum, parameters and seed (per spectrum when they differ)."""
     from engine.export import provenance
 
+    results = [r for item in results for r in ([item] if isinstance(item, SpectrumResult) else item)]
     params = [r.params for r in results]
     distinct = list(dict.fromkeys(params))
     info = provenance(bundle, distinct[0] if distinct else QueryParams())

@@ -29,8 +29,8 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QSplitter,
     QStyle,
-    QTableView,
     QToolButton,
+    QTreeView,
     QVBoxLayout,
     QWidget,
 )
@@ -45,6 +45,8 @@ from . import tooltips
 from .candidates_view import CandidatesPanel, fit_columns
 from .editing import ERROR, apply_formula
 from .entries import FILTER_PLACEHOLDER, FILTER_TIP, SpectrumEntry, Status, format_mz
+from .formulas import formula_scores
+from .formulas_view import FormulaController
 from .insights_view import Insights
 from .jobs import FileSummary, export_info
 from .models import KEY_ROLE, NO_FRAGMENTS_TIP, SpectraModel, SpectraProxy
@@ -107,6 +109,7 @@ class MainWindow(QMainWindow):
         self._retune_timer.timeout.connect(self._retune)
         self.runs = RunController(self.spectra, self)
         self._connect_runs()
+        self.formulas = FormulaController(self)  # the Formulas tab: formula candidates, isotopes, run best k
         self.projects = ProjectController(self)  # File ▸ Open/Save Project, notes, autosave and recovery
         self._build_actions()
         self._build_menus()
@@ -169,21 +172,24 @@ class MainWindow(QMainWindow):
         self.spectra_filter = QLineEdit(placeholderText=FILTER_PLACEHOLDER, clearButtonEnabled=True)
         self.spectra_filter.setToolTip(FILTER_TIP)
         self.spectra_filter.textChanged.connect(self.spectra_proxy.set_filter_text)
-        self.spectra_view = QTableView()
+        # a tree: an LC-MS run lists precursor features, their scans below them (MGF records have no children,
+        # and the branches are drawn only once some row has them: a library looks like a plain list)
+        self.spectra_view = QTreeView(uniformRowHeights=True, rootIsDecorated=False, allColumnsShowFocus=True)
         self.spectra_view.setModel(self.spectra_proxy)
         self.spectra_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.spectra_view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.spectra_view.setAlternatingRowColors(True)
         self.spectra_view.setWordWrap(False)
         self.spectra_view.setTextElideMode(Qt.TextElideMode.ElideRight)  # IDs differ at their end: see compact_id
-        self.spectra_view.verticalHeader().hide()
-        self.spectra_view.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
-        header = self.spectra_view.horizontalHeader()
+        self.spectra_view.setExpandsOnDoubleClick(False)  # a double-click runs the spectrum; ▸ expands
+        self.spectra_view.setIndentation(14)
+        header = self.spectra_view.header()
         header.setSortIndicator(-1, Qt.SortOrder.AscendingOrder)  # file order until a column is clicked
         self.spectra_view.setSortingEnabled(True)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        fit_columns(self.spectra_view, {1: "1234.5678 *", 2: "[M+Na]+", 3: "C22H30NO4 *", 4: "99.99", 5: "999 ⚠",
-                                        6: STATUS_SAMPLE})
+        fit_columns(self.spectra_view, {1: "1234.5678 *", 2: "[M+Na]+", 3: "C22H30NO4 *", 4: "99.99–99.99",
+                                        5: "Scans", 6: "999 ⚠", 7: STATUS_SAMPLE})
+        self.spectra_view.setColumnHidden(SpectraModel.SCANS, True)  # shown once a run's features are listed
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # IDs take what is left
         self.spectra_view.selectionModel().currentRowChanged.connect(lambda *_: self._show_current())
@@ -359,7 +365,7 @@ class MainWindow(QMainWindow):
         if splitter is self.main_splitter:
             splitter.setSizes([380, 470])
         elif splitter is self.top_splitter:
-            splitter.setSizes([640, 760])
+            splitter.setSizes([700, 700])
         else:
             splitter.setSizes([1040, 340])
 
@@ -568,14 +574,20 @@ class MainWindow(QMainWindow):
 
     def _records_added(self, path: str, entries: list[SpectrumEntry], first_batch: bool) -> None:
         self._update_spectra_title()
+        self._follow_tree()
         current = self.spectra_view.selectionModel().currentIndex()
         if (first_batch and self._select_new) or not current.isValid():
             self._select_new = False
             key = entries[0].key
-            if not self.spectra_proxy.mapFromSource(self.spectra.index(self.spectra.row_of(key), 0)).isValid():
+            if not self.spectra_proxy.mapFromSource(self.spectra.index_of(key)).isValid():
                 self.spectra_filter.clear()  # the filter would hide the new file
             self.select_entry(key)
             self.spectra_view.scrollTo(self.spectra_view.currentIndex(), QAbstractItemView.ScrollHint.PositionAtTop)
+
+    def _follow_tree(self) -> None:
+        """The Scans column and the branches of the tree appear once a run's features are listed."""
+        self.spectra_view.setColumnHidden(SpectraModel.SCANS, not self.spectra.has_features)
+        self.spectra_view.setRootIsDecorated(self.spectra.has_children)
 
     def _file_read(self, path: str, summary: FileSummary, seconds: float) -> None:
         """One report per file: a dialog when something was passed over, skipped or needs input."""
@@ -584,7 +596,8 @@ class MainWindow(QMainWindow):
         if summary.records == 0:
             self.show_message(f"{name} holds no MS/MS spectra.", "info")
         text, worth_a_dialog = summary.report(entries, self.spectra.supported_adducts,
-                                              self.bundle.name if self.bundle is not None else "")
+                                              self.bundle.name if self.bundle is not None else "",
+                                              top_k=self.formulas.top_k)
         self.file_reports[path] = text
         hint = " No model loaded: choose Model ▸ Open Model Folder… to run." if self.bundle is None and not self.busy else ""
         self.status(text.splitlines()[0].removesuffix(".") + f" (read in {seconds:.1f} s)." + hint, 0 if hint else 8000)
@@ -605,20 +618,30 @@ class MainWindow(QMainWindow):
             return
         self.spectra.clear()
         self.runs.forget_files()
+        self._follow_tree()
         self._update_spectra_title()
         self._show_current()
 
     def document_replaced(self) -> None:
         """The list was filled from elsewhere (a project opened): title, panels and actions follow."""
+        self._follow_tree()
         self._update_spectra_title()
         self._show_current()
 
     def _update_spectra_title(self) -> None:
-        n = sum(e.spectrum is not None for e in self.spectra.entries)
-        done = sum(e.result is not None for e in self.spectra.entries)
-        skipped = len(self.spectra.entries) - n
+        entries = self.spectra.entries
+        n = sum(e.spectrum is not None for e in entries)
+        features = sum(e.feature is not None for e in entries)
+        done = sum(e.has_results for e in entries)
+        skipped = len(entries) - n
         extra = f", {skipped} skipped" if skipped else ""
-        self.spectra_title.setText(f"<b>Spectra</b> — {n} spectra{extra}, {done} with candidates")
+        what = plural(n)
+        if features:
+            scans = sum(e.feature.n_scans for e in entries if e.feature is not None)
+            others = n - features
+            what = (f"{features} precursor feature{'s' if features != 1 else ''} ({scans} scans)"
+                    + (f", {plural(others)}" if others else ""))
+        self.spectra_title.setText(f"<b>Spectra</b> — {what}{extra}, {done} with candidates")
 
     # drag and drop -----------------------------------------------------------------------------
     def dragEnterEvent(self, event) -> None:
@@ -660,14 +683,25 @@ class MainWindow(QMainWindow):
         return [e for e in entries if e is not None]
 
     def select_entry(self, key: int) -> None:
-        row = self.spectra.row_of(key)
-        if row is None:
-            return
-        idx = self.spectra_proxy.mapFromSource(self.spectra.index(row, 0))
+        idx = self.spectra_proxy.mapFromSource(self.spectra.index_of(key))
         if idx.isValid():
+            if idx.parent().isValid():
+                self.spectra_view.expand(idx.parent())
             self.spectra_view.selectionModel().setCurrentIndex(
                 idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
             )
+
+    def focus_entry(self) -> SpectrumEntry | None:
+        """The entry the tabs beside the candidates follow: the current one, or, after a run of several formulas,
+        the formula run of the selected candidate (else the best formula's)."""
+        e = self.current_entry()
+        if e is None or not e.formula_runs:
+            return e
+        key = self.candidates.selected_key()
+        for run in e.formula_runs:
+            if key and run.shown is not None and any(c.inchikey14 == key for c in run.shown.candidates):
+                return run
+        return next((r for r in e.formula_runs if r.shown is not None), e.formula_runs[0])
 
     def _show_current(self) -> None:
         e = self.current_entry()
@@ -685,20 +719,39 @@ class MainWindow(QMainWindow):
                                                    "</span>")
         else:
             running = e.status in (Status.RUNNING, Status.QUEUED)
-            baseline = e.result if e.live is not None else e.previous
+            shown = e.shown
+            live = e.live is not None or any(r.live is not None for r in e.formula_runs)
             note = ""
-            if e.shown is None:
+            if shown is None:
                 if e.status in (Status.FAILED, Status.SKIPPED):
                     note = f"<span style='color:#b3261e'>{_html(e.status_text(supported))}</span>"
                 elif e.status == Status.NOT_RUN and e.blocker(supported) is not None:
                     note = f"<span style='color:#a15c00'>{_html(e.status_text(supported))}</span>"
                 elif running:
-                    note = "<span style='color:#1f5fbf'>Drawing structures…</span>"
+                    note = ("<span style='color:#1f5fbf'>Ranking formula candidates…</span>"
+                            if e.needs_formulas and not e.formula_runs else
+                            "<span style='color:#1f5fbf'>Drawing structures…</span>")
                 elif e.status == Status.CANCELLED:
                     note = "Cancelled: no candidates. Press Run (Ctrl+R) to start again."
+                elif e.needs_formulas:
+                    note = (f"<span style='color:#777'>No molecular formula: Run (Ctrl+R) ranks the formula candidates "
+                            f"and elucidates the best {self.formulas.top_k} (Formulas tab: pick one there to run that "
+                            "one).</span>")
             flag = NO_FRAGMENTS_TIP + " (the spectrum holds only the precursor)" if e.no_fragments else ""
-            self.candidates.show_result(e.shown, baseline, running=running and e.live is not None, note=note,
-                                        flag=flag)
+            runs = e.formula_runs
+            detail = ""
+            if runs:
+                parts = []
+                for r in runs:
+                    c = r.candidate
+                    got = (f"{len(r.shown.candidates)}" if r.shown is not None else
+                           ("failed" if r.status == Status.FAILED else r.status))
+                    parts.append(f"#{c.rank} {r.spectrum.formula} {r.spectrum.adduct} ({c.probability:.2f}): {got}")
+                detail = "Formula candidates run (ranks run on formula by formula): " + _html(" · ".join(parts))
+            self.candidates.show_result(shown, e.baseline, running=running and live, note=note, flag=flag,
+                                        formula_scores=formula_scores(r.shown for r in runs) if runs else
+                                        formula_scores([shown]), detail=detail,
+                                        formula_text=f"one of the {len(runs)} formulas" if len(runs) > 1 else "")
         self.candidates_shown.emit(self.candidates.model.rowCount())
 
     # ------------------------------------------------------------------------------------------
@@ -708,8 +761,9 @@ class MainWindow(QMainWindow):
         e = self.current_entry()
         if e is None or e.status in (Status.RUNNING, Status.QUEUED):
             return
-        e.spectrum = spectrum
-        e.reset_results()
+        if not e.take_formula_run(spectrum):  # a formula that ran already keeps its candidates
+            e.spectrum = spectrum
+            e.reset_results()
         self.spectra.entry_changed(e.key)
         self._update_spectra_title()
         self._show_current()
@@ -730,6 +784,20 @@ class MainWindow(QMainWindow):
         self.spectra.entry_changed(e.key)
         self._update_spectra_title()
         self._show_current()
+
+    def pick_formula(self, candidate) -> bool:
+        """Set a formula candidate (Formulas tab) on the current spectrum, as if typed and applied."""
+        from engine.formula_candidates import with_formula_candidate
+
+        e = self.current_entry()
+        if e is None or e.spectrum is None or e.status in (Status.RUNNING, Status.QUEUED):
+            return False
+        self._formula_applied(with_formula_candidate(e.formula_base(), candidate))
+        return True
+
+    def run_best_formulas(self, k: int) -> bool:
+        """Run the selected spectra for their best ``k`` formula candidates (the Formulas tab's button)."""
+        return self.run_entries(self.selected_entries(), formulas=True, top_k=k)
 
     def _selection_changed(self) -> None:
         self.spectrum_panel.editor.set_selection_count(len(self.spectra_view.selectionModel().selectedRows()))
@@ -777,7 +845,7 @@ class MainWindow(QMainWindow):
         if self.bundle is not None:
             self._show_model_label()  # "adapter on/off"
         e = self.current_entry()
-        if self.bundle is not None and e is not None and e.result is not None:
+        if self.bundle is not None and e is not None and e.has_results:
             self._retune_timer.start()  # debounced: a slider drag re-ranks once it rests
 
     def _saved_params(self) -> QueryParams:
@@ -785,14 +853,14 @@ class MainWindow(QMainWindow):
         return dataclasses.replace(self.query_params, use_adapter=self.params_panel.adapter_wanted)
 
     def _retune(self) -> None:
-        """Re-run the current spectrum with the new parameters (draws only what is missing)."""
+        """Re-run the current spectrum (its formula runs) with the new parameters (draws only what is missing)."""
         e = self.current_entry()
-        if e is None or e.result is None or e.result.params == self.query_params:
+        if e is None or not e.has_results or all(r.params == self.query_params for r in e.results()):
             return
         if self.busy:
             self.runs.defer_retune()
             return
-        self.run_entries([e], retune=True)
+        self.run_entries([r for r in e.formula_runs if r.result is not None] or [e], retune=True)
 
     # ------------------------------------------------------------------------------------------
     # running
@@ -801,9 +869,13 @@ class MainWindow(QMainWindow):
         self.run_entries(self.selected_entries())
 
     def run_all(self) -> None:
+        """Every listed spectrum (a run's features, not their scans one by one)."""
         self.run_entries([e for e in self.spectra.entries if e.spectrum is not None])
 
-    def run_entries(self, entries: list[SpectrumEntry], retune: bool = False) -> bool:
+    def run_entries(self, entries: list[SpectrumEntry], retune: bool = False, formulas: bool = False,
+                    top_k: int | None = None) -> bool:
+        """Run ``entries``: those without a formula for their best k formula candidates (``formulas``: every one
+        of them; ``top_k``: k, the Formulas tab's by default)."""
         if self.bundle is None:
             self.show_message("No model is loaded: choose Model ▸ Open Model Folder… to pick a model bundle folder.")
             return False
@@ -817,7 +889,8 @@ class MainWindow(QMainWindow):
             return False
         if not retune and not self._take_pending_edit(entries):
             return False
-        started = self.runs.run(entries, params, retune=retune)
+        started = self.runs.run(entries, params, retune=retune, top_k=top_k or self.formulas.top_k,
+                                formulas=formulas)
         if started:
             self.first_candidates_s = None
         self._show_current()
@@ -844,7 +917,7 @@ class MainWindow(QMainWindow):
         if what == "result":
             self._update_spectra_title()
         e = self.current_entry()
-        if e is None or e.key != key:
+        if e is None or self.spectra.listed(key) is not e:  # a formula run shows in its entry's row
             return
         if what == "ranking":
             self._show_candidates(e)
@@ -887,8 +960,8 @@ class MainWindow(QMainWindow):
         return name
 
     def _export_entries(self, scope: str) -> list[SpectrumEntry]:
-        pool = self.spectra.entries if scope == "all" else self.selected_entries()
-        entries = [e for e in pool if e.result is not None]
+        pool = list(self.spectra.all_entries()) if scope == "all" else self.selected_entries()
+        entries = [e for e in pool if e.has_results]
         if not entries:
             which = "any spectrum" if scope == "all" else "the selected spectra"
             self.show_message(f"Nothing to export: {which} has no candidates yet. Run them first (Ctrl+R).")
@@ -902,7 +975,7 @@ class MainWindow(QMainWindow):
         entries = self._export_entries(scope)
         if not entries:
             return False
-        results = [e.result for e in entries]
+        results = [e.result if e.result is not None else tuple(e.results()) for e in entries]  # formulas: ranks run on
         try:
             info = export_info(self.bundle, results)
         except MsgptError as err:
@@ -934,7 +1007,7 @@ class MainWindow(QMainWindow):
         has_model = self.bundle is not None
         entries = self.spectra.entries
         any_spectra = any(e.spectrum is not None for e in entries)
-        any_results = any(e.result is not None for e in entries)
+        any_results = any(e.has_results for e in self.spectra.all_entries())
         params_ok = self.params_panel.error.isHidden()
         self.act_run.setEnabled(has_model and not busy and any_spectra and params_ok)
         self.act_run_all.setEnabled(has_model and not busy and any_spectra and params_ok)
@@ -953,7 +1026,7 @@ class MainWindow(QMainWindow):
         self.act_run_all.setToolTip("Elucidate structures for every spectrum (Ctrl+Shift+R)" + tip)
 
     def _reset_all_results(self) -> None:
-        for e in self.spectra.entries:
+        for e in self.spectra.all_entries():
             if e.spectrum is not None:
                 e.reset_results()
         self.spectra.all_changed()
@@ -999,6 +1072,7 @@ class MainWindow(QMainWindow):
     def shutdown(self, timeout_ms: int = 10000) -> None:
         """Cancel and wait for every worker (the engine stops at its next decoding step)."""
         self._retune_timer.stop()
+        self.formulas.shutdown(timeout_ms)
         self.runs.shutdown(timeout_ms)
         self.insights.shutdown(timeout_ms)
         self.projects.shutdown(timeout_ms)

@@ -8,13 +8,13 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
+from PySide6.QtCore import QAbstractItemModel, QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 
 from engine.pipeline import SpectrumResult
 from engine.spectrum import NO_FRAGMENTS_NOTE
 
-from .entries import SpectraFilter, SpectrumEntry, Status, format_mz
+from .entries import SpectraFilter, SpectrumEntry, Status, compact_id, format_mz
 from .tooltips import TIPS
 
 NO_FRAGMENTS_TIP = NO_FRAGMENTS_NOTE[0].upper() + NO_FRAGMENTS_NOTE[1:]  # "No fragments: candidates reflect ..."
@@ -62,21 +62,27 @@ class _ColumnsModel(QAbstractTableModel):
         return None
 
 
-class SpectraModel(_ColumnsModel):
-    """One row per record of the opened files (skipped records too, with their reason).
+class SpectraModel(QAbstractItemModel):
+    """One row per record of the opened files (skipped records too, with their reason); an LC-MS run lists one
+    row per precursor feature, with its scans as child rows when it has several.
 
     ``supported_adducts`` (the loaded model's ion types, None without a model) decides which rows
     need something before they can run; the Status column says it in a few words, its tooltip in full.
+    Formula runs (:attr:`~msgpt_gui.entries.SpectrumEntry.formula_runs`) are not rows: :meth:`entry` finds
+    them by key, and a change to one shows in the row of the entry they belong to.
     """
 
-    ID, MZ, ADDUCT, FORMULA, RT, PEAKS, STATUS = range(7)
-    COLUMNS = ("ID", "Prec. m/z", "Adduct", "Formula", "RT (min)", "Peaks", "Status")
+    ID, MZ, ADDUCT, FORMULA, RT, SCANS, PEAKS, STATUS = range(8)
+    COLUMNS = ("ID", "Prec. m/z", "Adduct", "Formula", "RT (min)", "Scans", "Peaks", "Status")
     TIPS = (
-        "Spectrum title (TITLE / FEATURE_ID / scan number) and the file it comes from",
-        "m/z of the precursor ion (PEPMASS); * typed by you",
-        "Precursor ion type; set it below the spectrum when the file has none",
-        "Neutral molecular formula; MS-GPT needs it. Set it below the spectrum when the file has none",
-        "Retention time in minutes",
+        "Spectrum title (TITLE / FEATURE_ID / scan number) and the file it comes from; F0007: a precursor "
+        "feature of an LC-MS run (▸ shows its scans)",
+        "m/z of the precursor ion (PEPMASS; a feature's from its MS1 survey scan); * typed by you",
+        "Precursor ion type; set it below the spectrum when the file has none (or pick a formula candidate)",
+        "Neutral molecular formula; MS-GPT needs one. Without it, Run takes the best formula candidates "
+        "(Formulas tab); set one below the spectrum or pick one there",
+        "Retention time in minutes (a feature: from its first to its last scan)",
+        "MS/MS scans merged into a feature's consensus spectrum",
         "Number of peaks; ⚠ no fragments: the spectrum holds only the precursor",
         "not run / queued / running / done / failed, or what the spectrum needs before it can run "
         "(the tooltip of a cell gives the reason)",
@@ -84,9 +90,12 @@ class SpectraModel(_ColumnsModel):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.entries: list[SpectrumEntry] = []
-        self._row_of: dict[int, int] = {}
+        self.entries: list[SpectrumEntry] = []  # the top-level rows
+        self._row_of: dict[int, int] = {}  # key of a top-level entry -> its row
+        self._by_key: dict[int, SpectrumEntry] = {}  # every entry: rows, child rows, formula runs
         self.supported_adducts: tuple[str, ...] | None = None
+        self.has_features = False  # some row is a precursor feature (the Scans column is shown)
+        self.has_children = False  # some row has child rows (the tree's branches are drawn)
 
     # -- editing (main thread only)
     def append(self, entries: list[SpectrumEntry]) -> None:
@@ -97,12 +106,24 @@ class SpectraModel(_ColumnsModel):
         for e in entries:
             self._row_of[e.key] = len(self.entries)
             self.entries.append(e)
+            self._by_key[e.key] = e
+            for child in e.children:
+                self._by_key[child.key] = child
+            self.has_features |= e.feature is not None
+            self.has_children |= bool(e.children)
         self.endInsertRows()
+
+    def add_runs(self, runs: list[SpectrumEntry]) -> None:
+        """Formula runs of a listed entry (found by :meth:`entry`, shown in their owner's row)."""
+        for r in runs:
+            self._by_key[r.key] = r
 
     def clear(self) -> None:
         self.beginResetModel()
         self.entries.clear()
         self._row_of.clear()
+        self._by_key.clear()
+        self.has_features = self.has_children = False
         self.endResetModel()
 
     def set_supported_adducts(self, adducts) -> None:
@@ -110,27 +131,101 @@ class SpectraModel(_ColumnsModel):
         self.all_changed()
 
     def entry(self, key: int) -> SpectrumEntry | None:
-        row = self._row_of.get(key)
-        return None if row is None else self.entries[row]
+        """The entry with ``key``: a row, a child row, or a formula run that still belongs to its entry."""
+        e = self._by_key.get(key)
+        if e is not None and e.owner_key is not None:
+            owner = self._by_key.get(e.owner_key)
+            if owner is None or not any(r is e for r in owner.formula_runs):
+                return None  # a run its entry has dropped since
+        return e
+
+    def listed(self, key: int) -> SpectrumEntry | None:
+        """The entry whose row shows ``key``: itself, or the entry a formula run belongs to."""
+        e = self.entry(key)
+        return self._by_key.get(e.owner_key) if e is not None and e.owner_key is not None else e
+
+    def all_entries(self):
+        """Every listed entry: the rows and their child rows, in file order."""
+        for e in self.entries:
+            yield e
+            yield from e.children
 
     def row_of(self, key: int) -> int | None:
+        """The row of a top-level entry (see :meth:`index_of` for any entry)."""
         return self._row_of.get(key)
 
+    def index_of(self, key: int, column: int = 0) -> QModelIndex:
+        """The index of the row that shows ``key`` (a formula run: its entry's row); invalid when none does."""
+        e = self.listed(key)
+        if e is None:
+            return QModelIndex()
+        if e.parent_key is None:
+            row = self._row_of.get(e.key)
+            return QModelIndex() if row is None else self.createIndex(row, column, 0)
+        row = self._row_of.get(e.parent_key)
+        if row is None:
+            return QModelIndex()
+        children = self.entries[row].children
+        position = next((i for i, c in enumerate(children) if c is e), None)
+        return QModelIndex() if position is None else self.createIndex(position, column, row + 1)
+
+    def entry_at(self, index: QModelIndex) -> SpectrumEntry | None:
+        if not index.isValid():
+            return None
+        if index.internalId() == 0:
+            return self.entries[index.row()]
+        return self.entries[index.internalId() - 1].children[index.row()]
+
     def entry_changed(self, key: int) -> None:
-        row = self._row_of.get(key)
-        if row is not None:
-            self.dataChanged.emit(self.index(row, 0), self.index(row, len(self.COLUMNS) - 1))
+        first = self.index_of(key, 0)
+        if first.isValid():
+            self.dataChanged.emit(first, first.siblingAtColumn(len(self.COLUMNS) - 1))
 
     def all_changed(self) -> None:
         if self.entries:
             self.dataChanged.emit(self.index(0, 0), self.index(len(self.entries) - 1, len(self.COLUMNS) - 1))
+            for row, e in enumerate(self.entries):
+                if e.children:
+                    parent = self.index(row, 0)
+                    self.dataChanged.emit(self.index(0, 0, parent),
+                                          self.index(len(e.children) - 1, len(self.COLUMNS) - 1, parent))
 
-    # -- Qt model API
-    def _rows(self) -> Sequence:
-        return self.entries
+    # -- Qt model API (a tree of two levels: a child's internal id is its parent's row + 1)
+    def index(self, row, column, parent=QModelIndex()):
+        if not 0 <= column < len(self.COLUMNS):
+            return QModelIndex()
+        if not parent.isValid():
+            return self.createIndex(row, column, 0) if 0 <= row < len(self.entries) else QModelIndex()
+        if parent.internalId() != 0 or parent.column() != 0:
+            return QModelIndex()
+        children = self.entries[parent.row()].children
+        return self.createIndex(row, column, parent.row() + 1) if 0 <= row < len(children) else QModelIndex()
 
-    def _tip(self, section: int) -> str:
-        return self.TIPS[section]
+    def parent(self, index=QModelIndex()):
+        if not index.isValid() or index.internalId() == 0:
+            return QModelIndex()
+        return self.createIndex(index.internalId() - 1, 0, 0)
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        if not parent.isValid():
+            return len(self.entries)
+        if parent.internalId() == 0 and parent.column() == 0:
+            return len(self.entries[parent.row()].children)
+        return 0
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return len(self.COLUMNS)
+
+    def hasChildren(self, parent=QModelIndex()) -> bool:
+        return self.rowCount(parent) > 0
+
+    def headerData(self, section, orientation, role=DISPLAY):
+        if orientation == Qt.Orientation.Horizontal:
+            if role == DISPLAY:
+                return self.COLUMNS[section]
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return self.TIPS[section]
+        return None
 
     def _unsupported(self, s) -> bool:
         return s is not None and bool(s.adduct) and self.supported_adducts is not None and \
@@ -139,7 +234,7 @@ class SpectraModel(_ColumnsModel):
     def data(self, index, role=DISPLAY):
         if not index.isValid():
             return None
-        e = self.entries[index.row()]
+        e = self.entry_at(index)
         col = index.column()
         s = e.spectrum
         if role == KEY_ROLE:
@@ -154,7 +249,13 @@ class SpectraModel(_ColumnsModel):
                 rt = e.retention_time
                 if rt is None:
                     return -1.0 if sort else ""
-                return rt if sort else f"{rt / 60:.2f}"
+                span = e.rt_range
+                if sort or span is None or span[1] - span[0] < 0.6:  # one scan (or 0.01 min): one time
+                    return rt if sort else f"{rt / 60:.2f}"
+                return f"{span[0] / 60:.2f}–{span[1] / 60:.2f}"
+            if col == self.SCANS:
+                n = e.n_scans
+                return (-1 if n is None else n) if sort else ("" if n is None else n)
             if col == self.PEAKS:
                 n = e.n_peaks
                 if sort or n is None:
@@ -164,9 +265,15 @@ class SpectraModel(_ColumnsModel):
                 return -1.0 if sort and col == self.MZ else ""
             if col == self.MZ:
                 return s.precursor_mz if sort else format_mz(s) + (" *" if e.precursor_typed else "")
+            runs = e.formula_runs
             if col == self.ADDUCT:
+                if runs and not s.adduct:
+                    return runs[0].spectrum.adduct or ""
                 return s.adduct or ("" if sort else "—")
             if col == self.FORMULA:
+                if runs:  # the best of the formulas Run took, "+2" for the others
+                    best = runs[0].spectrum.formula or ""
+                    return best if sort else best + (f" +{len(runs) - 1}" if len(runs) > 1 else "")
                 if sort:
                     return s.formula or ""
                 changed = e.original is None or s.formula != e.original.formula or s.adduct != e.original.adduct
@@ -177,6 +284,11 @@ class SpectraModel(_ColumnsModel):
             if col == self.ID:
                 name = e.name
                 notes = f"\n\nYour notes: {e.user_notes.strip()}" if e.user_notes.strip() else ""
+                if e.feature is not None:
+                    ids = e.feature.scan_ids
+                    scans = "\n".join(ids[:5]) + (f"\n… ({len(ids)} scans)" if len(ids) > 5 else "")
+                    return (f"{e.id}: precursor feature {e.feature.index + 1} of {e.source}\n"
+                            f"MS/MS scan{'s' if len(ids) > 1 else ''}:\n{scans}{notes}")
                 return f"{e.id}\n{name + chr(10) if name else ''}{e.source} (record {e.record_index + 1}){notes}"
             if col == self.PEAKS and e.no_fragments:
                 return (f"{NO_FRAGMENTS_TIP}: no peak below precursor m/z − 2 Da, so the candidates are only "
@@ -186,8 +298,26 @@ class SpectraModel(_ColumnsModel):
             if col == self.MZ and e.precursor_typed:
                 file_mz = "none" if e.original is None else f"{e.original.precursor_mz:.4f}"
                 return f"Typed by you (the file gives {file_mz})"
+            if col == self.FORMULA and e.formula_runs:
+                lines = [f"#{r.candidate.rank} {r.spectrum.formula} {r.spectrum.adduct} (score {r.candidate.score:.1f}, "
+                         f"{r.candidate.probability:.0%}): {r.status}" for r in e.formula_runs]
+                return "Run took the best formula candidates:\n" + "\n".join(lines)
+            if col == self.FORMULA and s is not None and s.metadata.get("formula_source") == "ranked candidates":
+                return (f"Formula candidate #{s.metadata.get('formula_rank', '?')} (score {s.metadata.get('formula_score', '?')}) "
+                        "picked in the Formulas tab")
             if col == self.FORMULA and e.overridden and e.original is not None:
                 return f"Set by you (the file says {e.original.formula or 'nothing'} / {e.original.adduct or 'nothing'})"
+            if col == self.FORMULA and s is not None and not s.formula and e.blocker(self.supported_adducts) is None:
+                return ("No formula: Run ranks the formula candidates and elucidates the best of them (Formulas tab); "
+                        "pick one there or type one below the spectrum to run that one")
+            if col == self.RT and e.rt_range is not None:
+                lo, hi = e.rt_range
+                return f"Scans from {lo / 60:.2f} to {hi / 60:.2f} min ({lo:.1f}–{hi:.1f} s); precursor at " \
+                       f"{e.retention_time / 60:.2f} min"
+            if col == self.SCANS and e.feature is not None:
+                return ("MS/MS scans of this precursor merged into its consensus spectrum:\n" +
+                        "\n".join(compact_id(i) for i in e.feature.scan_ids[:20]) +
+                        ("\n…" if e.n_scans > 20 else ""))
             return None
         if role == Qt.ItemDataRole.ForegroundRole:
             if col == self.STATUS:
@@ -197,27 +327,33 @@ class SpectraModel(_ColumnsModel):
             if (col == self.PEAKS and e.no_fragments) or (col == self.ADDUCT and self._unsupported(s)):
                 return QBrush(QColor(BLOCKED_COLOR))
             return None
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (self.MZ, self.RT, self.PEAKS):
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (self.MZ, self.RT, self.SCANS, self.PEAKS):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
 
 class CandidatesModel(_ColumnsModel):
-    """Ranked candidates of one spectrum result, with rank moves against the previous ranking."""
+    """Ranked candidates of one spectrum result, with rank moves against the previous ranking.
 
-    STRUCTURE, RANK, CHANGE, SMILES, FORMULA, COUNT, FREQUENCY, SIMILARITY, SCORE, REFERENCE = range(10)
-    COLUMNS = ("Structure", "Rank", "Change", "SMILES", "Formula", "Count", "Frequency", "Posterior sim.", "Score",
-               "Reference")
+    ``formula_scores`` (molecular formula -> (formula rank, score), :func:`msgpt_gui.formulas.formula_scores`)
+    fill the Formula score column of candidates drawn for a formula candidate."""
+
+    STRUCTURE, RANK, CHANGE, SMILES, FORMULA, FORMULA_SCORE, COUNT, FREQUENCY, SIMILARITY, SCORE, REFERENCE = range(11)
+    COLUMNS = ("Structure", "Rank", "Change", "SMILES", "Formula", "Formula score", "Count", "Frequency",
+               "Posterior sim.", "Score", "Reference")
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.result: SpectrumResult | None = None
         self.candidates: tuple = ()
         self._previous_rank: dict[str, int] | None = None
+        self.formula_scores: dict[str, tuple[str, str]] = {}
 
-    def set_result(self, result: SpectrumResult | None, previous: SpectrumResult | None = None) -> None:
+    def set_result(self, result: SpectrumResult | None, previous: SpectrumResult | None = None,
+                   formula_scores: dict[str, tuple[str, str]] | None = None) -> None:
         self.beginResetModel()
         self.result = result
+        self.formula_scores = dict(formula_scores or {})
         self.candidates = result.candidates if result is not None else ()
         self._previous_rank = (
             {c.inchikey14: c.rank for c in previous.candidates} if previous is not None else None
@@ -244,6 +380,10 @@ class CandidatesModel(_ColumnsModel):
             return f"▼{-moved}", float(moved)
         return "=", 0.0
 
+    def formula_score(self, c) -> tuple[str, str]:
+        """(formula rank, score) of the formula ``c`` was drawn for ('' when it was not a ranked candidate)."""
+        return self.formula_scores.get(c.formula, ("", ""))
+
     def _rows(self) -> Sequence:
         return self.candidates
 
@@ -258,8 +398,10 @@ class CandidatesModel(_ColumnsModel):
         if role == KEY_ROLE:
             return c.inchikey14
         if role == SORT_ROLE:
+            score = self.formula_score(c)[1]
             return (
-                c.rank, c.rank, self.change(c)[1], c.smiles, c.formula, c.count, c.frequency,
+                c.rank, c.rank, self.change(c)[1], c.smiles, c.formula, float(score) if score else -1.0, c.count,
+                c.frequency,
                 c.posterior_similarity, -math.inf if math.isnan(c.fingerprint_score) else c.fingerprint_score,
                 0 if self.is_reference(c) else 1,
             )[col]
@@ -274,6 +416,9 @@ class CandidatesModel(_ColumnsModel):
                 return c.smiles
             if col == self.FORMULA:
                 return c.formula
+            if col == self.FORMULA_SCORE:
+                rank, score = self.formula_score(c)
+                return f"{float(score):.2f} (#{rank})" if score else ""
             if col == self.COUNT:
                 return c.count
             if col == self.FREQUENCY:
@@ -305,7 +450,7 @@ class CandidatesModel(_ColumnsModel):
             color = {"n": "#1f5fbf", "▲": "#1b7f3b", "▼": "#b3261e"}.get(text[:1])
             return QBrush(QColor(color)) if color else None
         if role == Qt.ItemDataRole.TextAlignmentRole:
-            if col in (self.RANK, self.COUNT, self.FREQUENCY, self.SIMILARITY, self.SCORE):
+            if col in (self.RANK, self.FORMULA_SCORE, self.COUNT, self.FREQUENCY, self.SIMILARITY, self.SCORE):
                 return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             if col == self.CHANGE:
                 return int(Qt.AlignmentFlag.AlignCenter)
@@ -369,8 +514,14 @@ class SpectraProxy(SortProxy):
             self.invalidateFilter()
 
     def filterAcceptsRow(self, row, parent) -> bool:
+        """A row when it or one of its scans matches; the scans of a row that is shown, all."""
+        if parent.isValid():
+            return True
         model = self.sourceModel()
-        return self.filter.matches(model.entries[row], model.supported_adducts)
+        e = model.entries[row]
+        if self.filter.matches(e, model.supported_adducts):
+            return True
+        return bool(self.filter) and any(self.filter.matches(c, model.supported_adducts) for c in e.children)
 
 
 def short_source(path: str) -> str:

@@ -45,9 +45,9 @@ class NoveltyCandidatesModel(CandidatesModel):
         self.marker: NoveltyMarker | None = None
         self.labels: dict[str, str] = {}
 
-    def set_result(self, result, previous=None) -> None:
+    def set_result(self, result, previous=None, formula_scores=None) -> None:
         self._label(result.candidates if result is not None else ())
-        super().set_result(result, previous)
+        super().set_result(result, previous, formula_scores)
 
     def set_marker(self, marker: NoveltyMarker | None) -> None:
         self.beginResetModel()

@@ -152,6 +152,68 @@ def _pretty_formula(formula: str | None) -> str:
     return "".join(out)
 
 
+def plot_isotopes(
+    match,
+    ax=None,
+    *,
+    survey=None,
+    label: str = "theoretical",
+    title: str | None = None,
+    fontsize: float = 8.0,
+):
+    """The precursor's MS1 isotope peaks beside a formula's theoretical pattern (in % of the M peak).
+
+    ``match`` is an :class:`engine.isotopes.IsotopeMatch` (e.g. from
+    :func:`engine.formula_candidates.isotope_comparison`): at each of M, M+1, M+2, ... a bar of the observed
+    intensity (blue, summed over the fine structure: 13C, 37Cl, 81Br and 34S alike) stands beside the
+    theoretical abundance (red outline; dashed where the scan could not have shown it). ``survey`` (the
+    survey scan's ``(mz, intensity)`` near the precursor, optional) adds its peaks as thin grey sticks.
+    ``label`` names the theoretical pattern in the legend (the formula). Returns ``ax``.
+    """
+    ax = _axes(ax)
+    theo_mz = np.asarray(match.theoretical_mz, dtype=float)
+    theo = np.asarray(match.theoretical, dtype=float) * 100.0
+    observed = np.asarray(match.observed, dtype=float) * 100.0
+    detectable = np.asarray(match.detectable, dtype=bool)
+    width = 0.28
+    if survey is not None:
+        mz, intensity = (np.asarray(a, dtype=float) for a in survey)
+        anchor = _anchor_intensity(mz, intensity, float(theo_mz[0]))
+        if anchor > 0:
+            near = (mz >= theo_mz[0] - 1.5) & (mz <= theo_mz[-1] + 1.5)
+            ax.vlines(mz[near], 0, intensity[near] / anchor * 100.0, colors=UNANNOTATED_COLOR, linewidth=0.8,
+                      zorder=1, label="survey scan")
+    ax.bar(theo_mz - width / 2, observed, width=width, color=ANNOTATED_COLOR, zorder=3, label="observed")
+    for shown, style, name in ((detectable, "-", label), (~detectable, "--", "below the scan's detection limit")):
+        if shown.any():
+            ax.bar(theo_mz[shown] + width / 2, theo[shown], width=width, facecolor="none", edgecolor=PRECURSOR_COLOR,
+                   linewidth=1.3, linestyle=style, zorder=3, label=name)
+    top = max(float(np.max(theo, initial=0.0)), float(np.max(observed, initial=0.0)), 1.0)
+    for k, x in enumerate(theo_mz):
+        name = "M" if k == 0 else f"M+{k}"
+        ax.annotate(name, (x, max(theo[k], observed[k])), xytext=(0, 2), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=fontsize, color="#444444")
+    ax.set_xlim(theo_mz[0] - 0.8, theo_mz[-1] + 0.8)
+    ax.set_ylim(0, top * 1.18)
+    ax.set_xticks(theo_mz)
+    ax.set_xticklabels([f"{x:.3f}" for x in theo_mz], fontsize=fontsize - 0.5)
+    ax.set_xlabel("m/z")
+    ax.set_ylabel("% of M")
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.grid(axis="y", color="#e6e6e6", linewidth=0.6)
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title, fontsize=fontsize + 1, loc="left")
+    ax.legend(loc="upper right", fontsize=fontsize, frameon=False, handlelength=1.2)
+    return ax
+
+
+def _anchor_intensity(mz: np.ndarray, intensity: np.ndarray, target: float, tol: float = 0.01) -> float:
+    """The most intense peak within ``tol`` of ``target`` (0 when none)."""
+    near = np.abs(mz - target) <= tol
+    return float(intensity[near].max()) if near.any() else 0.0
+
+
 def plot_rank_counts(result, ax=None, *, top: int = 20, highlight: str | None = None):
     """Bar chart of how often each of the ``top`` candidates of ``result`` was generated.
 

@@ -3,7 +3,10 @@ jobs that save and open project files in the background (generators of progress,
 
 What a project keeps of an entry: the spectrum as read and as the user set it, the last complete result
 (candidates with their scores; a ranking still being drawn is not saved, its earlier result is), the
-samples it was ranked from, the status and the user's notes. Sessions are not saved: the next run of a
+samples it was ranked from, the status and the user's notes. A precursor feature of an LC-MS run is kept as
+its consensus spectrum (not its scans or its MS1 evidence); the formula runs of an entry that ran for its
+best formula candidates are kept as entries of their own after it (the spectrum with that formula, its
+candidates), so a reopened project lists them one by one. Sessions are not saved: the next run of a
 reopened entry gets one back with its samples (:meth:`~msgpt_gui.entries.SpectrumEntry.new_session`)
 when the same model is loaded, so re-tuning draws only what is missing.
 """
@@ -47,7 +50,7 @@ def _check(cancel: CancelFn | None) -> None:
 def worth_saving(entries: Sequence[SpectrumEntry]) -> bool:
     """Whether losing the document loses work: candidates, notes, or formulas / ion types / m/z set by hand
     (opened files alone can be opened again)."""
-    return any(e.result is not None or e.user_notes.strip() or e.overridden for e in entries)
+    return any(e.has_results or e.user_notes.strip() or e.overridden for e in entries)
 
 
 def _saved_status(e: SpectrumEntry) -> tuple[str, str]:
@@ -74,11 +77,22 @@ def snapshot(entries: Sequence[SpectrumEntry], params: QueryParams, bundle=None,
     a worker thread may write it while the app goes on). ``bundle``: the loaded model (its name and checksum
     are recorded); the source files are filled in by :func:`save_job`."""
     out = []
-    for e in entries:
+    position = {}  # index in ``entries`` -> index in the project (formula runs come after their entry)
+    for i, e in enumerate(entries):
         status, reason = _saved_status(e)
+        if e.formula_runs and status == Status.DONE:
+            status = Status.NOT_RUN  # its candidates are those of its formula runs, which follow it
+        position[i] = len(out)
         out.append(ProjectEntry(e.spectrum, e.original, e.skipped, status=status, reason=reason, notes=e.user_notes,
                                 result=e.result, model_checksum=e.model_checksum if e.result is not None else None,
                                 samples=_samples(e)))
+        for run in e.formula_runs:
+            if run.result is not None:
+                out.append(ProjectEntry(run.spectrum, e.original, None, status=Status.DONE, result=run.result,
+                                        model_checksum=run.model_checksum, samples=_samples(run)))
+    if len(out) != len(entries):
+        selection = replace(selection, current=None if selection.current is None else position[selection.current],
+                            selected=tuple(position[i] for i in selection.selected))
     return Project(entries=out, params=params, model=ModelRef.of(bundle) if bundle is not None else None,
                    selection=selection, app=dict(app or {}))
 

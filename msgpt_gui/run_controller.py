@@ -22,6 +22,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from engine.errors import MsgptError
+from engine.features import Feature
 from engine.pipeline import QueryParams
 
 from .jobs import (
@@ -31,6 +32,8 @@ from .jobs import (
     EntryRanking,
     EntryStarted,
     ExportProgress,
+    FormulaJob,
+    FormulasRanked,
     RecordsRead,
     elucidate_sessions,
     export_candidates,
@@ -38,6 +41,7 @@ from .jobs import (
     load_model,
 )
 from .entries import SpectrumEntry, Status
+from .formulas import DEFAULT_TOP_K, readiness
 from .models import SpectraModel
 from .workers import GeneratorWorker
 
@@ -67,7 +71,7 @@ class RunController(QObject):
     model_failed = Signal(str, object)  # message, folder
     model_changed = Signal(object)  # the ModelBundle in use (None: none)
     # runs
-    entry_updated = Signal(int, str)  # key, what changed: "status", "ranking" (live) or "result"
+    entry_updated = Signal(int, str)  # key, what changed: "status", "ranking" (live), "result" or "formulas"
     run_finished = Signal(str)  # "done", "cancelled" or "failed"
     retune_wanted = Signal()  # a re-tune was asked for while busy: the task slot is free now
     export_finished = Signal(str, int)  # path and number of rows; ("", 0) when it failed or was cancelled
@@ -131,6 +135,10 @@ class RunController(QObject):
         worker.start()
         self.loader_changed.emit()
 
+    def _take_key(self) -> int:
+        self._next_key += 1
+        return self._next_key - 1
+
     def new_keys(self, n: int) -> range:
         """Keys for ``n`` entries listed from elsewhere (a project being opened); never used twice."""
         first = self._next_key
@@ -141,8 +149,11 @@ class RunController(QObject):
         self.open_paths.add(str(Path(batch.path).resolve()))
         entries = []
         for item in batch.items:
-            entries.append(SpectrumEntry.from_item(self._next_key, item))
-            self._next_key += 1
+            key = self._take_key()
+            if isinstance(item, Feature):
+                entries.append(SpectrumEntry.from_feature(key, item, self._take_key))
+            else:
+                entries.append(SpectrumEntry.from_item(key, item))
         first_batch = self._loading["n"] == 0
         self._loading["n"] += len(entries)
         self.spectra.append(entries)
@@ -199,8 +210,14 @@ class RunController(QObject):
     # ------------------------------------------------------------------------------------------
     # running
     # ------------------------------------------------------------------------------------------
-    def run(self, entries: list[SpectrumEntry], params: QueryParams, retune: bool = False) -> bool:
-        """Elucidate ``entries`` with ``params`` (the window checked that a model is loaded)."""
+    def run(self, entries: list[SpectrumEntry], params: QueryParams, retune: bool = False,
+            top_k: int = DEFAULT_TOP_K, formulas: bool = False) -> bool:
+        """Elucidate ``entries`` with ``params`` (the window checked that a model is loaded).
+
+        A spectrum without a formula or ion type runs for its best ``top_k`` formula candidates (its formula
+        runs); with ``formulas``, every spectrum does ("Run best k" of the Formulas tab). Formula runs that
+        ran for these formulas already keep their samples (only what is missing is drawn).
+        """
         if self.busy:
             self.status.emit("Busy: wait for the running work to finish, or cancel it with Esc.", 8000)
             return False
@@ -209,12 +226,25 @@ class RunController(QObject):
             self.status.emit("Select spectra to run (skipped records cannot run).", 8000)
             return False
         jobs = []
+        skipped = 0
+        supported = self.bundle.supported_adducts
         for e in entries:
-            blocked = e.blocker(self.bundle.supported_adducts)
+            if e.owner_key is None and (formulas or e.needs_formulas):
+                job = self._formula_job(e, top_k, force=formulas)
+                if job is None:
+                    skipped += 1
+                    continue
+                if isinstance(job, FormulaJob):
+                    jobs.append(job)
+                else:
+                    jobs.extend(job)
+                continue
+            blocked = e.blocker(supported)
             if blocked is not None:  # needs a formula, an adduct the model supports...: said in the app's words
                 e.session, e.status, e.reason = None, Status.SKIPPED, blocked[1]
                 self.spectra.entry_changed(e.key)
                 self.entry_updated.emit(e.key, "status")
+                skipped += 1
                 continue
             if e.session is None or e.model_checksum != self.bundle.checksum:
                 try:
@@ -224,6 +254,7 @@ class RunController(QObject):
                     e.session, e.status, e.reason = None, Status.SKIPPED, str(err)
                     self.spectra.entry_changed(e.key)
                     self.entry_updated.emit(e.key, "status")
+                    skipped += 1
                     continue
             e.status, e.reason = Status.QUEUED, ""
             self.spectra.entry_changed(e.key)
@@ -232,14 +263,48 @@ class RunController(QObject):
             reason = entries[0].reason if len(entries) == 1 else "see the Status column"
             self.message.emit("warning", f"None of the selected spectra can run: {reason}.")
             return False
-        self._run = {"keys": [k for k, _ in jobs], "retune": retune, "skipped": len(entries) - len(jobs)}
+        keys = [j.key if isinstance(j, FormulaJob) else j[0] for j in jobs]
+        self._run = {"keys": keys, "retune": retune, "skipped": skipped}
         self.run_t0 = time.perf_counter()
-        worker = GeneratorWorker(elucidate_sessions, jobs, params, name="elucidation")
+        worker = GeneratorWorker(elucidate_sessions, jobs, params, bundle=self.bundle, name="elucidation")
         worker.yielded.connect(self._run_event)
         self._start_task("run", worker, on_returned=self._run_done, on_errored=self._run_failed,
                          on_aborted=self._run_cancelled)
         self.progress.emit(0, f"Starting {plural(len(jobs))}…")
         return True
+
+    def _formula_job(self, e: SpectrumEntry, top_k: int, force: bool):
+        """What runs ``e`` for its best ``top_k`` formulas: its formula runs again when they are those formulas
+        for this model (a list of session jobs), else a :class:`FormulaJob`; None when it cannot (said)."""
+        supported = self.bundle.supported_adducts
+        base = e.formula_base()
+        why_not = readiness(base, supported)
+        if why_not is not None:
+            e.session, e.status = None, Status.SKIPPED
+            e.reason = (f"no formula candidates: {why_not}" if force else e.blocker(supported)[1])
+            self.spectra.entry_changed(e.key)
+            self.entry_updated.emit(e.key, "status")
+            return None
+        table = e.cached_formulas()
+        runs = e.formula_runs
+        if table is not None and runs and all(r.session is not None and r.model_checksum == self.bundle.checksum
+                                              for r in runs):
+            from .formulas import runnable
+
+            wanted = [(c.formula, c.ion_type) for c in runnable(table, supported, top_k)]
+            if wanted == [(r.spectrum.formula, r.spectrum.adduct) for r in runs]:
+                for r in runs:
+                    r.status, r.reason = Status.QUEUED, ""
+                e.sync_status()
+                e.status = Status.QUEUED
+                self.spectra.entry_changed(e.key)
+                return [(r.key, r.session) for r in runs]
+        e.reset_results()
+        if e.spectrum.formula and e.spectrum.adduct:  # "Run best k" over a formula set by hand
+            e.spectrum = base
+        e.status, e.reason = Status.QUEUED, ""
+        self.spectra.entry_changed(e.key)
+        return FormulaJob(e.key, base, e.ms1, table, tuple(self.new_keys(top_k)))
 
     def defer_retune(self) -> None:
         """A re-tune asked for while busy: ``retune_wanted`` once the slot is free; a re-tune still
@@ -252,7 +317,29 @@ class RunController(QObject):
         e = self.spectra.entry(ev.key)
         if e is None:
             return
-        if isinstance(ev, EntryStarted):
+        self._entry_event(e, ev)
+        if e.owner_key is not None:  # a formula run: the listed entry shows them together
+            owner = self.spectra.entry(e.owner_key)
+            if owner is not None:
+                owner.sync_status()
+                self.spectra.entry_changed(owner.key)
+
+    def _entry_event(self, e: SpectrumEntry, ev) -> None:
+        if isinstance(ev, FormulasRanked):
+            e.keep_formulas(ev.base, ev.table)
+            runs = []
+            for run in ev.runs:
+                status = Status.QUEUED if run.session is not None else Status.FAILED
+                runs.append(SpectrumEntry(run.key, run.spectrum, original=run.spectrum, session=run.session,
+                                          model_checksum=self.bundle.checksum if run.session is not None else None,
+                                          status=status, reason=run.problem, owner_key=e.key,
+                                          candidate=run.candidate, ms1=e.ms1))
+            e.formula_runs = runs
+            self.spectra.add_runs(runs)
+            e.sync_status()
+            self.spectra.entry_changed(e.key)
+            self.entry_updated.emit(e.key, "formulas")
+        elif isinstance(ev, EntryStarted):
             e.status = Status.RUNNING
             self.spectra.entry_changed(e.key)
             self.progress.emit(int(1000 * ev.position / ev.count), f"Spectrum {ev.position + 1} of {ev.count}")
@@ -282,6 +369,18 @@ class RunController(QObject):
             e = self.spectra.entry(key)
             if e is None:
                 continue
+            for run in e.formula_runs:
+                if run.status in (Status.RUNNING, Status.QUEUED):
+                    run.live = None
+                    run.status = Status.DONE if run.result is not None else (
+                        running_status if run.status == Status.RUNNING else Status.NOT_RUN)
+            if e.formula_runs:
+                e.sync_status()
+                if e.status == Status.NOT_RUN and running_status == Status.CANCELLED:
+                    e.status = Status.CANCELLED
+                self.spectra.entry_changed(e.key)
+                self.entry_updated.emit(e.key, "status")
+                continue
             if e.status in (Status.RUNNING, Status.QUEUED):
                 e.live = None
                 if e.status == Status.RUNNING:
@@ -291,6 +390,10 @@ class RunController(QObject):
                     e.status = Status.DONE if e.result is not None else Status.NOT_RUN
                 self.spectra.entry_changed(key)
                 self.entry_updated.emit(key, "status")
+            owner = self.spectra.entry(e.owner_key) if e.owner_key is not None else None
+            if owner is not None:
+                owner.sync_status()
+                self.spectra.entry_changed(owner.key)
 
     def _run_done(self, outcome) -> None:
         n, failed = len(outcome.finished), len(outcome.failed)

@@ -271,13 +271,22 @@ class SpectrumPanel(QWidget):
                 bits.append(f"precursor m/z {format_mz(s)}")
             if entry.retention_time is not None:
                 bits.append(f"RT {entry.retention_time / 60:.2f} min")
+            if entry.n_scans is not None and entry.n_scans > 1:
+                lo, hi = entry.rt_range or (entry.retention_time, entry.retention_time)
+                bits.append(f"consensus of {entry.n_scans} scans"
+                            + (f" ({lo / 60:.2f}–{hi / 60:.2f} min)" if lo is not None else ""))
             if entry.n_peaks is not None:
                 bits.append(f"{entry.n_peaks} peaks")
             text = " · ".join(bits)
             if s is None:
                 text += f" — <span style='color:#a15c00'>skipped: {_html(entry.reason)}</span>"
             self.header.setText(text)
-            self.header.setToolTip(f"{entry.source}, record {entry.record_index + 1}")
+            where = f"{entry.source}, record {entry.record_index + 1}"
+            if entry.feature is not None:
+                where = (f"{entry.source}: precursor feature {entry.feature.index + 1}, "
+                         f"{entry.feature.spectrum.metadata.get('merged', 'one scan')}; precursor m/z from "
+                         f"{entry.feature.spectrum.metadata.get('precursor_source', 'the scans')}")
+            self.header.setToolTip(where)
         no_fragments = entry is not None and entry.no_fragments
         self.flag.setText(f"⚠ {NO_FRAGMENTS_NOTE[0].upper()}{NO_FRAGMENTS_NOTE[1:]} (no peak below precursor m/z "
                           "− 2 Da): the spectrum holds only the precursor" if no_fragments else "")

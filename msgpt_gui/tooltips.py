@@ -70,7 +70,11 @@ TIPS = {
         "Change": "How the rank moved since the previous ranking (other pool size or band): "
                   "▲ up, ▼ down, new = not there before",
         "SMILES": "Canonical SMILES without stereochemistry",
-        "Formula": "Molecular formula of the candidate (always the spectrum's formula)",
+        "Formula": "Molecular formula of the candidate (always the spectrum's formula; after a run of several "
+                   "formula candidates, the formula it was drawn for)",
+        "Formula score": "Probability of the candidate's formula among the formula candidates of the precursor "
+                         "(Formulas tab: mass, fragments, MS1 isotopes, corpus prior); #k is the formula's rank. "
+                         "Empty for a formula given in the file or typed",
         "Count": "How many of the B drawn structures were this molecule (2D skeleton). Structures the "
                  "model proposes again and again, from different queries, are more likely",
         "Frequency": "Count / number of drawn structures: the share of the pool that is this molecule",

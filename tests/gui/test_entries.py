@@ -40,10 +40,21 @@ def skipped(reason="no precursor m/z (PEPMASS, or the selected ion in mzML)", pe
 
 def test_blockers_say_what_is_missing_in_a_few_words_and_the_fix_in_full(make_spectrum):
     assert entry(make_spectrum).blocker(ADDUCTS) is None
-    label, why = entry(make_spectrum, formula=None).blocker(ADDUCTS)
+    # without a formula (or an ion type), Run takes the best formula candidates: nothing stops it...
+    bare = entry(make_spectrum, formula=None)
+    assert bare.blocker(ADDUCTS) is None and bare.needs_formulas
+    assert entry(make_spectrum, adduct=None).blocker(ADDUCTS) is None
+    # ...unless no candidate can be had: a nominal precursor, or ion types the model cannot run
+    nominal = entry(make_spectrum, formula=None, precursor_mz=179.0, metadata={"precursor_mz_decimals": "0"})
+    label, why = nominal.blocker(ADDUCTS)
     assert label == "needs formula" and "Apply to selected" in why and "[M+H]+, [M+Na]+" in why
-    assert "Set formula" not in why
-    assert entry(make_spectrum, adduct=None).blocker(ADDUCTS)[0] == "needs adduct"
+    assert "written to the unit" in why and "Set formula" not in why
+    negative = entry(make_spectrum, formula=None, adduct=None, polarity="negative", charge=-1, precursor_mz=177.0557)
+    label, why = negative.blocker(ADDUCTS)
+    assert label == "needs formula" and "[M-H]-" in why and "does not support" in why
+    assert negative.blocker(None) is None  # no model loaded: ion types are not judged
+    assert entry(make_spectrum, adduct=None, precursor_mz=179.0,
+                 metadata={"precursor_mz_decimals": "0"}).blocker(ADDUCTS)[0] == "needs adduct"
     na_free = entry(make_spectrum, adduct="[M+K]+", precursor_mz=217.0262)
     label, why = na_free.blocker(ADDUCTS)
     assert label == "ion not supported" and "[M+K]+ is not supported" in why
@@ -138,13 +149,22 @@ def test_apply_formula_checks_each_spectrum_against_its_own_precursor(make_spect
 def test_file_report_counts_skip_reasons_and_names_the_ion_types(make_spectrum):
     summary = FileSummary("/data/run.mzML", records=4, spectra=2, survey_scans=41,
                           skipped=Counter({reason_kind("no precursor m/z (PEPMASS, or the selected ion in mzML)"): 2}))
-    entries = [entry(make_spectrum), entry(make_spectrum, key=1, formula=None), skipped(), skipped()]
+    nominal = entry(make_spectrum, key=1, formula=None, precursor_mz=179.0, metadata={"precursor_mz_decimals": "0"})
+    entries = [entry(make_spectrum), nominal, skipped(), skipped()]
     text, dialog = summary.report(entries, ADDUCTS, "tiny")
     assert dialog
     assert text.splitlines()[0] == "run.mzML: 4 MS/MS records listed, 1 ready to run."
-    assert "41 MS1 survey scans" in text
+    assert "41 MS1 survey scans" in text and "isotope pattern" in text
     assert "2 × no precursor m/z" in text and "type the precursor m/z above the plot" in text
     assert "1 without a molecular formula" in text
+    guessed, dialog = FileSummary("b.mgf", records=2, spectra=2).report(
+        [entry(make_spectrum), entry(make_spectrum, key=1, formula=None)], ADDUCTS, top_k=5)
+    assert dialog and "2 ready to run" in guessed and "Without a molecular formula: 1" in guessed
+    assert "best 5 of each" in guessed and "Formulas tab" in guessed
+    features = FileSummary("r.mzML", records=3, spectra=3, ms2_scans=7, features=3, survey_scans=9)
+    run_text, _ = features.report([entry(make_spectrum, key=k, formula=None) for k in range(3)], ADDUCTS)
+    assert run_text.splitlines()[0] == "r.mzML: 3 precursor features from 7 MS/MS scans listed, 3 ready to run."
+    assert "4 scans merged into others" in run_text and "expand a feature" in run_text
     assert "The model tiny supports the ion types [M+H]+, [M+Na]+." in text
     clean, dialog = FileSummary("a.mgf", records=1, spectra=1).report([entry(make_spectrum)], ADDUCTS)
     assert not dialog and "1 ready to run" in clean

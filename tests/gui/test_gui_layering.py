@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 QT_PACKAGES = {"PySide6", "PySide2", "shiboken6", "shiboken2", "PyQt5", "PyQt6", "qtpy", "superqt", "pytestqt"}
 QT_FREE_APP_MODULES = ["msgpt_gui.plotting", "msgpt_gui.depict", "msgpt_gui.jobs", "msgpt_gui.entries",
-                       "msgpt_gui.editing", "msgpt_gui.insights", "msgpt_gui.projects"]
+                       "msgpt_gui.editing", "msgpt_gui.insights", "msgpt_gui.projects", "msgpt_gui.formulas"]
 
 _IMPORT_ALL = r"""
 import importlib, json, pkgutil, sys
@@ -101,3 +101,26 @@ def test_plot_functions_take_ax_and_return_it(fixture_mgf):
         candidates = ()
 
     assert plot_rank_counts(Result(), ax=Figure().add_subplot()) is not None
+
+
+def test_the_isotope_plot_takes_ax_and_return_it():
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from engine.isotopes import isotope_pattern, match_isotopes
+    from msgpt_gui.plotting import plot_isotopes
+
+    mz, abundance = isotope_pattern("C9H8ClO2", 4, charge=1)  # a chlorine: a large M+2
+    survey_mz = np.array([*mz, mz[0] - 20.0])
+    order = np.argsort(survey_mz)
+    survey = (survey_mz[order], np.array([*(abundance * 1e6), 5e4])[order])
+    match = match_isotopes({"C": 9, "H": 8, "Cl": 1, "O": 2}, 1, *survey, float(mz[0]))
+    ax = Figure().add_subplot()
+    assert plot_isotopes(match, ax=ax, survey=survey, label="C9H7ClO2 [M+H]+", title="isotopes") is ax
+    assert [t.get_text() for t in ax.texts] == ["M", "M+1", "M+2", "M+3"]
+    heights = sorted(round(p.get_height()) for p in ax.patches)
+    assert heights.count(100) == 2 and round(abundance[2] * 100) in heights  # observed and theoretical M, M+2
+    names = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert names == ["survey scan", "observed", "C9H7ClO2 [M+H]+"]
+    assert ax.collections  # the survey scan's peaks (only those near the precursor)
+    assert ax.get_xlim()[0] > mz[0] - 1.0 and ax.get_xlim()[1] < mz[-1] + 1.0

@@ -1,7 +1,8 @@
 """The app on a real LC-MS/MS run (issue #16): what was read is reported once per file, new rows come
 into view, the filter finds m/z and RT, formulas go to many spectra at once, Run takes what was typed,
 skipped scans are plotted and can be given a precursor m/z, spectra without fragments are flagged,
-and only the model's ion types are offered."""
+and only the model's ion types are offered. (Precursor features and formula candidates:
+test_gui_features.py.)"""
 
 from __future__ import annotations
 
@@ -79,7 +80,8 @@ def test_one_report_per_file_with_ms1_scans_skip_reasons_and_the_ion_types(qtbot
     assert path == str(run)
     assert "2 MS1 survey scans" in text  # no longer dropped without a word
     assert "3 × no precursor m/z" in text and "type the precursor m/z above the plot" in text
-    assert "5 without a molecular formula or adduct" in text and "Apply to selected" in text
+    assert "5 precursor features from 5 MS/MS scans" in text
+    assert "Without a molecular formula: 5" in text and "best 3 of each" in text
     assert "The model tiny-test-bundle supports the ion types [M+H]+, [M+Na]+." in text
     boxes = [b for b in window.findChildren(QMessageBox) if b.objectName() == "file_report"]
     assert len(boxes) == 1 and boxes[0].text() == text and boxes[0].isVisible()
@@ -91,7 +93,7 @@ def test_one_report_per_file_with_ms1_scans_skip_reasons_and_the_ion_types(qtbot
     assert len([b for b in window.findChildren(QMessageBox) if b.objectName() == "file_report"]) == 2
     # the Status column says it in a few words that fit; the reason is in the tooltip
     labels = {window.spectra.index(r, SpectraModel.STATUS).data() for r in range(window.spectra.rowCount())}
-    assert labels == {"needs m/z", "needs formula", "ion not supported", "not run"}
+    assert labels == {"needs m/z", "ion not supported", "not run"}  # no formula: Run takes formula candidates
     assert status_cells_fit(window)
     row = next(r for r in range(8) if window.spectra.entries[r].spectrum is None)
     tip = window.spectra.index(row, SpectraModel.STATUS).data(Qt.ItemDataRole.ToolTipRole)
@@ -122,10 +124,10 @@ def test_new_rows_are_selected_and_scrolled_into_view_with_ids_that_tell_scans_a
     view = window.spectra_view
     assert view.viewport().rect().contains(view.visualRect(view.currentIndex()).center())  # ...and in view
     ids = [window.spectra.index(r, 0).data() for r in range(12, 20)]
-    assert ids[0] == "scan=621" and len(set(ids)) == 8
+    assert ids[0] == "F0001 · scan=621" and len(set(ids)) == 8  # one precursor feature per scan here
     assert view.textElideMode() == Qt.TextElideMode.ElideRight
     tip = window.spectra.index(12, 0).data(Qt.ItemDataRole.ToolTipRole)
-    assert tip.startswith("controllerType=0 controllerNumber=1 scan=621")
+    assert tip.startswith("F0001_mz313.1797") and "controllerType=0 controllerNumber=1 scan=621" in tip
 
     # a filter that would hide the new file is cleared, so the new rows are seen
     window.spectra_filter.setText("MSBNK")
@@ -149,8 +151,10 @@ def test_the_filter_searches_mz_and_rt(qtbot, make_window, fixture_mgf, data_dir
     assert ids("mz:408-409") == [SITAGLIPTIN]  # 408.1254
     assert len(ids("rt:3.3-3.4")) == 8  # the mzML scans at 200-203 s
     assert ids("rt:0.4-0.5") == [NICOTINE]  # 0.47 min
-    assert ids("scan=62") == ["scan=621", "scan=622", "scan=624", "scan=625", "scan=626", "scan=628", "scan=629"]
-    assert len(ids('"needs formula"')) == 8
+    assert ids("scan=62") == ["F0001 · scan=621", "F0002 · scan=622", "F0003 · scan=624", "F0004 · scan=625",
+                              "F0005 · scan=626", "F0006 · scan=628", "F0007 · scan=629"]
+    assert ids("F0008") == ["F0008 · scan=630"]
+    assert ids("mz:462-463") == ["F0003 · scan=624"]
     assert ids("") and proxy.rowCount() == 20
 
 
@@ -170,10 +174,11 @@ def test_apply_to_selected_sets_one_formula_where_it_fits(qtbot, make_window, tm
     assert [e.spectrum.adduct for e in entries] == ["[M+H]+"] * 3 + [None]
     level, text = window.messages[-1]
     assert "applied to 3 spectra" in text and "other" in text and "too far" in text
-    assert [window.spectra.index(r, SpectraModel.STATUS).data() for r in range(4)] == \
-        ["not run"] * 3 + ["needs formula"]
+    assert [window.spectra.index(r, SpectraModel.STATUS).data() for r in range(4)] == ["not run"] * 4
     run_and_wait(qtbot, window, window.run_all)
-    assert [e.status for e in entries] == [Status.DONE] * 3 + [Status.SKIPPED]
+    assert [e.status for e in entries] == [Status.DONE] * 4
+    assert [e.formula_runs for e in entries[:3]] == [[]] * 3  # the formula given
+    assert entries[3].formula_runs and entries[3].spectrum.formula is None  # its best formula candidates
 
 
 def test_run_applies_a_valid_typed_formula_and_keeps_a_wrong_one(qtbot, make_window, write_mgf):
@@ -203,9 +208,11 @@ def test_run_applies_a_valid_typed_formula_and_keeps_a_wrong_one(qtbot, make_win
     assert all("Set formula" not in t for _, t in window.messages)
 
 
-def test_a_spectrum_without_formula_says_how_to_give_one(qtbot, make_window, write_mgf):
+def test_a_spectrum_without_formula_or_candidates_says_how_to_give_one(qtbot, make_window, tmp_path):
     window = make_window()
-    loaded(qtbot, window, write_mgf("bare.mgf", titles={NICOTINE}, drop_keys=("FORMULA",)))
+    # a nominal precursor (MassBank style) allows no formula candidates
+    loaded(qtbot, window, mgf(tmp_path, "nominal.mgf", [("nicotine", "163", NICOTINE_PEAKS, ["CHARGE=1+",
+                                                                                           "ADDUCT=[M+H]+"])]))
     entry = window.spectra.entries[0]
     window.select_entry(entry.key)
     assert window.run_entries([entry]) is False
@@ -226,7 +233,7 @@ def test_a_scan_without_precursor_is_plotted_and_runs_once_one_is_typed(qtbot, m
     assert "no precursor m/z (PEPMASS, or the selected ion in mzML)" in header.text()
     assert header.wordWrap() and header.heightForWidth(header.width()) <= header.height() + 1  # not cut
     row = [window.spectra.index(0, c).data() for c in range(SpectraModel.STATUS + 1)]
-    assert row == ["scan=621", "", "", "", "3.34", 202, "needs m/z"]
+    assert row == ["scan=621", "", "", "", "3.34", "", 202, "needs m/z"]
 
     editor = window.spectrum_panel.editor
     assert editor.precursor.isEnabled() and editor.precursor.text() == ""

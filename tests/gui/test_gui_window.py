@@ -11,6 +11,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence
 
 from engine.paths import config_dir
 from msgpt_gui.entries import Status
+from msgpt_gui.models import CandidatesModel
 
 
 def drop(window, *paths):
@@ -38,7 +39,9 @@ def test_dropped_files_load_in_the_background_and_list_every_record(qtbot, make_
     model = window.spectra
     assert model.rowCount() == 24
     row = [model.index(0, c).data() for c in range(model.columnCount())]
-    assert row == ["MSBNK-Athens_Univ-AU406406", "321.2020", "[M+H]+", "C14H28N2O6", "2.60", 27, Status.NOT_RUN]
+    assert row == ["MSBNK-Athens_Univ-AU406406", "321.2020", "[M+H]+", "C14H28N2O6", "2.60", "", 27, Status.NOT_RUN]
+    # a library looks like a plain list: no Scans column, no branches
+    assert window.spectra_view.isColumnHidden(model.SCANS) and not window.spectra_view.rootIsDecorated()
     assert window.current_entry() is model.entries[0]  # the first spectrum is shown
     assert window.spectrum_panel.canvas.annotation is not None
     assert "12 spectra" not in window.spectra_title.text() and "24 spectra" in window.spectra_title.text()
@@ -61,8 +64,9 @@ def test_mzml_records_load_and_ms1_scans_are_not_listed(qtbot, make_window, data
     window = make_window()
     with qtbot.waitSignal(window.file_loaded, timeout=20_000):
         drop(window, data_dir / "small.mzML")
-    assert window.spectra.rowCount() == 8  # MS2 scans only
+    assert window.spectra.rowCount() == 8  # MS2 scans only, one precursor feature each
     assert all(e.spectrum is None or e.spectrum.formula is None for e in window.spectra.entries)
+    assert [e.n_scans for e in window.spectra.entries] == [1] * 8
 
 
 def test_bad_file_shows_a_readable_message_and_the_window_stays_usable(qtbot, make_window, tmp_path, fixture_mgf):
@@ -173,7 +177,7 @@ def test_menus_and_shortcuts_a_desktop_user_expects(make_window):
     assert menus == ["File", "Run", "Model", "Help"]
     for widget in (window.params_panel.kappa_min, window.params_panel.groups, window.params_panel.pool):
         assert "κ" in widget.toolTip() or "B" in widget.toolTip()
-    assert "Tanimoto" in window.candidates.model.headerData(7, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
+    assert "Tanimoto" in window.candidates.model.headerData(CandidatesModel.SIMILARITY, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
     assert "fidelity" in window.candidates.reference.toolTip()
 
 

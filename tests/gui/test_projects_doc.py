@@ -33,6 +33,29 @@ def test_a_run_in_progress_is_saved_as_it_was_before_and_notes_travel(make_spect
     assert SpectraFilter("lactone").matches(back[0]) and not SpectraFilter("lactone").matches(back[1])
 
 
+def test_formula_runs_are_saved_as_entries_after_theirs_and_the_selection_follows(make_spectrum):
+    from engine.project import Selection
+
+    bare = make_spectrum(formula=None, adduct=None)
+    result = SimpleNamespace(spectrum=None, params=QueryParams())  # what snapshot reads of a result
+    feature = SpectrumEntry(0, bare, original=bare, status=Status.DONE)
+    runs = []
+    for key, formula in ((5, "C10H10O3"), (6, "C6H14O6")):
+        s = make_spectrum(formula=formula, metadata={"formula_rank": str(key - 4)})
+        runs.append(SpectrumEntry(key, s, original=s, owner_key=0, status=Status.DONE, result=result,
+                                  model_checksum="c" * 64))
+    runs.append(SpectrumEntry(7, make_spectrum(formula="C9H6O4"), owner_key=0, status=Status.FAILED))
+    feature.formula_runs = runs
+    other = SpectrumEntry(1, make_spectrum(), original=make_spectrum())
+    assert worth_saving([feature])  # the candidates of its formula runs
+    project = snapshot([feature, other], QueryParams(), selection=Selection(current=1, selected=(0, 1)))
+    assert [(e.spectrum.formula, e.status, e.result is result) for e in project.entries] == [
+        (None, Status.NOT_RUN, False), ("C10H10O3", Status.DONE, True), ("C6H14O6", Status.DONE, True),
+        ("C10H10O3", Status.NOT_RUN, False)]  # the failed run has nothing to keep
+    assert all(e.original is bare for e in project.entries[:3])  # reopened: a formula set on the record
+    assert (project.selection.current, project.selection.selected) == (3, (0, 3))
+
+
 def test_a_skipped_record_stays_skipped(make_spectrum):
     from engine.spectrum import SkippedRecord
 

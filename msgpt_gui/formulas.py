@@ -1,0 +1,162 @@
+"""Formula candidates in the app, without Qt: which spectra can take them, a spectrum's table, the spectra Run
+elucidates for the best ``k``, and one ranked list of the candidates of several formulas.
+
+A spectrum without a molecular formula (every precursor feature of an LC-MS run) is not stuck: its formula
+and ion type candidates are ranked (:func:`engine.formula_candidates.rank_formulas`, with the feature's MS1
+evidence: isotope pattern and co-detected adducts), and Run elucidates the best ``k`` (default 3) of the ion
+types the model supports, as ``msgpt predict`` does. The candidates of the ``k`` formulas form one list whose
+ranks run on formula by formula (the rows the CLI writes); each carries its formula's rank and score
+(``formula_rank`` / ``formula_score``, in exports too). Picking a formula in the table sets it on the
+spectrum as a typed one would be.
+
+The table is made for the spectrum without its formula and with the ion type the file gave (if any)
+(:func:`formula_base`), so that picking one formula leaves the others on offer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Generator, Sequence
+
+from engine.errors import Cancelled, SpectrumError
+from engine.formula_candidates import (
+    FormulaCandidate,
+    FormulaConfig,
+    FormulaTable,
+    default_ion_types,
+    rank_formulas,
+    with_formula_candidate,
+)
+from engine.pipeline import SpectrumResult
+from engine.spectrum import Spectrum, precursor_precision_da
+
+DEFAULT_TOP_K = 3
+MAX_TOP_K = 20
+CONFIG = FormulaConfig()
+#: Column titles of the score terms (engine.formula_candidates.TERMS) and what each says.
+TERM_COLUMNS = (
+    ("mass", "Mass", "precursor mass error: −w·(ppm/10)²"),
+    ("prior", "Prior", "how ordinary the formula is in the molecule corpus (element pattern and counts, "
+                       "H/C, N/C, O/C, RDBE/C, corpus structures with this formula)"),
+    ("fragments", "Fragments", "fragment intensity explained by subformulas, against the share shifted peaks "
+                               "would get by chance"),
+    ("ion_type", "Ion", "how common the ion type is"),
+    ("isotopes", "Isotopes", "MS1 isotope pattern of the precursor against the formula's (0 without a survey scan)"),
+    ("adducts", "Adducts", "other ion types of the same molecule seen in the survey scan"),
+)
+SOURCE_KEYS = ("formula_rank", "formula_score", "formula_source")  # what with_formula_candidate notes
+
+
+def _check(cancel: Callable[[], bool] | None) -> None:
+    if cancel is not None and cancel():
+        raise Cancelled("Cancelled by the user.")
+
+
+def formula_base(spectrum: Spectrum, original: Spectrum | None = None) -> Spectrum:
+    """The spectrum whose table lists the formulas to pick from: ``spectrum`` with the formula of ``original``
+    (the record as read; None for a record that was not a spectrum) instead of one picked or typed since, and
+    without the notes of a picked one. Its ion type is the one set when no formula is (the user may set only
+    the ion type), else the record's. A record without a formula gets every formula of its mass; one with a
+    formula but no ion type, the ion types of that formula."""
+    metadata = {k: v for k, v in spectrum.metadata.items() if k not in SOURCE_KEYS}
+    formula = original.formula if original is not None else None
+    adduct = spectrum.adduct if spectrum.formula is None else (original.adduct if original is not None else None)
+    if spectrum.formula == formula and spectrum.adduct == adduct and metadata == spectrum.metadata:
+        return spectrum
+    return dataclasses.replace(spectrum, metadata=metadata).with_adduct(adduct, check=False).with_formula(
+        formula, check=False)
+
+
+def table_key(base: Spectrum) -> tuple:
+    """What a table depends on, besides the peaks and MS1 evidence of the entry (which never change)."""
+    return base.precursor_mz, base.formula, base.adduct, base.polarity
+
+
+def readiness(spectrum: Spectrum, supported_adducts: Sequence[str] | None = None) -> str | None:
+    """None when formula candidates can be ranked for ``spectrum`` and some are of an ion type the model supports
+    (``supported_adducts``; None: not judged); else why not, in a few words a user can act on."""
+    if precursor_precision_da(spectrum) > CONFIG.tolerance(spectrum.precursor_mz):
+        return (f"the precursor m/z {spectrum.precursor_mz:g} is written to the unit, too coarse for formula "
+                "candidates")
+    try:
+        ions = default_ion_types(spectrum, CONFIG)
+    except SpectrumError as e:
+        return str(e)
+    if supported_adducts is not None and not set(ions) & set(supported_adducts):
+        return (f"formula candidates would be {', '.join(ions)}, which this model does not support "
+                f"({', '.join(supported_adducts)})")
+    return None
+
+
+def rank_job(spectrum: Spectrum, ms1=None, cancel: Callable[[], bool] | None = None
+             ) -> Generator[None, None, FormulaTable]:
+    """The formula table of ``spectrum`` (and its MS1 evidence), as a job: cancellable, no progress events."""
+    _check(cancel)
+    table = rank_formulas(spectrum, ms1=ms1, config=CONFIG, cancel=cancel)
+    _check(cancel)
+    return table
+    yield  # a generator, so GeneratorWorker runs it like every other job
+
+
+def runnable(table: FormulaTable, supported_adducts: Sequence[str] | None, k: int) -> tuple[FormulaCandidate, ...]:
+    """The ``k`` best candidates of ion types the model supports (all when ``supported_adducts`` is None)."""
+    pool = [c for c in table.candidates if supported_adducts is None or c.ion_type in supported_adducts]
+    return tuple(pool[:k])
+
+
+def formula_spectra(base: Spectrum, table: FormulaTable, supported_adducts: Sequence[str] | None,
+                    k: int) -> list[tuple[FormulaCandidate, Spectrum]]:
+    """The spectra Run elucidates for the best ``k`` formulas: ``base`` with each candidate's formula and ion type,
+    its rank and score noted (exports write them)."""
+    return [(c, with_formula_candidate(base, c)) for c in runnable(table, supported_adducts, k)]
+
+
+def no_candidate_reason(table: FormulaTable, supported_adducts: Sequence[str] | None) -> str:
+    """Why ``table`` gives Run nothing to elucidate."""
+    tried = ", ".join(table.ion_types)
+    if not table.candidates:
+        return f"no formula candidate within {CONFIG.ppm:g} ppm for {tried}: type the formula and adduct"
+    return (f"no formula candidate of an ion type this model supports ({', '.join(supported_adducts or ())}; "
+            f"tried {tried}): type the formula and adduct")
+
+
+def formula_note(spectrum: Spectrum) -> tuple[str, str]:
+    """(rank, score) of the formula candidate ``spectrum`` was given ('' when its formula was not picked from a
+    table)."""
+    return spectrum.metadata.get("formula_rank", ""), spectrum.metadata.get("formula_score", "")
+
+
+def combine_results(results: Sequence[SpectrumResult]) -> SpectrumResult | None:
+    """The candidates of several formulas of one spectrum as one result: ranks run on formula by formula (the
+    order given), counts add up; the first result's spectrum, parameters and posterior stand for the rest."""
+    results = [r for r in results if r is not None]
+    if not results:
+        return None
+    if len(results) == 1:
+        return results[0]
+    candidates, offset = [], 0
+    for r in results:
+        candidates += [dataclasses.replace(c, rank=c.rank + offset) for c in r.candidates]
+        offset += len(r.candidates)
+    first = results[0]
+    reference_rank = None
+    offset = 0
+    for r in results:
+        if r.reference_rank is not None and reference_rank is None:
+            reference_rank = r.reference_rank + offset
+        offset += len(r.candidates)
+    return dataclasses.replace(
+        first, candidates=tuple(candidates), n_samples=sum(r.n_samples for r in results),
+        n_valid=sum(r.n_valid for r in results), n_formula_consistent=sum(r.n_formula_consistent for r in results),
+        new_samples=sum(r.new_samples for r in results), seconds=sum(r.seconds for r in results),
+        partial=any(r.partial for r in results), reference_rank=reference_rank,
+    )
+
+
+def formula_scores(results: Sequence[SpectrumResult]) -> dict[str, tuple[str, str]]:
+    """Molecular formula -> (formula rank, formula score) of the results' spectra that were given a candidate."""
+    out = {}
+    for r in results:
+        if r is not None and r.spectrum.formula and any(formula_note(r.spectrum)):
+            out.setdefault(r.spectrum.formula, formula_note(r.spectrum))
+    return out

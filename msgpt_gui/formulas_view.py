@@ -1,0 +1,543 @@
+"""The Formulas tab: the formula and ion type candidates of the selected spectrum (or precursor feature), to pick
+one from or to run the best ``k``, and the precursor's MS1 isotope pattern beside the selected formula's.
+
+:class:`FormulaController` is created by the window (like :class:`~msgpt_gui.insights_view.Insights`) and wires
+itself to the window's signals. A table is ranked in the background (:func:`msgpt_gui.formulas.rank_job`) when
+the tab is shown for a spectrum that has none yet, and kept on the entry; a Run that ranks one keeps it too.
+"""
+
+from __future__ import annotations
+
+from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+
+import numpy as np
+from matplotlib.backends.backend_qtagg import FigureCanvasQTAgg
+from matplotlib.figure import Figure
+from PySide6.QtCore import QAbstractTableModel, QItemSelectionModel, QModelIndex, QObject, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QSpinBox,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.adducts import parse_adduct
+from engine.errors import MsgptError
+from engine.formula import parse_formula
+from engine.formula_candidates import FormulaCandidate, isotope_comparison
+from engine.isotopes import IsotopeMatch, isotope_pattern
+
+from .entries import Status
+from .formulas import CONFIG, DEFAULT_TOP_K, MAX_TOP_K, TERM_COLUMNS, rank_job, readiness
+from .models import DISPLAY, SORT_ROLE, SortProxy
+from .plotting import plot_isotopes
+from .workers import GeneratorWorker
+
+SETTINGS_TOP_K = "formulas/top_k"
+UNSUPPORTED_COLOR = "#9a9a9a"
+CURRENT_BACKGROUND = "#e4eefb"
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class FormulaTableModel(QAbstractTableModel):
+    """The rows of a :class:`~engine.formula_candidates.FormulaTable`: rank, formula, ion type, mass error, the
+    score terms, total score, probability; greyed out where the model cannot run the ion type, highlighted where
+    it is the spectrum's formula, and what Run made of the formulas it took."""
+
+    FIXED = ("Rank", "Formula", "Ion type", "m/z", "ppm", "RDBE")
+    TAIL = ("Score", "Prob.", "Explained", "Isomers", "Run")
+    COLUMNS = FIXED + tuple(label for _, label, _ in TERM_COLUMNS) + TAIL
+    RANK, FORMULA, ION, MZ, PPM, RDBE = range(6)
+    FIRST_TERM = len(FIXED)
+    SCORE, PROB, EXPLAINED, ISOMERS, RUN = range(len(FIXED) + len(TERM_COLUMNS), len(COLUMNS))
+    TIPS = (
+        "Rank of the (formula, ion type) by total score",
+        "Neutral molecular formula",
+        "Precursor ion type the formula is read with",
+        "m/z of that ion of that formula",
+        "Precursor mass error, ppm: (observed − calculated) / calculated",
+        "Ring and double-bond equivalents",
+        *(f"Score term '{key}': {tip}" for key, _, tip in TERM_COLUMNS),
+        "Total score: the sum of the terms (log-odds; higher is better)",
+        "Probability of the candidate among the table's (softmax of the scores)",
+        "Share of the fragment intensity (square root) explained by subformulas of the formula",
+        "Structures of the molecule corpus with exactly this formula (how ordinary it is)",
+        "What Run made of this formula: it takes the best k of the ion types the model supports",
+    )
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.table = None
+        self.candidates: tuple[FormulaCandidate, ...] = ()
+        self.supported: tuple[str, ...] | None = None
+        self.current: tuple[str, str] | None = None  # (formula, ion type) set on the spectrum
+        self.runs: dict[tuple[str, str], str] = {}  # (formula, ion type) -> what its run gave
+
+    def set_table(self, table, supported=None, current=None, runs=None) -> None:
+        self.beginResetModel()
+        self.table = table
+        self.candidates = table.candidates if table is not None else ()
+        self.supported = tuple(supported) if supported is not None else None
+        self.current = current
+        self.runs = dict(runs or {})
+        self.endResetModel()
+
+    def set_runs(self, current=None, runs=None) -> None:
+        self.current = current
+        self.runs = dict(runs or {})
+        if self.candidates:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(self.candidates) - 1, len(self.COLUMNS) - 1))
+
+    def candidate(self, row: int) -> FormulaCandidate | None:
+        return self.candidates[row] if 0 <= row < len(self.candidates) else None
+
+    def is_supported(self, c: FormulaCandidate) -> bool:
+        return self.supported is None or c.ion_type in self.supported
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.candidates)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section, orientation, role=DISPLAY):
+        if orientation == Qt.Orientation.Horizontal:
+            if role == DISPLAY:
+                return self.COLUMNS[section]
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return self.TIPS[section]
+        return None
+
+    def _value(self, c: FormulaCandidate, col: int):
+        """(sort key, text) of a cell."""
+        if col == self.RANK:
+            return c.rank, str(c.rank)
+        if col == self.FORMULA:
+            return c.formula, c.formula
+        if col == self.ION:
+            return c.ion_type, c.ion_type
+        if col == self.MZ:
+            return c.theoretical_mz, f"{c.theoretical_mz:.4f}"
+        if col == self.PPM:
+            return abs(c.ppm_error), f"{c.ppm_error:+.1f}"
+        if col == self.RDBE:
+            return c.rdbe, f"{c.rdbe:g}"
+        if self.FIRST_TERM <= col < self.SCORE:
+            value = float(c.terms.get(TERM_COLUMNS[col - self.FIRST_TERM][0], 0.0))
+            return value, f"{value:.2f}"
+        if col == self.SCORE:
+            return c.score, f"{c.score:.2f}"
+        if col == self.PROB:
+            return c.probability, f"{c.probability:.3f}"
+        if col == self.EXPLAINED:
+            return c.explained_intensity, f"{c.explained_intensity:.0%} ({c.n_explained})"
+        if col == self.ISOMERS:
+            return c.isomers, f"{c.isomers:,}"
+        if col == self.RUN:
+            text = self.runs.get((c.formula, c.ion_type), "")
+            if not text and not self.is_supported(c):
+                text = "ion not supported"
+            return text, text
+        return "", ""
+
+    def data(self, index, role=DISPLAY):
+        if not index.isValid():
+            return None
+        c = self.candidates[index.row()]
+        col = index.column()
+        if role in (DISPLAY, SORT_ROLE):
+            key, text = self._value(c, col)
+            return key if role == SORT_ROLE else text
+        if role == Qt.ItemDataRole.ForegroundRole and not self.is_supported(c):
+            return QBrush(QColor(UNSUPPORTED_COLOR))
+        if role == Qt.ItemDataRole.BackgroundRole and self.current == (c.formula, c.ion_type):
+            return QBrush(QColor(CURRENT_BACKGROUND))
+        if role == Qt.ItemDataRole.FontRole and self.current == (c.formula, c.ion_type):
+            font = QFont()
+            font.setBold(True)
+            return font
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if not self.is_supported(c):
+                return (f"{c.ion_type} is not supported by this model ({', '.join(self.supported or ())}): Run "
+                        "passes over it")
+            if self.current == (c.formula, c.ion_type):
+                return "The spectrum's formula and ion type now"
+            return "Double-click (or Use this formula) to set it on the spectrum"
+        if role == Qt.ItemDataRole.TextAlignmentRole and col not in (self.FORMULA, self.ION, self.RUN):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+
+class IsotopeCanvas(QWidget):
+    """The precursor's MS1 isotope peaks beside the theoretical ones of a formula (:func:`plot_isotopes`)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.figure = Figure(figsize=(3.2, 2.4), dpi=100, layout="constrained")
+        self.canvas = FigureCanvasQTAgg(self.figure)
+        self.canvas.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.canvas.setMinimumSize(220, 150)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.canvas)
+        self.ax = self.figure.add_subplot()
+        self.match: IsotopeMatch | None = None
+        self.show_match(None, message="Select a formula candidate")
+
+    def show_match(self, match: IsotopeMatch | None, survey=None, label: str = "theoretical", title: str = "",
+                   message: str = "") -> None:
+        self.match = match
+        self.ax.clear()
+        if match is None:
+            self.ax.set_axis_off()
+            self.ax.text(0.5, 0.5, message, ha="center", va="center", color="#777777", wrap=True,
+                         transform=self.ax.transAxes, fontsize=8)
+        else:
+            self.ax.set_axis_on()
+            plot_isotopes(match, ax=self.ax, survey=survey, label=label, title=title, fontsize=7.5)
+            if message:
+                self.ax.text(0.02, 0.97, message, ha="left", va="top", color="#a15c00", fontsize=7,
+                             transform=self.ax.transAxes)
+        self.canvas.draw_idle()
+
+
+def theoretical_only(c: FormulaCandidate, n_peaks: int) -> IsotopeMatch:
+    """A candidate's theoretical isotope peaks with nothing observed (no survey scan)."""
+    adduct = parse_adduct(c.ion_type)
+    mz, abundance = isotope_pattern(adduct.ion_counts(parse_formula(c.formula)), n_peaks, adduct.charge)
+    nothing = np.full(len(mz), np.nan)
+    return IsotopeMatch(theoretical_mz=mz, theoretical=abundance, observed_mz=nothing, observed=nothing,
+                        detectable=np.ones(len(mz), dtype=bool), score=0.0)
+
+
+class FormulaPanel(QWidget):
+    """The table, its buttons and the isotope plot (no knowledge of the window: see :class:`FormulaController`)."""
+
+    picked = Signal(object)  # the FormulaCandidate to set on the spectrum
+    run_best = Signal(int)  # k: run the best k formulas of the selected spectra
+    top_k_changed = Signal(int)
+    shown = Signal()  # the tab became visible
+
+    def __init__(self, top_k: int = DEFAULT_TOP_K, parent=None):
+        super().__init__(parent)
+        self.entry = None
+        self.model = FormulaTableModel(self)
+        self.proxy = SortProxy(self)
+        self.proxy.setSourceModel(self.model)
+        self.summary = QLabel(wordWrap=True)
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.table = QTableView()
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(FormulaTableModel.RANK, Qt.SortOrder.AscendingOrder)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setAlternatingRowColors(True)
+        self.table.setWordWrap(False)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 6)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.table.doubleClicked.connect(self._pick_at)
+        self.table.selectionModel().currentRowChanged.connect(lambda *_: self._current_changed())
+        self.use = QPushButton("Use this formula")
+        self.use.setToolTip("Set the selected formula and ion type on the spectrum (as if typed; Run then "
+                            "elucidates that one). Double-click a row does the same")
+        self.use.clicked.connect(self._pick)
+        self.k = QSpinBox(minimum=1, maximum=MAX_TOP_K, value=max(1, min(int(top_k), MAX_TOP_K)))
+        self.k.setToolTip("How many of the best formulas Run elucidates for a spectrum without a formula "
+                          "(msgpt predict --formulas K does the same)")
+        self.k.valueChanged.connect(self._k_changed)
+        self.run = QPushButton()
+        self.run.setToolTip("Elucidate the selected spectra for their best k formula candidates (the ion types "
+                            "the model supports), their candidates in one list ranked formula by formula")
+        self.run.clicked.connect(lambda: self.run_best.emit(self.k.value()))
+        self._k_changed(self.k.value())
+        buttons = QHBoxLayout()
+        buttons.setContentsMargins(0, 0, 0, 0)
+        buttons.addWidget(self.use)
+        buttons.addStretch(1)
+        buttons.addWidget(QLabel("Best"))
+        buttons.addWidget(self.k)
+        buttons.addWidget(self.run)
+        left = QWidget()
+        lay = QVBoxLayout(left)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(3)
+        lay.addWidget(self.summary)
+        lay.addWidget(self.table, 1)
+        lay.addLayout(buttons)
+        self.isotopes = IsotopeCanvas()
+        self.isotopes.setToolTip("MS1 isotope peaks of the precursor (blue: the survey scan where it is most "
+                                 "intense) beside those of the selected formula and ion type (red)")
+        self.splitter = QSplitter(Qt.Orientation.Horizontal, objectName="formulas_splitter")
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.isotopes)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setChildrenCollapsible(False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 4)
+        layout.addWidget(self.splitter)
+        self.show_message("Select a spectrum to see its formula candidates.")
+
+    @property
+    def top_k(self) -> int:
+        return self.k.value()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self.shown.emit()
+
+    # -- what is shown
+    def show_message(self, html: str, entry=None) -> None:
+        """No table: a sentence instead (nothing selected, being ranked, why there is none)."""
+        self.entry = entry
+        self.model.set_table(None)
+        self.summary.setText(html)
+        self.isotopes.show_match(None, message="")
+        self._update_buttons()
+
+    def show_table(self, entry, table, supported) -> None:
+        """``table`` of ``entry`` (its rows marked by what ``supported`` ion types the model runs)."""
+        same = entry is self.entry and self.model.table is table
+        keep = self.selected() if same else None
+        self.entry = entry
+        self.model.set_table(table, supported, *self._entry_marks(entry))
+        n = len(table.candidates)
+        ions = ", ".join(table.ion_types)
+        ms1 = entry.ms1
+        evidence = (f"MS1: survey scan {_html(ms1.scan_id)}" + (f" at {ms1.retention_time / 60:.2f} min"
+                                                                 if ms1.retention_time is not None else "")
+                    if ms1 is not None else "no MS1 survey scan (isotopes and adducts not scored)")
+        notes = "".join(f"<br><span style='color:#a15c00'>{_html(n)}</span>" for n in table.notes)
+        self.summary.setText(
+            f"<b>{n} formula candidate{'s' if n != 1 else ''}</b> for precursor m/z {table.precursor_mz:.4f} "
+            f"({_html(ions)}; {table.n_decompositions:,} formulas within {CONFIG.ppm:g} ppm, the best "
+            f"{CONFIG.max_scored} per ion type scored on {table.n_fragment_peaks} fragment peaks) · {evidence}{notes}")
+        row = None
+        if keep is not None:
+            row = next((r for r in range(self.proxy.rowCount()) if self._candidate_at(r) == keep), None)
+        if row is None:
+            current = self.model.current
+            row = next((r for r in range(self.proxy.rowCount())
+                        if current and (self._candidate_at(r).formula, self._candidate_at(r).ion_type) == current), None)
+        if row is None and self.proxy.rowCount():
+            row = 0
+        if row is not None:
+            self.table.selectionModel().setCurrentIndex(
+                self.proxy.index(row, 0),
+                QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+        else:
+            self.isotopes.show_match(None, message="No formula candidate")
+        self._update_buttons()
+
+    def refresh_runs(self, entry) -> None:
+        """The entry's formula or formula runs changed: the marks follow (the table stays)."""
+        if entry is self.entry and self.model.table is not None:
+            self.model.set_runs(*self._entry_marks(entry))
+
+    @staticmethod
+    def _entry_marks(entry) -> tuple:
+        s = entry.spectrum
+        current = (s.formula, s.adduct) if s is not None and s.formula and s.adduct else None
+        runs = {}
+        for r in entry.formula_runs:
+            key = (r.spectrum.formula, r.spectrum.adduct)
+            if r.result is not None:
+                runs[key] = f"done · {len(r.result.candidates)} candidates"
+            elif r.status == Status.FAILED:
+                runs[key] = f"failed: {r.reason}"
+            else:
+                runs[key] = r.status
+        return current, runs
+
+    # -- selection
+    def _candidate_at(self, proxy_row: int) -> FormulaCandidate | None:
+        return self.model.candidate(self.proxy.mapToSource(self.proxy.index(proxy_row, 0)).row())
+
+    def selected(self) -> FormulaCandidate | None:
+        idx = self.table.selectionModel().currentIndex()
+        return self._candidate_at(idx.row()) if idx.isValid() else None
+
+    def select_candidate(self, formula: str, ion_type: str) -> bool:
+        for r in range(self.proxy.rowCount()):
+            c = self._candidate_at(r)
+            if (c.formula, c.ion_type) == (formula, ion_type):
+                self.table.selectionModel().setCurrentIndex(
+                    self.proxy.index(r, 0),
+                    QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+                return True
+        return False
+
+    def _current_changed(self) -> None:
+        self._update_buttons()
+        c = self.selected()
+        if c is None or self.entry is None:
+            self.isotopes.show_match(None, message="Select a formula candidate")
+            return
+        ms1 = self.entry.ms1
+        label = f"{c.formula} {c.ion_type}"
+        match = None
+        try:
+            match = isotope_comparison(c, ms1, config=CONFIG) if ms1 is not None else None
+        except MsgptError:
+            match = None
+        if match is not None:
+            self.isotopes.show_match(match, survey=(ms1.mz, ms1.intensity), label=label,
+                                     title=f"MS1 isotopes · score {round(match.score, 1) + 0.0:.1f}")
+            return
+        try:
+            theo = theoretical_only(c, CONFIG.isotope_peaks)
+        except MsgptError:
+            self.isotopes.show_match(None, message=f"No isotope pattern for {label}")
+            return
+        why = "no MS1 survey scan" if ms1 is None else "the precursor is not in the survey scan"
+        self.isotopes.show_match(theo, label=label, title="Theoretical isotopes", message=why)
+
+    def _update_buttons(self) -> None:
+        c = self.selected()
+        editable = self.entry is not None and self.entry.status not in (Status.RUNNING, Status.QUEUED)
+        self.use.setEnabled(bool(c is not None and editable and self.model.is_supported(c)))
+        self.run.setEnabled(self.entry is not None and self.entry.spectrum is not None)
+
+    def _pick_at(self, index) -> None:
+        if index.isValid():
+            self.table.selectionModel().setCurrentIndex(
+                index, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+        self._pick()
+
+    def _pick(self) -> None:
+        c = self.selected()
+        if c is not None and self.use.isEnabled():
+            self.picked.emit(c)
+
+    def _k_changed(self, k: int) -> None:
+        self.run.setText(f"Run best {k}")
+        self.top_k_changed.emit(k)
+
+
+class FormulaController(QObject):
+    """The Formulas tab in the window: follows the current spectrum, ranks its table in the background when the
+    tab is shown, picks a formula and runs the best k (see the module notes)."""
+
+    table_shown = Signal(int)  # the table now holds this many rows (after a spectrum was selected or ranked)
+
+    def __init__(self, window):
+        super().__init__(window)
+        self.window = window
+        self.panel = FormulaPanel(window.settings.get(SETTINGS_TOP_K, DEFAULT_TOP_K, int))
+        self.worker: GeneratorWorker | None = None
+        self._worker_entry = None
+        self._wanted = None  # the entry whose table should be ranked next
+        tabs = window.insights.tabs
+        tabs.insertTab(1, self.panel, "Formulas")
+        tabs.setTabToolTip(1, "Formula and ion type candidates of the selected spectrum (precursor mass, "
+                              "fragments, MS1 isotopes, corpus prior): pick one, or run the best k")
+        self.panel.picked.connect(window.pick_formula)
+        self.panel.run_best.connect(lambda k: window.run_best_formulas(k))
+        self.panel.top_k_changed.connect(lambda k: window.settings.set(SETTINGS_TOP_K, int(k)))
+        self.panel.shown.connect(self.follow)
+        window.candidates_shown.connect(lambda *_: self.follow())
+        window.model_changed.connect(lambda *_: self.follow(force=True))
+        window.runs.entry_updated.connect(self._entry_updated)
+
+    @property
+    def top_k(self) -> int:
+        return self.panel.top_k
+
+    def follow(self, force: bool = False) -> None:
+        """Show the current entry's table (ranking it in the background when the tab is visible)."""
+        e = self.window.current_entry()
+        panel = self.panel
+        supported = self.window.spectra.supported_adducts
+        if e is None:
+            panel.show_message("Select a spectrum to see its formula candidates.")
+            return
+        if e.spectrum is None:
+            panel.show_message(f"<span style='color:#a15c00'>{_html(e.status_text(supported))}</span>", e)
+            return
+        base = e.formula_base()
+        why_not = readiness(base, None)
+        if why_not is not None:
+            panel.show_message(f"<span style='color:#a15c00'>No formula candidates: {_html(why_not)}. Type the "
+                               "formula and adduct below the spectrum.</span>", e)
+            return
+        table = e.cached_formulas()
+        if table is not None:
+            if force or panel.entry is not e or panel.model.table is not table:
+                panel.show_table(e, table, supported)
+                self.table_shown.emit(len(table.candidates))
+            else:
+                panel.refresh_runs(e)
+            return
+        panel.show_message("Ranking formula candidates…" if panel.isVisible() else
+                           "Formula candidates are ranked when this tab is shown.", e)
+        if panel.isVisible():
+            self._rank(e)
+
+    def _rank(self, e) -> None:
+        self._wanted = e
+        if self.worker is not None:
+            if self._worker_entry is not e:
+                self.worker.cancel()  # the next one starts when it has stopped
+            return
+        self._start(e)
+
+    def _start(self, e) -> None:
+        base = e.formula_base()
+        worker = GeneratorWorker(rank_job, base, e.ms1, name=f"ranking formulas of {e.display_id}")
+        self.worker, self._worker_entry, self._wanted = worker, e, None
+        worker.returned.connect(lambda table: self._ranked(e, base, table))
+        worker.errored.connect(lambda msg: self._failed(e, msg))
+        worker.finished.connect(lambda: self._finished(worker))
+        self.window.worker_started.emit(worker)
+        worker.start()
+
+    def _ranked(self, e, base, table) -> None:
+        if e.spectrum is not None and e.formula_base() is not None:
+            e.keep_formulas(base, table)
+        if self.window.current_entry() is e:
+            self.follow()
+
+    def _failed(self, e, message: str) -> None:
+        if self.window.current_entry() is e:
+            self.panel.show_message(f"<span style='color:#b3261e'>No formula candidates: {_html(message)}</span>", e)
+
+    def _finished(self, worker) -> None:
+        if self.worker is worker:
+            self.worker, self._worker_entry = None, None
+        worker.deleteLater()
+        wanted, self._wanted = self._wanted, None
+        if wanted is not None and wanted is self.window.current_entry() and wanted.cached_formulas() is None:
+            self._start(wanted)
+
+    def _entry_updated(self, key: int, what: str) -> None:
+        current = self.window.current_entry()
+        listed = self.window.spectra.listed(key)
+        if current is None or listed is not current:
+            return
+        if what == "formulas":
+            self.follow()
+        else:
+            self.panel.refresh_runs(current)
+            self.panel._update_buttons()
+
+    def shutdown(self, timeout_ms: int = 10000) -> None:
+        self._wanted = None
+        if self.worker is not None:
+            self.worker.cancel()
+            self.worker.wait(timeout_ms)

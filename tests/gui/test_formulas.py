@@ -1,0 +1,186 @@
+"""The app's formula candidates and precursor features without Qt (msgpt_gui/formulas.py, the jobs that load a
+run by feature and run the best k formulas, the entries of a feature)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from engine.errors import Cancelled
+from engine.formula_candidates import rank_formulas
+from engine.pipeline import QueryParams
+from engine.spectrum import SkippedRecord
+from msgpt_gui.entries import SpectrumEntry, Status
+from msgpt_gui.formulas import (
+    combine_results,
+    formula_base,
+    formula_note,
+    formula_scores,
+    formula_spectra,
+    no_candidate_reason,
+    rank_job,
+    readiness,
+    runnable,
+)
+from msgpt_gui.jobs import (
+    EntryFailed,
+    EntryFinished,
+    EntryStarted,
+    FormulaJob,
+    FormulasRanked,
+    elucidate_sessions,
+    load_file,
+)
+from synthetic_run import write_mzml
+
+ADDUCTS = ("[M+H]+", "[M+Na]+")
+FAST = QueryParams(groups=2, samples_per_group=2)
+
+
+def drain(gen):
+    events = []
+    while True:
+        try:
+            events.append(next(gen))
+        except StopIteration as stop:
+            return events, stop.value
+
+
+@pytest.fixture
+def bare(make_spectrum):
+    """Mellein without a formula or an ion type, as a run would give it."""
+    return make_spectrum(formula=None, adduct=None)
+
+
+def test_formula_base_goes_back_to_the_records_formula_and_keeps_an_ion_type_set_alone(make_spectrum, bare):
+    picked = bare.with_adduct("[M+H]+", check=False).with_formula("C10H10O3", check=False)
+    picked = dataclasses.replace(picked, metadata={**picked.metadata, "formula_rank": "1", "formula_score": "0.9",
+                                                   "formula_source": "ranked candidates"})
+    base = formula_base(picked, bare)
+    assert (base.formula, base.adduct) == (None, None) and "formula_rank" not in base.metadata
+    only_ion = bare.with_adduct("[M+Na]+", check=False)
+    assert formula_base(only_ion, bare).adduct == "[M+Na]+"  # the user set only the ion type: kept
+    library = make_spectrum()
+    assert formula_base(library, library) is library  # a record with a formula keeps it (ion types are ranked)
+    assert formula_base(bare, None).formula is None
+
+
+def test_readiness_says_why_no_candidates_can_be_had(make_spectrum, bare):
+    assert readiness(bare, ADDUCTS) is None and readiness(bare) is None
+    nominal = make_spectrum(formula=None, precursor_mz=179.0, metadata={"precursor_mz_decimals": "0"})
+    assert "written to the unit" in readiness(nominal, ADDUCTS)
+    negative = make_spectrum(formula=None, adduct=None, polarity="negative", charge=-1, precursor_mz=177.0557)
+    assert "[M-H]-" in readiness(negative, ADDUCTS) and readiness(negative, None) is None
+    assert readiness(make_spectrum(formula=None, adduct="[M+K]+", precursor_mz=217.0262), ADDUCTS) is not None
+
+
+def test_the_best_k_of_the_supported_ion_types_become_spectra_with_their_rank_and_score(bare):
+    table = rank_formulas(bare)
+    assert table.candidates[0].formula == "C10H10O3"
+    chosen = runnable(table, ADDUCTS, 3)
+    assert len(chosen) == 3 and all(c.ion_type in ADDUCTS for c in chosen)
+    assert [c.rank for c in chosen] == sorted(c.rank for c in chosen)
+    spectra = formula_spectra(bare, table, ADDUCTS, 2)
+    assert [(c.formula, s.formula, s.adduct) for c, s in spectra] == [(c.formula, c.formula, c.ion_type)
+                                                                      for c in chosen[:2]]
+    assert formula_note(spectra[0][1]) == ("1", f"{chosen[0].probability:.4f}")
+    assert bare.formula is None  # never changed in place
+    assert runnable(table, ("[M+K]+",), 3) == () and "no formula candidate of an ion type this model supports" in \
+        no_candidate_reason(table, ("[M+K]+",))
+    events, out = drain(rank_job(bare))
+    assert events == [] and [c.formula for c in out.candidates] == [c.formula for c in table.candidates]
+    with pytest.raises(Cancelled):
+        drain(rank_job(bare, cancel=lambda: True))
+
+
+def test_the_candidates_of_several_formulas_become_one_list_ranked_on(tiny_bundle, bare):
+    table = rank_formulas(bare, supported_adducts=tiny_bundle.supported_adducts)
+    spectra = [s for _, s in formula_spectra(bare, table, tiny_bundle.supported_adducts, 3)]
+    jobs = [FormulaJob(7, bare, None, table, (100, 101, 102))]
+    events, outcome = drain(elucidate_sessions(jobs, FAST, bundle=tiny_bundle, preview=False))
+    ranked = [e for e in events if isinstance(e, FormulasRanked)]
+    assert len(ranked) == 1 and ranked[0].table is table  # a table given is not ranked again
+    assert [(r.key, r.spectrum.formula) for r in ranked[0].runs] == list(zip((100, 101, 102),
+                                                                           [s.formula for s in spectra]))
+    assert isinstance(events[0], EntryStarted) and events[0].key == 7
+    finished = {e.key: e.result for e in events if isinstance(e, EntryFinished)}
+    failed = {e.key for e in events if isinstance(e, EntryFailed)}
+    assert set(finished) | failed == {100, 101, 102} and finished
+    assert outcome.finished == [7]
+    results = [finished[k] for k in (100, 101, 102) if k in finished]
+    combined = combine_results(results)
+    n = [len(r.candidates) for r in results]
+    assert [c.rank for c in combined.candidates] == list(range(1, sum(n) + 1))
+    assert [c.smiles for c in combined.candidates] == [c.smiles for r in results for c in r.candidates]
+    assert combined.n_samples == sum(r.n_samples for r in results)
+    assert combine_results([results[0]]) is results[0] and combine_results([None]) is None
+    assert set(formula_scores(results)) == {r.spectrum.formula for r in results}
+
+    # a table ranked in the job; none of its formulas of an ion type the model runs: said, nothing runs
+    negative = dataclasses.replace(bare, polarity="negative", charge=-1, precursor_mz=177.0557)
+    events, outcome = drain(elucidate_sessions([FormulaJob(8, negative, None, None, (200,))], FAST,
+                                               bundle=tiny_bundle))
+    assert [type(e).__name__ for e in events] == ["EntryStarted", "FormulasRanked", "EntryFailed"]
+    assert "this model supports" in events[-1].message and outcome.failed == [8]
+
+
+def test_an_mzml_run_loads_as_precursor_features_and_an_mgf_as_records(tmp_path, fixture_mgf):
+    peaks = {"mz": [80.05, 120.08, 163.12], "intensity": [10.0, 100.0, 50.0]}
+    scans = [
+        {"ms_level": 1, "rt": 10.0, "mz": [163.1230, 164.1263], "intensity": [1e6, 1.1e5]},
+        {"ms_level": 2, "rt": 10.5, "precursor_mz": 163.1230, **peaks},
+        {"ms_level": 2, "rt": 12.0, "precursor_mz": 163.1231, **peaks},
+        {"ms_level": 2, "rt": 80.0, "precursor_mz": 163.1230, **peaks},  # elutes apart: another feature
+        {"ms_level": 2, "rt": 11.0, "precursor_mz": 250.1, **peaks},
+    ]
+    path = write_mzml(tmp_path / "run.mzML", scans)
+    events, summary = drain(load_file(path))
+    items = [i for e in events for i in e.items]
+    assert [f.n_scans for f in items] == [2, 1, 1]
+    assert (summary.records, summary.features, summary.ms2_scans, summary.survey_scans) == (3, 3, 4, 1)
+    first = items[0]
+    assert first.ms1 is not None and first.precursor_mz == 163.1230
+
+    keys = iter(range(10, 20))
+    entry = SpectrumEntry.from_feature(0, first, lambda: next(keys))
+    assert entry.display_id == "F0001" and entry.n_scans == 2 and entry.rt_range == (10.5, 12.0)
+    assert [c.key for c in entry.children] == [10, 11] and all(c.parent_key == 0 for c in entry.children)
+    assert all(c.ms1 is first.ms1 for c in entry.children)
+    single = SpectrumEntry.from_feature(1, items[1], lambda: next(keys))
+    assert single.children == [] and single.display_id == "F0002 · scan=5"  # 250.1 at 11 s: second by RT
+
+    # MGF: record by record, as before; no grouping
+    events, summary = drain(load_file(fixture_mgf))
+    items = [i for e in events for i in e.items]
+    assert summary.features == 0 and summary.records == len(items) == 12
+    assert not any(hasattr(i, "scans") for i in items)
+    # a run listed scan by scan when asked
+    events, summary = drain(load_file(path, features=None))
+    assert summary.features == 0 and len([i for e in events for i in e.items]) == 4
+
+
+def test_formula_runs_decide_the_status_of_their_entry(make_spectrum, bare):
+    entry = SpectrumEntry.from_item(0, bare)
+    runs = [SpectrumEntry(k, make_spectrum(formula=f), owner_key=0, status=Status.QUEUED)
+            for k, f in ((1, "C10H10O3"), (2, "C6H14O6"))]
+    entry.formula_runs = runs
+    entry.sync_status()
+    assert entry.status == Status.RUNNING
+    runs[0].status, runs[1].status, runs[1].reason = Status.DONE, Status.FAILED, "too large"
+    entry.sync_status()
+    assert entry.status == Status.DONE
+    runs[0].status = Status.FAILED
+    entry.sync_status()
+    assert entry.status == Status.FAILED and "C6H14O6: too large" in entry.reason
+    assert not entry.has_results and entry.results() == []
+    entry.reset_results()
+    assert entry.formula_runs == [] and entry.status == Status.NOT_RUN
+
+
+def test_a_skipped_record_is_not_a_feature():
+    record = SkippedRecord("run.mzML", 3, "scan=4", "no precursor m/z", mz=np.array([50.0]), intensity=np.array([1.0]))
+    entry = SpectrumEntry.from_item(0, record)
+    assert entry.n_scans is None and entry.rt_range is None and not entry.needs_formulas
+    assert entry.cached_formulas() is None and entry.formula_base() is None

@@ -1,0 +1,256 @@
+"""The app on an LC-MS/MS run (issue #16): precursor features listed and expandable to their scans, the
+formula table of a spectrum without a formula, picking a formula, running the best k formulas (one result
+per formula, their candidates in one list), and the MS1 isotope plot.
+
+The run is a small synthetic mzML (tests/synthetic_run.py): caffeine fragmented three times along its peak,
+with survey scans that hold its isotope pattern and its [M+Na]+, and one scan of another precursor that holds
+only the precursor. The model is the tiny test bundle; nothing depends on what it happens to generate.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from engine.adducts import precursor_mz_from_neutral
+from engine.formula import formula_mass, parse_formula
+from engine.isotopes import isotope_pattern
+from msgpt_gui.entries import Status
+from msgpt_gui.formulas_view import FormulaTableModel
+from msgpt_gui.models import CandidatesModel, SpectraModel
+from synthetic_run import scan_id, write_mzml
+
+CAFFEINE = "C8H10N4O2"
+FRAGMENTS = ["C6H7N3O", "C5H7N3", "C4H5N3", "C7H6N4O"]  # neutral subformulas; ions are +H
+NICOTINE = "MSBNK-NaToxAq-NA003084"
+
+
+def mz_of(formula: str, ion: str = "[M+H]+") -> float:
+    return precursor_mz_from_neutral(formula_mass(parse_formula(formula)), ion)
+
+
+def survey(rt: float, scale: float) -> dict:
+    masses, abundances = isotope_pattern("C8H11N4O2", 3, charge=1)
+    mz = [*masses, mz_of(CAFFEINE, "[M+Na]+"), mz_of("C10H10O3"), 400.0]
+    intensity = [*(abundances * 1e6 * scale), 2e5 * scale, 5e5, 1e3]
+    order = np.argsort(mz)
+    return {"ms_level": 1, "rt": rt, "mz": np.array(mz)[order], "intensity": np.array(intensity)[order]}
+
+
+def ms2(rt: float, precursor: float, fragments: list[str], ref=None) -> dict:
+    mz = sorted([mz_of(f) for f in fragments] + [precursor])
+    return {"ms_level": 2, "rt": rt, "precursor_mz": precursor, "charge": 1, "ref": ref, "mz": mz,
+            "intensity": [100.0] * len(mz)}
+
+
+@pytest.fixture
+def run(tmp_path):
+    caffeine = mz_of(CAFFEINE)
+    scans = [
+        survey(60.0, 0.5),
+        ms2(60.5, caffeine, FRAGMENTS, ref=scan_id(0)),
+        survey(66.0, 1.0),
+        ms2(66.5, caffeine, FRAGMENTS[:3], ref=scan_id(2)),
+        ms2(67.0, mz_of("C10H10O3"), [], ref=scan_id(2)),  # the precursor only: no fragments
+        survey(72.0, 0.4),
+        ms2(72.5, caffeine, FRAGMENTS, ref=scan_id(5)),
+    ]
+    return write_mzml(tmp_path / "run.mzML", scans)
+
+
+def loaded(qtbot, window, *paths):
+    with qtbot.waitSignals([window.file_loaded] * len(paths), timeout=30_000):
+        window.open_files(list(paths))
+    return window.spectra.entries
+
+
+def run_and_wait(qtbot, window, start, expect="done"):
+    with qtbot.waitSignal(window.run_finished, timeout=120_000) as blocker:
+        assert start() is not False
+    assert blocker.args == [expect]
+
+
+def show_formulas(qtbot, window, entry):
+    """Select ``entry`` with the Formulas tab shown; wait for its table."""
+    window.insights.tabs.setCurrentWidget(window.formulas.panel)
+    window.select_entry(entry.key)
+    qtbot.waitUntil(lambda: window.formulas.panel.entry is entry and window.formulas.panel.model.rowCount() > 0,
+                    timeout=60_000)
+    return window.formulas.panel
+
+
+def row_of(panel, formula, ion="[M+H]+"):
+    proxy = panel.proxy
+    return next(r for r in range(proxy.rowCount())
+                if (proxy.index(r, FormulaTableModel.FORMULA).data(), proxy.index(r, FormulaTableModel.ION).data())
+                == (formula, ion))
+
+
+def test_a_run_is_listed_by_precursor_feature_expandable_to_its_scans(qtbot, make_window, run):
+    window = make_window()
+    entries = loaded(qtbot, window, run)
+    model, view = window.spectra, window.spectra_view
+    assert model.rowCount() == 2  # caffeine's three scans are one feature; the other precursor is its own
+    caffeine, other = entries
+    assert caffeine.n_scans == 3 and other.n_scans == 1
+    row = [model.index(0, c).data() for c in range(len(SpectraModel.COLUMNS))]
+    assert row[SpectraModel.ID] == "F0001" and row[SpectraModel.SCANS] == 3
+    assert row[SpectraModel.MZ] == f"{mz_of(CAFFEINE):.4f}"  # from the MS1 survey scan
+    assert row[SpectraModel.RT] == f"{60.5 / 60:.2f}–{72.5 / 60:.2f}"  # first to last scan
+    assert model.index(1, SpectraModel.ID).data() == "F0002 · scan=5"  # one scan: no children
+    assert not view.isColumnHidden(SpectraModel.SCANS) and view.rootIsDecorated()
+    assert "2 precursor features (4 scans)" in window.spectra_title.text()
+
+    # expandable: the scans of a feature are its children, each plotted when selected
+    parent = model.index(0, 0)
+    assert model.rowCount(parent) == 3 and model.rowCount(model.index(1, 0)) == 0
+    assert [model.index(r, 0, parent).data() for r in range(3)] == ["scan=2", "scan=4", "scan=7"]
+    assert [model.index(r, SpectraModel.RT, parent).data() for r in range(3)] == \
+        [f"{t / 60:.2f}" for t in (60.5, 66.5, 72.5)]
+    scan = caffeine.children[1]
+    window.select_entry(scan.key)
+    assert view.isExpanded(window.spectra_proxy.mapFromSource(parent))
+    assert window.current_entry() is scan and window.spectrum_panel.canvas.spectrum is scan.spectrum
+    window.select_entry(caffeine.key)
+    assert window.spectrum_panel.canvas.spectrum is caffeine.spectrum  # the consensus
+    assert "consensus of 3 scans" in window.spectrum_panel.header.text()
+
+    # the filter finds a feature by the ID of one of its scans, and shows its scans with it
+    window.spectra_filter.setText("scan=4")
+    proxy = window.spectra_proxy
+    assert proxy.rowCount() == 1 and proxy.index(0, 0).data() == "F0001"
+    assert proxy.rowCount(proxy.index(0, 0)) == 3
+    window.spectra_filter.clear()
+
+    # Run on the feature runs its consensus spectrum, for its formula candidates (it has no formula)
+    run_and_wait(qtbot, window, window.run_selected)
+    assert caffeine.status == Status.DONE and caffeine.formula_runs
+    assert all(r.owner_key == caffeine.key for r in caffeine.formula_runs)
+    first = caffeine.formula_runs[0]
+    assert np.array_equal(first.spectrum.mz, caffeine.spectrum.mz) and first.spectrum.metadata["n_scans"] == "3"
+    assert (first.spectrum.formula, first.spectrum.adduct) == (CAFFEINE, "[M+H]+")  # the best candidate
+    assert all(c.status == Status.NOT_RUN for c in caffeine.children)  # its scans did not run one by one
+
+
+def test_the_formula_table_fills_for_a_spectrum_without_formula_and_the_isotope_plot_draws(qtbot, make_window, run):
+    window = make_window()
+    caffeine, other = loaded(qtbot, window, run)
+    assert caffeine.spectrum.formula is None and caffeine.cached_formulas() is None
+    panel = show_formulas(qtbot, window, caffeine)
+    headers = [panel.model.headerData(c, Qt.Orientation.Horizontal) for c in range(panel.model.columnCount())]
+    for name in ("Rank", "Formula", "Ion type", "ppm", "Mass", "Prior", "Fragments", "Isotopes", "Adducts", "Score"):
+        assert name in headers
+    top = [panel.proxy.index(0, c).data() for c in (FormulaTableModel.RANK, FormulaTableModel.FORMULA,
+                                                     FormulaTableModel.ION)]
+    assert top == ["1", CAFFEINE, "[M+H]+"]
+    assert caffeine.cached_formulas() is not None  # kept on the entry: Run does not rank it again
+    assert "MS1: survey scan" in panel.summary.text() and "formula candidates" in panel.summary.text()
+    unsupported = [r for r in range(panel.proxy.rowCount()) if panel.proxy.index(r, 2).data() == "[M+NH4]+"]
+    assert unsupported and panel.proxy.index(unsupported[0], FormulaTableModel.RUN).data() == "ion not supported"
+
+    # the isotope plot: the survey scan's M, M+1, M+2 beside caffeine's
+    plot = panel.isotopes
+    assert panel.selected().formula == CAFFEINE and plot.match is not None
+    assert plot.match.observed[0] == pytest.approx(1.0)
+    assert plot.match.observed[1] == pytest.approx(plot.match.theoretical[1], rel=0.05)  # written from the pattern
+    assert len(plot.ax.patches) >= 2 * 3 and "score" in plot.ax.get_title(loc="left")
+    assert [t.get_text() for t in plot.ax.texts][:3] == ["M", "M+1", "M+2"]
+    panel.table.selectRow(1)  # another formula: its pattern
+    assert plot.match is not None and panel.selected().formula != CAFFEINE
+
+    # a spectrum of the precursor only gets its table too
+    panel = show_formulas(qtbot, window, other)
+    assert panel.model.rowCount() > 0 and "no fragments" in panel.summary.text()
+
+
+def test_without_survey_scans_the_plot_shows_the_theoretical_pattern(qtbot, make_window, write_mgf):
+    window = make_window()
+    (entry,) = loaded(qtbot, window, write_mgf("bare.mgf", titles={NICOTINE}, drop_keys=("FORMULA", "ADDUCT")))
+    panel = show_formulas(qtbot, window, entry)
+    assert "no MS1 survey scan" in panel.summary.text()
+    assert panel.selected().formula == "C10H14N2"
+    plot = panel.isotopes
+    assert plot.match is not None and np.isnan(plot.match.observed).all() and plot.ax.patches
+    assert any("no MS1 survey scan" in t.get_text() for t in plot.ax.texts)
+
+
+def test_picking_a_formula_sets_it_on_the_spectrum(qtbot, make_window, run):
+    window = make_window()
+    caffeine, _ = loaded(qtbot, window, run)
+    panel = show_formulas(qtbot, window, caffeine)
+    second = panel.proxy.index(1, FormulaTableModel.FORMULA).data()
+    panel.table.selectRow(1)
+    assert panel.use.isEnabled()
+    panel.use.click()
+    s = caffeine.spectrum
+    assert (s.formula, s.metadata["formula_rank"], s.metadata["formula_source"]) == (second, "2", "ranked candidates")
+    assert window.spectrum_panel.editor.formula.text() == second  # shown as if typed
+    assert window.spectra.index(0, SpectraModel.FORMULA).data() == f"{second} *"
+    assert "picked in the Formulas tab" in window.spectra.index(0, SpectraModel.FORMULA).data(Qt.ItemDataRole.ToolTipRole)
+    assert panel.model.current == (second, s.adduct)  # the table marks it, and still offers the others
+    assert panel.model.rowCount() == len(caffeine.cached_formulas().candidates)
+
+    # double-click another: it replaces the first; Run then runs that one formula
+    panel.table.doubleClicked.emit(panel.proxy.index(row_of(panel, CAFFEINE), FormulaTableModel.FORMULA))
+    assert caffeine.spectrum.formula == CAFFEINE and caffeine.spectrum.metadata["formula_rank"] == "1"
+    run_and_wait(qtbot, window, window.run_selected)
+    assert caffeine.result is not None and not caffeine.formula_runs
+    assert caffeine.result.spectrum.formula == CAFFEINE
+    assert window.candidates.model.formula_scores[CAFFEINE][0] == "1"
+
+    # another formula typed over it is no longer a ranked candidate
+    other = next(c for c in caffeine.cached_formulas().candidates
+                 if c.formula != CAFFEINE and c.ion_type in window.bundle.supported_adducts)
+    editor = window.spectrum_panel.editor
+    editor.formula.setText(other.formula)
+    editor.adduct.setEditText(other.ion_type)
+    assert editor.check.spectrum is not None and "formula_rank" not in editor.check.spectrum.metadata
+
+
+def test_run_best_k_gives_one_result_per_formula_in_one_ranked_list(qtbot, make_window, write_mgf, tmp_path):
+    window = make_window()
+    (entry,) = loaded(qtbot, window, write_mgf("bare.mgf", titles={NICOTINE}, drop_keys=("FORMULA", "ADDUCT")))
+    panel = show_formulas(qtbot, window, entry)
+    panel.k.setValue(2)
+    assert panel.run.text() == "Run best 2"
+    run_and_wait(qtbot, window, panel.run.click)
+    runs = entry.formula_runs
+    table = entry.cached_formulas()
+    expected = [c for c in table.candidates if c.ion_type in window.bundle.supported_adducts][:2]
+    assert [(r.spectrum.formula, r.spectrum.adduct) for r in runs] == [(c.formula, c.ion_type) for c in expected]
+    assert all(r.result is not None and r.result.spectrum is r.spectrum for r in runs)  # one result per formula
+    assert [r.spectrum.metadata["formula_rank"] for r in runs] == [str(c.rank) for c in expected]
+    assert entry.status == Status.DONE and entry.spectrum.formula is None and entry.result is None
+    assert window.spectra.index(0, SpectraModel.FORMULA).data() == f"{expected[0].formula} +1"
+    assert [panel.proxy.index(row_of(panel, c.formula, c.ion_type), FormulaTableModel.RUN).data()
+            for c in expected] == [f"done · {len(r.result.candidates)} candidates" for r in runs]
+
+    # the candidates table: both formulas' candidates, ranks running on, each with its formula's score
+    model = window.candidates.model
+    counts = [len(r.result.candidates) for r in runs]
+    assert model.rowCount() == sum(counts) > 0
+    assert [model.candidate(i).rank for i in range(model.rowCount())] == list(range(1, sum(counts) + 1))
+    scores = [model.index(i, CandidatesModel.FORMULA_SCORE).data() for i in range(model.rowCount())]
+    wanted = [f"{c.probability:.2f} (#{c.rank})" for c, n in zip(expected, counts) for _ in range(n)]
+    assert scores == wanted
+    assert "Formula candidates run" in window.candidates.summary.text()
+
+    # exported as the CLI writes them: ranks running on, the formula's rank and score on every row
+    path = tmp_path / "out.csv"
+    with qtbot.waitSignal(window.export_finished, timeout=30_000):
+        assert window.export(path, "all")
+    text = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("#"))
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [int(r["rank"]) for r in rows] == list(range(1, sum(counts) + 1))
+    assert [r["formula_rank"] for r in rows] == [str(c.rank) for c, n in zip(expected, counts) for _ in range(n)]
+    assert all(r["formula_score"] for r in rows)
+
+    # picking a formula that ran keeps its candidates
+    panel.table.selectRow(row_of(panel, expected[1].formula, expected[1].ion_type))
+    second = runs[1].result
+    panel.use.click()
+    assert entry.result is second and not entry.formula_runs and entry.status == Status.DONE
