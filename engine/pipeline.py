@@ -202,7 +202,8 @@ def require_usable(bundle: ModelBundle, spectrum: Spectrum) -> None:
     if not spectrum.formula:
         raise SpectrumError(
             "no molecular formula: MS-GPT elucidates structures for a known formula; add FORMULA= "
-            "to the record, or give one (--formula, or Set formula in the app)"
+            "to the record, give one (--formula, or the formula box in the app), or let msgpt predict "
+            "rank formula candidates (--formulas K)"
         )
     if not spectrum.adduct:
         raise SpectrumError(

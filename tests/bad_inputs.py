@@ -152,7 +152,8 @@ MZML_MS2_IDS = [f"controllerType=0 controllerNumber=1 scan={n}" for n in (621, 6
 
 
 NO_FORMULA = ("skipped: no molecular formula: MS-GPT elucidates structures for a known formula; add FORMULA= to "
-              "the record, or give one (--formula, or Set formula in the app)")
+              "the record, give one (--formula, or the formula box in the app), or let msgpt predict rank formula "
+              "candidates (--formulas K)")
 
 CASES: list[Case] = [
     file_case("empty", "empty file (0 bytes), named .mgf", "the file is empty (0 bytes).", b""),
