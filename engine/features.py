@@ -113,7 +113,7 @@ class Feature:
     """One precursor of a run: its MS2 scans, their consensus spectrum and its MS1 evidence."""
 
     id: str
-    index: int  # position in its file's feature list (stable for a given file and config)
+    index: int  # the file index of its first scan: unique in the file, apart from skipped records' indices
     precursor_mz: float
     rt_min: float | None  # seconds
     rt_max: float | None
@@ -311,7 +311,10 @@ def feature_id(index: int, precursor_mz: float, retention_time: float | None) ->
 def build_feature(
     index: int, scans: Sequence[Spectrum], survey_scans: Sequence[SurveyScan] = (), config: FeatureConfig = FeatureConfig()
 ) -> Feature:
-    """One feature from its scans (sorted by retention time here): consensus spectrum, MS1 evidence."""
+    """One feature from its scans (sorted by retention time here): consensus spectrum, MS1 evidence.
+
+    ``index`` numbers the feature's id (``F0001``...); the feature's own ``index`` is its first scan's.
+    """
     scans = sorted(scans, key=lambda s: (math.inf if s.retention_time is None else s.retention_time))
     times = [s.retention_time for s in scans if s.retention_time is not None]
     rt_min, rt_max = (min(times), max(times)) if times else (None, None)
@@ -343,12 +346,13 @@ def build_feature(
                               f"intensity" + (f", in >= {config.min_scan_fraction:g} of the scans)"
                                               if len(scans) >= config.min_scans_for_fraction else ")"))
     charge = _common(s.charge or None for s in scans) or 0
+    first_scan = min(s.index for s in scans)
     spectrum = consensus_spectrum(
-        scans, config, id=fid, index=index, precursor_mz=precursor, retention_time=rt, metadata=metadata,
+        scans, config, id=fid, index=first_scan, precursor_mz=precursor, retention_time=rt, metadata=metadata,
         adduct=_common(s.adduct for s in scans), formula=_common(s.formula for s in scans),
         charge=charge, polarity=polarity,
     )
-    return Feature(id=fid, index=index, precursor_mz=precursor, rt_min=rt_min, rt_max=rt_max,
+    return Feature(id=fid, index=first_scan, precursor_mz=precursor, rt_min=rt_min, rt_max=rt_max,
                    scans=tuple(scans), spectrum=spectrum, ms1=ms1)
 
 

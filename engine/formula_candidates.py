@@ -735,6 +735,7 @@ def rank_formulas(
     if frag_mz.size == 0:
         notes.append("no fragments: formulas ranked by mass, prior and MS1 only")
     rows = []  # (ion_type, vector, mass, stage-1 terms, features)
+    too_heavy: list[str] = []
     n_decompositions = 0
     for ion_type in ion_types:
         neutral = neutral_mass_from_precursor(spectrum.precursor_mz, ion_type)
@@ -746,8 +747,7 @@ def rank_formulas(
         elif neutral <= 0:
             continue
         elif neutral > config.max_mass:
-            notes.append(f"{ion_type}: neutral mass {neutral:.1f} Da is above {config.max_mass:g} Da, where formulas "
-                         f"are too many to rank; give the formula")
+            too_heavy.append(f"{neutral:.1f} Da as {ion_type}")
             continue
         else:
             vectors, masses = decompose_mass(neutral, tol, config.decomposition)
@@ -765,6 +765,9 @@ def rank_formulas(
         for i in best:
             rows.append((ion_type, vectors[i], float(masses[i]), float(theo_mz[i]), float(ppm[i]),
                          {k: float(np.asarray(f)[i]) for k, f in features.items()}))
+    if too_heavy:
+        notes.append(f"neutral mass above {config.max_mass:g} Da ({', '.join(too_heavy)}), where formulas are too many "
+                     f"to rank; give the formula")
     if cancel is not None and cancel():
         raise Cancelled("Cancelled by the user.")
     fragments = fragment_features_many(frag_mz, frag_w, np.array([r[1] for r in rows]).reshape(-1, len(ELEMENTS)),

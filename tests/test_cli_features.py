@@ -144,3 +144,30 @@ def test_bad_options_give_one_line(run, tmp_path, tiny_bundle_dir, capsys, args,
     rc = cli.main(["predict", str(run), "-o", str(tmp_path / "o.csv"), "--model", str(tiny_bundle_dir), *args])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and "Traceback" not in err
+
+
+def test_an_interrupted_run_resumes_feature_by_feature(run, tmp_path, tiny_bundle_dir, monkeypatch, capsys):
+    from engine import export
+
+    args = ["--model", str(tiny_bundle_dir), "--formulas", "2", "--precision", "fp32", *FAST]
+    reference = tmp_path / "reference.csv"
+    assert cli.main(["predict", str(run), "-o", str(reference), *args]) == 0
+    real, calls = export.CandidateWriter.write, {"n": 0}
+
+    def write(self, result, **kwargs):  # Ctrl+C while the second feature is written
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise KeyboardInterrupt
+        return real(self, result, **kwargs)
+
+    out = tmp_path / "out.csv"
+    monkeypatch.setattr(export.CandidateWriter, "write", write)
+    assert cli.main(["predict", str(run), "-o", str(out), *args]) == 130
+    monkeypatch.undo()
+    assert cli.main(["predict", str(run), "-o", str(out), *args, "--resume"]) == 0
+    assert "--resume: going on after 1 spectrum processed, 0 skipped" in capsys.readouterr().err
+
+    def body(path):
+        return [line for line in path.read_text().splitlines() if not line.startswith("# created:")]
+
+    assert body(out) == body(reference)

@@ -249,3 +249,18 @@ def test_a_run_cut_off_mid_way_keeps_the_features_read_before(run, grouping):
         for item in iter_features(run, FeatureConfig(grouping=grouping)):
             items.append(item)
     assert sum(f.n_scans for f in items) == 3  # scans 1, 3 and 5 were read before the cut
+
+
+def test_feature_indices_are_unique_and_apart_from_skipped_records(tmp_path):
+    """The CLI journals (input, index) per item: a feature must not share an index with a skipped scan."""
+    scans = [
+        ms2(10.0),  # 0
+        {**ms2(11.0), "charge": 2},  # 1: skipped (doubly charged)
+        ms2(12.0),  # 2: same precursor as 0
+        ms2(13.0, precursor=300.0),  # 3
+    ]
+    items = list(iter_features(write_mzml(tmp_path / "r.mzML", scans)))
+    skipped = [i.index for i in items if isinstance(i, SkippedRecord)]
+    features = [i for i in items if not isinstance(i, SkippedRecord)]
+    assert skipped == [1] and [f.index for f in features] == [0, 3] and [f.n_scans for f in features] == [2, 1]
+    assert features[0].id.startswith("F0001_") and features[1].id.startswith("F0002_")

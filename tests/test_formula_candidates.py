@@ -261,5 +261,5 @@ def test_fragment_features_agree_with_annotate_peaks(ion):
 def test_masses_above_the_limit_are_not_decomposed(scorer):
     s = Spectrum(id="big", precursor_mz=1318.81, mz=[500.0, 1318.81], intensity=[1.0, 1.0], adduct="[M+H]+")
     table = rank_formulas(s, scorer=scorer)
-    assert not table.candidates and "above 1000 Da" in table.notes[-1] and "give the formula" in table.notes[-1]
+    assert not table.candidates and "above 1000 Da (1317.8 Da as [M+H]+)" in table.notes[-1] and "give the formula" in table.notes[-1]
     assert rank_formulas(s, config=FormulaConfig(max_mass=1400.0, max_scored=2), scorer=scorer).n_decompositions > 0

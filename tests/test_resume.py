@@ -62,11 +62,11 @@ def interrupt_after(monkeypatch, n: int) -> None:
     real = export.CandidateWriter.write
     calls = {"n": 0}
 
-    def write(self, result):
+    def write(self, result, **kwargs):
         calls["n"] += 1
         if calls["n"] > n:
             raise KeyboardInterrupt
-        return real(self, result)
+        return real(self, result, **kwargs)
 
     monkeypatch.setattr(export.CandidateWriter, "write", write)
 
