@@ -17,9 +17,8 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from pathlib import Path
-
 from functools import cache
+from pathlib import Path
 
 from .errors import BundleError, ConfigError
 
