@@ -780,7 +780,7 @@ def rank_formulas(
         counts = vector_to_counts(vector)
         frag = {name: values[k] for name, values in fragments.items()}
         feats = {**feats, **{name: values[k] for name, values in stage2.items()}}
-        t = scorer.linear(scorer.stage2, {k: np.array([v]) for k, v in feats.items()}, 1)
+        t = scorer.linear(scorer.stage2, {name: np.array([value]) for name, value in feats.items()}, 1)
         terms = {"mass": float(t["mass"][0]), "prior": float(t["prior"][0]), "fragments": float(t["fragments"][0]),
                  "ion_type": scorer.ion_prior(ion_type), "isotopes": 0.0, "adducts": 0.0}
         if ms1 is not None:
@@ -800,7 +800,7 @@ def rank_formulas(
     probs = np.exp(scores - scores.max()) if len(scores) else scores
     probs = probs / probs.sum() if len(scores) else probs
     table = tuple(FormulaCandidate(rank=i + 1, probability=float(p), **c) for i, (c, p) in enumerate(zip(candidates, probs)))
-    if not table and not any("above" in n for n in notes):
+    if not table and not too_heavy:
         notes.append(f"no formula within {tol:.4g} Da of the neutral mass for {', '.join(ion_types)}")
     return FormulaTable(spectrum_id=spectrum.id, precursor_mz=spectrum.precursor_mz, ion_types=ion_types,
                         candidates=table, n_decompositions=n_decompositions, has_ms1=ms1 is not None,
