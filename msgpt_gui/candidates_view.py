@@ -256,6 +256,8 @@ class CandidatesPanel(QWidget):
         what the structures were drawn for when not the result's formula (several formulas)."""
         keep = self.selected_key()
         self.model.set_result(result, previous, formula_scores)
+        # shown for candidates drawn for ranked formula candidates only (a library's given formulas have none)
+        self.table.setColumnHidden(CandidatesModel.FORMULA_SCORE, not self.model.formula_scores)
         self._summarise(result, running, note, formula_text)
         if detail and result is not None:
             self.summary.setText(self.summary.text() + f"<br>{detail}")

@@ -365,7 +365,7 @@ class MainWindow(QMainWindow):
         if splitter is self.main_splitter:
             splitter.setSizes([380, 470])
         elif splitter is self.top_splitter:
-            splitter.setSizes([700, 700])
+            splitter.setSizes([640, 760])
         else:
             splitter.setSizes([1040, 340])
 

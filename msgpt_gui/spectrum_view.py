@@ -24,6 +24,7 @@ from engine.spectrum import NO_FRAGMENTS_NOTE, SkippedRecord, Spectrum
 
 from .editing import ERROR, INCOMPLETE, OK, EditCheck, check_edit
 from .entries import format_mz
+from .formulas import readiness
 from .plotting import plot_spectrum
 
 COMMON_ADDUCTS = ("[M+H]+", "[M+Na]+", "[M+NH4]+", "[M+K]+", "[M-H2O+H]+", "[M-H]-", "[M+Cl]-", "[M+HCOO]-")
@@ -163,8 +164,15 @@ class FormulaEditor(QWidget):
             return
         self.check = check_edit(self.base, *self._texts(), self.supported_adducts)
         color = LEVEL_COLORS[self.check.level]
-        self.message.setText(f'<span style="color:{color}">{_html(self.check.message)}</span>')
-        tip = self.check.message
+        text = tip = self.check.message
+        s = self.check.spectrum
+        if self.check.level == INCOMPLETE and s is not None and readiness(s, self.supported_adducts) is None:
+            text = "No formula: Run takes the best candidates (Formulas tab)" if not s.formula else \
+                "No adduct: Run takes the best ion types (Formulas tab)"
+            color = LEVEL_COLORS[OK]
+            tip = (f"{tip}, or Run ranks the formula and ion type candidates and elucidates the best of them; the "
+                   "Formulas tab lists them (pick one there to run that one)")
+        self.message.setText(f'<span style="color:{color}">{_html(text)}</span>')
         if self.check.level == OK and isinstance(self.base, Spectrum):
             tip = (f"{self.adduct.currentText()} of {self.formula.text()}: {tip}; the precursor m/z in the file is "
                    f"{format_mz(self.base)}")

@@ -13,6 +13,13 @@ MSGPT_HOME, so the user's own settings are never touched. The README's picture i
 candidates at B=100 from the bundled model); ``--tab bits`` and ``--tab score --score SMILES`` show
 the other tabs below the spectrum. Without a bundled model, use the tiny test one
 (``--model tests/data/tiny_bundle --files tests/data/fixture.mgf``).
+
+An LC-MS/MS run is listed by precursor feature; ``--spectrum`` also takes a feature's short ID (``F0003``),
+``--tab formulas`` shows its formula candidates and MS1 isotope pattern, and ``--expand`` opens the feature's
+scans in the list. The README's DDA picture::
+
+    python scripts/screenshot.py --files ../shared/data/mzml/qexactive_dda_msv000084630.mzML \
+        --spectrum F0039 --tab formulas --expand --list-width 700 --out docs/screenshot_dda.png
 """
 
 from __future__ import annotations
@@ -40,8 +47,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
     p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
     p.add_argument("--timeout", type=float, default=300, help="seconds to wait for the model and the run")
-    p.add_argument("--tab", choices=("candidates", "bits", "score"), default="candidates",
-                   help="the tab below the spectrum: candidates (default), fingerprint bits, or score a structure")
+    p.add_argument("--tab", choices=("candidates", "formulas", "bits", "score"), default="candidates",
+                   help="the tab below the spectrum: candidates (default), formula candidates, fingerprint bits, or "
+                        "score a structure")
+    p.add_argument("--expand", action="store_true", help="show the scans of the selected precursor feature")
+    p.add_argument("--no-run", action="store_true", help="select the spectrum without running it")
+    p.add_argument("--list-width", type=int, help="width of the spectra list in pixels (default: the app's)")
     p.add_argument("--score", nargs="+", default=[], metavar="SMILES",
                    help="with --tab score: structures to score against the spectrum before the grab")
     return p.parse_args(argv)
@@ -110,12 +121,14 @@ def shoot(args, width: int, height: int) -> int:
 
     window.resize(width, height)
     window.move(0, 0)
+    if args.list_width:
+        window.top_splitter.setSizes([args.list_width, width - args.list_width])
     wait(lambda: not window.busy and window.loader is None, "the model and the spectra")
     if window.bundle is None:
         sys.exit("No model could be loaded; give --model BUNDLE (see the docstring).")
     entries = [e for e in window.spectra.entries if e.spectrum is not None]
     if args.spectrum:
-        pick = next((e for e in entries if e.id == args.spectrum), None)
+        pick = next((e for e in entries if e.id == args.spectrum or e.display_id.split(" ")[0] == args.spectrum), None)
         if pick is None and args.spectrum.isdigit():
             pick = window.spectra.entries[int(args.spectrum) - 1]
     else:
@@ -124,18 +137,26 @@ def shoot(args, width: int, height: int) -> int:
     if pick is None:
         sys.exit("No spectrum to run.")
     window.select_entry(pick.key)
+    if args.expand:
+        window.spectra_view.expand(window.spectra_view.currentIndex())
+        window.spectra_view.scrollTo(window.spectra_view.currentIndex(),
+                                     window.spectra_view.ScrollHint.PositionAtTop)
     settle = time.perf_counter() + 0.5  # the plot draws before Run is pressed, as for a user
     wait(lambda: time.perf_counter() > settle, "the plot")
-    finished = []
-    window.run_finished.connect(finished.append)
-    t0 = time.perf_counter()
-    window.run_selected()
-    wait(lambda: finished, "the run")
-    print(f"{pick.id}: {finished[0]} in {time.perf_counter() - t0:.1f} s; first candidates on screen after "
-          f"{window.first_candidates_s:.2f} s" if window.first_candidates_s else f"{pick.id}: {finished[0]}")
     tabs = window.insights.tabs
-    tabs.setCurrentWidget({"candidates": window.candidates, "bits": window.insights.bits,
-                           "score": window.insights.score}[args.tab])
+    if args.tab == "formulas":  # ranked when the tab shows (before Run, which would rank them anyway)
+        tabs.setCurrentWidget(window.formulas.panel)
+        wait(lambda: window.formulas.panel.model.rowCount() > 0 or window.formulas.worker is None, "the formulas")
+    if not args.no_run:
+        finished = []
+        window.run_finished.connect(finished.append)
+        t0 = time.perf_counter()
+        window.run_selected()
+        wait(lambda: finished, "the run")
+        print(f"{pick.id}: {finished[0]} in {time.perf_counter() - t0:.1f} s; first candidates on screen after "
+              f"{window.first_candidates_s:.2f} s" if window.first_candidates_s else f"{pick.id}: {finished[0]}")
+    tabs.setCurrentWidget({"candidates": window.candidates, "formulas": window.formulas.panel,
+                           "bits": window.insights.bits, "score": window.insights.score}[args.tab])
     if args.score:
         window.insights.score.input.setPlainText("\n".join(args.score))
         window.insights.score.score()
@@ -147,6 +168,7 @@ def shoot(args, width: int, height: int) -> int:
     if not window.grab().save(str(out)):
         sys.exit(f"Could not write {out}.")
     print(f"Saved {out} ({window.width()}x{window.height()}).")
+    window.popups = False  # closing asks whether to save the candidates: no (a throw-away MSGPT_HOME)
     window.close()
     app.processEvents()
     return 0

@@ -215,6 +215,7 @@ def test_run_best_k_gives_one_result_per_formula_in_one_ranked_list(qtbot, make_
     window = make_window()
     (entry,) = loaded(qtbot, window, write_mgf("bare.mgf", titles={NICOTINE}, drop_keys=("FORMULA", "ADDUCT")))
     panel = show_formulas(qtbot, window, entry)
+    assert window.candidates.table.isColumnHidden(CandidatesModel.FORMULA_SCORE)  # nothing drawn for a candidate yet
     panel.k.setValue(2)
     assert panel.run.text() == "Run best 2"
     run_and_wait(qtbot, window, panel.run.click)
@@ -234,6 +235,7 @@ def test_run_best_k_gives_one_result_per_formula_in_one_ranked_list(qtbot, make_
     counts = [len(r.result.candidates) for r in runs]
     assert model.rowCount() == sum(counts) > 0
     assert [model.candidate(i).rank for i in range(model.rowCount())] == list(range(1, sum(counts) + 1))
+    assert not window.candidates.table.isColumnHidden(CandidatesModel.FORMULA_SCORE)
     scores = [model.index(i, CandidatesModel.FORMULA_SCORE).data() for i in range(model.rowCount())]
     wanted = [f"{c.probability:.2f} (#{c.rank})" for c, n in zip(expected, counts) for _ in range(n)]
     assert scores == wanted

@@ -188,7 +188,8 @@ def test_run_applies_a_valid_typed_formula_and_keeps_a_wrong_one(qtbot, make_win
     window.select_entry(entry.key)
     editor = window.spectrum_panel.editor
     hint = editor.message
-    assert "Enter the formula and adduct to run this spectrum" in hint.text()
+    assert "No formula: Run takes the best candidates (Formulas tab)" in hint.text()
+    assert "Enter the formula and adduct" in hint.toolTip()
     plain = re.sub(r"<[^>]+>", "", hint.text())
     assert hint.wordWrap() and hint.heightForWidth(hint.width()) <= hint.height() + 1  # not cut
     assert QFontMetrics(hint.font()).horizontalAdvance(plain) <= hint.width()  # and on one line here
