@@ -256,3 +256,36 @@ def test_run_best_k_gives_one_result_per_formula_in_one_ranked_list(qtbot, make_
     second = runs[1].result
     panel.use.click()
     assert entry.result is second and not entry.formula_runs and entry.status == Status.DONE
+
+
+def test_cancelling_a_formula_run_keeps_nothing_partial_and_retuning_redraws_every_formula(qtbot, make_window, run):
+    from PySide6.QtCore import Qt as QtCore_Qt
+
+    from msgpt_gui.jobs import EntryFinished
+
+    window = make_window()
+    caffeine, _ = loaded(qtbot, window, run)
+    window.select_entry(caffeine.key)
+
+    def hook(worker):  # cancel from inside the job once the first formula has its result
+        if worker.name.startswith("elucidation"):
+            worker.yielded.connect(lambda ev: worker.cancel() if isinstance(ev, EntryFinished) else None,
+                                   QtCore_Qt.ConnectionType.DirectConnection)
+
+    window.worker_started.connect(hook)
+    run_and_wait(qtbot, window, window.run_selected, expect="cancelled")
+    window.worker_started.disconnect(hook)
+    runs = caffeine.formula_runs
+    assert runs and all(r.status in (Status.DONE, Status.CANCELLED, Status.NOT_RUN) for r in runs)
+    assert all(r.live is None for r in runs) and sum(r.result is not None for r in runs) <= 1
+    assert caffeine.status in (Status.DONE, Status.CANCELLED) and caffeine.status == (
+        Status.DONE if any(r.result for r in runs) else Status.CANCELLED)
+
+    # Run again: the same formulas, their sessions kept; then a larger pool re-runs every formula
+    run_and_wait(qtbot, window, window.run_selected)
+    assert caffeine.formula_runs is runs and all(r.result is not None for r in runs)
+    before = [r.result for r in runs]
+    with qtbot.waitSignal(window.run_finished, timeout=120_000):
+        window.params_panel.pool.setValue(140)
+    assert all(r.result is not b and r.result.params.pool_size == 140 for r, b in zip(runs, before))
+    assert all(r.result.n_samples == 140 and r.previous is b for r, b in zip(runs, before))
