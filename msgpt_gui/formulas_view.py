@@ -331,10 +331,9 @@ class FormulaPanel(QWidget):
         row = None
         if keep is not None:
             row = next((r for r in range(self.proxy.rowCount()) if self._candidate_at(r) == keep), None)
-        if row is None:
-            current = self.model.current
+        if row is None and self.model.current:
             row = next((r for r in range(self.proxy.rowCount())
-                        if current and (self._candidate_at(r).formula, self._candidate_at(r).ion_type) == current), None)
+                        if (self._candidate_at(r).formula, self._candidate_at(r).ion_type) == self.model.current), None)
         if row is None and self.proxy.rowCount():
             row = 0
         if row is not None:

@@ -93,7 +93,8 @@ class FileSummary:
             lines = [f"{name}: {self.features:,} precursor feature{'s' if self.features != 1 else ''} from "
                      f"{self.ms2_scans:,} MS/MS scans listed, {ready:,} ready to run.", "",
                      "The MS/MS scans of one precursor (m/z within 10 ppm, no gap over 30 s) are merged into one "
-                     f"consensus spectrum ({merged:,} scans merged into others); expand a feature (▸) to see its scans."]
+                     f"consensus spectrum ({merged:,} scans merged into others); expand a feature (▸) to see its "
+                     "scans."]
         else:
             lines = [f"{name}: {self.records:,} MS/MS record{'s' if self.records != 1 else ''} listed, "
                      f"{ready:,} ready to run."]

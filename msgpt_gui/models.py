@@ -299,12 +299,12 @@ class SpectraModel(QAbstractItemModel):
                 file_mz = "none" if e.original is None else f"{e.original.precursor_mz:.4f}"
                 return f"Typed by you (the file gives {file_mz})"
             if col == self.FORMULA and e.formula_runs:
-                lines = [f"#{r.candidate.rank} {r.spectrum.formula} {r.spectrum.adduct} (score {r.candidate.score:.1f}, "
-                         f"{r.candidate.probability:.0%}): {r.status}" for r in e.formula_runs]
+                lines = [f"#{r.candidate.rank} {r.spectrum.formula} {r.spectrum.adduct} (score "
+                         f"{r.candidate.score:.1f}, {r.candidate.probability:.0%}): {r.status}" for r in e.formula_runs]
                 return "Run took the best formula candidates:\n" + "\n".join(lines)
             if col == self.FORMULA and s is not None and s.metadata.get("formula_source") == "ranked candidates":
-                return (f"Formula candidate #{s.metadata.get('formula_rank', '?')} (score {s.metadata.get('formula_score', '?')}) "
-                        "picked in the Formulas tab")
+                rank, score = s.metadata.get("formula_rank", "?"), s.metadata.get("formula_score", "?")
+                return f"Formula candidate #{rank} (probability {score}) picked in the Formulas tab"
             if col == self.FORMULA and e.overridden and e.original is not None:
                 return f"Set by you (the file says {e.original.formula or 'nothing'} / {e.original.adduct or 'nothing'})"
             if col == self.FORMULA and s is not None and not s.formula and e.blocker(self.supported_adducts) is None:

@@ -190,7 +190,8 @@ def test_picking_a_formula_sets_it_on_the_spectrum(qtbot, make_window, run):
     assert (s.formula, s.metadata["formula_rank"], s.metadata["formula_source"]) == (second, "2", "ranked candidates")
     assert window.spectrum_panel.editor.formula.text() == second  # shown as if typed
     assert window.spectra.index(0, SpectraModel.FORMULA).data() == f"{second} *"
-    assert "picked in the Formulas tab" in window.spectra.index(0, SpectraModel.FORMULA).data(Qt.ItemDataRole.ToolTipRole)
+    tip = window.spectra.index(0, SpectraModel.FORMULA).data(Qt.ItemDataRole.ToolTipRole)
+    assert tip.startswith("Formula candidate #2 (probability") and "picked in the Formulas tab" in tip
     assert panel.model.current == (second, s.adduct)  # the table marks it, and still offers the others
     assert panel.model.rowCount() == len(caffeine.cached_formulas().candidates)
 
