@@ -108,6 +108,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def open_model(args: argparse.Namespace, use_adapter: bool):
+    """The bundle of ``--model`` on ``--device`` / ``--precision``, after applying ``--threads``
+    (``msgpt predict`` and ``msgpt score`` share it); says which device runs it."""
+    import torch
+
+    from .bundle import load_bundle, resolve_device
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise MsgptError(f"--threads must be at least 1, got {args.threads}.")
+        torch.set_num_threads(args.threads)
+    _, device_msg = resolve_device(args.device)
+    _err(device_msg)
+    return load_bundle(_model_path(args.model), device=args.device, use_adapter=use_adapter,
+                       precision=args.precision)
+
+
 def _model_path(arg: str | None) -> Path:
     if arg:
         return Path(arg)
@@ -322,9 +339,6 @@ def _open_journal(output: Path, resume: bool, settings: dict):
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    import torch
-
-    from .bundle import load_bundle, resolve_device
     from .export import export_format
     from .pipeline import QueryParams
 
@@ -344,14 +358,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.formulas < 0:
         raise MsgptError(f"--formulas must be 0 or more, got {args.formulas}.")
     _feature_config(args), _formula_config(args)  # bad tolerances or ion types stop here, before the model loads
-    if args.threads is not None:
-        if args.threads < 1:
-            raise MsgptError(f"--threads must be at least 1, got {args.threads}.")
-        torch.set_num_threads(args.threads)
-    _, device_msg = resolve_device(args.device)
-    _err(device_msg)
-    bundle = load_bundle(_model_path(args.model), device=args.device, use_adapter=params.use_adapter,
-                         precision=args.precision)
+    bundle = open_model(args, params.use_adapter)
     if not bundle.has_adapter and params.use_adapter:  # record what really runs: no adapter to switch on
         params = dataclasses.replace(params, use_adapter=False)
     _err(f"Model: {bundle.describe()}")

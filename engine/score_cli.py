@@ -226,11 +226,9 @@ def score_inputs(paths, formula: str | None, adduct: str | None, file_errors: li
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    import torch
     from tqdm import tqdm
 
-    from .bundle import load_bundle, resolve_device
-    from .cli import _model_path
+    from .cli import open_model
     from .export import provenance
     from .fragments import FragmentSettings
     from .pipeline import QueryParams, SpectrumSession
@@ -243,14 +241,7 @@ def cmd_score(args: argparse.Namespace) -> int:
                          use_adapter=not args.no_adapter)
     if args.output and Path(args.output).suffix.lower() != ".csv":
         raise ConfigError(f"Cannot write {args.output!r}: msgpt score writes a .csv file.")
-    if args.threads is not None:
-        if args.threads < 1:
-            raise MsgptError(f"--threads must be at least 1, got {args.threads}.")
-        torch.set_num_threads(args.threads)
-    _, device_msg = resolve_device(args.device)
-    _err(device_msg)
-    bundle = load_bundle(_model_path(args.model), device=args.device, use_adapter=params.use_adapter,
-                         precision=args.precision)
+    bundle = open_model(args, params.use_adapter)
     if bundle.has_adapter:
         bundle.set_adapter(params.use_adapter)
     _err(f"Model: {bundle.describe()}")

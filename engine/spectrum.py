@@ -36,6 +36,20 @@ def _peak_array(values, name: str) -> np.ndarray:
     return arr
 
 
+def _sorted_peaks(mz_values, intensity_values) -> tuple[np.ndarray, np.ndarray]:
+    """Checked, m/z-sorted, read-only copies of a spectrum's peak arrays."""
+    mz = _peak_array(mz_values, "mz")
+    intensity = _peak_array(intensity_values, "intensity")
+    if mz.shape != intensity.shape:
+        raise SpectrumError(f"`mz` has {mz.size} values but `intensity` has {intensity.size}.")
+    if mz.size > 1 and np.any(np.diff(mz) < 0):
+        order = np.argsort(mz, kind="stable")
+        mz, intensity = mz[order], intensity[order]
+    mz.flags.writeable = False
+    intensity.flags.writeable = False
+    return mz, intensity
+
+
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Spectrum:
     """One MS/MS spectrum with its precursor and (optional) reference annotations.
@@ -69,15 +83,7 @@ class Spectrum:
             raise SpectrumError(f"Precursor m/z must be a positive number, got {self.precursor_mz!r}.")
         set_(self, "precursor_mz", mz_value)
 
-        mz = _peak_array(self.mz, "mz")
-        intensity = _peak_array(self.intensity, "intensity")
-        if mz.shape != intensity.shape:
-            raise SpectrumError(f"`mz` has {mz.size} values but `intensity` has {intensity.size}.")
-        if mz.size > 1 and np.any(np.diff(mz) < 0):
-            order = np.argsort(mz, kind="stable")
-            mz, intensity = mz[order], intensity[order]
-        mz.flags.writeable = False
-        intensity.flags.writeable = False
+        mz, intensity = _sorted_peaks(self.mz, self.intensity)
         set_(self, "mz", mz)
         set_(self, "intensity", intensity)
 
@@ -204,15 +210,7 @@ class SurveyScan:
     source: str = ""
 
     def __post_init__(self) -> None:
-        mz = _peak_array(self.mz, "mz")
-        intensity = _peak_array(self.intensity, "intensity")
-        if mz.shape != intensity.shape:
-            raise SpectrumError(f"`mz` has {mz.size} values but `intensity` has {intensity.size}.")
-        if mz.size > 1 and np.any(np.diff(mz) < 0):
-            order = np.argsort(mz, kind="stable")
-            mz, intensity = mz[order], intensity[order]
-        mz.flags.writeable = False
-        intensity.flags.writeable = False
+        mz, intensity = _sorted_peaks(self.mz, self.intensity)
         object.__setattr__(self, "mz", mz)
         object.__setattr__(self, "intensity", intensity)
 
