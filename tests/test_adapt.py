@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -271,6 +272,56 @@ def test_prepared_examples(prepared):
         assert np.all(e.post_val > prepared.t_lo) and np.all(np.diff(e.post_idx) > 0)
     assert all(e.group is None for e in prepared.val)
     assert Example.from_json(json.loads(json.dumps(prepared.train[0].to_json()))).to_json() == prepared.train[0].to_json()
+
+
+def test_out_of_fold_examples_keep_their_band_and_expected_groups(tiny_bundle_dir, monkeypatch):
+    """With a given posterior and band (an out-of-fold run's), the example is queried within *its* band,
+    and the expected grouping calls it frozen-hit exactly when P(reference in the pool) >= 0.5."""
+    from tiny_bundle import fixture_spectra
+
+    import training.adapt as adapt_module
+    from training.adapt import pool_hit_probability, prepare_example
+
+    bundle = load_bundle(tiny_bundle_dir, device="cpu", use_adapter=False)
+    config = AdaptConfig(bundle=str(tiny_bundle_dir), mgf="unused", out="unused", oof="runs/oof", groups=4,
+                         samples_per_group=5, group_thresholds=2)
+    assert config.grouping == "expected"  # the default with --oof
+    with pytest.raises(ConfigError, match="--grouping expected"):
+        AdaptConfig(bundle="b", mgf="m", out="o", oof="runs/oof", grouping="pool")
+    spectrum = next(s for s in fixture_spectra() if s.smiles)
+    rng = np.random.default_rng(0)
+    posterior = (rng.random(bundle.decoder.config.fp_bits) ** 6).astype(np.float32)
+    band = np.linspace(0.2, 0.4, 4)
+    ex = prepare_example(bundle, spectrum, "train", config, band, posterior)
+    assert ex.band == (0.2, 0.4) and np.all(ex.post_val > 0.2) and 0 <= ex.hit_p <= 1
+    assert ex.group == recoverability_group(ex.hit_p >= 0.5, ex.coverage)
+    assert Example.from_json(json.loads(json.dumps(ex.to_json()))).to_json() == ex.to_json()
+
+    # P = 1 - prod_t (1 - p_t)^(B / K): with p = 0.1 at both thresholds and B/K = 10 draws each
+    monkeypatch.setattr(adapt_module, "_sequence_probabilities", lambda *a, **k: {"p": np.array([0.1, 0.1])})
+    assert pool_hit_probability(bundle.decoder, ex, band, config) == pytest.approx(1 - 0.9**20)
+    monkeypatch.setattr(adapt_module, "_sequence_probabilities", lambda *a, **k: {"p": np.array([0.0, 0.02])})
+    assert pool_hit_probability(bundle.decoder, ex, band, config) == pytest.approx(1 - 0.98**10)
+
+
+def test_thresholds_are_drawn_within_each_examples_band():
+    lo, hi = np.array([0.1, 0.3] * 500), np.array([0.2, 0.5] * 500)
+    t = draw_thresholds(0, 3, 1000, lo, hi)
+    assert np.all(t >= lo) and np.all(t <= hi) and t[1::2].mean() > t[0::2].mean() + 0.15
+    same = np.full(1000, 0.062), np.full(1000, 0.292)  # one band for all: as the scalar form, bitwise
+    assert np.array_equal(draw_thresholds(0, 3, 1000, *same), draw_thresholds(0, 3, 1000, 0.062, 0.292))
+
+
+def test_validation_reads_each_examples_own_thresholds(prepared, tiny_bundle_dir):
+    from training.adapt import validate
+
+    decoder = load_bundle(tiny_bundle_dir, device="cpu", use_adapter=False).decoder
+    ts = np.linspace(prepared.t_lo, prepared.t_hi, 3)
+    shared = validate(decoder, prepared.train, ts, nullcontext)
+    per_example = validate(decoder, prepared.train, np.tile(ts, (len(prepared.train), 1)), nullcontext)
+    assert shared == pytest.approx(per_example) and shared["rows"] == 3 * len(prepared.train)
+    lower = validate(decoder, prepared.train, np.tile(ts[:1], (len(prepared.train), 3)), nullcontext)
+    assert lower["rows"] == shared["rows"] and lower["nll"] != pytest.approx(shared["nll"])
 
 
 def _final_lora(run) -> dict:

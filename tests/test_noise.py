@@ -96,8 +96,8 @@ def _write_oof(folder, n=60, seed=0):
     post4096[:, :N_BITS] = post
     fold = np.arange(n) % 2
     offsets = np.r_[0, np.cumsum([len(t) for t in truth])]
-    np.savez(folder / "oof_posteriors.npz", posteriors=post4096, fold=fold, bit_offsets=offsets,
-             bits=np.concatenate(truth))  # fmt: skip
+    np.savez(folder / "oof_posteriors.npz", ids=np.array([f"S{i}" for i in range(n)]), posteriors=post4096,
+             fold=fold, bit_offsets=offsets, bits=np.concatenate(truth))  # fmt: skip
     grid = default_threshold_grid()
     for k in (0, 1):
         (folder / f"fold_{k}").mkdir()

@@ -28,6 +28,21 @@ else **residual** if the posterior-oracle agreement c = max over the 20 band thr
 Tanimoto(1[π>t], z*) is >= 0.40; else **low-coverage**. Every finished spectrum is appended to
 ``examples.jsonl`` at once, so an interrupted stage continues where it stopped.
 
+**Out-of-fold posteriors** (``--oof runs/oof``, the paper's scale: all train-fold spectra): the shipped
+encoder was trained on these spectra, so its in-sample posteriors are far better than what it gives on a
+new compound (fidelity at κ=1 0.60 in sample against 0.31 on FOLD=val), and an adapter aligned to them
+learns the wrong noise. With ``--oof`` each spectrum's posterior comes from the fold encoder of
+:mod:`training.oof_posteriors` that never saw its structure, and is queried at *that* encoder's band
+(``Example.band``; training draws t ~ U over each example's own band). Drawing a pool per spectrum
+takes ~1 s, too slow for 31k spectra, and would use the bundle's encoder; ``--grouping expected``
+(the default with ``--oof``) decides frozen-hit from forward passes instead: P(reference in the pool)
+= 1 - prod_t (1 - p_t)^(B/K) over K = ``group_thresholds`` thresholds spread over the band, p_t the
+probability that the sampler writes exactly the reference's SAFE (:func:`pool_hit_probability`);
+frozen-hit when P >= 0.5 (about 30 spectra/s on one thread).
+
+    python -m training.adapt --bundle resources/default_model --mgf massbank_dev.mgf.gz --out runs/adapt_oof \
+        --oof runs/oof --all-spectra --steps 3000 --eval-every 250
+
 **Checkpoint selection** uses ``val_spectra`` spectra (one per structure) of FOLD=train structures
 held out of adaptation, so FOLD=val stays untouched for the reported numbers (the encoder was trained
 on these spectra, as on the adaptation examples, so their posteriors are better than on FOLD=val:
@@ -75,7 +90,8 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -113,10 +129,12 @@ from .loop import (
     stop_on_signals,
     torch_threads,
 )
+from .oof_data import load_oof
 from .spectra import SHIPPABLE_LICENSES, is_unit_resolution
 
 GROUPS = ("frozen-hit", "residual", "low-coverage")
 FP_TARGET_CHOICES = ("q_proj", "k_proj", "v_proj", "out_proj")
+GROUPINGS = ("pool", "expected")
 SELECT_METRICS = {"expected_share": "max", "token_accuracy": "max", "nll": "min"}
 # Settings that may change when resuming; every other field must equal the saved run's.
 RESUMABLE_CHANGES = frozenset({"out", "resume", "threads", "device", "checkpoint_minutes", "max_minutes"})
@@ -136,6 +154,14 @@ class AdaptConfig(TrainingConfig):
     exclude_unit_resolution: bool = field(default=True, metadata={"help": "drop QQ / ion-trap spectra"})
     max_spectra: int | None = field(default=2000, metadata={"help": "seeded subsample of training spectra"})
     val_spectra: int = field(default=200, metadata={"help": "held-out structures (one spectrum each) for selection"})
+    oof: str | None = field(default=None, metadata={
+        "help": "out-of-fold run folder (training.oof_posteriors): each spectrum's posterior and band come from "
+                "the fold encoder that never saw its structure, instead of the bundle's encoder"})
+    grouping: str | None = field(default=None, metadata={
+        "help": "how frozen-hit is decided: pool (draw the app's pool) or expected (P(reference in the pool) "
+                ">= 0.5 from the sampler's probabilities, forward passes only); default pool, expected with --oof"})
+    group_thresholds: int = field(default=5, metadata={
+        "help": "band thresholds the expected grouping scores (each stands for B / this samples)"})
     rank: int = field(default=4, metadata={"help": "LoRA rank r"})
     alpha: float = field(default=8.0, metadata={"help": "LoRA alpha (scaling alpha / r)"})
     lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input"})
@@ -179,7 +205,13 @@ class AdaptConfig(TrainingConfig):
         self.licenses = None if self.licenses is None else tuple(self.licenses)
         self.fp_targets = tuple(self.fp_targets)
         self.ce_weights, self.kl_weights = tuple(self.ce_weights), tuple(self.kl_weights)
-        self.require(("val_spectra", "rank", "groups", "samples_per_group", "steps", "batch_size", "micro_batch",
+        if self.grouping is None:
+            self.grouping = "expected" if self.oof else "pool"
+        self.require(("grouping",), *one_of(GROUPINGS))
+        if self.oof and self.grouping == "pool":
+            raise ConfigError("`grouping` pool draws the pool from the bundle's own encoder, not from --oof posteriors; "
+                              "use --grouping expected with --oof.")
+        self.require(("val_spectra", "rank", "groups", "group_thresholds", "samples_per_group", "steps", "batch_size", "micro_batch",
                       "eval_every", "val_thresholds", "threads"), int_at_least(1), "a positive integer")
         self.require(("max_spectra",), int_at_least(1, optional=True), "a positive integer or None (all)")
         self.require(("warmup_steps",), int_at_least(0), "an integer >= 0")
@@ -277,6 +309,8 @@ class Example:
     oracle: np.ndarray  # sorted active bits of the reference
     post_idx: np.ndarray  # sorted bits with pi > the band's lowest threshold
     post_val: np.ndarray  # their posteriors, float32
+    band: tuple[float, float] | None = None  # its own (t_kappa_max, t_kappa_min); None: the bundle's band
+    hit_p: float | None = None  # expected grouping: P(reference in the frozen pool), train only
 
     def query(self, t: float) -> np.ndarray:
         """z_t = 1[pi > t] as sorted bits (exact for t >= the band's lowest threshold)."""
@@ -286,14 +320,21 @@ class Example:
         return {"key": self.key, "split": self.split, "group": self.group, "coverage": self.coverage,
                 "rank": self.rank, "formula": self.formula.tolist(), "tokens": self.tokens.tolist(),
                 "oracle": self.oracle.tolist(), "post_idx": self.post_idx.tolist(),
-                "post_val": [float(v) for v in self.post_val]}
+                "post_val": [float(v) for v in self.post_val],
+                **({"band": list(self.band)} if self.band is not None else {}),
+                **({"hit_p": self.hit_p} if self.hit_p is not None else {})}
 
     @classmethod
     def from_json(cls, d: dict) -> Example:
         return cls(d["key"], d["split"], d["group"], float(d["coverage"]), d["rank"],
                    np.asarray(d["formula"], np.int64), np.asarray(d["tokens"], np.int64),
                    np.asarray(d["oracle"], np.int64), np.asarray(d["post_idx"], np.int64),
-                   np.asarray(d["post_val"], np.float32))
+                   np.asarray(d["post_val"], np.float32),
+                   tuple(float(t) for t in d["band"]) if d.get("band") is not None else None, d.get("hit_p"))
+
+    def band_or(self, t_lo: float, t_hi: float) -> tuple[float, float]:
+        """Its own band, or (t_lo, t_hi) (the bundle's) when it has none."""
+        return self.band if self.band is not None else (t_lo, t_hi)
 
 
 def recoverability_group(hit: bool, coverage: float, threshold: float = 0.40) -> str:
@@ -303,8 +344,10 @@ def recoverability_group(hit: bool, coverage: float, threshold: float = 0.40) ->
     return "residual" if coverage >= threshold else "low-coverage"
 
 
-def draw_thresholds(seed: int, step: int, n: int, t_lo: float, t_hi: float) -> np.ndarray:
-    """n thresholds t ~ U[t_lo, t_hi] for the examples of optimizer step ``step`` (a function of seed, step)."""
+def draw_thresholds(seed: int, step: int, n: int, t_lo, t_hi) -> np.ndarray:
+    """n thresholds t ~ U[t_lo, t_hi] for the examples of optimizer step ``step`` (a function of seed, step).
+
+    ``t_lo`` and ``t_hi`` are numbers or (n,) arrays (each example's own band)."""
     return np.random.default_rng([seed, step, 7]).uniform(t_lo, t_hi, size=n)
 
 
@@ -349,7 +392,7 @@ class ExampleDone:
     done: int
     total: int
     group: str | None  # None: a held-out (val) spectrum, or dropped
-    spectra_per_s: float  # of this session's train spectra (pool drawn)
+    spectra_per_s: float  # of this session's train spectra (grouped)
 
 
 def _run_to_end(gen):
@@ -362,8 +405,9 @@ def _run_to_end(gen):
 
 def _examples_key(config: AdaptConfig, bundle: ModelBundle) -> dict:
     keep = ("folds", "licenses", "exclude_unit_resolution", "max_spectra", "val_spectra", "kappa_min", "kappa_max",
-            "groups", "samples_per_group", "coverage_threshold", "seed", "precision")
-    return {"bundle": bundle.checksum, "mgf": sha256_file(Path(config.mgf)),
+            "groups", "samples_per_group", "coverage_threshold", "seed", "precision", "grouping", "group_thresholds")
+    oof = {"oof": sha256_file(Path(config.oof) / "oof_posteriors.npz")} if config.oof else {}
+    return {"bundle": bundle.checksum, "mgf": sha256_file(Path(config.mgf)), **oof,
             **{k: v for k, v in config.to_dict().items() if k in keep}}
 
 
@@ -411,30 +455,49 @@ def select_spectra(config: AdaptConfig, bundle: ModelBundle) -> Iterator[Reading
     return train, val
 
 
-def prepare_example(bundle: ModelBundle, spectrum: Spectrum, split: str, config: AdaptConfig,
-                    thresholds: np.ndarray) -> Example | str:
-    """The :class:`Example` of one spectrum (its frozen pool drawn when ``split`` is train), or why it is dropped."""
+@lru_cache(maxsize=16384)
+def _canonical_target(smiles: str) -> tuple[str, str | None] | str:
+    """(canonical SMILES without stereo, its SAFE string or None), or why the SMILES is unusable."""
     from .corpus import Dropped, encode_safe
 
-    mol = chem.mol_from_smiles(spectrum.smiles)
+    mol = chem.mol_from_smiles(smiles)
     if mol is None:
         return "reference SMILES unparseable"
     chem.remove_stereo(mol)
-    smiles = chem.canonical_smiles(mol)
-    encoded = encode_safe(smiles)
-    if isinstance(encoded, Dropped):
+    canonical = chem.canonical_smiles(mol)
+    encoded = encode_safe(canonical)
+    return canonical, None if isinstance(encoded, Dropped) else encoded
+
+
+def prepare_example(bundle: ModelBundle, spectrum: Spectrum, split: str, config: AdaptConfig,
+                    thresholds: np.ndarray, posterior: np.ndarray | None = None, amp=nullcontext) -> Example | str:
+    """The :class:`Example` of one spectrum, or why it is dropped.
+
+    ``posterior`` (an out-of-fold posterior, queried at ``thresholds``, its encoder's band) replaces
+    the bundle encoder's. A train example's group comes from its frozen pool (``grouping`` pool) or
+    from :func:`pool_hit_probability` (``expected``).
+    """
+    target = _canonical_target(spectrum.smiles)
+    if isinstance(target, str):
+        return target
+    smiles, encoded = target
+    if encoded is None:
         return "SAFE encoding failed"
     tokens = np.asarray(bundle.tokenizer.encode(encoded), np.int64)
     if np.any(tokens == bundle.tokenizer.unk_id):
         return "SAFE tokens outside the decoder's vocabulary"
     if len(tokens) > bundle.decoder.config.block_size:
         return "SAFE longer than the decoder's block_size"
-    oracle = chem.morgan_bits(mol, n_bits=bundle.decoder.config.fp_bits)
-    session = SpectrumSession(bundle, spectrum)
-    post = session.posterior
+    oracle = chem.morgan_bits(chem.mol_from_smiles(smiles), n_bits=bundle.decoder.config.fp_bits)
+    if posterior is None:
+        session = SpectrumSession(bundle, spectrum)
+        post = session.posterior
+    else:
+        post = np.asarray(posterior, np.float32)
     keep = np.flatnonzero(post > float(thresholds[0]))
-    group = rank = None
-    if split == "train":
+    band = None if posterior is None else (float(thresholds[0]), float(thresholds[-1]))
+    group = rank = hit_p = None
+    if split == "train" and config.grouping == "pool":
         params = QueryParams(kappa_min=config.kappa_min, kappa_max=config.kappa_max, groups=config.groups,
                              samples_per_group=config.samples_per_group, seed=config.seed, use_adapter=False)
         result = _run_to_end(session.run(params))
@@ -442,9 +505,29 @@ def prepare_example(bundle: ModelBundle, spectrum: Spectrum, split: str, config:
         group = recoverability_group(rank is not None, coverage, config.coverage_threshold)
     else:
         coverage = chem.max_tanimoto(oracle, [q.bits for q in build_queries(post, thresholds)])
-    return Example(f"{Path(spectrum.source).name}#{spectrum.index}:{spectrum.id}", split, group, float(coverage),
-                   rank, formula_vector(parse_formula(spectrum.formula)).astype(np.int64), tokens, oracle,
-                   keep.astype(np.int64), post[keep].astype(np.float32))
+    example = Example(f"{Path(spectrum.source).name}#{spectrum.index}:{spectrum.id}", split, group, float(coverage),
+                      rank, formula_vector(parse_formula(spectrum.formula)).astype(np.int64), tokens, oracle,
+                      keep.astype(np.int64), post[keep].astype(np.float32), band)
+    if split == "train" and config.grouping == "expected":
+        hit_p = pool_hit_probability(bundle.decoder, example, thresholds, config, amp)
+        group = recoverability_group(hit_p >= 0.5, coverage, config.coverage_threshold)
+        example = replace(example, group=group, hit_p=hit_p)
+    return example
+
+
+def pool_hit_probability(decoder: nn.Module, example: Example, thresholds: np.ndarray, config: AdaptConfig,
+                         amp=nullcontext) -> float:
+    """P(the reference's SAFE is drawn at least once in the app's B = M x N pool), from forward passes.
+
+    ``group_thresholds`` thresholds spread over the band each stand for B / group_thresholds draws;
+    p_t is the probability that the sampler (T=1, top-k 50, top-p 0.95) writes exactly the reference's
+    token sequence from query t. P = 1 - prod_t (1 - p_t)^(B / K). A lower bound: other SAFE spellings
+    of the molecule count in the app too, and formula-constrained decoding only raises p_t.
+    """
+    ts = np.linspace(float(thresholds[0]), float(thresholds[-1]), config.group_thresholds)
+    p = _sequence_probabilities(decoder, [(example, t) for t in ts], amp)["p"]
+    draws = config.groups * config.samples_per_group / config.group_thresholds
+    return float(1.0 - np.prod((1.0 - np.clip(p, 0.0, 1.0)) ** draws))
 
 
 def prepare_examples(config: AdaptConfig, stop: threading.Event | None = None) -> Iterator:
@@ -456,6 +539,14 @@ def prepare_examples(config: AdaptConfig, stop: threading.Event | None = None) -
     out.mkdir(parents=True, exist_ok=True)
     bundle = load_bundle(config.bundle, device=config.device, use_adapter=False, precision=config.precision)
     thresholds = band_thresholds(bundle.calibration, config.kappa_min, config.kappa_max, config.groups)
+    amp, _ = autocast(config.precision, bundle.device)
+    oof = oof_rows = None
+    if config.oof:
+        oof = load_oof(config.oof, kappa_min=config.kappa_min, kappa_max=config.kappa_max, groups=config.groups)
+        oof_rows = oof.row_of()
+        if oof.posteriors.shape[1] != bundle.decoder.config.fp_bits:
+            raise ConfigError(f"{config.oof}: posteriors over {oof.posteriors.shape[1]} bits, the decoder reads "
+                              f"{bundle.decoder.config.fp_bits}; use the out-of-fold run of this model's encoder.")
     key = _examples_key(config, bundle)
     meta_path, cache = out / "examples_meta.json", out / "examples.jsonl"
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
@@ -487,7 +578,13 @@ def prepare_examples(config: AdaptConfig, stop: threading.Event | None = None) -
                                                   "seconds": seconds + time.perf_counter() - t0})
                     return None
                 t1 = time.perf_counter()
-                ex = prepare_example(bundle, spectrum, split, config, thresholds)
+                if oof is None:
+                    ex = prepare_example(bundle, spectrum, split, config, thresholds, amp=amp)
+                elif (row := oof_rows.get(spectrum.id)) is None:
+                    ex = "no out-of-fold posterior"
+                else:
+                    ex = prepare_example(bundle, spectrum, split, config, oof.thresholds(row),
+                                         oof.posteriors[row].astype(np.float32), amp)
                 d = ex.to_json() if isinstance(ex, Example) else {"key": k, "split": split, "dropped": ex}
                 sink.write(json.dumps(d) + "\n")
                 sink.flush()
@@ -551,34 +648,53 @@ def adaptation_loss(student: torch.Tensor, teacher: torch.Tensor, targets: torch
 
 
 @torch.no_grad()
-def validate(decoder: nn.Module, examples: Sequence[Example], thresholds: Sequence[float], amp,
-             micro_batch: int = 32, top_k: int = 50, top_p: float = 0.95) -> dict:
-    """Token accuracy, NLL per token and ``expected_share`` (module docstring) of ``examples`` x ``thresholds``."""
+def _sequence_probabilities(decoder: nn.Module, rows: Sequence[tuple[Example, float]], amp=nullcontext,
+                            micro_batch: int = 32, top_k: int = 50, top_p: float = 0.95) -> dict:
+    """Teacher-forced pass over (example, threshold) rows: per row ``p``, the probability that the
+    sampler (T=1, ``top_k``, ``top_p``) writes exactly the example's tokens; summed ``nll``, ``correct``
+    (argmax = target) and ``count`` over all target tokens."""
     was_training = decoder.training
     decoder.eval()
-    rows = sorted(((e, t) for e in examples for t in thresholds), key=lambda r: len(r[0].tokens))
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0].tokens))
+    seq_p = np.zeros(len(rows))
     correct = count = 0
-    nll = share = 0.0
-    for start in range(0, len(rows), micro_batch):
-        chunk = rows[start : start + micro_batch]
-        b = collate_examples([e for e, _ in chunk], [t for _, t in chunk], decoder.config)
-        with amp():
-            logits = forward_logits(decoder, b)
-        logits = logits.float()
-        targets, mask = b["targets"], b["targets"] != PAD_ID  # (B, T)
-        logp = F.log_softmax(logits, dim=-1)
-        nll -= float(logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)[mask].sum())
-        correct += int(((logits.argmax(-1) == targets) & mask).sum())
-        count += int(mask.sum())
-        probs, ids = filter_probs(logits[mask], 1.0, top_k, top_p)  # (n, K): what the sampler draws from
-        p = (probs * (ids == targets[mask][:, None])).sum(-1) / probs.sum(-1)  # (n,) 0 when filtered out
-        row = torch.arange(len(chunk))[:, None].expand_as(mask)[mask]
-        seq_logp = torch.zeros(len(chunk), dtype=torch.float64).index_add_(0, row, p.double().log())
-        share += float(seq_logp.exp().sum())
+    nll = 0.0
+    device = next(decoder.parameters()).device
+    with torch.no_grad():
+        for start in range(0, len(order), micro_batch):
+            chunk = order[start : start + micro_batch]
+            b = collate_examples([rows[i][0] for i in chunk], [rows[i][1] for i in chunk], decoder.config)
+            b = {k: v.to(device) for k, v in b.items()}
+            with amp():
+                logits = forward_logits(decoder, b)
+            logits = logits.float()
+            targets, mask = b["targets"], b["targets"] != PAD_ID  # (B, T)
+            logp = F.log_softmax(logits, dim=-1)
+            nll -= float(logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)[mask].sum())
+            correct += int(((logits.argmax(-1) == targets) & mask).sum())
+            count += int(mask.sum())
+            probs, ids = filter_probs(logits[mask], 1.0, top_k, top_p)  # (n, K): what the sampler draws from
+            p = (probs * (ids == targets[mask][:, None])).sum(-1) / probs.sum(-1)  # (n,) 0 when filtered out
+            row = torch.arange(len(chunk), device=device)[:, None].expand_as(mask)[mask]
+            seq_logp = torch.zeros(len(chunk), dtype=torch.float64, device=device).index_add_(0, row, p.double().log())
+            seq_p[chunk] = seq_logp.exp().cpu().numpy()
     decoder.train(was_training)
+    return {"p": seq_p, "nll": nll, "correct": correct, "count": count}
+
+
+def validate(decoder: nn.Module, examples: Sequence[Example], thresholds, amp,
+             micro_batch: int = 32, top_k: int = 50, top_p: float = 0.95) -> dict:
+    """Token accuracy, NLL per token and ``expected_share`` (module docstring) of ``examples`` x ``thresholds``.
+
+    ``thresholds``: (K,) for every example, or (len(examples), K), each example's own."""
+    thresholds = np.asarray(thresholds, np.float64)
+    if thresholds.ndim == 1:
+        thresholds = np.broadcast_to(thresholds, (len(examples), len(thresholds)))
+    rows = [(e, float(t)) for e, ts in zip(examples, thresholds) for t in ts]
+    r = _sequence_probabilities(decoder, rows, amp, micro_batch, top_k, top_p)
     n = max(len(rows), 1)
-    return {"expected_share": share / n, "token_accuracy": correct / max(count, 1), "nll": nll / max(count, 1),
-            "rows": len(rows)}
+    return {"expected_share": float(r["p"].sum()) / n, "token_accuracy": r["correct"] / max(r["count"], 1),
+            "nll": r["nll"] / max(r["count"], 1), "rows": len(rows)}
 
 
 def make_trainer(decoder: ConditionalDecoder, config: AdaptConfig):
@@ -602,7 +718,8 @@ def train_step(model, optimizer, train: Sequence[Example], step: int, t_lo: floa
     device = next(decoder.parameters()).device
     reseed(config.seed, 0, step)
     idx = batch_indices(config.seed, step, config.batch_size, len(train))
-    ts = draw_thresholds(config.seed, step, len(idx), t_lo, t_hi)
+    bands = np.array([train[i].band_or(t_lo, t_hi) for i in idx])  # (B, 2): each example's own band
+    ts = draw_thresholds(config.seed, step, len(idx), bands[:, 0], bands[:, 1])
     weights = torch.tensor([config.group_weights(train[i].group) for i in idx])  # (B, 2): alpha_g, lambda_g
     order = sorted(range(len(idx)), key=lambda j: len(train[idx[j]].tokens))
     n_tokens = sum(len(train[i].tokens) - 1 for i in idx)
@@ -739,7 +856,7 @@ def _train(config: AdaptConfig, prepared: Prepared, stop: threading.Event) -> It
     named = trainable_parameters(model)
     names = [n for n, _ in named]
     train, val = prepared.train, prepared.val
-    val_t = np.linspace(prepared.t_lo, prepared.t_hi, config.val_thresholds)
+    val_t = np.array([np.linspace(*e.band_or(prepared.t_lo, prepared.t_hi), config.val_thresholds) for e in val])
     mode = SELECT_METRICS[config.select_metric]
 
     state = {"step": 0, "best": None, "best_step": None, "best_metrics": {}, "train_seconds": 0.0,
@@ -926,7 +1043,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if isinstance(event, Reading):
                     print(f"read {event.records:,} records, {event.eligible:,} eligible", flush=True)
                 elif isinstance(event, Selected):
-                    print(f"{event.n_train} training spectra (pools to draw) + {event.n_val} held-out; "
+                    print(f"{event.n_train} training spectra (to group) + {event.n_val} held-out; "
                           f"{event.n_done} already cached", flush=True)
                     bar = tqdm(total=event.n_train + event.n_val, initial=event.n_done, unit="spectrum")
                 elif isinstance(event, ExampleDone):

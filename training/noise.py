@@ -39,7 +39,8 @@ import numpy as np
 import torch
 
 from engine.errors import BundleError, ConfigError
-from engine.querying import Calibration, band_thresholds
+
+from .oof_data import load_oof
 
 FORMAT = "msgpt-fingerprint-noise"
 FORMAT_VERSION = 1
@@ -228,26 +229,11 @@ def fit_from_oof(
 ) -> FingerprintNoise:
     """The noise model of an out-of-fold run: each spectrum's posterior cut at the band thresholds of
     the fold encoder that scored it (its ``fold_<k>/calibration.json``)."""
-    oof_dir = Path(oof_dir)
-    npz = oof_dir / "oof_posteriors.npz"
-    try:
-        z = np.load(npz, allow_pickle=False)
-    except OSError as e:
-        raise BundleError(
-            f"{npz}: cannot read the out-of-fold posteriors ({e}); make them with "
-            "`python -m training.oof_posteriors --mgf ../shared/data/massbank_dev.mgf.gz --out runs/oof --folds 5`."
-        ) from e
-    with z:
-        posteriors, fold = z["posteriors"], z["fold"].astype(np.int64)
-        offsets, bits = z["bit_offsets"], z["bits"]
-    true_bits = [bits[offsets[i] : offsets[i + 1]] for i in range(len(fold))]
-    per_fold = {}
-    for k in np.unique(fold):
-        cal_path = oof_dir / f"fold_{k}" / "calibration.json"
-        if not cal_path.is_file():
-            raise BundleError(f"{cal_path}: missing; the out-of-fold run {oof_dir} is not complete (rerun it with --resume).")
-        per_fold[int(k)] = band_thresholds(Calibration.load(cal_path), kappa_min, kappa_max, groups)
-    thresholds = np.stack([per_fold[int(k)] for k in fold])
+    oof = load_oof(oof_dir, kappa_min=kappa_min, kappa_max=kappa_max, groups=groups)
+    true_bits = [oof.true_bits(i) for i in range(len(oof))]
+    per_fold = oof.band
+    thresholds = np.stack([per_fold[int(k)] for k in oof.fold])
+    posteriors = oof.posteriors
     meta = {
         "source": str(oof_dir),
         "band": [kappa_min, kappa_max],
