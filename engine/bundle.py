@@ -12,6 +12,7 @@
       adapter/               optional peft LoRA adapter (adapter_config.json + adapter_model.safetensors)
       bit_legend.json.gz     optional: atom environments behind each fingerprint bit (engine.bitlegend)
       known_structures.npz   optional: hashes of the training corpus's structures (engine.novelty)
+      confidence.json        optional: P(rank 1 is right) per spectrum (engine.confidence)
       MODEL_CARD.md          optional, shown to users
 
 Optional files are checked against their checksum in config.json when it records one (bundles made
@@ -42,6 +43,7 @@ from .tokenizer import SafeTokenizer
 
 if TYPE_CHECKING:  # RDKit-backed modules, loaded only when a bundle ships the files: pretraining on a machine
     from .bitlegend import BitLegend  # without RDKit (an accelerator) imports this module too
+    from .confidence import ConfidenceModel
     from .novelty import KnownStructures
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,7 @@ BUNDLE_FORMAT = "msgpt-bundle"
 BUNDLE_FORMAT_VERSION = 1
 REQUIRED_FILES = ("config.json", "decoder.safetensors", "encoder.safetensors", "tokenizer.json", "calibration.json")
 CHECKSUMMED_FILES = REQUIRED_FILES[1:]
-OPTIONAL_FILES = ("bit_legend.json.gz", "known_structures.npz")  # loaded when present
+OPTIONAL_FILES = ("bit_legend.json.gz", "known_structures.npz", "confidence.json")  # loaded when present
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
 
 
@@ -118,6 +120,7 @@ class ModelBundle:
     adapter_active: bool = False
     bit_legend: BitLegend | None = None  # bit_legend.json.gz, when the bundle ships one
     known_structures: KnownStructures | None = None  # known_structures.npz: the training corpus's structures
+    confidence: ConfidenceModel | None = None  # confidence.json: P(rank 1 is right) from a ranked pool
     _base_state: dict | None = field(default=None, repr=False)
     _merged_state: dict | None = field(default=None, repr=False)
 
@@ -281,7 +284,7 @@ def load_bundle(
     if want and tokenizer.fingerprint() != want:
         raise BundleError("tokenizer.json does not match the tokenizer the decoder was trained with.")
     calibration = _load_part(Calibration.load, path / "calibration.json")
-    bit_legend, known = _load_optional(path, recorded, dec_cfg.fp_bits)
+    bit_legend, known, confidence = _load_optional(path, recorded, dec_cfg.fp_bits)
 
     dev, _ = resolve_device(device)
     dtype = resolve_precision(precision, dev)
@@ -303,6 +306,7 @@ def load_bundle(
         checksum=bundle_checksum(path),
         bit_legend=bit_legend,
         known_structures=known,
+        confidence=confidence,
     )
     if (path / "adapter").is_dir():
         _attach_adapter(bundle, path / "adapter")  # merged in float32, then cast below
@@ -312,11 +316,9 @@ def load_bundle(
     return bundle
 
 
-def _load_optional(path: Path, recorded: dict, n_bits: int) -> tuple[BitLegend | None, KnownStructures | None]:
-    from .bitlegend import BitLegend
-    from .novelty import KnownStructures
-
-    """The optional files that are present, each checked against its recorded checksum."""
+def _load_optional(path: Path, recorded: dict, n_bits: int):
+    """The optional files that are present (bit legend, known structures, confidence model), each checked
+    against its recorded checksum."""
     for name in OPTIONAL_FILES:
         file = path / name
         if name in recorded and not file.is_file():
@@ -326,13 +328,21 @@ def _load_optional(path: Path, recorded: dict, n_bits: int) -> tuple[BitLegend |
                 f"{name} in {path} does not match its checksum in config.json: the file is damaged or was "
                 "replaced. Copy the bundle again (or remove the file: it is optional)."
             )
-    legend = known = None
+    legend = known = confidence = None
     if (path / "bit_legend.json.gz").is_file():
+        from .bitlegend import BitLegend
+
         legend = BitLegend.load(path / "bit_legend.json.gz")
         legend.check_fingerprint(n_bits)
     if (path / "known_structures.npz").is_file():
+        from .novelty import KnownStructures
+
         known = KnownStructures.load(path / "known_structures.npz")
-    return legend, known
+    if (path / "confidence.json").is_file():
+        from .confidence import ConfidenceModel
+
+        confidence = ConfidenceModel.load(path / "confidence.json")
+    return legend, known, confidence
 
 
 def add_bundle_file(bundle_dir: str | os.PathLike, file: str | os.PathLike) -> Path:

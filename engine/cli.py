@@ -522,6 +522,13 @@ def cmd_info(args: argparse.Namespace) -> int:
     legend, known = bundle.bit_legend, bundle.known_structures
     print(f"  bit legend: {f'{len(legend)} bits described, {legend.source}' if legend else 'none'}")
     print(f"  known structures (novelty): {(known.source or f'{len(known):,} structures') if known else 'none'}")
+    conf = bundle.confidence
+    if conf is None:
+        print("  confidence (P rank 1 is right): none")
+    else:
+        fit, val = conf.meta.get("fit", {}), conf.meta.get("val", {})
+        checked = f"; on FOLD=val ECE {val['ece']:.3f} over {val['n']} spectra" if val else ""
+        print(f"  confidence (P rank 1 is right): fitted on {fit.get('spectra', '?')} out-of-fold spectra{checked}")
     return 0
 
 

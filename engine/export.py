@@ -47,6 +47,7 @@ CSV_COLUMNS = (
     "spectrum_fidelity",
     "spectrum_samples",
     "spectrum_formula_consistent",
+    "spectrum_confidence",
 )
 FORMATS = {".csv": "csv", ".sdf": "sdf", ".sd": "sdf"}
 
@@ -113,6 +114,7 @@ def candidate_rows(
             "spectrum_fidelity": "" if result.fidelity is None else f"{result.fidelity:.4f}",
             "spectrum_samples": result.n_samples,
             "spectrum_formula_consistent": result.n_formula_consistent,
+            "spectrum_confidence": "" if result.confidence is None else f"{result.confidence:.4f}",
         }
 
 
@@ -268,6 +270,7 @@ class CandidateWriter:
             "fingerprint_score": row["fingerprint_score"],
             "is_reference": row["is_reference"],
             "spectrum_fidelity": row["spectrum_fidelity"],
+            "spectrum_confidence": row["spectrum_confidence"],
             **{f"msgpt_{k}": v for k, v in self.info.items()},
         }
         for k, v in props.items():

@@ -17,13 +17,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Generator, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
 
 from . import chem
 from .bundle import ModelBundle
+from .confidence import spectrum_confidence
 from .errors import Cancelled, ConfigError, MsgptError, SpectrumError
 from .featurize import collate, featurize_spectrum
 from .formula import formula_vector, parse_formula
@@ -174,6 +175,7 @@ class SpectrumResult:
     partial: bool = False
     plan: QueryPlan | None = None  # the queries, when not the band of ``params``
     posterior: np.ndarray | None = field(default=None, repr=False, compare=False)  # π (float32, n_bits)
+    confidence: float | None = None  # P(rank 1 is right) (engine.confidence); None: partial, or no model for it
 
     @property
     def reference_status(self) -> str:
@@ -334,7 +336,7 @@ class SpectrumSession:
         fidelity = None
         if self.reference_bits is not None:
             fidelity = chem.max_tanimoto(self.reference_bits, [q.bits for q in self._queries])
-        return SpectrumResult(
+        result = SpectrumResult(
             spectrum=self.spectrum,
             params=params,
             candidates=tuple(candidates),
@@ -353,6 +355,8 @@ class SpectrumSession:
             plan=self._plan,
             posterior=self._posterior,
         )
+        confidence = spectrum_confidence(self.bundle, result)
+        return result if confidence is None else replace(result, confidence=confidence)
 
 
 def _reference(spectrum: Spectrum, n_bits: int = chem.N_BITS) -> tuple[np.ndarray | None, str | None]:

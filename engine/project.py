@@ -39,7 +39,8 @@ spectra came from and whether a file on this machine is still the same one (:fun
                "retention_time" (s), "metadata", "source", "index", "peaks" (row of the peak arrays)}
     RESULT    {"spectrum" ("spectrum": the entry's; else a SPECTRUM), "params", "n_samples", "n_valid",
                "n_formula_consistent", "n_distinct_queries", "mean_query_bits", "fidelity",
-               "reference_inchikey14", "reference_rank", "new_samples", "seconds", "thresholds" (row),
+               "reference_inchikey14", "reference_rank", "new_samples", "seconds", "confidence" (or null;
+               absent in older files), "thresholds" (row),
                "posterior" (row or null), "candidate_bits" (row of the first candidate),
                "candidates": [{"rank", "smiles", "inchikey", "inchikey14", "formula", "count", "frequency",
                                "posterior_similarity", "fingerprint_score", "score"}, ...]}
@@ -340,6 +341,7 @@ def _result_json(r: SpectrumResult, entry_spectrum: Spectrum | None, arrays: _Ar
     for k in _RESULT_KEYS:
         v = getattr(r, k)
         d[k] = _num(v) if isinstance(v, float) else v
+    d["confidence"] = None if r.confidence is None else _num(r.confidence)
     d["thresholds"] = arrays.thresholds(r.thresholds)
     d["posterior"] = arrays.posterior(r.posterior) if r.posterior is not None else None
     d["candidate_bits"] = len(arrays.rows["candidate_bits"][0])
@@ -666,6 +668,8 @@ class _Reader:
                 counts[k] = _float(counts[k], f"{where}.{k}")
             if counts["fidelity"] is not None:
                 counts["fidelity"] = _float(counts["fidelity"], f"{where}.fidelity")
+            if d.get("confidence") is not None:  # projects before the confidence model have none
+                counts["confidence"] = _float(d["confidence"], f"{where}.confidence")
         except KeyError as e:
             raise _Damaged(f"{where}: no {e}") from None
         except ValueError as e:

@@ -28,7 +28,7 @@ from engine.pipeline import SpectrumResult
 
 from . import tooltips
 from .depict import depict_png
-from .models import KEY_ROLE, CandidatesModel
+from .models import KEY_ROLE, CandidatesModel, format_confidence
 from .novelty_view import NoveltyCandidatesModel, NoveltyFilter, NoveltyProxy
 
 ROW_HEIGHT = 116
@@ -288,6 +288,8 @@ class CandidatesPanel(QWidget):
             f"({r.n_valid} valid, {r.n_formula_consistent} with {formula}) · "
             f"κ {p.kappa_min:g}–{p.kappa_max:g}, M = {p.groups}, B = {p.pool_size}, seed {p.seed}"
             + (f" · {r.seconds:.1f} s, {r.new_samples} newly drawn" if not (running or r.partial) else "")
+            + (f"<br>Confidence that rank 1 is right: <b>{format_confidence(r.confidence)}</b>"
+               if r.confidence is not None and not (running or r.partial) and r.candidates else "")
             + (f"<br><span style='color:#a15c00'>No drawn structure is valid with {formula}: "
                "raise the pool size B to draw more, or widen the κ band.</span>"
                if not (running or r.partial or r.candidates) else "")

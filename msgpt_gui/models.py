@@ -72,8 +72,8 @@ class SpectraModel(QAbstractItemModel):
     them by key, and a change to one shows in the row of the entry they belong to.
     """
 
-    ID, MZ, ADDUCT, FORMULA, RT, SCANS, PEAKS, STATUS = range(8)
-    COLUMNS = ("ID", "Prec. m/z", "Adduct", "Formula", "RT (min)", "Scans", "Peaks", "Status")
+    ID, MZ, ADDUCT, FORMULA, RT, SCANS, PEAKS, STATUS, CONFIDENCE = range(9)
+    COLUMNS = ("ID", "Prec. m/z", "Adduct", "Formula", "RT (min)", "Scans", "Peaks", "Status", "Confidence")
     TIPS = (
         "Spectrum title (TITLE / FEATURE_ID / scan number) and the file it comes from; F0007: a precursor "
         "feature of an LC-MS run (▸ shows its scans)",
@@ -86,6 +86,11 @@ class SpectraModel(QAbstractItemModel):
         "Number of peaks; ⚠ no fragments: the spectrum holds only the precursor",
         "not run / queued / running / done / failed, or what the spectrum needs before it can run "
         "(the tooltip of a cell gives the reason)",
+        "Probability that the rank-1 candidate is the right structure, calibrated on spectra of compounds the "
+        "encoder never saw (the model card gives how well it holds on held-out spectra); sort by it to look at "
+        "the surest answers first. For a formula Run picked from the candidates it includes that formula's "
+        "probability. Empty: not run, or the settings differ from the default band, B = 100 and decoding the "
+        "confidence was fitted with",
     )
 
     def __init__(self, parent=None):
@@ -245,6 +250,11 @@ class SpectraModel(QAbstractItemModel):
                 return e.id if sort else e.display_id + (NOTES_MARK if e.user_notes.strip() else "")
             if col == self.STATUS:
                 return e.status_label(self.supported_adducts)
+            if col == self.CONFIDENCE:
+                p = entry_confidence(e)
+                if sort:
+                    return -1.0 if p is None else p
+                return "" if p is None else format_confidence(p)
             if col == self.RT:
                 rt = e.retention_time
                 if rt is None:
@@ -327,9 +337,20 @@ class SpectraModel(QAbstractItemModel):
             if (col == self.PEAKS and e.no_fragments) or (col == self.ADDUCT and self._unsupported(s)):
                 return QBrush(QColor(BLOCKED_COLOR))
             return None
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (self.MZ, self.RT, self.SCANS, self.PEAKS):
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (self.MZ, self.RT, self.SCANS, self.PEAKS,
+                                                                 self.CONFIDENCE):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
+
+
+def entry_confidence(e: SpectrumEntry) -> float | None:
+    """The confidence of what the entry's candidate table shows (its rank 1), when complete."""
+    r = e.shown
+    return None if r is None or r.partial else r.confidence
+
+
+def format_confidence(p: float) -> str:
+    return "<1%" if p < 0.01 else f"{p:.0%}"
 
 
 class CandidatesModel(_ColumnsModel):

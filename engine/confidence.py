@@ -1,0 +1,210 @@
+"""How likely the rank-1 candidate of a spectrum is the right structure: a calibrated probability.
+
+A chemist with a few hundred spectra needs to know which answers to look at first. Each result gets
+``confidence`` = P(rank-1 is the true structure, by first InChIKey block), from a logistic model over a
+few numbers read off the ranked pool (:func:`confidence_features`):
+
+``top_share``       share of the B samples that are the rank-1 candidate (the decoder keeps writing it)
+``max_share``       share of the most-drawn of the ten best candidates
+``agreement``       1 when the rank-1 candidate is also the most-drawn of the ten best, else 0
+``score_gap``       fingerprint-score lead of rank 1 over rank 2 (log-likelihood under π; capped at 20)
+``log_candidates``  log of the number of distinct formula-consistent candidates (a spread-out pool)
+``yield``           formula-consistent samples / samples drawn
+
+The model is fitted by :mod:`training.confidence` on FOLD=train spectra whose posteriors come from
+encoders that never saw their structures (out-of-fold), so it sees the misses a new compound gives; a
+bundle ships it as ``confidence.json``. A spectrum without candidates gets 0. The probability belongs
+to the settings it was fitted with (the κ band, B = 100, formula-constrained decoding, fingerprint
+ranking); :meth:`ConfidenceModel.applies_to` says whether a result's settings match, and the app and
+CLI leave the value empty when they do not.
+
+Plain JSON (weights, feature means and scales); no pickle, no scikit-learn at run time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import BundleError
+
+FEATURES = ("top_share", "max_share", "agreement", "score_gap", "log_candidates", "yield")
+SCORE_GAP_CAP = 20.0
+FORMAT = "msgpt-confidence"
+
+
+def confidence_features(counts: Sequence[int], fingerprint_scores: Sequence[float], n_samples: int,
+                        n_formula_consistent: int, n_candidates: int) -> dict[str, float] | None:
+    """The features of one ranked pool, from its ten best candidates' counts and fingerprint scores (in
+    rank order), the samples drawn, the formula-consistent ones and the distinct candidates; None when
+    the pool has no candidate."""
+    counts = [int(c) for c in list(counts)[:10]]
+    if not counts or n_candidates <= 0 or n_samples <= 0:
+        return None
+    scores = [float(s) for s in list(fingerprint_scores)[:2]]
+    if len(scores) >= 2 and all(math.isfinite(s) for s in scores):
+        gap = min(scores[0] - scores[1], SCORE_GAP_CAP)
+    else:
+        gap = SCORE_GAP_CAP if len(scores) == 1 and n_candidates == 1 else 0.0
+    return {
+        "top_share": counts[0] / n_samples,
+        "max_share": max(counts) / n_samples,
+        "agreement": float(counts[0] == max(counts)),
+        "score_gap": float(gap),
+        "log_candidates": math.log(n_candidates),
+        "yield": n_formula_consistent / n_samples,
+    }
+
+
+def result_features(result) -> dict[str, float] | None:
+    """:func:`confidence_features` of an :class:`engine.pipeline.SpectrumResult`."""
+    best = result.candidates[:10]
+    return confidence_features([c.count for c in best], [c.fingerprint_score for c in best], result.n_samples,
+                               result.n_formula_consistent, len(result.candidates))
+
+
+@dataclass(frozen=True)
+class ConfidenceModel:
+    """P(rank 1 is right) = sigmoid(bias + weights · (x - mean) / scale)."""
+
+    weights: tuple[float, ...]
+    bias: float
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    features: tuple[str, ...] = FEATURES
+    settings: dict = field(default_factory=dict)  # what the fit's pools were drawn with (see applies_to)
+    meta: dict = field(default_factory=dict)  # fit data and held-out numbers, for the model card
+
+    def __post_init__(self):
+        n = len(self.features)
+        if not (len(self.weights) == len(self.mean) == len(self.scale) == n):
+            raise BundleError(f"confidence model: {len(self.weights)} weights, {len(self.mean)} means and "
+                              f"{len(self.scale)} scales for {n} features; refit it with `python -m training.confidence`.")
+        unknown = [f for f in self.features if f not in FEATURES]
+        if unknown:
+            raise BundleError(f"confidence model reads unknown features {unknown}; this version knows {list(FEATURES)}.")
+
+    def probability(self, features: dict[str, float] | None) -> float:
+        """The calibrated probability (0 for a pool without candidates)."""
+        if features is None:
+            return 0.0
+        x = (np.array([features[f] for f in self.features]) - np.array(self.mean)) / np.array(self.scale)
+        z = float(self.bias + np.dot(self.weights, x))
+        return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+    def applies_to(self, params, adapter: bool = False) -> bool:
+        """Whether a result drawn with :class:`engine.pipeline.QueryParams` ``params`` (the bundle's adapter
+        ``adapter`` on or off) matches the fit's settings."""
+        for name, value in self.settings.items():
+            have = adapter if name == "adapter" else getattr(params, name, None)
+            if isinstance(value, float) and isinstance(have, (int, float)):
+                if not math.isclose(float(have), value, rel_tol=1e-9, abs_tol=1e-12):
+                    return False
+            elif have != value:
+                return False
+        return True
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "version": 1, "features": list(self.features), "weights": list(self.weights),
+                "bias": self.bias, "mean": list(self.mean), "scale": list(self.scale), "settings": self.settings,
+                "meta": self.meta}
+
+    @classmethod
+    def from_json(cls, d: dict) -> ConfidenceModel:
+        if d.get("format") != FORMAT or d.get("version") != 1:
+            raise BundleError(f"not a version-1 confidence model (format {d.get('format')!r}, version "
+                              f"{d.get('version')!r}); refit it with `python -m training.confidence fit`.")
+        try:
+            return cls(tuple(float(w) for w in d["weights"]), float(d["bias"]), tuple(float(m) for m in d["mean"]),
+                       tuple(float(s) for s in d["scale"]), tuple(d["features"]), dict(d.get("settings", {})),
+                       dict(d.get("meta", {})))
+        except (KeyError, TypeError, ValueError) as e:
+            raise BundleError(f"confidence model: missing or bad field ({e}); refit it.") from e
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> ConfidenceModel:
+        path = Path(path)
+        try:
+            return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError) as e:
+            raise BundleError(f"{path}: cannot read the confidence model ({e}).") from e
+        except BundleError as e:
+            raise BundleError(f"{path}: {e}") from e
+
+
+def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1.0, iters: int = 50) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """L2-penalised logistic regression by Newton's method on standardised ``X`` (n, d) and labels ``y``
+    (n,) in {0, 1}: returns (weights, bias, mean, scale). The bias is not penalised."""
+    X = np.asarray(X, np.float64)
+    y = np.asarray(y, np.float64)
+    mean = X.mean(0)
+    scale = X.std(0)
+    scale[scale < 1e-9] = 1.0
+    Z = np.hstack([(X - mean) / scale, np.ones((len(X), 1))])
+    w = np.zeros(Z.shape[1])
+    prior = np.full(Z.shape[1], l2)
+    prior[-1] = 0.0
+    for _ in range(iters):
+        p = 1.0 / (1.0 + np.exp(-np.clip(Z @ w, -40, 40)))
+        grad = Z.T @ (p - y) + prior * w
+        hess = (Z * (p * (1 - p))[:, None]).T @ Z + np.diag(prior) + 1e-9 * np.eye(len(w))
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    return w[:-1], float(w[-1]), mean, scale
+
+
+def reliability(probs: Sequence[float], hits: Sequence[bool], bins: Sequence[float] = (0, 0.05, 0.1, 0.2, 0.4, 1.0)) -> dict:
+    """Reliability table (per probability bin: count, mean predicted, observed rate), expected calibration
+    error (count-weighted |predicted - observed|), Brier score, and the Brier score of always predicting the
+    base rate."""
+    p = np.asarray(probs, np.float64)
+    h = np.asarray(hits, np.float64)
+    edges = np.asarray(bins, np.float64)
+    rows = []
+    ece = 0.0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        sel = (p >= lo) & ((p < hi) if hi < edges[-1] else (p <= hi))
+        if sel.any():
+            rows.append({"bin": [float(lo), float(hi)], "n": int(sel.sum()), "predicted": float(p[sel].mean()),
+                         "observed": float(h[sel].mean())})
+            ece += sel.sum() * abs(p[sel].mean() - h[sel].mean())
+    n = max(len(p), 1)
+    base = float(h.mean()) if len(h) else 0.0
+    return {"n": len(p), "hits": int(h.sum()), "base_rate": base, "mean_predicted": float(p.mean()) if len(p) else 0.0,
+            "ece": ece / n, "brier": float(np.mean((p - h) ** 2)) if len(p) else 0.0,
+            "brier_base_rate": float(np.mean((base - h) ** 2)) if len(p) else 0.0, "bins": rows}
+
+
+def spectrum_confidence(bundle, result) -> float | None:
+    """The confidence of a finished :class:`engine.pipeline.SpectrumResult`, or None when the bundle has no
+    confidence model or the result's settings are not those it was fitted with.
+
+    For a formula taken from the ranked formula candidates (``formula_source`` "ranked candidates", an
+    LC-MS feature without a given formula) it is P(formula) x P(rank 1 right | formula): the structure can
+    only be right when the formula is.
+    """
+    model = getattr(bundle, "confidence", None)
+    if model is None or result.partial or result.plan is not None:
+        return None
+    if not model.applies_to(result.params, adapter=bool(getattr(bundle, "adapter_active", False))):
+        return None
+    p = model.probability(result_features(result))
+    md = result.spectrum.metadata
+    if md.get("formula_source") == "ranked candidates" and md.get("formula_score") not in (None, ""):
+        try:
+            p *= min(max(float(md["formula_score"]), 0.0), 1.0)
+        except (TypeError, ValueError):
+            return None
+    return p

@@ -1,0 +1,205 @@
+"""Per-spectrum confidence (engine/confidence.py, training/confidence.py): features, fit, calibration, use."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from engine.confidence import (
+    FEATURES,
+    SCORE_GAP_CAP,
+    ConfidenceModel,
+    confidence_features,
+    fit_logistic,
+    reliability,
+    spectrum_confidence,
+)
+from engine.errors import BundleError
+from engine.pipeline import QueryParams
+
+
+def test_features_of_a_pool():
+    f = confidence_features([30, 50, 5], [-10.0, -14.5, -20.0], 100, 90, 12)
+    assert f == {"top_share": 0.30, "max_share": 0.50, "agreement": 0.0, "score_gap": 4.5,
+                 "log_candidates": pytest.approx(math.log(12)), "yield": 0.90}
+    assert confidence_features([7], [-3.0], 100, 7, 1)["score_gap"] == SCORE_GAP_CAP  # alone: no rival
+    assert confidence_features([9, 1], [-1.0, -90.0], 100, 10, 2)["score_gap"] == SCORE_GAP_CAP  # capped
+    assert confidence_features([9, 1], [float("nan")] * 2, 100, 10, 2)["score_gap"] == 0.0  # no posterior
+    assert confidence_features([], [], 100, 0, 0) is None
+
+
+def _synthetic(n: int, seed: int):
+    """Features whose true P(hit) is a known logistic function of two of them."""
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([rng.beta(1, 6, n), rng.beta(1, 4, n), rng.integers(0, 2, n), rng.exponential(3, n),
+                         rng.normal(3, 0.8, n), rng.uniform(0.2, 0.9, n)])
+    p = 1 / (1 + np.exp(-(-4.0 + 9.0 * X[:, 0] + 0.3 * X[:, 3])))
+    return X, rng.random(n) < p, p
+
+
+def test_the_fit_recovers_a_logistic_truth_and_is_calibrated_on_new_data():
+    X, y, _ = _synthetic(20000, 0)
+    w, b, mean, scale = fit_logistic(X, y, l2=1.0)
+    raw = w / scale  # back to the features' units
+    assert raw[0] == pytest.approx(9.0, rel=0.12) and raw[3] == pytest.approx(0.3, rel=0.15)
+    assert np.all(np.abs(raw[[1, 2, 4, 5]]) < 0.35)  # features the truth ignores stay near 0
+    model = ConfidenceModel(tuple(w), b, tuple(mean), tuple(scale))
+    Xn, yn, pn = _synthetic(20000, 1)
+    probs = [model.probability(dict(zip(FEATURES, row))) for row in Xn]
+    rel = reliability(probs, yn)
+    assert rel["ece"] < 0.015 and rel["brier"] < rel["brier_base_rate"]
+    assert np.corrcoef(probs, pn)[0, 1] > 0.99
+    for row in rel["bins"]:
+        assert abs(row["predicted"] - row["observed"]) < 0.05 or row["n"] < 200
+
+
+def test_reliability_table_counts_and_errors():
+    rel = reliability([0.0, 0.02, 0.5, 0.9, 1.0], [False, False, True, True, True], bins=(0, 0.1, 1.0))
+    assert rel["n"] == 5 and rel["hits"] == 3 and [r["n"] for r in rel["bins"]] == [2, 3]
+    assert rel["bins"][1]["predicted"] == pytest.approx(0.8) and rel["bins"][1]["observed"] == 1.0
+    assert rel["ece"] == pytest.approx((2 * 0.01 + 3 * 0.2) / 5)
+
+
+def _model(**settings) -> ConfidenceModel:
+    return ConfidenceModel((2.0, 0.5, 0.3, 0.2, -0.4, 0.1), -3.0, (0.05, 0.08, 0.6, 2.0, 3.0, 0.5),
+                           (0.05, 0.08, 0.5, 2.0, 0.8, 0.2), FEATURES, settings, {"fit": {"spectra": 10}})
+
+
+def test_model_json_round_trip_and_bad_files(tmp_path):
+    model = _model(kappa_min=0.95, decoding="formula")
+    again = ConfidenceModel.load(model.save(tmp_path / "c.json"))
+    assert again == model
+    f = confidence_features([30, 50, 5], [-10.0, -14.5, -20.0], 100, 90, 12)
+    assert again.probability(f) == model.probability(f) and 0 < model.probability(f) < 1
+    assert model.probability(None) == 0.0
+    bad = model.to_json() | {"weights": [1.0]}
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(BundleError, match="1 weights, 6 means and 6 scales for 6 features"):
+        ConfidenceModel.load(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text(json.dumps(model.to_json() | {"format": "something"}))
+    with pytest.raises(BundleError, match="refit"):
+        ConfidenceModel.load(tmp_path / "other.json")
+
+
+def test_applies_only_to_the_settings_it_was_fitted_with():
+    model = _model(kappa_min=0.95, kappa_max=1.5, groups=20, samples_per_group=5, decoding="formula", adapter=False)
+    assert model.applies_to(QueryParams())
+    assert not model.applies_to(QueryParams(samples_per_group=10))
+    assert not model.applies_to(QueryParams(kappa_min=1.0))
+    assert not model.applies_to(QueryParams(decoding="free"))
+    assert not model.applies_to(QueryParams(), adapter=True)
+
+
+@pytest.fixture(scope="module")
+def bundle_with_confidence(tiny_bundle_dir, tmp_path_factory):
+    from engine.bundle import load_bundle
+    from training.confidence import _settings, save_model
+
+    folder = tmp_path_factory.mktemp("conf") / "bundle"
+    shutil.copytree(tiny_bundle_dir, folder)
+    model = ConfidenceModel(_model().weights, -1.0, _model().mean, _model().scale, FEATURES,
+                            {**_settings(QueryParams()), "adapter": False}, {"fit": {"spectra": 10}})
+    save_model(model, folder)
+    return load_bundle(folder, device="cpu", precision="fp32")
+
+
+def _run(bundle, spectrum, params):
+    from engine.pipeline import SpectrumSession
+
+    gen = SpectrumSession(bundle, spectrum).run(params)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as end:
+            return end.value
+
+
+def test_results_carry_the_confidence_into_csv_and_projects(bundle_with_confidence, tmp_path):
+    from tiny_bundle import fixture_spectra
+
+    from engine.confidence import result_features
+    from engine.export import export_results
+    from engine.project import Project, ProjectEntry, load_project, save_project
+
+    bundle = bundle_with_confidence
+    assert bundle.confidence is not None and "confidence.json" in bundle.config["files"]
+    spectrum = fixture_spectra()[0]
+    params = QueryParams(groups=4, samples_per_group=2, kappa_min=0.95, kappa_max=1.5)
+    other = _run(bundle, spectrum, params)
+    assert other.confidence is None  # M=4, N=2: not the settings of the fit
+    result = _run(bundle, spectrum, QueryParams())
+    expected = bundle.confidence.probability(result_features(result))
+    assert result.confidence == pytest.approx(expected) and 0 <= result.confidence <= 1
+    out = tmp_path / "c.csv"
+    export_results(out, [result], {"model": bundle.name})
+    with open(out, newline="") as fh:
+        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    if result.candidates:
+        assert {r["spectrum_confidence"] for r in rows} == {f"{result.confidence:.4f}"}
+    entry = ProjectEntry(spectrum=spectrum, original=spectrum, status="done", result=result,
+                         model_checksum=bundle.checksum)
+    save_project(tmp_path / "p.msgpt", Project(entries=[entry]))
+    back = load_project(tmp_path / "p.msgpt").entries[0].result
+    assert back.confidence == pytest.approx(result.confidence)
+
+
+def test_a_picked_formula_candidate_scales_the_confidence(bundle_with_confidence):
+    from tiny_bundle import fixture_spectra
+
+    bundle = bundle_with_confidence
+    spectrum = fixture_spectra()[0]
+    result = _run(bundle, spectrum, QueryParams())
+    picked = replace(result, spectrum=replace(spectrum, metadata={**spectrum.metadata, "formula_score": "0.2500",
+                                                                  "formula_source": "ranked candidates"}))
+    assert spectrum_confidence(bundle, picked) == pytest.approx(0.25 * spectrum_confidence(bundle, result))
+    assert spectrum_confidence(bundle, replace(result, partial=True)) is None
+
+
+def _write_collected(folder, n=400, seed=0):
+    from training.confidence import _settings
+
+    X, y, _ = _synthetic(n, seed)
+    folder.mkdir()
+    (folder / "collect.json").write_text(json.dumps({"settings": {
+        "bundle": "abc", "oof": "runs/oof", "params": _settings(QueryParams())}}))
+    with open(folder / "pools.jsonl", "w") as fh:
+        for i, (row, hit) in enumerate(zip(X, y)):
+            fh.write(json.dumps({"id": f"S{i}", "hit": bool(hit), "rank": 1 if hit else None,
+                                 "features": dict(zip(FEATURES, row.tolist()))}) + "\n")
+        fh.write(json.dumps({"id": "empty", "hit": False, "rank": None, "features": None}) + "\n")
+
+
+def test_fit_command_writes_a_model_checked_on_an_eval_run(tmp_path):
+    from training.confidence import main
+
+    _write_collected(tmp_path / "collected")
+    run = tmp_path / "eval"
+    run.mkdir()
+    records = [
+        {"id": "V1", "variant": "band", "decoding": "formula", "ranking": "fingerprint", "rank": 1,
+         "top_counts": [60, 5], "top_fingerprint_scores": [-5.0, -30.0], "n_samples": 100,
+         "n_formula_consistent": 70, "n_candidates": 2},
+        {"id": "V2", "variant": "band", "decoding": "formula", "ranking": "fingerprint", "rank": None,
+         "top_counts": [1, 1], "top_fingerprint_scores": [-50.0, -50.2], "n_samples": 100,
+         "n_formula_consistent": 40, "n_candidates": 38},
+        {"id": "V3", "variant": "band", "decoding": "formula", "ranking": "fingerprint", "rank": None,
+         "top_counts": [], "top_fingerprint_scores": [], "n_samples": 100, "n_formula_consistent": 0,
+         "n_candidates": 0},
+        {"id": "V1", "variant": "oracle", "decoding": "formula", "ranking": "fingerprint", "rank": 1,
+         "top_counts": [90], "top_fingerprint_scores": [-1.0], "n_samples": 100, "n_formula_consistent": 90,
+         "n_candidates": 1},
+    ]
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "confidence.json"
+    assert main(["fit", "--collected", str(tmp_path / "collected"), "--val-eval", str(run), "--out", str(out),
+                 "--figure", str(tmp_path / "rel.png")]) == 0
+    model = ConfidenceModel.load(out)
+    assert model.meta["fit"]["spectra"] == 401 and model.meta["val"]["n"] == 3  # band records only
+    assert (tmp_path / "rel.png").stat().st_size > 1000
+    assert main(["fit", "--collected", str(tmp_path / "nothing"), "--out", str(out)]) == 2

@@ -1,0 +1,308 @@
+"""Fit the per-spectrum confidence (:mod:`engine.confidence`) on out-of-fold pools; check it on FOLD=val.
+
+Two steps::
+
+    # 1. pools of FOLD=train spectra (one per structure) from out-of-fold posteriors: resumable, ~2 s/spectrum
+    python -m training.confidence collect --bundle resources/default_model --mgf ../shared/data/massbank_dev.mgf.gz \\
+        --oof runs/oof --out runs/confidence_train --structures 1000
+    # 2. fit; reliability on the FOLD=val records of an msgpt-eval run (band, formula decoding, fingerprint ranking)
+    python -m training.confidence fit --collected runs/confidence_train --val-eval runs/eval_val \\
+        --out resources/default_model/confidence.json --figure docs/confidence_reliability.png
+
+**Why out-of-fold**: on its own training spectra the shipped encoder's posteriors are far better than on
+a new compound, so its pools there are more often right and a confidence fitted on them would promise
+too much. Here each spectrum is queried with the posterior of the fold encoder (:mod:`training.oof_posteriors`)
+that never saw its structure, at that encoder's band thresholds, and the pool is drawn and ranked with
+the bundle's decoder and scorer exactly as the app draws it (B = 20 x 5, formula-constrained decoding,
+fingerprint ranking). The label is whether the rank-1 candidate's first InChIKey block is the
+reference's. One spectrum per structure, so no compound weighs more than another.
+
+**Model**: L2-penalised logistic regression on the six features of :func:`engine.confidence.confidence_features`
+(Newton's method, :func:`engine.confidence.fit_logistic`: six weights do not justify a scikit-learn
+dependency). Its probabilities are checked, never tuned, on FOLD=val: a reliability table (predicted
+vs observed per bin), the expected calibration error and the Brier score against always predicting the
+base rate, written into the model's ``meta`` and drawn as a reliability diagram.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.confidence import FEATURES, ConfidenceModel, confidence_features, fit_logistic, reliability, result_features
+from engine.errors import BundleError, ConfigError, MsgptError
+
+from .loop import stop_on_signals, torch_threads
+
+
+@dataclass(frozen=True)
+class Collecting:
+    done: int
+    total: int
+    hits: int
+
+
+def _eligible(bundle, mgf: str, oof_rows: dict[str, int], folds: Sequence[str]) -> list:
+    from engine.io import iter_spectra
+    from engine.pipeline import require_usable
+    from engine.spectrum import Spectrum
+
+    out = []
+    for item in iter_spectra(mgf):
+        if not isinstance(item, Spectrum) or not item.smiles or item.id not in oof_rows:
+            continue
+        if folds and item.metadata.get("fold", "") not in folds:
+            continue
+        try:
+            require_usable(bundle, item)
+        except MsgptError:
+            continue
+        out.append(item)
+    return out
+
+
+def collect(bundle_dir: str, mgf: str, oof_dir: str, out: str, structures: int = 1000, seed: int = 0,
+            folds: Sequence[str] = ("train",), stop: threading.Event | None = None) -> Iterator[Collecting]:
+    """Draw and rank the pools of ``structures`` FOLD=train spectra (one per structure) from their
+    out-of-fold posteriors; append one JSON line per spectrum to ``out/pools.jsonl`` (resumes)."""
+    from engine.bundle import load_bundle
+    from engine.pipeline import QueryParams, SpectrumSession
+    from engine.querying import QueryPlan
+
+    from .oof_data import load_oof
+
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bundle = load_bundle(bundle_dir)
+    params = QueryParams()
+    settings = {"bundle": bundle.checksum, "mgf": str(mgf), "oof": str(oof_dir), "structures": structures,
+                "seed": seed, "folds": list(folds), "params": _settings(params)}
+    meta_path = out_dir / "collect.json"
+    if meta_path.is_file() and json.loads(meta_path.read_text())["settings"] != settings:
+        raise ConfigError(f"{out_dir} holds pools collected with other settings; use a new --out.")
+    meta_path.write_text(json.dumps({"settings": settings}, indent=1) + "\n")
+    oof = load_oof(oof_dir, kappa_min=params.kappa_min, kappa_max=params.kappa_max, groups=params.groups)
+    rows = oof.row_of()
+    eligible = _eligible(bundle, mgf, rows, folds)
+    by_structure: dict[str, list] = {}
+    for s in eligible:
+        by_structure.setdefault((s.inchikey or s.smiles)[:14], []).append(s)
+    rng = np.random.default_rng(seed)
+    keys = sorted(by_structure)
+    chosen = [by_structure[keys[i]][rng.integers(len(by_structure[keys[i]]))]
+              for i in rng.permutation(len(keys))[:structures]]
+    path = out_dir / "pools.jsonl"
+    done = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                d = json.loads(line)
+                done[d["id"]] = d
+            except (json.JSONDecodeError, KeyError):
+                continue
+    hits = sum(bool(d.get("hit")) for d in done.values())
+    yield Collecting(len(done), len(chosen), hits)
+    with open(path, "a", encoding="utf-8") as sink:
+        for s in chosen:
+            if s.id in done:
+                continue
+            if stop is not None and stop.is_set():
+                return
+            row = rows[s.id]
+            session = SpectrumSession(bundle, s, posterior=oof.posteriors[row].astype(np.float32))
+            plan = QueryPlan("band (out-of-fold encoder)", thresholds=tuple(float(t) for t in oof.thresholds(row)))
+            gen = session.run(params, plan=plan)
+            while True:
+                try:
+                    next(gen)
+                except StopIteration as end:
+                    result = end.value
+                    break
+            features = result_features(result)
+            d = {"id": s.id, "inchikey14": result.reference_inchikey14, "rank": result.reference_rank,
+                 "hit": result.reference_rank == 1, "features": features, "n_candidates": len(result.candidates),
+                 "fidelity": result.fidelity, "seconds": round(result.seconds, 3)}
+            sink.write(json.dumps(d) + "\n")
+            sink.flush()
+            done[s.id] = d
+            hits += bool(d["hit"])
+            yield Collecting(len(done), len(chosen), hits)
+
+
+def _settings(params) -> dict:
+    """The QueryParams a confidence model's probabilities belong to (see ConfidenceModel.applies_to)."""
+    return {"kappa_min": params.kappa_min, "kappa_max": params.kappa_max, "groups": params.groups,
+            "samples_per_group": params.samples_per_group, "decoding": params.decoding, "ranking": params.ranking,
+            "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p}
+
+
+def read_collected(folder: str | Path) -> tuple[np.ndarray, np.ndarray, list[dict], dict]:
+    """(X (n, len(FEATURES)) of the pools with candidates, hits (n,), all rows, collect settings)."""
+    folder = Path(folder)
+    try:
+        meta = json.loads((folder / "collect.json").read_text())
+        lines = (folder / "pools.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise ConfigError(f"{folder}: no collected pools ({e}); run `python -m training.confidence collect` first.") from e
+    rows = [json.loads(line) for line in lines if line.strip()]
+    with_candidates = [r for r in rows if r["features"] is not None]
+    X = np.array([[r["features"][f] for f in FEATURES] for r in with_candidates], np.float64).reshape(-1, len(FEATURES))
+    y = np.array([bool(r["hit"]) for r in with_candidates])
+    return X, y, rows, meta["settings"]
+
+
+def eval_records(run: str | Path, variant: str = "band", decoding: str = "formula", ranking: str = "fingerprint") -> list[dict]:
+    """The ``variant`` records of an msgpt-eval run, each with its confidence ``features`` (None: no candidate) and ``hit``."""
+    path = Path(run) / "results.jsonl"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the evaluation run ({e}).") from e
+    out = []
+    for line in lines:
+        r = json.loads(line)
+        if r.get("variant") != variant or r.get("decoding", "formula") != decoding or r.get("ranking") != ranking:
+            continue
+        features = confidence_features(r["top_counts"], r["top_fingerprint_scores"], r["n_samples"],
+                                       r["n_formula_consistent"], r["n_candidates"])
+        out.append({"id": r["id"], "features": features, "hit": r["rank"] == 1, "rank": r["rank"]})
+    if not out:
+        raise ConfigError(f"{path}: no {variant!r} records with {decoding} decoding and {ranking} ranking.")
+    return out
+
+
+def fit(collected: str | Path, l2: float = 1.0) -> ConfidenceModel:
+    X, y, rows, settings = read_collected(collected)
+    if y.sum() < 5 or (~y).sum() < 5:
+        raise ConfigError(f"{collected}: {int(y.sum())} right and {int((~y).sum())} wrong rank-1 candidates; "
+                          "collect more structures (--structures) before fitting.")
+    w, b, mean, scale = fit_logistic(X, y, l2=l2)
+    model = ConfidenceModel(tuple(w), b, tuple(mean), tuple(scale), FEATURES, dict(settings["params"]))
+    train_p = [model.probability(r["features"]) for r in rows]
+    meta = {"fit": {"collected": str(collected), "spectra": len(rows), "with_candidates": int(len(y)),
+                    "hits": int(y.sum()), "l2": l2, "bundle": settings["bundle"], "oof": settings["oof"],
+                    "reliability_in_sample": reliability(train_p, [bool(r["hit"]) for r in rows])}}
+    return ConfidenceModel(model.weights, model.bias, model.mean, model.scale, model.features, model.settings, meta)
+
+
+def check_on(model: ConfidenceModel, records: list[dict]) -> dict:
+    probs = [model.probability(r["features"]) for r in records]
+    return {"probabilities": probs, **reliability(probs, [r["hit"] for r in records])}
+
+
+def draw_reliability(report: dict, title: str, path: str | Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, hx) = plt.subplots(2, 1, figsize=(4.6, 5.4), height_ratios=(3, 1), sharex=True)
+    bins = report["bins"]
+    ax.plot([0, 1], [0, 1], ls="--", color="0.6", lw=1, label="perfect calibration")
+    ax.plot([b["predicted"] for b in bins], [b["observed"] for b in bins], "o-", color="C0",
+            label=f"FOLD=val (n={report['n']}, ECE {report['ece']:.3f})")
+    for b in bins:
+        ax.annotate(str(b["n"]), (b["predicted"], b["observed"]), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    top = max(0.3, max(max(b["predicted"], b["observed"]) for b in bins) * 1.15)
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_ylabel("observed: rank 1 is right")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    hx.hist(report["probabilities"], bins=np.linspace(0, top, 25), color="C0", alpha=0.7)
+    hx.set_xlabel("predicted confidence")
+    hx.set_ylabel("spectra")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def save_model(model: ConfidenceModel, out: str | Path) -> Path:
+    """Write ``model`` to a bundle folder (``confidence.json``, its checksum recorded in ``config.json``) or a file."""
+    from engine.bundle import add_bundle_file
+
+    out = Path(out)
+    if out.is_dir():
+        if not (out / "config.json").is_file():
+            raise ConfigError(f"{out} is a folder but not a model bundle (no config.json); give a bundle or a .json file.")
+        model.save(out / "confidence.json")
+        return add_bundle_file(out, out / "confidence.json")
+    return model.save(out)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m training.confidence", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("collect", help="draw and rank out-of-fold pools of FOLD=train spectra (resumable)")
+    c.add_argument("--bundle", default="resources/default_model")
+    c.add_argument("--mgf", required=True)
+    c.add_argument("--oof", required=True, help="out-of-fold run folder (training.oof_posteriors)")
+    c.add_argument("--out", required=True)
+    c.add_argument("--structures", type=int, default=1000, help="structures, one spectrum each (default 1000)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--threads", type=int, default=1)
+    f = sub.add_parser("fit", help="fit the confidence model; check it on an msgpt-eval run of FOLD=val")
+    f.add_argument("--collected", required=True, help="a `collect` folder")
+    f.add_argument("--val-eval", help="msgpt-eval run on FOLD=val (its band records are the check)")
+    f.add_argument("--out", required=True, help="a model bundle folder (writes its confidence.json and records its "
+                   "checksum) or a .json file")
+    f.add_argument("--figure", help="reliability diagram PNG")
+    f.add_argument("--l2", type=float, default=1.0, help="L2 penalty on the standardised weights (default 1)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "collect":
+            from tqdm import tqdm
+
+            bar = None
+            with torch_threads(args.threads), stop_on_signals(threading.Event()) as stop:
+                t0 = time.perf_counter()
+                for e in collect(args.bundle, args.mgf, args.oof, args.out, args.structures, args.seed, stop=stop):
+                    if bar is None:
+                        bar = tqdm(total=e.total, initial=e.done, unit="spectrum")
+                    else:
+                        bar.update(1)
+                    bar.set_postfix(rank1_right=e.hits, refresh=False)
+                if bar is not None:
+                    bar.close()
+                if stop.is_set():
+                    print(f"stopped; run the same command again to continue ({time.perf_counter() - t0:.0f} s)")
+                    return 130
+            return 0
+        model = fit(args.collected, args.l2)
+        meta = dict(model.meta)
+        if args.val_eval:
+            records = eval_records(args.val_eval)
+            report = check_on(model, records)
+            meta["val"] = {"eval": str(args.val_eval), **{k: v for k, v in report.items() if k != "probabilities"}}
+            if args.figure:
+                draw_reliability(report, "Confidence that rank 1 is right (band, B=100)", args.figure)
+        model = ConfidenceModel(model.weights, model.bias, model.mean, model.scale, model.features, model.settings, meta)
+        written = save_model(model, args.out)
+        print(json.dumps({"weights": dict(zip(model.features, np.round(model.weights, 3).tolist())),
+                          "fit": {k: v for k, v in meta["fit"].items() if k != "reliability_in_sample"},
+                          "in_sample": {k: meta["fit"]["reliability_in_sample"][k] for k in ("ece", "brier", "brier_base_rate")},
+                          **({"val": meta["val"]} if "val" in meta else {})}, indent=1))
+        print(f"wrote {written}")
+        return 0
+    except (ConfigError, BundleError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
