@@ -182,9 +182,31 @@ def reliability(probs: Sequence[float], hits: Sequence[bool], bins: Sequence[flo
             ece += sel.sum() * abs(p[sel].mean() - h[sel].mean())
     n = max(len(p), 1)
     base = float(h.mean()) if len(h) else 0.0
+    top = np.argsort(-p, kind="stable")[: max(1, len(p) // 10)]
     return {"n": len(p), "hits": int(h.sum()), "base_rate": base, "mean_predicted": float(p.mean()) if len(p) else 0.0,
             "ece": ece / n, "brier": float(np.mean((p - h) ** 2)) if len(p) else 0.0,
-            "brier_base_rate": float(np.mean((base - h) ** 2)) if len(p) else 0.0, "bins": rows}
+            "brier_base_rate": float(np.mean((base - h) ** 2)) if len(p) else 0.0, "auroc": auroc(p, h),
+            "top_decile_rate": float(h[top].mean()) if len(p) else 0.0, "bins": rows}
+
+
+def auroc(scores: Sequence[float], hits: Sequence[bool]) -> float | None:
+    """Area under the ROC curve (ties count half; Mann-Whitney), None without both classes."""
+    s = np.asarray(scores, np.float64)
+    h = np.asarray(hits, bool)
+    n1, n0 = int(h.sum()), int((~h).sum())
+    if n1 == 0 or n0 == 0:
+        return None
+    order = np.argsort(s, kind="stable")
+    ranks = np.empty(len(s))
+    sorted_s = s[order]
+    i = 0
+    while i < len(s):  # average ranks over ties
+        j = i
+        while j + 1 < len(s) and sorted_s[j + 1] == sorted_s[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return float((ranks[h].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
 def spectrum_confidence(bundle, result) -> float | None:

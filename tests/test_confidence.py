@@ -64,6 +64,15 @@ def test_reliability_table_counts_and_errors():
     assert rel["n"] == 5 and rel["hits"] == 3 and [r["n"] for r in rel["bins"]] == [2, 3]
     assert rel["bins"][1]["predicted"] == pytest.approx(0.8) and rel["bins"][1]["observed"] == 1.0
     assert rel["ece"] == pytest.approx((2 * 0.01 + 3 * 0.2) / 5)
+    assert rel["auroc"] == 1.0 and rel["top_decile_rate"] == 1.0
+
+
+def test_auroc_by_hand():
+    from engine.confidence import auroc
+
+    assert auroc([0.1, 0.4, 0.35, 0.8], [False, False, True, True]) == 0.75  # 3 of the 4 pairs in order
+    assert auroc([0.5, 0.5, 0.5], [True, False, False]) == 0.5  # ties count half
+    assert auroc([0.2, 0.3], [False, False]) is None
 
 
 def _model(**settings) -> ConfidenceModel:

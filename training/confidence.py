@@ -7,7 +7,7 @@ Two steps::
         --oof runs/oof --out runs/confidence_train --structures 1000
     # 2. fit; reliability on the FOLD=val records of an msgpt-eval run (band, formula decoding, fingerprint ranking)
     python -m training.confidence fit --collected runs/confidence_train --val-eval runs/eval_val \\
-        --out resources/default_model/confidence.json --figure docs/confidence_reliability.png
+        --out resources/default_model --figure docs/confidence_reliability.png
 
 **Why out-of-fold**: on its own training spectra the shipped encoder's posteriors are far better than on
 a new compound, so its pools there are more often right and a confidence fitted on them would promise
@@ -84,7 +84,8 @@ def collect(bundle_dir: str, mgf: str, oof_dir: str, out: str, structures: int =
     bundle = load_bundle(bundle_dir)
     params = QueryParams()
     settings = {"bundle": bundle.checksum, "mgf": str(mgf), "oof": str(oof_dir), "structures": structures,
-                "seed": seed, "folds": list(folds), "params": _settings(params)}
+                "seed": seed, "folds": list(folds),
+                "params": {**_settings(params), "adapter": bool(bundle.has_adapter and params.use_adapter)}}
     meta_path = out_dir / "collect.json"
     if meta_path.is_file() and json.loads(meta_path.read_text())["settings"] != settings:
         raise ConfigError(f"{out_dir} holds pools collected with other settings; use a new --out.")
@@ -198,6 +199,16 @@ def check_on(model: ConfidenceModel, records: list[dict]) -> dict:
     return {"probabilities": probs, **reliability(probs, [r["hit"] for r in records])}
 
 
+def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a rate k / n."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
 def draw_reliability(report: dict, title: str, path: str | Path) -> Path:
     import matplotlib
 
@@ -207,11 +218,15 @@ def draw_reliability(report: dict, title: str, path: str | Path) -> Path:
     fig, (ax, hx) = plt.subplots(2, 1, figsize=(4.6, 5.4), height_ratios=(3, 1), sharex=True)
     bins = report["bins"]
     ax.plot([0, 1], [0, 1], ls="--", color="0.6", lw=1, label="perfect calibration")
-    ax.plot([b["predicted"] for b in bins], [b["observed"] for b in bins], "o-", color="C0",
-            label=f"FOLD=val (n={report['n']}, ECE {report['ece']:.3f})")
+    low, high = zip(*(wilson_interval(round(b["observed"] * b["n"]), b["n"]) for b in bins))
+    obs = np.array([b["observed"] for b in bins])
+    ax.errorbar([b["predicted"] for b in bins], obs, yerr=[obs - np.array(low), np.array(high) - obs], fmt="o-",
+                color="C0", capsize=3, lw=1.2,
+                label=f"FOLD=val: {report['n']} spectra, ECE {report['ece']:.3f}, AUROC {report['auroc'] or 0:.2f}\n"
+                      "(bars: 95% Wilson interval; numbers: spectra per bin)")
     for b in bins:
         ax.annotate(str(b["n"]), (b["predicted"], b["observed"]), textcoords="offset points", xytext=(4, -10), fontsize=7)
-    top = max(0.3, max(max(b["predicted"], b["observed"]) for b in bins) * 1.15)
+    top = min(1.0, max(0.3, max(max(b["predicted"], h) for b, h in zip(bins, high)) * 1.1))
     ax.set_xlim(0, top)
     ax.set_ylim(0, top)
     ax.set_ylabel("observed: rank 1 is right")
@@ -258,6 +273,7 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--out", required=True, help="a model bundle folder (writes its confidence.json and records its "
                    "checksum) or a .json file")
     f.add_argument("--figure", help="reliability diagram PNG")
+    f.add_argument("--title", default="Confidence that rank 1 is right (band, B=100)", help="of the diagram")
     f.add_argument("--l2", type=float, default=1.0, help="L2 penalty on the standardised weights (default 1)")
     return p
 
@@ -290,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             report = check_on(model, records)
             meta["val"] = {"eval": str(args.val_eval), **{k: v for k, v in report.items() if k != "probabilities"}}
             if args.figure:
-                draw_reliability(report, "Confidence that rank 1 is right (band, B=100)", args.figure)
+                draw_reliability(report, args.title, args.figure)
         model = ConfidenceModel(model.weights, model.bias, model.mean, model.scale, model.features, model.settings, meta)
         written = save_model(model, args.out)
         print(json.dumps({"weights": dict(zip(model.features, np.round(model.weights, 3).tolist())),
