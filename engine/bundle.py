@@ -431,6 +431,14 @@ def save_adapter(peft_model, bundle_dir: str | os.PathLike) -> Path:
     return final
 
 
+def weights_checksum(bundle: ModelBundle) -> str:
+    """sha256 over the recorded checksums of the files that make the base model (weights, tokenizer,
+    calibration): unlike :func:`bundle_checksum` it stays the same when optional files (bit legend,
+    known structures, confidence model) are added or an adapter is attached."""
+    files = bundle.config.get("files", {})
+    return hashlib.sha256(json.dumps({k: files.get(k) for k in CHECKSUMMED_FILES}, sort_keys=True).encode()).hexdigest()
+
+
 def bundle_checksum(path: Path) -> str:
     """sha256 over config.json and the adapter files: identifies the exact model in exports."""
     h = hashlib.sha256((path / "config.json").read_bytes())

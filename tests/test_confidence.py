@@ -158,6 +158,13 @@ def test_results_carry_the_confidence_into_csv_and_projects(bundle_with_confiden
     assert back.confidence == pytest.approx(result.confidence)
 
 
+def test_adding_the_model_changes_the_bundle_checksum_not_the_weights_checksum(bundle_with_confidence, tiny_bundle):
+    from engine.bundle import weights_checksum
+
+    assert bundle_with_confidence.checksum != tiny_bundle.checksum  # exports name the exact files
+    assert weights_checksum(bundle_with_confidence) == weights_checksum(tiny_bundle)  # adaptation caches stay valid
+
+
 def test_a_picked_formula_candidate_scales_the_confidence(bundle_with_confidence):
     from tiny_bundle import fixture_spectra
 

@@ -100,7 +100,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from engine import chem
-from engine.bundle import ModelBundle, load_bundle, save_adapter, sha256_file
+from engine.bundle import ModelBundle, load_bundle, save_adapter, sha256_file, weights_checksum
 from engine.decoder import PAD_ID, ConditionalDecoder, collate_queries
 from engine.errors import BundleError, ConfigError, MsgptError
 from engine.formula import formula_vector, parse_formula
@@ -407,7 +407,7 @@ def _examples_key(config: AdaptConfig, bundle: ModelBundle) -> dict:
     keep = ("folds", "licenses", "exclude_unit_resolution", "max_spectra", "val_spectra", "kappa_min", "kappa_max",
             "groups", "samples_per_group", "coverage_threshold", "seed", "precision", "grouping", "group_thresholds")
     oof = {"oof": sha256_file(Path(config.oof) / "oof_posteriors.npz")} if config.oof else {}
-    return {"bundle": bundle.checksum, "mgf": sha256_file(Path(config.mgf)), **oof,
+    return {"model": weights_checksum(bundle), "mgf": sha256_file(Path(config.mgf)), **oof,
             **{k: v for k, v in config.to_dict().items() if k in keep}}
 
 
