@@ -194,6 +194,16 @@ class RunSummary:
     seconds: float = 0.0
 
 
+def run_to_end(gen: Generator):
+    """Run a generator of progress events to its end and return what it returns (a :meth:`SpectrumSession.run`'s
+    result, a project written or read, ...), for callers that show no progress."""
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
 def _check_cancel(cancel: CancelFn | None) -> None:
     if cancel is not None and cancel():
         raise Cancelled("Cancelled by the user.")

@@ -76,7 +76,7 @@ import numpy as np
 from . import __version__
 from .errors import Cancelled, ConfigError, InputFileError, MsgptError, OutputError
 from .paths import data_dir
-from .pipeline import QueryParams, SpectrumResult
+from .pipeline import QueryParams, SpectrumResult, run_to_end
 from .ranking import Candidate
 from .spectrum import SkippedRecord, Spectrum
 
@@ -450,15 +450,7 @@ def write_project(path: str | os.PathLike, project: Project,
 
 def save_project(path: str | os.PathLike, project: Project) -> int:
     """:func:`write_project` without progress; returns the file's size in bytes."""
-    return _drain(write_project(path, project))
-
-
-def _drain(gen):
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
+    return run_to_end(write_project(path, project))
 
 
 # -- reading ----------------------------------------------------------------------------------------
@@ -771,7 +763,7 @@ def read_project(path: str | os.PathLike, cancel: CancelFn | None = None) -> Gen
 
 def load_project(path: str | os.PathLike) -> Project:
     """:func:`read_project` without progress."""
-    return _drain(read_project(path))
+    return run_to_end(read_project(path))
 
 
 # -- autosave ---------------------------------------------------------------------------------------

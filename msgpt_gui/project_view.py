@@ -30,6 +30,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QPlainTextEdit
 
 from engine.errors import MsgptError
+from engine.pipeline import run_to_end
 from engine.project import PROJECT_SUFFIX, ProjectSummary, Selection, autosave_dir, autosave_files, read_summary
 
 from .models import KEY_ROLE
@@ -303,7 +304,7 @@ class ProjectController(QObject):
         project = self._snapshot()
         if wait:
             try:
-                out = _drain(save_job(str(path), project, self._hashes))
+                out = run_to_end(save_job(str(path), project, self._hashes))
             except MsgptError as e:
                 self._save_failed(path, str(e))
                 return False
@@ -651,9 +652,3 @@ class ProjectController(QObject):
             menu.addAction("Clear Recent Projects", lambda: self.window.settings.set("projects/recent", "[]"))
 
 
-def _drain(gen):
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value

@@ -119,14 +119,9 @@ def bundle_with_confidence(tiny_bundle_dir, tmp_path_factory):
 
 
 def _run(bundle, spectrum, params):
-    from engine.pipeline import SpectrumSession
+    from engine.pipeline import SpectrumSession, run_to_end
 
-    gen = SpectrumSession(bundle, spectrum).run(params)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as end:
-            return end.value
+    return run_to_end(SpectrumSession(bundle, spectrum).run(params))
 
 
 def test_results_carry_the_confidence_into_csv_and_projects(bundle_with_confidence, tmp_path):

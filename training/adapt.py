@@ -104,7 +104,7 @@ from engine.bundle import ModelBundle, load_bundle, save_adapter, sha256_file, w
 from engine.decoder import PAD_ID, ConditionalDecoder, collate_queries
 from engine.errors import BundleError, ConfigError, MsgptError
 from engine.formula import formula_vector, parse_formula
-from engine.pipeline import QueryParams, SpectrumSession, require_usable
+from engine.pipeline import QueryParams, SpectrumSession, require_usable, run_to_end
 from engine.querying import band_thresholds, build_queries
 from engine.sampling import filter_probs
 from engine.spectrum import Spectrum
@@ -395,14 +395,6 @@ class ExampleDone:
     spectra_per_s: float  # of this session's train spectra (grouped)
 
 
-def _run_to_end(gen):
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
-
-
 def _examples_key(config: AdaptConfig, bundle: ModelBundle) -> dict:
     keep = ("folds", "licenses", "exclude_unit_resolution", "max_spectra", "val_spectra", "kappa_min", "kappa_max",
             "groups", "samples_per_group", "coverage_threshold", "seed", "precision", "grouping", "group_thresholds")
@@ -456,17 +448,17 @@ def select_spectra(config: AdaptConfig, bundle: ModelBundle) -> Iterator[Reading
 
 
 @lru_cache(maxsize=16384)
-def _canonical_target(smiles: str) -> tuple[str, str | None] | str:
-    """(canonical SMILES without stereo, its SAFE string or None), or why the SMILES is unusable."""
+def _canonical_target(smiles: str, n_bits: int) -> tuple[str | None, np.ndarray] | str:
+    """(SAFE string of the stereo-free canonical SMILES or None, its Morgan bits), or why the SMILES is unusable;
+    cached: the spectra of one structure share it."""
     from .corpus import Dropped, encode_safe
 
     mol = chem.mol_from_smiles(smiles)
     if mol is None:
         return "reference SMILES unparseable"
     chem.remove_stereo(mol)
-    canonical = chem.canonical_smiles(mol)
-    encoded = encode_safe(canonical)
-    return canonical, None if isinstance(encoded, Dropped) else encoded
+    encoded = encode_safe(chem.canonical_smiles(mol))
+    return None if isinstance(encoded, Dropped) else encoded, chem.morgan_bits(mol, n_bits=n_bits)
 
 
 def prepare_example(bundle: ModelBundle, spectrum: Spectrum, split: str, config: AdaptConfig,
@@ -477,10 +469,10 @@ def prepare_example(bundle: ModelBundle, spectrum: Spectrum, split: str, config:
     the bundle encoder's. A train example's group comes from its frozen pool (``grouping`` pool) or
     from :func:`pool_hit_probability` (``expected``).
     """
-    target = _canonical_target(spectrum.smiles)
+    target = _canonical_target(spectrum.smiles, bundle.decoder.config.fp_bits)
     if isinstance(target, str):
         return target
-    smiles, encoded = target
+    encoded, oracle = target
     if encoded is None:
         return "SAFE encoding failed"
     tokens = np.asarray(bundle.tokenizer.encode(encoded), np.int64)
@@ -488,7 +480,6 @@ def prepare_example(bundle: ModelBundle, spectrum: Spectrum, split: str, config:
         return "SAFE tokens outside the decoder's vocabulary"
     if len(tokens) > bundle.decoder.config.block_size:
         return "SAFE longer than the decoder's block_size"
-    oracle = chem.morgan_bits(chem.mol_from_smiles(smiles), n_bits=bundle.decoder.config.fp_bits)
     if posterior is None:
         session = SpectrumSession(bundle, spectrum)
         post = session.posterior
@@ -500,7 +491,7 @@ def prepare_example(bundle: ModelBundle, spectrum: Spectrum, split: str, config:
     if split == "train" and config.grouping == "pool":
         params = QueryParams(kappa_min=config.kappa_min, kappa_max=config.kappa_max, groups=config.groups,
                              samples_per_group=config.samples_per_group, seed=config.seed, use_adapter=False)
-        result = _run_to_end(session.run(params))
+        result = run_to_end(session.run(params))
         coverage, rank = float(result.fidelity), result.reference_rank
         group = recoverability_group(rank is not None, coverage, config.coverage_threshold)
     else:

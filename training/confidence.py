@@ -74,7 +74,7 @@ def collect(bundle_dir: str, mgf: str, oof_dir: str, out: str, structures: int =
     """Draw and rank the pools of ``structures`` FOLD=train spectra (one per structure) from their
     out-of-fold posteriors; append one JSON line per spectrum to ``out/pools.jsonl`` (resumes)."""
     from engine.bundle import load_bundle
-    from engine.pipeline import QueryParams, SpectrumSession
+    from engine.pipeline import QueryParams, SpectrumSession, run_to_end
     from engine.querying import QueryPlan
 
     from .oof_data import load_oof
@@ -120,13 +120,7 @@ def collect(bundle_dir: str, mgf: str, oof_dir: str, out: str, structures: int =
             row = rows[s.id]
             session = SpectrumSession(bundle, s, posterior=oof.posteriors[row].astype(np.float32))
             plan = QueryPlan("band (out-of-fold encoder)", thresholds=tuple(float(t) for t in oof.thresholds(row)))
-            gen = session.run(params, plan=plan)
-            while True:
-                try:
-                    next(gen)
-                except StopIteration as end:
-                    result = end.value
-                    break
+            result = run_to_end(session.run(params, plan=plan))
             features = result_features(result)
             d = {"id": s.id, "inchikey14": result.reference_inchikey14, "rank": result.reference_rank,
                  "hit": result.reference_rank == 1, "features": features, "n_candidates": len(result.candidates),

@@ -56,7 +56,7 @@ import numpy as np
 from engine import chem
 from engine.errors import Cancelled, ConfigError, MsgptError
 from engine.io import iter_spectra
-from engine.pipeline import QueryParams, SpectrumSession, compute_posterior, require_usable
+from engine.pipeline import QueryParams, SpectrumSession, compute_posterior, require_usable, run_to_end
 from engine.querying import OUTER_KAPPA_RANGE, Calibration, QueryPlan, band_thresholds, build_queries
 from engine.sampling import DECODING_MODES
 from engine.scoring import RANKINGS
@@ -355,12 +355,7 @@ def spectrum_rng(seed: int, key: str) -> np.random.Generator:
 
 
 def run_session(session: SpectrumSession, params: QueryParams, plan: QueryPlan | None, cancel):
-    gen = session.run(params, cancel, plan=plan)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
+    return run_to_end(session.run(params, cancel, plan=plan))
 
 
 def ranked_views(session: SpectrumSession, params: QueryParams, ref: Reference, rankings: Sequence[str]) -> dict:
