@@ -61,6 +61,11 @@ class EncoderConfig:
         default=32, metadata={"help": "Hidden width of the pairwise-bias MLP; 0 turns the bias off."}
     )
     head_hidden: int = field(default=256, metadata={"help": "Hidden width of the fingerprint head MLP."})
+    grow_levels: int = field(
+        default=0,
+        metadata={"help": "MIST's growing head: predict the fingerprint folded to fp_bits / 2**grow_levels bits "
+                  "first, then double it level by level, each level reading the previous one; 0 = one flat layer."},
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.count_periods, (list, tuple)) or not all(map(_is_number, self.count_periods)):
@@ -85,6 +90,13 @@ class EncoderConfig:
         if not isinstance(self.pair_hidden, int) or isinstance(self.pair_hidden, bool) or self.pair_hidden < 0:
             raise ConfigError(
                 f"`pair_hidden` must be a non-negative integer (0 = off), got {self.pair_hidden!r}."
+            )
+        if not isinstance(self.grow_levels, int) or isinstance(self.grow_levels, bool) or not (
+            0 <= self.grow_levels and self.fp_bits % (2**self.grow_levels) == 0 and self.fp_bits >> self.grow_levels >= 8
+        ):
+            raise ConfigError(
+                f"`grow_levels` must be an integer >= 0 with `fp_bits` ({self.fp_bits}) divisible by 2**grow_levels "
+                f"into at least 8 bits, got {self.grow_levels!r}."
             )
         if not self.count_periods or any(not p > 0 for p in self.count_periods):
             raise ConfigError(
@@ -200,6 +212,42 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+def fold_bits(targets: torch.Tensor, n_bits: int) -> torch.Tensor:
+    """Fold ``(..., F)`` 0/1 fingerprints to ``n_bits`` by OR over ``i mod n_bits`` (``F`` a multiple of it).
+
+    RDKit's Morgan bit of an environment is its hash modulo the length, so this is exactly the Morgan
+    fingerprint of that shorter length.
+    """
+    f = targets.shape[-1]
+    return targets.reshape(*targets.shape[:-1], f // n_bits, n_bits).amax(dim=-2)
+
+
+class GrowingHead(nn.Module):
+    """MIST's "growing" fingerprint head over the head's hidden layer ``h`` (B, head_hidden).
+
+    Level 0 predicts the fingerprint folded to ``fp_bits / 2**L`` bits from ``h``; level ``l`` predicts
+    the fingerprint folded to twice as many bits from ``h`` plus a linear read of level ``l-1``'s
+    probabilities, so the long fingerprint is refined from a dense, easier short one (each level has
+    its own loss in training; see :func:`fold_bits`).
+    """
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.dims = [config.fp_bits >> (config.grow_levels - i) for i in range(config.grow_levels + 1)]
+        self.base = nn.ModuleList(nn.Linear(config.head_hidden, d) for d in self.dims)
+        self.cond = nn.ModuleList(nn.Linear(a, b) for a, b in zip(self.dims[:-1], self.dims[1:]))
+        prior = math.log(_PRIOR_BIT_DENSITY / (1 - _PRIOR_BIT_DENSITY))
+        for i, layer in enumerate(self.base):  # a folded bit is set more often: density ~ 1-(1-p)^(2^k)
+            density = 1 - (1 - _PRIOR_BIT_DENSITY) ** (2 ** (len(self.dims) - 1 - i))
+            nn.init.constant_(layer.bias, math.log(density / (1 - density)) if i < len(self.dims) - 1 else prior)
+
+    def forward(self, h: torch.Tensor) -> list[torch.Tensor]:
+        logits = [self.base[0](h)]  # (B, dims[0])
+        for base, cond in zip(self.base[1:], self.cond):
+            logits.append(base(h) + cond(torch.sigmoid(logits[-1])))  # (B, dims[l])
+        return logits
+
+
 class SpectrumEncoder(nn.Module):
     """Peak-set transformer from :func:`engine.featurize.collate` batches to fingerprint logits."""
 
@@ -219,15 +267,22 @@ class SpectrumEncoder(nn.Module):
             nn.Linear(config.d_model, config.head_hidden),
             nn.GELU(),
             nn.Dropout(config.dropout),
-            nn.Linear(config.head_hidden, config.fp_bits),
         )
-        nn.init.constant_(self.head[-1].bias, math.log(_PRIOR_BIT_DENSITY / (1 - _PRIOR_BIT_DENSITY)))
+        # the flat output layer keeps its name head.3 (bundles before the growing head have it)
+        self.grow = GrowingHead(config) if config.grow_levels else None
+        if self.grow is None:
+            self.head.append(nn.Linear(config.head_hidden, config.fp_bits))
+            nn.init.constant_(self.head[-1].bias, math.log(_PRIOR_BIT_DENSITY / (1 - _PRIOR_BIT_DENSITY)))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Fingerprint logits (B, fp_bits) for a batch from :func:`engine.featurize.collate`."""
+    def forward(self, batch: dict[str, torch.Tensor], return_levels: bool = False):
+        """Fingerprint logits (B, fp_bits) for a batch from :func:`engine.featurize.collate`.
+
+        ``return_levels``: a list of logits, coarsest first and the full fingerprint last (with the growing
+        head the folded levels ``fp_bits / 2**grow_levels, ..., fp_bits``; else just the one).
+        """
         formulas = batch["formulas"].float()  # (B, P, E); token 0 is the root
         mask = batch["mask"]  # (B, P) True on real tokens
         b, p, _ = formulas.shape
@@ -249,7 +304,12 @@ class SpectrumEncoder(nn.Module):
         biases = self.pair_bias(formulas) if self.pair_bias is not None else None  # (L, B, H, P, P)
         for i, block in enumerate(self.blocks):
             x = block(x, key_mask if biases is None else biases[i] + key_mask)
-        return self.head(self.ln_f(x[:, 0]))  # (B, fp_bits)
+        root = self.ln_f(x[:, 0])  # (B, C)
+        if self.grow is None:
+            logits = self.head(root)  # (B, fp_bits)
+            return [logits] if return_levels else logits
+        levels = self.grow(self.head(root))  # logits (B, fp_bits / 2**L), ..., (B, fp_bits)
+        return levels if return_levels else levels[-1]
 
     @torch.no_grad()
     def predict_proba(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -132,3 +132,33 @@ def test_unknown_preset_lists_the_presets():
     with pytest.raises(ConfigError, match="small, tiny|tiny, small"):
         EncoderConfig.from_preset("huge")
     assert set(ENCODER_PRESETS) == {"small", "tiny"}
+
+
+def test_growing_head_levels_and_folding():
+    from engine.encoder import fold_bits
+
+    config = EncoderConfig.from_preset("tiny", grow_levels=2)  # 128 -> 32, 64, 128 bits
+    model = SpectrumEncoder(config)
+    batch = {"formulas": torch.randint(0, 4, (3, 5, 14)).float(), "intensities": torch.rand(3, 5),
+             "adduct_retained": torch.zeros(3, 5), "mask": torch.ones(3, 5, dtype=torch.bool),
+             "polarity": torch.ones(3)}  # fmt: skip
+    levels = model(batch, return_levels=True)
+    assert [tuple(lv.shape) for lv in levels] == [(3, 32), (3, 64), (3, 128)]
+    assert torch.equal(model(batch), levels[-1])
+    flat = SpectrumEncoder(EncoderConfig.from_preset("tiny"))
+    assert "head.3.weight" in flat.state_dict() and "head.3.weight" not in model.state_dict()  # old bundles load
+    with pytest.raises(ConfigError, match="`grow_levels`"):
+        EncoderConfig.from_preset("tiny", grow_levels=5)  # 128 / 32 = 4 bits
+
+
+def test_fold_bits_is_the_shorter_morgan_fingerprint():
+    from rdkit import Chem
+    from rdkit.Chem import rdFingerprintGenerator
+
+    from engine.encoder import fold_bits
+
+    mol = Chem.MolFromSmiles("CC(=O)Oc1ccccc1C(=O)O")
+    long_fp = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=4096).GetFingerprintAsNumPy(mol)
+    short_fp = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=512).GetFingerprintAsNumPy(mol)
+    folded = fold_bits(torch.from_numpy(long_fp.astype("float32"))[None], 512)[0]
+    assert torch.equal(folded, torch.from_numpy(short_fp.astype("float32")))

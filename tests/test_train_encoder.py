@@ -31,6 +31,7 @@ from training.train_encoder import (
     StepDone,
     TrainingFinished,
     TrainingStopped,
+    augment_batch,
     encoder_loss,
     length_grouped_batches,
     make_optimizer,
@@ -214,15 +215,81 @@ def test_training_writes_outputs(mgf, tmp_path):
     assert not any(p.suffix in {".pt", ".pth", ".pkl"} for p in out.rglob("*"))
 
 
-def test_resume_continues_exactly(mgf, tmp_path):
-    full, _ = _run(tiny_config(mgf, tmp_path / "full", max_steps=8))
-    part, _ = _run(tiny_config(mgf, tmp_path / "part", max_steps=8), stop_after=4)  # closing saves a checkpoint
+RECIPES = {
+    "plain": {},
+    # every option of the recipe ablation at once: EMA, augmentation, growing head, BCE + cosine
+    "ablation": dict(ema_decay=0.9, peak_dropout=0.3, intensity_noise=0.4, cosine_weight=1.0,
+                     encoder={"dropout": 0.1, "grow_levels": 2}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_resume_continues_exactly(mgf, tmp_path, recipe):
+    extra = RECIPES[recipe]
+    full, _ = _run(tiny_config(mgf, tmp_path / "full", max_steps=8, **extra))
+    part, _ = _run(tiny_config(mgf, tmp_path / "part", max_steps=8, **extra), stop_after=4)  # closing saves
     assert list(part) == [1, 2, 3, 4]
-    rest, events = _run(tiny_config(mgf, tmp_path / "part", max_steps=8, resume=True))
+    rest, events = _run(tiny_config(mgf, tmp_path / "part", max_steps=8, resume=True, **extra))
     assert any(isinstance(e, Resumed) and e.step == 4 for e in events)
     assert list(rest) == [5, 6, 7, 8]
     for step in range(1, 9):
-        assert (part | rest)[step] == full[step], step  # bit-identical, dropout included
+        assert (part | rest)[step] == full[step], step  # bit-identical, dropout and augmentation included
+    from safetensors.torch import load_file
+
+    a, b = (load_file(str(tmp_path / run / "encoder.safetensors")) for run in ("full", "part"))
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the kept (EMA) weights too
+
+
+def test_ema_weights_are_what_is_kept(mgf, tmp_path):
+    out = tmp_path / "run"
+    _run(tiny_config(mgf, out, max_steps=6, ema_decay=0.5, val_folds=()))
+    from safetensors.torch import load_file
+
+    kept = load_file(str(out / "encoder.safetensors"))
+    raw = load_file(str(out / "checkpoint" / "model.safetensors"))
+    ema = load_file(str(out / "checkpoint" / "ema.safetensors"))
+    assert ema.pop("n_averaged").item() == 6
+    assert all(torch.equal(kept[k], ema[k]) for k in kept)
+    assert any(not torch.equal(kept[k], raw[k]) for k in kept if kept[k].is_floating_point())
+
+
+def test_augment_batch_hides_and_rescales_peaks_but_never_the_root():
+    torch.manual_seed(0)
+    b, p = 64, 12
+    mask = torch.ones(b, p, dtype=torch.bool)
+    mask[:, 9:] = False  # padding
+    intens = torch.rand(b, p)
+    intens[:, 0] = 1.0
+    intens[:, 1] = 1.0  # the base peak
+    batch = {"mask": mask, "intensities": intens * mask, "formulas": torch.zeros(b, p, 14)}
+    out = augment_batch(batch, torch.Generator().manual_seed(1), peak_dropout=0.25)
+    assert out["mask"][:, 0].all() and not out["mask"][:, 9:].any()
+    share = 1 - out["mask"][:, 1:9].float().mean().item()
+    assert 0.18 < share < 0.32  # 512 peaks, each hidden with p = 0.25
+    assert torch.equal(out["intensities"], batch["intensities"]) and batch["mask"][:, :9].all()  # input untouched
+    noisy = augment_batch(batch, torch.Generator().manual_seed(1), intensity_noise=0.5)
+    peaks = noisy["intensities"][:, 1:9]
+    assert torch.allclose(peaks.amax(dim=1), torch.ones(b)) and (peaks > 0).all()
+    assert torch.equal(noisy["intensities"][:, 0], torch.ones(b)) and (noisy["intensities"][:, 9:] == 0).all()
+    assert not torch.allclose(peaks, batch["intensities"][:, 1:9])
+    again = augment_batch(batch, torch.Generator().manual_seed(1), intensity_noise=0.5)
+    assert torch.equal(again["intensities"], noisy["intensities"])  # a function of the generator's seed
+
+
+def test_loss_terms():
+    targets = torch.zeros(2, 8)
+    targets[:, :2] = 1
+    good = torch.where(targets > 0, 6.0, -6.0)
+    assert encoder_loss(good, targets, cosine_weight=1.0, bce_weight=0.0) < 0.01
+    assert encoder_loss(-good, targets, cosine_weight=1.0, bce_weight=0.0) > 0.9
+    bce = encoder_loss(good, targets)
+    assert torch.isclose(encoder_loss(good, targets, bce_weight=2.0), 2 * bce)
+    with pytest.raises(ConfigError, match="`bce_weight` and `cosine_weight`"):
+        EncoderTrainConfig(mgf="x.mgf", out_dir="x", bce_weight=0.0)
+    with pytest.raises(ConfigError, match="`ema_decay`"):
+        EncoderTrainConfig(mgf="x.mgf", out_dir="x", ema_decay=1.0)
+    with pytest.raises(ConfigError, match="`peak_dropout`"):
+        EncoderTrainConfig(mgf="x.mgf", out_dir="x", peak_dropout=1.0)
 
 
 def test_stop_event_saves_a_checkpoint(mgf, tmp_path):

@@ -11,7 +11,10 @@ unit-resolution instruments excluded; precursor tolerance 10 ppm / 0.01 Da when 
 annotation with the encoder config's ``tol_ppm`` / ``tol_da`` (10 ppm, 2 mDa floor). Targets: Morgan
 radius-2 bits of the stereo-free reference structure.
 
-Training: BCE over bits (mean), optionally ``+ cosine_weight * (1 - cos(sigmoid(logits), target))``;
+Training: ``bce_weight`` * BCE over bits (mean) + ``cosine_weight`` * (1 - cos(sigmoid(logits), target));
+with the growing head (encoder ``grow_levels``) plus ``level_loss_weight`` times the mean loss of the
+folded levels; optional augmentation of the training batches (``peak_dropout``, ``intensity_noise``,
+seeded by step); optional EMA of the weights (``ema_decay``), which is then what is evaluated and kept;
 AdamW (weight decay on matrices only, as nanoGPT); linear warm-up then cosine decay to
 ``min_lr_ratio * lr`` over ``epochs``; batches of ``batch_size`` spectra grouped by token count
 (:func:`length_grouped_batches`); gradients clipped at ``grad_clip``. After every epoch the model is
@@ -33,7 +36,7 @@ Output directory::
     train_config.json                          this run's EncoderTrainConfig
     best.safetensors                           best weights so far (during training)
     checkpoint/                                the latest training state, for --resume:
-        model.safetensors  optimizer.safetensors  rng.safetensors  state.json
+        model.safetensors  optimizer.safetensors  rng.safetensors  state.json  [ema.safetensors]
 
 Checkpoints hold no pickle: the AdamW state tensors go to ``optimizer.safetensors`` under
 ``state.<param index>.<name>``, its hyper-parameters to ``state.json``, the torch RNG state (dropout)
@@ -59,8 +62,9 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from engine.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder
+from engine.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder, fold_bits
 from engine.errors import ConfigError, InputFileError
 
 from .checkpoint import atomic_folder, complete_folder, module_weights, write_json_atomic
@@ -121,7 +125,21 @@ class EncoderTrainConfig(TrainingConfig):
         default=None, metadata={"help": "Stop after this many epochs (the cosine still spans `epochs`); None = epochs."}
     )
     grad_clip: float = field(default=1.0, metadata={"help": "Gradient norm clip; 0 = off."})
+    bce_weight: float = field(default=1.0, metadata={"help": "Weight of the per-bit BCE loss term."})
     cosine_weight: float = field(default=0.0, metadata={"help": "Weight of the cosine-similarity loss term."})
+    level_loss_weight: float = field(
+        default=0.5, metadata={"help": "Growing head (encoder grow_levels): weight of the mean loss of the folded levels."}
+    )
+    ema_decay: float | None = field(
+        default=None, metadata={"help": "Keep an exponential moving average of the weights (e.g. 0.995); it is what is "
+                                        "evaluated, selected and saved. None = off."}
+    )
+    peak_dropout: float = field(
+        default=0.0, metadata={"help": "Augmentation: probability of hiding each peak token of a training spectrum."}
+    )
+    intensity_noise: float = field(
+        default=0.0, metadata={"help": "Augmentation: sigma of log-normal noise on peak intensities (renormalised)."}
+    )
     select_metric: str = field(
         default="ap_micro", metadata={"help": f"Validation metric for early stopping: {', '.join(SELECT_METRICS)}."}
     )
@@ -149,8 +167,18 @@ class EncoderTrainConfig(TrainingConfig):
                 f"`lr` must be > 0, `min_lr_ratio` in [0, 1], `weight_decay` and `grad_clip` >= 0; got {self.lr}, "
                 f"{self.min_lr_ratio}, {self.weight_decay}, {self.grad_clip}."
             )
-        if self.warmup_steps < 0 or self.cosine_weight < 0 or self.min_annotated_peaks < 0:
-            raise ConfigError("`warmup_steps`, `cosine_weight` and `min_annotated_peaks` must be >= 0.")
+        if min(self.warmup_steps, self.bce_weight, self.cosine_weight, self.level_loss_weight,
+               self.intensity_noise, self.min_annotated_peaks) < 0:  # fmt: skip
+            raise ConfigError(
+                "`warmup_steps`, `bce_weight`, `cosine_weight`, `level_loss_weight`, `intensity_noise` and "
+                "`min_annotated_peaks` must be >= 0."
+            )
+        if self.bce_weight == 0 and self.cosine_weight == 0:
+            raise ConfigError("`bce_weight` and `cosine_weight` are both 0: there is nothing to train; set one > 0.")
+        if not 0 <= self.peak_dropout < 1:
+            raise ConfigError(f"`peak_dropout` must be in [0, 1), got {self.peak_dropout!r}.")
+        if self.ema_decay is not None and not 0 < self.ema_decay < 1:
+            raise ConfigError(f"`ema_decay` must be in (0, 1) (typically 0.99-0.999) or None, got {self.ema_decay!r}.")
         if self.select_metric not in SELECT_METRICS:
             raise ConfigError(
                 f"`select_metric` {self.select_metric!r} is unknown; choose one of {', '.join(SELECT_METRICS)}."
@@ -275,13 +303,57 @@ def length_grouped_batches(
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def encoder_loss(logits: torch.Tensor, targets: torch.Tensor, cosine_weight: float = 0.0) -> torch.Tensor:
-    """Mean BCE over bits (+ ``cosine_weight`` * mean ``1 - cos(sigmoid(logits), targets)``)."""
-    loss = F.binary_cross_entropy_with_logits(logits, targets)  # (B, bits) -> scalar
+def encoder_loss(
+    logits: torch.Tensor, targets: torch.Tensor, cosine_weight: float = 0.0, bce_weight: float = 1.0
+) -> torch.Tensor:
+    """``bce_weight`` * mean BCE over bits + ``cosine_weight`` * mean ``1 - cos(sigmoid(logits), targets)``.
+
+    The cosine term (used by the structure-disjoint re-tuning of MIST) rewards getting a spectrum's set
+    of bits right as a whole rather than each bit's marginal.
+    """
+    loss = logits.new_zeros(())
+    if bce_weight:
+        loss = loss + bce_weight * F.binary_cross_entropy_with_logits(logits, targets)  # (B, bits) -> scalar
     if cosine_weight:
         cos = F.cosine_similarity(torch.sigmoid(logits), targets, dim=-1)  # (B,)
         loss = loss + cosine_weight * (1.0 - cos).mean()
     return loss
+
+
+def levels_loss(levels: Sequence[torch.Tensor], targets: torch.Tensor, config: EncoderTrainConfig) -> torch.Tensor:
+    """:func:`encoder_loss` of the full fingerprint (the last level) plus ``level_loss_weight`` times the mean
+    loss of the folded levels of the growing head, each against the targets folded to its length."""
+    loss = encoder_loss(levels[-1], targets, config.cosine_weight, config.bce_weight)
+    if len(levels) > 1 and config.level_loss_weight:
+        coarse = [encoder_loss(lv, fold_bits(targets, lv.shape[-1]), config.cosine_weight, config.bce_weight)
+                  for lv in levels[:-1]]  # fmt: skip
+        loss = loss + config.level_loss_weight * torch.stack(coarse).mean()
+    return loss
+
+
+def augment_batch(
+    batch: dict[str, torch.Tensor], generator: torch.Generator, *, peak_dropout: float = 0.0,
+    intensity_noise: float = 0.0,
+) -> dict[str, torch.Tensor]:
+    """A perturbed copy of a training batch (the root token is never touched).
+
+    ``peak_dropout``: each peak token is hidden (masked) with this probability, as if the peak had been
+    below the noise level. ``intensity_noise``: peak intensities (``sqrt`` of relative intensity) are
+    multiplied by ``exp(sigma * N(0, 1))`` and divided again by the spectrum's largest peak.
+    """
+    out = dict(batch)
+    mask = batch["mask"]  # (B, P)
+    peaks = mask.clone()
+    peaks[:, 0] = False  # (B, P) real peak tokens
+    if peak_dropout:
+        keep = torch.rand(mask.shape, generator=generator) >= peak_dropout  # (B, P)
+        out["mask"] = mask & (keep | ~peaks)
+    if intensity_noise:
+        noisy = batch["intensities"] * torch.exp(intensity_noise * torch.randn(mask.shape, generator=generator))
+        noisy = torch.where(peaks, noisy, torch.zeros_like(noisy))  # (B, P)
+        top = noisy.amax(dim=1, keepdim=True).clamp_min(1e-12)  # (B, 1)
+        out["intensities"] = torch.where(peaks, noisy / top, batch["intensities"])
+    return out
 
 
 def make_optimizer(model: torch.nn.Module, config: EncoderTrainConfig) -> torch.optim.AdamW:
@@ -366,12 +438,22 @@ def _optimizer_from_files(optimizer: torch.optim.Optimizer, tensors: dict[str, t
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
-def save_checkpoint(out_dir: Path, model, optimizer, state: dict) -> Path:
+def make_ema(model: torch.nn.Module, decay: float | None) -> AveragedModel | None:
+    """An exponential moving average of ``model``'s weights (torch's ``AveragedModel``), or None."""
+    if decay is None:
+        return None
+    return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True)
+
+
+def save_checkpoint(out_dir: Path, model, optimizer, state: dict, ema: AveragedModel | None = None) -> Path:
     """Write ``out_dir/checkpoint`` atomically (a new folder renamed into place)."""
     from safetensors.torch import save_file
 
     with atomic_folder(out_dir / "checkpoint") as tmp:
         save_file(module_weights(model), str(tmp / "model.safetensors"))
+        if ema is not None:
+            save_file({**module_weights(ema.module), "n_averaged": ema.n_averaged.detach().clone()},
+                      str(tmp / "ema.safetensors"))  # fmt: skip
         opt_tensors, opt_meta = _optimizer_to_files(optimizer)
         save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
         save_file({"torch_cpu": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
@@ -380,7 +462,7 @@ def save_checkpoint(out_dir: Path, model, optimizer, state: dict) -> Path:
     return out_dir / "checkpoint"
 
 
-def load_checkpoint(out_dir: Path, model, optimizer) -> dict:
+def load_checkpoint(out_dir: Path, model, optimizer, ema: AveragedModel | None = None) -> dict:
     from safetensors.torch import load_file
 
     folder = complete_folder(out_dir / "checkpoint", "state.json")  # or checkpoint.old after a crash in the swap
@@ -390,6 +472,10 @@ def load_checkpoint(out_dir: Path, model, optimizer) -> dict:
     if doc.get("format_version") != CHECKPOINT_FORMAT_VERSION:
         raise ConfigError(f"Cannot resume: checkpoint format {doc.get('format_version')!r} is not supported.")
     model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    if ema is not None:
+        averaged = load_file(str(folder / "ema.safetensors"))
+        ema.n_averaged.copy_(averaged.pop("n_averaged"))
+        ema.module.load_state_dict(averaged)
     _optimizer_from_files(optimizer, load_file(str(folder / "optimizer.safetensors")), doc.pop("optimizer"))
     torch.set_rng_state(load_file(str(folder / "rng.safetensors"))["torch_cpu"])
     return doc
@@ -489,12 +575,14 @@ def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator
     torch.manual_seed(config.seed)
     model = SpectrumEncoder(enc_config)
     optimizer = make_optimizer(model, config)
+    ema = make_ema(model, config.ema_decay)
+    scored = ema.module if ema is not None else model  # what is evaluated, selected and saved
     state: dict[str, Any] = {
         "step": 0, "epoch": 0, "batch": 0, "train_seconds": 0.0, "spectra_seen": 0,
         "best": None, "best_step": None, "best_epoch": None, "bad_evals": 0, "history": [],
     }  # fmt: skip
     if config.resume:
-        state.update(load_checkpoint(out_dir, model, optimizer))
+        state.update(load_checkpoint(out_dir, model, optimizer, ema))
         yield Resumed(state["step"], state["epoch"], state["batch"])
     model.train()
 
@@ -508,19 +596,19 @@ def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator
     def checkpoint() -> Path:
         nonlocal last_checkpoint
         saved = {**state, "train_seconds": elapsed()}
-        path = save_checkpoint(out_dir, model, optimizer, saved)
+        path = save_checkpoint(out_dir, model, optimizer, saved, ema)
         last_checkpoint = time.monotonic()
         return path
 
     def run_eval() -> Evaluated:
         t0 = time.monotonic()
-        metrics = evaluate(predict_posteriors(model, val, config.eval_batch_size), val) if len(val) else {}
+        metrics = evaluate(predict_posteriors(scored, val, config.eval_batch_size), val) if len(val) else {}
         value = metrics.get(config.select_metric, float("nan"))
         improved = bool(len(val)) and _better(value, state["best"], mode)
         if improved or not len(val):
             state.update(best=value if len(val) else None, best_step=state["step"], best_epoch=state["epoch"])
             state["bad_evals"] = 0
-            save_weights(model, out_dir / "best.safetensors")
+            save_weights(scored, out_dir / "best.safetensors")
         else:
             state["bad_evals"] += 1
         entry = {"step": state["step"], "epoch": state["epoch"], "batch": state["batch"],
@@ -542,12 +630,18 @@ def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 batch, targets = train.batch(idx)
-                loss = encoder_loss(model(batch), targets, config.cosine_weight)  # (B, bits) -> scalar
+                if config.peak_dropout or config.intensity_noise:  # seeded by (seed, step): resumes exactly
+                    gen = torch.Generator().manual_seed(config.seed * 1_000_003 + state["step"])
+                    batch = augment_batch(batch, gen, peak_dropout=config.peak_dropout,
+                                          intensity_noise=config.intensity_noise)  # fmt: skip
+                loss = levels_loss(model(batch, return_levels=True), targets, config)  # scalar
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if config.grad_clip:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
                 optimizer.step()
+                if ema is not None:
+                    ema.update_parameters(model)
                 state["step"] += 1
                 state["batch"] += 1
                 state["spectra_seen"] += len(idx)
@@ -585,7 +679,7 @@ def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator
 
     state["train_seconds"] = elapsed()
     throughput = session_spectra / max(session_steps_time, 1e-9)
-    metrics = _finish(out_dir, config, model, train, val, held_out, all_data, state, reason, throughput, n_batches)
+    metrics = _finish(out_dir, config, scored, train, val, held_out, all_data, state, reason, throughput, n_batches)
     yield TrainingFinished(reason, str(out_dir), metrics)
 
 

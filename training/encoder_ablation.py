@@ -1,0 +1,218 @@
+"""Encoder recipe ablation: train named variants of one recipe and compare them on the validation fold.
+
+Run ``python -m training.encoder_ablation --mgf ../shared/data/massbank_dev.mgf.gz --out runs/enc_abl
+[--variants baseline,cosine,...]``. Every variant is one :func:`training.train_encoder.train_encoder` run
+in ``out/<name>`` (resumable: a finished variant is only re-scored, an interrupted one continues from its
+checkpoint), calibrated on its own training spectra (:func:`training.calibrate.calibrate_encoder`, as a
+bundle would be) and scored on the licence-clean ``FOLD=val`` spectra with
+:func:`training.oof_posteriors.posterior_summary`:
+
+- ``fidelity``: mean Tanimoto between the true fingerprint and the posterior cut at the encoder's own
+  calibrated t(κ=1), i.e. what ``msgpt-eval`` bins spectra by; ``low`` is the share with fidelity < 0.5;
+- ``tanimoto_k1``: the same with the threshold density-matched on the val spectra themselves;
+- AP micro / macro of the raw posterior; encoder inference throughput (spectra/s, one thread).
+
+All variants share :data:`BASE` (the recipe of the shipped encoder and of the out-of-fold encoders)
+and select their epoch on val by ``tanimoto_density`` (κ=1 mean Tanimoto), so a loss that shifts
+the posterior's scale is not penalised by the selection. ``table.md`` and ``results.json`` in ``out``
+hold the comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError, InputFileError
+
+from engine.pipeline import run_to_end
+
+from .calibrate import Calibration, CalibrationDone, calibrate_encoder, load_encoder
+from .checkpoint import write_json_atomic
+from .loop import torch_threads
+from .oof_posteriors import posterior_summary
+from .spectra import SHIPPABLE_LICENSES, iter_load_labelled_spectra
+from .train_encoder import (
+    EncoderTrainConfig,
+    StepDone,
+    TrainingFinished,
+    TrainingStopped,
+    predict_posteriors,
+    train_encoder,
+)
+
+BASE: dict[str, Any] = dict(
+    preset="small", encoder={"dropout": 0.3}, weight_decay=0.1, epochs=7, lr=5e-4, warmup_steps=300,
+    select_metric="tanimoto_density", patience=4, seed=0,
+)  # fmt: skip
+
+# name -> (what it changes, overrides of BASE; "encoder" entries merge into BASE's)
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "baseline": ("BCE, no EMA, flat head, no augmentation", {}),
+    "cosine": ("cosine loss instead of BCE", dict(bce_weight=0.0, cosine_weight=1.0)),
+    "bce+cosine": ("BCE + cosine loss", dict(cosine_weight=1.0)),
+    "ema": ("EMA of the weights, decay 0.995", dict(ema_decay=0.995)),
+    "grow": ("MIST growing head, 256 -> 4096 bits (4 levels)", dict(encoder={"grow_levels": 4})),
+    "augment": ("peak dropout 0.2 + intensity noise 0.3", dict(peak_dropout=0.2, intensity_noise=0.3)),
+    "wide": ("d_model 512, d_ff 1024, head 512", dict(encoder={"d_model": 512, "d_ff": 1024, "head_hidden": 512})),
+    "all-licences": ("train on every licence (val stays licence-clean)", dict(licenses=None)),
+}
+
+
+def variant_config(name: str, mgf: str, out: Path, *, extra: dict[str, Any] | None = None,
+                   threads: int = 1, cache_dir: str | None = None) -> EncoderTrainConfig:  # fmt: skip
+    """The :class:`EncoderTrainConfig` of variant ``name`` (``extra`` overrides it further)."""
+    if name not in VARIANTS and extra is None:
+        raise ConfigError(f"Unknown variant {name!r}; choose from {', '.join(VARIANTS)} (or give --extra).")
+    overrides = {**(VARIANTS[name][1] if name in VARIANTS else {}), **(extra or {})}
+    encoder = {**BASE["encoder"], **overrides.pop("encoder", {})}
+    folder = out / name
+    resume = (folder / "checkpoint").exists()
+    return EncoderTrainConfig(mgf=mgf, out_dir=str(folder), **{**BASE, **overrides, "encoder": encoder},
+                              threads=threads, cache_dir=cache_dir, resume=resume)  # fmt: skip
+
+
+def _finished(folder: Path) -> bool:
+    return (folder / "encoder.safetensors").is_file() and (folder / "metrics.json").is_file()
+
+
+def run_variant(config: EncoderTrainConfig) -> Iterator[Any]:
+    """Train (or resume, or skip when done), calibrate; yields training events then the Calibration."""
+    folder = Path(config.out_dir)
+    if not _finished(folder):
+        gen = train_encoder(config)
+        try:
+            for event in gen:
+                yield event
+                if isinstance(event, TrainingStopped):
+                    return None
+        finally:
+            gen.close()
+    cal_path = folder / "calibration.json"
+    if not cal_path.is_file():
+        for event in calibrate_encoder(folder, cache_dir=config.cache_dir, threads=config.threads):
+            if isinstance(event, CalibrationDone):
+                event.calibration.save(cal_path)
+    return Calibration.load(cal_path)
+
+
+def score_variant(folder: Path, val, threads: int = 1) -> dict[str, Any]:
+    """Val metrics of the encoder in ``folder`` (see the module docstring)."""
+    cal = Calibration.load(folder / "calibration.json")
+    model = load_encoder(folder)
+    with torch_threads(threads):
+        t0 = time.perf_counter()
+        post = predict_posteriors(model, val, 256)
+        seconds = time.perf_counter() - t0
+    s = posterior_summary(post, val, cal.threshold_for_kappa(1.0))
+    metrics = json.loads((folder / "metrics.json").read_text())
+    return {
+        "fidelity": s["kappa1_calibrated"]["mean_fidelity"],
+        "low": s["kappa1_calibrated"]["bins"]["low"],
+        "tanimoto_k1": s["kappa1"]["mean_fidelity"],
+        "low_k1": s["kappa1"]["bins"]["low"],
+        "ap_micro": s["ap_micro"],
+        "ap_macro": s["ap_macro"],
+        "t_kappa1": round(cal.threshold_for_kappa(1.0), 5),
+        "spectra_per_s": round(len(val) / seconds, 1),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_minutes": metrics.get("train_minutes"),
+        "best_epoch": metrics.get("best_epoch"),
+        "train_spectra": metrics["data"]["train"]["spectra"],
+        "val_spectra": s["spectra"],
+        "val_structures": s["structures"],
+    }
+
+
+def format_table(results: dict[str, dict[str, Any]]) -> str:
+    head = ("| variant | what changes | val fidelity (t_κ=1) | low bin | Tanimoto κ=1 (density) | AP micro | "
+            "AP macro | params | spectra/s | train min |")  # fmt: skip
+    rows = [head, "|" + " --- |" * 10]
+    base = results.get("baseline")
+    for name, r in results.items():
+        delta = f" ({r['fidelity'] - base['fidelity']:+.3f})" if base and name != "baseline" else ""
+        rows.append(
+            f"| {name} | {r.get('description', '')} | {r['fidelity']:.3f}{delta} | {100 * r['low']:.0f}% | "
+            f"{r['tanimoto_k1']:.3f} | {r['ap_micro']:.3f} | {r['ap_macro']:.3f} | {r['parameters'] / 1e6:.1f}M | "
+            f"{r['spectra_per_s']:.0f} | {r['train_minutes']} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m training.encoder_ablation", description=__doc__.split("\n\n")[0])
+    p.add_argument("--mgf", required=True, help="labelled MGF (the shared massbank_dev.mgf.gz)")
+    p.add_argument("--out", required=True, help="folder of the variants' runs, table.md and results.json")
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, from: {', '.join(VARIANTS)}")
+    p.add_argument("--name", help="a new variant's name (with --extra)")
+    p.add_argument("--extra", type=json.loads, help="JSON overrides of the base recipe for --name, e.g. "
+                   "'{\"ema_decay\": 0.995, \"cosine_weight\": 1.0}'")  # fmt: skip
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--cache-dir")
+    p.add_argument("--score-only", action="store_true", help="only (re)score the finished variants")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = [args.name] if args.name else [v.strip() for v in args.variants.split(",") if v.strip()]
+    try:
+        configs = {n: variant_config(n, args.mgf, out, extra=args.extra if args.name else None,
+                                     threads=args.threads, cache_dir=args.cache_dir) for n in names}  # fmt: skip
+        for name, config in configs.items():
+            if args.score_only:
+                continue
+            if name not in VARIANTS:
+                Path(config.out_dir).mkdir(parents=True, exist_ok=True)
+                write_json_atomic(Path(config.out_dir) / "ablation.json", {"description": json.dumps(args.extra)})
+            print(f"== {name}: {json.dumps({k: v for k, v in config.to_dict().items() if k in _SHOWN})}", flush=True)
+            last = 0.0
+            for event in run_variant(config):
+                if isinstance(event, StepDone) and time.monotonic() - last > 60:
+                    last = time.monotonic()
+                    print(f"{name} step {event.step} epoch {event.epoch} loss {event.loss:.4f}", flush=True)
+                elif isinstance(event, TrainingFinished):
+                    print(f"{name} finished ({event.reason})", flush=True)
+        data = None
+        results_path = out / "results.json"
+        results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+        for name in dict.fromkeys([*VARIANTS, *names, *results]):
+            folder = out / name
+            if name in results and not args.score_only and name not in names:
+                continue
+            if not (_finished(folder) and (folder / "calibration.json").is_file()):
+                continue
+            if data is None:
+                settings = configs[names[0]].feature_settings()
+                data = run_to_end(iter_load_labelled_spectra(args.mgf, settings, cache_dir=args.cache_dir))
+                val = data.select(("val",), licenses=SHIPPABLE_LICENSES, exclude_unit_resolution=True)
+            r = score_variant(folder, val, args.threads)
+            desc_path = folder / "ablation.json"
+            desc = VARIANTS[name][0] if name in VARIANTS else (
+                json.loads(desc_path.read_text())["description"] if desc_path.is_file() else "")
+            results[name] = {"description": desc, **r}
+            print(f"{name}: fidelity {r['fidelity']:.4f} low {r['low']:.3f} AP micro {r['ap_micro']:.4f}", flush=True)
+        order = [n for n in VARIANTS if n in results] + [n for n in results if n not in VARIANTS]
+        results = {n: results[n] for n in order}
+        write_json_atomic(results_path, results)
+        (out / "table.md").write_text(format_table(results))
+        print(format_table(results))
+    except (ConfigError, InputFileError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+_SHOWN = {"encoder", "bce_weight", "cosine_weight", "ema_decay", "peak_dropout", "intensity_noise", "licenses",
+          "epochs", "select_metric"}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
