@@ -517,8 +517,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     for k, v in parameter_counts(bundle.decoder).items():
         print(f"  decoder {k}: {v:,}")
     print(f"  encoder parameters: {sum(p.numel() for p in bundle.encoder.parameters()):,}")
-    print(f"  calibration: D_enc={cal.d_enc:.2f} bits over {cal.n_spectra} spectra; "
-          f"t(κ=0.95)={cal.threshold_for_kappa(0.95):.4f}, t(κ=1.50)={cal.threshold_for_kappa(1.50):.4f}")
+    for label, c in (("", cal), (" (negative mode)", cal.negative)):
+        if c is not None:
+            print(f"  calibration{label}: D_enc={c.d_enc:.2f} bits over {c.n_spectra} spectra; "
+                  f"t(κ=0.95)={c.threshold_for_kappa(0.95):.4f}, t(κ=1.50)={c.threshold_for_kappa(1.50):.4f}")
     legend, known = bundle.bit_legend, bundle.known_structures
     print(f"  bit legend: {f'{len(legend)} bits described, {legend.source}' if legend else 'none'}")
     print(f"  known structures (novelty): {(known.source or f'{len(known):,} structures') if known else 'none'}")

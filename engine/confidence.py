@@ -211,7 +211,8 @@ def auroc(scores: Sequence[float], hits: Sequence[bool]) -> float | None:
 
 def spectrum_confidence(bundle, result) -> float | None:
     """The confidence of a finished :class:`engine.pipeline.SpectrumResult`, or None when the bundle has no
-    confidence model or the result's settings are not those it was fitted with.
+    confidence model, the result's settings are not those it was fitted with, or its spectrum is of an
+    ion mode the fit saw none of (``meta["polarities"]``, positive when absent).
 
     For a formula taken from the ranked formula candidates (``formula_source`` "ranked candidates", an
     LC-MS feature without a given formula) it is P(formula) x P(rank 1 right | formula): the structure can
@@ -220,6 +221,8 @@ def spectrum_confidence(bundle, result) -> float | None:
     model = getattr(bundle, "confidence", None)
     if model is None or result.partial or result.plan is not None:
         return None
+    if (result.spectrum.polarity or "positive") not in model.meta.get("polarities", ["positive"]):
+        return None  # fitted on pools of the other ion mode only
     if not model.applies_to(result.params, adapter=bool(getattr(bundle, "adapter_active", False))):
         return None
     p = model.probability(result_features(result))

@@ -267,7 +267,7 @@ class SpectrumSession:
         if key == self._key:
             return
         if plan is None:
-            cal = self.bundle.calibration
+            cal = self.bundle.calibration.for_polarity(self.spectrum.polarity)
             self._thresholds = band_thresholds(cal, params.kappa_min, params.kappa_max, params.groups)
             self._queries = build_queries(self.posterior, self._thresholds)
         else:

@@ -104,7 +104,8 @@ def record_for_spectrum(bundle, spectrum, params) -> PosteriorRecord:
 
     require_usable(bundle, spectrum)
     posterior = compute_posterior(bundle, spectrum)
-    thresholds = band_thresholds(bundle.calibration, params.kappa_min, params.kappa_max, params.groups)
+    cal = bundle.calibration.for_polarity(spectrum.polarity)
+    thresholds = band_thresholds(cal, params.kappa_min, params.kappa_max, params.groups)
     key = chem.inchikey14(spectrum.smiles) if spectrum.smiles else None
     return PosteriorRecord.of(spectrum, posterior, thresholds, key)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +34,12 @@ from .scoring import BitCalibration
 CALIBRATION_FORMAT_VERSION = 1
 KAPPA_LIMITS = (0.05, 10.0)
 OUTER_KAPPA_RANGE = (0.5, 2.0)  # the κ range of the paper's density-ratio diagnostics
+
+
+def _curve_dict(cal: Calibration) -> dict:
+    """The D_enc / A(t) part of a calibration (what a per-polarity entry holds)."""
+    d = cal.to_dict()
+    return {k: d[k] for k in ("d_enc", "n_spectra", "source", "thresholds", "active_counts")}
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,9 @@ class Calibration:
     source: str = ""
     bits: BitCalibration | None = field(default=None, metadata={
         "help": "per-bit recalibration of π for the fingerprint score (engine.scoring); optional"})
+    negative: Calibration | None = field(default=None, metadata={
+        "help": "D_enc and A(t) of negative-mode spectra, for an encoder trained on both polarities (the fields "
+                "above are then those of positive mode); None: one curve for every spectrum"})
 
     def __post_init__(self):
         t = np.asarray(self.thresholds, dtype=np.float64)
@@ -66,6 +75,16 @@ class Calibration:
             raise ConfigError("`thresholds` must increase strictly within [0, 1].")
         if np.any(np.diff(a) > 1e-9) or np.any(a < 0):
             raise ConfigError("`active_counts` A(t) must be non-negative and non-increasing in t.")
+
+    def for_polarity(self, polarity: str | None) -> Calibration:
+        """The calibration of spectra of ``polarity`` ("positive", "negative" or None = unknown).
+
+        Posteriors of the two ion modes differ in how many bits pass a threshold, so an encoder trained on
+        both carries one ``D_enc``/``A(t)`` per mode; the per-bit recalibration (``bits``) is shared.
+        """
+        if polarity == "negative" and self.negative is not None:
+            return replace(self.negative, bits=self.bits, negative=None)
+        return self
 
     # -- A(t) and its inverse -------------------------------------------------------------------
     def active_bits_at(self, t: float) -> float:
@@ -103,6 +122,7 @@ class Calibration:
             "thresholds": [round(float(x), 6) for x in self.thresholds],
             "active_counts": [round(float(x), 4) for x in self.active_counts],
             **({"bit_calibration": self.bits.to_dict()} if self.bits is not None else {}),
+            **({"negative": _curve_dict(self.negative)} if self.negative is not None else {}),
         }
 
     @classmethod
@@ -123,6 +143,7 @@ class Calibration:
             n_spectra=int(d.get("n_spectra", 0)),
             source=str(d.get("source", "")),
             bits=BitCalibration.from_dict(d["bit_calibration"]) if d.get("bit_calibration") else None,
+            negative=cls.from_dict({"format_version": version, **d["negative"]}) if d.get("negative") else None,
         )
 
     def save(self, path: str | Path) -> None:

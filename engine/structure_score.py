@@ -210,7 +210,8 @@ def score_structures(
     bundle, spectrum = session.bundle, session.spectrum
     posterior = session.posterior
     scorer = FingerprintScorer(posterior, bundle.calibration.bits)
-    thresholds = band_thresholds(bundle.calibration, params.kappa_min, params.kappa_max, params.groups)
+    cal = bundle.calibration.for_polarity(spectrum.polarity)
+    thresholds = band_thresholds(cal, params.kappa_min, params.kappa_max, params.groups)
     queries = build_queries(posterior, thresholds)
     weights = np.array([len(q.threshold_indices) for q in queries], dtype=np.float64)
     formula_vec = formula_vector(parse_formula(spectrum.formula))

@@ -148,7 +148,7 @@ class BitsPanel(QWidget):
         if self.candidate is not None:
             bits = getattr(self.candidate, "bits", None)
         self.rows = top_bits(posterior, self.bundle, self.params, self.count.value(), bits,
-                             ORDERS[self.order.currentIndex()])
+                             ORDERS[self.order.currentIndex()], polarity=self.entry.spectrum.polarity)
         legend = self.bundle.bit_legend
         about = (f"legend: {legend.source}" if legend is not None else
                  "<span style='color:#a15c00'>this model ships no bit legend (bit_legend.json.gz)</span>")

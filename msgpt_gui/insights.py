@@ -78,11 +78,13 @@ def bit_order(posterior: np.ndarray, legend, order: str = "probability") -> np.n
 
 
 def top_bits(posterior: np.ndarray, bundle, params: QueryParams, n: int = 25,
-             candidate_bits: np.ndarray | None = None, order: str = "probability") -> list[BitRow]:
-    """The first ``n`` bits (:func:`bit_order`) with their legend entries and how many band queries hold them."""
+             candidate_bits: np.ndarray | None = None, order: str = "probability",
+             polarity: str | None = None) -> list[BitRow]:
+    """The first ``n`` bits (:func:`bit_order`) with their legend entries and how many band queries hold them
+    (the band of the spectrum's ``polarity``)."""
     posterior = np.asarray(posterior)
     order = bit_order(posterior, bundle.bit_legend, order)[:n]
-    thresholds = band_thresholds(bundle.calibration, params.kappa_min, params.kappa_max, params.groups)
+    thresholds = band_thresholds(bundle.calibration.for_polarity(polarity), params.kappa_min, params.kappa_max, params.groups)
     held = np.zeros(posterior.size, dtype=np.int64)
     for q in build_queries(posterior, thresholds):
         held[q.bits] += len(q.threshold_indices)
@@ -151,7 +153,6 @@ def export_posteriors(path: str | Path, bundle, items: Sequence[tuple], params: 
     and named in the result.
     """
     skipped: list[str] = []
-    thresholds = band_thresholds(bundle.calibration, params.kappa_min, params.kappa_max, params.groups)
     with PosteriorWriter(path, posterior_info(bundle, params)) as writer:
         for i, (spectrum, posterior) in enumerate(items):
             _check(cancel)
@@ -159,6 +160,8 @@ def export_posteriors(path: str | Path, bundle, items: Sequence[tuple], params: 
                 if posterior is None:
                     record = record_for_spectrum(bundle, spectrum, params)
                 else:
+                    cal = bundle.calibration.for_polarity(spectrum.polarity)
+                    thresholds = band_thresholds(cal, params.kappa_min, params.kappa_max, params.groups)
                     record = PosteriorRecord.of(spectrum, posterior, thresholds)
             except MsgptError as e:
                 skipped.append(f"{spectrum.id}: {e}")

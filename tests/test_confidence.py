@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import shutil
+from types import SimpleNamespace
 from dataclasses import replace
 
 import numpy as np
@@ -214,3 +215,13 @@ def test_fit_command_writes_a_model_checked_on_an_eval_run(tmp_path):
     assert model.meta["fit"]["spectra"] == 401 and model.meta["val"]["n"] == 3  # band records only
     assert (tmp_path / "rel.png").stat().st_size > 1000
     assert main(["fit", "--collected", str(tmp_path / "nothing"), "--out", str(out)]) == 2
+
+
+def test_no_confidence_for_an_ion_mode_the_fit_never_saw(bundle_with_confidence):
+    from tiny_bundle import fixture_spectra
+
+    bundle = bundle_with_confidence
+    result = _run(bundle, fixture_spectra()[0], QueryParams())
+    assert bundle.confidence.meta.get("polarities", ["positive"]) == ["positive"]
+    negative = replace(result, spectrum=SimpleNamespace(polarity="negative", metadata={}))
+    assert spectrum_confidence(bundle, result) is not None and spectrum_confidence(bundle, negative) is None

@@ -27,6 +27,7 @@ from training.spectra import (
 )
 from training.train_encoder import (
     EncoderTrainConfig,
+    DataReady,
     Resumed,
     StepDone,
     TrainingFinished,
@@ -309,3 +310,17 @@ def test_config_errors_name_the_field(tmp_path):
         EncoderTrainConfig(mgf="x.mgf", out_dir=str(tmp_path), select_metric="accuracy")
     with pytest.raises(ConfigError, match="`batch_size`"):
         EncoderTrainConfig(mgf="x.mgf", out_dir=str(tmp_path), batch_size=0)
+
+
+def test_negative_mode_trains_and_calibrates_per_ion_mode(mgf, tmp_path):
+    from training.calibrate import calibrate
+
+    out = tmp_path / "both"
+    _, events = _run(tiny_config(mgf, out, max_steps=3, adducts=["[M+H]+", "[M+Na]+", "M-H"]))
+    ready = next(e for e in events if isinstance(e, DataReady))
+    assert ready.n_train == 25 and ready.train["adducts"] == {"[M+H]+": 24, "[M-H]-": 1}  # the "negative" record
+    cal, summary = calibrate(out)
+    assert cal.negative is not None and (cal.n_spectra, cal.negative.n_spectra) == (24, 1)
+    assert "negative-mode" in cal.negative.source and summary["negative"]["n_spectra"] == 1
+    with pytest.raises(ConfigError, match="`adducts`"):
+        tiny_config(mgf, out, adducts=["[M+Xy]+"])

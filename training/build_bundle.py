@@ -47,6 +47,7 @@ from engine.querying import Calibration
 
 from .bit_legend import build_legend, corpus_smiles, reservoir_sample
 from .calibrate import load_encoder
+from .spectra import DEFAULT_ADDUCTS
 from .checkpoint import latest_checkpoint, load_decoder
 from .known_structures import corpus_keys
 
@@ -163,6 +164,17 @@ def _size_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
 
 
+def _adduct_words(info: dict) -> str:
+    """``[M+H]+`` or ``[M+Na]+`` (positive mode) and ``[M-H]-`` (negative mode), from the bundle's ion types."""
+    adducts = info.get("supported_adducts") or list(DEFAULT_ADDUCTS)
+    modes = []
+    for sign, mode in (("+", "positive"), ("-", "negative")):
+        names = [f"`{a}`" for a in adducts if a.endswith(sign)]
+        if names:
+            modes.append(f"{' or '.join(names)} ({mode} mode)")
+    return " and ".join(modes)
+
+
 def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None) -> str:
     dec, enc, cal = info["decoder"], info["encoder"], info["calibration"]
     pc = info["decoder_parameters"]
@@ -180,7 +192,7 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
         "",
         "## What it does",
         "",
-        "Given an MS/MS spectrum of a singly charged positive ion (`[M+H]+` or `[M+Na]+`) and the "
+        f"Given an MS/MS spectrum of a singly charged ion ({_adduct_words(info)}) and the "
         "molecule's formula, it proposes candidate structures: a spectrum encoder predicts a Morgan "
         "fingerprint posterior, density-band queries are cut from it, and a fingerprint- and "
         "formula-conditioned decoder samples SAFE strings (MS-GPT, see the paper in the project).",
@@ -281,7 +293,12 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
               "## Calibration", "",
               f"D_enc = {cal['d_enc']:.2f} mean active bits of the true fingerprints over the encoder's training "
               f"spectra. Thresholds t_κ = A⁻¹(κ·D_enc): κ=0.95 → {t['0.95']:.4f}, κ=1.00 → {t['1.0']:.4f}, "
-              f"κ=1.50 → {t['1.5']:.4f} (the default band κ ∈ [0.95, 1.50] spans these).", ""]
+              f"κ=1.50 → {t['1.5']:.4f} (the default band κ ∈ [0.95, 1.50] spans these)"
+              + (" for positive-mode spectra." if cal.get("negative") else "."), ""]
+    if cal.get("negative"):
+        n, tn = cal["negative"], cal["negative"]["thresholds"]
+        lines[-1:] = [f"Negative-mode spectra have their own curve: D_enc = {n['d_enc']:.2f}, κ=0.95 → "
+                      f"{tn['0.95']:.4f}, κ=1.00 → {tn['1.0']:.4f}, κ=1.50 → {tn['1.5']:.4f}.", ""]
     extras = []
     if (bundle_dir / LEGEND_FILE).is_file():
         extras.append(f"- `{LEGEND_FILE}`: the atom environments behind each fingerprint bit "
@@ -295,8 +312,9 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
     lines.append(evaluation.strip() if evaluation else "Not evaluated yet: run `msgpt-eval` (see the README).")
     lines += ["",
               "## Supported input and limits", "",
-              "- Positive mode, singly charged `[M+H]+` and `[M+Na]+` precursors; the molecular formula must be "
-              "known (from the file, or typed in). Negative mode and other adducts are reported as skipped.",
+              f"- Singly charged {_adduct_words(info)} precursors; the molecular formula must be known (from the "
+              "file, typed in, or one of the ranked formula candidates of a spectrum without one). Other ion types "
+              "are reported as skipped.",
               "- Elements C H N O S P F Cl Br I B Si Se As; up to 256 active fingerprint bits read by the "
               "decoder; SAFE strings up to the decoder's block size.",
               f"- This is a small CPU-trained model ({pc['total'] / 1e6:.0f}M decoder parameters, "
@@ -327,10 +345,12 @@ def build(args: argparse.Namespace) -> Path:
         encoder = source.encoder.float().eval()
         enc_summary = source.config.get("training", {}).get("encoder_summary") or {
             "metrics": {}, "train_config": {}, "note": f"the encoder of bundle {source.name} [{source.checksum[:12]}]"}
+        adducts = source.supported_adducts
     else:
         encoder = load_encoder(encoder_dir)
         enc_summary = {"metrics": _json(encoder_dir / "metrics.json"),
                        "train_config": _json(encoder_dir / "train_config.json")}
+        adducts = tuple(enc_summary["train_config"].get("adducts") or DEFAULT_ADDUCTS)  # what the encoder saw
     calibration_file = Path(args.calibration) if args.calibration else encoder_dir / "calibration.json"
     calibration = Calibration.load(calibration_file)
     dec_summary = decoder_training_summary(checkpoint)  # before --force removes --out: it may be a stage's source
@@ -341,7 +361,7 @@ def build(args: argparse.Namespace) -> Path:
         shutil.rmtree(out)
     save_bundle(
         out, decoder=decoder.eval(), encoder=encoder, tokenizer=tokenizer, calibration=calibration,
-        name=args.name, dtype=dtype,
+        name=args.name, dtype=dtype, supported_adducts=adducts,
         extra={"training": {"decoder_checkpoint": f"{dec_summary['run']}/{dec_summary['checkpoint']}",
                             "decoder_step": dec_summary["step"], "encoder_run": encoder_dir.name,
                             "encoder_summary": enc_summary,
@@ -379,12 +399,17 @@ def build(args: argparse.Namespace) -> Path:
         adapter_info = _json(src / "adapter_summary.json") or {}
     cal_summary = {"d_enc": calibration.d_enc,
                    "thresholds": {str(k): calibration.threshold_for_kappa(k) for k in (0.95, 1.0, 1.5)}}
+    if calibration.negative is not None:
+        neg = calibration.negative
+        cal_summary["negative"] = {"d_enc": neg.d_enc,
+                                   "thresholds": {str(k): neg.threshold_for_kappa(k) for k in (0.95, 1.0, 1.5)}}
     bundle = load_bundle(out, device="cpu")  # proves the bundle is whole (checksums, shapes, tokenizer)
     info = {
         "decoder": dec_summary, "encoder": enc_summary, "calibration": cal_summary, "adapter": adapter_info,
         "decoder_parameters": parameter_counts(decoder),
         "encoder_parameters": sum(p.numel() for p in encoder.parameters()),
         "checksum": bundle.checksum, "size_mb": _size_mb(out), "dtype": args.dtype,
+        "supported_adducts": list(bundle.supported_adducts),
         "built": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "machine": f"{platform.processor() or platform.machine()}, torch {torch.__version__}",
     }

@@ -10,6 +10,10 @@ selected exactly as :mod:`training.train_encoder` selected them: the settings co
 directory's ``train_config.json`` (folds, licences, instrument rule, annotation tolerances), so the
 reference density is the one the posterior was shaped on. Posteriors are computed in eval mode.
 
+An encoder trained on both ion modes gets one curve per mode (positive in the main fields, negative in
+``negative``; see :meth:`engine.querying.Calibration.for_polarity`): its posteriors differ between the
+modes in how many bits pass a threshold.
+
 With ``val_folds`` (default: the training run's), the output also reports the validation Tanimoto and
 active bits at ``t_κ`` for the κ of :data:`REPORT_KAPPAS`, to see what the band does to the queries.
 """
@@ -21,7 +25,7 @@ import json
 import logging
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -104,7 +108,8 @@ def _calibrate(encoder_dir, mgf, folds, val_folds, cache_dir, grid, batch_size) 
     train_config = EncoderTrainConfig.from_dict({**json.loads(config_path.read_text()), "resume": False})
     model = load_encoder(folder)
     settings = FeatureSettings.for_encoder(
-        model.config, precursor_tol_ppm=train_config.precursor_tol_ppm, precursor_tol_da=train_config.precursor_tol_da
+        model.config, precursor_tol_ppm=train_config.precursor_tol_ppm, precursor_tol_da=train_config.precursor_tol_da,
+        adducts=train_config.adducts,
     )
     mgf = mgf if mgf is not None else train_config.mgf
     data = yield from iter_load_labelled_spectra(
@@ -119,22 +124,41 @@ def _calibrate(encoder_dir, mgf, folds, val_folds, cache_dir, grid, batch_size) 
     if len(train) == 0:
         raise ConfigError(f"No training spectra selected in {mgf}; check the folds and licences.")
     posteriors = yield from _posteriors(model, train, batch_size)
-    source = f"{Path(mgf).name}: {len(train)} training spectra of {folder.name}"
-    cal = Calibration.from_posteriors(posteriors, train.n_true_bits, grid=grid, source=source)
+    positive = train.polarity > 0
+    both = bool(positive.any() and (~positive).any())  # one curve per ion mode (Calibration.for_polarity)
+    parts = {"positive": positive, "negative": ~positive} if both else {"all": np.ones(len(train), dtype=bool)}
+    cals = {}
+    for mode, rows in parts.items():
+        what = f" {mode}-mode" if both else ""
+        source = f"{Path(mgf).name}: {int(rows.sum())}{what} training spectra of {folder.name}"
+        cals[mode] = Calibration.from_posteriors(posteriors[rows], train.n_true_bits[rows], grid=grid, source=source)
+    cal = replace(cals["positive"], negative=cals["negative"]) if both else cals["all"]
     summary = calibration_summary(cal)
-    summary["mean_true_bits_check"] = round(float(train.n_true_bits.mean()), 4)
+    summary["mean_true_bits_check"] = round(float(train.n_true_bits[positive if both else slice(None)].mean()), 4)
+    if both:
+        summary["negative"] = calibration_summary(cal.negative)
     val_folds = tuple(val_folds) if val_folds is not None else train_config.val_folds
     val = data.select(val_folds, **pick) if val_folds else data.subset(np.zeros(0, dtype=np.int64))
     if len(val):
         val_post = yield from _posteriors(model, val, batch_size)
-        targets = val.targets(np.arange(len(val)))
-        summary["val"] = {"n_spectra": len(val), "active_bits_true": round(float(val.n_true_bits.mean()), 3)}
-        for k, t in summary["thresholds"].items():
-            summary["val"][f"kappa_{k}"] = {
-                "tanimoto": round(mean_tanimoto(val_post, targets, t), 4),
-                "active_bits": round(mean_active_bits(val_post, t), 3),
-            }
+        for mode in ("positive", "negative") if both else ("all",):
+            rows = np.flatnonzero(val.polarity > 0 if mode == "positive" else val.polarity < 0) if both \
+                else np.arange(len(val))  # fmt: skip
+            entry = summary if mode != "negative" else summary["negative"]
+            if len(rows):
+                entry["val"] = _val_summary(val_post[rows], val.subset(rows), entry["thresholds"])
     yield CalibrationDone(cal, summary)
+
+
+def _val_summary(posteriors: np.ndarray, val: LabelledSpectra, thresholds: dict[str, float]) -> dict:
+    targets = val.targets(np.arange(len(val)))
+    out: dict = {"n_spectra": len(val), "active_bits_true": round(float(val.n_true_bits.mean()), 3)}
+    for k, t in thresholds.items():
+        out[f"kappa_{k}"] = {
+            "tanimoto": round(mean_tanimoto(posteriors, targets, t), 4),
+            "active_bits": round(mean_active_bits(posteriors, t), 3),
+        }
+    return out
 
 
 def _posteriors(model: SpectrumEncoder, data: LabelledSpectra, batch_size: int) -> Iterator[PosteriorsProgress]:

@@ -122,7 +122,7 @@ def collect(bundle_dir: str, mgf: str, oof_dir: str, out: str, structures: int =
             plan = QueryPlan("band (out-of-fold encoder)", thresholds=tuple(float(t) for t in oof.thresholds(row)))
             result = run_to_end(session.run(params, plan=plan))
             features = result_features(result)
-            d = {"id": s.id, "inchikey14": result.reference_inchikey14, "rank": result.reference_rank,
+            d = {"id": s.id, "polarity": s.polarity, "inchikey14": result.reference_inchikey14, "rank": result.reference_rank,
                  "hit": result.reference_rank == 1, "features": features, "n_candidates": len(result.candidates),
                  "fidelity": result.fidelity, "seconds": round(result.seconds, 3)}
             sink.write(json.dumps(d) + "\n")
@@ -184,7 +184,10 @@ def fit(collected: str | Path, l2: float = 1.0) -> ConfidenceModel:
     train_p = [model.probability(r["features"]) for r in rows]
     meta = {"fit": {"collected": str(collected), "spectra": len(rows), "with_candidates": int(len(y)),
                     "hits": int(y.sum()), "l2": l2, "bundle": settings["bundle"], "oof": settings["oof"],
-                    "reliability_in_sample": reliability(train_p, [bool(r["hit"]) for r in rows])}}
+                    "reliability_in_sample": reliability(train_p, [bool(r["hit"]) for r in rows])},
+            # the ion modes of the fitted pools (engine.confidence gives none for another; rows collected
+            # before the polarity was recorded came from the positive-mode out-of-fold posteriors)
+            "polarities": sorted({r.get("polarity") or "positive" for r in rows})}
     return ConfidenceModel(model.weights, model.bias, model.mean, model.scale, model.features, model.settings, meta)
 
 

@@ -12,6 +12,10 @@ bundle would be) and scored on the licence-clean ``FOLD=val`` spectra with
 - ``tanimoto_k1``: the same with the threshold density-matched on the val spectra themselves;
 - AP micro / macro of the raw posterior; encoder inference throughput (spectra/s, one thread).
 
+The table's columns are positive-mode val spectra (``[M+H]+``, ``[M+Na]+``), the same for every
+variant; a variant trained on ``[M-H]-`` too is also scored on the ``[M-H]-`` val spectra (at its
+negative-mode calibration), listed under the table.
+
 All variants share :data:`BASE` (the recipe of the shipped encoder and of the out-of-fold encoders)
 and select their epoch on val by ``tanimoto_density`` (κ=1 mean Tanimoto), so a loss that shifts
 the posterior's scale is not penalised by the selection. ``table.md`` and ``results.json`` in ``out``
@@ -25,8 +29,11 @@ import json
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from engine.errors import ConfigError, InputFileError
 
@@ -61,7 +68,12 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "augment": ("peak dropout 0.2 + intensity noise 0.3", dict(peak_dropout=0.2, intensity_noise=0.3)),
     "wide": ("d_model 512, d_ff 1024, head 512", dict(encoder={"d_model": 512, "d_ff": 1024, "head_hidden": 512})),
     "all-licences": ("train on every licence (val stays licence-clean)", dict(licenses=None)),
+    "+negative": ("also [M-H]- spectra (negative mode), one encoder for both modes",
+                  dict(adducts=("[M+H]+", "[M+Na]+", "[M-H]-"))),
 }
+# The val spectra every variant is scored on: positive mode (the table's columns) and [M-H]- (its own
+# columns, for the variants that train on it).
+SCORED_ADDUCTS = ("[M+H]+", "[M+Na]+", "[M-H]-")
 
 
 def variant_config(name: str, mgf: str, out: Path, *, extra: dict[str, Any] | None = None,
@@ -101,16 +113,8 @@ def run_variant(config: EncoderTrainConfig) -> Iterator[Any]:
     return Calibration.load(cal_path)
 
 
-def score_variant(folder: Path, val, threads: int = 1) -> dict[str, Any]:
-    """Val metrics of the encoder in ``folder`` (see the module docstring)."""
-    cal = Calibration.load(folder / "calibration.json")
-    model = load_encoder(folder)
-    with torch_threads(threads):
-        t0 = time.perf_counter()
-        post = predict_posteriors(model, val, 256)
-        seconds = time.perf_counter() - t0
-    s = posterior_summary(post, val, cal.threshold_for_kappa(1.0))
-    metrics = json.loads((folder / "metrics.json").read_text())
+def _scores(posteriors, val, cal: Calibration) -> dict[str, Any]:
+    s = posterior_summary(posteriors, val, cal.threshold_for_kappa(1.0))
     return {
         "fidelity": s["kappa1_calibrated"]["mean_fidelity"],
         "low": s["kappa1_calibrated"]["bins"]["low"],
@@ -119,14 +123,37 @@ def score_variant(folder: Path, val, threads: int = 1) -> dict[str, Any]:
         "ap_micro": s["ap_micro"],
         "ap_macro": s["ap_macro"],
         "t_kappa1": round(cal.threshold_for_kappa(1.0), 5),
-        "spectra_per_s": round(len(val) / seconds, 1),
+        "val_spectra": s["spectra"],
+        "val_structures": s["structures"],
+    }
+
+
+def score_variant(folder: Path, val, threads: int = 1) -> dict[str, Any]:
+    """Val metrics of the encoder in ``folder`` (see the module docstring) on the positive-mode spectra of
+    ``val``, and under ``negative`` on its ``[M-H]-`` spectra when the encoder was trained on them."""
+    cal = Calibration.load(folder / "calibration.json")
+    model = load_encoder(folder)
+    trained_on = json.loads((folder / "train_config.json").read_text()).get("adducts") or ["[M+H]+", "[M+Na]+"]
+    positive = val.subset(np.flatnonzero(val.polarity > 0))
+    with torch_threads(threads):
+        t0 = time.perf_counter()
+        post = predict_posteriors(model, positive, 256)
+        seconds = time.perf_counter() - t0
+    metrics = json.loads((folder / "metrics.json").read_text())
+    out = {
+        **_scores(post, positive, cal.for_polarity("positive")),
+        "spectra_per_s": round(len(positive) / seconds, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
         "train_minutes": metrics.get("train_minutes"),
         "best_epoch": metrics.get("best_epoch"),
         "train_spectra": metrics["data"]["train"]["spectra"],
-        "val_spectra": s["spectra"],
-        "val_structures": s["structures"],
     }
+    negative = val.subset(np.flatnonzero((val.polarity < 0) & np.isin(val.adduct, trained_on)))
+    if len(negative):
+        with torch_threads(threads):
+            post = predict_posteriors(model, negative, 256)
+        out["negative"] = _scores(post, negative, cal.for_polarity("negative"))
+    return out
 
 
 def format_table(results: dict[str, dict[str, Any]]) -> str:
@@ -134,14 +161,20 @@ def format_table(results: dict[str, dict[str, Any]]) -> str:
             "AP macro | params | spectra/s | train min |")  # fmt: skip
     rows = [head, "|" + " --- |" * 10]
     base = results.get("baseline")
+    negatives = []
     for name, r in results.items():
+        if r.get("negative"):
+            n = r["negative"]
+            negatives.append(f"- {name}, `[M-H]-` val ({n['val_spectra']} spectra of {n['val_structures']} "
+                             f"structures): fidelity {n['fidelity']:.3f}, low bin {100 * n['low']:.0f}%, Tanimoto κ=1 "
+                             f"{n['tanimoto_k1']:.3f}, AP micro {n['ap_micro']:.3f} / macro {n['ap_macro']:.3f}")
         delta = f" ({r['fidelity'] - base['fidelity']:+.3f})" if base and name != "baseline" else ""
         rows.append(
             f"| {name} | {r.get('description', '')} | {r['fidelity']:.3f}{delta} | {100 * r['low']:.0f}% | "
             f"{r['tanimoto_k1']:.3f} | {r['ap_micro']:.3f} | {r['ap_macro']:.3f} | {r['parameters'] / 1e6:.1f}M | "
             f"{r['spectra_per_s']:.0f} | {r['train_minutes']} |"
         )
-    return "\n".join(rows) + "\n"
+    return "\n".join(rows + ([""] + negatives if negatives else [])) + "\n"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -190,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not (_finished(folder) and (folder / "calibration.json").is_file()):
                 continue
             if data is None:
-                settings = configs[names[0]].feature_settings()
+                settings = replace(configs[names[0]].feature_settings(), adducts=SCORED_ADDUCTS)
                 data = run_to_end(iter_load_labelled_spectra(args.mgf, settings, cache_dir=args.cache_dir))
                 val = data.select(("val",), licenses=SHIPPABLE_LICENSES, exclude_unit_resolution=True)
             r = score_variant(folder, val, args.threads)

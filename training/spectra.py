@@ -20,8 +20,9 @@ Rules for a usable record (``report["dropped"]`` counts each reason):
   (1,994 of them have a one-decimal PEPMASS); 2,058 are unit-resolution instruments, which are
   excluded anyway, and the other 17 are 0.01-0.48 Da off (8 of them in licences the shipped model
   may use), so a looser tolerance would mostly let in mis-annotated records;
-* positive mode with an adduct in ``adducts`` (default ``[M+H]+``, ``[M+Na]+``), a formula and a
-  reference SMILES RDKit can parse;
+* an adduct in ``adducts`` (default ``[M+H]+``, ``[M+Na]+``; negative-mode ions such as ``[M-H]-``
+  when asked: the record's polarity must agree with it), a formula and a reference SMILES RDKit can
+  parse;
 * the peaks annotate (:func:`engine.annotate.annotate_spectrum` with the encoder's ``tol_ppm``,
   ``tol_da``, ``min_rdbe``); a record with no annotated peak is kept (its root token still carries
   the formula; 1.2 % of the selected training spectra) unless ``min_annotated_peaks`` says otherwise.
@@ -82,11 +83,14 @@ def is_unit_resolution(instrument_type: str | None) -> bool:
     return instrument_type.strip().upper().rsplit("-", 1)[-1] in UNIT_RESOLUTION_ANALYZERS
 
 
+DEFAULT_ADDUCTS = ("[M+H]+", "[M+Na]+")  # what the encoder trains on unless told otherwise
+
+
 @dataclass(frozen=True)
 class FeatureSettings:
     """Everything that changes the cached arrays (and so the cache key)."""
 
-    adducts: tuple[str, ...] = ("[M+H]+", "[M+Na]+")
+    adducts: tuple[str, ...] = DEFAULT_ADDUCTS
     precursor_tol_ppm: float = DEFAULT_TOL_PPM
     precursor_tol_da: float = DEFAULT_TOL_DA
     tol_ppm: float = ANNOTATION_TOL_PPM  # peak annotation: the encoder config's values
@@ -390,9 +394,6 @@ def _read(mgf: str | Path, settings: FeatureSettings) -> Iterator[ReadProgress]:
             dropped[_skip_reason(item.reason)] += 1
             continue
         s = item
-        if s.polarity != "positive":
-            dropped["not positive mode"] += 1
-            continue
         if s.adduct not in settings.adducts:
             dropped[f"adduct not in {list(settings.adducts)}"] += 1
             continue

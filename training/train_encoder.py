@@ -65,12 +65,14 @@ import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from engine.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder, fold_bits
-from engine.errors import ConfigError, InputFileError
+from engine.annotate import get_ion_type
+from engine.errors import ConfigError, InputFileError, MsgptError
 
 from .checkpoint import atomic_folder, complete_folder, module_weights, write_json_atomic
 from .loop import TrainingConfig, int_at_least, lr_at, stop_on_signals, torch_threads
 from .metrics import bit_metrics, density_matched_threshold, mean_tanimoto
 from .spectra import (
+    DEFAULT_ADDUCTS,
     SHIPPABLE_LICENSES,
     CacheHit,
     FeatureSettings,
@@ -101,6 +103,9 @@ class EncoderTrainConfig(TrainingConfig):
         default=SHIPPABLE_LICENSES, metadata={"help": "LICENSE values to train on; None = all."}
     )
     exclude_unit_resolution: bool = field(default=True, metadata={"help": "Drop QQ / ion-trap spectra."})
+    adducts: tuple[str, ...] = field(
+        default=DEFAULT_ADDUCTS, metadata={"help": "Precursor ion types to train on, e.g. [M+H]+ [M+Na]+ [M-H]-."}
+    )
     precursor_tol_ppm: float = field(default=10.0, metadata={"help": "Precursor check when reading (ppm)."})
     precursor_tol_da: float = field(default=0.01, metadata={"help": "Precursor check floor (Da)."})
     min_annotated_peaks: int = field(default=0, metadata={"help": "Drop spectra with fewer annotated peaks."})
@@ -159,6 +164,12 @@ class EncoderTrainConfig(TrainingConfig):
             raise ConfigError(f"`preset` {self.preset!r} is unknown; choose one of {', '.join(ENCODER_PRESETS)}.")
         self.licenses = None if self.licenses is None else tuple(self.licenses)
         self.train_folds, self.val_folds = tuple(self.train_folds), tuple(self.val_folds)
+        try:
+            self.adducts = tuple(dict.fromkeys(get_ion_type(a).name for a in self.adducts))
+        except MsgptError as e:
+            raise ConfigError(f"`adducts` {list(self.adducts)!r}: {e}") from e
+        if not self.adducts:
+            raise ConfigError("`adducts` is empty; give at least one ion type, e.g. [M+H]+.")
         self.encoder = dict(self.encoder)
         self.require(("batch_size", "bucket_batches", "epochs", "patience", "eval_batch_size", "threads"),
                      int_at_least(1), "a positive integer")
@@ -206,7 +217,8 @@ class EncoderTrainConfig(TrainingConfig):
 
     def feature_settings(self) -> FeatureSettings:
         return FeatureSettings.for_encoder(
-            self.encoder_config(), precursor_tol_ppm=self.precursor_tol_ppm, precursor_tol_da=self.precursor_tol_da
+            self.encoder_config(), precursor_tol_ppm=self.precursor_tol_ppm, precursor_tol_da=self.precursor_tol_da,
+            adducts=self.adducts,
         )
 
 
@@ -484,7 +496,8 @@ def load_checkpoint(out_dir: Path, model, optimizer, ema: AveragedModel | None =
 def _check_resumable(saved: dict, config: EncoderTrainConfig) -> None:
     now = config.to_dict()
     # a field added since the run started counts as its default (e.g. cv_seed in an older train_config.json)
-    saved = {**{f.name: f.default for f in fields(EncoderTrainConfig) if f.default is not MISSING}, **saved}
+    defaults = {f.name: f.default for f in fields(EncoderTrainConfig) if f.default is not MISSING}
+    saved = {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in defaults.items()}, **saved}
     changed = sorted(k for k in set(saved) | set(now) if k not in _RESUMABLE_CHANGES and saved.get(k) != now.get(k))
     if changed:
         raise ConfigError(
