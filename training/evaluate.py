@@ -107,7 +107,12 @@ class EncoderOnly:
 
     @property
     def supported_adducts(self) -> tuple[str, ...]:
-        return ("[M+H]+", "[M+Na]+")
+        """The ion types the encoder trained on (its ``train_config.json``)."""
+        from .spectra import DEFAULT_ADDUCTS
+
+        path = self.path / "train_config.json"
+        adducts = json.loads(path.read_text()).get("adducts") if path.is_file() else None
+        return tuple(adducts or DEFAULT_ADDUCTS)
 
     @property
     def fp_bits(self) -> int:
@@ -328,7 +333,7 @@ class EvalResult:
 
 # -- variants ---------------------------------------------------------------------------------------
 def query_for(variant: str, cfg: EvalConfig, model, ref: Reference, thresholds: dict,
-              rng: np.random.Generator) -> tuple[QueryParams, QueryPlan | None]:
+              rng: np.random.Generator, polarity: str | None = None) -> tuple[QueryParams, QueryPlan | None]:
     """The parameters (N, seed, adapter) and the query plan of one variant (None: the band)."""
     m, b = cfg.groups, cfg.pool_size
     band = QueryParams(kappa_min=cfg.kappa_min, kappa_max=cfg.kappa_max, groups=m, samples_per_group=b // m,
@@ -341,7 +346,7 @@ def query_for(variant: str, cfg: EvalConfig, model, ref: Reference, thresholds: 
     if variant in NEEDS_THRESHOLD:
         return single, QueryPlan.point(thresholds[f"{variant}_threshold"], variant)
     if variant == "outer":
-        return band, QueryPlan.outer_band(model.calibration, rng, m, cfg.kappa_min, cfg.kappa_max, cfg.outer_range)
+        return band, QueryPlan.outer_band(model.calibration.for_polarity(polarity), rng, m, cfg.kappa_min, cfg.kappa_max, cfg.outer_range)
     if variant == "band":
         return band, None
     if variant == "band+adapter":
@@ -438,9 +443,15 @@ def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Itera
         return np.stack([posteriors[spectrum_key(s)] for s, _ in pairs]), [r.query_bits for _, r in pairs]
 
     P, truths = stack(selection.eligible)
+    def mode_thresholds(polarity: str) -> dict:  # the κ thresholds of one ion mode's calibration curve
+        c = model.calibration.for_polarity(polarity)
+        return {"kappa_1.0": c.threshold_for_kappa(1.0),
+                "band": [float(t) for t in band_thresholds(c, cfg.kappa_min, cfg.kappa_max, cfg.groups)]}
+
     cal = model.calibration
-    thresholds = {"kappa_1.0": cal.threshold_for_kappa(1.0),
-                  "band": [float(t) for t in band_thresholds(cal, cfg.kappa_min, cfg.kappa_max, cfg.groups)]}
+    thresholds = mode_thresholds("positive")
+    if cal.negative is not None:
+        thresholds["negative"] = mode_thresholds("negative")
     scores = M.threshold_scores(P, truths, THRESHOLD_GRID)  # F1/cosine-optimal point queries, chosen on these
     for score in ("f1", "cosine"):
         means = scores[score].mean(axis=0)
@@ -497,11 +508,12 @@ def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Itera
                 yield Progress("sampling", i + 1, len(selection.chosen), s.id)
                 continue
             post = posteriors[key]
-            band_fid = chem.max_tanimoto(ref.query_bits, [q.bits for q in build_queries(post, thresholds["band"])])
+            mode = {**thresholds, **thresholds.get("negative", {})} if s.polarity == "negative" else thresholds
+            band_fid = chem.max_tanimoto(ref.query_bits, [q.bits for q in build_queries(post, mode["band"])])
             rng = spectrum_rng(cfg.seed, key)
             for variant in variants:
                 base, decoding = split_variant(variant)
-                params, plan = query_for(base, cfg, model, ref, thresholds, rng)  # the rng draws for every variant
+                params, plan = query_for(base, cfg, model, ref, mode, rng, s.polarity)  # the rng draws for every variant
                 if variant not in todo:
                     continue
                 check_cancel()
@@ -518,7 +530,7 @@ def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Itera
                 check_cancel()
                 yield Progress("sampling", i, len(selection.chosen), s.id, f"{scaling_base}@B")
                 session, spent = SpectrumSession(model, s, posterior=post), 0.0
-                params, _ = query_for(scaling_base, cfg, model, ref, thresholds, rng)
+                params, _ = query_for(scaling_base, cfg, model, ref, mode, rng, s.polarity)
                 params = replace(params, decoding=cfg.decodings[0], ranking=cfg.rankings[0])
                 for b in cfg.pool_sizes:
                     result = run_session(session, replace(params, samples_per_group=b // cfg.groups), None, cancel)
