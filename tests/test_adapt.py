@@ -413,6 +413,14 @@ def test_cli_end_to_end(tiny_bundle_dir, fixture_mgf_path, tmp_path, capsys):
     saved = load_file(str(out / "checkpoint" / "lora.safetensors"))
     exported = load_file(str(last / "adapter" / "adapter_model.safetensors"))
     assert sorted(k.replace(".default.", ".") for k in saved) == sorted(exported)
+
+    # a run stopped before its last step (as if it had been asked for 5): --out alone writes it as it stands
+    config_path = out / "adapt_config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "steps": 5}))
+    capsys.readouterr()
+    stopped = tmp_path / "adapted_stopped"
+    assert main(["--out", str(out), "--write-bundle", str(stopped)]) == 0
+    assert "stopped at step 2 of 5" in capsys.readouterr().out and load_bundle(stopped, device="cpu").has_adapter
     assert all(torch.equal(v, exported[k.replace(".default.", ".")]) for k, v in saved.items())
     bundle = load_bundle(last, device="cpu")
     assert bundle.has_adapter and bundle.config["adapter"]["adapter_step"] == 2

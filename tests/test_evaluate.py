@@ -363,3 +363,11 @@ def test_compare_runs_pairs_the_spectra_both_runs_scored(tmp_path):
     assert 0 <= lo <= 2 / 3 <= hi <= 1
     assert compare_runs(tmp_path / "a", tmp_path / "b", "band", "frequency")["top1_diff"] == 0
     assert report_main(["--compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    # one run's band against another run's band+adapter (an adapted bundle evaluated on its own)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "results.jsonl").write_text("".join(
+        json.dumps({"spectrum": s, "variant": "band+adapter", "rank": r}) + "\n" for s, r in {"s1": None, "s4": 1}.items()))
+    cross = compare_runs(tmp_path / "a", tmp_path / "c", "band:band+adapter")
+    assert cross["n"] == 2 and cross["top1"] == pytest.approx((0.5, 0.5)) and cross["top10"] == pytest.approx((1.0, 0.5))
+    with pytest.raises(ValueError, match="share no spectrum"):
+        compare_runs(tmp_path / "a", tmp_path / "c")  # c has no band records

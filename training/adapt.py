@@ -1018,9 +1018,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         saved = Path(args["out"] or "") / "adapt_config.json"
         base = json.loads(saved.read_text()) if saved.is_file() and (args["resume"] or set(given) <= {"out"}) else {}
         config = AdaptConfig.from_dict({**base, **given})
-        run_done = (Path(config.out) / "checkpoint" / "state.json").is_file() and \
-            _saved_step(Path(config.out) / "checkpoint") >= config.steps
-        if write_to and run_done and not prepare_only:  # only write the bundle of a finished run
+        state = Path(config.out) / "checkpoint" / "state.json"
+        saved_step = _saved_step(state.parent) if state.is_file() else 0
+        # a finished run, or a stopped one named by --out alone (no --resume): write its bundle as it stands
+        as_it_stands = state.is_file() and not args["resume"] and set(given) <= {"out"}
+        if write_to and (saved_step >= config.steps or as_it_stands) and not prepare_only:
+            if saved_step < config.steps:
+                print(f"note: the run stopped at step {saved_step} of {config.steps}; writing its selected adapter "
+                      f"(continue it with --resume)")
             print(f"wrote {_write_bundle(config, write_to, bundle_name, adapter_step)}")
             return 0
     except (ConfigError, BundleError) as e:

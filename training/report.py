@@ -502,16 +502,20 @@ def write_report(out: str | Path) -> dict:
 def compare_runs(base: str | Path, other: str | Path, variant: str = "band", ranking: str | None = None) -> dict:
     """Paired comparison of one variant between two ``msgpt-eval`` runs (e.g. two models) on the spectra
     both scored: Top-1/Top-10 of each, the mean paired difference ``other - base`` and its 95% bootstrap
-    interval (resampling spectra). ``ranking`` picks one of the runs' rankings (default: the shipped one)."""
+    interval (resampling spectra). ``ranking`` picks one of the runs' rankings (default: the shipped one).
+    ``variant`` "A:B" compares variant A of ``base`` with variant B of ``other`` (e.g. "band:band+adapter":
+    the base model's band against an adapted bundle's band+adapter)."""
+    base_variant, _, other_variant = variant.partition(":")
+    other_variant = other_variant or base_variant
 
-    def ranks(run) -> dict[str, int | None]:
+    def ranks(run, name) -> dict[str, int | None]:
         out = {}
         for r in read_records(Path(run) / "results.jsonl"):
-            if r["variant"] == variant:
+            if r["variant"] == name:
                 out[r["spectrum"]] = r["rankings"][ranking]["rank"] if ranking else r["rank"]
         return out
 
-    a, b = ranks(base), ranks(other)
+    a, b = ranks(base, base_variant), ranks(other, other_variant)
     common = sorted(set(a) & set(b))
     if not common:
         raise ValueError(f"the runs {base} and {other} share no spectrum of variant {variant!r}")
