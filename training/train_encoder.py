@@ -64,8 +64,8 @@ import torch
 import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from engine.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder, fold_bits
 from engine.annotate import get_ion_type
+from engine.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder, fold_bits
 from engine.errors import ConfigError, InputFileError, MsgptError
 
 from .checkpoint import atomic_folder, complete_folder, module_weights, write_json_atomic
