@@ -195,6 +195,10 @@ class SafeGrammar:
             if info.kind == ATOM and info.charge == 0:
                 self.element_capacity[info.element] = max(self.element_capacity[info.element], info.capacity)
         self.hyper_elements = sum(1 << ELEMENT_INDEX[e] for e in HYPERVALENT)
+        groups: dict[int, int] = {}  # capacity -> bit set of the elements with it
+        for e, c in enumerate(self.element_capacity):
+            groups[c] = groups.get(c, 0) | 1 << e
+        self.capacity_groups = sorted(groups.items())
         self.aromatic_atoms = sum(1 << t for t, i in enumerate(self.info) if i.kind == ATOM and i.aromatic)
         self.aromatic_carbon = 0  # aromatic carbon atom tokens (each brings half a Kekulé double bond)
         for t, info in enumerate(self.info):
@@ -239,11 +243,12 @@ class _Row:
 
     __slots__ = ("budget", "available", "atoms_left", "supply", "prev", "pending", "bond_after_atom", "stack",
                  "open", "cur", "parent", "cap", "hyper", "pairs", "frag", "uf", "charge", "unsat", "rdbe", "n_arom",
-                 "ncomp", "n_arom_other", "aromatic")
+                 "ncomp", "n_arom_other", "aromatic", "loose", "_memo", "open_orders")
 
     def __init__(self, budget: list[int], element_capacity: list[int], max_unsat: int):
         self.budget = budget
         self.unsat = 0  # rings + double bonds so far (a lower bound of the molecule's)
+        self.loose = 0  # double-bond orders to S, P, Se, As so far: not in ``unsat`` (S=O), but C=S counts in RDBE
         self.rdbe = max_unsat  # the formula's rings + double bonds
         self.n_arom = 0  # aromatic carbons so far
         self.ncomp = 0  # connected components (fragments not yet joined by a digit)
@@ -258,6 +263,7 @@ class _Row:
         self.bond_after_atom = False  # that bond follows an atom or digit (so a digit may follow it)
         self.stack: list[int] = []  # branch points of open branches
         self.open: dict[int, tuple[int, int, int]] = {}  # open digit -> (atom that opened it, its fragment, order)
+        self.open_orders = 0  # bond orders the open digits reserve (an unspecified order counts 1)
         self.cur = -1  # index of the atom the next bond attaches to
         self.parent: list[int] = []  # chain neighbour of each atom (-1: first atom of a fragment)
         self.cap: list[int] = []  # bond orders each atom can still take
@@ -265,6 +271,7 @@ class _Row:
         self.frag = -1  # fragment of the current atom
         self.uf: list[int] = []  # union-find over fragments
         self.charge = 0
+        self._memo: dict[tuple, int] = {}  # _atoms / _digits results within one allowed() call
 
     def _root(self, f: int) -> int:
         while self.uf[f] != f:
@@ -314,6 +321,9 @@ class _Row:
         # aromatic atoms bring double bonds that use no valence in this model: carbons still to place may be
         # aromatic, and aromatic N/P placed may be pyridine-like (their double bonds are not in ``unsat``)
         aromatic = (self.budget[_C] + self.budget[_N] + self.n_arom_other + self.n_arom % 2) // 2
+        if not n_new and not open_orders:
+            # no atom and no ring bond to come: no bond can still form (bonds to S, P... may count in RDBE)
+            return dbe + aromatic + self.loose >= self.rdbe
         return dbe + aromatic + (c_exist + c_new + open_orders) // 2 - n_new - (ncomp - 1) >= self.rdbe
 
     def _stack_cap(self) -> int:
@@ -321,7 +331,7 @@ class _Row:
         return sum(self.cap[a] for a in self.stack)
 
     def _open_orders(self) -> int:
-        return sum(max(o, 1) for _, _, o in self.open.values())
+        return self.open_orders
 
     def _demand(self, atoms_left: int, open_orders: int, n_open: int) -> int:
         """Bond orders the atoms left must take at least: one to its parent each, plus every open ring bond;
@@ -336,6 +346,13 @@ class _Row:
 
     def _atoms(self, g: SafeGrammar, bond: int) -> int:
         """Atom tokens that may bond to the current atom with order ``bond`` (0: first atom of a fragment)."""
+        key = (0, bond, len(self.stack))  # the state moves only by ``(`` pushed for a look ahead
+        m = self._memo.get(key)
+        if m is None:
+            m = self._memo[key] = self._atoms_uncached(g, bond)
+        return m
+
+    def _atoms_uncached(self, g: SafeGrammar, bond: int) -> int:
         if bond and self.cap[self.cur] < bond:
             return 0
         need = max(bond, 1) if bond else 0
@@ -346,8 +363,10 @@ class _Row:
                 return 0
             need = bond + open_orders
         atoms_after = self.atoms_left - 1
-        if atoms_after and not self.open and not self._stack_cap():
-            need = max(need, bond + 1)  # the atoms left can only attach to this new atom
+        # free valence of the branch points after this bond (the current atom may be one: ``C(=O``)
+        kept = self._stack_cap() - (bond * self.stack.count(self.cur) if bond else 0)
+        if bond and not kept and (atoms_after or self.ncomp > 1) and not self.component_has_open_digit():
+            need = max(need, bond + 1)  # the rest can only attach to (or join) this component through the new atom
         ncomp_after = self.ncomp + (0 if bond else 1)
         extra = bond - 1 if bond > 1 and not self.hyper[self.cur] else 0
         aromatic_extra = extra  # for an aromatic atom after this bond
@@ -360,21 +379,17 @@ class _Row:
             available = self.available & g.hyper_elements  # only an S=O-like bond fits
         else:
             available = self.available
-        # free valence still reachable after this atom: the branch points' and its own after its bond (the
-        # current atom is left behind unless it is a branch point)
-        kept = self._stack_cap()
-        e, rest = 0, available
-        while rest:  # drop elements after which the atoms left could not take the bonds still needed
-            if rest & 1:
-                cap = g.element_capacity[e]
-                closes_here = max(cap - bond, 0)
-                left_open = max(open_orders - closes_here, 0)
-                if (self.supply - cap < self._demand(atoms_after, left_open, min(len(self.open), left_open))
-                        or not self._reachable(self.unsat + extra, kept + cap - bond, self.supply - cap, atoms_after,
-                                               open_orders, ncomp_after)):
-                    available &= ~(1 << e)
-            rest >>= 1
-            e += 1
+        # free valence still reachable after this atom: the branch points' (``kept``) and its own after its bond
+        # (the current atom is left behind unless it is a branch point)
+        for cap, elements in g.capacity_groups:  # drop elements after which the atoms left could not take
+            if not available & elements:  # the bonds still needed (elements of one capacity alike)
+                continue
+            closes_here = max(cap - bond, 0)
+            left_open = max(open_orders - closes_here, 0)
+            if (self.supply - cap < self._demand(atoms_after, left_open, min(len(self.open), left_open))
+                    or not self._reachable(self.unsat + extra, kept + cap - bond, self.supply - cap, atoms_after,
+                                           open_orders, ncomp_after)):
+                available &= ~elements
         m = g.atoms(available, need, self.charge, atoms_after)
         if aromatic_extra != extra and not self._unsat_ok(self.unsat + aromatic_extra, len(self.open), ncomp_after,
                                                           atoms_after):
@@ -387,6 +402,7 @@ class _Row:
 
     def allowed(self, g: SafeGrammar, left: int) -> int:
         """Bit set of the tokens this row may draw with ``left`` tokens left (this one included)."""
+        self._memo.clear()
         prev = self.prev
         if prev == START or prev == DOT:
             return self._atoms(g, 0)
@@ -396,7 +412,7 @@ class _Row:
         if prev == OPEN:
             m = self._atoms(g, 1)
             if slack >= 0 and not last_blocked:
-                m |= self._bonds(g, cap, digits=False)
+                m |= self._bonds(g, cap, digits=False, slack=slack)
             return m
         if prev == BOND:
             m = self._atoms(g, self.pending)
@@ -406,13 +422,14 @@ class _Row:
         after_atom = prev == ATOM or prev == DIGIT  # else prev == CLOSE
         m = self._atoms(g, 1)
         if not self.atoms_left and after_atom and self.open and slack >= 0 and cap >= 1:
-            m |= self._bonds(g, cap, digits=True)  # a bond a ring closure takes: C=1, c-1
+            m |= self._bonds(g, cap, digits=True, slack=slack)  # a bond a ring closure takes: C=1, c-1
         if self.atoms_left and slack >= 0:
             if not last_blocked and cap >= 1:
-                m |= self._bonds(g, cap, digits=after_atom)
+                m |= self._bonds(g, cap, digits=after_atom, slack=slack)
                 # past the branch point no digit closes on it, and the branch's atoms join this component
-                if slack >= 1 and self._feasible() and self._unsat_ok(self.unsat, len(self.open), self.ncomp,
-                                                                       self.atoms_left - 1):
+                if (slack >= 1 and self._feasible()
+                        and self._unsat_ok(self.unsat, len(self.open), self.ncomp, self.atoms_left - 1)
+                        and self._branch_can_start(g, cap, slack - 2)):
                     m |= g.open
             if (not self.stack and self.component_has_open_digit() and self._feasible()
                     and self._reachable(self.unsat, 0, self.supply, self.atoms_left, self._open_orders(), self.ncomp)):
@@ -430,18 +447,41 @@ class _Row:
             m |= g.eos
         return m
 
-    def _bonds(self, g: SafeGrammar, cap: int, digits: bool) -> int:
-        """Bond tokens after which an atom (or, when ``digits``, a ring closure) can still follow."""
+    def _branch_can_start(self, g: SafeGrammar, cap: int, slack: int) -> bool:
+        """Would ``(`` leave a legal token? The next step's own tests, with the branch point pushed;
+        ``slack`` is the next step's."""
+        self.stack.append(self.cur)
+        try:
+            last_blocked = self.atoms_left == 1 and self._opened_here()
+            return bool(self._atoms(g, 1)
+                        or (slack >= 0 and not last_blocked and self._bonds(g, cap, digits=False, slack=slack)))
+        finally:
+            self.stack.pop()
+
+    def _bonds(self, g: SafeGrammar, cap: int, digits: bool, slack: int) -> int:
+        """Bond tokens after which an atom (or, when ``digits``, a ring digit) can still follow: the same
+        tests the next step applies, so a bond is never drawn into a dead end one token later."""
         m = 0
-        for o in range(1, min(cap, 4) + 1):
-            if o > 1 and self.unsat + o - 1 > self.rdbe and not self.hyper[self.cur] and not (self.available & g.hyper_elements):
-                break
-            if self._atoms(g, o) or (digits and any(max(order, 1) <= o and order in (0, o) and self.closable(d)
-                                                   for d, (_, _, order) in self.open.items())):
-                m |= g.bonds_of[o]
+        pending = self.pending
+        try:
+            for o in range(1, min(cap, 4) + 1):
+                if o > 1 and self.unsat + o - 1 > self.rdbe and not self.hyper[self.cur] and not (self.available & g.hyper_elements):
+                    break
+                self.pending = o
+                if self._atoms(g, o) or (digits and self._digits(g, slack - 1)):
+                    m |= g.bonds_of[o]
+        finally:
+            self.pending = pending
         return m
 
     def _digits(self, g: SafeGrammar, slack: int) -> int:
+        key = (1, self.pending, slack, len(self.stack))
+        m = self._memo.get(key)
+        if m is None:
+            m = self._memo[key] = self._digits_uncached(g, slack)
+        return m
+
+    def _digits_uncached(self, g: SafeGrammar, slack: int) -> int:
         m = 0
         n_open = len(self.open)
         can_open = (self.atoms_left and slack >= 1 and self.cap[self.cur] >= max(self.pending, 1)
@@ -449,19 +489,26 @@ class _Row:
                     and self._unsat_ok(self.unsat, n_open + 1, self.ncomp, self.atoms_left))
         root = self._root(self.frag)
         stack_cap = self._stack_cap()
-        others = stack_cap + n_open - 1  # attachment room left elsewhere after a closure
         open_orders = self._open_orders()
+        open_roots = [self._root(f) for _, f, _ in self.open.values()]
         for d, tokens in g.digit_token.items():
             if d in self.open:
                 if not self.closable(d):
                     continue
                 order = self._ring_order(d)
                 extra = order - 1 if order > 1 and not self.hyper[self.cur] and not self.hyper[self.open[d][0]] else 0
-                ring = self._root(self.open[d][1]) == root
-                ok = (self._unsat_ok(self.unsat + extra + ring, n_open - 1, self.ncomp - (not ring), self.atoms_left)
+                other_root = self._root(self.open[d][1])
+                ring = other_root == root
+                ncomp_after = self.ncomp - (not ring)
+                ok = (self._unsat_ok(self.unsat + extra + ring, n_open - 1, ncomp_after, self.atoms_left)
                       and self._reachable(self.unsat + extra + ring, self.cap[self.cur] - order + stack_cap, self.supply,
-                                          self.atoms_left, open_orders - order, self.ncomp - (not ring)))
-                if ok and (not self.atoms_left or self.cap[self.cur] - order + others >= 1):
+                                          self.atoms_left, open_orders - order, ncomp_after))
+                if ok and (self.atoms_left or ncomp_after > 1):
+                    # what is left must still reach this component: through another of its open digits, or
+                    # free valence on this atom or a branch point
+                    still_open = sum(r in (root, other_root) for r in open_roots) - 1
+                    ok = self.cap[self.cur] - order + stack_cap + still_open >= 1
+                if ok:
                     m |= tokens
             elif can_open:
                 m |= tokens
@@ -491,6 +538,8 @@ class _Row:
                 cap -= order
                 if order > 1 and not self.hyper[self.cur] and ELEMENTS[e] not in HYPERVALENT:
                     self.unsat += order - 1
+                elif order > 1:
+                    self.loose += order - 1
                 exocyclic = order > 1 and bool(self.aromatic[self.cur]) != info.aromatic
                 if exocyclic and self.aromatic[self.cur] == 2:  # that carbon's double bond is this one
                     self._count_aromatic_carbon(-1)
@@ -514,7 +563,8 @@ class _Row:
             d = info.digit
             if d in self.open:
                 order = self._ring_order(d)
-                opener, frag, _ = self.open.pop(d)
+                opener, frag, opened_order = self.open.pop(d)
+                self.open_orders -= max(opened_order, 1)
                 self.pairs.add((min(opener, self.cur), max(opener, self.cur)))
                 self.cap[self.cur] -= order
                 a, b = self._root(frag), self._root(self.frag)
@@ -524,10 +574,13 @@ class _Row:
                     self.ncomp -= 1
                 if order > 1 and not self.hyper[self.cur] and not self.hyper[opener]:
                     self.unsat += order - 1
+                elif order > 1:
+                    self.loose += order - 1
                 self.uf[a] = b
             else:
                 order = max(self.pending, 1)
                 self.open[d] = (self.cur, self.frag, self.pending)
+                self.open_orders += order
                 self.cap[self.cur] -= order  # reserved for the ring bond
             self.pending = 0
         elif kind == OPEN:

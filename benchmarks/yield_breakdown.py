@@ -1,0 +1,110 @@
+"""Where the samples of formula-constrained decoding go: why each one is, or is not, a candidate.
+
+Draws the band pool (or the oracle's, from the reference fingerprint) of the first ``--max-spectra``
+spectra of the same seeded one-per-structure selection ``msgpt-eval`` makes, and sorts every sample
+into one outcome: a candidate (valid, the spectrum's formula), a dead end (no legal token left, or
+cut at the length limit), a string SAFE cannot decode, RDKit's sanitisation failure by kind (kekulisation,
+valence, ...), or a valid molecule whose formula differs (by how many hydrogens). It prints a table
+of the shares, so a change to :mod:`engine.constraints` can be judged by which failure it removes::
+
+    python benchmarks/yield_breakdown.py --mgf ../shared/data/massbank_dev.mgf.gz --max-spectra 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def classify(safe_str: str, formula: str) -> str:
+    """One sample's outcome (see the module docstring)."""
+    from rdkit import Chem, rdBase
+
+    from engine.constraints import DEAD_END
+    from engine.formula import parse_formula
+    from engine.ranking import decode_safe
+
+    if safe_str.endswith(DEAD_END):
+        return "dead end (no legal token left, or length limit)"
+    d = decode_safe(safe_str)
+    if d.inchikey14 is not None:
+        if d.formula == formula:
+            return "candidate"
+        got, want = parse_formula(d.formula), parse_formula(formula)
+        heavy = {k: v for k, v in got.items() if k != "H"} == {k: v for k, v in want.items() if k != "H"}
+        if heavy:
+            dh = got.get("H", 0) - want.get("H", 0)
+            return f"valid, hydrogens {dh:+d}"
+        return "valid, other heavy atoms"
+    if d.reason != "RDKit cannot parse the molecule":
+        return d.reason
+    with rdBase.BlockLogs():
+        mol = Chem.MolFromSmiles(d.smiles, sanitize=False)
+        if mol is None:
+            return "RDKit: unparsable SMILES"
+        try:
+            Chem.SanitizeMol(mol)
+        except Chem.KekulizeException:
+            return "RDKit: kekulisation"
+        except Chem.AtomValenceException:
+            return "RDKit: valence"
+        except Exception as e:  # noqa: BLE001
+            return f"RDKit: {type(e).__name__}"
+    return "RDKit: other"
+
+
+def main(argv=None) -> int:
+    from engine.pipeline import SpectrumSession, run_to_end
+    from training.evaluate import EvalConfig, load_model, query_for, select_spectra
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=str(ROOT / "resources" / "default_model"))
+    p.add_argument("--mgf", required=True)
+    p.add_argument("--fold", default="val")
+    p.add_argument("--max-spectra", type=int, default=40)
+    p.add_argument("--variant", default="band", choices=("band", "oracle"))
+    p.add_argument("--decoding", default="formula", choices=("formula", "free"))
+    p.add_argument("--examples", type=int, default=0, help="print this many SAFE strings of each failure")
+    args = p.parse_args(argv)
+
+    model = load_model(args.model)
+    cfg = EvalConfig(model=args.model, mgf=args.mgf, out="", folds=(args.fold,), one_per_structure=True,
+                     max_spectra=args.max_spectra)
+    chosen = select_spectra(model, cfg).chosen
+    outcomes: Counter[str] = Counter()
+    examples: dict[str, list[str]] = {}
+    t0 = time.perf_counter()
+    for spectrum, ref in chosen:
+        params, plan = query_for(args.variant, cfg, model, ref, {}, None, spectrum.polarity)
+        params = replace(params, decoding=args.decoding)
+        session = SpectrumSession(model, spectrum)
+        run_to_end(session.run(params, plan=plan))
+        for _, s in session.pool.items():
+            o = classify(s, spectrum.formula)
+            outcomes[o] += 1
+            if len(examples.setdefault(o, [])) < args.examples:
+                examples[o].append(s)
+    total = sum(outcomes.values())
+    print(f"{model.name}, {args.variant} queries, {args.decoding} decoding: {len(chosen)} {args.fold} spectra, "
+          f"{total:,} samples, {time.perf_counter() - t0:.0f} s")
+    print("| outcome | samples | share |")
+    print("| --- | ---: | ---: |")
+    for o, n in outcomes.most_common():
+        print(f"| {o} | {n:,} | {n / total:.1%} |")
+    for o, ex in examples.items():
+        if o != "candidate":
+            print(f"\n{o}:")
+            for s in ex:
+                print("   ", s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
