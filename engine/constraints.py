@@ -321,10 +321,10 @@ class _Row:
         # aromatic atoms bring double bonds that use no valence in this model: carbons still to place may be
         # aromatic, and aromatic N/P placed may be pyridine-like (their double bonds are not in ``unsat``)
         aromatic = (self.budget[_C] + self.budget[_N] + self.n_arom_other + self.n_arom % 2) // 2
+        dbe += aromatic + self.loose  # double bonds to S, P... may count in the RDBE (C=S) or not (S=O)
         if not n_new and not open_orders:
-            # no atom and no ring bond to come: no bond can still form (bonds to S, P... may count in RDBE)
-            return dbe + aromatic + self.loose >= self.rdbe
-        return dbe + aromatic + (c_exist + c_new + open_orders) // 2 - n_new - (ncomp - 1) >= self.rdbe
+            return dbe >= self.rdbe  # no atom and no ring bond to come: no bond can still form
+        return dbe + (c_exist + c_new + open_orders) // 2 - n_new - (ncomp - 1) >= self.rdbe
 
     def _stack_cap(self) -> int:
         """Bonds the branch points of open branches can still take (reachable after ``)``)."""

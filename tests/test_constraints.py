@@ -119,6 +119,28 @@ def test_valences_are_respected():
     assert "=" not in allowed_after("CH2Cl2", split("C(Cl)(Cl)"))
 
 
+def test_no_token_leads_into_a_dead_end_one_step_later():
+    """Cases measured as dead ends of the shipped model's band samples (benchmarks/yield_breakdown.py)."""
+    # ``=`` would be legal, but after ``CC(O)(=O`` the branch point is saturated and an O is still to place
+    assert "=" not in allowed_after("C2H4O3", split("CC(O)(")) and "O" in allowed_after("C2H4O3", split("CC(O)("))
+    # ``(`` on an atom whose branch could only hold an atom that seals the molecule
+    assert "(" not in allowed_after("C2H7NO", split("C1.C2.N"))
+
+
+def test_a_closure_may_not_seal_a_component_off_from_the_rest():
+    # Cl closing 1 joins it to the first fragment, which then has no open digit and no free valence: the
+    # fragment holding digit 2 and the C and O still to place could never attach to it
+    after = allowed_after("C3H7ClO", split("C1.C2.Cl"))
+    assert not {"1", "2"} & after
+
+
+def test_the_formula_rings_and_double_bonds_must_still_be_reachable_when_the_atoms_run_out():
+    # C4H7N has two rings + double bonds; C=CC(C...N with no digit open could only make one
+    assert not {"N", "n", "[nH]"} & allowed_after("C4H7N", split("C=CC(C"))
+    assert "=" in allowed_after("C4H7N", split("C=CC(C"))  # C=CC(C=N): the second double bond
+    assert "C" not in allowed_after("C4H6O", split("C=CC(O"))
+
+
 def test_length_budget_masks_what_cannot_be_closed():
     # 3 tokens left (this one, one more, <eos>): C3H6 needs two atoms and the closing digit
     assert allowed_after("C2H6", ["C"], left=3) <= {"C", "c"}
@@ -135,7 +157,9 @@ def test_every_valid_safe_string_is_allowed_all_the_way():
     is legal at the end (nitro, sulfone, phosphate, pyridone, indole, halogens, charges, fused rings)."""
     smiles = ["CC(=O)Nc1ccc(O)cc1", "O=[N+]([O-])c1ccccc1", "CS(C)(=O)=O", "COP(=O)(OC)OC", "O=c1cccc[nH]1",
               "c1ccc2[nH]ccc2c1", "Clc1ccc(Br)cc1I", "C#CC(F)(F)F", "OC1CCN(CC1)C(=O)c1ccco1",
-              "CC1(C)CC(=O)C2=C(C1)NC1=C(C2c2ccc(Cl)cc2)C(=O)CC(C)(C)C1", "Cc1onc(-c2ccccc2Cl)c1C(=O)NC1C(=O)N2C1SC(C)(C)C2C(=O)O"]
+              "CC1(C)CC(=O)C2=C(C1)NC1=C(C2c2ccc(Cl)cc2)C(=O)CC(C)(C)C1", "Cc1onc(-c2ccccc2Cl)c1C(=O)NC1C(=O)N2C1SC(C)(C)C2C(=O)O",
+              # C=S counts in the formula's rings + double bonds (an S=O does not)
+              "C=C(C)C1CC=C(C)C(=NNC(N)=S)C1", "S=C(NC1=CC=CC=C1)N", "O=C1NC(=S)SC1=Cc1ccccc1"]
     safes = [sf.encode(s, canonical=True, allow_empty=True) for s in smiles]
     tok = SafeTokenizer.build(safes)
     grammar = SafeGrammar(tok)
