@@ -43,21 +43,24 @@ def classify(safe_str: str, formula: str) -> str:
             dh = got.get("H", 0) - want.get("H", 0)
             return f"valid, hydrogens {dh:+d}"
         return "valid, other heavy atoms"
-    if d.reason != "RDKit cannot parse the molecule":
+    if d.reason not in ("RDKit cannot parse the molecule", "not a valid SAFE string"):
         return d.reason
+    # a SAFE string is SMILES with attachment digits shared across '.': RDKit reads it as one molecule
     with rdBase.BlockLogs():
-        mol = Chem.MolFromSmiles(d.smiles, sanitize=False)
+        mol = Chem.MolFromSmiles(d.smiles or safe_str, sanitize=False)
         if mol is None:
-            return "RDKit: unparsable SMILES"
+            return "not readable as SMILES"
         try:
             Chem.SanitizeMol(mol)
+        except Chem.AtomKekulizeException:
+            return "RDKit: aromatic atom outside a ring"
         except Chem.KekulizeException:
-            return "RDKit: kekulisation"
+            return "RDKit: aromatic system cannot be kekulised"
         except Chem.AtomValenceException:
             return "RDKit: valence"
         except Exception as e:  # noqa: BLE001
             return f"RDKit: {type(e).__name__}"
-    return "RDKit: other"
+    return d.reason + " (RDKit sanitises it)"
 
 
 def main(argv=None) -> int:
