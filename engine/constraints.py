@@ -296,8 +296,9 @@ class _Row:
             return False
         if self.pending and order and self.pending != order:  # C=1...C#1
             return False
-        if self.cap[cur] < self._ring_order(digit):
-            return False
+        ring_order = self._ring_order(digit)
+        if self.cap[cur] < ring_order or self.cap[opener] < ring_order - max(order, 1):  # C1...C=1: the opener
+            return False  # reserved one bond order, a double closure takes one more from it
         return (min(opener, cur), max(opener, cur)) not in self.pairs
 
     def component_has_open_digit(self) -> bool:
@@ -575,6 +576,7 @@ class _Row:
                 order = self._ring_order(d)
                 opener, frag, opened_order = self.open.pop(d)
                 self.open_orders -= max(opened_order, 1)
+                self.cap[opener] -= order - max(opened_order, 1)  # beyond what the opener reserved
                 self.pairs.add((min(opener, self.cur), max(opener, self.cur)))
                 self.cap[self.cur] -= order
                 a, b = self._root(frag), self._root(self.frag)

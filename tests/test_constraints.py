@@ -127,6 +127,12 @@ def test_no_token_leads_into_a_dead_end_one_step_later():
     assert "(" not in allowed_after("C2H7NO", split("C1.C2.N"))
 
 
+def test_a_double_closure_needs_room_on_the_atom_that_opened_the_digit():
+    # O1 reserved one bond of the oxygen, CC took the other: O1CC=1 would give the oxygen three
+    assert "1" not in allowed_after("C4H4O", split("O1CC=")) and "C" in allowed_after("C4H4O", split("O1CC="))
+    assert "1" in allowed_after("C4H4", split("C1CC="))  # a carbon has room for it: cyclopropene
+
+
 def test_a_closure_may_not_seal_a_component_off_from_the_rest():
     # Cl closing 1 joins it to the first fragment, which then has no open digit and no free valence: the
     # fragment holding digit 2 and the C and O still to place could never attach to it
