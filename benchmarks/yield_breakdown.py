@@ -8,6 +8,12 @@ valence, ...), or a valid molecule whose formula differs (by how many hydrogens)
 of the shares, so a change to :mod:`engine.constraints` can be judged by which failure it removes::
 
     python benchmarks/yield_breakdown.py --mgf ../shared/data/massbank_dev.mgf.gz --max-spectra 40
+
+``--corpus molecules.tsv.gz`` checks the other side, that the masks forbid few real molecules: it writes
+a seeded sample of the corpus's structures as canonical SAFE (stereo removed) and counts those with a
+token masked somewhere (with the shipped tokenizer; structures it cannot spell are skipped)::
+
+    python benchmarks/yield_breakdown.py --corpus ../shared/data/molecules.tsv.gz --structures 2000
 """
 
 from __future__ import annotations
@@ -63,20 +69,81 @@ def classify(safe_str: str, formula: str) -> str:
     return d.reason + " (RDKit sanitises it)"
 
 
+def masked_references(model_dir: str, corpus: str, n: int, seed: int = 0) -> int:
+    """Count the corpus structures (a seeded sample of ``n``) the masks forbid somewhere; prints them."""
+    import csv
+    import gzip
+    import random
+
+    import safe as sf
+    from rdkit import RDLogger
+
+    from engine import chem
+    from engine.constraints import FormulaConstraint, SafeGrammar
+    from engine.formula import formula_vector, parse_formula
+    from engine.tokenizer import SafeTokenizer
+
+    RDLogger.DisableLog("rdApp.*")
+    tok = SafeTokenizer.load(Path(model_dir) / "tokenizer.json")
+    grammar = SafeGrammar.of(tok)
+    with gzip.open(corpus, "rt", encoding="utf-8") as fh:
+        smiles = [row["smiles"] for row in csv.DictReader(fh, delimiter="\t")]
+    random.Random(seed).shuffle(smiles)
+    checked, masked, skipped = 0, [], 0
+    for smi in smiles[:n]:
+        mol = chem.mol_from_smiles(smi)
+        try:
+            chem.remove_stereo(mol)
+            safe_str = sf.encode(chem.canonical_smiles(mol), canonical=True, allow_empty=True)
+        except Exception:  # noqa: BLE001 (unreadable or not SAFE-encodable)
+            skipped += 1
+            continue
+        ids = tok.encode(safe_str)[1:]  # after <bos>, <eos> included
+        if tok.unk_id in ids or len(ids) >= tok_limit(model_dir):
+            skipped += 1
+            continue
+        c = FormulaConstraint(grammar, formula_vector(parse_formula(chem.mol_formula(mol))), 1)
+        checked += 1
+        for step, t in enumerate(ids):
+            if not bool(c.allowed(len(ids) - step)[0, t]):
+                masked.append((safe_str, step, tok.vocab[t]))
+                break
+            c.advance([t])
+    print(f"{len(masked)} of {checked} corpus structures masked somewhere ({skipped} skipped: unreadable, "
+          f"not SAFE-encodable, a token the tokenizer lacks, or too long)")
+    charged = sum("+]" in s and "-]" not in s for s, *_ in masked)
+    print(f"{charged} of them carry a positive charge and no negative one (permanently charged)")
+    for s, step, t in masked:
+        print(f"    {s}  (token {step}, {t!r})")
+    return len(masked)
+
+
+def tok_limit(model_dir: str) -> int:
+    import json
+
+    return json.loads((Path(model_dir) / "config.json").read_text())["decoder"]["block_size"]
+
+
 def main(argv=None) -> int:
     from engine.pipeline import SpectrumSession, run_to_end
     from training.evaluate import EvalConfig, load_model, query_for, select_spectra
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=str(ROOT / "resources" / "default_model"))
-    p.add_argument("--mgf", required=True)
+    p.add_argument("--mgf", help="labelled MGF to draw the band pools of")
+    p.add_argument("--corpus", help="molecule TSV (a `smiles` column): count the structures the masks forbid")
+    p.add_argument("--structures", type=int, default=2000, help="with --corpus: how many (seeded sample)")
     p.add_argument("--fold", default="val")
     p.add_argument("--max-spectra", type=int, default=40)
     p.add_argument("--variant", default="band", choices=("band", "oracle"))
     p.add_argument("--decoding", default="formula", choices=("formula", "free"))
     p.add_argument("--examples", type=int, default=0, help="print this many SAFE strings of each failure")
     args = p.parse_args(argv)
-
+    if args.corpus:
+        masked_references(args.model, args.corpus, args.structures)
+        return 0
+    if not args.mgf:
+        p.error("give --mgf (band pools) or --corpus (masked structures)")
     model = load_model(args.model)
     cfg = EvalConfig(model=args.model, mgf=args.mgf, out="", folds=(args.fold,), one_per_structure=True,
                      max_spectra=args.max_spectra)
