@@ -73,18 +73,20 @@ def masked_references(model_dir: str, corpus: str, n: int, seed: int = 0) -> int
     """Count the corpus structures (a seeded sample of ``n``) the masks forbid somewhere; prints them."""
     import csv
     import gzip
+    import json
     import random
 
-    import safe as sf
     from rdkit import RDLogger
 
     from engine import chem
-    from engine.constraints import FormulaConstraint, SafeGrammar
+    from engine.constraints import SafeGrammar, first_masked
     from engine.formula import formula_vector, parse_formula
+    from engine.structure_score import canonical_safe
     from engine.tokenizer import SafeTokenizer
 
     RDLogger.DisableLog("rdApp.*")
     tok = SafeTokenizer.load(Path(model_dir) / "tokenizer.json")
+    block_size = json.loads((Path(model_dir) / "config.json").read_text())["decoder"]["block_size"]
     grammar = SafeGrammar.of(tok)
     with gzip.open(corpus, "rt", encoding="utf-8") as fh:
         smiles = [row["smiles"] for row in csv.DictReader(fh, delimiter="\t")]
@@ -92,23 +94,15 @@ def masked_references(model_dir: str, corpus: str, n: int, seed: int = 0) -> int
     checked, masked, skipped = 0, [], 0
     for smi in smiles[:n]:
         mol = chem.mol_from_smiles(smi)
-        try:
-            chem.remove_stereo(mol)
-            safe_str = sf.encode(chem.canonical_smiles(mol), canonical=True, allow_empty=True)
-        except Exception:  # noqa: BLE001 (unreadable or not SAFE-encodable)
+        safe_str = canonical_safe(chem.canonical_smiles(mol, remove_stereo=True)) if mol is not None else None
+        ids = tok.encode(safe_str)[1:] if safe_str else []  # after <bos>, <eos> included
+        if not ids or tok.unk_id in ids or len(ids) >= block_size:
             skipped += 1
             continue
-        ids = tok.encode(safe_str)[1:]  # after <bos>, <eos> included
-        if tok.unk_id in ids or len(ids) >= tok_limit(model_dir):
-            skipped += 1
-            continue
-        c = FormulaConstraint(grammar, formula_vector(parse_formula(chem.mol_formula(mol))), 1)
         checked += 1
-        for step, t in enumerate(ids):
-            if not bool(c.allowed(len(ids) - step)[0, t]):
-                masked.append((safe_str, step, tok.vocab[t]))
-                break
-            c.advance([t])
+        step = first_masked(grammar, formula_vector(parse_formula(chem.mol_formula(mol))), ids)
+        if step is not None:
+            masked.append((safe_str, step, tok.vocab[ids[step]]))
     print(f"{len(masked)} of {checked} corpus structures masked somewhere ({skipped} skipped: unreadable, "
           f"not SAFE-encodable, a token the tokenizer lacks, or too long)")
     charged = sum("+]" in s and "-]" not in s for s, *_ in masked)
@@ -116,12 +110,6 @@ def masked_references(model_dir: str, corpus: str, n: int, seed: int = 0) -> int
     for s, step, t in masked:
         print(f"    {s}  (token {step}, {t!r})")
     return len(masked)
-
-
-def tok_limit(model_dir: str) -> int:
-    import json
-
-    return json.loads((Path(model_dir) / "config.json").read_text())["decoder"]["block_size"]
 
 
 def main(argv=None) -> int:

@@ -341,9 +341,6 @@ class _Row:
         """Bonds the branch points of open branches can still take (reachable after ``)``)."""
         return sum(self.cap[a] for a in self.stack)
 
-    def _open_orders(self) -> int:
-        return self.open_orders
-
     def _demand(self, atoms_left: int, open_orders: int, n_open: int) -> int:
         """Bond orders the atoms left must take at least: one to its parent each, plus every open ring bond;
         an atom that starts a ``.`` fragment is attached by the ring bond it closes, so up to one per open
@@ -353,7 +350,7 @@ class _Row:
     def _feasible(self, extra_open: int = 0) -> bool:
         """Can the atoms left still take the bond orders they must (:meth:`_demand`)?"""
         n_open = len(self.open) + (1 if extra_open else 0)
-        return self.supply >= self._demand(self.atoms_left, self._open_orders() + extra_open, n_open)
+        return self.supply >= self._demand(self.atoms_left, self.open_orders + extra_open, n_open)
 
     def _atoms(self, g: SafeGrammar, bond: int) -> int:
         """Atom tokens that may bond to the current atom with order ``bond`` (0: first atom of a fragment)."""
@@ -367,7 +364,7 @@ class _Row:
         if bond and self.cap[self.cur] < bond:
             return 0
         need = max(bond, 1) if bond else 0
-        open_orders = self._open_orders()
+        open_orders = self.open_orders
         if self.atoms_left == 1 and self.open:
             # the last atom must close every open digit: not on its own neighbour, with room for the bonds
             if bond and self._opened_here():
@@ -443,7 +440,7 @@ class _Row:
                         and self._branch_can_start(g, cap, slack - 2)):
                     m |= g.open
             if (not self.stack and self.component_has_open_digit() and self._feasible()
-                    and self._reachable(self.unsat, 0, self.supply, self.atoms_left, self._open_orders(), self.ncomp)):
+                    and self._reachable(self.unsat, 0, self.supply, self.atoms_left, self.open_orders, self.ncomp)):
                 m |= g.dot
         if after_atom:
             m |= self._digits(g, slack)
@@ -451,7 +448,7 @@ class _Row:
             # no digit may follow ``)``: the atoms left must close what is open, and have somewhere to attach
             stack_cap = self._stack_cap()
             if (self._feasible() and (not self.atoms_left or stack_cap + len(self.open))
-                    and self._reachable(self.unsat, stack_cap, self.supply, self.atoms_left, self._open_orders(),
+                    and self._reachable(self.unsat, stack_cap, self.supply, self.atoms_left, self.open_orders,
                                         self.ncomp)):
                 m |= g.close
         elif not self.atoms_left and not self.open and not self.charge:
@@ -502,7 +499,7 @@ class _Row:
                     and self._unsat_ok(self.unsat, n_open + 1, self.ncomp, self.atoms_left))
         root = self._root(self.frag)
         stack_cap = self._stack_cap()
-        open_orders = self._open_orders()
+        open_orders = self.open_orders
         open_roots = [self._root(f) for _, f, _ in self.open.values()]
         if can_open:  # any digit not open now may open
             m = g.all_digits & ~sum(g.digit_token.get(d, 0) for d in self.open)
@@ -631,3 +628,14 @@ class FormulaConstraint:
     def select(self, keep: Sequence[int]) -> None:
         """Keep rows ``keep`` (indices into the current rows), in that order."""
         self.rows = [self.rows[i] for i in keep]
+
+
+def first_masked(grammar: SafeGrammar, formula_vec: np.ndarray, token_ids: Sequence[int]) -> int | None:
+    """Index of the first of ``token_ids`` (what is drawn after ``<bos>``, ``<eos>`` included) that the
+    masks forbid for ``formula_vec`` with exactly those tokens left, or None: a string the sampler can draw."""
+    constraint = FormulaConstraint(grammar, formula_vec, 1)
+    for step, token in enumerate(token_ids):
+        if not bool(constraint.allowed(len(token_ids) - step)[0, token]):
+            return step
+        constraint.advance([token])
+    return None

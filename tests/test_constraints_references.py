@@ -6,7 +6,8 @@ draw that reference, however well the decoder knew it.
 
 import pytest
 
-from engine.constraints import FormulaConstraint, SafeGrammar
+from engine import constraints
+from engine.constraints import SafeGrammar
 from engine.formula import formula_vector, parse_formula
 from engine.tokenizer import SafeTokenizer
 from tiny_bundle import fixture_spectra, reference_safes
@@ -21,12 +22,11 @@ def first_masked(safe: str, formula: str, tokenizer: SafeTokenizer):
     """(position, token) of the first token of ``safe`` the constraint masks, or None."""
     ids = tokenizer.encode(safe)[1:]  # the tokens drawn after <bos>, <eos> included
     assert tokenizer.unk_id not in ids
-    constraint = FormulaConstraint(SafeGrammar.of(tokenizer), formula_vector(parse_formula(formula)), 1)
-    for step, token in enumerate(ids):
-        if not bool(constraint.allowed(len(ids) - step)[0, token]):
-            return step, tokenizer.decode([token]) if token > tokenizer.unk_id else token
-        constraint.advance([token])
-    return None
+    step = constraints.first_masked(SafeGrammar.of(tokenizer), formula_vector(parse_formula(formula)), ids)
+    if step is None:
+        return None
+    token = ids[step]
+    return step, tokenizer.decode([token]) if token > tokenizer.unk_id else token
 
 
 @pytest.mark.parametrize(
