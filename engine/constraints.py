@@ -253,7 +253,7 @@ class _Row:
 
     __slots__ = ("budget", "available", "atoms_left", "supply", "prev", "pending", "bond_after_atom", "stack",
                  "open", "cur", "parent", "cap", "hyper", "pairs", "frag", "uf", "charge", "unsat", "rdbe", "n_arom",
-                 "ncomp", "n_arom_other", "aromatic", "loose", "_memo", "open_orders")
+                 "ncomp", "n_arom_other", "aromatic", "loose", "_memo", "open_orders", "_bonus")
 
     def __init__(self, budget: list[int], element_capacity: list[int], max_unsat: int):
         self.budget = budget
@@ -281,7 +281,8 @@ class _Row:
         self.frag = -1  # fragment of the current atom
         self.uf: list[int] = []  # union-find over fragments
         self.charge = 0
-        self._memo: dict[tuple, int] = {}  # _atoms / _digits results within one allowed() call
+        self._memo: dict = {}  # results of the helpers within one allowed() call
+        self._bonus = 0  # set by allowed(), read by _reachable
 
     def _root(self, f: int) -> int:
         while self.uf[f] != f:
@@ -290,7 +291,9 @@ class _Row:
         return f
 
     def _ring_order(self, digit: int) -> int:
-        return max(self.pending, self.open[digit][2], 1)
+        order = self.open[digit][2]
+        order = order if order > self.pending else self.pending
+        return order if order > 1 else 1
 
     def closable(self, digit: int) -> bool:
         opener, _, order = self.open[digit]
@@ -300,13 +303,16 @@ class _Row:
         if self.pending and order and self.pending != order:  # C=1...C#1
             return False
         ring_order = self._ring_order(digit)
-        if self.cap[cur] < ring_order or self.cap[opener] < ring_order - max(order, 1):  # C1...C=1: the opener
+        if self.cap[cur] < ring_order or self.cap[opener] < ring_order - (order or 1):  # C1...C=1: the opener
             return False  # reserved one bond order, a double closure takes one more from it
-        return (min(opener, cur), max(opener, cur)) not in self.pairs
+        return ((opener, cur) if opener < cur else (cur, opener)) not in self.pairs
 
     def component_has_open_digit(self) -> bool:
-        root = self._root(self.frag)
-        return any(self._root(f) == root for _, f, _ in self.open.values())
+        m = self._memo.get(2)
+        if m is None:
+            root = self._root(self.frag)
+            m = self._memo[2] = any(self._root(f) == root for _, f, _ in self.open.values())
+        return m
 
     def _opened_here(self) -> bool:
         return any(opener == self.cur for opener, _, _ in self.open.values())
@@ -317,35 +323,35 @@ class _Row:
         self.n_arom += delta
         self.unsat += self.n_arom // 2 - before
 
-    def _rings_forced(self, n_open: int, ncomp: int, atoms_left: int) -> int:
-        """Rings the open digits must still make: closures beyond the joins that merge the components
-        (those there are and one per possible new fragment) close rings."""
-        return max(0, n_open - (ncomp - 1) - atoms_left)
-
     def _unsat_ok(self, unsat: int, n_open: int, ncomp: int, atoms_left: int) -> bool:
-        return unsat + self._rings_forced(n_open, ncomp, atoms_left) <= self.rdbe
+        """Rings + double bonds so far, plus the rings the open digits must still make, within the RDBE?
+        Closures beyond the joins that merge the components (those there are and one per possible new
+        fragment) close rings."""
+        forced = n_open - (ncomp - 1) - atoms_left
+        return unsat + (forced if forced > 0 else 0) <= self.rdbe
 
     def _reachable(self, dbe: int, c_exist: int, c_new: int, n_new: int, open_orders: int, ncomp: int) -> bool:
         """Can the molecule still reach the formula's rings + double bonds? The bond orders still to come
         are at most (free valence of the reachable atoms + of the atoms left + open ring bonds) / 2; each
         new atom needs one of them and each join of two components another."""
-        # aromatic atoms bring double bonds that use no valence in this model: carbons still to place may be
-        # aromatic, and aromatic N/P placed may be pyridine-like (their double bonds are not in ``unsat``)
-        aromatic = (self.budget[_C] + self.budget[_N] + self.n_arom_other + self.n_arom % 2) // 2
-        dbe += aromatic + self.loose  # double bonds to S, P... may count in the RDBE (C=S) or not (S=O)
+        dbe += self._bonus  # double bonds that use no valence in this model (see allowed())
         if not n_new and not open_orders:
             return dbe >= self.rdbe  # no atom and no ring bond to come: no bond can still form
         return dbe + (c_exist + c_new + open_orders) // 2 - n_new - (ncomp - 1) >= self.rdbe
 
     def _stack_cap(self) -> int:
         """Bonds the branch points of open branches can still take (reachable after ``)``)."""
-        return sum(self.cap[a] for a in self.stack)
+        key = (3, len(self.stack))  # the stack moves only by ``(`` pushed for a look ahead
+        m = self._memo.get(key)
+        if m is None:
+            m = self._memo[key] = sum(self.cap[a] for a in self.stack)
+        return m
 
     def _demand(self, atoms_left: int, open_orders: int, n_open: int) -> int:
         """Bond orders the atoms left must take at least: one to its parent each, plus every open ring bond;
         an atom that starts a ``.`` fragment is attached by the ring bond it closes, so up to one per open
         digit is counted once."""
-        return atoms_left + open_orders - min(atoms_left, n_open)
+        return atoms_left + open_orders - (atoms_left if atoms_left < n_open else n_open)
 
     def _feasible(self, extra_open: int = 0) -> bool:
         """Can the atoms left still take the bond orders they must (:meth:`_demand`)?"""
@@ -387,17 +393,18 @@ class _Row:
             available = self.available & g.hyper_elements  # only an S=O-like bond fits
         else:
             available = self.available
-        # free valence still reachable after this atom: the branch points' (``kept``) and its own after its bond
-        # (the current atom is left behind unless it is a branch point)
+        # free valence still reachable after this atom: the branch points' (``kept``), its own after its bond
+        # (the current atom is left behind unless it is a branch point) and the atoms left's; what the new
+        # atom keeps the atoms left lose, so the test is the same whatever the element
+        if not self._reachable(self.unsat + extra, kept - bond, self.supply, atoms_after, open_orders, ncomp_after):
+            return 0
+        n_open, supply = len(self.open), self.supply
         for cap, elements in g.capacity_groups:  # drop elements after which the atoms left could not take
-            if not available & elements:  # the bonds still needed (elements of one capacity alike)
-                continue
-            closes_here = max(cap - bond, 0)
-            left_open = max(open_orders - closes_here, 0)
-            if (self.supply - cap < self._demand(atoms_after, left_open, min(len(self.open), left_open))
-                    or not self._reachable(self.unsat + extra, kept + cap - bond, self.supply - cap, atoms_after,
-                                           open_orders, ncomp_after)):
-                available &= ~elements
+            if available & elements:  # the bonds still needed (elements of one capacity alike)
+                left_open = open_orders - (cap - bond if cap > bond else 0)  # the open ring bonds it cannot close
+                left_open = left_open if left_open > 0 else 0
+                if supply - cap < self._demand(atoms_after, left_open, min(n_open, left_open)):
+                    available &= ~elements
         m = g.atoms(available, need, self.charge, atoms_after)
         if aromatic_extra != extra and not self._unsat_ok(self.unsat + aromatic_extra, len(self.open), ncomp_after,
                                                           atoms_after):
@@ -411,6 +418,10 @@ class _Row:
     def allowed(self, g: SafeGrammar, left: int) -> int:
         """Bit set of the tokens this row may draw with ``left`` tokens left (this one included)."""
         self._memo.clear()
+        # double bonds that use no valence in this model, for _reachable: carbons still to place may be
+        # aromatic, and aromatic N/P placed may be pyridine-like (their double bonds are not in ``unsat``);
+        # double bonds to S, P... may count in the RDBE (C=S) or not (S=O)
+        self._bonus = (self.budget[_C] + self.budget[_N] + self.n_arom_other + self.n_arom % 2) // 2 + self.loose
         prev = self.prev
         if prev == START or prev == DOT:
             return self._atoms(g, 0)
@@ -485,7 +496,7 @@ class _Row:
         return m
 
     def _digits(self, g: SafeGrammar, slack: int) -> int:
-        key = (1, self.pending, slack, len(self.stack))
+        key = (1, self.pending, slack >= 1, len(self.stack))  # only ``slack >= 1`` is read
         m = self._memo.get(key)
         if m is None:
             m = self._memo[key] = self._digits_uncached(g, slack)
@@ -494,35 +505,37 @@ class _Row:
     def _digits_uncached(self, g: SafeGrammar, slack: int) -> int:
         m = 0
         n_open = len(self.open)
-        can_open = (self.atoms_left and slack >= 1 and self.cap[self.cur] >= max(self.pending, 1)
-                    and self._feasible(max(self.pending, 1))
-                    and self._unsat_ok(self.unsat, n_open + 1, self.ncomp, self.atoms_left))
+        cur, pending = self.cur, self.pending
+        cap_cur = self.cap[cur]
+        if (self.atoms_left and slack >= 1 and cap_cur >= max(pending, 1) and self._feasible(max(pending, 1))
+                and self._unsat_ok(self.unsat, n_open + 1, self.ncomp, self.atoms_left)):
+            m = g.all_digits & ~sum(g.digit_token.get(d, 0) for d in self.open)  # any digit not open now may open
+        if not n_open:
+            return m
         root = self._root(self.frag)
         stack_cap = self._stack_cap()
         open_orders = self.open_orders
-        open_roots = [self._root(f) for _, f, _ in self.open.values()]
-        if can_open:  # any digit not open now may open
-            m = g.all_digits & ~sum(g.digit_token.get(d, 0) for d in self.open)
-        for d in self.open:
+        open_roots = None
+        for d, (opener, frag, _) in self.open.items():
             tokens = g.digit_token.get(d, 0)
-            if tokens:
-                if not self.closable(d):
-                    continue
-                order = self._ring_order(d)
-                extra = order - 1 if order > 1 and not self.hyper[self.cur] and not self.hyper[self.open[d][0]] else 0
-                other_root = self._root(self.open[d][1])
-                ring = other_root == root
-                ncomp_after = self.ncomp - (not ring)
-                ok = (self._unsat_ok(self.unsat + extra + ring, n_open - 1, ncomp_after, self.atoms_left)
-                      and self._reachable(self.unsat + extra + ring, self.cap[self.cur] - order + stack_cap, self.supply,
-                                          self.atoms_left, open_orders - order, ncomp_after))
-                if ok and (self.atoms_left or ncomp_after > 1):
-                    # what is left must still reach this component: through another of its open digits, or
-                    # free valence on this atom or a branch point
-                    still_open = sum(r in (root, other_root) for r in open_roots) - 1
-                    ok = self.cap[self.cur] - order + stack_cap + still_open >= 1
-                if ok:
-                    m |= tokens
+            if not tokens or not self.closable(d):
+                continue
+            order = self._ring_order(d)
+            extra = order - 1 if order > 1 and not self.hyper[cur] and not self.hyper[opener] else 0
+            other_root = self._root(frag)
+            ring = other_root == root
+            ncomp_after = self.ncomp - (not ring)
+            ok = (self._unsat_ok(self.unsat + extra + ring, n_open - 1, ncomp_after, self.atoms_left)
+                  and self._reachable(self.unsat + extra + ring, cap_cur - order + stack_cap, self.supply,
+                                      self.atoms_left, open_orders - order, ncomp_after))
+            if ok and (self.atoms_left or ncomp_after > 1) and cap_cur - order + stack_cap < 1:
+                # what is left must still reach this component: through free valence on this atom or a branch
+                # point, or another of its open digits
+                if open_roots is None:
+                    open_roots = [self._root(f) for _, f, _ in self.open.values()]
+                ok = sum(r in (root, other_root) for r in open_roots) - 1 >= 1
+            if ok:
+                m |= tokens
         return m
 
     def advance(self, g: SafeGrammar, token: int) -> None:
@@ -614,20 +627,33 @@ class FormulaConstraint:
         self.grammar = grammar
         max_unsat = rdbe(vec)
         self.rows = [_Row(list(budget), grammar.element_capacity, max_unsat) for _ in range(n_rows)]
+        # rows that drew the same tokens are in the same state and get the same mask: each row's prefix is a
+        # node of a trie of the prefixes drawn so far (a quarter of the rows share one at B=100)
+        self._prefix = [0] * n_rows
+        self._trie: dict[tuple[int, int], int] = {}
 
     def allowed(self, left: int) -> torch.Tensor:
         """(rows, vocab) bool: tokens each row may draw, with ``left`` tokens left including this one."""
         g = self.grammar
-        return g.to_tensor([r.allowed(g, left) for r in self.rows])
+        masks: dict[int, int] = {}
+        out = []
+        for r, node in zip(self.rows, self._prefix):
+            m = masks.get(node)
+            if m is None:
+                m = masks[node] = r.allowed(g, left)
+            out.append(m)
+        return g.to_tensor(out)
 
     def advance(self, tokens: Sequence[int]) -> None:
-        g = self.grammar
-        for r, t in zip(self.rows, tokens, strict=True):
+        g, trie = self.grammar, self._trie
+        for i, (r, t) in enumerate(zip(self.rows, tokens, strict=True)):
             r.advance(g, t)
+            self._prefix[i] = trie.setdefault((self._prefix[i], t), len(trie) + 1)
 
     def select(self, keep: Sequence[int]) -> None:
         """Keep rows ``keep`` (indices into the current rows), in that order."""
         self.rows = [self.rows[i] for i in keep]
+        self._prefix = [self._prefix[i] for i in keep]
 
 
 def first_masked(grammar: SafeGrammar, formula_vec: np.ndarray, token_ids: Sequence[int]) -> int | None:
