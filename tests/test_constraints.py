@@ -158,6 +158,28 @@ def test_elements_outside_the_formula_encoder_and_isotopes_are_never_drawn():
     assert "[Na]" not in first and "[13C]" not in first and "<unk>" not in first and "C" in first and "O" in first
 
 
+def test_rows_that_share_a_prefix_share_a_mask_and_select_keeps_rows_and_prefixes_together():
+    """A batch's masks (computed once per distinct prefix) equal each row's own one-row masks, also after
+    rows are dropped and reordered."""
+    formula = "C7H7NO2"
+    nitro = "[N+](=O)[O-]"
+    rows = [split(f"c1ccc({nitro})cc1C"), split(f"c1ccc({nitro})cc1C"), split(f"Cc1ccc({nitro})cc1"),
+            split(f"c1ccc(C)cc1{nitro}"), split(f"Cc1ccc({nitro})cc1")]
+    batch = FormulaConstraint(G, formula_vector(parse_formula(formula)), len(rows))
+    alive = list(range(len(rows)))
+    for step in range(len(rows[0])):
+        if step == 6:  # drop row 1, reorder the rest
+            keep = [3, 0, 2, 4]
+            batch.select(keep)
+            alive = [alive[k] for k in keep]
+        masks = batch.allowed(100 - step)
+        for i, r in enumerate(alive):
+            own = walk(formula, rows[r][:step]).allowed(100 - step)[0]
+            assert torch.equal(masks[i], own), (r, step)
+        batch.advance([ID[rows[r][step]] for r in alive])
+    assert bool(batch.allowed(100 - len(rows[0]))[:, TOK.eos_id].all())
+
+
 def test_every_valid_safe_string_is_allowed_all_the_way():
     """The masks never forbid a real molecule: each token of these SAFE strings stays legal, and <eos>
     is legal at the end (nitro, sulfone, phosphate, pyridone, indole, halogens, charges, fused rings)."""
