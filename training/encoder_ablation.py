@@ -70,6 +70,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "all-licences": ("train on every licence (val stays licence-clean)", dict(licenses=None)),
     "+negative": ("also [M-H]- spectra (negative mode), one encoder for both modes",
                   dict(adducts=("[M+H]+", "[M+Na]+", "[M-H]-"))),
+    "grow+negative": ("the growing head and the [M-H]- spectra together",
+                      dict(encoder={"grow_levels": 4}, adducts=("[M+H]+", "[M+Na]+", "[M-H]-"))),
 }
 # The val spectra every variant is scored on: positive mode (the table's columns) and [M-H]- (its own
 # columns, for the variants that train on it).
