@@ -10,7 +10,7 @@ import re
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetrics
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QApplication, QMessageBox
 
 from engine.spectrum import NO_FRAGMENTS_NOTE, SkippedRecord
 from msgpt_gui.entries import Status
@@ -232,6 +232,7 @@ def test_a_scan_without_precursor_is_plotted_and_runs_once_one_is_typed(qtbot, m
     assert isinstance(canvas.spectrum, SkippedRecord) and canvas.ax.collections  # the peaks are drawn
     header = window.spectrum_panel.header
     assert "no precursor m/z (PEPMASS, or the selected ion in mzML)" in header.text()
+    QApplication.processEvents()  # the layout request the new text posted (the app's event loop runs it)
     assert header.wordWrap() and header.heightForWidth(header.width()) <= header.height() + 1  # not cut
     row = [window.spectra.index(0, c).data() for c in range(SpectraModel.STATUS + 1)]
     assert row == ["scan=621", "", "", "", "3.34", "", 202, "needs m/z"]
