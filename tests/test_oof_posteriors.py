@@ -12,7 +12,7 @@ from engine.chem import inchikey, mol_from_smiles
 from engine.encoder import EncoderConfig
 from engine.errors import ConfigError
 from test_train_encoder import tiny_config, write_labelled_mgf
-from training.oof_posteriors import FoldStarted, OOFConfig, OOFFinished, oof_posteriors
+from training.oof_posteriors import FoldsPending, FoldStarted, OOFConfig, OOFFinished, oof_posteriors
 from training.spectra import FeatureSettings, load_labelled_spectra, structure_folds
 from training.train_encoder import TrainingFinished, train_encoder, training_split
 
@@ -178,3 +178,34 @@ def test_a_run_from_before_the_cv_fields_still_resumes(mgf, tmp_path):
     path.write_text(json.dumps(saved))
     events = list(train_encoder(tiny_config(mgf, tmp_path / "run", max_steps=4, resume=True)))
     assert isinstance(events[-1], TrainingFinished) and events[-1].reason == "max_steps"
+
+
+def test_fold_subsets_in_two_runs_give_the_posteriors_of_one_run(mgf, tmp_path):
+    """``only_folds`` shares the folds between processes: the run that finds every fold done assembles
+    the posteriors, and they are those of a single run (same seeds, same folds)."""
+    whole = list(oof_posteriors(_oof_config(mgf, tmp_path / "one")))
+    assert isinstance(whole[-1], OOFFinished)
+    first = list(oof_posteriors(_oof_config(mgf, tmp_path / "two"), only_folds=[1]))
+    assert [e.fold for e in first if isinstance(e, FoldStarted)] == [1]
+    assert isinstance(first[-1], FoldsPending) and first[-1].folds == [0]
+    assert not (tmp_path / "two" / "oof_posteriors.npz").exists()
+    second = list(oof_posteriors(_oof_config(mgf, tmp_path / "two", resume=True), only_folds=[0]))
+    assert [(e.fold, e.state) for e in second if isinstance(e, FoldStarted)] == [(0, "new"), (1, "done")]
+    assert isinstance(second[-1], OOFFinished)
+    with np.load(tmp_path / "one" / "oof_posteriors.npz") as a, np.load(tmp_path / "two" / "oof_posteriors.npz") as b:
+        np.testing.assert_array_equal(a["posteriors"], b["posteriors"])
+        np.testing.assert_array_equal(a["fold"], b["fold"])
+    with pytest.raises(ConfigError, match="the folds are 0 to 1"):
+        list(oof_posteriors(_oof_config(mgf, tmp_path / "three"), only_folds=[2]))
+
+
+def test_recipe_fields_reach_every_fold_encoder(mgf, tmp_path):
+    config = _oof_config(mgf, tmp_path / "oof", grow_levels=2, adducts=("[M+H]+", "[M-H]-"))
+    fold = config.fold_config(1)
+    assert fold.encoder == {"dropout": 0.1, "grow_levels": 2}
+    assert fold.adducts == ("[M+H]+", "[M-H]-") and fold.cv_fold == 1 and fold.val_folds == ()
+    assert _oof_config(mgf, tmp_path / "oof").fold_config(0).encoder == {"dropout": 0.1}  # the preset's head
+    with pytest.raises(ConfigError, match="set twice"):
+        _oof_config(mgf, tmp_path / "oof", adducts=("[M+H]+",), train={"adducts": ["[M+H]+"]})
+    with pytest.raises(ConfigError, match="encoder"):
+        _oof_config(mgf, tmp_path / "oof", train={"encoder": {"grow_levels": 2}})

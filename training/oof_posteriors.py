@@ -28,14 +28,17 @@ Output directory::
         held_out.npz        ids and float32 posteriors of the fold's held-out spectra (the fold is done)
     oof_posteriors.npz      every training spectrum: ids (TITLE), inchikey14, adduct, license,
                             instrument, fold, posteriors (float16, n x fp_bits), the true bits as CSR
-                            (bit_offsets (n+1,), bits), threshold_calibrated (the fold encoder's t_κ=1)
-    summary.json            per fold and overall: fidelity at κ=1, fidelity bins, AP / AUROC, timings
+                            (bit_offsets (n+1,), bits), threshold_calibrated (the fold encoder's t_κ=1;
+                            threshold_calibrated_negative: its negative-mode curve's, when it has one)
+    summary.json            per fold and overall: fidelity at κ=1, fidelity bins, AP / AUROC, timings;
+                            by_polarity: the overall numbers per ion mode when both are present
 
 Fidelity at κ=1 (the paper's posterior fidelity T_c): per spectrum the Tanimoto of ``π > t`` to the true
 bits. ``kappa1`` takes ``t`` = :func:`training.metrics.density_matched_threshold` on the scored spectra
 themselves (as many predicted bits as true ones, on average); ``kappa1_calibrated`` takes the encoder's
 calibrated ``t_κ=1 = A⁻¹(D_enc)`` from its training spectra, the threshold the app and ``msgpt-eval``'s
-κ sweep use (on an encoder's own training spectra the two coincide). The summary is computed from the
+κ sweep use (on an encoder's own training spectra the two coincide); a negative-mode spectrum takes the
+encoder's negative-mode curve when it has one (``--adducts ... [M-H]-``). The summary is computed from the
 float32 posteriors; the ``.npz`` stores them as float16.
 """
 
@@ -105,6 +108,13 @@ class OOFConfig(TrainingConfig):
     # The shipped encoder's recipe (README "Training your own model", step 3; MODEL_CARD.md).
     preset: str = field(default="small", metadata={"help": "Encoder preset."})
     dropout: float = field(default=0.3, metadata={"help": "Encoder dropout."})
+    grow_levels: int | None = field(
+        default=None, metadata={"help": "MIST growing head levels (encoder grow_levels); None = the preset's flat head."}
+    )
+    adducts: tuple[str, ...] | None = field(
+        default=None, metadata={"help": "Precursor ion types to train and score, e.g. [M+H]+ [M+Na]+ [M-H]-; None = "
+                                        "the encoder training default."},
+    )
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay (matrices only)."})
     epochs: int = field(default=7, metadata={"help": "Cosine horizon in epochs."})
     stop_after_epochs: int = field(
@@ -126,7 +136,9 @@ class OOFConfig(TrainingConfig):
 
     def __post_init__(self) -> None:
         self.train = dict(self.train)
-        reserved = {"mgf", "out_dir", "cv_folds", "cv_fold", "cv_seed", "val_folds", "resume"}
+        reserved = {"mgf", "out_dir", "cv_folds", "cv_fold", "cv_seed", "val_folds", "resume", "encoder"}
+        if self.adducts is not None and "adducts" in self.train:
+            raise ConfigError("`adducts` is set twice (as a field and in `train`); give it once.")
         if reserved & set(self.train):
             raise ConfigError(f"`train` may not set {sorted(reserved & set(self.train))}; they are the OOF run's.")
         if not isinstance(self.folds, int) or self.folds < 2:
@@ -138,13 +150,19 @@ class OOFConfig(TrainingConfig):
 
     def fold_config(self, k: int, *, resume: bool = False) -> EncoderTrainConfig:
         """The :class:`EncoderTrainConfig` of fold ``k``: the recipe, fold ``k`` left out, no validation."""
+        encoder: dict[str, Any] = {"dropout": self.dropout}
+        if self.grow_levels is not None:
+            encoder["grow_levels"] = self.grow_levels
+        extra = dict(self.train)
+        if self.adducts is not None:
+            extra["adducts"] = tuple(self.adducts)
         return EncoderTrainConfig(
-            mgf=self.mgf, out_dir=str(self.fold_dir(k)), preset=self.preset, encoder={"dropout": self.dropout},
+            mgf=self.mgf, out_dir=str(self.fold_dir(k)), preset=self.preset, encoder=encoder,
             weight_decay=self.weight_decay, epochs=self.epochs, stop_after_epochs=self.stop_after_epochs,
             seed=self.seed, max_steps=self.max_steps, max_train_spectra=self.max_train_spectra,
             threads=self.threads, checkpoint_minutes=self.checkpoint_minutes, cache_dir=self.cache_dir,
             cv_folds=self.folds, cv_fold=k, cv_seed=self.cv_seed, val_folds=(), resume=resume,
-            **self.train,
+            **extra,
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
@@ -194,6 +212,13 @@ class ReferenceDone:
 
 
 @dataclass(frozen=True)
+class FoldsPending:
+    """``only_folds`` runs: these folds are not done yet, so the posteriors were not assembled."""
+
+    folds: list
+
+
+@dataclass(frozen=True)
 class OOFStopped:
     fold: int
     checkpoint: str
@@ -228,6 +253,23 @@ def posterior_summary(posteriors: np.ndarray, data: LabelledSpectra, calibrated_
     return out
 
 
+def row_thresholds(cal: Calibration, data: LabelledSpectra, kappa: float = 1.0) -> np.ndarray:
+    """Each spectrum's calibrated t_κ: the negative-mode curve for negative ions when ``cal`` has one."""
+    t = np.full(len(data), cal.threshold_for_kappa(kappa))
+    if cal.negative is not None:
+        t[data.polarity < 0] = cal.negative.threshold_for_kappa(kappa)
+    return t
+
+
+def by_polarity(posteriors: np.ndarray, data: LabelledSpectra, thresholds: np.ndarray) -> dict:
+    """:func:`posterior_summary` of each ion mode present, when there are two (else empty)."""
+    modes = {"positive": data.polarity > 0, "negative": data.polarity < 0}
+    if not all(m.any() for m in modes.values()):
+        return {}
+    return {name: posterior_summary(posteriors[rows], data.subset(np.flatnonzero(rows)), thresholds[rows])
+            for name, rows in modes.items()}  # fmt: skip
+
+
 def _fidelity(posteriors: np.ndarray, targets: np.ndarray, threshold) -> dict:
     t = np.broadcast_to(np.asarray(threshold, dtype=np.float64), (len(posteriors),))
     fid = np.zeros(len(posteriors))
@@ -251,14 +293,24 @@ def _fidelity(posteriors: np.ndarray, targets: np.ndarray, threshold) -> dict:
 # The run
 
 
-def oof_posteriors(config: OOFConfig, stop: threading.Event | None = None) -> Iterator:
+def oof_posteriors(
+    config: OOFConfig, stop: threading.Event | None = None, only_folds: Sequence[int] | None = None
+) -> Iterator:
     """Train the K fold encoders (resumably) and write the out-of-fold posteriors; yields progress events,
-    ends with :class:`OOFFinished` (or :class:`OOFStopped`)."""
+    ends with :class:`OOFFinished` (or :class:`OOFStopped`).
+
+    ``only_folds`` trains just those folds (to share the K folds between processes writing to the same
+    ``out_dir``, one per core); the posteriors are assembled by the run that finds every fold done.
+    """
+    if only_folds is not None:
+        bad = sorted(k for k in only_folds if not 0 <= k < config.folds)
+        if bad:
+            raise ConfigError(f"--only-folds {bad}: the folds are 0 to {config.folds - 1}.")
     with torch_threads(config.threads):
-        yield from _run(config, stop)
+        yield from _run(config, stop, only_folds)
 
 
-def _run(config: OOFConfig, stop: threading.Event | None) -> Iterator:
+def _run(config: OOFConfig, stop: threading.Event | None, only_folds: Sequence[int] | None = None) -> Iterator:
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / "oof_config.json"
@@ -296,11 +348,17 @@ def _run(config: OOFConfig, stop: threading.Event | None) -> Iterator:
 
     fold_summaries = []
     for k in range(config.folds):
+        if only_folds is not None and k not in only_folds:
+            if not (config.fold_dir(k) / "held_out.npz").is_file():
+                continue  # another process's fold, not finished yet
         summary = yield from _fold(config, k, everything, fold_of, stop)
         if summary is None:  # stopped
             return
         fold_summaries.append(summary)
         yield FoldDone(k, summary)
+    if len(fold_summaries) < config.folds:
+        yield FoldsPending([k for k in range(config.folds) if not (config.fold_dir(k) / "held_out.npz").is_file()])
+        return
 
     summary = yield from _assemble(config, everything, fold_of, fold_summaries, reference)
     yield OOFFinished(str(out), summary)
@@ -402,9 +460,12 @@ def _fold(config: OOFConfig, k: int, everything: LabelledSpectra, fold_of: np.nd
             np.savez(fh, ids=held.ids, posteriors=post, timings=np.array(json.dumps(timings)))
         os.replace(tmp, done_path)
     cal = Calibration.load(folder / "calibration.json")
-    summary = posterior_summary(post, held, cal.threshold_for_kappa(1.0))
+    summary = posterior_summary(post, held, row_thresholds(cal, held))
     summary["t_kappa1_calibrated"] = round(cal.threshold_for_kappa(1.0), 6)
     summary["d_enc"] = round(cal.d_enc, 4)
+    if cal.negative is not None:
+        summary["negative_t_kappa1_calibrated"] = round(cal.negative.threshold_for_kappa(1.0), 6)
+        summary["negative_d_enc"] = round(cal.negative.d_enc, 4)
     summary["trained_on"] = json.loads((folder / "metrics.json").read_text())["data"]["train"]
     summary["timings"] = timings
     return summary
@@ -423,17 +484,20 @@ def _assemble(config, everything: LabelledSpectra, fold_of: np.ndarray, fold_sum
     n_bits = everything.settings.fp_bits
     post = np.zeros((len(everything), n_bits), dtype=np.float32)
     t_cal = np.zeros(len(everything))
-    thresholds = []
+    thresholds, negative_thresholds = [], []
     for k in range(config.folds):
         rows = np.flatnonzero(fold_of == k)
         with np.load(config.fold_dir(k) / "held_out.npz", allow_pickle=False) as z:
             assert np.array_equal(z["ids"], everything.ids[rows])
             post[rows] = z["posteriors"]
-        t = Calibration.load(config.fold_dir(k) / "calibration.json").threshold_for_kappa(1.0)
-        t_cal[rows] = t
-        thresholds.append(t)
+        cal = Calibration.load(config.fold_dir(k) / "calibration.json")
+        t_cal[rows] = row_thresholds(cal, everything.subset(rows))
+        thresholds.append(cal.threshold_for_kappa(1.0))
+        if cal.negative is not None:
+            negative_thresholds.append(cal.negative.threshold_for_kappa(1.0))
     yield Predicting("overall out-of-fold metrics", len(everything))
     overall = posterior_summary(post, everything, t_cal)
+    modes = by_polarity(post, everything, t_cal)
     tmp = out / "oof_posteriors.npz.tmp"
     with open(tmp, "wb") as fh:
         np.savez(
@@ -441,6 +505,8 @@ def _assemble(config, everything: LabelledSpectra, fold_of: np.ndarray, fold_sum
             license=everything.license, instrument=everything.instrument, fold=fold_of.astype(np.int8),
             posteriors=post.astype(np.float16), bit_offsets=everything.bit_offsets, bits=everything.bits,
             threshold_calibrated=np.asarray(thresholds, dtype=np.float64), n_bits=np.array(n_bits),
+            **({"threshold_calibrated_negative": np.asarray(negative_thresholds, dtype=np.float64)}
+               if len(negative_thresholds) == config.folds else {}),
         )  # fmt: skip
     os.replace(tmp, out / "oof_posteriors.npz")
     summary = {
@@ -449,6 +515,7 @@ def _assemble(config, everything: LabelledSpectra, fold_of: np.ndarray, fold_sum
         "recipe": {k: v for k, v in config.fold_config(0).to_dict().items()
                    if k not in ("mgf", "out_dir", "cv_fold", "resume", "cache_dir")},
         "overall": overall,
+        **({"by_polarity": modes} if modes else {}),
         "folds": fold_summaries,
         "reference": reference,
         "notes": [
@@ -476,6 +543,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--resume", action="store_true", help="continue the run in --out (finished folds are kept)")
     p.add_argument("--no-reference", action="store_true", help="do not score the reference encoder")
+    p.add_argument("--only-folds", type=int, nargs="+", metavar="K",
+                   help="train only these folds (one process per core, same --out); the last to finish assembles")
     OOFConfig.add_arguments(p, skip={"mgf", "out_dir", "resume", "train", "reference_val"})
     return p
 
@@ -483,7 +552,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
-    kwargs = {k: v for k, v in vars(args).items() if k not in {"mgf", "out", "no_reference"}}
+    kwargs = {k: v for k, v in vars(args).items() if k not in {"mgf", "out", "no_reference", "only_folds"}}
     try:
         if args.no_reference:
             kwargs["reference"] = None
@@ -499,7 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         with stop_on_signals(notice=STOP_NOTICE) as stop:
-            for item in oof_posteriors(config, stop):
+            for item in oof_posteriors(config, stop, args.only_folds):
                 fold, event = (item.fold, item.event) if isinstance(item, FoldEvent) else (None, item)
                 if isinstance(event, ReadProgress):
                     if event.records % 20000 == 0:
@@ -543,6 +612,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     say(f"fold {event.fold}: {s['spectra']} held-out spectra, fidelity κ=1 "
                         f"{s['kappa1']['mean_fidelity']} (calibrated t {s['kappa1_calibrated']['mean_fidelity']}), "
                         f"low bin {s['kappa1']['bins']['low']}, AP micro {s['ap_micro']}; {s['timings']}")  # fmt: skip
+                elif isinstance(event, FoldsPending):
+                    say(f"folds {event.folds} are not done yet; the run that finishes the last one assembles "
+                        f"the posteriors (or run again with --resume once they are)")
                 elif isinstance(event, OOFStopped):
                     say(f"stopped in fold {event.fold}; resume with --resume (checkpoint {event.checkpoint})")
                     return 130
