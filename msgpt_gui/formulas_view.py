@@ -13,7 +13,7 @@ from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 re
 import numpy as np
 from matplotlib.backends.backend_qtagg import FigureCanvasQTAgg
 from matplotlib.figure import Figure
-from PySide6.QtCore import QAbstractTableModel, QItemSelectionModel, QModelIndex, QObject, Qt, Signal
+from PySide6.QtCore import QItemSelectionModel, QObject, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -37,7 +37,7 @@ from engine.isotopes import IsotopeMatch, isotope_pattern
 
 from .entries import Status
 from .formulas import CONFIG, DEFAULT_TOP_K, MAX_TOP_K, TERM_COLUMNS, rank_job, readiness
-from .models import DISPLAY, SORT_ROLE, SortProxy
+from .models import DISPLAY, SORT_ROLE, ColumnsModel, SortProxy
 from .plotting import plot_isotopes
 from .workers import GeneratorWorker
 
@@ -50,7 +50,7 @@ def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-class FormulaTableModel(QAbstractTableModel):
+class FormulaTableModel(ColumnsModel):
     """The rows of a :class:`~engine.formula_candidates.FormulaTable`: rank, formula, ion type, mass error, the
     score terms, total score, probability; greyed out where the model cannot run the ion type, highlighted where
     it is the spectrum's formula, and what Run made of the formulas it took."""
@@ -105,19 +105,11 @@ class FormulaTableModel(QAbstractTableModel):
     def is_supported(self, c: FormulaCandidate) -> bool:
         return self.supported is None or c.ion_type in self.supported
 
-    def rowCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.candidates)
+    def _rows(self):
+        return self.candidates
 
-    def columnCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.COLUMNS)
-
-    def headerData(self, section, orientation, role=DISPLAY):
-        if orientation == Qt.Orientation.Horizontal:
-            if role == DISPLAY:
-                return self.COLUMNS[section]
-            if role == Qt.ItemDataRole.ToolTipRole:
-                return self.TIPS[section]
-        return None
+    def _tip(self, section: int) -> str:
+        return self.TIPS[section]
 
     def _value(self, c: FormulaCandidate, col: int):
         """(sort key, text) of a cell."""

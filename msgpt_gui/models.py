@@ -36,7 +36,7 @@ WARNING_MARK = " ⚠"
 NOTES_MARK = " ✎"  # after the ID of a spectrum with notes
 
 
-class _ColumnsModel(QAbstractTableModel):
+class ColumnsModel(QAbstractTableModel):
     """A flat table: subclasses name their ``COLUMNS``, the rows (``_rows``) and the header tips (``_tip``)."""
 
     COLUMNS: tuple[str, ...] = ()
@@ -353,7 +353,7 @@ def format_confidence(p: float) -> str:
     return "<1%" if p < 0.01 else f"{p:.0%}"
 
 
-class CandidatesModel(_ColumnsModel):
+class CandidatesModel(ColumnsModel):
     """Ranked candidates of one spectrum result, with rank moves against the previous ranking.
 
     ``formula_scores`` (molecular formula -> (formula rank, score), :func:`msgpt_gui.formulas.formula_scores`)
