@@ -209,3 +209,24 @@ def test_recipe_fields_reach_every_fold_encoder(mgf, tmp_path):
         _oof_config(mgf, tmp_path / "oof", adducts=("[M+H]+",), train={"adducts": ["[M+H]+"]})
     with pytest.raises(ConfigError, match="encoder"):
         _oof_config(mgf, tmp_path / "oof", train={"encoder": {"grow_levels": 2}})
+
+
+def test_negative_mode_rows_are_queried_at_their_folds_negative_band(tmp_path):
+    """load_oof: a fold encoder calibrated per ion mode gives [M-H]- rows its negative-mode band."""
+    from engine.querying import Calibration, band_thresholds, default_threshold_grid
+    from training.oof_data import load_oof
+
+    from dataclasses import replace
+
+    grid = default_threshold_grid()
+    pos = Calibration(d_enc=30.0, thresholds=grid, active_counts=np.linspace(80, 0, len(grid)), n_spectra=3)
+    neg = Calibration(d_enc=30.0, thresholds=grid, active_counts=np.linspace(50, 0, len(grid)), n_spectra=1)
+    (tmp_path / "fold_0").mkdir()
+    replace(pos, negative=neg).save(tmp_path / "fold_0" / "calibration.json")
+    np.savez(tmp_path / "oof_posteriors.npz", ids=np.array(["a", "b"]), fold=np.array([0, 0]),
+             adduct=np.array(["[M+H]+", "[M-H]-"]), posteriors=np.zeros((2, 8), np.float16),
+             bit_offsets=np.array([0, 1, 2]), bits=np.array([1, 2], np.uint16))  # fmt: skip
+    oof = load_oof(tmp_path, groups=4)
+    np.testing.assert_allclose(oof.thresholds(0), band_thresholds(pos, 0.95, 1.5, 4), atol=1e-5)  # saved rounded
+    np.testing.assert_allclose(oof.thresholds(1), band_thresholds(neg, 0.95, 1.5, 4), atol=1e-5)
+    assert not np.allclose(oof.thresholds(0), oof.thresholds(1))

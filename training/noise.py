@@ -232,7 +232,7 @@ def fit_from_oof(
     oof = load_oof(oof_dir, kappa_min=kappa_min, kappa_max=kappa_max, groups=groups)
     true_bits = [oof.true_bits(i) for i in range(len(oof))]
     per_fold = oof.band
-    thresholds = np.stack([per_fold[int(k)] for k in oof.fold])
+    thresholds = np.stack([oof.thresholds(i) for i in range(len(oof))])  # each at its ion mode's band
     posteriors = oof.posteriors
     meta = {
         "source": str(oof_dir),

@@ -35,6 +35,8 @@ class OOFPosteriors:
     bits: np.ndarray  # true active bits, concatenated
     band: dict[int, np.ndarray]  # fold -> its M band thresholds, dense end first (ascending)
     kappa: tuple[float, float]
+    negative: np.ndarray | None = None  # (n,) bool: negative-mode ions (None: a run of one ion mode)
+    band_negative: dict[int, np.ndarray] | None = None  # fold -> the band of its negative-mode curve
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -43,8 +45,11 @@ class OOFPosteriors:
         return self.bits[self.bit_offsets[row] : self.bit_offsets[row + 1]]
 
     def thresholds(self, row: int) -> np.ndarray:
-        """The band thresholds of the encoder that scored spectrum ``row``."""
-        return self.band[int(self.fold[row])]
+        """The band thresholds of the encoder that scored spectrum ``row`` (at its ion mode's calibration)."""
+        k = int(self.fold[row])
+        if self.negative is not None and self.negative[row] and self.band_negative and k in self.band_negative:
+            return self.band_negative[k]
+        return self.band[k]
 
     def row_of(self) -> dict[str, int]:
         """TITLE -> row (the first row of a TITLE seen twice)."""
@@ -65,10 +70,18 @@ def load_oof(folder: str | Path, *, kappa_min: float = 0.95, kappa_max: float = 
     with z:
         ids, fold = z["ids"], z["fold"].astype(np.int64)
         posteriors, offsets, bits = z["posteriors"], z["bit_offsets"], z["bits"]
-    band = {}
+        adduct = z["adduct"] if "adduct" in z.files else None
+    band, band_negative = {}, {}
     for k in np.unique(fold).tolist():
         cal_path = folder / f"fold_{k}" / "calibration.json"
         if not cal_path.is_file():
             raise BundleError(f"{cal_path}: missing; the out-of-fold run {folder} is not complete (rerun it with --resume).")
-        band[int(k)] = band_thresholds(Calibration.load(cal_path), kappa_min, kappa_max, groups)
-    return OOFPosteriors(folder, ids, fold, posteriors, offsets, bits, band, (kappa_min, kappa_max))
+        cal = Calibration.load(cal_path)
+        band[int(k)] = band_thresholds(cal, kappa_min, kappa_max, groups)
+        if cal.negative is not None:
+            band_negative[int(k)] = band_thresholds(cal.for_polarity("negative"), kappa_min, kappa_max, groups)
+    negative = np.char.endswith(adduct.astype(str), "-") if adduct is not None else None
+    if negative is not None and not negative.any():
+        negative = None
+    return OOFPosteriors(folder, ids, fold, posteriors, offsets, bits, band, (kappa_min, kappa_max),
+                         negative, band_negative or None)
