@@ -11,7 +11,10 @@ Selection (deterministic; no model is consulted, so the examples are not cherry-
 * ``[M+H]+`` or ``[M+Na]+`` with a formula that agrees with the precursor m/z (the reader checks);
 * at least ``--min-peaks`` peaks, neutral mass 150–600 Da, a parseable reference SMILES;
 * one record per structure and per contributing lab (the accession prefix), in the order of the
-  SHA-1 of the accession, until ``--protonated`` ``[M+H]+`` and ``--sodiated`` ``[M+Na]+`` are taken.
+  SHA-1 of the accession, until ``--protonated`` ``[M+H]+`` and ``--sodiated`` ``[M+Na]+`` are taken;
+* then, in a second pass over the same order (so the positive-mode records do not depend on it),
+  ``--deprotonated`` ``[M-H]-`` records of labs and structures not yet taken (a bundled model whose
+  encoder was trained on negative-mode spectra runs them).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def eligible(s: Spectrum, min_peaks: int) -> bool:
     return (
         md.get("fold") == "val"
         and md.get("license") in LICENSES
-        and s.adduct in ("[M+H]+", "[M+Na]+")
+        and s.adduct in ("[M+H]+", "[M+Na]+", "[M-H]-")
         and s.formula is not None
         and s.smiles is not None
         and len(s.mz) >= min_peaks
@@ -63,18 +66,20 @@ def eligible(s: Spectrum, min_peaks: int) -> bool:
     )
 
 
-def choose(spectra: list[Spectrum], protonated: int, sodiated: int, min_peaks: int) -> list[Spectrum]:
-    want = {"[M+H]+": protonated, "[M+Na]+": sodiated}
+def choose(spectra: list[Spectrum], protonated: int, sodiated: int, min_peaks: int,
+           deprotonated: int = 0) -> list[Spectrum]:
+    order = sorted(spectra, key=lambda s: hashlib.sha1(s.id.encode()).hexdigest())
     labs, structures, chosen = set(), set(), []
-    for s in sorted(spectra, key=lambda s: hashlib.sha1(s.id.encode()).hexdigest()):
-        lab = s.id.rsplit("-", 1)[0]
-        key = (s.inchikey or s.smiles)[:14]
-        if not eligible(s, min_peaks) or want[s.adduct] == 0 or lab in labs or key in structures:
-            continue
-        chosen.append(s)
-        want[s.adduct] -= 1
-        labs.add(lab)
-        structures.add(key)
+    for want in ({"[M+H]+": protonated, "[M+Na]+": sodiated}, {"[M-H]-": deprotonated}):
+        for s in order:
+            lab = s.id.rsplit("-", 1)[0]
+            key = (s.inchikey or s.smiles or "")[:14]
+            if want.get(s.adduct, 0) == 0 or not eligible(s, min_peaks) or lab in labs or key in structures:
+                continue
+            chosen.append(s)
+            want[s.adduct] -= 1
+            labs.add(lab)
+            structures.add(key)
     return sorted(chosen, key=lambda s: s.index)
 
 
@@ -110,11 +115,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "resources" / "examples")
     p.add_argument("--protonated", type=int, default=8, help="[M+H]+ records to take (default 8)")
     p.add_argument("--sodiated", type=int, default=2, help="[M+Na]+ records to take (default 2)")
+    p.add_argument("--deprotonated", type=int, default=0, help="[M-H]- records to take (default 0)")
     p.add_argument("--min-peaks", type=int, default=10, help="minimum peak count (default 10)")
     args = p.parse_args(argv)
 
     spectra = [s for s in iter_spectra(args.mgf) if isinstance(s, Spectrum)]
-    chosen = choose(spectra, args.protonated, args.sodiated, args.min_peaks)
+    chosen = choose(spectra, args.protonated, args.sodiated, args.min_peaks, args.deprotonated)
     blocks = raw_blocks(args.mgf)
     for s in chosen:  # the raw block really is this record
         if f"TITLE={s.id}" not in blocks[s.index]:
