@@ -6,16 +6,15 @@ cancel; the fold being trained keeps a checkpoint and ``--resume`` continues it)
 
 The training selection of :mod:`training.train_encoder` (``FOLD=train``, licences ``CC0, CC BY, CC BY-SA,
 dl-de/by-2-0``, ``[M+H]+`` / ``[M+Na]+`` or the ion types of ``--adducts``, unit-resolution instruments
-excluded) is split into ``folds``
-folds by structure (:func:`training.spectra.structure_folds`: first InChIKey blocks ordered by a seeded
-hash and dealt out in turn). For each fold ``k`` an encoder is trained with the shipped encoder's
-recipe (or the one ``--grow-levels`` / ``--adducts`` / ``--stop-after-epochs`` give) on the other folds
-(``cv_folds=K, cv_fold=k``) and predicts the posteriors of fold ``k``'s
-spectra. No ``FOLD=val`` spectrum is used for training or for choosing anything: instead of early
-stopping, every fold trains a fixed ``stop_after_epochs`` epochs of an ``epochs``-long cosine, the
-epoch the shipped encoder's selection kept (MODEL_CARD.md: best step 2952 of 3444 = epoch 6 of 7).
-Each fold encoder is calibrated on its own training spectra (``calibration.json``, as
-:mod:`training.calibrate` does), so a fold folder is also an encoder folder ``msgpt-eval`` can read.
+excluded) is split into ``folds`` folds by structure (:func:`training.spectra.structure_folds`: first
+InChIKey blocks ordered by a seeded hash and dealt out in turn). For each fold ``k`` an encoder is trained
+with the shipped encoder's recipe (or the one ``--grow-levels`` / ``--adducts`` / ``--stop-after-epochs``
+give) on the other folds (``cv_folds=K, cv_fold=k``) and predicts the posteriors of fold ``k``'s spectra.
+No ``FOLD=val`` spectrum is used for training or for choosing anything: instead of early stopping, every
+fold trains a fixed ``stop_after_epochs`` epochs of an ``epochs``-long cosine, the epoch the shipped
+encoder's selection kept (MODEL_CARD.md: best step 2952 of 3444 = epoch 6 of 7). Each fold encoder is
+calibrated on its own training spectra (``calibration.json``, as :mod:`training.calibrate` does), so a
+fold folder is also an encoder folder ``msgpt-eval`` can read.
 
 For contrast the reference encoder (``default``: the shipped bundle, ``resources/default_model``) is scored
 on the same training spectra (in sample: it was trained on all of them) and on ``FOLD=val`` (reported
