@@ -64,6 +64,13 @@ def test_bundle_records_every_decoder_stage_and_its_card_names_them(runs, tmp_pa
                        str(tmp_path / "b1"), "--force"]) == 0
     stages = json.loads((tmp_path / "b1" / "config.json").read_text())["training"]["decoder_stages"]
     assert [s["step"] for s in stages] == [3, 2, 1]
+    # and once more: b1, which stage3 started from, now lists stage3 itself; a stage never precedes itself
+    assert build_main(["--decoder", str(tmp_path / "stage3"), "--encoder", str(runs / "encoder"),
+                       "--calibration", str(runs / "calibration.json"), "--name", "m4", "--out",
+                       str(tmp_path / "b4")]) == 0
+    stages = json.loads((tmp_path / "b4" / "config.json").read_text())["training"]["decoder_stages"]
+    assert [s["step"] for s in stages] == [3, 2, 1]
+    assert "6 pretraining steps" in (tmp_path / "b4" / "MODEL_CARD.md").read_text()
 
 
 def test_the_bundle_ships_the_structures_of_every_pretraining_corpus(runs, tmp_path, capsys):

@@ -101,7 +101,12 @@ def decoder_training_summary(checkpoint: Path) -> dict:
     if val:
         summary["val"] = {k: val[-1][k] for k in ("step", "loss", "accuracy", "noisy_loss", "noisy_accuracy") if k in val[-1]}
     if config.get("init_decoder"):
-        summary["earlier_stages"] = earlier_decoder_stages(Path(config["init_decoder"]))
+        stages = earlier_decoder_stages(Path(config["init_decoder"]))
+        # The init source may be a folder rewritten since (resources/default_model replaced by a bundle built
+        # from this very run): a stage cannot come before itself, so the list ends before its first mention.
+        own = f"{summary['run']}/{summary['checkpoint']}"
+        mentions = [i for i, st in enumerate(stages) if st.get("source") == own]
+        summary["earlier_stages"] = stages[: mentions[0]] if mentions else stages
     return summary
 
 
@@ -175,6 +180,14 @@ def _adduct_words(info: dict) -> str:
     return " and ".join(modes)
 
 
+def _modes_of(adducts) -> str:
+    """"positive-mode", "negative-mode" or "positive- and negative-mode", from ion type names."""
+    signs = {a[-1] for a in adducts}
+    if signs == {"+", "-"}:
+        return "positive- and negative-mode"
+    return "negative-mode" if signs == {"-"} else "positive-mode"
+
+
 def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None) -> str:
     dec, enc, cal = info["decoder"], info["encoder"], info["calibration"]
     pc = info["decoder_parameters"]
@@ -232,8 +245,8 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
         lines.append(
             f"- **Spectrum encoder, calibration{', adapter' if info.get('adapter') else ''}**: MassBank "
             f"(MassBank-data release 2025.05.1, via `massbank_dev.mgf.gz`) `FOLD=train`: {tr.get('spectra', 0):,} "
-            f"positive-mode spectra of {tr.get('structures', 0):,} structures ("
-            + " and ".join(f"{n:,} {a}" for a, n in tr.get("adducts", {}).items()) + "); "
+            f"{_modes_of(tr.get('adducts', {}))} spectra of {tr.get('structures', 0):,} structures ("
+            + ", ".join(f"{n:,} {a}" for a, n in tr.get("adducts", {}).items()) + "); "
             "unit-resolution instruments excluded. Model selection and every number below: `FOLD=val` "
             f"({va.get('spectra', 0):,} spectra, {va.get('structures', 0):,} structures, disjoint by structure).")
     lines.append("")
