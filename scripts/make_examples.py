@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "resources" / "examples")
     p.add_argument("--protonated", type=int, default=8, help="[M+H]+ records to take (default 8)")
     p.add_argument("--sodiated", type=int, default=2, help="[M+Na]+ records to take (default 2)")
-    p.add_argument("--deprotonated", type=int, default=0, help="[M-H]- records to take (default 0)")
+    p.add_argument("--deprotonated", type=int, default=3, help="[M-H]- records to take (default 3)")
     p.add_argument("--min-peaks", type=int, default=10, help="minimum peak count (default 10)")
     args = p.parse_args(argv)
 
