@@ -9,7 +9,8 @@ tests/data/small.mzML) are made on the fly.
 ``EXPECTED`` is what each record comes out as: ``read``, ``read; note: ...`` (the spectrum is used,
 with a note in its ``warnings``), or ``skipped: <reason>``, the reason being the reader's or, for a
 record the reader accepts, the model's (:func:`engine.pipeline.require_usable`, with a model that
-supports [M+H]+ and [M+Na]+, like the bundled one). File-level problems are ``file error: <reason>``.
+supports [M+H]+ and [M+Na]+ only, like the test model; the bundled one also runs [M-H]-). File-level
+problems are ``file error: <reason>``.
 
     python tests/bad_inputs.py corpus   # rewrite tests/data/bad/ from this file
     python tests/bad_inputs.py table    # rewrite docs/bad_inputs.md from what the reader says now
@@ -433,7 +434,7 @@ def render_table(folder: Path) -> str:
         "  inputs; the app shows the message.",
         "* **skipped**: the record is listed with its reason in the summary (`msgpt predict`) or the",
         "  spectra table (app); the other records of the file go on. `MODEL` stands for the model's name",
-        "  (a model trained on [M+H]+ and [M+Na]+, like the bundled one).",
+        "  (a model trained on [M+H]+ and [M+Na]+ only, like the test model; the bundled one also runs [M-H]-).",
         "* **read; note**: the spectrum is used; the note is listed under `Notes on N processed spectra`",
         "  and kept in the spectrum's `warnings`.",
         "",
