@@ -138,6 +138,29 @@ def test_kappa_sweep_by_hand():
     assert (rows[1]["share_low"], rows[1]["share_mid"], rows[1]["share_high"]) == (0.0, 1.0, 0.0)
 
 
+
+def test_kappa_sweep_cuts_negative_mode_rows_at_their_own_curve():
+    # positive A(t) = 10 (1 - t), D_enc 5: t_1 = 0.5; negative A(t) = 10 (1 - t), D_enc 8: t_1 = 0.2
+    neg = Calibration(d_enc=8.0, thresholds=np.array([0.0, 1.0]), active_counts=np.array([10.0, 0.0]))
+    cal = Calibration(d_enc=5.0, thresholds=np.array([0.0, 1.0]), active_counts=np.array([10.0, 0.0]), negative=neg)
+    post = np.array([[0.9, 0.8, 0.3, 0.0], [0.6, 0.0, 0.0, 0.3]], dtype=np.float32)
+    truths = [np.array([0, 1]), np.array([0, 1, 2, 3])]
+    # row 2 negative: Q2 = {0, 3} at t=0.2, T = 2/4 (mid); row 1 at t=0.5 as before: {0, 1}, T = 1 (high)
+    (row,) = ev.kappa_sweep(cal, post, truths, kappas=(1.0,), negative=np.array([False, True]))
+    assert (row["threshold"], row["threshold_negative"]) == (pytest.approx(0.5), pytest.approx(0.2))
+    assert row["mean_active_bits"] == 2.0 and row["mean_fidelity"] == pytest.approx(0.75)
+    assert (row["share_low"], row["share_mid"], row["share_high"]) == (0.0, 0.5, 0.5)
+    # every row negative: the negative curve's threshold is the row's threshold
+    (row,) = ev.kappa_sweep(cal, post, truths, kappas=(1.0,), negative=np.array([True, True]))
+    assert row["threshold"] == pytest.approx(0.2) and "threshold_negative" not in row
+    # without a negative curve, or without flags, every row is cut at the positive one
+    for kw in ({}, {"negative": np.array([False, False])}):
+        (row,) = ev.kappa_sweep(cal, post, truths, kappas=(1.0,), **kw)
+        assert row["mean_fidelity"] == pytest.approx(0.625) and "threshold_negative" not in row
+    with pytest.raises(ValueError, match="one flag per posterior"):
+        ev.kappa_sweep(cal, post, truths, kappas=(1.0,), negative=np.array([True]))
+
+
 def record(rank, tanimoto, topological, samples=100, valid=50, fc=20, n_candidates=3, **kw):
     return {"rank": rank, "tanimoto": tanimoto, "topological": topological, "n_samples": samples,
             "n_valid": valid, "n_formula_consistent": fc, "n_candidates": n_candidates, "seconds": 1.0,

@@ -442,6 +442,9 @@ def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Itera
     def stack(pairs):
         return np.stack([posteriors[spectrum_key(s)] for s, _ in pairs]), [r.query_bits for _, r in pairs]
 
+    def sweep_of(pairs):  # each spectrum at its own ion mode's curve
+        return kappa_sweep(cal, *stack(pairs), negative=np.array([s.polarity == "negative" for s, _ in pairs]))
+
     P, truths = stack(selection.eligible)
     def mode_thresholds(polarity: str) -> dict:  # the κ thresholds of one ion mode's calibration curve
         c = model.calibration.for_polarity(polarity)
@@ -459,10 +462,10 @@ def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Itera
         thresholds[f"{score}_threshold"], thresholds[f"{score}_score"] = float(THRESHOLD_GRID[best]), float(means[best])
     sweep = {}
     if cfg.kappa_sweep:
-        sweep[",".join(cfg.folds) or "all"] = kappa_sweep(cal, P, truths)
+        sweep[",".join(cfg.folds) or "all"] = sweep_of(selection.eligible)
         for fold, pairs in selection.sweep_only.items():
             if pairs:
-                sweep[fold] = kappa_sweep(cal, *stack(pairs))
+                sweep[fold] = sweep_of(pairs)
 
     # resume: keep what results.jsonl holds for this model and these settings
     results_path, run_path = out / "results.jsonl", out / "run.json"
@@ -569,17 +572,37 @@ def add_mces(results_path: Path, keys: set[str], time_limit: float, check_cancel
 
 
 def kappa_sweep(cal: Calibration, posteriors: np.ndarray, truths: Sequence[np.ndarray],
-                kappas: Sequence[float] = KAPPA_SWEEP) -> list[dict]:
+                kappas: Sequence[float] = KAPPA_SWEEP, negative: np.ndarray | None = None) -> list[dict]:
     """The paper's density-ratio diagnostics: for each κ the single query ``1[π > t_κ]`` of every spectrum,
-    its Tanimoto to the true fingerprint (fidelity), the fidelity-bin shares and the mean active bits."""
-    ts = [cal.threshold_for_kappa(k) for k in kappas]
-    scores = M.threshold_scores(posteriors, truths, ts)
+    its Tanimoto to the true fingerprint (fidelity), the fidelity-bin shares and the mean active bits.
+
+    ``negative`` marks the rows of negative-mode spectra: with a two-mode calibration they are cut at
+    their own mode's t_κ (as the band queries are), and each row of the result then also carries
+    ``threshold_negative``; ``threshold`` is the positive mode's (the negative one's when every row is).
+    """
+    n = len(posteriors)
+    neg = np.zeros(n, dtype=bool) if negative is None or cal.negative is None else np.asarray(negative, dtype=bool)
+    if neg.shape != (n,):
+        raise ValueError(f"negative marks {neg.shape[0]} rows for {n} posteriors; give one flag per posterior")
+    fid = np.zeros((n, len(kappas)))
+    bits = np.zeros((n, len(kappas)))
+    ts: dict[str, list[float]] = {}
+    for mode, rows_of_mode in (("positive", ~neg), ("negative", neg)):
+        idx = np.flatnonzero(rows_of_mode)
+        if not len(idx):
+            continue
+        ts[mode] = [cal.for_polarity(mode).threshold_for_kappa(k) for k in kappas]
+        scores = M.threshold_scores(posteriors[idx], [truths[i] for i in idx], ts[mode])
+        fid[idx], bits[idx] = scores["tanimoto"], scores["active_bits"]
     rows = []
-    for j, (kappa, t) in enumerate(zip(kappas, ts)):
-        fid = scores["tanimoto"][:, j]
-        bins = [M.fidelity_bin(float(f)) for f in fid]
-        rows.append({"kappa": kappa, "threshold": t, "n": len(fid), "mean_active_bits": float(scores["active_bits"][:, j].mean()),
-                     "mean_fidelity": float(fid.mean()),
+    for j, kappa in enumerate(kappas):
+        f = fid[:, j]
+        bins = [M.fidelity_bin(float(x)) for x in f]
+        thr = {"threshold": ts["positive"][j] if "positive" in ts else ts["negative"][j]}
+        if len(ts) == 2:
+            thr["threshold_negative"] = ts["negative"][j]
+        rows.append({"kappa": kappa, **thr, "n": n, "mean_active_bits": float(bits[:, j].mean()),
+                     "mean_fidelity": float(f.mean()),
                      **{f"share_{name}": bins.count(name) / len(bins) for name, *_ in M.FIDELITY_BINS}})
     return rows
 

@@ -271,7 +271,8 @@ def bins_table(bins: dict) -> str:
 def sweep_table(rows_by_fold: dict) -> str:
     folds = list(rows_by_fold)
     n = {f: f" (n={rows_by_fold[f][0]['n']})" if "n" in rows_by_fold[f][0] else "" for f in folds}
-    rows = ["| κ | t_κ | " + " | ".join(f"{f}{n[f]}: bits, fidelity, low / mid / high %" for f in folds) + " |",
+    t_head = "t_κ (positive / negative mode)" if "threshold_negative" in rows_by_fold[folds[0]][0] else "t_κ"
+    rows = [f"| κ | {t_head} | " + " | ".join(f"{f}{n[f]}: bits, fidelity, low / mid / high %" for f in folds) + " |",
             "| ---: | ---: | " + " | ".join("---:" for _ in folds) + " |"]
     first = rows_by_fold[folds[0]]
     for j, r in enumerate(first):
@@ -282,7 +283,8 @@ def sweep_table(rows_by_fold: dict) -> str:
             x = rows_by_fold[f][j]
             cells.append(f"{x['mean_active_bits']:.1f}, {x['mean_fidelity']:.3f}, {pct(x['share_low'])} / "
                          f"{pct(x['share_mid'])} / {pct(x['share_high'])}")
-        rows.append(f"| {r['kappa']:.2f} | {r['threshold']:.4f} | " + " | ".join(cells) + " |")
+        t = f"{r['threshold']:.4f}" + (f" / {r['threshold_negative']:.4f}" if "threshold_negative" in r else "")
+        rows.append(f"| {r['kappa']:.2f} | {t} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
