@@ -66,6 +66,12 @@ class EncoderConfig:
         metadata={"help": "MIST's growing head: predict the fingerprint folded to fp_bits / 2**grow_levels bits "
                   "first, then double it level by level, each level reading the previous one; 0 = one flat layer."},
     )
+    fragment_bits: int = field(
+        default=0,
+        metadata={"help": "Training aid (MIST's MAGMa task): a per-peak head predicting the fingerprint, folded to "
+                  "this many bits, of the fragment each peak is (training.substructures); 0 = none. Inference never "
+                  "uses it."},
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.count_periods, (list, tuple)) or not all(map(_is_number, self.count_periods)):
@@ -98,6 +104,10 @@ class EncoderConfig:
                 f"`grow_levels` must be an integer >= 0 with `fp_bits` ({self.fp_bits}) divisible by 2**grow_levels "
                 f"into at least 8 bits, got {self.grow_levels!r}."
             )
+        if not isinstance(self.fragment_bits, int) or isinstance(self.fragment_bits, bool) or not (
+            self.fragment_bits == 0 or self.fragment_bits >= 8
+        ):
+            raise ConfigError(f"`fragment_bits` must be 0 (no fragment head) or an integer >= 8, got {self.fragment_bits!r}.")
         if not self.count_periods or any(not p > 0 for p in self.count_periods):
             raise ConfigError(
                 f"`count_periods` must be a non-empty list of positive numbers, got {self.count_periods!r}."
@@ -273,16 +283,21 @@ class SpectrumEncoder(nn.Module):
         if self.grow is None:
             self.head.append(nn.Linear(config.head_hidden, config.fp_bits))
             nn.init.constant_(self.head[-1].bias, math.log(_PRIOR_BIT_DENSITY / (1 - _PRIOR_BIT_DENSITY)))
+        self.fragment_head = nn.Linear(config.d_model, config.fragment_bits) if config.fragment_bits else None
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, batch: dict[str, torch.Tensor], return_levels: bool = False):
+    def forward(self, batch: dict[str, torch.Tensor], return_levels: bool = False, return_fragments: bool = False):
         """Fingerprint logits (B, fp_bits) for a batch from :func:`engine.featurize.collate`.
 
         ``return_levels``: a list of logits, coarsest first and the full fingerprint last (with the growing
         head the folded levels ``fp_bits / 2**grow_levels, ..., fp_bits``; else just the one).
+        ``return_fragments`` (a model with ``fragment_bits``): ``(that, fragment logits (B, P, fragment_bits))``,
+        one fragment fingerprint per token (the root's and padding's are meaningless).
         """
+        if return_fragments and self.fragment_head is None:
+            raise ConfigError("This encoder has no fragment head (`fragment_bits` is 0); build it with fragment_bits > 0.")
         formulas = batch["formulas"].float()  # (B, P, E); token 0 is the root
         mask = batch["mask"]  # (B, P) True on real tokens
         b, p, _ = formulas.shape
@@ -304,12 +319,18 @@ class SpectrumEncoder(nn.Module):
         biases = self.pair_bias(formulas) if self.pair_bias is not None else None  # (L, B, H, P, P)
         for i, block in enumerate(self.blocks):
             x = block(x, key_mask if biases is None else biases[i] + key_mask)
-        root = self.ln_f(x[:, 0])  # (B, C)
+        if return_fragments:
+            x = self.ln_f(x)  # (B, P, C)
+            root = x[:, 0]
+        else:
+            root = self.ln_f(x[:, 0])  # (B, C)
         if self.grow is None:
             logits = self.head(root)  # (B, fp_bits)
-            return [logits] if return_levels else logits
-        levels = self.grow(self.head(root))  # logits (B, fp_bits / 2**L), ..., (B, fp_bits)
-        return levels if return_levels else levels[-1]
+            out = [logits] if return_levels else logits
+        else:
+            levels = self.grow(self.head(root))  # logits (B, fp_bits / 2**L), ..., (B, fp_bits)
+            out = levels if return_levels else levels[-1]
+        return (out, self.fragment_head(x)) if return_fragments else out  # (B, P, fragment_bits)
 
     @torch.no_grad()
     def predict_proba(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

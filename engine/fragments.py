@@ -72,6 +72,26 @@ class FragmentExplanation:
 def fragment_formulas(mol: chem.Mol, max_breaks: int = 2, max_states: int = MAX_STATES) -> tuple[np.ndarray, bool]:
     """Distinct neutral formulas (``(k, 14)`` int64 over :data:`~engine.formula.ELEMENTS`) of the connected
     pieces left by cutting up to ``max_breaks`` bonds of ``mol``, and whether the enumeration was complete."""
+    pieces, complete = fragment_pieces(mol, max_breaks, max_states)
+    return np.unique(pieces.formulas, axis=0), complete
+
+
+@dataclass(frozen=True, eq=False)
+class Pieces:
+    """The connected pieces of :func:`fragment_pieces`, in the order they were first reached."""
+
+    atoms: tuple[int, ...]  # (k,) bit set of each piece's atom indices
+    breaks: np.ndarray  # (k,) int64, the fewest bond cuts that leave the piece (0: the whole molecule)
+    formulas: np.ndarray  # (k, 14) int64 neutral formulas, each atom with its hydrogens
+
+    def atom_indices(self, i: int) -> list[int]:
+        a = self.atoms[i]
+        return [j for j in range(a.bit_length()) if (a >> j) & 1]
+
+
+def fragment_pieces(mol: chem.Mol, max_breaks: int = 2, max_states: int = MAX_STATES) -> tuple[Pieces, bool]:
+    """Every distinct connected piece (atom set) left by cutting up to ``max_breaks`` bonds of ``mol``,
+    breadth first (so each comes with its fewest cuts), and whether the enumeration was complete."""
     n = mol.GetNumAtoms()
     vec = np.zeros((n, len(ELEMENTS)), dtype=np.int64)
     for atom in mol.GetAtoms():
@@ -104,9 +124,9 @@ def fragment_formulas(mol: chem.Mol, max_breaks: int = 2, max_states: int = MAX_
     full = (1 << n) - 1
     seen = {(full, 0)}
     frontier = [(full, 0)]
-    atom_sets = {full}
+    atom_sets = {full: 0}  # piece -> fewest cuts (dicts keep the order pieces were reached in)
     complete = True
-    for _ in range(max_breaks):
+    for depth in range(1, max_breaks + 1):
         new = []
         for atoms, removed in frontier:
             for k, (a, b) in enumerate(bonds):
@@ -119,15 +139,16 @@ def fragment_formulas(mol: chem.Mol, max_breaks: int = 2, max_states: int = MAX_
                     if state not in seen:
                         seen.add(state)
                         new.append(state)
-                        atom_sets.add(comp)
+                        atom_sets.setdefault(comp, depth)
             if len(seen) > max_states:
                 complete = False
                 break
         frontier = new
         if not complete:
             break
-    formulas = np.array([vec[[i for i in range(n) if (s >> i) & 1]].sum(0) for s in atom_sets], dtype=np.int64)
-    return np.unique(formulas, axis=0), complete
+    atoms = tuple(atom_sets)
+    formulas = np.array([vec[[i for i in range(n) if (s >> i) & 1]].sum(0) for s in atoms], dtype=np.int64)
+    return Pieces(atoms, np.array(list(atom_sets.values()), dtype=np.int64), formulas.reshape(-1, len(ELEMENTS))), complete
 
 
 def _bonds_within(atoms: int, bonds: list[tuple[int, int]]) -> int:

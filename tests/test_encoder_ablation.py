@@ -27,3 +27,38 @@ def test_table_shows_the_change_against_baseline():
                train_minutes=17.0)  # fmt: skip
     table = format_table({"baseline": {**row, "fidelity": 0.312}, "ema": {**row, "fidelity": 0.334}})
     assert "| ema |" in table and "0.334 (+0.022)" in table and "| 70% |" in table
+
+
+def test_an_ensemble_of_one_encoder_scores_as_that_encoder(tmp_path):
+    from dataclasses import replace
+
+    from test_train_encoder import tiny_config, write_labelled_mgf
+
+    from training.encoder_ablation import SCORED_ADDUCTS, run_variant, score_ensemble, score_variant
+    from training.spectra import load_labelled_spectra
+
+    mgf = write_labelled_mgf(tmp_path / "labelled.mgf")
+    folders = []
+    for seed in (0, 1):
+        config = tiny_config(mgf, tmp_path / f"enc{seed}", max_steps=3, seed=seed)
+        for _ in run_variant(config):  # trains, then calibrates on its own training spectra
+            pass
+        folders.append(tmp_path / f"enc{seed}")
+    data = load_labelled_spectra(mgf, replace(config.feature_settings(), adducts=SCORED_ADDUCTS),
+                                 cache_dir=tmp_path / "cache")  # fmt: skip
+    val = data.select(("val",))
+    one, alone = score_ensemble(folders[:1], data, val), score_variant(folders[0], val)
+    for key in ("fidelity", "low", "tanimoto_k1", "ap_micro", "ap_macro", "t_kappa1", "val_spectra"):
+        assert one[key] == pytest.approx(alone[key], abs=1e-6), key
+    two = score_ensemble(folders, data, val)
+    assert two["parameters"] == 2 * one["parameters"] and two["members"] == [str(f) for f in folders]
+    assert two["ap_micro"] != one["ap_micro"]  # another seed's posterior is averaged in
+
+
+def test_ensemble_arguments_name_the_fix(tmp_path):
+    from training.encoder_ablation import parse_ensembles
+
+    with pytest.raises(ConfigError, match="NAME=DIR"):
+        parse_ensembles(["runs/a,runs/b"])
+    with pytest.raises(ConfigError, match="holds no finished encoder"):
+        parse_ensembles([f"five={tmp_path / 'missing'}"])

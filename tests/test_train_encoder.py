@@ -221,6 +221,8 @@ RECIPES = {
     # every option of the recipe ablation at once: EMA, augmentation, growing head, BCE + cosine
     "ablation": dict(ema_decay=0.9, peak_dropout=0.3, intensity_noise=0.4, cosine_weight=1.0,
                      encoder={"dropout": 0.1, "grow_levels": 2}),
+    # MIST's substructure task with augmentation (hidden peaks are not asked about)
+    "substructure": dict(substructure_weight=0.5, peak_dropout=0.3, encoder={"dropout": 0.1, "fragment_bits": 32}),
 }  # fmt: skip
 
 

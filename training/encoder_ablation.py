@@ -51,6 +51,7 @@ from .train_encoder import (
     TrainingStopped,
     predict_posteriors,
     train_encoder,
+    training_split,
 )
 
 BASE: dict[str, Any] = dict(
@@ -72,6 +73,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                   dict(adducts=("[M+H]+", "[M+Na]+", "[M-H]-"))),
     "grow+negative": ("the growing head and the [M-H]- spectra together",
                       dict(encoder={"grow_levels": 4}, adducts=("[M+H]+", "[M+Na]+", "[M-H]-"))),
+    "substructure": ("MIST's substructure task: each peak predicts its fragment's fingerprint (512 bits, weight 0.5)",
+                     dict(encoder={"fragment_bits": 512}, substructure_weight=0.5)),
+    "grow+negative+substructure": ("grow+negative with the substructure task",
+                                   dict(encoder={"grow_levels": 4, "fragment_bits": 512}, substructure_weight=0.5,
+                                        adducts=("[M+H]+", "[M+Na]+", "[M-H]-"))),
 }
 # The val spectra every variant is scored on: positive mode (the table's columns) and [M-H]- (its own
 # columns, for the variants that train on it).
@@ -158,6 +164,55 @@ def score_variant(folder: Path, val, threads: int = 1) -> dict[str, Any]:
     return out
 
 
+def score_ensemble(folders: Sequence[Path], data, val, threads: int = 1) -> dict[str, Any]:
+    """Val metrics (as :func:`score_variant`) of the mean posterior of the encoders in ``folders``.
+
+    The ensemble is calibrated like one encoder: per ion mode, on the training spectra of its members'
+    recipe (the first member's ``train_config.json`` without cross-fitting or subsetting, so the five
+    out-of-fold encoders of ``training.oof_posteriors`` are calibrated on all of ``FOLD=train``).
+    ``spectra/s`` is the whole ensemble's, one thread.
+    """
+    if not folders:
+        raise ConfigError("An ensemble needs at least one encoder folder.")
+    config = EncoderTrainConfig.from_dict({**json.loads((folders[0] / "train_config.json").read_text()), "resume": False,
+                                           "cv_folds": None, "cv_fold": None, "max_train_spectra": None})  # fmt: skip
+    train = training_split(config, data).train
+    train = train.subset(np.flatnonzero(np.isin(train.adduct, config.adducts)))
+    scored = val.subset(np.flatnonzero(np.isin(val.adduct, config.adducts)))
+    train_sum = val_sum = None
+    seconds = 0.0
+    parameters = 0
+    minutes = 0.0
+    for folder in folders:
+        model = load_encoder(folder)
+        parameters += sum(p.numel() for p in model.parameters())
+        minutes += json.loads((folder / "metrics.json").read_text()).get("train_minutes") or 0.0
+        with torch_threads(threads):
+            pt = predict_posteriors(model, train, 256)
+            t0 = time.perf_counter()
+            pv = predict_posteriors(model, scored, 256)
+            seconds += time.perf_counter() - t0
+        train_sum = pt if train_sum is None else train_sum + pt
+        val_sum = pv if val_sum is None else val_sum + pv
+    pt, pv = train_sum / len(folders), val_sum / len(folders)
+    cals = {}
+    for mode, rows in (("positive", train.polarity > 0), ("negative", train.polarity < 0)):
+        if rows.any():
+            cals[mode] = Calibration.from_posteriors(pt[rows], train.n_true_bits[rows], source=f"ensemble {mode}")
+    out: dict[str, Any] = {}
+    for mode in ("positive", "negative"):
+        rows = np.flatnonzero(scored.polarity > 0 if mode == "positive" else scored.polarity < 0)
+        if len(rows) and mode in cals:
+            out[mode] = _scores(pv[rows], scored.subset(rows), cals[mode])
+    if "positive" not in out:
+        raise ConfigError(f"The ensemble of {[str(f) for f in folders]} scores no positive-mode val spectrum; "
+                          "the table's columns are positive mode.")  # fmt: skip
+    return {**out["positive"], **({"negative": out["negative"]} if "negative" in out else {}),
+            "spectra_per_s": round(len(scored) / seconds, 1), "parameters": parameters,
+            "train_minutes": round(minutes, 2), "members": [str(f) for f in folders],
+            "train_spectra": len(train)}  # fmt: skip
+
+
 def format_table(results: dict[str, dict[str, Any]]) -> str:
     head = ("| variant | what changes | val fidelity (t_κ=1) | low bin | Tanimoto κ=1 (density) | AP micro | "
             "AP macro | params | spectra/s | train min |")  # fmt: skip
@@ -179,14 +234,34 @@ def format_table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(rows + ([""] + negatives if negatives else [])) + "\n"
 
 
+def parse_ensembles(specs: Sequence[str]) -> dict[str, list[Path]]:
+    """``["NAME=DIR,DIR"]`` -> ``{NAME: [DIR, DIR]}``; every folder must hold a finished encoder."""
+    out: dict[str, list[Path]] = {}
+    for spec in specs:
+        name, eq, dirs = spec.partition("=")
+        folders = [Path(d.strip()) for d in dirs.split(",") if d.strip()]
+        if not eq or not name.strip() or not folders:
+            raise ConfigError(f"--ensemble {spec!r}: write NAME=DIR,DIR,... (a row name, then encoder folders).")
+        for f in folders:
+            if not _finished(f):
+                raise ConfigError(f"--ensemble {name}: {f} holds no finished encoder (encoder.safetensors and "
+                                  "metrics.json); train it first or fix the path.")  # fmt: skip
+        out[name.strip()] = folders
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training.encoder_ablation", description=__doc__.split("\n\n")[0])
     p.add_argument("--mgf", required=True, help="labelled MGF (the shared massbank_dev.mgf.gz)")
     p.add_argument("--out", required=True, help="folder of the variants' runs, table.md and results.json")
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, from: {', '.join(VARIANTS)}")
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help=f"comma-separated, from: {', '.join(VARIANTS)} ('' = none, e.g. to score only --ensemble rows)")
     p.add_argument("--name", help="a new variant's name (with --extra)")
     p.add_argument("--extra", type=json.loads, help="JSON overrides of the base recipe for --name, e.g. "
                    "'{\"ema_decay\": 0.995, \"cosine_weight\": 1.0}'")  # fmt: skip
+    p.add_argument("--ensemble", action="append", default=[], metavar="NAME=DIR,DIR,...",
+                   help="also score the mean posterior of these finished encoder folders as row NAME (repeatable), "
+                        "e.g. the out-of-fold encoders: 'oof5=runs/oof_gn/fold_0,...'")  # fmt: skip
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--cache-dir")
     p.add_argument("--score-only", action="store_true", help="only (re)score the finished variants")
@@ -199,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     names = [args.name] if args.name else [v.strip() for v in args.variants.split(",") if v.strip()]
     try:
+        ensembles = parse_ensembles(args.ensemble)
         configs = {n: variant_config(n, args.mgf, out, extra=args.extra if args.name else None,
                                      threads=args.threads, cache_dir=args.cache_dir) for n in names}  # fmt: skip
         for name, config in configs.items():
@@ -215,7 +291,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"{name} step {event.step} epoch {event.epoch} loss {event.loss:.4f}", flush=True)
                 elif isinstance(event, TrainingFinished):
                     print(f"{name} finished ({event.reason})", flush=True)
-        data = None
+        loaded: dict[str, Any] = {}
+
+        def val_and_data():  # read once, with the feature settings every variant shares
+            if not loaded:
+                base = variant_config("baseline", args.mgf, out, threads=args.threads, cache_dir=args.cache_dir)
+                settings = replace(base.feature_settings(), adducts=SCORED_ADDUCTS)
+                loaded["data"] = run_to_end(iter_load_labelled_spectra(args.mgf, settings, cache_dir=args.cache_dir))
+                loaded["val"] = loaded["data"].select(("val",), licenses=SHIPPABLE_LICENSES, exclude_unit_resolution=True)
+            return loaded["val"], loaded["data"]
+
         results_path = out / "results.json"
         results = json.loads(results_path.read_text()) if results_path.is_file() else {}
         for name in dict.fromkeys([*VARIANTS, *names, *results]):
@@ -224,15 +309,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             if not (_finished(folder) and (folder / "calibration.json").is_file()):
                 continue
-            if data is None:
-                settings = replace(configs[names[0]].feature_settings(), adducts=SCORED_ADDUCTS)
-                data = run_to_end(iter_load_labelled_spectra(args.mgf, settings, cache_dir=args.cache_dir))
-                val = data.select(("val",), licenses=SHIPPABLE_LICENSES, exclude_unit_resolution=True)
-            r = score_variant(folder, val, args.threads)
+            r = score_variant(folder, val_and_data()[0], args.threads)
             desc_path = folder / "ablation.json"
             desc = VARIANTS[name][0] if name in VARIANTS else (
                 json.loads(desc_path.read_text())["description"] if desc_path.is_file() else "")
             results[name] = {"description": desc, **r}
+            print(f"{name}: fidelity {r['fidelity']:.4f} low {r['low']:.3f} AP micro {r['ap_micro']:.4f}", flush=True)
+        for name, folders in ensembles.items():
+            r = score_ensemble(folders, val_and_data()[1], val_and_data()[0], args.threads)
+            results[name] = {"description": f"mean posterior of {len(folders)} encoders", **r}
             print(f"{name}: fidelity {r['fidelity']:.4f} low {r['low']:.3f} AP micro {r['ap_micro']:.4f}", flush=True)
         order = [n for n in VARIANTS if n in results] + [n for n in results if n not in VARIANTS]
         results = {n: results[n] for n in order}
@@ -246,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 _SHOWN = {"encoder", "bce_weight", "cosine_weight", "ema_decay", "peak_dropout", "intensity_noise", "licenses",
-          "epochs", "select_metric"}
+          "epochs", "select_metric", "substructure_weight", "adducts"}
 
 
 if __name__ == "__main__":

@@ -82,6 +82,7 @@ from .spectra import (
     iter_load_labelled_spectra,
     structure_folds,
 )
+from .substructures import LabelProgress, SubstructureSettings, fragment_labels
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,13 @@ class EncoderTrainConfig(TrainingConfig):
     intensity_noise: float = field(
         default=0.0, metadata={"help": "Augmentation: sigma of log-normal noise on peak intensities (renormalised)."}
     )
+    substructure_weight: float = field(
+        default=0.0, metadata={"help": "Weight of MIST's substructure task: each labelled peak token predicts its fragment's "
+                                       "fingerprint (training.substructures; needs encoder fragment_bits > 0). 0 = off."}
+    )
+    substructure_max_breaks: int = field(
+        default=3, metadata={"help": "Substructure task: bond cuts of the fragments peaks are matched to (1-3)."}
+    )
     select_metric: str = field(
         default="ap_micro", metadata={"help": f"Validation metric for early stopping: {', '.join(SELECT_METRICS)}."}
     )
@@ -184,6 +192,11 @@ class EncoderTrainConfig(TrainingConfig):
                 "`warmup_steps`, `bce_weight`, `cosine_weight`, `level_loss_weight`, `intensity_noise` and "
                 "`min_annotated_peaks` must be >= 0."
             )
+        if not (self.substructure_weight >= 0 and self.substructure_max_breaks in (1, 2, 3)):
+            raise ConfigError(f"`substructure_weight` must be >= 0 and `substructure_max_breaks` 1, 2 or 3; got "
+                              f"{self.substructure_weight!r} and {self.substructure_max_breaks!r}.")
+        if self.substructure_weight and not self.encoder_config().fragment_bits:
+            raise ConfigError("`substructure_weight` > 0 needs a fragment head: set encoder fragment_bits (e.g. 512).")
         if self.bce_weight == 0 and self.cosine_weight == 0:
             raise ConfigError("`bce_weight` and `cosine_weight` are both 0: there is nothing to train; set one > 0.")
         if not 0 <= self.peak_dropout < 1:
@@ -552,7 +565,20 @@ def _load_data(config: EncoderTrainConfig) -> Iterator[Event]:
         min_annotated_peaks=config.min_annotated_peaks,
     )  # fmt: skip
     split = training_split(config, data)
-    return data, split.train, split.val, split.held_out
+    labels = None
+    if config.substructure_weight:
+        settings = SubstructureSettings(n_bits=config.encoder_config().fragment_bits,
+                                        max_breaks=config.substructure_max_breaks)  # fmt: skip
+        labels = yield from fragment_labels(split.train, config.mgf, settings, cache_dir=config.cache_dir)
+    return data, split.train, split.val, split.held_out, labels
+
+
+def substructure_loss(fragment_logits: torch.Tensor, targets: torch.Tensor, labelled: torch.Tensor) -> torch.Tensor:
+    """Mean BCE of the labelled tokens' fragment logits (B, P, bits) against their fragments' fingerprints;
+    0 when no token of the batch is labelled."""
+    if not bool(labelled.any()):
+        return fragment_logits.sum() * 0.0  # keeps the graph (and DDP-style hooks) intact
+    return F.binary_cross_entropy_with_logits(fragment_logits[labelled], targets[labelled])
 
 
 def train_encoder(config: EncoderTrainConfig, stop: threading.Event | None = None) -> Iterator[Event]:
@@ -577,7 +603,7 @@ def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator
         raise ConfigError(f"{out_dir} already holds a training run; pass --resume to continue it or use a new --out.")
     config_path.write_text(json.dumps(config.to_dict(), indent=1) + "\n")
 
-    all_data, train, val, held_out = yield from _load_data(config)
+    all_data, train, val, held_out, labels = yield from _load_data(config)
     enc_config = config.encoder_config()
     mode = SELECT_METRICS[config.select_metric]
     n_batches = len(length_grouped_batches(train.n_tokens, config.batch_size, seed=0, epoch=0,
@@ -647,7 +673,14 @@ def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator
                     gen = torch.Generator().manual_seed(config.seed * 1_000_003 + state["step"])
                     batch = augment_batch(batch, gen, peak_dropout=config.peak_dropout,
                                           intensity_noise=config.intensity_noise)  # fmt: skip
-                loss = levels_loss(model(batch, return_levels=True), targets, config)  # scalar
+                if labels is None:
+                    loss = levels_loss(model(batch, return_levels=True), targets, config)  # scalar
+                else:
+                    levels, fragments = model(batch, return_levels=True, return_fragments=True)
+                    frag_targets, labelled = labels.targets(train, idx, batch["mask"].shape[1])
+                    labelled &= batch["mask"]  # a peak hidden by augmentation is not asked about
+                    loss = levels_loss(levels, targets, config) + config.substructure_weight * substructure_loss(
+                        fragments, frag_targets, labelled)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if config.grad_clip:
@@ -805,6 +838,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                           flush=True)
                 elif isinstance(event, CacheHit):
                     print(f"labelled spectra from cache {event.path}", flush=True)
+                elif isinstance(event, LabelProgress):
+                    print(f"substructure labels: {event.structures_done}/{event.structures} structures "
+                          f"({event.elapsed_s:.0f} s)", flush=True)
                 elif isinstance(event, DataReady):
                     print(f"train {json.dumps(event.train)}\nval   {json.dumps(event.val)}\n"
                           f"{event.steps_per_epoch} steps per epoch", flush=True)  # fmt: skip
