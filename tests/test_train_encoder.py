@@ -326,3 +326,15 @@ def test_negative_mode_trains_and_calibrates_per_ion_mode(mgf, tmp_path):
     assert "negative-mode" in cal.negative.source and summary["negative"]["n_spectra"] == 1
     with pytest.raises(ConfigError, match="`adducts`"):
         tiny_config(mgf, out, adducts=["[M+Xy]+"])
+
+
+def test_command_line_sets_the_encoder_fields(tmp_path):
+    from training.train_encoder import _parser, config_from_args
+
+    argv = ["--mgf", "x.mgf", "--out", str(tmp_path), "--dropout", "0.3", "--grow-levels", "4", "--fragment-bits", "64",
+            "--substructure-weight", "0.5"]  # fmt: skip
+    config = config_from_args(_parser().parse_args(argv))
+    assert config.encoder == {"dropout": 0.3, "grow_levels": 4, "fragment_bits": 64}
+    assert config.substructure_weight == 0.5 and config.encoder_config().fragment_bits == 64
+    with pytest.raises(ConfigError, match="--fragment-bits"):
+        config_from_args(_parser().parse_args(argv[:-6] + ["--substructure-weight", "0.5"]))

@@ -196,7 +196,8 @@ class EncoderTrainConfig(TrainingConfig):
             raise ConfigError(f"`substructure_weight` must be >= 0 and `substructure_max_breaks` 1, 2 or 3; got "
                               f"{self.substructure_weight!r} and {self.substructure_max_breaks!r}.")
         if self.substructure_weight and not self.encoder_config().fragment_bits:
-            raise ConfigError("`substructure_weight` > 0 needs a fragment head: set encoder fragment_bits (e.g. 512).")
+            raise ConfigError("`substructure_weight` > 0 needs a fragment head: set encoder fragment_bits (e.g. 512; "
+                              "--fragment-bits on the command line).")
         if self.bce_weight == 0 and self.cosine_weight == 0:
             raise ConfigError("`bce_weight` and `cosine_weight` are both 0: there is nothing to train; set one > 0.")
         if not 0 <= self.peak_dropout < 1:
@@ -799,6 +800,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-unit-resolution", action="store_true", help="keep QQ / ion-trap spectra")
     p.add_argument("--max-peaks", type=int, help="encoder max_peaks (default: the preset's)")
     p.add_argument("--dropout", type=float, help="encoder dropout (default: the preset's)")
+    p.add_argument("--grow-levels", type=int, help="encoder grow_levels: MIST's growing head (the shipped encoder: 4)")
+    p.add_argument("--fragment-bits", type=int,
+                   help="encoder fragment_bits: the per-peak fragment head of --substructure-weight (e.g. 512)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--no-val", action="store_true",
                    help="no validation fold: nothing is evaluated or selected, the last weights are kept")
@@ -808,12 +812,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> EncoderTrainConfig:
-    skip = {"mgf", "out", "licenses", "keep_unit_resolution", "max_peaks", "dropout", "resume", "preset", "no_val"}
+    encoder_args = ("max_peaks", "dropout", "grow_levels", "fragment_bits")
+    skip = {"mgf", "out", "licenses", "keep_unit_resolution", "resume", "preset", "no_val", *encoder_args}
     kwargs = {k: v for k, v in vars(args).items() if k not in skip}
     licenses = None if [s.lower() for s in args.licenses] == ["all"] else args.licenses
-    encoder = {"max_peaks": args.max_peaks} if args.max_peaks else {}
-    if args.dropout is not None:
-        encoder["dropout"] = args.dropout
+    encoder = {k: getattr(args, k) for k in encoder_args if getattr(args, k) is not None}
     return EncoderTrainConfig(
         mgf=args.mgf, out_dir=args.out, preset=args.preset, encoder=encoder, licenses=licenses,
         exclude_unit_resolution=not args.keep_unit_resolution, resume=args.resume,
