@@ -209,6 +209,12 @@ def test_recipe_fields_reach_every_fold_encoder(mgf, tmp_path):
         _oof_config(mgf, tmp_path / "oof", adducts=("[M+H]+",), train={"adducts": ["[M+H]+"]})
     with pytest.raises(ConfigError, match="encoder"):
         _oof_config(mgf, tmp_path / "oof", train={"encoder": {"grow_levels": 2}})
+    sub = _oof_config(mgf, tmp_path / "oof", fragment_bits=32, substructure_weight=0.5).fold_config(0)
+    assert sub.encoder == {"dropout": 0.1, "fragment_bits": 32} and sub.substructure_weight == 0.5
+    with pytest.raises(ConfigError, match="fragment head"):  # the task without its head
+        _oof_config(mgf, tmp_path / "oof", substructure_weight=0.5)
+    with pytest.raises(ConfigError, match="`substructure_weight` is set twice"):
+        _oof_config(mgf, tmp_path / "oof", fragment_bits=32, substructure_weight=0.5, train={"substructure_weight": 1})
 
 
 def test_negative_mode_rows_are_queried_at_their_folds_negative_band(tmp_path):

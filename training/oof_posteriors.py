@@ -8,7 +8,8 @@ The training selection of :mod:`training.train_encoder` (``FOLD=train``, licence
 dl-de/by-2-0``, ``[M+H]+`` / ``[M+Na]+`` or the ion types of ``--adducts``, unit-resolution instruments
 excluded) is split into ``folds`` folds by structure (:func:`training.spectra.structure_folds`: first
 InChIKey blocks ordered by a seeded hash and dealt out in turn). For each fold ``k`` an encoder is trained
-with the shipped encoder's recipe (or the one ``--grow-levels`` / ``--adducts`` / ``--stop-after-epochs``
+with the shipped encoder's recipe (or the one ``--grow-levels`` / ``--fragment-bits`` + ``--substructure-weight`` /
+``--adducts`` / ``--stop-after-epochs``
 give) on the other folds (``cv_folds=K, cv_fold=k``) and predicts the posteriors of fold ``k``'s spectra.
 No ``FOLD=val`` spectrum is used for training or for choosing anything: instead of early stopping, every
 fold trains a fixed ``stop_after_epochs`` epochs of an ``epochs``-long cosine, the epoch the shipped
@@ -112,6 +113,12 @@ class OOFConfig(TrainingConfig):
     grow_levels: int | None = field(
         default=None, metadata={"help": "MIST growing head levels (encoder grow_levels); None = the preset's flat head."}
     )
+    fragment_bits: int | None = field(
+        default=None, metadata={"help": "Encoder fragment_bits: the per-peak fragment head of --substructure-weight."}
+    )
+    substructure_weight: float = field(
+        default=0.0, metadata={"help": "Weight of MIST's substructure task (training.substructures); 0 = off."}
+    )
     adducts: tuple[str, ...] | None = field(
         default=None, metadata={"help": "Precursor ion types to train and score, e.g. [M+H]+ [M+Na]+ [M-H]-; None = "
                                         "the encoder training default."},
@@ -138,8 +145,9 @@ class OOFConfig(TrainingConfig):
     def __post_init__(self) -> None:
         self.train = dict(self.train)
         reserved = {"mgf", "out_dir", "cv_folds", "cv_fold", "cv_seed", "val_folds", "resume", "encoder"}
-        if self.adducts is not None and "adducts" in self.train:
-            raise ConfigError("`adducts` is set twice (as a field and in `train`); give it once.")
+        for name, value in (("adducts", self.adducts), ("substructure_weight", self.substructure_weight or None)):
+            if value is not None and name in self.train:
+                raise ConfigError(f"`{name}` is set twice (as a field and in `train`); give it once.")
         if reserved & set(self.train):
             raise ConfigError(f"`train` may not set {sorted(reserved & set(self.train))}; they are the OOF run's.")
         if not isinstance(self.folds, int) or self.folds < 2:
@@ -154,7 +162,11 @@ class OOFConfig(TrainingConfig):
         encoder: dict[str, Any] = {"dropout": self.dropout}
         if self.grow_levels is not None:
             encoder["grow_levels"] = self.grow_levels
+        if self.fragment_bits is not None:
+            encoder["fragment_bits"] = self.fragment_bits
         extra = dict(self.train)
+        if self.substructure_weight:
+            extra["substructure_weight"] = self.substructure_weight
         if self.adducts is not None:
             extra["adducts"] = tuple(self.adducts)
         return EncoderTrainConfig(
