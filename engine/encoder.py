@@ -107,7 +107,9 @@ class EncoderConfig:
         if not isinstance(self.fragment_bits, int) or isinstance(self.fragment_bits, bool) or not (
             self.fragment_bits == 0 or self.fragment_bits >= 8
         ):
-            raise ConfigError(f"`fragment_bits` must be 0 (no fragment head) or an integer >= 8, got {self.fragment_bits!r}.")
+            raise ConfigError(
+                f"`fragment_bits` must be 0 (no fragment head) or an integer >= 8, got {self.fragment_bits!r}."
+            )
         if not self.count_periods or any(not p > 0 for p in self.count_periods):
             raise ConfigError(
                 f"`count_periods` must be a non-empty list of positive numbers, got {self.count_periods!r}."
@@ -297,7 +299,9 @@ class SpectrumEncoder(nn.Module):
         one fragment fingerprint per token (the root's and padding's are meaningless).
         """
         if return_fragments and self.fragment_head is None:
-            raise ConfigError("This encoder has no fragment head (`fragment_bits` is 0); build it with fragment_bits > 0.")
+            raise ConfigError(
+                "This encoder has no fragment head (`fragment_bits` is 0); build it with fragment_bits > 0."
+            )
         formulas = batch["formulas"].float()  # (B, P, E); token 0 is the root
         mask = batch["mask"]  # (B, P) True on real tokens
         b, p, _ = formulas.shape

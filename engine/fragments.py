@@ -148,7 +148,8 @@ def fragment_pieces(mol: chem.Mol, max_breaks: int = 2, max_states: int = MAX_ST
             break
     atoms = tuple(atom_sets)
     formulas = np.array([vec[[i for i in range(n) if (s >> i) & 1]].sum(0) for s in atoms], dtype=np.int64)
-    return Pieces(atoms, np.array(list(atom_sets.values()), dtype=np.int64), formulas.reshape(-1, len(ELEMENTS))), complete
+    breaks = np.array(list(atom_sets.values()), dtype=np.int64)
+    return Pieces(atoms, breaks, formulas.reshape(-1, len(ELEMENTS))), complete
 
 
 def _bonds_within(atoms: int, bonds: list[tuple[int, int]]) -> int:

@@ -174,8 +174,10 @@ def score_ensemble(folders: Sequence[Path], data, val, threads: int = 1) -> dict
     """
     if not folders:
         raise ConfigError("An ensemble needs at least one encoder folder.")
-    config = EncoderTrainConfig.from_dict({**json.loads((folders[0] / "train_config.json").read_text()), "resume": False,
-                                           "cv_folds": None, "cv_fold": None, "max_train_spectra": None})  # fmt: skip
+    recipe = json.loads((folders[0] / "train_config.json").read_text())
+    config = EncoderTrainConfig.from_dict(
+        {**recipe, "resume": False, "cv_folds": None, "cv_fold": None, "max_train_spectra": None}
+    )
     train = training_split(config, data).train
     train = train.subset(np.flatnonzero(np.isin(train.adduct, config.adducts)))
     scored = val.subset(np.flatnonzero(np.isin(val.adduct, config.adducts)))
@@ -298,7 +300,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 base = variant_config("baseline", args.mgf, out, threads=args.threads, cache_dir=args.cache_dir)
                 settings = replace(base.feature_settings(), adducts=SCORED_ADDUCTS)
                 loaded["data"] = run_to_end(iter_load_labelled_spectra(args.mgf, settings, cache_dir=args.cache_dir))
-                loaded["val"] = loaded["data"].select(("val",), licenses=SHIPPABLE_LICENSES, exclude_unit_resolution=True)
+                loaded["val"] = loaded["data"].select(
+                    ("val",), licenses=SHIPPABLE_LICENSES, exclude_unit_resolution=True
+                )
             return loaded["val"], loaded["data"]
 
         results_path = out / "results.json"

@@ -158,7 +158,9 @@ class LabelProgress:
 
 def labels_cache_path(mgf: str | Path, settings: SubstructureSettings, cache_dir: str | Path | None) -> Path:
     """Where the fragment labels of the structures of ``mgf`` with ``settings`` are cached."""
-    key = json.dumps({"version": FORMAT_VERSION, "settings": asdict(settings), "file": file_sha256(mgf)}, sort_keys=True)
+    key = json.dumps(
+        {"version": FORMAT_VERSION, "settings": asdict(settings), "file": file_sha256(mgf)}, sort_keys=True
+    )
     folder = Path(cache_dir) if cache_dir is not None else paths.cache_dir() / "labelled_spectra"
     return folder / f"fragment-labels-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
 

@@ -147,8 +147,9 @@ class EncoderTrainConfig(TrainingConfig):
         default=0.0, metadata={"help": "Augmentation: sigma of log-normal noise on peak intensities (renormalised)."}
     )
     substructure_weight: float = field(
-        default=0.0, metadata={"help": "Weight of MIST's substructure task: each labelled peak token predicts its fragment's "
-                                       "fingerprint (training.substructures; needs encoder fragment_bits > 0). 0 = off."}
+        default=0.0,
+        metadata={"help": "Weight of MIST's substructure task: each labelled peak token predicts its fragment's "
+                          "fingerprint (training.substructures; needs encoder fragment_bits > 0). 0 = off."},
     )
     substructure_max_breaks: int = field(
         default=3, metadata={"help": "Substructure task: bond cuts of the fragments peaks are matched to (1-3)."}
