@@ -138,7 +138,7 @@ def test_evaluation_table_goes_into_the_card_and_an_existing_bundle_is_kept(runs
 
 
 def test_a_folder_without_a_decoder_is_refused(runs, tmp_path):
-    with pytest.raises(ConfigError, match="neither a decoder checkpoint nor a pretraining run"):
+    with pytest.raises(ConfigError, match="neither a decoder checkpoint, a pretraining run"):
         from training.build_bundle import resolve_decoder_checkpoint
 
         resolve_decoder_checkpoint(tmp_path)
@@ -177,3 +177,37 @@ def test_bundle_weights_are_readable_like_any_new_file(runs, tmp_path):
     for name in ("decoder.safetensors", "encoder.safetensors", "config.json"):
         assert stat.S_IMODE((tmp_path / "b" / name).stat().st_mode) == 0o644, name
     assert load_bundle(tmp_path / "b", device="cpu").name == "test-model"
+
+
+def test_the_decoder_of_a_bundle_beside_a_new_encoder(runs, tmp_path):
+    assert _build(runs, tmp_path / "first") == 0
+    assert build_main(["--decoder", str(tmp_path / "first"), "--encoder", str(runs / "encoder"),
+                       "--calibration", str(runs / "calibration.json"), "--name", "second",
+                       "--out", str(tmp_path / "second")]) == 0
+    first, second = load_bundle(tmp_path / "first", device="cpu"), load_bundle(tmp_path / "second", device="cpu")
+    for (name, a), b in zip(first.decoder.state_dict().items(), second.decoder.state_dict().values()):
+        assert np.array_equal(a.float().numpy(), b.float().numpy()), name  # bf16 stored again: unchanged
+    assert second.config["training"]["decoder_stages"] == first.config["training"]["decoder_stages"]
+    assert len(second.known_structures) == len(first.known_structures)  # the decoder's corpus travels with it
+    card = (tmp_path / "second" / "MODEL_CARD.md").read_text()
+    origin = f"Decoder weights: the decoder of bundle test-model [{first.checksum[:12]}], unchanged"
+    assert origin in card and "Decoder stage 1: 3 AdamW steps (stage1/step_00000003)" in card
+    assert "tokens/s" in card and "5 pretraining steps" in card  # the whole record of the last stage came along
+
+    # reused once more, from the second bundle: the first bundle stays named, no stage is lost
+    assert build_main(["--decoder", str(tmp_path / "second"), "--encoder", str(runs / "encoder"),
+                       "--calibration", str(runs / "calibration.json"), "--name", "third",
+                       "--out", str(tmp_path / "third")]) == 0
+    third = (tmp_path / "third" / "MODEL_CARD.md").read_text()
+    assert origin in third and "5 pretraining steps" in third
+
+    # a bundle from before decoder_summary: its stage list stands in, and the card says where the rest is
+    config = json.loads((tmp_path / "first" / "config.json").read_text())
+    del config["training"]["decoder_summary"]
+    (tmp_path / "first" / "config.json").write_text(json.dumps(config))
+    assert build_main(["--decoder", str(tmp_path / "first"), "--encoder", str(runs / "encoder"),
+                       "--calibration", str(runs / "calibration.json"), "--name", "old",
+                       "--out", str(tmp_path / "old")]) == 0
+    card = (tmp_path / "old" / "MODEL_CARD.md").read_text()
+    assert "Decoder stage 2 (from those weights" in card and "2 AdamW steps" in card
+    assert "in that bundle's model card" in card and "None" not in card

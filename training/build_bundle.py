@@ -3,7 +3,7 @@
 ::
 
     python -m training.build_bundle \\
-        --decoder /work/runs/pt_small            # pretraining run (newest checkpoint) or a checkpoint
+        --decoder /work/runs/pt_small            # pretraining run (newest checkpoint), a checkpoint or a bundle
         --encoder /work/runs/encoder_v1          # encoder run: weights, config, calibration.json
         [--adapter /work/runs/adapt_v1/adapter]  # peft LoRA adapter (adapter_config.json + safetensors)
         [--evaluation eval/table.md]             # Markdown put into the card's "Evaluation" section
@@ -16,6 +16,10 @@ the precision its calibration thresholds were computed in. The card (``MODEL_CAR
 written from what the runs recorded — data selection, parameter counts, steps, wall time, encoder
 metrics, calibration — so it cannot drift from the weights; ``--evaluation`` adds the measured table.
 The finished bundle is loaded once with :func:`engine.bundle.load_bundle` to prove it is whole.
+
+``--decoder`` may also be a model bundle: its decoder, unchanged, beside a new encoder. The bundle's
+record of the decoder's training (``training.decoder_summary`` and ``decoder_stages`` in its
+``config.json``) and its ``known_structures.npz`` travel with the weights.
 
 The bundle also gets ``known_structures.npz`` (the novelty flag's training corpus): the structures of
 every corpus the decoder's stages were pretrained on, with those of a bundle a stage started from
@@ -66,17 +70,42 @@ def _jsonl(path: Path) -> list[dict]:
 
 
 def resolve_decoder_checkpoint(src: Path) -> Path:
-    """A checkpoint directory as given, or the newest checkpoint of a run directory."""
-    if (src / "decoder_config.json").is_file():
+    """A checkpoint directory or a bundle as given, or the newest checkpoint of a run directory."""
+    if (src / "decoder_config.json").is_file() or is_bundle(src):
         return src
     found = latest_checkpoint(src)
     if found is None:
-        raise ConfigError(f"{src} is neither a decoder checkpoint nor a pretraining run with checkpoints.")
+        raise ConfigError(f"{src} is neither a decoder checkpoint, a pretraining run with checkpoints nor a model bundle.")
     return found
+
+
+def bundle_decoder_summary(bundle: Path) -> dict:
+    """The decoder training record of a bundle whose decoder is reused as it is.
+
+    Bundles since ``decoder_summary`` existed keep the whole summary; older ones keep the stage list, whose
+    last entry then stands for the decoder's own stage (steps, batch, lr, tokens, hours).
+    """
+    config = _json(bundle / "config.json")
+    training = config.get("training", {})
+    checksum = config.get("checksum") or bundle_checksum(bundle)
+    origin = f"the decoder of bundle {config.get('name', bundle.name)} [{checksum[:12]}], unchanged"
+    stages = training.get("decoder_stages") or [
+        {"source": f"bundle {config.get('name', bundle.name)}", "step": training.get("decoder_step", 0)}]
+    if training.get("decoder_summary"):  # the first bundle that reused it stays named
+        return {"origin": origin, **training["decoder_summary"], "earlier_stages": stages[:-1]}
+    last = stages[-1]
+    run, _, checkpoint = last["source"].rpartition("/")
+    summary = {"run": run or last["source"], "checkpoint": checkpoint, "step": last["step"],
+               "config": {k: last[k] for k in ("batch_size", "lr", "min_lr", "warmup_steps") if k in last},
+               "earlier_stages": stages[:-1], "origin": origin}
+    summary.update({k: last[k] for k in ("tokens_seen", "epochs", "train_hours") if k in last})
+    return summary
 
 
 def decoder_training_summary(checkpoint: Path) -> dict:
     """Steps, records and tokens seen, wall time and last validation of the pretraining run."""
+    if is_bundle(checkpoint):
+        return bundle_decoder_summary(checkpoint)
     run = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
     config = _json(run / "pretrain_config.json")
     records = _jsonl(run / "metrics.jsonl")
@@ -139,6 +168,10 @@ def earlier_decoder_stages(src: Path) -> list[dict]:
 def training_structures(checkpoint: Path) -> tuple[KnownStructures | None, str]:
     """The structures every pretraining stage behind ``checkpoint`` read (None, and why, when a stage's
     corpus is unknown): the union of the stages' corpora and of the known set of a bundle one started from."""
+    if is_bundle(checkpoint):  # a decoder reused from a bundle: the set that bundle ships
+        if not (checkpoint / KNOWN_FILE).is_file():
+            return None, f"bundle {checkpoint}, whose decoder is reused, ships no {KNOWN_FILE}"
+        return KnownStructures.load(checkpoint / KNOWN_FILE), ""
     hashes, names = [], []
     run = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
     while True:
@@ -252,6 +285,8 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
     lines.append("")
 
     lines += ["## Training", ""]
+    if dec.get("origin"):
+        lines.append(f"- Decoder weights: {dec['origin']}; its training stages:")
     for i, stage in enumerate(dec.get("earlier_stages", []), 1):
         parts = []  # bundles written before decoder_stages existed give their name and step only
         if "batch_size" in stage:
@@ -270,13 +305,18 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
         label = (f"Decoder stage {len(dec['earlier_stages']) + 1} (from those weights, with a fresh optimizer, "
                  "warm-up and data order)")
     if dec:
+        run_details = [f"lr {cfg.get('lr')} warm-up {cfg.get('warmup_steps')} then cosine to {cfg.get('min_lr')}"]
+        if "threads" in cfg:  # a bundle's stage record (an older bundle's reused decoder) lacks these
+            run_details += [f"{'fp32' if cfg.get('precision') == 'fp32' else 'bf16 autocast'}",
+                            f"{cfg.get('threads')} CPU thread(s) at the end"]
         lines.append(
             f"- {label}: {dec.get('step', 0):,} AdamW steps of {cfg.get('batch_size')} formula-grouped records "
-            f"(lr {cfg.get('lr')} warm-up {cfg.get('warmup_steps')} then cosine to {cfg.get('min_lr')}, "
-            f"{'fp32' if cfg.get('precision') == 'fp32' else 'bf16 autocast'}, "
-            f"{cfg.get('threads')} CPU thread(s) at the end), "
+            f"({', '.join(run_details)}), "
             f"{dec.get('tokens_seen', 0) / 1e6:.1f}M tokens = {dec.get('epochs', 0):.2f} epochs, "
-            f"{dec.get('train_hours', 0):.1f} h at ~{dec.get('tokens_per_s', 0):,.0f} tokens/s. "
+            f"{dec.get('train_hours', 0):.1f} h"
+            + (f" at ~{dec['tokens_per_s']:,.0f} tokens/s. " if dec.get("tokens_per_s") else ". ")
+            + ("The details of this stage (its noise-aware mix, held-out loss) are in that bundle's model card. "
+               if dec.get("origin") and "threads" not in cfg else "")
             + (f"Noise-aware: {cfg['noise_fraction']:.0%} of the records conditioned on a simulated band query "
                f"(noise model `{Path(cfg['noise_model']).name}`: per band threshold and bit, the rates at which "
                "out-of-fold encoders keep true bits and switch false ones on) instead of the true fingerprint. "
@@ -332,8 +372,9 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
               "decoder; SAFE strings up to the decoder's block size.",
               f"- This is a small CPU-trained model ({pc['total'] / 1e6:.0f}M decoder parameters, "
               f"{sum(st['step'] for st in dec.get('earlier_stages', [])) + dec.get('step', 0):,} pretraining steps "
-              f"of {cfg.get('batch_size')} on a {dec.get('corpus_records', 0) / 1e6:.2f}M-molecule corpus) "
-              "standing in for the paper's 150M decoder trained on 100M molecules on GPUs: "
+              f"of {cfg.get('batch_size')}"
+              + (f" on a {dec['corpus_records'] / 1e6:.2f}M-molecule corpus) " if dec.get("corpus_records") else ") ")
+              + "standing in for the paper's 150M decoder trained on 100M molecules on GPUs: "
               "expect far lower accuracy than the paper reports; treat candidates as hypotheses to check "
               "against standards, and read the posterior similarity and (with a reference) fidelity scores.",
               "- Trained on MassBank reference spectra (mostly Orbitrap/Q-TOF, many collision energies); "
@@ -378,6 +419,8 @@ def build(args: argparse.Namespace) -> Path:
         extra={"training": {"decoder_checkpoint": f"{dec_summary['run']}/{dec_summary['checkpoint']}",
                             "decoder_step": dec_summary["step"], "encoder_run": encoder_dir.name,
                             "encoder_summary": enc_summary,
+                            "decoder_summary": {k: v for k, v in dec_summary.items()
+                                                if k != "earlier_stages"},
                             "decoder_stages": [*dec_summary.get("earlier_stages", []), stage_record(dec_summary)]}},
     )
     known, why = training_structures(checkpoint)
@@ -387,11 +430,16 @@ def build(args: argparse.Namespace) -> Path:
         print(f"note: no {KNOWN_FILE} (the novelty flag's training corpus): {why}. Build it with "
               f"python -m training.known_structures --corpus CORPUS --out {out / KNOWN_FILE} --bundle {out}",
               file=sys.stderr)
-    if not args.bit_legend and is_bundle(encoder_dir) and (encoder_dir / LEGEND_FILE).is_file():
-        # the legend describes the fingerprint, not the decoder: the encoder's bundle's one still holds
-        add_bundle_file(out, encoder_dir / LEGEND_FILE)
+    # the legend describes the fingerprint, not the model: a source bundle's one still holds
+    legends = [d / LEGEND_FILE for d in (encoder_dir, checkpoint) if is_bundle(d) and (d / LEGEND_FILE).is_file()]
+    if not args.bit_legend and legends:
+        add_bundle_file(out, legends[0])
     if args.bit_legend:
         corpus = Path(dec_summary["config"].get("corpus", ""))
+        if not (corpus / "manifest.json").is_file():
+            raise ConfigError(f"--bit-legend reads the last pretraining stage's corpus ({corpus}), which is not "
+                              "there: build the legend where the corpus is, or leave --bit-legend out to keep "
+                              "a source bundle's legend.")
         sample = reservoir_sample(corpus_smiles(corpus), args.bit_legend)
         gen = build_legend(sample, source=f"{len(sample):,} molecules sampled (seed 0) from {corpus.name}")
         while True:
@@ -434,7 +482,8 @@ def build(args: argparse.Namespace) -> Path:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--decoder", required=True, help="pretraining run directory or decoder checkpoint")
+    p.add_argument("--decoder", required=True,
+                   help="pretraining run directory, decoder checkpoint, or a model bundle whose decoder to reuse")
     p.add_argument("--encoder", required=True,
                    help="encoder training run directory, or a model bundle whose encoder and calibration to reuse")
     p.add_argument("--calibration", help="calibration.json (default: the encoder run's)")
