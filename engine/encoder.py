@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -289,6 +289,16 @@ class SpectrumEncoder(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def for_inference(self) -> SpectrumEncoder:
+        """This encoder without its training-only fragment head (``fragment_bits`` 0), in eval mode: what a
+        bundle ships. The posterior is the same; self is returned when there is no head to drop."""
+        if self.fragment_head is None:
+            return self.eval()
+        plain = SpectrumEncoder(replace(self.config, fragment_bits=0))
+        state = {k: v for k, v in self.state_dict().items() if not k.startswith("fragment_head.")}
+        plain.load_state_dict(state)  # strict: every other weight is carried
+        return plain.to(next(self.parameters()).device).eval()
 
     def forward(self, batch: dict[str, torch.Tensor], return_levels: bool = False, return_fragments: bool = False):
         """Fingerprint logits (B, fp_bits) for a batch from :func:`engine.featurize.collate`.

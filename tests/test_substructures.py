@@ -132,5 +132,8 @@ def test_the_fragment_head_is_a_training_aid_only():
     assert torch.allclose(plain(batch), model(batch))  # the head changes nothing of the posterior
     with pytest.raises(ConfigError, match="no fragment head"):
         plain(batch, return_fragments=True)
+    shipped = model.for_inference()  # what a bundle keeps: the same posterior, no head, no fragment_bits
+    assert shipped.config.fragment_bits == 0 and shipped.fragment_head is None and not shipped.training
+    assert torch.equal(shipped(batch), model(batch)) and plain.for_inference() is plain
     with pytest.raises(ConfigError, match="fragment_bits"):
         EncoderConfig(fragment_bits=4)

@@ -405,6 +405,7 @@ def build(args: argparse.Namespace) -> Path:
         enc_summary = {"metrics": _json(encoder_dir / "metrics.json"),
                        "train_config": _json(encoder_dir / "train_config.json")}
         adducts = tuple(enc_summary["train_config"].get("adducts") or DEFAULT_ADDUCTS)  # what the encoder saw
+    encoder = encoder.for_inference()  # a training-only head (the substructure task's) does not ship
     calibration_file = Path(args.calibration) if args.calibration else encoder_dir / "calibration.json"
     calibration = Calibration.load(calibration_file)
     dec_summary = decoder_training_summary(checkpoint)  # before --force removes --out: it may be a stage's source
