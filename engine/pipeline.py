@@ -273,7 +273,7 @@ class SpectrumSession:
         else:
             self._thresholds = np.asarray(plan.thresholds, dtype=np.float64)
             self._queries = plan.queries(self.posterior)
-        scorer = FingerprintScorer(self.posterior, self.bundle.calibration.bits)
+        scorer = FingerprintScorer(self.posterior, self.bundle.calibration.for_polarity(self.spectrum.polarity).bits)
         self.pool = CandidatePool(self.formula, [q.bits for q in self._queries], scorer)
         self._key = key
         self._plan = plan

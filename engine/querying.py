@@ -39,7 +39,8 @@ OUTER_KAPPA_RANGE = (0.5, 2.0)  # the κ range of the paper's density-ratio diag
 def _curve_dict(cal: Calibration) -> dict:
     """The D_enc / A(t) part of a calibration (what a per-polarity entry holds)."""
     d = cal.to_dict()
-    return {k: d[k] for k in ("d_enc", "n_spectra", "source", "thresholds", "active_counts")}
+    return {k: d[k] for k in ("d_enc", "n_spectra", "source", "thresholds", "active_counts", "bit_calibration")
+            if k in d}
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,12 @@ class Calibration:
         """The calibration of spectra of ``polarity`` ("positive", "negative" or None = unknown).
 
         Posteriors of the two ion modes differ in how many bits pass a threshold, so an encoder trained on
-        both carries one ``D_enc``/``A(t)`` per mode; the per-bit recalibration (``bits``) is shared.
+        both carries one ``D_enc``/``A(t)`` per mode; the per-bit recalibration (``bits``) is the negative
+        mode's own when one was fitted (``training.calibrate_bits --per-polarity``), else shared.
         """
         if polarity == "negative" and self.negative is not None:
-            return replace(self.negative, bits=self.bits, negative=None)
+            bits = self.negative.bits if self.negative.bits is not None else self.bits
+            return replace(self.negative, bits=bits, negative=None)
         return self
 
     # -- A(t) and its inverse -------------------------------------------------------------------

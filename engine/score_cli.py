@@ -154,7 +154,8 @@ def ranked_candidates(session, rows: list[tuple[int, str, str]]):
     from .scoring import FingerprintScorer
     from .structure_score import RankedStructure
 
-    scorer = FingerprintScorer(session.posterior, session.bundle.calibration.bits)
+    bits = session.bundle.calibration.for_polarity(session.spectrum.polarity).bits
+    scorer = FingerprintScorer(session.posterior, bits)
     out = []
     for rank, smiles, key in rows:
         mol = chem.mol_from_smiles(smiles)

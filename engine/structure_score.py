@@ -209,8 +209,8 @@ def score_structures(
     params = params or QueryParams()
     bundle, spectrum = session.bundle, session.spectrum
     posterior = session.posterior
-    scorer = FingerprintScorer(posterior, bundle.calibration.bits)
     cal = bundle.calibration.for_polarity(spectrum.polarity)
+    scorer = FingerprintScorer(posterior, cal.bits)
     thresholds = band_thresholds(cal, params.kappa_min, params.kappa_max, params.groups)
     queries = build_queries(posterior, thresholds)
     weights = np.array([len(q.threshold_indices) for q in queries], dtype=np.float64)

@@ -64,3 +64,56 @@ def test_the_calibration_round_trips_with_its_negative_curve(two_mode_bundle, tm
     assert back.negative is not None and back.negative.d_enc == pytest.approx(cal.negative.d_enc)
     assert back.for_polarity("positive") is back and back.for_polarity(None) is back
     assert back.for_polarity("negative").threshold_for_kappa(1.0) == pytest.approx(cal.negative.threshold_for_kappa(1.0))
+
+
+def _two_mode_oof(path, n_bits: int, n: int = 300):
+    """Out-of-fold posteriors in the layout of training.oof_posteriors: positive-mode spectra whose encoder
+    is overconfident, negative-mode ones whose encoder is underconfident, so their best scalings differ."""
+    rng = np.random.default_rng(0)
+    negative = np.arange(n) % 3 == 0
+    targets = [np.sort(rng.choice(n_bits, size=12, replace=False)) for _ in range(n)]
+    post = np.full((n, n_bits), 0.02)
+    for i, t in enumerate(targets):
+        post[i, t] = 0.3
+        post[i, rng.choice(n_bits, size=12, replace=False)] = 0.9 if not negative[i] else 0.05
+        post[i, t[:8]] = 0.95 if not negative[i] else 0.3
+    offsets = np.concatenate([[0], np.cumsum([len(t) for t in targets])])
+    np.savez(path, posteriors=post.astype(np.float16), bit_offsets=offsets, bits=np.concatenate(targets),
+             inchikey14=np.array([f"KEY{i:011d}" for i in range(n)]),
+             adduct=np.where(negative, "[M-H]-", "[M+H]+"))
+    return path
+
+
+def test_calibrate_bits_fits_each_ion_mode_its_own_scaling_on_request(two_mode_bundle, tmp_path, capsys,
+                                                                      monkeypatch):
+    from engine import pipeline
+    from engine.querying import Calibration
+    from training.calibrate_bits import main as calibrate_bits
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(two_mode_bundle.path, bundle)
+    oof = _two_mode_oof(tmp_path / "oof.npz", n_bits=two_mode_bundle.encoder.config.fp_bits)
+    assert calibrate_bits(["--oof", str(oof), "--bundle", str(bundle), "--per-polarity"]) == 0
+    report = json.loads(capsys.readouterr().out.split("\nwrote")[0])
+    neg = report["held_out_negative"]
+    assert report["held_out_all"]["held_out_spectra"] == report["held_out_positive"]["held_out_spectra"] + neg[
+        "held_out_spectra"]
+    assert neg["logloss_per_bit_own_mode_fit"] < neg["logloss_per_bit_shared_fit"]  # the modes differ here
+    cal = Calibration.load(bundle / "calibration.json")
+    assert cal.bits is not None and cal.negative.bits is not None
+    assert not np.allclose(cal.bits.slope, cal.negative.bits.slope)
+    assert cal.for_polarity("negative").bits is cal.negative.bits and cal.for_polarity("positive").bits is cal.bits
+
+    used = []  # a negative-mode spectrum's candidates are scored with the negative-mode scaling
+    real = pipeline.FingerprintScorer
+    monkeypatch.setattr(pipeline, "FingerprintScorer", lambda post, bits: used.append(bits) or real(post, bits))
+    loaded = load_bundle(bundle, device="cpu", precision="fp32")
+    session = SpectrumSession(loaded, _negative_spectrum())
+    run_to_end(session.run(QueryParams(samples_per_group=1)))
+    assert used and np.allclose(used[-1].slope, cal.negative.bits.slope)
+
+    # the default fits one scaling for both modes and drops a per-mode one left from before
+    assert calibrate_bits(["--oof", str(oof), "--bundle", str(bundle)]) == 0
+    cal = Calibration.load(bundle / "calibration.json")
+    assert cal.negative.bits is None and cal.for_polarity("negative").bits is cal.bits
+    assert "logloss_per_bit_own_mode_fit" not in capsys.readouterr().out

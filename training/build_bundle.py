@@ -75,7 +75,8 @@ def resolve_decoder_checkpoint(src: Path) -> Path:
         return src
     found = latest_checkpoint(src)
     if found is None:
-        raise ConfigError(f"{src} is neither a decoder checkpoint, a pretraining run with checkpoints nor a model bundle.")
+        raise ConfigError(
+            f"{src} is neither a decoder checkpoint, a pretraining run with checkpoints nor a model bundle.")
     return found
 
 
