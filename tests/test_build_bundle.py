@@ -211,3 +211,26 @@ def test_the_decoder_of_a_bundle_beside_a_new_encoder(runs, tmp_path):
     card = (tmp_path / "old" / "MODEL_CARD.md").read_text()
     assert "Decoder stage 2 (from those weights" in card and "2 AdamW steps" in card
     assert "in that bundle's model card" in card and "None" not in card
+
+
+def test_an_fp16_encoder_needs_a_calibration_of_the_rounded_weights(runs, tmp_path, capsys):
+    from safetensors import safe_open
+
+    from training.calibrate import calibrate, load_encoder, round_weights
+
+    assert _build(runs, tmp_path / "refused", "--encoder-dtype", "fp16") == 1
+    assert "--round-weights fp16" in capsys.readouterr().err and not (tmp_path / "refused").exists()
+    cal, _ = calibrate(runs / "encoder", rounding="fp16")
+    assert "(weights rounded to fp16)" in cal.source
+    cal.save(tmp_path / "cal16.json")
+    assert build_main(["--decoder", str(runs / "stage2"), "--encoder", str(runs / "encoder"), "--calibration",
+                       str(tmp_path / "cal16.json"), "--name", "half", "--out", str(tmp_path / "half"),
+                       "--encoder-dtype", "fp16"]) == 0
+    with safe_open(str(tmp_path / "half" / "encoder.safetensors"), "pt") as f:
+        assert {str(f.get_tensor(k).dtype) for k in f.keys()} == {"torch.float16"}
+    loaded = load_bundle(tmp_path / "half", device="cpu", precision="fp32")
+    rounded = round_weights(load_encoder(runs / "encoder"), "fp16")
+    for (name, a), b in zip(rounded.state_dict().items(), loaded.encoder.state_dict().values()):
+        assert np.array_equal(a.numpy(), b.float().numpy()), name  # the file holds exactly what was calibrated
+    assert "encoder weights in fp16 (its calibration was computed on those rounded weights)" in (
+        tmp_path / "half" / "MODEL_CARD.md").read_text()

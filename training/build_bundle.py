@@ -12,7 +12,9 @@
 
 Decoder weights are written in bfloat16 by default (half the size of float32; the engine samples in
 bf16 where the CPU supports it anyway, and casts back to float32 elsewhere); the encoder stays float32,
-the precision its calibration thresholds were computed in. The card (``MODEL_CARD.md``) is
+the precision its calibration thresholds were computed in, unless ``--encoder-dtype fp16`` (or bf16)
+stores it rounded: the calibration must then have been computed on the rounded weights
+(``python -m training.calibrate --round-weights fp16``), which is checked. The card (``MODEL_CARD.md``) is
 written from what the runs recorded — data selection, parameter counts, steps, wall time, encoder
 metrics, calibration — so it cannot drift from the weights; ``--evaluation`` adds the measured table.
 The finished bundle is loaded once with :func:`engine.bundle.load_bundle` to prove it is whole.
@@ -50,7 +52,7 @@ from engine.novelty import KnownStructures
 from engine.querying import Calibration
 
 from .bit_legend import build_legend, corpus_smiles, reservoir_sample
-from .calibrate import load_encoder
+from .calibrate import load_encoder, round_weights, rounded_note
 from .spectra import DEFAULT_ADDUCTS
 from .checkpoint import latest_checkpoint, load_decoder
 from .known_structures import corpus_keys
@@ -235,7 +237,10 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
         "",
         f"The default model bundle of MS-GPT Desktop, trained by this project's own code on a 2-core CPU "
         f"({info['machine']}). Built {info['built']} by `python -m training.build_bundle`; bundle checksum "
-        f"`{info['checksum'][:16]}`, {info['size_mb']:.1f} MB, weights stored in {info['dtype']}.",
+        f"`{info['checksum'][:16]}`, {info['size_mb']:.1f} MB, decoder weights stored in {info['dtype']}, "
+        f"encoder weights in {info.get('encoder_dtype', 'fp32')}"
+        + (" (its calibration was computed on those rounded weights)." if info.get("encoder_dtype", "fp32") != "fp32"
+           else "."),
         "",
         "## What it does",
         "",
@@ -409,6 +414,15 @@ def build(args: argparse.Namespace) -> Path:
     encoder = encoder.for_inference()  # a training-only head (the substructure task's) does not ship
     calibration_file = Path(args.calibration) if args.calibration else encoder_dir / "calibration.json"
     calibration = Calibration.load(calibration_file)
+    if args.encoder_dtype != "fp32":
+        curves = [calibration, *([calibration.negative] if calibration.negative is not None else [])]
+        if not all(rounded_note(args.encoder_dtype) in c.source for c in curves):
+            raise ConfigError(
+                f"--encoder-dtype {args.encoder_dtype} stores rounded encoder weights, but {calibration_file} was "
+                f"not computed on them (its source: {calibration.source!r}). Run python -m training.calibrate "
+                f"--encoder {encoder_dir} --round-weights {args.encoder_dtype} --out CAL.json and pass "
+                "--calibration CAL.json.")
+        round_weights(encoder, args.encoder_dtype)  # what the file will hold, for the proof load below
     dec_summary = decoder_training_summary(checkpoint)  # before --force removes --out: it may be a stage's source
     out = Path(args.out)
     if out.exists():
@@ -417,7 +431,7 @@ def build(args: argparse.Namespace) -> Path:
         shutil.rmtree(out)
     save_bundle(
         out, decoder=decoder.eval(), encoder=encoder, tokenizer=tokenizer, calibration=calibration,
-        name=args.name, dtype=dtype, supported_adducts=adducts,
+        name=args.name, dtype=dtype, encoder_dtype=DTYPES[args.encoder_dtype], supported_adducts=adducts,
         extra={"training": {"decoder_checkpoint": f"{dec_summary['run']}/{dec_summary['checkpoint']}",
                             "decoder_step": dec_summary["step"], "encoder_run": encoder_dir.name,
                             "encoder_summary": enc_summary,
@@ -472,6 +486,7 @@ def build(args: argparse.Namespace) -> Path:
         "decoder_parameters": parameter_counts(decoder),
         "encoder_parameters": sum(p.numel() for p in encoder.parameters()),
         "checksum": bundle.checksum, "size_mb": _size_mb(out), "dtype": args.dtype,
+        "encoder_dtype": args.encoder_dtype,
         "supported_adducts": list(bundle.supported_adducts),
         "built": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "machine": f"{platform.processor() or platform.machine()}, torch {torch.__version__}",
@@ -494,6 +509,9 @@ def main(argv=None) -> int:
     p.add_argument("--name", required=True, help="bundle name shown to users, e.g. msgpt-small-v1")
     p.add_argument("--out", required=True, help="bundle directory to write")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="weight storage type (default bf16)")
+    p.add_argument("--encoder-dtype", choices=sorted(DTYPES), default="fp32",
+                   help="encoder weight storage (default fp32; fp16 halves it and needs a calibration computed "
+                        "on the rounded weights: training.calibrate --round-weights fp16)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--bit-legend", type=int, default=0, metavar="ROWS",
                    help="also write the bit legend from ROWS molecules of the last stage's corpus (e.g. 50000)")

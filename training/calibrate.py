@@ -14,6 +14,10 @@ An encoder trained on both ion modes gets one curve per mode (positive in the ma
 ``negative``; see :meth:`engine.querying.Calibration.for_polarity`): its posteriors differ between the
 modes in how many bits pass a threshold.
 
+A bundle may store the encoder's weights in half precision (``build_bundle --encoder-dtype fp16``, half
+the size): ``round_weights`` ("fp16"/"bf16") then calibrates the weights as they will be stored, rounded
+and read back to float32, and says so in the calibration's ``source``, which ``build_bundle`` checks.
+
 With ``val_folds`` (default: the training run's), the output also reports the validation Tanimoto and
 active bits at ``t_κ`` for the κ of :data:`REPORT_KAPPAS`, to see what the band does to the queries.
 """
@@ -58,6 +62,27 @@ def calibration_summary(cal: Calibration, kappas: Sequence[float] = REPORT_KAPPA
 
 
 
+ROUNDINGS = {"fp16": "float16", "bf16": "bfloat16"}
+
+
+def rounded_note(dtype: str) -> str:
+    """What a calibration's ``source`` says when it was computed on weights rounded to ``dtype``."""
+    return f"(weights rounded to {dtype})"
+
+
+def round_weights(model: SpectrumEncoder, dtype: str) -> SpectrumEncoder:
+    """``model`` with every floating-point weight rounded to ``dtype`` and read back as float32 (in place)."""
+    import torch
+
+    if dtype not in ROUNDINGS:
+        raise ConfigError(f"Cannot round weights to {dtype!r}; use one of {', '.join(ROUNDINGS)}.")
+    with torch.no_grad():
+        for t in model.state_dict().values():
+            if t.is_floating_point():
+                t.copy_(t.to(getattr(torch, ROUNDINGS[dtype])).float())
+    return model
+
+
 def load_encoder(encoder_dir: str | Path) -> SpectrumEncoder:
     """The encoder of a training output directory (``encoder_config.json`` + ``encoder.safetensors``)."""
     folder = Path(encoder_dir)
@@ -91,22 +116,26 @@ def calibrate_encoder(
     grid: np.ndarray | None = None,
     batch_size: int = 256,
     threads: int = 1,
+    rounding: str | None = None,
 ) -> Iterator[ReadProgress | CacheHit | PosteriorsProgress | CalibrationDone]:
     """Calibrate the encoder in ``encoder_dir`` on its training split; the last event holds the result.
 
-    ``mgf``, ``folds`` and ``val_folds`` default to the training run's ``train_config.json``.
+    ``mgf``, ``folds`` and ``val_folds`` default to the training run's ``train_config.json``; ``rounding``
+    ("fp16"/"bf16") calibrates the weights as a bundle storing them in that type will hold them.
     """
     with torch_threads(threads):
-        yield from _calibrate(encoder_dir, mgf, folds, val_folds, cache_dir, grid, batch_size)
+        yield from _calibrate(encoder_dir, mgf, folds, val_folds, cache_dir, grid, batch_size, rounding)
 
 
-def _calibrate(encoder_dir, mgf, folds, val_folds, cache_dir, grid, batch_size) -> Iterator:
+def _calibrate(encoder_dir, mgf, folds, val_folds, cache_dir, grid, batch_size, rounding=None) -> Iterator:
     folder = Path(encoder_dir)
     config_path = folder / "train_config.json"
     if not config_path.is_file():
         raise ConfigError(f"{config_path} is missing: calibration reads the training data selection from it.")
     train_config = EncoderTrainConfig.from_dict({**json.loads(config_path.read_text()), "resume": False})
     model = load_encoder(folder)
+    if rounding is not None:
+        round_weights(model, rounding)
     settings = FeatureSettings.for_encoder(
         model.config, precursor_tol_ppm=train_config.precursor_tol_ppm, precursor_tol_da=train_config.precursor_tol_da,
         adducts=train_config.adducts,
@@ -130,7 +159,8 @@ def _calibrate(encoder_dir, mgf, folds, val_folds, cache_dir, grid, batch_size) 
     cals = {}
     for mode, rows in parts.items():
         what = f" {mode}-mode" if both else ""
-        source = f"{Path(mgf).name}: {int(rows.sum())}{what} training spectra of {folder.name}"
+        source = f"{Path(mgf).name}: {int(rows.sum())}{what} training spectra of {folder.name}" + (
+            f" {rounded_note(rounding)}" if rounding else "")
         cals[mode] = Calibration.from_posteriors(posteriors[rows], train.n_true_bits[rows], grid=grid, source=source)
     cal = replace(cals["positive"], negative=cals["negative"]) if both else cals["all"]
     summary = calibration_summary(cal)
@@ -192,10 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="calibration.json to write")
     p.add_argument("--cache-dir", help="labelled-spectra cache folder (default: the training run's)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--round-weights", choices=sorted(ROUNDINGS),
+                   help="calibrate the weights rounded to this type, for a bundle built with --encoder-dtype")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
     try:
-        for event in calibrate_encoder(args.encoder, args.mgf, cache_dir=args.cache_dir, threads=args.threads):
+        for event in calibrate_encoder(args.encoder, args.mgf, cache_dir=args.cache_dir, threads=args.threads,
+                                       rounding=args.round_weights):
             if isinstance(event, ReadProgress):
                 print(f"read {event.records} records, kept {event.kept}", flush=True)
             elif isinstance(event, CacheHit):
