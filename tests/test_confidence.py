@@ -216,6 +216,21 @@ def test_fit_command_writes_a_model_checked_on_an_eval_run(tmp_path):
     assert (tmp_path / "rel.png").stat().st_size > 1000
     assert main(["fit", "--collected", str(tmp_path / "nothing"), "--out", str(out)]) == 2
 
+    # the model carried to another bundle: `check` records a check on that bundle's own run, weights unchanged
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({"files": {}}))
+    model.save(bundle / "confidence.json")
+    only_one = tmp_path / "eval_one"
+    only_one.mkdir()
+    (only_one / "results.jsonl").write_text(json.dumps(records[1]) + "\n")
+    assert main(["check", "--bundle", str(bundle), "--val-eval", str(only_one)]) == 0
+    checked = ConfidenceModel.load(bundle / "confidence.json")
+    assert checked.meta["val"]["n"] == 1 and checked.meta["val"]["eval"] == str(only_one)
+    assert checked.weights == model.weights and checked.meta["fit"] == model.meta["fit"]
+    assert "confidence.json" in json.loads((bundle / "config.json").read_text())["files"]
+    assert main(["check", "--bundle", str(tmp_path), "--val-eval", str(only_one)]) == 2  # no confidence.json
+
 
 def test_no_confidence_for_an_ion_mode_the_fit_never_saw(bundle_with_confidence):
     from tiny_bundle import fixture_spectra

@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -272,7 +272,32 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--figure", help="reliability diagram PNG")
     f.add_argument("--title", default="Confidence that rank 1 is right (band, B=100)", help="of the diagram")
     f.add_argument("--l2", type=float, default=1.0, help="L2 penalty on the standardised weights (default 1)")
+    k = sub.add_parser("check", help="check a bundle's confidence model on an msgpt-eval run of FOLD=val (e.g. "
+                       "one carried over to a bundle with the same decoder) and record the check in it")
+    k.add_argument("--bundle", required=True, help="model bundle with a confidence.json")
+    k.add_argument("--val-eval", required=True, help="msgpt-eval run of this bundle on FOLD=val")
+    k.add_argument("--figure", help="reliability diagram PNG")
+    k.add_argument("--title", default="Confidence that rank 1 is right (band, B=100)", help="of the diagram")
+    k.add_argument("--no-record", action="store_true", help="print the check, leave the bundle as it is")
     return p
+
+
+def check_bundle(args: argparse.Namespace) -> int:
+    """``check``: the bundle's confidence model against a FOLD=val run of that bundle; the check replaces the
+    model's recorded one (``meta["val"]``), so the model card describes the bundle it ships in."""
+    path = Path(args.bundle) / "confidence.json"
+    if not path.is_file():
+        raise ConfigError(f"{args.bundle} has no confidence.json; fit one with `python -m training.confidence fit`.")
+    model = ConfidenceModel.load(path)
+    report = check_on(model, eval_records(args.val_eval))
+    meta = {**model.meta, "val": {"eval": str(args.val_eval), **{k: v for k, v in report.items()
+                                                                 if k != "probabilities"}}}
+    if args.figure:
+        draw_reliability(report, args.title, args.figure)
+    print(json.dumps({"previous_val": model.meta.get("val"), "val": meta["val"]}, indent=1))
+    if not args.no_record:
+        print(f"wrote {save_model(replace(model, meta=meta), args.bundle)}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -296,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"stopped; run the same command again to continue ({time.perf_counter() - t0:.0f} s)")
                     return 130
             return 0
+        if args.command == "check":
+            return check_bundle(args)
         model = fit(args.collected, args.l2)
         meta = dict(model.meta)
         if args.val_eval:
