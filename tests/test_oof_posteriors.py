@@ -4,6 +4,7 @@ leave fold k out, a fixed epoch count without validation, and a tiny end-to-end 
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -197,6 +198,22 @@ def test_fold_subsets_in_two_runs_give_the_posteriors_of_one_run(mgf, tmp_path):
         np.testing.assert_array_equal(a["fold"], b["fold"])
     with pytest.raises(ConfigError, match="the folds are 0 to 1"):
         list(oof_posteriors(_oof_config(mgf, tmp_path / "three"), only_folds=[2]))
+
+
+def test_the_run_that_finishes_last_assembles_even_when_the_other_fold_finished_during_its_training(
+        mgf, tmp_path):
+    """Two processes started together: each passes the other's fold before it is done. The one finishing
+    last must still find it done at the end and assemble (it once said "folds [] are not done yet")."""
+    out = tmp_path / "two"
+    other = list(oof_posteriors(_oof_config(mgf, tmp_path / "other"), only_folds=[0]))  # fold 0, elsewhere
+    assert isinstance(other[-1], FoldsPending)
+    events = []
+    for e in oof_posteriors(_oof_config(mgf, out), only_folds=[1]):
+        events.append(e)
+        if isinstance(e, FoldStarted) and e.fold == 1:  # fold 0 is skipped by now; it finishes meanwhile
+            shutil.copytree(tmp_path / "other" / "fold_0", out / "fold_0")
+    assert [e.fold for e in events if isinstance(e, FoldStarted)] == [1, 0]
+    assert isinstance(events[-1], OOFFinished) and (out / "oof_posteriors.npz").is_file()
 
 
 def test_recipe_fields_reach_every_fold_encoder(mgf, tmp_path):

@@ -359,19 +359,27 @@ def _run(config: OOFConfig, stop: threading.Event | None, only_folds: Sequence[i
         reference = yield from _reference(config, data, everything)
         yield ReferenceDone(reference)
 
-    fold_summaries = []
+    summaries: dict[int, dict] = {}
+
+    def finished(k: int) -> bool:
+        return (config.fold_dir(k) / "held_out.npz").is_file()
+
     for k in range(config.folds):
-        if only_folds is not None and k not in only_folds:
-            if not (config.fold_dir(k) / "held_out.npz").is_file():
-                continue  # another process's fold, not finished yet
+        if only_folds is not None and k not in only_folds and not finished(k):
+            continue  # another process's fold, not finished yet
         summary = yield from _fold(config, k, everything, fold_of, stop)
         if summary is None:  # stopped
             return
-        fold_summaries.append(summary)
+        summaries[k] = summary
         yield FoldDone(k, summary)
-    if len(fold_summaries) < config.folds:
-        yield FoldsPending([k for k in range(config.folds) if not (config.fold_dir(k) / "held_out.npz").is_file()])
+    # the other process may have finished its folds while this one trained: the last to finish assembles
+    for k in [k for k in range(config.folds) if k not in summaries and finished(k)]:
+        summaries[k] = yield from _fold(config, k, everything, fold_of, stop)
+        yield FoldDone(k, summaries[k])
+    if len(summaries) < config.folds:
+        yield FoldsPending([k for k in range(config.folds) if not finished(k)])
         return
+    fold_summaries = [summaries[k] for k in range(config.folds)]
 
     summary = yield from _assemble(config, everything, fold_of, fold_summaries, reference)
     yield OOFFinished(str(out), summary)
