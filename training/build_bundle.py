@@ -90,7 +90,7 @@ def bundle_decoder_summary(bundle: Path) -> dict:
     """
     config = _json(bundle / "config.json")
     training = config.get("training", {})
-    checksum = config.get("checksum") or bundle_checksum(bundle)
+    checksum = bundle_checksum(bundle)
     origin = f"the decoder of bundle {config.get('name', bundle.name)} [{checksum[:12]}], unchanged"
     stages = training.get("decoder_stages") or [
         {"source": f"bundle {config.get('name', bundle.name)}", "step": training.get("decoder_step", 0)}]

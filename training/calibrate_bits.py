@@ -68,7 +68,7 @@ def load_finished_folds(
         posts.append(post)
         targets += [data.target_bits(r) for r in rows]
         keys += [str(data.inchikey14[r]) for r in rows]
-        negative += [str(data.adduct[r]).endswith("-") for r in rows]
+        negative += [bool(data.polarity[r] < 0) for r in rows]
     print(f"{len(files)} finished folds: {', '.join(f.parent.name for f in files)}")
     return np.concatenate(posts), targets, np.array(keys), np.array(negative, dtype=bool)
 
@@ -139,9 +139,9 @@ def main(argv=None) -> int:
         if calibration.negative is None:
             raise SystemExit(f"{args.bundle}: its calibration has no negative-mode curve to keep a fit beside")
         pos, neg = np.flatnonzero(groups["positive"]), np.flatnonzero(groups["negative"])
-        negative = replace(calibration.negative, bits=fit(neg, f"{what}, {len(neg)} negative-mode FOLD=train spectra"))
+        neg_curve = replace(calibration.negative, bits=fit(neg, f"{what}, {len(neg)} negative-mode FOLD=train spectra"))
         calibration = replace(calibration, bits=fit(pos, f"{what}, {len(pos)} positive-mode FOLD=train spectra"),
-                              negative=negative)
+                              negative=neg_curve)
     else:
         calibration = replace(calibration, bits=fit(np.arange(len(keys)), f"{what}, {len(post)} FOLD=train spectra"),
                               negative=calibration.negative and replace(calibration.negative, bits=None))

@@ -253,6 +253,9 @@ def save_model(model: ConfidenceModel, out: str | Path) -> Path:
     return model.save(out)
 
 
+FIGURE_TITLE = "Confidence that rank 1 is right (band, B=100)"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training.confidence", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -270,14 +273,14 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--out", required=True, help="a model bundle folder (writes its confidence.json and records its "
                    "checksum) or a .json file")
     f.add_argument("--figure", help="reliability diagram PNG")
-    f.add_argument("--title", default="Confidence that rank 1 is right (band, B=100)", help="of the diagram")
+    f.add_argument("--title", default=FIGURE_TITLE, help="of the diagram")
     f.add_argument("--l2", type=float, default=1.0, help="L2 penalty on the standardised weights (default 1)")
     k = sub.add_parser("check", help="check a bundle's confidence model on an msgpt-eval run of FOLD=val (e.g. "
                        "one carried over to a bundle with the same decoder) and record the check in it")
     k.add_argument("--bundle", required=True, help="model bundle with a confidence.json")
     k.add_argument("--val-eval", required=True, help="msgpt-eval run of this bundle on FOLD=val")
     k.add_argument("--figure", help="reliability diagram PNG")
-    k.add_argument("--title", default="Confidence that rank 1 is right (band, B=100)", help="of the diagram")
+    k.add_argument("--title", default=FIGURE_TITLE, help="of the diagram")
     k.add_argument("--no-record", action="store_true", help="print the check, leave the bundle as it is")
     return p
 
