@@ -234,3 +234,14 @@ def test_an_fp16_encoder_needs_a_calibration_of_the_rounded_weights(runs, tmp_pa
         assert np.array_equal(a.numpy(), b.float().numpy()), name  # the file holds exactly what was calibrated
     assert "encoder weights in fp16 (its calibration was computed on those rounded weights)" in (
         tmp_path / "half" / "MODEL_CARD.md").read_text()
+
+    # a new decoder beside that bundle's encoder keeps it in fp16 without being told, bit for bit
+    assert build_main(["--decoder", str(runs / "stage2"), "--encoder", str(tmp_path / "half"), "--name", "again",
+                       "--out", str(tmp_path / "again")]) == 0
+    for name in ("encoder.safetensors", "calibration.json"):
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "half" / name).read_bytes(), name
+    # and storing it wider is still a choice
+    assert build_main(["--decoder", str(runs / "stage2"), "--encoder", str(tmp_path / "half"), "--name", "wide",
+                       "--out", str(tmp_path / "wide"), "--encoder-dtype", "fp32"]) == 0
+    with safe_open(str(tmp_path / "wide" / "encoder.safetensors"), "pt") as f:
+        assert {str(f.get_tensor(k).dtype) for k in f.keys()} == {"torch.float32"}

@@ -14,7 +14,8 @@ Decoder weights are written in bfloat16 by default (half the size of float32; th
 bf16 where the CPU supports it anyway, and casts back to float32 elsewhere); the encoder stays float32,
 the precision its calibration thresholds were computed in, unless ``--encoder-dtype fp16`` (or bf16)
 stores it rounded: the calibration must then have been computed on the rounded weights
-(``python -m training.calibrate --round-weights fp16``), which is checked. The card (``MODEL_CARD.md``) is
+(``python -m training.calibrate --round-weights fp16``), which is checked. An ``--encoder`` bundle's
+encoder keeps the storage of its file by default. The card (``MODEL_CARD.md``) is
 written from what the runs recorded — data selection, parameter counts, steps, wall time, encoder
 metrics, calibration — so it cannot drift from the weights; ``--evaluation`` adds the measured table.
 The finished bundle is loaded once with :func:`engine.bundle.load_bundle` to prove it is whole.
@@ -41,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import safe_open
 
 from engine.bitlegend import FILE_NAME as LEGEND_FILE
 from engine.bitlegend import BitLegend
@@ -390,6 +392,13 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
     return "\n".join(lines)
 
 
+def stored_dtype(weights: Path) -> str:
+    """The DTYPES name of the floating-point tensors in a safetensors file (fp32 when they are mixed)."""
+    with safe_open(str(weights), "pt") as f:
+        kinds = {f.get_slice(k).get_dtype() for k in f.keys()} & {"F16", "BF16", "F32"}
+    return {frozenset({"F16"}): "fp16", frozenset({"BF16"}): "bf16"}.get(frozenset(kinds), "fp32")
+
+
 def is_bundle(folder: Path) -> bool:
     """A model bundle (config.json + both weight files), as opposed to a training run directory."""
     return all((folder / f).is_file() for f in ("config.json", "encoder.safetensors", "decoder.safetensors"))
@@ -414,6 +423,9 @@ def build(args: argparse.Namespace) -> Path:
     encoder = encoder.for_inference()  # a training-only head (the substructure task's) does not ship
     calibration_file = Path(args.calibration) if args.calibration else encoder_dir / "calibration.json"
     calibration = Calibration.load(calibration_file)
+    # a bundle's encoder keeps the storage it was calibrated in unless told otherwise
+    if args.encoder_dtype is None:
+        args.encoder_dtype = stored_dtype(encoder_dir / "encoder.safetensors") if is_bundle(encoder_dir) else "fp32"
     if args.encoder_dtype != "fp32":
         curves = [calibration, *([calibration.negative] if calibration.negative is not None else [])]
         if not all(rounded_note(args.encoder_dtype) in c.source for c in curves):
@@ -509,9 +521,10 @@ def main(argv=None) -> int:
     p.add_argument("--name", required=True, help="bundle name shown to users, e.g. msgpt-small-v1")
     p.add_argument("--out", required=True, help="bundle directory to write")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="weight storage type (default bf16)")
-    p.add_argument("--encoder-dtype", choices=sorted(DTYPES), default="fp32",
-                   help="encoder weight storage (default fp32; fp16 halves it and needs a calibration computed "
-                        "on the rounded weights: training.calibrate --round-weights fp16)")
+    p.add_argument("--encoder-dtype", choices=sorted(DTYPES), default=None,
+                   help="encoder weight storage (default: fp32, or that of an --encoder bundle; fp16 halves it and "
+                        "needs a calibration computed on the rounded weights: training.calibrate --round-weights "
+                        "fp16)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--bit-legend", type=int, default=0, metavar="ROWS",
                    help="also write the bit legend from ROWS molecules of the last stage's corpus (e.g. 50000)")
