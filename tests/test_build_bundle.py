@@ -245,3 +245,21 @@ def test_an_fp16_encoder_needs_a_calibration_of_the_rounded_weights(runs, tmp_pa
                        "--out", str(tmp_path / "wide"), "--encoder-dtype", "fp32"]) == 0
     with safe_open(str(tmp_path / "wide" / "encoder.safetensors"), "pt") as f:
         assert {str(f.get_tensor(k).dtype) for k in f.keys()} == {"torch.float32"}
+
+
+def test_the_card_gives_the_held_out_curve_of_the_last_stage(runs, tmp_path):
+    from training.build_bundle import _curve_text
+
+    list(pretrain(tiny_config(runs / "corpus", tmp_path / "curve", max_steps=4, eval_every=2)))
+    metrics = [json.loads(line) for line in (tmp_path / "curve" / "metrics.jsonl").read_text().splitlines()]
+    val = {r["step"]: r["loss"] for r in metrics if r["kind"] == "val"}
+    assert sorted(val) == [2, 4]
+    assert build_main(["--decoder", str(tmp_path / "curve"), "--encoder", str(runs / "encoder"),
+                       "--calibration", str(runs / "calibration.json"), "--name", "c", "--out",
+                       str(tmp_path / "c")]) == 0
+    card = (tmp_path / "c" / "MODEL_CARD.md").read_text()
+    assert f"Held-out loss by step (true fingerprint): 2: {val[2]:.3f}; 4: {val[4]:.3f}." in card
+    # with simulated queries both numbers; one validation is no curve
+    assert _curve_text([[1000, 0.345, 0.553], [2000, 0.317, 0.512]]) == (
+        " Held-out loss by step (true fingerprint / simulated query): 1,000: 0.345 / 0.553; 2,000: 0.317 / 0.512.")
+    assert _curve_text([[5, 0.3, None]]) == ""

@@ -134,6 +134,7 @@ def decoder_training_summary(checkpoint: Path) -> dict:
         summary["tokens_per_s"] = sorted(r["tokens_per_s"] for r in train)[len(train) // 2]
     if val:
         summary["val"] = {k: val[-1][k] for k in ("step", "loss", "accuracy", "noisy_loss", "noisy_accuracy") if k in val[-1]}
+        summary["val_curve"] = [[r["step"], r["loss"], r.get("noisy_loss")] for r in val]
     if config.get("init_decoder"):
         stages = earlier_decoder_stages(Path(config["init_decoder"]))
         # The init source may be a folder rewritten since (resources/default_model replaced by a bundle built
@@ -332,7 +333,8 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
             + (f"Held-out teacher-forced loss {dec['val']['loss']:.3f}, token accuracy {dec['val']['accuracy']:.3f}"
                + (f"; {dec['val']['noisy_loss']:.3f} and {dec['val']['noisy_accuracy']:.3f} from simulated queries"
                   if dec["val"].get("noisy_loss") is not None else "") + "."
-               if dec.get("val") else ""))
+               if dec.get("val") else "")
+            + _curve_text(dec.get("val_curve") or []))
     if enc and not enc.get("metrics") and enc.get("note"):
         lines.append(f"- Encoder and calibration: {enc['note']}, unchanged; its training is in that bundle's card.")
     elif enc:
@@ -397,6 +399,15 @@ def stored_dtype(weights: Path) -> str:
     with safe_open(str(weights), "pt") as f:
         kinds = {f.get_slice(k).get_dtype() for k in f.keys()} & {"F16", "BF16", "F32"}
     return {frozenset({"F16"}): "fp16", frozenset({"BF16"}): "bf16"}.get(frozenset(kinds), "fp32")
+
+
+def _curve_text(curve: list) -> str:
+    """The stage's held-out loss at each validation, as one sentence (none for fewer than two points)."""
+    if len(curve) < 2:
+        return ""
+    noisy = all(n is not None for _, _, n in curve)
+    points = "; ".join(f"{step:,}: {loss:.3f}" + (f" / {n:.3f}" if noisy else "") for step, loss, n in curve)
+    return (" Held-out loss by step (true fingerprint" + (" / simulated query" if noisy else "") + f"): {points}.")
 
 
 def is_bundle(folder: Path) -> bool:
