@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from engine.bundle import load_bundle
 from engine.errors import ConfigError
@@ -263,3 +264,36 @@ def test_the_card_gives_the_held_out_curve_of_the_last_stage(runs, tmp_path):
     assert _curve_text([[1000, 0.345, 0.553], [2000, 0.317, 0.512]]) == (
         " Held-out loss by step (true fingerprint / simulated query): 1,000: 0.345 / 0.553; 2,000: 0.317 / 0.512.")
     assert _curve_text([[5, 0.3, None]]) == ""
+
+
+def test_interpolating_a_new_stage_with_the_decoder_it_started_from(runs, tmp_path, capsys):
+    from training.checkpoint import load_decoder
+
+    assert _build(runs, tmp_path / "base") == 0  # stage2's decoder as a bundle
+    assert build_main(["--decoder", str(runs / "stage1"), "--encoder", str(runs / "encoder"), "--calibration",
+                       str(runs / "calibration.json"), "--name", "mid", "--out", str(tmp_path / "mid"),
+                       "--dtype", "fp32", "--interpolate", str(tmp_path / "base"), "0.25"]) == 0
+    new, _ = load_decoder(runs / "stage1" / "checkpoints" / "step_00000003")
+    old, _ = load_decoder(tmp_path / "base")
+    mid = load_bundle(tmp_path / "mid", device="cpu", precision="fp32").decoder.state_dict()
+    for name, w in new.state_dict().items():
+        if w.is_floating_point():
+            torch.testing.assert_close(mid[name].float(), 0.75 * old.state_dict()[name] + 0.25 * w, rtol=0, atol=1e-6)
+    assert any(not torch.equal(w, old.state_dict()[n]) for n, w in new.state_dict().items())  # the test can fail
+    card = (tmp_path / "mid" / "MODEL_CARD.md").read_text()
+    assert "- Shipped decoder weights: 0.25 × these weights + 0.75 × the decoder of bundle test-model [" in card
+    stages = json.loads((tmp_path / "mid" / "config.json").read_text())["training"]["decoder_stages"]
+    assert stages[-1]["interpolation"]["alpha"] == 0.25
+
+    # a bundle's decoder interpolated is no longer "unchanged"
+    assert build_main(["--decoder", str(tmp_path / "mid"), "--encoder", str(runs / "encoder"), "--calibration",
+                       str(runs / "calibration.json"), "--name", "m2", "--out", str(tmp_path / "m2"),
+                       "--interpolate", str(tmp_path / "base"), "0.5"]) == 0
+    card = (tmp_path / "m2" / "MODEL_CARD.md").read_text()
+    assert "interpolated (below)" in card and "unchanged" not in card.split("## Training")[1].split("- Encoder")[0]
+
+    for bad in ("1.5", "0", "half"):
+        assert build_main(["--decoder", str(runs / "stage1"), "--encoder", str(runs / "encoder"), "--calibration",
+                           str(runs / "calibration.json"), "--name", "x", "--out", str(tmp_path / "x"),
+                           "--interpolate", str(tmp_path / "base"), bad]) == 1
+        assert f"--interpolate weight '{bad}' must be a number between 0 and 1" in capsys.readouterr().err

@@ -150,7 +150,7 @@ def stage_record(summary: dict) -> dict:
     cfg = summary.get("config", {})
     record = {"source": f"{summary['run']}/{summary['checkpoint']}", "step": summary["step"]}
     record.update({k: cfg[k] for k in ("batch_size", "lr", "min_lr", "warmup_steps") if k in cfg})
-    record.update({k: summary[k] for k in ("tokens_seen", "epochs", "train_hours") if k in summary})
+    record.update({k: summary[k] for k in ("tokens_seen", "epochs", "train_hours", "interpolation") if k in summary})
     return record
 
 
@@ -306,6 +306,8 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
             parts.append(f"{stage['tokens_seen'] / 1e6:.1f}M tokens = {stage.get('epochs', 0):.2f} epochs")
         if "train_hours" in stage:
             parts.append(f"{stage['train_hours']:.1f} h")
+        if "interpolation" in stage:
+            parts.append(_interpolation_text(stage["interpolation"]))
         detail = ", ".join(parts)
         lines.append(f"- Decoder stage {i}: {stage['step']:,} AdamW steps ({stage['source']})"
                      + (f": {detail}." if detail else "."))
@@ -335,6 +337,8 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
                   if dec["val"].get("noisy_loss") is not None else "") + "."
                if dec.get("val") else "")
             + _curve_text(dec.get("val_curve") or []))
+    if dec.get("interpolation"):
+        lines.append(f"- Shipped decoder weights: {_interpolation_text(dec['interpolation'])}.")
     if enc and not enc.get("metrics") and enc.get("note"):
         lines.append(f"- Encoder and calibration: {enc['note']}, unchanged; its training is in that bundle's card.")
     elif enc:
@@ -401,6 +405,11 @@ def stored_dtype(weights: Path) -> str:
     return {frozenset({"F16"}): "fp16", frozenset({"BF16"}): "bf16"}.get(frozenset(kinds), "fp32")
 
 
+def _interpolation_text(ip: dict) -> str:
+    return (f"{ip['alpha']:g} × these weights + {1 - ip['alpha']:g} × {ip['with']} (weight-space interpolation, "
+            "`build_bundle --interpolate`)")
+
+
 def _curve_text(curve: list) -> str:
     """The stage's held-out loss at each validation, as one sentence (none for fewer than two points)."""
     if len(curve) < 2:
@@ -408,6 +417,30 @@ def _curve_text(curve: list) -> str:
     noisy = all(n is not None for _, _, n in curve)
     points = "; ".join(f"{step:,}: {loss:.3f}" + (f" / {n:.3f}" if noisy else "") for step, loss, n in curve)
     return (" Held-out loss by step (true fingerprint" + (" / simulated query" if noisy else "") + f"): {points}.")
+
+
+def interpolate_decoder(decoder: torch.nn.Module, other_src: Path, alpha: str) -> dict:
+    """Replace ``decoder``'s weights by ``(1 - alpha) * other + alpha * decoder`` (weight-space interpolation
+    between a fine-tuned model and the one it started from, as in WiSE-FT) and say what was mixed."""
+    try:
+        a = float(alpha)
+    except ValueError:
+        a = float("nan")
+    if not 0.0 < a < 1.0:
+        raise ConfigError(f"--interpolate weight {alpha!r} must be a number between 0 and 1 (the share of --decoder; "
+                          "e.g. 0.5 for the midpoint).")
+    other, _ = load_decoder(resolve_decoder_checkpoint(other_src))
+    if other.config.to_dict() != decoder.config.to_dict():
+        raise ConfigError(f"--interpolate {other_src}: its decoder has another configuration than --decoder's; "
+                          "only decoders of the same preset and vocabulary can be interpolated.")
+    theirs = other.state_dict()  # computed from both whole state dicts first: tied weights appear under two names
+    mixed = {name: ((1.0 - a) * theirs[name].float() + a * w.float()).to(w.dtype) if w.is_floating_point() else w
+             for name, w in decoder.state_dict().items()}
+    decoder.load_state_dict(mixed)
+    config = _json(other_src / "config.json")
+    name = (f"the decoder of bundle {config['name']} [{bundle_checksum(other_src)[:12]}]" if is_bundle(other_src)
+            else f"{other_src.name}")
+    return {"with": name, "alpha": a}
 
 
 def is_bundle(folder: Path) -> bool:
@@ -447,6 +480,10 @@ def build(args: argparse.Namespace) -> Path:
                 "--calibration CAL.json.")
         round_weights(encoder, args.encoder_dtype)  # what the file will hold, for the proof load below
     dec_summary = decoder_training_summary(checkpoint)  # before --force removes --out: it may be a stage's source
+    if args.interpolate:
+        dec_summary["interpolation"] = interpolate_decoder(decoder, Path(args.interpolate[0]), args.interpolate[1])
+        if dec_summary.get("origin"):  # a bundle's decoder, no longer as it was
+            dec_summary["origin"] = dec_summary["origin"].replace(", unchanged", ", interpolated (below)")
     out = Path(args.out)
     if out.exists():
         if not args.force:
@@ -536,6 +573,9 @@ def main(argv=None) -> int:
                    help="encoder weight storage (default: fp32, or that of an --encoder bundle; fp16 halves it and "
                         "needs a calibration computed on the rounded weights: training.calibrate --round-weights "
                         "fp16)")
+    p.add_argument("--interpolate", nargs=2, metavar=("DECODER", "ALPHA"),
+                   help="mix the weights: ALPHA x --decoder + (1 - ALPHA) x this decoder (a run, checkpoint or "
+                        "bundle of the same preset), e.g. a new stage with the bundle it started from")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--bit-legend", type=int, default=0, metavar="ROWS",
                    help="also write the bit legend from ROWS molecules of the last stage's corpus (e.g. 50000)")
