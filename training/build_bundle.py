@@ -8,6 +8,7 @@
         [--adapter /work/runs/adapt_v1/adapter]  # peft LoRA adapter (adapter_config.json + safetensors)
         [--evaluation eval/table.md]             # Markdown put into the card's "Evaluation" section
         [--bit-legend 50000]                     # bit legend from that many molecules of the corpus
+        [--interpolate BUNDLE 0.5]               # mix the weights with the decoder the stage started from
         --name msgpt-small-v1 --out resources/default_model
 
 Decoder weights are written in bfloat16 by default (half the size of float32; the engine samples in
