@@ -84,7 +84,9 @@ def test_the_bundle_ships_the_structures_of_every_pretraining_corpus(runs, tmp_p
     assert bundle.known_structures is not None and len(bundle.known_structures) == len(keys)
     assert bundle.known_structures.contains(keys).all() and "corpus" in bundle.known_structures.source
     assert "known_structures.npz" in bundle.config["files"]
-    assert "## Files beside the weights" in (tmp_path / "b" / "MODEL_CARD.md").read_text()
+    card = (tmp_path / "b" / "MODEL_CARD.md").read_text()
+    assert "## Files beside the weights" in card
+    assert "**Decoder pretraining, last stage**" in card and "All stages together" not in card  # one corpus
 
     # a stage started from a bundle: that bundle's set joins the new corpus's
     other = write_synthetic_corpus(tmp_path / "other_corpus", seed=1)  # other random InChIKey blocks
@@ -95,6 +97,8 @@ def test_the_bundle_ships_the_structures_of_every_pretraining_corpus(runs, tmp_p
                        str(tmp_path / "b3")]) == 0
     known = KnownStructures.load(tmp_path / "b3" / "known_structures.npz")
     assert len(more) > 0 and len(known) == len(keys) + len(more) and known.contains(keys + more).all()
+    card = (tmp_path / "b3" / "MODEL_CARD.md").read_text()  # the last stage's corpus, and all stages' union
+    assert f"All stages together read {len(known):,} distinct structures" in card
 
     # a corpus that is gone: no set, and the command says how to build one
     shutil.rmtree(other)

@@ -271,9 +271,14 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
     lines += ["## Training data", "",
               "Only records we may redistribute a model of were used: spectra whose MassBank `LICENSE` is "
               "CC0, CC BY, CC BY-SA or dl-de/by-2-0; non-commercial (CC BY-NC*) records were excluded.", ""]
+    # a later stage may read another corpus than the earlier ones: the card names the last stage's and,
+    # from the known-structures set (the union over stages), what all stages read together
+    known = KnownStructures.load(bundle_dir / KNOWN_FILE) if (bundle_dir / KNOWN_FILE).is_file() else None
+    staged = bool(dec.get("earlier_stages"))
     if "corpus_records" in dec:
         lines.append(
-            f"- **Decoder pretraining**: {dec['corpus_records']:,} distinct structures ({dec['corpus_tokens'] / 1e6:.1f}M "
+            f"- **Decoder pretraining{', last stage' if staged else ''}**: {dec['corpus_records']:,} distinct "
+            f"structures ({dec['corpus_tokens'] / 1e6:.1f}M "
             "SAFE tokens): the molecule corpus `molecules.tsv.gz` of the project's shared data (public "
             "sources and their licenses are listed in its `molecules.md`: MassBank open records, RepoRT, "
             "MetaCyc via ModelSEED, NP-Classifier training data, MIBiG, MoleculeNet, ChEMBL and ZINC subsets)"
@@ -281,8 +286,12 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
                if any("(MGF" in k for k in dec.get("corpus_inputs") or {"(MGF": 0}) else "")
             + "; structures of the `val` fold and of the held-out test sets are excluded."
             + (" Input rows: " + ", ".join(f"{n:,} from `{k}`" for k, n in dec["corpus_inputs"].items())
-               + " (a `*_sub*` file is a seeded random subset made by `scripts/sample_molecules.py`, sized to "
-               "what the CPU budget could train on)." if dec.get("corpus_inputs") else ""))
+               + (" (a `.tsv.gz` other than `molecules.tsv.gz` is a seeded subset of it made by "
+                  "`scripts/sample_molecules.py`; the README's training steps give the command)."
+                  if any(k.endswith(".tsv.gz") and k != "molecules.tsv.gz" for k in dec["corpus_inputs"]) else ".")
+               if dec.get("corpus_inputs") else "")
+            + (f" All stages together read {len(known):,} distinct structures (the known-structures set below)."
+               if staged and known is not None and len(known) != dec["corpus_records"] else ""))
     if enc_data:
         tr, va = enc_data.get("train", {}), enc_data.get("val", {})
         lines.append(
@@ -388,7 +397,8 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
               f"- This is a small CPU-trained model ({pc['total'] / 1e6:.0f}M decoder parameters, "
               f"{sum(st['step'] for st in dec.get('earlier_stages', [])) + dec.get('step', 0):,} pretraining steps "
               f"of {cfg.get('batch_size')}"
-              + (f" on a {dec['corpus_records'] / 1e6:.2f}M-molecule corpus) " if dec.get("corpus_records") else ") ")
+              + (f" on {max(len(known) if known is not None else 0, dec['corpus_records']) / 1e6:.2f}M molecules) "
+                 if dec.get("corpus_records") else ") ")
               + "standing in for the paper's 150M decoder trained on 100M molecules on GPUs: "
               "expect far lower accuracy than the paper reports; treat candidates as hypotheses to check "
               "against standards, and read the posterior similarity and (with a reference) fidelity scores.",
