@@ -380,8 +380,8 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
     if (bundle_dir / LEGEND_FILE).is_file():
         extras.append(f"- `{LEGEND_FILE}`: the atom environments behind each fingerprint bit "
                       f"({BitLegend.load(bundle_dir / LEGEND_FILE).source}; the app's Fingerprint bits tab).")
-    if (bundle_dir / KNOWN_FILE).is_file():
-        extras.append(f"- `{KNOWN_FILE}`: {KnownStructures.load(bundle_dir / KNOWN_FILE).source}, hashed (the "
+    if known is not None:
+        extras.append(f"- `{KNOWN_FILE}`: {known.source}, hashed (the "
                       "novelty column: candidates the model was trained on are marked 'training corpus').")
     if extras:
         lines += ["## Files beside the weights", "", *extras, ""]
@@ -448,9 +448,8 @@ def interpolate_decoder(decoder: torch.nn.Module, other_src: Path, alpha: str) -
     mixed = {name: ((1.0 - a) * theirs[name].float() + a * w.float()).to(w.dtype) if w.is_floating_point() else w
              for name, w in decoder.state_dict().items()}
     decoder.load_state_dict(mixed)
-    config = _json(other_src / "config.json")
-    name = (f"the decoder of bundle {config['name']} [{bundle_checksum(other_src)[:12]}]" if is_bundle(other_src)
-            else f"{other_src.name}")
+    name = (f"the decoder of bundle {_json(other_src / 'config.json')['name']} [{bundle_checksum(other_src)[:12]}]"
+            if is_bundle(other_src) else other_src.name)
     return {"with": name, "alpha": a}
 
 
