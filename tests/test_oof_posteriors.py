@@ -9,7 +9,6 @@ import shutil
 import numpy as np
 import pytest
 
-from engine.chem import inchikey, mol_from_smiles
 from engine.encoder import EncoderConfig
 from engine.errors import ConfigError
 from test_train_encoder import tiny_config, write_labelled_mgf
@@ -64,14 +63,7 @@ def test_structure_folds_errors():
 @pytest.fixture(scope="module")
 def mgf(tmp_path_factory):
     """The encoder tests' labelled MGF with an INCHIKEY line in every record (the structure key)."""
-    path = write_labelled_mgf(tmp_path_factory.mktemp("oof") / "labelled.mgf")
-    lines = []
-    for line in path.read_text().splitlines():
-        lines.append(line)
-        if line.startswith("SMILES="):
-            mol = mol_from_smiles(line[len("SMILES="):])
-            lines.append(f"INCHIKEY={inchikey(mol) if mol is not None else ''}")
-    path.write_text("\n".join(lines) + "\n")
+    path = write_labelled_mgf(tmp_path_factory.mktemp("oof") / "labelled.mgf", inchikeys=True)
     return path
 
 
@@ -232,6 +224,8 @@ def test_recipe_fields_reach_every_fold_encoder(mgf, tmp_path):
         _oof_config(mgf, tmp_path / "oof", substructure_weight=0.5)
     with pytest.raises(ConfigError, match="`substructure_weight` is set twice"):
         _oof_config(mgf, tmp_path / "oof", fragment_bits=32, substructure_weight=0.5, train={"substructure_weight": 1})
+    assert _oof_config(mgf, tmp_path / "oof", simulated="sim.npz").fold_config(1).simulated == "sim.npz"
+    assert _oof_config(mgf, tmp_path / "oof").fold_config(1).simulated is None
 
 
 def test_negative_mode_rows_are_queried_at_their_folds_negative_band(tmp_path):

@@ -13,7 +13,7 @@ import torch
 
 from engine.adducts import precursor_mz_from_neutral
 from engine.annotate import enumerate_subformulas
-from engine.chem import mol_formula, mol_from_smiles
+from engine.chem import inchikey, mol_formula, mol_from_smiles
 from engine.encoder import EncoderConfig, SpectrumEncoder
 from engine.errors import ConfigError
 from engine.formula import formula_mass, parse_formula
@@ -75,8 +75,9 @@ def _record(
     return "\n".join(lines + ["END IONS", ""])
 
 
-def write_labelled_mgf(path: Path, per_molecule: int = 3) -> Path:
-    """Train: 8 molecules x ``per_molecule``; val: 2 x 2; plus 4 records the default selection drops."""
+def write_labelled_mgf(path: Path, per_molecule: int = 3, inchikeys: bool = False) -> Path:
+    """Train: 8 molecules x ``per_molecule``; val: 2 x 2; plus 4 records the default selection drops.
+    ``inchikeys``: an INCHIKEY line in every record (the structure key of structure-disjoint splits)."""
     blocks = [
         _record(f"{name}-{k}", smi, seed=k) for name, smi in TRAIN_MOLECULES.items() for k in range(per_molecule)
     ]
@@ -87,7 +88,16 @@ def write_labelled_mgf(path: Path, per_molecule: int = 3) -> Path:
         _record("negative", TRAIN_MOLECULES["aspirin"], adduct="[M-H]-"),  # dropped when reading
         _record("bad-smiles", "C1CC", formula="C10H10O3"),  # dropped when reading (unparseable)
     ]
-    path.write_text("".join(blocks))
+    text = "".join(blocks)
+    if inchikeys:
+        lines = []
+        for line in text.splitlines():
+            lines.append(line)
+            if line.startswith("SMILES="):
+                mol = mol_from_smiles(line[len("SMILES="):])
+                lines.append(f"INCHIKEY={inchikey(mol) if mol is not None else ''}")
+        text = "\n".join(lines) + "\n"
+    path.write_text(text)
     return path
 
 

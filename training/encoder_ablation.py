@@ -335,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 _SHOWN = {"encoder", "bce_weight", "cosine_weight", "ema_decay", "peak_dropout", "intensity_noise", "licenses",
-          "epochs", "select_metric", "substructure_weight", "adducts"}
+          "epochs", "select_metric", "substructure_weight", "adducts", "simulated"}
 
 
 if __name__ == "__main__":

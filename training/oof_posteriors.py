@@ -123,6 +123,10 @@ class OOFConfig(TrainingConfig):
         default=None, metadata={"help": "Precursor ion types to train and score, e.g. [M+H]+ [M+Na]+ [M-H]-; None = "
                                         "the encoder training default."},
     )
+    simulated: str | None = field(
+        default=None, metadata={"help": "Simulated spectra added to every fold's training spectra (python -m "
+                                        "training.forward simulate; they never hold a structure of the file)."},
+    )
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay (matrices only)."})
     epochs: int = field(default=7, metadata={"help": "Cosine horizon in epochs."})
     stop_after_epochs: int = field(
@@ -145,7 +149,8 @@ class OOFConfig(TrainingConfig):
     def __post_init__(self) -> None:
         self.train = dict(self.train)
         reserved = {"mgf", "out_dir", "cv_folds", "cv_fold", "cv_seed", "val_folds", "resume", "encoder"}
-        for name, value in (("adducts", self.adducts), ("substructure_weight", self.substructure_weight or None)):
+        for name, value in (("adducts", self.adducts), ("substructure_weight", self.substructure_weight or None),
+                            ("simulated", self.simulated)):
             if value is not None and name in self.train:
                 raise ConfigError(f"`{name}` is set twice (as a field and in `train`); give it once.")
         if reserved & set(self.train):
@@ -169,6 +174,8 @@ class OOFConfig(TrainingConfig):
             extra["substructure_weight"] = self.substructure_weight
         if self.adducts is not None:
             extra["adducts"] = tuple(self.adducts)
+        if self.simulated:
+            extra["simulated"] = self.simulated
         return EncoderTrainConfig(
             mgf=self.mgf, out_dir=str(self.fold_dir(k)), preset=self.preset, encoder=encoder,
             weight_decay=self.weight_decay, epochs=self.epochs, stop_after_epochs=self.stop_after_epochs,

@@ -225,6 +225,31 @@ class LabelledSpectra:
             report=self.report,
         )
 
+    @classmethod
+    def concatenate(cls, parts: Sequence[LabelledSpectra], report: dict | None = None) -> LabelledSpectra:
+        """The spectra of ``parts`` one after the other; their settings must agree on the fingerprint
+        (``fp_bits``, ``radius``) and ``max_peaks``. The first part's settings and ``report`` are kept
+        unless ``report`` is given."""
+        if not parts:
+            raise ConfigError("Nothing to concatenate: give at least one LabelledSpectra.")
+        first = parts[0].settings
+        for part in parts[1:]:
+            s = part.settings
+            if (s.fp_bits, s.radius, s.max_peaks) != (first.fp_bits, first.radius, first.max_peaks):
+                raise ConfigError(
+                    f"Spectra with fingerprints of {s.fp_bits} bits (radius {s.radius}, max_peaks {s.max_peaks}) "
+                    f"cannot join spectra with {first.fp_bits} bits (radius {first.radius}, max_peaks "
+                    f"{first.max_peaks}); make both with the same encoder settings."
+                )
+        arrays = {name: np.concatenate([getattr(p, name) for p in parts]) for name in _TEXT_FIELDS}
+        for name in _ARRAY_FIELDS:
+            if name in ("token_offsets", "bit_offsets"):
+                lengths = np.concatenate([np.diff(getattr(p, name)) for p in parts])
+                arrays[name] = _offsets(lengths)
+            else:
+                arrays[name] = np.concatenate([getattr(p, name) for p in parts])
+        return cls(**arrays, settings=first, report=parts[0].report if report is None else report)
+
     def selection_mask(
         self,
         folds: Sequence[str] | None = None,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -147,6 +147,24 @@ class FragmentLabels:
                     labelled[row, t] = True
                     targets[row, t, self.table_bits[self.table_offsets[label]:self.table_offsets[label + 1]]] = 1.0
         return torch.from_numpy(targets), torch.from_numpy(labelled)
+
+
+def concatenate_labels(parts: Sequence[FragmentLabels]) -> FragmentLabels:
+    """The labels of spectra concatenated in the same order (:meth:`LabelledSpectra.concatenate`)."""
+    if not parts:
+        raise ConfigError("Nothing to concatenate: give at least one FragmentLabels.")
+    bits = {p.n_bits for p in parts}
+    if len(bits) != 1:
+        raise ConfigError(f"Fragment labels of {sorted(bits)} bits cannot be joined; make them with the same n_bits.")
+    token_label, shift = [], 0
+    for p in parts:
+        token_label.append(np.where(p.token_label >= 0, p.token_label + shift, -1))
+        shift += len(p.table_offsets) - 1
+    lengths = np.concatenate([np.diff(p.table_offsets) for p in parts])
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return FragmentLabels(np.concatenate(token_label).astype(np.int64), offsets,
+                          np.concatenate([p.table_bits for p in parts]).astype(np.uint16), parts[0].n_bits,
+                          {"parts": [p.summary for p in parts]})  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ from .spectra import (
     iter_load_labelled_spectra,
     structure_folds,
 )
-from .substructures import LabelProgress, SubstructureSettings, fragment_labels
+from .substructures import FragmentLabels, LabelProgress, SubstructureSettings, concatenate_labels, fragment_labels
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +153,11 @@ class EncoderTrainConfig(TrainingConfig):
     )
     substructure_max_breaks: int = field(
         default=3, metadata={"help": "Substructure task: bond cuts of the fragments peaks are matched to (1-3)."}
+    )
+    simulated: str | None = field(
+        default=None,
+        metadata={"help": "Simulated spectra (.npz of `python -m training.forward simulate`) added to the training "
+                          "spectra, with their substructure labels; their structures must not be in the val folds."},
     )
     select_metric: str = field(
         default="ap_micro", metadata={"help": f"Validation metric for early stopping: {', '.join(SELECT_METRICS)}."}
@@ -572,7 +577,35 @@ def _load_data(config: EncoderTrainConfig) -> Iterator[Event]:
         settings = SubstructureSettings(n_bits=config.encoder_config().fragment_bits,
                                         max_breaks=config.substructure_max_breaks)  # fmt: skip
         labels = yield from fragment_labels(split.train, config.mgf, settings, cache_dir=config.cache_dir)
-    return data, split.train, split.val, split.held_out, labels
+    train = split.train
+    if config.simulated:
+        train, labels = add_simulated(config, train, split.val, labels)
+    return data, train, split.val, split.held_out, labels
+
+
+def add_simulated(config: EncoderTrainConfig, train: LabelledSpectra, val: LabelledSpectra,
+                  labels: FragmentLabels | None) -> tuple[LabelledSpectra, FragmentLabels | None]:  # fmt: skip
+    """``train`` followed by the simulated spectra of ``config.simulated`` in the run's adducts (and ``labels``
+    followed by theirs). Refuses simulated structures that are validation structures."""
+    from .forward import load_simulated
+
+    sim, sim_labels = load_simulated(config.simulated)
+    leaked = sorted(set(sim.inchikey14.tolist()) & set(val.inchikey14.tolist()))
+    if leaked:
+        raise ConfigError(f"{config.simulated} simulates {len(leaked)} validation structures (e.g. {leaked[0]}); "
+                          f"simulate again with --mgf naming this run's file, which excludes them.")  # fmt: skip
+    keep = np.flatnonzero(np.isin(sim.adduct, list(config.adducts)))
+    if labels is not None:
+        if sim_labels.n_bits != labels.n_bits:
+            raise ConfigError(f"{config.simulated} labels fragments with {sim_labels.n_bits} bits, the encoder's "
+                              f"fragment head has {labels.n_bits}; simulate with a forward model of n_bits "
+                              f"{labels.n_bits}.")  # fmt: skip
+        tokens = np.concatenate([np.arange(sim.token_offsets[i], sim.token_offsets[i + 1]) for i in keep])
+        sim_labels = FragmentLabels(sim_labels.token_label[tokens], sim_labels.table_offsets, sim_labels.table_bits,
+                                    sim_labels.n_bits, sim_labels.summary)  # fmt: skip
+        labels = concatenate_labels([labels, sim_labels])
+    report = {**train.report, "simulated": {"file": config.simulated, "spectra": int(len(keep))}}
+    return LabelledSpectra.concatenate([train, sim.subset(keep)], report=report), labels
 
 
 def substructure_loss(fragment_logits: torch.Tensor, targets: torch.Tensor, labelled: torch.Tensor) -> torch.Tensor:

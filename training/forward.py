@@ -1,0 +1,807 @@
+"""A fragment-level forward model, and simulated spectra of corpus molecules for encoder training.
+
+MIST mixes spectra simulated by a forward model into its encoder's training data (the largest lever
+reported for unseen structures, ``../shared/docs/accuracy-notes.md``). This is our own, small one,
+trained on the ``FOLD=train`` spectra only, in the encoder's own token space (neutral subformulas):
+
+* **candidates** (:func:`candidates`): the bond-cleavage pieces of the structure
+  (:func:`engine.fragments.fragment_pieces`, up to ``max_breaks`` cuts), each with its hydrogens
+  shifted by up to ``h_shift`` (rearrangements); one candidate per distinct neutral formula, explained
+  by the piece with the smallest hydrogen shift, then the fewest cuts (the rule of
+  :func:`training.substructures.assign_pieces`). Its features: the piece's Morgan fingerprint (as a
+  molecule of its own, the substructure task's fingerprint), the shift and the cuts, the formula and
+  the neutral loss as element counts, the share of the precursor's heavy atoms, ring-plus-double-bond
+  equivalents, how many pieces share the heavy atoms, the ion mode and the precursor's size;
+* **targets**: over the structure's training spectra of one ion mode, the share of spectra with a peak
+  token of that formula and the mean intensity feature (``sqrt(I / I_max)``) where there is one;
+* **model** (:class:`ForwardModel`): an MLP from the features to the logit of that share and to the
+  intensity, trained with BCE against the share and squared error on the intensities of observed ones;
+* **simulation** (:func:`simulate_tokens`): each candidate of a new molecule becomes a peak with its
+  predicted probability, at its predicted intensity with log-normal noise; the tokens are those of
+  :func:`engine.featurize.featurize_annotation` (root = precursor formula, peaks in mass order, at
+  most ``max_peaks``), and each peak keeps its piece's fingerprint as its substructure label.
+
+``python -m training.forward fit --mgf ../shared/data/massbank_dev.mgf.gz --out runs/forward`` trains it
+and scores it on the ``FOLD=val`` structures (AUROC of the peak probabilities, cosine between predicted
+and observed spectra, against a baseline that ranks by cuts and shift alone); ``python -m training.forward
+simulate --model runs/forward --molecules ../shared/data/molecules.tsv.gz --n 12000 --out
+runs/simulated.npz`` writes simulated spectra of corpus molecules that have no spectrum in the file
+(neither fold), which ``train_encoder --simulated`` adds to the training spectra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from engine import chem
+from engine.annotate import rdbe
+from engine.encoder import EncoderConfig
+from engine.errors import ConfigError, MsgptError
+from engine.formula import ELEMENT_INDEX, ELEMENTS, element_masses
+from engine.fragments import MAX_STATES, fragment_pieces
+
+from .checkpoint import write_json_atomic
+from .corpus import open_text, read_mgf_headers
+from .loop import TrainingConfig, int_at_least, torch_threads
+from .spectra import FeatureSettings, LabelledSpectra, load_labelled_spectra, structure_folds
+from .substructures import FragmentLabels, piece_fingerprint, structures_of
+
+FORMAT_VERSION = 1
+_H = ELEMENT_INDEX["H"]
+_HEAVY = np.array([e != "H" for e in ELEMENTS])
+# Element columns of the scalar features (the rest of ELEMENTS are rare in MS/MS standards).
+_FEATURE_ELEMENTS = np.array([ELEMENT_INDEX[e] for e in ("C", "H", "N", "O", "S", "P", "F", "Cl", "Br", "I")])
+MAX_SHIFT = 4
+N_SCALARS = (2 * MAX_SHIFT + 1) + 4 + 2 * len(_FEATURE_ELEMENTS) + 6
+POLARITY_ADDUCT = {1: "[M+H]+", -1: "[M-H]-"}
+
+
+# The spectra the encoder recipe reads (and the labelled-spectra cache it fills): both ion modes.
+RECIPE_ADDUCTS = ("[M+H]+", "[M+Na]+", "[M-H]-")
+
+
+def encoder_features() -> FeatureSettings:
+    """The annotation settings of the small encoder preset, for the recipe's adducts."""
+    return FeatureSettings.for_encoder(EncoderConfig.from_preset("small"), adducts=RECIPE_ADDUCTS)
+
+
+# ----------------------------------------------------------------------------------------------
+# Candidates
+
+
+@dataclass(frozen=True)
+class CandidateSettings:
+    max_breaks: int = 2
+    h_shift: int = 2
+    n_bits: int = 512  # the piece fingerprints: also the substructure labels of simulated peaks
+    radius: int = 2
+
+    def __post_init__(self):
+        if not isinstance(self.max_breaks, int) or not 1 <= self.max_breaks <= 3:
+            raise ConfigError(f"`max_breaks` must be 1, 2 or 3 bond cuts, got {self.max_breaks!r}.")
+        if not isinstance(self.h_shift, int) or not 0 <= self.h_shift <= MAX_SHIFT:
+            raise ConfigError(f"`h_shift` must be an integer in [0, {MAX_SHIFT}], got {self.h_shift!r}.")
+        if not isinstance(self.n_bits, int) or self.n_bits < 8:
+            raise ConfigError(f"`n_bits` must be an integer >= 8, got {self.n_bits!r}.")
+
+
+@dataclass(frozen=True, eq=False)
+class Candidates:
+    """The candidate peaks of one structure in one ion mode (``k`` rows)."""
+
+    formulas: np.ndarray  # (k, 14) int64 neutral subformulas, distinct
+    scalars: np.ndarray  # (k, N_SCALARS) float32
+    fingerprints: list[np.ndarray]  # k sorted int64 bit arrays of the explaining pieces
+    complete: bool  # whether the piece enumeration finished (very large molecules stop at a cap)
+
+    def __len__(self) -> int:
+        return len(self.formulas)
+
+    def dense_fingerprints(self, n_bits: int) -> np.ndarray:
+        out = np.zeros((len(self), n_bits), dtype=np.float32)
+        for i, bits in enumerate(self.fingerprints):
+            out[i, bits] = 1.0
+        return out
+
+
+def candidates(mol: chem.Mol, polarity: int, settings: CandidateSettings = CandidateSettings()) -> Candidates:
+    """Every neutral subformula a piece of ``mol`` explains (see the module docstring), with its features.
+
+    ``mol`` is used as given (remove its stereo first, as the fingerprints of the training targets do).
+    Raises ConfigError for an element the fragmenter does not support.
+    """
+    if polarity not in (1, -1):
+        raise ConfigError(f"`polarity` must be +1 or -1, got {polarity!r}.")
+    pieces, complete = fragment_pieces(mol, settings.max_breaks, MAX_STATES)
+    whole = pieces.formulas[0]
+    best: dict[bytes, tuple[tuple[int, int, int], int, int]] = {}  # formula -> (rank, piece, shift)
+    multiplicity: dict[bytes, int] = {}
+    for i, f in enumerate(pieces.formulas):
+        heavy_key = f[_HEAVY].tobytes()
+        multiplicity[heavy_key] = multiplicity.get(heavy_key, 0) + 1
+        for shift in range(-settings.h_shift, settings.h_shift + 1):
+            h = int(f[_H]) + shift
+            if h < 0:
+                continue
+            g = f.copy()
+            g[_H] = h
+            key = g.tobytes()
+            rank = (abs(shift), int(pieces.breaks[i]), i)
+            if key not in best or rank < best[key][0]:
+                best[key] = (rank, i, shift)
+    keys = list(best)
+    formulas = np.array([np.frombuffer(k, dtype=np.int64) for k in keys]).reshape(-1, len(ELEMENTS))
+    piece_idx = np.array([best[k][1] for k in keys], dtype=np.int64)
+    shifts = np.array([best[k][2] for k in keys], dtype=np.int64)
+    fps: dict[int, np.ndarray] = {}
+    for i in np.unique(piece_idx):
+        fps[int(i)] = piece_fingerprint(mol, pieces.atom_indices(int(i)), settings.n_bits, settings.radius)
+    mult = np.array([multiplicity[f[_HEAVY].tobytes()] for f in formulas], dtype=np.float32)
+    scalars = candidate_scalars(formulas, whole, shifts, pieces.breaks[piece_idx], mult, polarity)
+    return Candidates(formulas, scalars, [fps[int(i)] for i in piece_idx], complete)
+
+
+def candidate_scalars(formulas: np.ndarray, whole: np.ndarray, shifts: np.ndarray, breaks: np.ndarray,
+                      multiplicity: np.ndarray, polarity: int) -> np.ndarray:  # fmt: skip
+    """The ``(k, N_SCALARS)`` scalar features of candidates (pure; see the module docstring)."""
+    k = len(formulas)
+    shift_1h = np.zeros((k, 2 * MAX_SHIFT + 1), dtype=np.float32)
+    shift_1h[np.arange(k), np.clip(shifts, -MAX_SHIFT, MAX_SHIFT) + MAX_SHIFT] = 1.0
+    breaks_1h = np.zeros((k, 4), dtype=np.float32)
+    breaks_1h[np.arange(k), np.clip(breaks, 0, 3)] = 1.0
+    loss = whole[None, :] - formulas
+    heavy_whole = max(int(whole[_HEAVY].sum()), 1)
+    masses = element_masses()
+    mass_whole = float(whole @ masses)
+    rest = np.column_stack([
+        formulas[:, _HEAVY].sum(1) / heavy_whole,
+        (formulas @ masses) / max(mass_whole, 1.0),
+        rdbe(formulas) / 10.0,
+        np.log1p(multiplicity),
+        np.full(k, float(polarity)),
+        np.full(k, mass_whole / 1000.0),
+    ]).astype(np.float32)  # fmt: skip
+    counts = np.hstack([formulas[:, _FEATURE_ELEMENTS], np.maximum(loss[:, _FEATURE_ELEMENTS], -5)]) / 10.0
+    return np.hstack([shift_1h, breaks_1h, counts.astype(np.float32), rest]).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Targets of the training structures
+
+
+def observed_peaks(data: LabelledSpectra) -> dict[tuple[str, int], tuple[int, dict[bytes, list[float]]]]:
+    """Per (structure, polarity): the number of spectra and each peak formula's intensity features."""
+    out: dict[tuple[str, int], tuple[int, dict[bytes, list[float]]]] = {}
+    formulas = np.asarray(data.formulas, dtype=np.int64)
+    for i in range(len(data)):
+        key = (str(data.inchikey14[i]), int(data.polarity[i]))
+        n, peaks = out.get(key, (0, {}))
+        a, b = int(data.token_offsets[i]) + 1, int(data.token_offsets[i + 1])  # skip the root
+        for f, x in zip(formulas[a:b], data.intensities[a:b]):
+            peaks.setdefault(f.tobytes(), []).append(float(x))
+        out[key] = (n + 1, peaks)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class CandidateTable:
+    """Candidates of many (structure, polarity) groups with their targets, ready for batching."""
+
+    fingerprints: np.ndarray  # (R, n_bits / 8) uint8, packed bits
+    scalars: np.ndarray  # (R, N_SCALARS) float32
+    share: np.ndarray  # (R,) float32 share of the group's spectra with this peak
+    intensity: np.ndarray  # (R,) float32 mean intensity feature where observed (0 elsewhere)
+    group: np.ndarray  # (R,) int64 group index
+    groups: list[tuple[str, int]]  # (inchikey14, polarity) of each group
+    n_spectra: np.ndarray  # (G,) int64 spectra of each group
+    observed_unexplained: np.ndarray  # (G,) int64 observed peak formulas no candidate explains
+    n_bits: int
+
+    def __len__(self) -> int:
+        return len(self.share)
+
+    def features(self, rows: np.ndarray) -> torch.Tensor:
+        fp = np.unpackbits(self.fingerprints[rows], axis=1, count=self.n_bits).astype(np.float32)
+        return torch.from_numpy(np.hstack([fp, self.scalars[rows]]))
+
+
+@dataclass(frozen=True)
+class TableProgress:
+    done: int
+    total: int
+    elapsed_s: float
+
+
+def build_table(data: LabelledSpectra, smiles: dict[str, str], settings: CandidateSettings
+                ) -> Iterator[TableProgress]:  # fmt: skip
+    """Yield progress while building the :class:`CandidateTable` of ``data``'s structures; *return* it.
+
+    Structures without a parseable SMILES, or with an element the fragmenter does not support, are left out.
+    """
+    t0 = time.monotonic()
+    observed = observed_peaks(data)
+    fps, scal, share, inten, grp, groups, n_spec, unexplained = [], [], [], [], [], [], [], []
+    for n, ((key, polarity), (count, peaks)) in enumerate(sorted(observed.items())):
+        mol = chem.mol_from_smiles(smiles.get(key))
+        if mol is not None:
+            chem.remove_stereo(mol)
+            try:
+                cand = candidates(mol, polarity, settings)
+            except ConfigError:
+                cand = None
+            if cand is not None and len(cand):
+                g = len(groups)
+                keys = [f.tobytes() for f in cand.formulas]
+                seen = [peaks.get(k, []) for k in keys]
+                fps.append(np.packbits(cand.dense_fingerprints(settings.n_bits).astype(bool), axis=1))
+                scal.append(cand.scalars)
+                share.append(np.array([len(s) / count for s in seen], dtype=np.float32))
+                inten.append(np.array([np.mean(s) if s else 0.0 for s in seen], dtype=np.float32))
+                grp.append(np.full(len(cand), g, dtype=np.int64))
+                groups.append((key, polarity))
+                n_spec.append(count)
+                unexplained.append(len(set(peaks) - set(keys)))
+        if (n + 1) % 200 == 0 or n + 1 == len(observed):
+            yield TableProgress(n + 1, len(observed), time.monotonic() - t0)
+    if not groups:
+        raise ConfigError("No structure of the selection could be fragmented: nothing to train the forward model on.")
+    return CandidateTable(
+        np.concatenate(fps), np.concatenate(scal), np.concatenate(share), np.concatenate(inten),
+        np.concatenate(grp), groups, np.array(n_spec, dtype=np.int64), np.array(unexplained, dtype=np.int64),
+        settings.n_bits,
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
+
+
+@dataclass
+class ForwardConfig(TrainingConfig):
+    """The forward model's architecture and candidate settings (saved as ``config.json`` beside its weights)."""
+
+    hidden: int = field(default=256, metadata={"help": "Width of the two hidden layers."})
+    dropout: float = field(default=0.1, metadata={"help": "Dropout after each hidden layer."})
+    max_breaks: int = field(default=2, metadata={"help": "Bond cuts of the candidate pieces (1-3)."})
+    h_shift: int = field(default=2, metadata={"help": "Hydrogen shifts of a piece that are candidates too."})
+    n_bits: int = field(default=512, metadata={"help": "Bits of the piece fingerprints (and substructure labels)."})
+
+    def __post_init__(self):
+        self.require(("hidden",), int_at_least(1), "a positive integer")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"`dropout` must be in [0, 1), got {self.dropout!r}.")
+        self.candidate_settings()
+
+    def candidate_settings(self) -> CandidateSettings:
+        return CandidateSettings(max_breaks=self.max_breaks, h_shift=self.h_shift, n_bits=self.n_bits)
+
+
+class ForwardModel(nn.Module):
+    """Candidate features -> (logit of appearing as a peak, intensity feature of the peak)."""
+
+    def __init__(self, config: ForwardConfig):
+        super().__init__()
+        self.config = config
+        d = config.n_bits + N_SCALARS
+        self.net = nn.Sequential(
+            nn.Linear(d, config.hidden), nn.GELU(), nn.Dropout(config.dropout),
+            nn.Linear(config.hidden, config.hidden), nn.GELU(), nn.Dropout(config.dropout),
+            nn.Linear(config.hidden, 2),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.net(x)
+        return out[:, 0], torch.sigmoid(out[:, 1])
+
+    @torch.no_grad()
+    def predict(self, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
+        """Peak probabilities and intensity features of ``cand``."""
+        self.eval()
+        x = torch.from_numpy(np.hstack([cand.dense_fingerprints(self.config.n_bits), cand.scalars]))
+        logit, intensity = self(x)
+        return torch.sigmoid(logit).numpy(), intensity.numpy()
+
+    def save(self, folder: str | Path, extra: dict | None = None) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / "forward.safetensors"))
+        write_json_atomic(folder / "config.json", {"format_version": FORMAT_VERSION, **self.config.to_dict(),
+                                                   **({"training": extra} if extra else {})})  # fmt: skip
+
+    @classmethod
+    def load(cls, folder: str | Path) -> ForwardModel:
+        folder = Path(folder)
+        path = folder / "config.json"
+        if not path.is_file():
+            raise ConfigError(f"{folder} holds no forward model (no config.json); train one with "
+                              f"`python -m training.forward fit`.")  # fmt: skip
+        data = json.loads(path.read_text())
+        if data.get("format_version") != FORMAT_VERSION:
+            raise ConfigError(f"{path} has format {data.get('format_version')!r}, this program reads "
+                              f"{FORMAT_VERSION}; retrain the forward model.")  # fmt: skip
+        config = ForwardConfig.from_dict({k: v for k, v in data.items() if k not in ("format_version", "training")})
+        model = cls(config)
+        model.load_state_dict(load_file(str(folder / "forward.safetensors")))
+        model.eval()
+        return model
+
+
+def forward_loss(model: ForwardModel, table: CandidateTable, rows: np.ndarray,
+                 positive_weight: float) -> torch.Tensor:  # fmt: skip
+    """BCE of the peak logits against the observed shares (observed rows weighted ``positive_weight``)
+    plus the squared error of the intensities of the observed rows."""
+    logit, intensity = model(table.features(rows))
+    share = torch.from_numpy(table.share[rows])
+    weight = 1.0 + (positive_weight - 1.0) * (share > 0).float()
+    loss = (F.binary_cross_entropy_with_logits(logit, share, reduction="none") * weight).sum() / weight.sum()
+    seen = share > 0
+    if bool(seen.any()):
+        loss = loss + F.mse_loss(intensity[seen], torch.from_numpy(table.intensity[rows])[seen])
+    return loss
+
+
+# ----------------------------------------------------------------------------------------------
+# Scoring
+
+
+def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the ROC curve (ties count half); NaN without both classes."""
+    labels = np.asarray(labels, dtype=bool)
+    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = np.argsort(scores, kind="mergesort")
+    ranks = np.empty(len(scores), dtype=np.float64)
+    sorted_scores = np.asarray(scores)[order]
+    # average ranks over ties
+    _, first, counts = np.unique(sorted_scores, return_index=True, return_counts=True)
+    avg = first + (counts - 1) / 2.0 + 1.0
+    ranks[order] = np.repeat(avg, counts)
+    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def baseline_scores(table: CandidateTable) -> np.ndarray:
+    """A rule without learning: fewer cuts first, then smaller hydrogen shifts, then heavier pieces."""
+    shift = np.abs(np.argmax(table.scalars[:, : 2 * MAX_SHIFT + 1], axis=1) - MAX_SHIFT)
+    breaks = np.argmax(table.scalars[:, 2 * MAX_SHIFT + 1: 2 * MAX_SHIFT + 5], axis=1)
+    heavy_share = table.scalars[:, 2 * MAX_SHIFT + 5 + 2 * len(_FEATURE_ELEMENTS)]
+    return -(breaks * 10.0 + shift) + heavy_share
+
+
+def score_table(table: CandidateTable, probabilities: np.ndarray, intensities: np.ndarray) -> dict:
+    """AUROC of peak presence, mean per-group cosine between predicted (p x intensity) and observed
+    (share x intensity) spectra over the candidates, and the share of observed peaks candidates explain."""
+    observed = table.share > 0
+    predicted = probabilities * intensities
+    truth = table.share * table.intensity
+    cos = []
+    bounds = np.flatnonzero(np.diff(np.concatenate([[-1], table.group, [len(table.groups)]])))
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        p, t = predicted[a:b], truth[a:b]
+        denom = float(np.linalg.norm(p) * np.linalg.norm(t))
+        if denom > 0:
+            cos.append(float(p @ t) / denom)
+    explained = int(observed.sum())
+    return {
+        "auroc": round(auroc(probabilities, observed), 4),
+        "cosine": round(float(np.mean(cos)) if cos else float("nan"), 4),
+        "groups": len(table.groups),
+        "candidates_per_group": round(len(table) / max(len(table.groups), 1), 1),
+        "observed_peaks_explained": round(explained / max(explained + int(table.observed_unexplained.sum()), 1), 4),
+        "expected_peaks_per_spectrum": round(float(probabilities.sum()) / max(len(table.groups), 1), 2),
+        "observed_peaks_per_spectrum": round(float(table.share.sum()) / max(len(table.groups), 1), 2),
+    }
+
+
+@torch.no_grad()
+def predict_table(model: ForwardModel, table: CandidateTable, batch: int = 8192) -> tuple[np.ndarray, np.ndarray]:
+    model.eval()
+    probs, ints = [], []
+    for start in range(0, len(table), batch):
+        logit, intensity = model(table.features(np.arange(start, min(start + batch, len(table)))))
+        probs.append(torch.sigmoid(logit).numpy())
+        ints.append(intensity.numpy())
+    return np.concatenate(probs), np.concatenate(ints)
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+
+
+@dataclass
+class FitConfig(TrainingConfig):
+    mgf: str = field(metadata={"help": "Labelled MGF (FOLD, LICENSE, SMILES per record)."})
+    out: str = field(metadata={"help": "Output folder: forward.safetensors, config.json, metrics.json."})
+    adducts: tuple[str, ...] = field(default=("[M+H]+", "[M-H]-"),
+                                     metadata={"help": "Precursor ion types of the spectra learnt from."})
+    licenses: tuple[str, ...] | None = field(default=("CC0", "CC BY", "CC BY-SA", "dl-de/by-2-0"),
+                                             metadata={"help": "LICENSE values learnt from; None = all."})
+    epochs: int = field(default=4, metadata={"help": "Passes over the training candidates."})
+    batch_size: int = field(default=2048, metadata={"help": "Candidates per step."})
+    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate (cosine to 5% of it)."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
+    positive_weight: float = field(default=3.0, metadata={"help": "Loss weight of observed candidates."})
+    hidden: int = field(default=256, metadata={"help": "Width of the two hidden layers."})
+    dropout: float = field(default=0.1, metadata={"help": "Dropout after each hidden layer."})
+    max_breaks: int = field(default=2, metadata={"help": "Bond cuts of the candidate pieces (1-3)."})
+    h_shift: int = field(default=2, metadata={"help": "Hydrogen shifts of a piece that are candidates too."})
+    held_out_share: int = field(default=10, metadata={"help": "1/N of the train structures held out for scoring."})
+    seed: int = field(default=0, metadata={"help": "Seed of initialisation and data order."})
+    threads: int = field(default=1, metadata={"help": "torch CPU threads."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Labelled-spectra cache folder."})
+
+    def __post_init__(self):
+        self.adducts = tuple(self.adducts)
+        self.licenses = None if self.licenses is None else tuple(self.licenses)
+        self.require(("epochs", "batch_size", "threads", "held_out_share"), int_at_least(1),
+                     "a positive integer")
+        if not (self.lr > 0 and self.weight_decay >= 0 and self.positive_weight > 0):
+            raise ConfigError(f"`lr` and `positive_weight` must be > 0 and `weight_decay` >= 0; got {self.lr}, "
+                              f"{self.positive_weight}, {self.weight_decay}.")  # fmt: skip
+        self.model_config()
+
+    def model_config(self) -> ForwardConfig:
+        return ForwardConfig(hidden=self.hidden, dropout=self.dropout, max_breaks=self.max_breaks,
+                             h_shift=self.h_shift)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FitStep:
+    epoch: int
+    step: int
+    steps: int
+    loss: float
+
+
+@dataclass(frozen=True)
+class FitDone:
+    folder: str
+    metrics: dict
+
+
+def fit(config: FitConfig) -> Iterator[TableProgress | FitStep | FitDone]:
+    """Train the forward model on ``FOLD=train`` (minus 1/``held_out_share`` of its structures, scored),
+    score it on ``FOLD=val``; yields progress, ends with :class:`FitDone`."""
+    with torch_threads(config.threads):
+        yield from _fit(config)
+
+
+def _fit(config: FitConfig) -> Iterator[TableProgress | FitStep | FitDone]:
+    t0 = time.monotonic()
+    data = load_labelled_spectra(config.mgf, encoder_features(), cache_dir=config.cache_dir)
+    data = data.subset(np.flatnonzero(np.isin(data.adduct, list(config.adducts))))
+    smiles = structures_of(config.mgf, set(data.inchikey14.astype(str).tolist()))
+    settings = config.model_config().candidate_settings()
+    train = data.select(("train",), licenses=config.licenses)
+    val = data.select(("val",), licenses=config.licenses)
+    folds = structure_folds(train.inchikey14, config.held_out_share, config.seed)
+    tables = {}
+    for name, part in (("train", train.subset(np.flatnonzero(folds != 0))),
+                       ("held_out", train.subset(np.flatnonzero(folds == 0))), ("val", val)):  # fmt: skip
+        if len(part) or name == "train":
+            tables[name] = yield from build_table(part, smiles, settings)
+    table = tables["train"]
+    torch.manual_seed(config.seed)
+    model = ForwardModel(config.model_config())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    rng = np.random.default_rng(config.seed)
+    steps_per_epoch = math.ceil(len(table) / config.batch_size)
+    total = steps_per_epoch * config.epochs
+    step = 0
+    for epoch in range(config.epochs):
+        model.train()
+        order = rng.permutation(len(table))
+        for start in range(0, len(table), config.batch_size):
+            lr = config.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / total)))
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss = forward_loss(model, table, order[start:start + config.batch_size], config.positive_weight)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            if step % 50 == 0 or step == total:
+                yield FitStep(epoch, step, total, loss.item())
+    metrics: dict = {"train_minutes": round((time.monotonic() - t0) / 60, 2), "config": config.to_dict(),
+                     "candidates": {k: len(t) for k, t in tables.items()}}  # fmt: skip
+    for name in ("held_out", "val"):
+        if name not in tables:
+            continue
+        t = tables[name]
+        p, i = predict_table(model, t)
+        metrics[name] = {"model": score_table(t, p, i),
+                         "baseline": score_table(t, _squash(baseline_scores(t)), np.ones(len(t), np.float32))}
+    model.save(config.out, {"metrics": metrics})
+    write_json_atomic(Path(config.out) / "metrics.json", metrics)
+    yield FitDone(config.out, metrics)
+
+
+def _squash(scores: np.ndarray) -> np.ndarray:
+    """Rank scores to (0, 1) so the baseline's cosine compares shapes, not scales."""
+    order = np.argsort(np.argsort(scores, kind="mergesort"), kind="mergesort")
+    return ((order + 1) / (len(scores) + 1)).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Simulation
+
+
+@dataclass(frozen=True, eq=False)
+class SimulatedTokens:
+    formulas: np.ndarray  # (P, 14) int64, the root (precursor formula) first, then peaks in mass order
+    intensities: np.ndarray  # (P,) float32, root 1.0, peaks sqrt(I / I_max) (the largest is 1.0)
+    fingerprints: list[np.ndarray]  # P - 1 piece fingerprints of the peaks (substructure labels)
+
+
+def simulate_tokens(cand: Candidates, probabilities: np.ndarray, intensities: np.ndarray, whole: np.ndarray,
+                    rng: np.random.Generator, *, noise: float = 0.3, max_peaks: int = 60) -> SimulatedTokens:  # fmt: skip
+    """One simulated spectrum: candidate ``i`` is a peak with probability ``probabilities[i]`` (at least the
+    most probable one is), at ``intensities[i]`` times log-normal noise (sigma ``noise``), rescaled so the
+    largest is 1; the ``max_peaks`` most intense are kept, in mass order."""
+    if len(cand) == 0:
+        raise ConfigError("A molecule without candidate peaks cannot be simulated.")
+    keep = np.flatnonzero(rng.random(len(cand)) < probabilities)
+    if len(keep) == 0:
+        keep = np.array([int(np.argmax(probabilities))])
+    level = np.clip(intensities[keep] * np.exp(rng.normal(0.0, noise, len(keep))), 1e-3, None)
+    if len(keep) > max_peaks:
+        top = np.argsort(-level, kind="mergesort")[:max_peaks]
+        keep, level = keep[top], level[top]
+    level = level / level.max()
+    order = np.argsort(cand.formulas[keep] @ element_masses(), kind="mergesort")
+    keep, level = keep[order], level[order]
+    return SimulatedTokens(
+        formulas=np.vstack([whole[None, :], cand.formulas[keep]]).astype(np.int64),
+        intensities=np.concatenate([[1.0], level]).astype(np.float32),
+        fingerprints=[cand.fingerprints[int(i)] for i in keep],
+    )
+
+
+def read_molecules(path: str | Path) -> Iterator[tuple[str, str, str]]:
+    """``(smiles, inchikey14, source)`` rows of the molecule corpus TSV (header ``smiles inchikey14 source``)."""
+    with open_text(path) as fh:
+        header = fh.readline().rstrip("\n").split("\t")
+        if header[:2] != ["smiles", "inchikey14"]:
+            raise ConfigError(f"{path}: expected the columns smiles, inchikey14[, source]; got {header}.")
+        for line in fh:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) >= 2:
+                yield parts[0], parts[1], parts[2] if len(parts) > 2 else ""
+
+
+@dataclass(frozen=True)
+class SimulateConfig(TrainingConfig):
+    model: str = field(metadata={"help": "Forward model folder (python -m training.forward fit)."})
+    molecules: str = field(metadata={"help": "Molecule corpus TSV (smiles, inchikey14, source)."})
+    mgf: str = field(metadata={"help": "Labelled MGF: its structures (every fold) are never simulated."})
+    out: str = field(metadata={"help": "Output .npz of simulated spectra (train_encoder --simulated)."})
+    n: int = field(default=12000, metadata={"help": "Molecules to simulate, drawn at random from the eligible."})
+    sources: tuple[str, ...] = field(default=(), metadata={"help": "Draw only from rows of these sources (any)."})
+    negative_share: float = field(default=0.35, metadata={"help": "Share of spectra simulated in negative mode."})
+    min_heavy: int = field(default=6, metadata={"help": "Smallest molecule (heavy atoms)."})
+    max_mass: float = field(default=1000.0, metadata={"help": "Largest molecule (monoisotopic mass)."})
+    noise: float = field(default=0.3, metadata={"help": "Sigma of the log-normal intensity noise."})
+    control: bool = field(default=False, metadata={
+        "help": "A control without the model's choice: every candidate equally likely (as many peaks expected as "
+                "the model predicts for the molecule), intensities uniform in (0, 1)."})  # fmt: skip
+    seed: int = field(default=0, metadata={"help": "Seed of the draw and of the sampled peaks."})
+    threads: int = field(default=1, metadata={"help": "torch CPU threads."})
+
+
+@dataclass(frozen=True)
+class SimulateProgress:
+    done: int
+    total: int
+    elapsed_s: float
+
+
+def simulate(config: SimulateConfig) -> Iterator[SimulateProgress]:
+    """Yield progress while simulating; *return* ``(LabelledSpectra, FragmentLabels)`` (also written to
+    ``config.out``)."""
+    t0 = time.monotonic()
+    model = ForwardModel.load(config.model)
+    settings = model.config.candidate_settings()
+    features = encoder_features()
+    known = set(_mgf_keys(config.mgf))
+    wanted = set(config.sources)
+    pool = [(s, k) for s, k, src in read_molecules(config.molecules)
+            if k not in known and (not wanted or wanted & set(src.split(";")))]  # fmt: skip
+    rng = np.random.default_rng(config.seed)
+    order = rng.permutation(len(pool))
+    rows = {name: [] for name in ("ids", "inchikey14", "adduct", "polarity", "n_tokens", "bits")}
+    formulas, intensities, labels = [], [], []
+    masses = element_masses()
+    done = 0
+    with torch_threads(config.threads):
+        for j in order:
+            if done >= config.n:
+                break
+            smiles, key = pool[int(j)]
+            mol = chem.mol_from_smiles(smiles)
+            if mol is None:
+                continue
+            chem.remove_stereo(mol)
+            polarity = -1 if rng.random() < config.negative_share else 1
+            try:
+                cand = candidates(mol, polarity, settings)
+            except (ConfigError, MsgptError):
+                continue
+            whole = _whole_formula(mol)
+            if whole[_HEAVY].sum() < config.min_heavy or float(whole @ masses) > config.max_mass or not len(cand):
+                continue
+            p, inten = model.predict(cand)
+            if config.control:
+                p = np.full(len(p), min(float(p.sum()) / len(p), 1.0))
+                inten = rng.random(len(p))
+            tokens = simulate_tokens(cand, p, inten, whole, rng, noise=config.noise, max_peaks=features.max_peaks)
+            rows["ids"].append(f"simulated:{key}")
+            rows["inchikey14"].append(key)
+            rows["adduct"].append(POLARITY_ADDUCT[polarity])
+            rows["polarity"].append(polarity)
+            rows["n_tokens"].append(len(tokens.formulas))
+            rows["bits"].append(chem.morgan_bits(mol, n_bits=features.fp_bits, radius=features.radius))
+            formulas.append(tokens.formulas)
+            intensities.append(tokens.intensities)
+            labels.append([None] + tokens.fingerprints)
+            done += 1
+            if done % 500 == 0 or done == config.n:
+                yield SimulateProgress(done, config.n, time.monotonic() - t0)
+    if not done:
+        raise ConfigError(f"No molecule of {config.molecules} could be simulated (sources {sorted(wanted)}).")
+    spectra, frag = _assemble(rows, formulas, intensities, labels, features, settings.n_bits,
+                              report={"simulated": {**config.to_dict(), "spectra": done, "eligible": len(pool)}})
+    save_simulated(config.out, spectra, frag)
+    return spectra, frag
+
+
+def _whole_formula(mol: chem.Mol) -> np.ndarray:
+    vec = np.zeros(len(ELEMENTS), dtype=np.int64)
+    for atom in mol.GetAtoms():
+        vec[ELEMENT_INDEX[atom.GetSymbol()]] += 1
+        vec[_H] += atom.GetTotalNumHs()
+    return vec
+
+
+def _mgf_keys(mgf: str | Path) -> Iterator[str]:
+    """First InChIKey block of every record of ``mgf`` (its INCHIKEY, else computed from its SMILES)."""
+    for fields in read_mgf_headers(mgf):
+        key = fields.get("INCHIKEY", "")[:14] or (chem.inchikey14(fields["SMILES"]) if fields.get("SMILES") else "")
+        if key:
+            yield key
+
+
+def _assemble(rows, formulas, intensities, labels, features: FeatureSettings, n_bits: int, report: dict
+              ) -> tuple[LabelledSpectra, FragmentLabels]:  # fmt: skip
+    n = len(rows["ids"])
+    lengths = np.array(rows["n_tokens"], dtype=np.int64)
+    token_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    bit_lengths = np.array([len(b) for b in rows["bits"]], dtype=np.int64)
+    spectra = LabelledSpectra(
+        ids=np.array(rows["ids"], dtype=str), inchikey14=np.array(rows["inchikey14"], dtype=str),
+        adduct=np.array(rows["adduct"], dtype=str), fold=np.full(n, "simulated"), license=np.full(n, "simulated"),
+        instrument=np.full(n, ""), token_offsets=token_offsets,
+        formulas=np.vstack(formulas).astype(np.int16), intensities=np.concatenate(intensities).astype(np.float32),
+        adduct_retained=np.zeros(int(token_offsets[-1]), dtype=np.uint8),
+        polarity=np.array(rows["polarity"], dtype=np.int8),
+        bit_offsets=np.concatenate([[0], np.cumsum(bit_lengths)]).astype(np.int64),
+        bits=np.concatenate(rows["bits"]).astype(np.uint16), n_peaks=(lengths - 1).astype(np.int32),
+        n_unannotated=np.zeros(n, dtype=np.int32), settings=features, report=report,
+    )  # fmt: skip
+    token_label = np.full(int(token_offsets[-1]), -1, dtype=np.int64)
+    table: dict[bytes, int] = {}
+    table_fps: list[np.ndarray] = []
+    t = 0
+    for per_spectrum in labels:
+        for fp in per_spectrum:
+            if fp is not None:
+                key = np.asarray(fp, dtype=np.uint16).tobytes()
+                if key not in table:
+                    table[key] = len(table_fps)
+                    table_fps.append(np.asarray(fp, dtype=np.uint16))
+                token_label[t] = table[key]
+            t += 1
+    offsets = np.concatenate([[0], np.cumsum([len(f) for f in table_fps])]).astype(np.int64)
+    frag = FragmentLabels(token_label, offsets,
+                          np.concatenate(table_fps).astype(np.uint16) if table_fps else np.zeros(0, np.uint16),
+                          n_bits, {"simulated": True, "distinct_fragments": len(table_fps)})  # fmt: skip
+    return spectra, frag
+
+
+def save_simulated(path: str | Path, spectra: LabelledSpectra, labels: FragmentLabels) -> Path:
+    """Write the simulated spectra and their substructure labels as one ``.npz`` (two files' worth of arrays)."""
+    path = Path(path)
+    spectra.save(path)
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays.update(label_token=labels.token_label, label_offsets=labels.table_offsets, label_bits=labels.table_bits,
+                  label_meta=np.array(json.dumps({"n_bits": labels.n_bits, "summary": labels.summary})))  # fmt: skip
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(path)
+    return path
+
+
+def load_simulated(path: str | Path) -> tuple[LabelledSpectra, FragmentLabels]:
+    """The spectra and substructure labels written by :func:`save_simulated`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"Simulated spectra {path} do not exist; write them with "
+                          f"`python -m training.forward simulate`.")  # fmt: skip
+    spectra = LabelledSpectra.load(path)
+    with np.load(path, allow_pickle=False) as z:
+        if "label_token" not in z.files:
+            raise ConfigError(f"{path} holds spectra but no substructure labels; it was not written by "
+                              f"`python -m training.forward simulate`.")  # fmt: skip
+        meta = json.loads(str(z["label_meta"]))
+        labels = FragmentLabels(z["label_token"], z["label_offsets"], z["label_bits"], int(meta["n_bits"]),
+                                meta["summary"])  # fmt: skip
+    return spectra, labels
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m training.forward", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    FitConfig.add_arguments(sub.add_parser("fit", help="train the forward model and score it"))
+    SimulateConfig.add_arguments(sub.add_parser("simulate", help="simulate spectra of corpus molecules"))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from tqdm import tqdm
+
+    args = vars(_parser().parse_args(argv))
+    command = args.pop("command")
+    try:
+        if command == "fit":
+            config = FitConfig(**args)
+            bar = None
+            for event in fit(config):
+                if isinstance(event, TableProgress):
+                    print(f"candidates: {event.done}/{event.total} groups, {event.elapsed_s:.0f} s", file=sys.stderr)
+                elif isinstance(event, FitStep):
+                    bar = bar or tqdm(total=event.steps, desc="forward model", unit="step")
+                    bar.n = event.step
+                    bar.set_postfix(loss=f"{event.loss:.4f}", epoch=event.epoch, refresh=True)
+                elif isinstance(event, FitDone):
+                    if bar is not None:
+                        bar.close()
+                    shown = ("held_out", "val", "train_minutes")
+                    print(json.dumps({k: v for k, v in event.metrics.items() if k in shown}, indent=1))
+        else:
+            config = SimulateConfig(**args)
+            gen = simulate(config)
+            with tqdm(total=config.n, desc="simulated spectra", unit="spectrum") as bar:
+                while True:
+                    try:
+                        event = next(gen)
+                    except StopIteration as stop:
+                        spectra, _ = stop.value
+                        break
+                    bar.n = event.done
+                    bar.refresh()
+            print(f"wrote {len(spectra)} simulated spectra to {config.out}")
+    except MsgptError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
