@@ -214,7 +214,8 @@ def test_fit_then_simulate_then_train_an_encoder_on_both(tmp_path):
         smiles = next(s for s, _ in novel if chem.inchikey14(s) == again.inchikey14[i])
         np.testing.assert_array_equal(again.target_bits(i), chem.morgan_bits(_mol(smiles), n_bits=4096, radius=2))
 
-    enc = tiny_config(mgf, tmp_path / "enc", adducts=("[M+H]+", "[M+Na]+", "[M-H]-"), simulated=str(tmp_path / "sim.npz"),
+    enc = tiny_config(mgf, tmp_path / "enc", adducts=("[M+H]+", "[M+Na]+", "[M-H]-"),
+                      simulated=str(tmp_path / "sim.npz"),
                       encoder={"dropout": 0.1, "fp_bits": 4096, "max_peaks": 60, "fragment_bits": 512},
                       substructure_weight=0.5)
     from training.train_encoder import training_split

@@ -546,8 +546,10 @@ class SimulatedTokens:
     fingerprints: list[np.ndarray]  # P - 1 piece fingerprints of the peaks (substructure labels)
 
 
-def simulate_tokens(cand: Candidates, probabilities: np.ndarray, intensities: np.ndarray, whole: np.ndarray,
-                    rng: np.random.Generator, *, noise: float = 0.3, max_peaks: int = 60) -> SimulatedTokens:  # fmt: skip
+def simulate_tokens(
+    cand: Candidates, probabilities: np.ndarray, intensities: np.ndarray, whole: np.ndarray,
+    rng: np.random.Generator, *, noise: float = 0.3, max_peaks: int = 60,
+) -> SimulatedTokens:  # fmt: skip
     """One simulated spectrum: candidate ``i`` is a peak with probability ``probabilities[i]`` (at least the
     most probable one is), at ``intensities[i]`` times log-normal noise (sigma ``noise``), rescaled so the
     largest is 1; the ``max_peaks`` most intense are kept, in mass order."""
