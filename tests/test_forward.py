@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -231,6 +232,8 @@ def test_fit_then_simulate_then_train_an_encoder_on_both(tmp_path):
                                 encoder={"dropout": 0.1, "fp_bits": 4096, "max_peaks": 60})  # fmt: skip
     train2, _ = add_simulated(only_positive, split.train, split.val, None)
     assert set(train2.adduct[len(split.train):].tolist()) <= {"[M+H]+"}
+    with pytest.raises(ConfigError, match="no spectrum of the run's adducts"):
+        add_simulated(replace(only_positive, adducts=("[M+Na]+",)), split.train, split.val, None)
     leaky = LabelledSpectra.concatenate([split.val.subset(np.array([0]))])
     with pytest.raises(ConfigError, match="validation structures"):
         add_simulated(enc, split.train, LabelledSpectra.concatenate([leaky, again.subset(np.array([0]))]), base)

@@ -56,7 +56,7 @@ from engine.fragments import MAX_STATES, fragment_pieces
 from .checkpoint import write_json_atomic
 from .corpus import open_text, read_mgf_headers
 from .loop import TrainingConfig, int_at_least, torch_threads
-from .spectra import FeatureSettings, LabelledSpectra, load_labelled_spectra, structure_folds
+from .spectra import SHIPPABLE_LICENSES, FeatureSettings, LabelledSpectra, load_labelled_spectra, structure_folds
 from .substructures import FragmentLabels, piece_fingerprint, structures_of
 
 FORMAT_VERSION = 1
@@ -427,7 +427,7 @@ class FitConfig(TrainingConfig):
     out: str = field(metadata={"help": "Output folder: forward.safetensors, config.json, metrics.json."})
     adducts: tuple[str, ...] = field(default=("[M+H]+", "[M-H]-"),
                                      metadata={"help": "Precursor ion types of the spectra learnt from."})
-    licenses: tuple[str, ...] | None = field(default=("CC0", "CC BY", "CC BY-SA", "dl-de/by-2-0"),
+    licenses: tuple[str, ...] | None = field(default=SHIPPABLE_LICENSES,
                                              metadata={"help": "LICENSE values learnt from; None = all."})
     epochs: int = field(default=4, metadata={"help": "Passes over the training candidates."})
     batch_size: int = field(default=2048, metadata={"help": "Candidates per step."})

@@ -82,6 +82,7 @@ from .spectra import (
     iter_load_labelled_spectra,
     structure_folds,
 )
+from .forward import load_simulated
 from .substructures import FragmentLabels, LabelProgress, SubstructureSettings, concatenate_labels, fragment_labels
 
 log = logging.getLogger(__name__)
@@ -587,14 +588,15 @@ def add_simulated(config: EncoderTrainConfig, train: LabelledSpectra, val: Label
                   labels: FragmentLabels | None) -> tuple[LabelledSpectra, FragmentLabels | None]:  # fmt: skip
     """``train`` followed by the simulated spectra of ``config.simulated`` in the run's adducts (and ``labels``
     followed by theirs). Refuses simulated structures that are validation structures."""
-    from .forward import load_simulated
-
     sim, sim_labels = load_simulated(config.simulated)
     leaked = sorted(set(sim.inchikey14.tolist()) & set(val.inchikey14.tolist()))
     if leaked:
         raise ConfigError(f"{config.simulated} simulates {len(leaked)} validation structures (e.g. {leaked[0]}); "
                           f"simulate again with --mgf naming this run's file, which excludes them.")  # fmt: skip
     keep = np.flatnonzero(np.isin(sim.adduct, list(config.adducts)))
+    if len(keep) == 0:
+        raise ConfigError(f"{config.simulated} holds no spectrum of the run's adducts {list(config.adducts)} (it has "
+                          f"{sorted(set(sim.adduct.tolist()))}); add one of those to `adducts`.")  # fmt: skip
     if labels is not None:
         if sim_labels.n_bits != labels.n_bits:
             raise ConfigError(f"{config.simulated} labels fragments with {sim_labels.n_bits} bits, the encoder's "
