@@ -255,3 +255,17 @@ def test_the_structures_of_an_mgf_are_known_by_inchikey_or_smiles(tmp_path):
     keyed = write_labelled_mgf(tmp_path / "keyed.mgf", inchikeys=True)
     assert set(forward._mgf_keys(plain)) == set(forward._mgf_keys(keyed))
     assert chem.inchikey14(VAL_MOLECULES["serotonin"]) in set(forward._mgf_keys(plain))
+
+
+@pytest.mark.parametrize("command", ["fit", "simulate"])
+def test_the_command_line_explains_itself(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        forward.main([command, "--help"])
+    assert exit_.value.code == 0 and "--out" in capsys.readouterr().out
+
+
+def test_a_bad_setting_is_an_error_message_not_a_traceback(capsys):
+    assert forward.main(["fit", "--mgf", "x.mgf", "--out", "o", "--dropout", "1.5"]) == 2
+    assert "dropout" in capsys.readouterr().err
+    assert forward.main(["simulate", "--model", "m", "--out", "o.npz"]) == 2
+    assert "--molecules, --mgf are required" in capsys.readouterr().err

@@ -431,7 +431,7 @@ class FitConfig(TrainingConfig):
                                              metadata={"help": "LICENSE values learnt from; None = all."})
     epochs: int = field(default=4, metadata={"help": "Passes over the training candidates."})
     batch_size: int = field(default=2048, metadata={"help": "Candidates per step."})
-    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate (cosine to 5% of it)."})
+    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate (a cosine down to a twentieth of it)."})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
     positive_weight: float = field(default=3.0, metadata={"help": "Loss weight of observed candidates."})
     hidden: int = field(default=256, metadata={"help": "Width of the two hidden layers."})
@@ -444,6 +444,7 @@ class FitConfig(TrainingConfig):
     cache_dir: str | None = field(default=None, metadata={"help": "Labelled-spectra cache folder."})
 
     def __post_init__(self):
+        _require_paths(self, ("mgf", "out"))
         self.adducts = tuple(self.adducts)
         self.licenses = None if self.licenses is None else tuple(self.licenses)
         self.require(("epochs", "batch_size", "threads", "held_out_share"), int_at_least(1),
@@ -601,6 +602,20 @@ class SimulateConfig(TrainingConfig):
                 "the model predicts for the molecule), intensities uniform in (0, 1)."})  # fmt: skip
     seed: int = field(default=0, metadata={"help": "Seed of the draw and of the sampled peaks."})
     threads: int = field(default=1, metadata={"help": "torch CPU threads."})
+
+    def __post_init__(self):
+        _require_paths(self, ("model", "molecules", "mgf", "out"))
+        self.require(("n", "threads"), int_at_least(1), "a positive integer")
+        if not (0 <= self.negative_share <= 1 and self.noise >= 0 and self.max_mass > 0):
+            raise ConfigError(f"`negative_share` must be in [0, 1], `noise` >= 0 and `max_mass` > 0; got "
+                              f"{self.negative_share}, {self.noise}, {self.max_mass}.")  # fmt: skip
+
+
+def _require_paths(config: TrainingConfig, names: Sequence[str]) -> None:
+    missing = [n for n in names if not getattr(config, n)]
+    if missing:
+        flags = ", ".join("--" + n.replace("_", "-") for n in missing)
+        raise ConfigError(f"{flags} {'is' if len(missing) == 1 else 'are'} required.")
 
 
 @dataclass(frozen=True)
