@@ -301,3 +301,23 @@ def test_interpolating_a_new_stage_with_the_decoder_it_started_from(runs, tmp_pa
                            str(runs / "calibration.json"), "--name", "x", "--out", str(tmp_path / "x"),
                            "--interpolate", str(tmp_path / "base"), bad]) == 1
         assert f"--interpolate weight '{bad}' must be a number between 0 and 1" in capsys.readouterr().err
+
+
+def test_card_names_the_simulated_spectra_apart_from_the_measured_ones(runs, tmp_path):
+    assert _build(runs, tmp_path / "plain") == 0
+    assert "simulated spectra" not in (tmp_path / "plain" / "MODEL_CARD.md").read_text()
+    encoder = tmp_path / "encoder"
+    shutil.copytree(runs / "encoder", encoder)
+    metrics = json.loads((encoder / "metrics.json").read_text())
+    metrics["data"]["simulated"] = {"file": "runs/sim.npz", "spectra": 1200, "structures": 1100,
+                                    "adducts": {"[M+H]+": 800, "[M-H]-": 400}, "model": "runs/forward",
+                                    "sources": ["npclassifier", "mibig"], "control": False}  # fmt: skip
+    (encoder / "metrics.json").write_text(json.dumps(metrics))
+    assert build_main(["--decoder", str(runs / "stage2"), "--encoder", str(encoder), "--calibration",
+                       str(runs / "calibration.json"), "--name", "sim", "--out", str(tmp_path / "sim")]) == 0
+    card = (tmp_path / "sim" / "MODEL_CARD.md").read_text()
+    line = next(x for x in card.splitlines() if x.startswith("- **Spectrum encoder, simulated spectra**"))
+    assert "1,200 spectra (800 [M+H]+, 400 [M-H]-) of 1,100 molecules" in line
+    assert "(npclassifier, mibig)" in line and "`sim.npz`" in line and "control" not in line
+    measured = metrics["data"]["train"]["spectra"]
+    assert f"`FOLD=train`: {measured:,} " in card  # the measured spectra are counted apart

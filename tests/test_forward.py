@@ -247,7 +247,12 @@ def test_fit_then_simulate_then_train_an_encoder_on_both(tmp_path):
                                                      "fragment_bits": 512}, substructure_weight=0.5)))  # fmt: skip
     assert isinstance(events[-1], TrainingFinished)
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert metrics["data"]["train"]["spectra"] == len(split.train) + len(again)
+    # metrics.json (and so the model card) counts the measured and the simulated spectra apart
+    assert metrics["data"]["train"]["spectra"] == len(split.train)
+    simulated = metrics["data"]["simulated"]
+    assert simulated["spectra"] == len(again) and simulated["structures"] == 2
+    assert simulated["file"] == str(tmp_path / "sim.npz") and simulated["sources"] == ["src_a"]
+    assert simulated["model"] == str(tmp_path / "fwd") and simulated["control"] is False
 
 
 def test_the_structures_of_an_mgf_are_known_by_inchikey_or_smiles(tmp_path):

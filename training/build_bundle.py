@@ -220,6 +220,19 @@ def _adduct_words(info: dict) -> str:
     return " and ".join(modes)
 
 
+def _simulated_line(sim: dict) -> str:
+    """The card's line on the simulated spectra the encoder also trained on (``metrics.json`` data.simulated)."""
+    sources = ", ".join(sim.get("sources") or []) or "all sources"
+    return (f"- **Spectrum encoder, simulated spectra**: {sim['spectra']:,} spectra ("
+            + ", ".join(f"{n:,} {a}" for a, n in sim.get("adducts", {}).items())
+            + f") of {sim.get('structures', 0):,} molecules of `molecules.tsv.gz` ({sources}), none of them a "
+            "structure of `massbank_dev.mgf.gz`, simulated by the project's forward model (`training/forward.py`, "
+            "trained on the licence-clean `FOLD=train` spectra above"
+            + (", **control run**: every fragment candidate equally likely" if sim.get("control") else "")
+            + f"; file `{Path(sim['file']).name}`). They add training structures only: calibration, model "
+            "selection and the figures below use measured spectra.")
+
+
 def _modes_of(adducts) -> str:
     """"positive-mode", "negative-mode" or "positive- and negative-mode", from ion type names."""
     signs = {a[-1] for a in adducts}
@@ -301,6 +314,8 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
             + ", ".join(f"{n:,} {a}" for a, n in tr.get("adducts", {}).items()) + "); "
             "unit-resolution instruments excluded. Model selection and every number below: `FOLD=val` "
             f"({va.get('spectra', 0):,} spectra, {va.get('structures', 0):,} structures, disjoint by structure).")
+        if enc_data.get("simulated"):
+            lines.append(_simulated_line(enc_data["simulated"]))
     lines.append("")
 
     lines += ["## Training", ""]

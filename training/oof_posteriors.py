@@ -494,7 +494,10 @@ def _fold(config: OOFConfig, k: int, everything: LabelledSpectra, fold_of: np.nd
     if cal.negative is not None:
         summary["negative_t_kappa1_calibrated"] = round(cal.negative.threshold_for_kappa(1.0), 6)
         summary["negative_d_enc"] = round(cal.negative.d_enc, 4)
-    summary["trained_on"] = json.loads((folder / "metrics.json").read_text())["data"]["train"]
+    data = json.loads((folder / "metrics.json").read_text())["data"]
+    summary["trained_on"] = data["train"]  # the measured spectra; simulated ones (if any) apart
+    if "simulated" in data:
+        summary["trained_on_simulated"] = data["simulated"]
     summary["timings"] = timings
     return summary
 

@@ -606,8 +606,26 @@ def add_simulated(config: EncoderTrainConfig, train: LabelledSpectra, val: Label
         sim_labels = FragmentLabels(sim_labels.token_label[tokens], sim_labels.table_offsets, sim_labels.table_bits,
                                     sim_labels.n_bits, sim_labels.summary)  # fmt: skip
         labels = concatenate_labels([labels, sim_labels])
-    report = {**train.report, "simulated": {"file": config.simulated, "spectra": int(len(keep))}}
-    return LabelledSpectra.concatenate([train, sim.subset(keep)], report=report), labels
+    sim = sim.subset(keep)
+    report = {**train.report, "simulated": simulated_summary(config.simulated, sim)}
+    return LabelledSpectra.concatenate([train, sim], report=report), labels
+
+
+def simulated_summary(path: str | Path, sim: LabelledSpectra) -> dict:
+    """What metrics.json (and so the model card) says of the simulated spectra a run trained on: the file, the
+    counts of the part used, and the forward model and molecule sources they were simulated with."""
+    settings = sim.report.get("simulated", {})
+    return {"file": str(path), **describe_selection(sim),
+            **{k: settings[k] for k in ("model", "molecules", "sources", "noise", "seed", "control") if k in settings}}
+
+
+def split_simulated(train: LabelledSpectra) -> tuple[LabelledSpectra, dict | None]:
+    """The measured spectra of a training set built by :func:`add_simulated` (which appends the simulated ones)
+    and the summary of those simulated spectra (None without any)."""
+    sim = train.report.get("simulated")
+    if not sim:
+        return train, None
+    return train.subset(np.arange(len(train) - sim["spectra"])), sim
 
 
 def substructure_loss(fragment_logits: torch.Tensor, targets: torch.Tensor, labelled: torch.Tensor) -> torch.Tensor:
@@ -768,6 +786,7 @@ def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator
 
 def _finish(out_dir, config, model, train, val, held_out, all_data, state, reason, throughput, n_batches) -> dict:
     """Write encoder.safetensors (best weights), encoder_config.json and metrics.json."""
+    measured, simulated = split_simulated(train)
     load_weights(model, out_dir / "best.safetensors")
     final = evaluate(predict_posteriors(model, val, config.eval_batch_size), val, macro=True) if len(val) else {}
     save_weights(model, out_dir / "encoder.safetensors")
@@ -786,7 +805,8 @@ def _finish(out_dir, config, model, train, val, held_out, all_data, state, reaso
         "parameters": model.num_parameters(),
         "annotation": {"tol_ppm": model.config.tol_ppm, "tol_da": model.config.tol_da,
                        "min_rdbe": model.config.min_rdbe, "max_peaks": model.config.max_peaks},
-        "data": {"train": describe_selection(train), "val": describe_selection(val), "file": all_data.report,
+        "data": {"train": describe_selection(measured), "val": describe_selection(val), "file": all_data.report,
+                 **({"simulated": simulated} if simulated else {}),
                  **({"held_out": {**describe_selection(held_out), "cv_folds": config.cv_folds,
                                   "cv_fold": config.cv_fold, "cv_seed": config.cv_seed}}
                     if held_out is not None else {})},
