@@ -311,13 +311,15 @@ def test_card_names_the_simulated_spectra_apart_from_the_measured_ones(runs, tmp
     metrics = json.loads((encoder / "metrics.json").read_text())
     metrics["data"]["simulated"] = {"file": "runs/sim.npz", "spectra": 1200, "structures": 1100,
                                     "adducts": {"[M+H]+": 800, "[M-H]-": 400}, "model": "runs/forward",
-                                    "sources": ["npclassifier", "mibig"], "control": False}  # fmt: skip
+                                    "sources": ["npclassifier", "mibig"], "control": False,
+                                    "measured_structures": 3}  # fmt: skip
     (encoder / "metrics.json").write_text(json.dumps(metrics))
     assert build_main(["--decoder", str(runs / "stage2"), "--encoder", str(encoder), "--calibration",
                        str(runs / "calibration.json"), "--name", "sim", "--out", str(tmp_path / "sim")]) == 0
     card = (tmp_path / "sim" / "MODEL_CARD.md").read_text()
     line = next(x for x in card.splitlines() if x.startswith("- **Spectrum encoder, simulated spectra**"))
     assert "1,200 spectra (800 [M+H]+, 400 [M-H]-) of 1,100 molecules" in line
-    assert "(npclassifier, mibig)" in line and "`sim.npz`" in line and "control" not in line
+    assert "(npclassifier, mibig; 3 of them also among the measured training structures, none a `FOLD=val`" in line
+    assert "`sim.npz`" in line and "control" not in line
     measured = metrics["data"]["train"]["spectra"]
     assert f"`FOLD=train`: {measured:,} " in card  # the measured spectra are counted apart

@@ -251,6 +251,11 @@ def test_fit_then_simulate_then_train_an_encoder_on_both(tmp_path):
     assert metrics["data"]["train"]["spectra"] == len(split.train)
     simulated = metrics["data"]["simulated"]
     assert simulated["spectra"] == len(again) and simulated["structures"] == 2
+    assert simulated["measured_structures"] == 0  # the corpus molecules are not the MGF's structures
+    from training.train_encoder import simulated_summary
+
+    assert simulated_summary("sim.npz", again, np.array([again.inchikey14[0], "NOTSIMULATED00"]))[
+        "measured_structures"] == 1  # fmt: skip
     assert simulated["file"] == str(tmp_path / "sim.npz") and simulated["sources"] == ["src_a"]
     assert simulated["model"] == str(tmp_path / "fwd") and simulated["control"] is False
 

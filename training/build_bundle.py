@@ -225,8 +225,10 @@ def _simulated_line(sim: dict) -> str:
     sources = ", ".join(sim.get("sources") or []) or "all sources"
     return (f"- **Spectrum encoder, simulated spectra**: {sim['spectra']:,} spectra ("
             + ", ".join(f"{n:,} {a}" for a, n in sim.get("adducts", {}).items())
-            + f") of {sim.get('structures', 0):,} molecules of `molecules.tsv.gz` ({sources}), none of them a "
-            "structure of `massbank_dev.mgf.gz`, simulated by the project's forward model (`training/forward.py`, "
+            + f") of {sim.get('structures', 0):,} molecules of `molecules.tsv.gz` ({sources}; "
+            + (f"{sim['measured_structures']:,} of them also among the measured training structures, "
+               if sim.get("measured_structures") else "")
+            + "none a `FOLD=val` structure), simulated by the project's forward model (`training/forward.py`, "
             "trained on the licence-clean `FOLD=train` spectra above"
             + (", **control run**: every fragment candidate equally likely" if sim.get("control") else "")
             + f"; file `{Path(sim['file']).name}`). They add training structures only: calibration, model "

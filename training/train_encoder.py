@@ -607,15 +607,17 @@ def add_simulated(config: EncoderTrainConfig, train: LabelledSpectra, val: Label
                                     sim_labels.n_bits, sim_labels.summary)  # fmt: skip
         labels = concatenate_labels([labels, sim_labels])
     sim = sim.subset(keep)
-    report = {**train.report, "simulated": simulated_summary(config.simulated, sim)}
+    report = {**train.report, "simulated": simulated_summary(config.simulated, sim, train.inchikey14)}
     return LabelledSpectra.concatenate([train, sim], report=report), labels
 
 
-def simulated_summary(path: str | Path, sim: LabelledSpectra) -> dict:
+def simulated_summary(path: str | Path, sim: LabelledSpectra, train_keys: np.ndarray) -> dict:
     """What metrics.json (and so the model card) says of the simulated spectra a run trained on: the file, the
-    counts of the part used, and the forward model and molecule sources they were simulated with."""
+    counts of the part used, how many of their structures also have measured training spectra (``train_keys``,
+    first InChIKey blocks), and the forward model and molecule sources they were simulated with."""
     settings = sim.report.get("simulated", {})
-    return {"file": str(path), **describe_selection(sim),
+    keys = set(sim.inchikey14.tolist())
+    return {"file": str(path), **describe_selection(sim), "measured_structures": len(keys & set(train_keys.tolist())),
             **{k: settings[k] for k in ("model", "molecules", "sources", "noise", "seed", "control") if k in settings}}
 
 
