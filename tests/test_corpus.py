@@ -212,3 +212,32 @@ def test_collate_items_and_pickled_dataset_agree_with_collate(corpus):
     assert len(pickle.dumps(ds)) < 1000  # the maps are reopened, not copied
     a, b = ds.collate([1, 4]), copy.collate_items([copy[1], copy[4]])
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_flat_fingerprint_arrays_and_keys_match_the_records(corpus):
+    ds = CorpusDataset(corpus)
+    bits, offsets, formulas = ds.fingerprint_arrays()
+    keys = ds.inchikey_blocks()
+    assert len(offsets) == len(ds) + 1 and offsets[0] == 0 and len(bits) == offsets[-1]
+    assert formulas.shape == (len(ds), 14) and keys.shape == (len(ds), 14) and keys.dtype == np.uint8
+    assert len(ds.manifest["shards"]) > 1  # chunk_size 4: the offsets cross shard boundaries
+    for i, smi in enumerate(EXPECTED_KEPT):
+        _, item_bits, item_formula = ds[i]
+        assert np.array_equal(bits[offsets[i] : offsets[i + 1]], item_bits)
+        assert np.array_equal(formulas[i], item_formula)
+        assert keys[i].tobytes().decode() == chem.inchikey14(smi)
+
+
+def test_headroom_corpus_drops_the_structures_it_is_told_to(corpus):
+    from training.encoder_headroom import load_corpus
+
+    ds = CorpusDataset(corpus)
+    bits, offsets, formulas = ds.fingerprint_arrays()
+    drop = [chem.inchikey14(EXPECTED_KEPT[1]), "NOTINTHECORPUS"]
+    kept, dropped = load_corpus(corpus, drop)
+    assert dropped == 1 and len(kept["formula"]) == len(ds) - 1
+    rows = [i for i in range(len(ds)) if i != 1]
+    assert np.array_equal(kept["formula"], formulas[rows])
+    for r, i in enumerate(rows):
+        a, b = kept["offsets"][r], kept["offsets"][r + 1]
+        assert np.array_equal(kept["bits"][a:b], bits[offsets[i] : offsets[i + 1]])

@@ -119,6 +119,35 @@ class CorpusDataset:
             self._formula_keys = np.concatenate(parts)
         return self._formula_keys
 
+    def inchikey_blocks(self) -> np.ndarray:
+        """Every record's InChIKey block as ``(n, 14)`` uint8 ASCII, from the shards' ``inchikey14.txt``."""
+        blocks = []
+        for shard in self.manifest["shards"]:
+            if shard["n"] == 0:
+                continue
+            path = self.corpus_dir / shard["name"] / "inchikey14.txt"
+            try:
+                raw = np.fromfile(path, dtype=np.uint8)
+            except OSError as e:
+                raise BundleError(f"{path}: cannot read the shard's InChIKey blocks ({e}).") from e
+            if raw.size != 15 * shard["n"] or np.any(raw[14::15] != ord("\n")):
+                raise BundleError(f"{path}: expected {shard['n']} lines of 14-letter InChIKey blocks; shard damaged.")
+            blocks.append(raw.reshape(-1, 15)[:, :14])
+        return np.concatenate(blocks) if blocks else np.zeros((0, 14), np.uint8)
+
+    def fingerprint_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All records' active bits as flat arrays: ``bits`` (uint16, record ``i`` owns
+        ``bits[offsets[i]:offsets[i+1]]``), ``offsets`` (int64, n + 1) and ``formula`` ((n, 14) int64)."""
+        bits, offsets, formulas, start = [], [np.zeros(1, np.int64)], [], 0
+        for shard in self._shards:
+            bits.append(np.asarray(shard.bits))
+            offsets.append(np.asarray(shard.bit_offsets[1:], np.int64) + start)
+            start += int(shard.bit_offsets[-1])
+            formulas.append(np.asarray(shard.formula, np.int64))
+        if not formulas:
+            return np.zeros(0, np.uint16), np.zeros(1, np.int64), np.zeros((0, 14), np.int64)
+        return np.concatenate(bits), np.concatenate(offsets), np.concatenate(formulas)
+
     def collate(self, indices: Sequence[int] | np.ndarray) -> dict[str, torch.Tensor]:
         """Padded batch tensors of the records ``indices`` (see the module docstring)."""
         located = (self._locate(int(i)) for i in indices)

@@ -289,22 +289,11 @@ def validation_mask(ds: CorpusDataset, fraction: float) -> np.ndarray:
     The split depends only on each structure's key, so it is structure-disjoint and stable when
     records are added to the corpus.
     """
-    blocks = []
-    for shard in ds.manifest["shards"]:
-        if shard["n"] == 0:
-            continue
-        path = ds.corpus_dir / shard["name"] / "inchikey14.txt"
-        try:
-            raw = np.fromfile(path, dtype=np.uint8)
-        except OSError as e:
-            raise BundleError(f"{path}: cannot read the InChIKey blocks the validation split needs ({e}).") from e
-        if raw.size != 15 * shard["n"] or np.any(raw[14::15] != ord("\n")):
-            raise BundleError(f"{path}: expected {shard['n']} lines of 14-letter InChIKey blocks; shard damaged.")
-        blocks.append(raw.reshape(-1, 15)[:, :14])
-    if not blocks:
+    blocks = ds.inchikey_blocks()
+    if not len(blocks):
         return np.zeros(0, bool)
     threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
-    return structure_hash(np.concatenate(blocks)) < threshold
+    return structure_hash(blocks) < threshold
 
 
 def init_from_decoder(model: ConditionalDecoder, src: str | Path, tokenizer) -> Path:
