@@ -11,6 +11,8 @@ from engine.errors import ConfigError
 from training.encoder_headroom import (
     IsomerIndex,
     base_rates,
+    fit_bit_count,
+    predict_bit_count,
     combine,
     dense_rows,
     density_fidelity,
@@ -120,7 +122,7 @@ def test_headroom_rows_on_a_corpus_that_holds_the_answer_among_isomers():
     assert out["with_isomer"] == 0.5 and out["median_isomers"] == 1.0
     assert out["closest_isomer_tanimoto"] == 1.0
     assert set(rows) == {"encoder, calibrated t(κ=1)", "encoder, density-matched t", "encoder, top-n with the true n",
-                         "formula prior alone", "encoder + prior, w=0.5", "isomer retrieval alone, T=30",
+                         "encoder, top-n with n predicted from the formula", "formula prior alone", "encoder + prior, w=0.5", "isomer retrieval alone, T=30",
                          "(1-a)·encoder + a·retrieval, a=0.25"}  # fmt: skip
     table = format_table({"modes": {"positive": out}})
     assert "| formula prior alone |" in table and "50.0% have an isomer" in table
@@ -131,3 +133,12 @@ def test_cli_names_a_missing_calibration(tmp_path, capsys):
 
     rc = main(["--mgf", "x.mgf", "--encoder", str(tmp_path), "--corpus", "c", "--out", str(tmp_path / "o.json")])
     assert rc == 2 and "has no calibration.json" in capsys.readouterr().err
+
+
+def test_bit_count_fit_recovers_a_size_law_and_never_predicts_an_empty_query():
+    forms = np.stack([_formula(c, 2 * c, n, o) for c in range(2, 30, 3) for n in (0, 1, 2) for o in (0, 3)])
+    heavy = forms.sum(1) - forms[:, 1]
+    counts = 3 + 2 * heavy + forms[:, 2]
+    w = fit_bit_count(forms, counts)
+    assert predict_bit_count(w, forms).tolist() == counts.tolist()
+    assert predict_bit_count(np.zeros_like(w), forms[:2]).tolist() == [1, 1]

@@ -9,6 +9,8 @@ bits as a density-matched threshold on these spectra gives (the "Tanimoto κ=1 (
 * **encoder, density-matched t**: the same posterior at the threshold matched on these spectra;
 * **encoder, top-n with the true n**: each spectrum's n most probable bits, n its true number of active
   bits. No threshold rule can pick the count better, so this bounds what a better density rule gains;
+  and the same with n predicted from the formula (least squares on element counts and heavy-atom size
+  over the corpus), a rule one could ship;
 * **formula prior**: the mean fingerprint of the corpus's isomers of the spectrum's formula (the molecule
   corpus excludes every ``FOLD=val`` structure), smoothed towards the corpus's bit rates with ``alpha``
   pseudo-records: what the formula alone says, from 562k structures instead of the encoder's 4k;
@@ -136,6 +138,22 @@ def density_fidelity(posteriors: np.ndarray, targets: np.ndarray) -> float:
     return float(tanimoto_rows(posteriors > t, targets).mean())
 
 
+def _count_features(formulas: np.ndarray) -> np.ndarray:
+    f = np.asarray(formulas, dtype=np.float64)
+    heavy = f.sum(1) - f[:, 1]  # every element but H (column 1)
+    return np.column_stack([np.ones(len(f)), f, heavy, np.sqrt(heavy), np.log1p(heavy)])
+
+
+def fit_bit_count(formulas: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Least-squares weights predicting a structure's number of active bits from its formula."""
+    w, *_ = np.linalg.lstsq(_count_features(formulas), np.asarray(counts, dtype=np.float64), rcond=None)
+    return w
+
+
+def predict_bit_count(weights: np.ndarray, formulas: np.ndarray) -> np.ndarray:
+    return np.maximum(np.rint(_count_features(formulas) @ weights), 1).astype(np.int64)
+
+
 def roots(data: LabelledSpectra) -> np.ndarray:
     """Each spectrum's root formula (the precursor's neutral formula), ``(n, 14)`` int64."""
     return np.asarray(data.formulas, dtype=np.int64)[np.asarray(data.token_offsets[:-1])]
@@ -152,6 +170,7 @@ def headroom(posteriors: np.ndarray, data: LabelledSpectra, thresholds: np.ndarr
     bits, offsets, formulas = corpus["bits"], corpus["offsets"], corpus["formula"]
     base = base_rates(bits, len(formulas), n_bits)
     index = IsomerIndex(formulas)
+    n_predicted = predict_bit_count(fit_bit_count(formulas, np.diff(offsets)), roots(data))
     rng = np.random.default_rng(seed)
     prior = np.empty_like(posteriors, dtype=np.float32)
     retrieved = np.empty_like(prior)
@@ -178,6 +197,8 @@ def headroom(posteriors: np.ndarray, data: LabelledSpectra, thresholds: np.ndarr
         "encoder, calibrated t(κ=1)": float(tanimoto_rows(posteriors > thresholds[:, None], targets).mean()),
         "encoder, density-matched t": density_fidelity(posteriors, targets),
         "encoder, top-n with the true n": float(tanimoto_rows(top_n(posteriors, targets.sum(1)), targets).mean()),
+        "encoder, top-n with n predicted from the formula": float(tanimoto_rows(top_n(posteriors, n_predicted),
+                                                                                targets).mean()),
         "formula prior alone": density_fidelity(prior, targets),
     }
     for w in weights:
