@@ -163,7 +163,8 @@ def test_a_new_decoder_beside_the_encoder_of_an_existing_bundle(runs, tmp_path):
     first, second = load_bundle(tmp_path / "first", device="cpu"), load_bundle(tmp_path / "second", device="cpu")
     for (name, a), b in zip(first.encoder.state_dict().items(), second.encoder.state_dict().values()):
         assert np.array_equal(a.float().numpy(), b.float().numpy()), name
-    assert (tmp_path / "first" / "calibration.json").read_text() == (tmp_path / "second" / "calibration.json").read_text()
+    calibrations = [(tmp_path / name / "calibration.json").read_text() for name in ("first", "second")]
+    assert calibrations[0] == calibrations[1]
     # the encoder's training record travels with it, so the card still describes it
     assert second.config["training"]["encoder_summary"] == first.config["training"]["encoder_summary"]
     assert "Encoder: 3 steps" in (tmp_path / "second" / "MODEL_CARD.md").read_text()

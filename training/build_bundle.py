@@ -134,7 +134,8 @@ def decoder_training_summary(checkpoint: Path) -> dict:
         summary["train_hours"] = sum(gaps) / 3600
         summary["tokens_per_s"] = sorted(r["tokens_per_s"] for r in train)[len(train) // 2]
     if val:
-        summary["val"] = {k: val[-1][k] for k in ("step", "loss", "accuracy", "noisy_loss", "noisy_accuracy") if k in val[-1]}
+        keys = ("step", "loss", "accuracy", "noisy_loss", "noisy_accuracy")
+        summary["val"] = {k: val[-1][k] for k in keys if k in val[-1]}
         summary["val_curve"] = [[r["step"], r["loss"], r.get("noisy_loss")] for r in val]
     if config.get("init_decoder"):
         stages = earlier_decoder_stages(Path(config["init_decoder"]))
@@ -379,7 +380,8 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
         if enc_metrics:
             lines.append(
                 f"  Val: mean Tanimoto of the 0.5-thresholded posterior {enc_metrics['tanimoto']:.3f}, "
-                f"bit AUROC micro {enc_metrics['auroc_micro']:.3f} / macro {enc_metrics.get('auroc_macro', float('nan')):.3f}, "
+                f"bit AUROC micro {enc_metrics['auroc_micro']:.3f} / "
+                f"macro {enc_metrics.get('auroc_macro', float('nan')):.3f}, "
                 f"AP micro {enc_metrics['ap_micro']:.3f} / macro {enc_metrics.get('ap_macro', float('nan')):.3f}.")
     if info.get("adapter"):
         lines.append(f"- Adapter: {info['adapter'].get('summary', 'see adapter/')}")

@@ -50,7 +50,7 @@ from engine import chem
 from engine.annotate import rdbe
 from engine.encoder import EncoderConfig
 from engine.errors import ConfigError, MsgptError
-from engine.formula import ELEMENT_INDEX, ELEMENTS, element_masses
+from engine.formula import ELEMENT_INDEX, ELEMENTS, element_masses, formula_vector
 from engine.fragments import MAX_STATES, fragment_pieces
 
 from .checkpoint import write_json_atomic
@@ -656,7 +656,7 @@ def simulate(config: SimulateConfig) -> Iterator[SimulateProgress]:
                 cand = candidates(mol, polarity, settings)
             except (ConfigError, MsgptError):
                 continue
-            whole = _whole_formula(mol)
+            whole = formula_vector(chem.mol_formula_counts(mol))  # candidates() refused other elements
             if whole[_HEAVY].sum() < config.min_heavy or float(whole @ masses) > config.max_mass or not len(cand):
                 continue
             p, inten = model.predict(cand)
@@ -682,14 +682,6 @@ def simulate(config: SimulateConfig) -> Iterator[SimulateProgress]:
                               report={"simulated": {**config.to_dict(), "spectra": done, "eligible": len(pool)}})
     save_simulated(config.out, spectra, frag)
     return spectra, frag
-
-
-def _whole_formula(mol: chem.Mol) -> np.ndarray:
-    vec = np.zeros(len(ELEMENTS), dtype=np.int64)
-    for atom in mol.GetAtoms():
-        vec[ELEMENT_INDEX[atom.GetSymbol()]] += 1
-        vec[_H] += atom.GetTotalNumHs()
-    return vec
 
 
 def _mgf_keys(mgf: str | Path) -> Iterator[str]:
