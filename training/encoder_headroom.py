@@ -180,10 +180,10 @@ def headroom(posteriors: np.ndarray, data: LabelledSpectra, thresholds: np.ndarr
     for i, formula in enumerate(roots(data)):
         key = formula.tobytes()
         if key not in cache:
-            rows = index.rows(formula)
-            if len(rows) > max_isomers:
-                rows = np.sort(rng.choice(rows, max_isomers, replace=False))
-            fps = dense_rows(bits, offsets, rows, n_bits)
+            members = index.rows(formula)
+            if len(members) > max_isomers:
+                members = np.sort(rng.choice(members, max_isomers, replace=False))
+            fps = dense_rows(bits, offsets, members, n_bits)
             mean = fps.mean(0) if len(fps) else base
             cache[key] = (fps, smoothed_mean(mean, len(fps), base, alpha).astype(np.float32))
         fps, prior[i] = cache[key]
