@@ -119,6 +119,7 @@ def test_headroom_rows_on_a_corpus_that_holds_the_answer_among_isomers():
     rows = out["rows"]
     assert rows["encoder, calibrated t(κ=1)"] == pytest.approx((1.0 + 2 / 3) / 2, abs=1e-4)
     assert rows["encoder, top-n with the true n"] == pytest.approx((1.0 + 1 / 3) / 2, abs=1e-4)
+    assert out["query_bits"] == 3.0 and out["true_bits"] == 2.5
     assert out["with_isomer"] == 0.5 and out["median_isomers"] == 1.0
     assert out["closest_isomer_tanimoto"] == 1.0
     assert set(rows) == {"encoder, calibrated t(κ=1)", "encoder, density-matched t", "encoder, top-n with the true n",
