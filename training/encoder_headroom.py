@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ConfigError, InputFileError, MsgptError
+from engine.formula import ELEMENT_INDEX
 from engine.pipeline import run_to_end
 
 from .calibrate import Calibration, load_encoder
@@ -143,7 +144,7 @@ def density_fidelity(posteriors: np.ndarray, targets: np.ndarray, mean_bits: flo
 
 def _count_features(formulas: np.ndarray) -> np.ndarray:
     f = np.asarray(formulas, dtype=np.float64)
-    heavy = f.sum(1) - f[:, 1]  # every element but H (column 1)
+    heavy = f.sum(1) - f[:, ELEMENT_INDEX["H"]]  # every element but hydrogen
     return np.column_stack([np.ones(len(f)), f, heavy, np.sqrt(heavy), np.log1p(heavy)])
 
 
