@@ -174,14 +174,15 @@ def headroom(posteriors: np.ndarray, data: LabelledSpectra, thresholds: np.ndarr
     bits, offsets, formulas = corpus["bits"], corpus["offsets"], corpus["formula"]
     base = base_rates(bits, len(formulas), n_bits)
     index = IsomerIndex(formulas)
-    n_predicted = predict_bit_count(fit_bit_count(formulas, np.diff(offsets)), roots(data))
+    root_formulas = roots(data)
+    n_predicted = predict_bit_count(fit_bit_count(formulas, np.diff(offsets)), root_formulas)
     rng = np.random.default_rng(seed)
     prior = np.empty_like(posteriors, dtype=np.float32)
     retrieved = np.empty_like(prior)
     best = np.full(n, np.nan)
     n_isomers = np.zeros(n, dtype=np.int64)
     cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
-    for i, formula in enumerate(roots(data)):
+    for i, formula in enumerate(root_formulas):
         key = formula.tobytes()
         if key not in cache:
             members = index.rows(formula)
@@ -237,11 +238,10 @@ def load_corpus(corpus_dir: str | Path, exclude_keys: Sequence[str]) -> tuple[di
     bits, offsets, formulas = ds.fingerprint_arrays()
     blocks = ds.inchikey_blocks().view("S14").ravel()
     keep = ~np.isin(blocks, np.array([k.encode("ascii") for k in exclude_keys], dtype="S14"))
-    rows = np.flatnonzero(keep)
-    counts = np.diff(offsets)[rows]
-    new_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    take = np.concatenate([np.arange(offsets[j], offsets[j + 1]) for j in rows]) if len(rows) else np.zeros(0, int)
-    return {"bits": bits[take], "offsets": new_offsets, "formula": formulas[rows]}, int((~keep).sum())
+    counts = np.diff(offsets)
+    new_offsets = np.concatenate([[0], np.cumsum(counts[keep])]).astype(np.int64)
+    bit_mask = np.repeat(keep, counts)  # each record's keep flag on each of its bits
+    return {"bits": bits[bit_mask], "offsets": new_offsets, "formula": formulas[keep]}, int((~keep).sum())
 
 
 def format_table(results: dict[str, Any]) -> str:
