@@ -279,3 +279,12 @@ def test_a_bad_setting_is_an_error_message_not_a_traceback(capsys):
     assert "dropout" in capsys.readouterr().err
     assert forward.main(["simulate", "--model", "m", "--out", "o.npz"]) == 2
     assert "--molecules, --mgf are required" in capsys.readouterr().err
+
+
+def test_a_fit_config_carries_the_model_settings_it_saves():
+    config = FitConfig(mgf="x.mgf", out="o", hidden=32, dropout=0.2, max_breaks=1, h_shift=0, n_bits=256)
+    assert config.model_config() == ForwardConfig(hidden=32, dropout=0.2, max_breaks=1, h_shift=0, n_bits=256)
+    with pytest.raises(ConfigError, match="n_bits"):
+        FitConfig(mgf="x.mgf", out="o", n_bits=4)
+    with pytest.raises(ConfigError, match="hidden"):
+        FitConfig(mgf="x.mgf", out="o", hidden=0)

@@ -37,7 +37,7 @@ import math
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -421,8 +421,10 @@ def predict_table(model: ForwardModel, table: CandidateTable, batch: int = 8192)
 # Training
 
 
-@dataclass
-class FitConfig(TrainingConfig):
+@dataclass(kw_only=True)
+class FitConfig(ForwardConfig):
+    """A ``fit`` run: the model's settings (inherited from :class:`ForwardConfig`) and the training's."""
+
     mgf: str = field(metadata={"help": "Labelled MGF (FOLD, LICENSE, SMILES per record)."})
     out: str = field(metadata={"help": "Output folder: forward.safetensors, config.json, metrics.json."})
     adducts: tuple[str, ...] = field(default=("[M+H]+", "[M-H]-"),
@@ -434,16 +436,13 @@ class FitConfig(TrainingConfig):
     lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate (a cosine down to a twentieth of it)."})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
     positive_weight: float = field(default=3.0, metadata={"help": "Loss weight of observed candidates."})
-    hidden: int = field(default=256, metadata={"help": "Width of the two hidden layers."})
-    dropout: float = field(default=0.1, metadata={"help": "Dropout after each hidden layer."})
-    max_breaks: int = field(default=2, metadata={"help": "Bond cuts of the candidate pieces (1-3)."})
-    h_shift: int = field(default=2, metadata={"help": "Hydrogen shifts of a piece that are candidates too."})
     held_out_share: int = field(default=10, metadata={"help": "1/N of the train structures held out for scoring."})
     seed: int = field(default=0, metadata={"help": "Seed of initialisation and data order."})
     threads: int = field(default=1, metadata={"help": "torch CPU threads."})
     cache_dir: str | None = field(default=None, metadata={"help": "Labelled-spectra cache folder."})
 
     def __post_init__(self):
+        super().__post_init__()
         _require_paths(self, ("mgf", "out"))
         self.adducts = tuple(self.adducts)
         self.licenses = None if self.licenses is None else tuple(self.licenses)
@@ -452,11 +451,10 @@ class FitConfig(TrainingConfig):
         if not (self.lr > 0 and self.weight_decay >= 0 and self.positive_weight > 0):
             raise ConfigError(f"`lr` and `positive_weight` must be > 0 and `weight_decay` >= 0; got {self.lr}, "
                               f"{self.positive_weight}, {self.weight_decay}.")  # fmt: skip
-        self.model_config()
 
     def model_config(self) -> ForwardConfig:
-        return ForwardConfig(hidden=self.hidden, dropout=self.dropout, max_breaks=self.max_breaks,
-                             h_shift=self.h_shift)  # fmt: skip
+        """The part saved beside the weights."""
+        return ForwardConfig(**{f.name: getattr(self, f.name) for f in fields(ForwardConfig)})
 
 
 @dataclass(frozen=True)
@@ -686,8 +684,8 @@ def simulate(config: SimulateConfig) -> Iterator[SimulateProgress]:
 
 def _mgf_keys(mgf: str | Path) -> Iterator[str]:
     """First InChIKey block of every record of ``mgf`` (its INCHIKEY, else computed from its SMILES)."""
-    for fields in read_mgf_headers(mgf):
-        key = fields.get("INCHIKEY", "")[:14] or (chem.inchikey14(fields["SMILES"]) if fields.get("SMILES") else "")
+    for header in read_mgf_headers(mgf):
+        key = header.get("INCHIKEY", "")[:14] or (chem.inchikey14(header["SMILES"]) if header.get("SMILES") else "")
         if key:
             yield key
 
