@@ -15,6 +15,7 @@ from engine.querying import Calibration
 from test_pretrain import tiny_config, write_synthetic_corpus
 from test_train_encoder import tiny_config as encoder_config
 from test_train_encoder import write_labelled_mgf
+from training.build_bundle import _simulated_line
 from training.build_bundle import main as build_main
 from training.pretrain import pretrain
 from training.train_encoder import train_encoder
@@ -324,3 +325,8 @@ def test_card_names_the_simulated_spectra_apart_from_the_measured_ones(runs, tmp
     assert "`sim.npz`" in line and "control" not in line
     measured = metrics["data"]["train"]["spectra"]
     assert f"`FOLD=train`: {measured:,} " in card  # the measured spectra are counted apart
+    sim = metrics["data"]["simulated"]
+    assert "(npclassifier, mibig; none of them among the measured training structures, none a" in _simulated_line(
+        {**sim, "measured_structures": 0})
+    assert "(npclassifier, mibig; none a `FOLD=val`" in _simulated_line(
+        {k: v for k, v in sim.items() if k != "measured_structures"})

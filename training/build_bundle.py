@@ -227,13 +227,21 @@ def _simulated_line(sim: dict) -> str:
     return (f"- **Spectrum encoder, simulated spectra**: {sim['spectra']:,} spectra ("
             + ", ".join(f"{n:,} {a}" for a, n in sim.get("adducts", {}).items())
             + f") of {sim.get('structures', 0):,} molecules of `molecules.tsv.gz` ({sources}; "
-            + (f"{sim['measured_structures']:,} of them also among the measured training structures, "
-               if sim.get("measured_structures") else "")
+            + _overlap_words(sim.get("measured_structures"))
             + "none a `FOLD=val` structure), simulated by the project's forward model (`training/forward.py`, "
             "trained on the licence-clean `FOLD=train` spectra above"
             + (", **control run**: every fragment candidate equally likely" if sim.get("control") else "")
             + f"; file `{Path(sim['file']).name}`). They add training structures only: calibration, model "
             "selection and the figures below use measured spectra.")
+
+
+def _overlap_words(measured: int | None) -> str:
+    """How many simulated molecules are measured training structures too (nothing when not recorded)."""
+    if measured is None:
+        return ""
+    if measured == 0:
+        return "none of them among the measured training structures, "
+    return f"{measured:,} of them also among the measured training structures, "
 
 
 def _modes_of(adducts) -> str:
