@@ -98,6 +98,7 @@ def test_the_bundle_ships_the_structures_of_every_pretraining_corpus(runs, tmp_p
                        str(tmp_path / "b3")]) == 0
     known = KnownStructures.load(tmp_path / "b3" / "known_structures.npz")
     assert len(more) > 0 and len(known) == len(keys) + len(more) and known.contains(keys + more).all()
+    assert "bundle test-model" in known.source  # the bundle's name, not its folder's ("b")
     card = (tmp_path / "b3" / "MODEL_CARD.md").read_text()  # the last stage's corpus, and all stages' union
     assert f"All stages together read {len(known):,} distinct structures" in card
 

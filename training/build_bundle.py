@@ -197,7 +197,7 @@ def training_structures(checkpoint: Path) -> tuple[KnownStructures | None, str]:
                 return None, f"bundle {init}, which a stage started from, ships no {KNOWN_FILE}"
             known = KnownStructures.load(init / KNOWN_FILE)
             hashes.append(known.hashes)
-            names.append(f"bundle {init.name}")
+            names.append(f"bundle {_json(init / 'config.json').get('name') or init.name}")  # not its folder's name
             break
         run = resolve_decoder_checkpoint(init)
         run = run.parent.parent if run.parent.name == "checkpoints" else run.parent
