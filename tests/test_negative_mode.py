@@ -117,3 +117,40 @@ def test_calibrate_bits_fits_each_ion_mode_its_own_scaling_on_request(two_mode_b
     cal = Calibration.load(bundle / "calibration.json")
     assert cal.negative.bits is None and cal.for_polarity("negative").bits is cal.bits
     assert "logloss_per_bit_own_mode_fit" not in capsys.readouterr().out
+
+
+def test_calibrate_bits_keeps_no_fit_that_does_not_help_held_out_structures(two_mode_bundle, tmp_path, capsys):
+    """The fitted structures' spectra are overconfident, the held-out fifth's are right: the fit learnt on the
+    first makes the second worse, so none is kept (and an earlier fit is dropped)."""
+    import zlib
+
+    from engine.querying import Calibration
+    from training.calibrate_bits import main as calibrate_bits
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(two_mode_bundle.path, bundle)
+    n_bits, n = two_mode_bundle.encoder.config.fp_bits, 200
+    rng = np.random.default_rng(1)
+    keys = np.array([f"KEY{i:011d}" for i in range(n)])
+    held = np.array([zlib.crc32(k.encode()) % 5 == 0 for k in keys])
+    assert 10 < held.sum() < n - 10
+    targets = [np.sort(rng.choice(n_bits, size=12, replace=False)) for _ in range(n)]
+    post = np.full((n, n_bits), 1e-4)
+    for i, t in enumerate(targets):
+        if not held[i]:  # as many wrong bits at 0.95 as right ones: the fit learns that 0.95 means one in two
+            post[i, rng.choice(n_bits, size=12, replace=False)] = 0.95
+        post[i, t] = 0.95
+    offsets = np.concatenate([[0], np.cumsum([len(t) for t in targets])])
+    oof = tmp_path / "oof.npz"
+    np.savez(oof, posteriors=post.astype(np.float16), bit_offsets=offsets, bits=np.concatenate(targets),
+             inchikey14=keys, adduct=np.full(n, "[M+H]+"))
+
+    assert calibrate_bits(["--oof", str(oof), "--bundle", str(bundle), "--keep-fit"]) == 0
+    assert json.loads(capsys.readouterr().out.split("\nwrote")[0])["fit_kept"] is True
+    assert Calibration.load(bundle / "calibration.json").bits is not None
+    assert calibrate_bits(["--oof", str(oof), "--bundle", str(bundle)]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out.split("\nthe fit")[0])["held_out_all"]
+    assert report["logloss_per_bit_shared_fit"] > report["logloss_per_bit_raw"]
+    assert "none is kept" in out and Calibration.load(bundle / "calibration.json").bits is None
+    load_bundle(bundle, device="cpu")  # the checksum of the rewritten calibration.json holds

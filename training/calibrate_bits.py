@@ -17,6 +17,10 @@ With spectra of both ion modes the check is printed per mode as well. ``--per-po
 negative-mode spectra their own scaling (stored beside the negative-mode ``A(t)`` curve, read by
 :meth:`engine.querying.Calibration.for_polarity`) and the positive-mode ones theirs; the check then
 shows the shared and the per-mode fit side by side, so the choice is made on training structures.
+
+A fit that does not lower the held-out log-loss (the per-mode fit's with ``--per-polarity``) is not
+kept: the bundle is written without a per-bit calibration (one left from before is dropped), so the
+score reads the encoder's own probabilities. ``--keep-fit`` overrides this.
 """
 
 from __future__ import annotations
@@ -93,6 +97,9 @@ def main(argv=None) -> int:
     ap.add_argument("--per-polarity", action="store_true",
                     help="fit each ion mode its own scaling (spectra of both modes; default: one for both)")
     ap.add_argument("--check-only", action="store_true", help="print the held-out check, write nothing")
+    ap.add_argument("--keep-fit", action="store_true",
+                    help="write the fit even when it does not lower the held-out log-loss (default: the bundle then "
+                         "keeps no per-bit calibration)")
     args = ap.parse_args(argv)
 
     if args.oof:
@@ -126,15 +133,27 @@ def main(argv=None) -> int:
                 "logloss_per_bit_raw": round(log_loss(np.clip(test_post, EPS, 1 - EPS), test_targets), 6),
                 "logloss_per_bit_shared_fit": round(
                     log_loss(np.stack([shared_check.probabilities(p) for p in test_post]), test_targets), 6)}
-        if name in mode_checks:
+        if args.per_polarity:  # each spectrum under its own mode's fit
+            own = [mode_checks["negative" if negative[i] else "positive"] for i in test_idx]
             line["logloss_per_bit_own_mode_fit"] = round(
-                log_loss(np.stack([mode_checks[name].probabilities(p) for p in test_post]), test_targets), 6)
+                log_loss(np.stack([c.probabilities(p) for c, p in zip(own, test_post)]), test_targets), 6)
         report[f"held_out_{name}"] = line
+    checked = report["held_out_all"]
+    fitted = checked["logloss_per_bit_own_mode_fit" if args.per_polarity else "logloss_per_bit_shared_fit"]
+    report["fit_kept"] = bool(fitted < checked["logloss_per_bit_raw"] or args.keep_fit)
     print(json.dumps(report, indent=1))
     if args.check_only:
         return 0
     what = f"out-of-fold posteriors {source}"
     calibration = Calibration.load(Path(args.bundle) / "calibration.json")
+    if not report["fit_kept"]:
+        calibration = replace(calibration, bits=None,
+                              negative=calibration.negative and replace(calibration.negative, bits=None))
+        written = save_calibration(args.bundle, calibration)
+        print(f"the fit does not lower the held-out log-loss per bit ({checked['logloss_per_bit_raw']} raw, {fitted} "
+              f"fitted), so none is kept: the score reads the encoder's own probabilities ({written}; "
+              "--keep-fit writes it all the same)")
+        return 0
     if args.per_polarity:
         if calibration.negative is None:
             raise SystemExit(f"{args.bundle}: its calibration has no negative-mode curve to keep a fit beside")
