@@ -30,6 +30,8 @@ from engine import chem
 from engine.bitlegend import BitLegend, bit_environment_ids, environment_fragment, legend_from_counts
 from engine.errors import ConfigError, MsgptError
 
+from .corpus_format import corpus_lines
+
 log = logging.getLogger(__name__)
 
 
@@ -42,16 +44,7 @@ class LegendProgress:
 
 def corpus_smiles(corpus_dir: str | Path) -> Iterator[str]:
     """SMILES of every record of a prepared corpus (training.corpus), shard by shard in manifest order."""
-    import json
-
-    corpus_dir = Path(corpus_dir)
-    manifest = corpus_dir / "manifest.json"
-    if not manifest.is_file():
-        raise ConfigError(f"{corpus_dir} is not a finished prepared corpus: manifest.json is missing "
-                          "(wait for python -m training.corpus prepare to finish).")
-    for shard in json.loads(manifest.read_text())["shards"]:
-        with open(corpus_dir / shard["name"] / "smiles.txt", encoding="utf-8") as fh:
-            yield from (line.rstrip("\n") for line in fh if line.strip())
+    return corpus_lines(corpus_dir, "smiles.txt")
 
 
 def iter_sources(molecules: Sequence[str] = (), corpora: Sequence[str] = ()) -> Iterator[str]:

@@ -19,15 +19,15 @@ the file's checksum in that bundle's ``config.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from engine import chem
 from engine.errors import ConfigError, MsgptError
 from engine.novelty import KnownStructures, iter_structure_list
+
+from .corpus_format import corpus_lines
 
 log = logging.getLogger(__name__)
 DEFAULT_LICENSES = ("CC0", "CC BY", "CC BY-SA", "dl-de/by-2-0")
@@ -35,14 +35,7 @@ DEFAULT_LICENSES = ("CC0", "CC BY", "CC BY-SA", "dl-de/by-2-0")
 
 def corpus_keys(corpus_dir: str | Path) -> Iterator[str]:
     """InChIKey first blocks of every record of a finished prepared corpus, in manifest order."""
-    corpus_dir = Path(corpus_dir)
-    manifest = corpus_dir / "manifest.json"
-    if not manifest.is_file():
-        raise ConfigError(f"{corpus_dir} is not a finished prepared corpus: manifest.json is missing "
-                          "(wait for python -m training.corpus prepare to finish).")
-    for shard in json.loads(manifest.read_text())["shards"]:
-        with open(corpus_dir / shard["name"] / "inchikey14.txt", encoding="ascii") as fh:
-            yield from (line.strip() for line in fh if line.strip())
+    return corpus_lines(corpus_dir, "inchikey14.txt")
 
 
 def mgf_keys(path: str | Path, folds: Sequence[str], licenses: Sequence[str]) -> Iterator[str]:
