@@ -29,7 +29,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -222,10 +222,11 @@ def _chain(first, rest):
     yield from rest
 
 
-def read_structure_list(path: str | os.PathLike, max_problems: int = 20) -> StructureList:
-    """Every structure of a user's list (see the module docstring); rows that are neither an InChIKey nor a
-    readable SMILES are counted and the first ``max_problems`` named. A list without any structure raises
-    InputFileError."""
+def scan_structure_list(
+    path: str | os.PathLike, max_problems: int = 20, every: int = 500
+) -> Generator[int, None, StructureList]:
+    """:func:`read_structure_list` as a generator that yields the rows read so far every ``every`` rows (for
+    a progress bar and cancelling) and returns the :class:`StructureList`."""
     keys: dict[str, None] = {}
     problems: list[str] = []
     n_rows = n_problems = 0
@@ -237,11 +238,25 @@ def read_structure_list(path: str | os.PathLike, max_problems: int = 20) -> Stru
                 problems.append(f"{where}: {value[:60]!r} is neither an InChIKey nor a SMILES RDKit can read")
         else:
             keys.setdefault(key, None)
+        if n_rows % every == 0:
+            yield n_rows
     if not keys:
         detail = f" ({problems[0]})" if problems else ""
         raise InputFileError(path, f"no structure found in {n_rows} rows{detail}; give SMILES or InChIKeys, one per "
                              "row (a header naming a 'smiles' or 'inchikey' column is allowed), or an SDF.")
     return StructureList(str(path), tuple(keys), n_rows, tuple(problems), n_problems)
+
+
+def read_structure_list(path: str | os.PathLike, max_problems: int = 20) -> StructureList:
+    """Every structure of a user's list (see the module docstring); rows that are neither an InChIKey nor a
+    readable SMILES are counted and the first ``max_problems`` named. A list without any structure raises
+    InputFileError."""
+    scan = scan_structure_list(path, max_problems)
+    while True:
+        try:
+            next(scan)
+        except StopIteration as done:
+            return done.value
 
 
 # -- marking ---------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import Cancelled, MsgptError
-from engine.novelty import KnownStructures, iter_structure_list
+from engine.novelty import KnownStructures, StructureList, scan_structure_list
 from engine.pipeline import QueryParams, SpectrumSession, compute_posterior, require_usable
 from engine.posteriors import PosteriorRecord, PosteriorWriter, posterior_info, record_for_spectrum
 from engine.querying import band_thresholds, build_queries
@@ -183,23 +183,14 @@ class KnownList:
 
 def read_known_list(path: str | Path, cancel: CancelFn | None = None) -> Generator[Progress, None, KnownList]:
     """Read a user's list of known structures (SMILES / InChIKeys / SDF), with progress."""
-    keys: dict[str, None] = {}
-    problems: list[str] = []
-    n_rows = n_problems = 0
-    for where, value, key in iter_structure_list(path):
-        n_rows += 1
-        if key is None:
-            n_problems += 1
-            if len(problems) < 5:
-                problems.append(f"{where}: {value[:40]!r}")
-        else:
-            keys.setdefault(key, None)
-        if n_rows % 500 == 0:
-            _check(cancel)
-            yield Progress(n_rows, 0, f"Reading {Path(path).name}: {n_rows:,} rows")
-    if not keys:
-        raise MsgptError(f"{Path(path).name}: no structure found in {n_rows} rows; give SMILES or InChIKeys, one "
-                         "per row (a header naming a 'smiles' or 'inchikey' column is allowed), or an SDF.")
     name = Path(path).name
-    known = KnownStructures.from_keys(keys, f"{name} ({len(keys):,} structures)")
-    return KnownList(str(path), known, n_rows, n_problems, tuple(problems))
+    scan = scan_structure_list(path, max_problems=5)
+    while True:
+        try:
+            n_rows = next(scan)
+        except StopIteration as done:
+            listing: StructureList = done.value
+            break
+        _check(cancel)
+        yield Progress(n_rows, 0, f"Reading {name}: {n_rows:,} rows")
+    return KnownList(str(path), listing.known(), listing.n_rows, listing.n_problems, listing.problems)

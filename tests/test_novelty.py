@@ -25,6 +25,7 @@ from engine.novelty import (
     key_hashes,
     key_of,
     read_structure_list,
+    scan_structure_list,
 )
 from tiny_bundle import FIXTURE, fixture_spectra
 from training.known_structures import main as build_known
@@ -94,6 +95,14 @@ def test_read_structure_list_plain_csv_tsv_and_sdf(tmp_path):
     listing = read_structure_list(plain)
     assert listing.keys == (MELLEIN_KEY, "BSYNRYMUTXBXSQ", chem.inchikey14("CCO"))
     assert listing.n_rows == 5 and listing.n_problems == 1 and "line 4: 'xyz'" in listing.problems[0]
+
+    scan, counts = scan_structure_list(plain, every=2), []  # the generator behind it: rows read, then the list
+    while True:
+        try:
+            counts.append(next(scan))
+        except StopIteration as done:
+            assert counts == [2, 4] and done.value == listing
+            break
 
     table = tmp_path / "export.csv"
     table.write_text(f"name,SMILES\nmellein,{MELLEIN}\nethanol,CCO\n")
