@@ -267,6 +267,8 @@ def test_autosave_is_offered_after_a_crash_and_not_after_a_clean_exit(qtbot, mak
         with qtbot.waitSignal(crashed.run_finished, timeout=60_000):
             crashed.run_selected()
     crashed.projects.notes.setPlainText("typed after the run")
+    # the first write's thread may still be ending after it reported (a loaded machine): a tick then skips
+    qtbot.waitUntil(lambda: crashed.projects.io is None, timeout=30_000)
     with qtbot.waitSignal(crashed.projects.autosaved, timeout=30_000):  # and every few minutes
         crashed.projects.autosave_timer.timeout.emit()
     assert crashed.projects.autosave_now() is False  # nothing changed since
