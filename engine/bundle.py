@@ -363,10 +363,24 @@ def add_bundle_file(bundle_dir: str | os.PathLike, file: str | os.PathLike) -> P
         shutil.copyfile(file, tmp)
         os.replace(tmp, target)
     config.setdefault("files", {})[file.name] = sha256_file(target)
+    _rewrite_config(bundle_dir, config)
+    return target
+
+
+def _rewrite_config(bundle_dir: Path, config: dict) -> None:
+    """Write ``config.json`` atomically; the model card, if it names the bundle's checksum, names the new one."""
+    old = bundle_checksum(bundle_dir)[:16]
     tmp = bundle_dir / "config.json.tmp"
     tmp.write_text(json.dumps(config, indent=1) + "\n")
     os.replace(tmp, bundle_dir / "config.json")
-    return target
+    card = bundle_dir / "MODEL_CARD.md"
+    if card.is_file():
+        text = card.read_text()
+        named = f"bundle checksum `{old}`"
+        if named in text:
+            tmp = bundle_dir / "MODEL_CARD.md.tmp"
+            tmp.write_text(text.replace(named, f"bundle checksum `{bundle_checksum(bundle_dir)[:16]}`"))
+            os.replace(tmp, card)
 
 
 def _attach_adapter(bundle: ModelBundle, adapter_dir: Path) -> None:
@@ -460,9 +474,7 @@ def save_calibration(path: str | os.PathLike, calibration: Calibration) -> Path:
     calibration.save(tmp)
     os.replace(tmp, path / "calibration.json")
     config.setdefault("files", {})["calibration.json"] = sha256_file(path / "calibration.json")
-    tmp = path / "config.json.tmp"
-    tmp.write_text(json.dumps(config, indent=1) + "\n")
-    os.replace(tmp, path / "config.json")
+    _rewrite_config(path, config)
     return path / "calibration.json"
 
 

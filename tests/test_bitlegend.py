@@ -3,6 +3,7 @@
 import gzip
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from engine.bitlegend import (
     fragment_mol,
     legend_from_counts,
 )
-from engine.bundle import add_bundle_file, load_bundle
+from engine.bundle import add_bundle_file, bundle_checksum, load_bundle
 from engine.errors import BundleError, ConfigError
 from training.bit_legend import build_legend, main, reservoir_sample
 
@@ -159,6 +160,19 @@ def test_add_bundle_file_takes_only_the_optional_files(tmp_path, tiny_bundle_dir
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(ConfigError, match="not an optional bundle file"):
         add_bundle_file(bundle_dir, tmp_path / "x.json")
+
+
+def test_adding_a_file_renames_the_checksum_in_the_model_card(tmp_path, tiny_bundle_dir):
+    # confidence.json is added after the card is written: the card must name the checksum users will see
+    bundle_dir = Path(shutil.copytree(tiny_bundle_dir, tmp_path / "b"))
+    before = bundle_checksum(bundle_dir)
+    (bundle_dir / "MODEL_CARD.md").write_text(f"# card\n\nbundle checksum `{before[:16]}`, 1 MB; other `{before[:16]}`\n")
+    legend = BitLegend({1: (1, ())}, n_molecules=1, fingerprint={"type": "morgan", "radius": 2, "n_bits": 4096})
+    add_bundle_file(bundle_dir, legend.save(tmp_path / FILE_NAME))
+    after = load_bundle(bundle_dir, device="cpu").checksum
+    assert after != before
+    assert (bundle_dir / "MODEL_CARD.md").read_text() == (
+        f"# card\n\nbundle checksum `{after[:16]}`, 1 MB; other `{before[:16]}`\n")
 
 
 def test_environment_counts_are_numpy_free_ints():
