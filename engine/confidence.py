@@ -18,7 +18,11 @@ to the settings it was fitted with (the κ band, B = 100, formula-constrained de
 ranking); :meth:`ConfidenceModel.applies_to` says whether a result's settings match, and the app and
 CLI leave the value empty when they do not.
 
-Plain JSON (weights, feature means and scales); no pickle, no scikit-learn at run time.
+A logistic model over these features overpredicts at its top end (its reliability curve is S-shaped), so
+the fit may add a monotone **recalibration**: knots of an isotonic map from the logistic's probability to
+the rate observed on cross-fitted training pools, read by linear interpolation (:func:`isotonic_knots`).
+
+Plain JSON (weights, feature means and scales, knots); no pickle, no scikit-learn at run time.
 """
 
 from __future__ import annotations
@@ -79,6 +83,8 @@ class ConfidenceModel:
     features: tuple[str, ...] = FEATURES
     settings: dict = field(default_factory=dict)  # what the fit's pools were drawn with (see applies_to)
     meta: dict = field(default_factory=dict)  # fit data and held-out numbers, for the model card
+    # knots (logistic probability, calibrated probability) of a monotone map applied last; () = none
+    recalibration: tuple[tuple[float, ...], tuple[float, ...]] = ()
 
     def __post_init__(self):
         n = len(self.features)
@@ -88,6 +94,12 @@ class ConfidenceModel:
         unknown = [f for f in self.features if f not in FEATURES]
         if unknown:
             raise BundleError(f"confidence model reads unknown features {unknown}; this version knows {list(FEATURES)}.")
+        if self.recalibration:
+            xs, ys = (np.asarray(v, float) for v in self.recalibration)
+            if (len(xs) != len(ys) or len(xs) < 2 or np.any(np.diff(xs) <= 0) or np.any(np.diff(ys) < 0)
+                    or xs.min() < 0 or xs.max() > 1 or ys.min() < 0 or ys.max() > 1):
+                raise BundleError("confidence model: its recalibration needs at least two knots with increasing "
+                                  "probabilities in [0, 1] and non-decreasing values in [0, 1]; refit it.")
 
     def probability(self, features: dict[str, float] | None) -> float:
         """The calibrated probability (0 for a pool without candidates)."""
@@ -95,7 +107,14 @@ class ConfidenceModel:
             return 0.0
         x = (np.array([features[f] for f in self.features]) - np.array(self.mean)) / np.array(self.scale)
         z = float(self.bias + np.dot(self.weights, x))
-        return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+        p = 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+        return self.recalibrate(p)
+
+    def recalibrate(self, p: float) -> float:
+        """The recalibration map at the logistic's probability ``p`` (``p`` itself without one)."""
+        if not self.recalibration:
+            return p
+        return float(np.interp(p, self.recalibration[0], self.recalibration[1]))
 
     def applies_to(self, params, adapter: bool = False) -> bool:
         """Whether a result drawn with :class:`engine.pipeline.QueryParams` ``params`` (the bundle's adapter
@@ -110,19 +129,27 @@ class ConfidenceModel:
         return True
 
     def to_json(self) -> dict:
-        return {"format": FORMAT, "version": 1, "features": list(self.features), "weights": list(self.weights),
-                "bias": self.bias, "mean": list(self.mean), "scale": list(self.scale), "settings": self.settings,
-                "meta": self.meta}
+        d = {"format": FORMAT, "version": 2 if self.recalibration else 1, "features": list(self.features),
+             "weights": list(self.weights), "bias": self.bias, "mean": list(self.mean), "scale": list(self.scale),
+             "settings": self.settings, "meta": self.meta}
+        if self.recalibration:
+            d["recalibration"] = {"p": list(self.recalibration[0]), "calibrated": list(self.recalibration[1])}
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> ConfidenceModel:
-        if d.get("format") != FORMAT or d.get("version") != 1:
-            raise BundleError(f"not a version-1 confidence model (format {d.get('format')!r}, version "
+        if d.get("format") != FORMAT or d.get("version") not in (1, 2):
+            raise BundleError(f"not a version-1 or -2 confidence model (format {d.get('format')!r}, version "
                               f"{d.get('version')!r}); refit it with `python -m training.confidence fit`.")
         try:
+            knots = d.get("recalibration") or {}
+            recalibration = ((tuple(float(v) for v in knots["p"]), tuple(float(v) for v in knots["calibrated"]))
+                             if knots else ())
+            if d["version"] == 2 and not recalibration:
+                raise ValueError("version 2 without its recalibration")
             return cls(tuple(float(w) for w in d["weights"]), float(d["bias"]), tuple(float(m) for m in d["mean"]),
                        tuple(float(s) for s in d["scale"]), tuple(d["features"]), dict(d.get("settings", {})),
-                       dict(d.get("meta", {})))
+                       dict(d.get("meta", {})), recalibration)
         except (KeyError, TypeError, ValueError) as e:
             raise BundleError(f"confidence model: missing or bad field ({e}); refit it.") from e
 
@@ -163,6 +190,57 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1.0, iters: int = 50)
         if np.max(np.abs(step)) < 1e-10:
             break
     return w[:-1], float(w[-1]), mean, scale
+
+
+def isotonic_knots(probs: Sequence[float], hits: Sequence[bool], prior: float = 5.0, min_count: int = 20,
+                   ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Knots of a monotone map from predicted probabilities to observed rates (pool-adjacent-violators).
+
+    Each block of the isotonic fit becomes one knot at its mean prediction. A block of fewer than
+    ``min_count`` spectra is joined to its neighbour (the lower one; the first block to the next), so
+    that no knot rests on a handful of pools (the isotonic fit's extreme blocks are often one or two).
+    Its value is the block's hit rate pulled towards that mean prediction by ``prior`` pseudo-spectra, so
+    that a block without a hit does not say 0. Read with linear interpolation.
+    """
+    x = np.asarray(probs, float)
+    y = np.asarray(hits, float)
+    if len(x) != len(y) or len(x) == 0:
+        raise ValueError(f"isotonic_knots: {len(x)} probabilities for {len(y)} labels")
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    # blocks: [sum of x, sum of y, count]; equal predictions start in one block
+    blocks: list[list[float]] = []
+    for xi, yi in zip(x, y):
+        if blocks and blocks[-1][0] / blocks[-1][2] == xi:
+            blocks[-1][0] += xi
+            blocks[-1][1] += yi
+            blocks[-1][2] += 1
+        else:
+            blocks.append([xi, yi, 1.0])
+        while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]:
+            last = blocks.pop()
+            for k in range(3):
+                blocks[-1][k] += last[k]
+    i = 0
+    while len(blocks) > 1 and i < len(blocks):
+        if blocks[i][2] >= min_count:
+            i += 1
+            continue
+        j = i - 1 if i > 0 else 1  # joining adjacent blocks of a monotone sequence keeps it monotone
+        lo, hi = min(i, j), max(i, j)
+        blocks[lo] = [a + b for a, b in zip(blocks[lo], blocks[hi])]
+        del blocks[hi]
+        i = lo
+    knots_x = np.array([b[0] / b[2] for b in blocks])
+    knots_y = np.array([(b[1] + prior * b[0] / b[2]) / (b[2] + prior) for b in blocks])
+    knots_y = np.maximum.accumulate(np.clip(knots_y, 0.0, 1.0))
+    knots_x, knots_y = np.round(knots_x, 6), np.round(knots_y, 6)
+    keep = np.r_[True, np.diff(knots_x) > 0]  # rounding may join two knots: keep the first
+    knots_x, knots_y = knots_x[keep], knots_y[keep]
+    if len(knots_x) == 1:  # one block: a flat map
+        knots_x = np.array([0.0, 1.0])
+        knots_y = np.repeat(knots_y, 2)
+    return tuple(float(v) for v in knots_x), tuple(float(v) for v in knots_y)
 
 
 def reliability(probs: Sequence[float], hits: Sequence[bool], bins: Sequence[float] = (0, 0.05, 0.1, 0.2, 0.4, 1.0)) -> dict:

@@ -18,6 +18,7 @@ from engine.confidence import (
     ConfidenceModel,
     confidence_features,
     fit_logistic,
+    isotonic_knots,
     reliability,
     spectrum_confidence,
 )
@@ -173,10 +174,12 @@ def test_a_picked_formula_candidate_scales_the_confidence(bundle_with_confidence
     assert spectrum_confidence(bundle, replace(result, partial=True)) is None
 
 
-def _write_collected(folder, n=400, seed=0):
+def _write_collected(folder, n=400, seed=0, cap=None):
     from training.confidence import _settings
 
-    X, y, _ = _synthetic(n, seed)
+    X, y, p = _synthetic(n, seed)
+    if cap is not None:  # the truth saturates: a logistic over these features promises too much at its top
+        y = np.random.default_rng(seed + 1).random(n) < np.minimum(p, cap)
     folder.mkdir()
     (folder / "collect.json").write_text(json.dumps({"settings": {
         "bundle": "abc", "oof": "runs/oof", "params": _settings(QueryParams())}}))
@@ -240,3 +243,73 @@ def test_no_confidence_for_an_ion_mode_the_fit_never_saw(bundle_with_confidence)
     assert bundle.confidence.meta.get("polarities", ["positive"]) == ["positive"]
     negative = replace(result, spectrum=SimpleNamespace(polarity="negative", metadata={}))
     assert spectrum_confidence(bundle, result) is not None and spectrum_confidence(bundle, negative) is None
+
+
+def test_isotonic_knots_by_hand():
+    # two clean blocks of 30: each knot at its mean prediction, its rate pulled towards it by 5 pseudo-spectra
+    xs, ys = isotonic_knots([0.1] * 30 + [0.9] * 30, [False] * 30 + [True] * 30)
+    assert xs == (0.1, 0.9)
+    assert ys == (pytest.approx((0 + 5 * 0.1) / 35, abs=1e-6), pytest.approx((30 + 5 * 0.9) / 35, abs=1e-6))
+    # three right answers at the top are too few for a knot of their own: joined to the block below
+    xs, ys = isotonic_knots([0.1] * 30 + [0.95] * 3, [False] * 30 + [True] * 3)
+    assert xs == (0.0, 1.0) and ys[0] == ys[1] == pytest.approx((3 + 5 * (3 + 2.85) / 33) / 38, abs=1e-6)
+    # a violation is pooled: the higher prediction with the lower rate joins its neighbour
+    xs, ys = isotonic_knots([0.2] * 20 + [0.3] * 20 + [0.4] * 20, [True] * 10 + [False] * 10 + [False] * 20
+                            + [True] * 15 + [False] * 5, prior=0.0)
+    assert xs == (pytest.approx(0.25), 0.4) and ys == (pytest.approx(0.25), pytest.approx(0.75))
+    with pytest.raises(ValueError, match="2 probabilities for 1 labels"):
+        isotonic_knots([0.1, 0.2], [True])
+
+
+def test_isotonic_knots_follow_a_saturating_truth():
+    rng = np.random.default_rng(3)
+    p = rng.uniform(0, 0.9, 5000)
+    xs, ys = isotonic_knots(p, rng.random(5000) < np.minimum(p, 0.3))
+    assert np.all(np.diff(xs) > 0) and np.all(np.diff(ys) >= 0) and ys[0] > 0
+    assert len(xs) <= 5000 // 20
+    assert np.interp(0.8, xs, ys) == pytest.approx(0.3, abs=0.05)  # not the 0.8 the input said
+    assert np.interp(0.15, xs, ys) == pytest.approx(0.15, abs=0.05)
+
+
+def test_a_recalibrated_model_reads_its_knots_and_round_trips(tmp_path):
+    knots = ((0.0, 0.1, 0.5, 1.0), (0.0, 0.05, 0.2, 0.3))
+    model = replace(_model(decoding="formula"), recalibration=knots)
+    f = confidence_features([30, 50, 5], [-10.0, -14.5, -20.0], 100, 90, 12)
+    plain = _model(decoding="formula").probability(f)
+    assert model.probability(f) == pytest.approx(float(np.interp(plain, *knots)))
+    assert model.probability(None) == 0.0
+    assert model.to_json()["version"] == 2 and _model().to_json()["version"] == 1
+    assert ConfidenceModel.load(model.save(tmp_path / "c.json")) == model
+    with pytest.raises(BundleError, match="non-decreasing values"):
+        replace(model, recalibration=((0.0, 0.5, 1.0), (0.3, 0.2, 0.4)))
+    with pytest.raises(BundleError, match="increasing probabilities"):
+        replace(model, recalibration=((0.0, 0.0, 1.0), (0.1, 0.2, 0.4)))
+    no_knots = model.to_json()
+    del no_knots["recalibration"]
+    (tmp_path / "v2.json").write_text(json.dumps(no_knots))
+    with pytest.raises(BundleError, match="version 2 without its recalibration"):
+        ConfidenceModel.load(tmp_path / "v2.json")
+
+
+def test_the_fit_keeps_a_recalibration_only_where_cross_validation_says_it_helps(tmp_path):
+    from training.confidence import main
+
+    _write_collected(tmp_path / "saturating", n=3000, cap=0.25)
+    assert main(["fit", "--collected", str(tmp_path / "saturating"), "--out", str(tmp_path / "a.json")]) == 0
+    model = ConfidenceModel.load(tmp_path / "a.json")
+    cv = model.meta["fit"]["cross_validated"]
+    assert cv["recalibration_kept"] and cv["recalibrated"]["brier"] < cv["logistic"]["brier"]
+    assert cv["pools"] == 3000 and model.recalibration and max(model.recalibration[1]) < 0.4
+    assert main(["fit", "--collected", str(tmp_path / "saturating"), "--out", str(tmp_path / "b.json"),
+                 "--no-recalibration"]) == 0
+    plain = ConfidenceModel.load(tmp_path / "b.json")
+    assert not plain.recalibration and not plain.meta["fit"]["cross_validated"]["recalibration_kept"]
+    assert plain.weights == model.weights  # the logistic is the same; only the map differs
+    f = dict(zip(FEATURES, (0.8, 0.8, 1.0, 20.0, 0.5, 0.9)))  # a pool the logistic is sure of
+    assert plain.probability(f) > 0.9 and model.probability(f) < 0.4
+
+    # where the logistic is the truth, the map must earn its place in the nested cross-validation
+    _write_collected(tmp_path / "logistic", n=3000, seed=5)
+    assert main(["fit", "--collected", str(tmp_path / "logistic"), "--out", str(tmp_path / "c.json")]) == 0
+    cv = ConfidenceModel.load(tmp_path / "c.json").meta["fit"]["cross_validated"]
+    assert cv["recalibration_kept"] == (cv["recalibrated"]["brier"] < cv["logistic"]["brier"])
