@@ -369,12 +369,12 @@ def add_bundle_file(bundle_dir: str | os.PathLike, file: str | os.PathLike) -> P
 
 def _rewrite_config(bundle_dir: Path, config: dict) -> None:
     """Write ``config.json`` atomically; the model card, if it names the bundle's checksum, names the new one."""
-    old = bundle_checksum(bundle_dir)[:16]
+    card = bundle_dir / "MODEL_CARD.md"
+    old = bundle_checksum(bundle_dir)[:16] if card.is_file() else None
     tmp = bundle_dir / "config.json.tmp"
     tmp.write_text(json.dumps(config, indent=1) + "\n")
     os.replace(tmp, bundle_dir / "config.json")
-    card = bundle_dir / "MODEL_CARD.md"
-    if card.is_file():
+    if old is not None:
         text = card.read_text()
         named = f"bundle checksum `{old}`"
         if named in text:

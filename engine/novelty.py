@@ -251,12 +251,9 @@ def read_structure_list(path: str | os.PathLike, max_problems: int = 20) -> Stru
     """Every structure of a user's list (see the module docstring); rows that are neither an InChIKey nor a
     readable SMILES are counted and the first ``max_problems`` named. A list without any structure raises
     InputFileError."""
-    scan = scan_structure_list(path, max_problems)
-    while True:
-        try:
-            next(scan)
-        except StopIteration as done:
-            return done.value
+    from .pipeline import run_to_end  # its only caller, `msgpt score --known`, has the pipeline loaded
+
+    return run_to_end(scan_structure_list(path, max_problems))
 
 
 # -- marking ---------------------------------------------------------------------------------------

@@ -198,13 +198,18 @@ def _logistic_probabilities(X: np.ndarray, y: np.ndarray, X_new: np.ndarray, l2:
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def _cross_fitted(X: np.ndarray, y: np.ndarray, l2: float, seed: int) -> np.ndarray:
-    """Each pool's logistic probability from a fit without its fold (``CV_FOLDS`` seeded folds)."""
-    order = np.random.default_rng(seed).permutation(len(y))
-    p = np.empty(len(y))
+def _folds(n: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) row indices of ``CV_FOLDS`` seeded folds over ``n`` pools."""
+    order = np.random.default_rng(seed).permutation(n)
     for k in range(CV_FOLDS):
         test = order[k::CV_FOLDS]
-        train = np.setdiff1d(order, test)
+        yield np.setdiff1d(order, test), test
+
+
+def _cross_fitted(X: np.ndarray, y: np.ndarray, l2: float, seed: int) -> np.ndarray:
+    """Each pool's logistic probability from a fit without its fold."""
+    p = np.empty(len(y))
+    for train, test in _folds(len(y), seed):
         p[test] = _logistic_probabilities(X[train], y[train], X[test], l2)
     return p
 
@@ -217,12 +222,9 @@ def recalibration_knots(X: np.ndarray, y: np.ndarray, l2: float, seed: int = 1):
 def cross_validate(X: np.ndarray, y: np.ndarray, l2: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Nested cross-validation over the pools: each pool's probability from the logistic fitted without
     its fold, and the same passed through a recalibration fitted (itself cross-fitted) without its fold."""
-    order = np.random.default_rng(seed).permutation(len(y))
     plain = np.empty(len(y))
     recalibrated = np.empty(len(y))
-    for k in range(CV_FOLDS):
-        test = order[k::CV_FOLDS]
-        train = np.setdiff1d(order, test)
+    for k, (train, test) in enumerate(_folds(len(y), seed)):
         plain[test] = _logistic_probabilities(X[train], y[train], X[test], l2)
         xs, ys = recalibration_knots(X[train], y[train], l2, seed + 1 + k)
         recalibrated[test] = np.interp(plain[test], xs, ys)
