@@ -257,3 +257,19 @@ def test_config_errors_name_the_field(corpus, tmp_path):
         tiny_config(corpus, tmp_path, min_lr=1.0)
     with pytest.raises(ConfigError, match="`precision`"):
         tiny_config(corpus, tmp_path, precision="fp16")
+
+
+def test_prefetching_batches_in_a_thread_changes_no_loss_and_resumes_exactly(corpus, tmp_path):
+    cfg = dict(max_steps=8, dropout=0.1, eval_every=4)
+    inline = losses(pretrain(tiny_config(corpus, tmp_path / "inline", **cfg)))
+    ahead = losses(pretrain(tiny_config(corpus, tmp_path / "ahead", prefetch=3, **cfg)))
+    assert ahead == inline
+    stop = threading.Event()
+    cut = []
+    for event in pretrain(tiny_config(corpus, tmp_path / "cut", prefetch=3, **cfg), stop):
+        if isinstance(event, StepDone):
+            cut.append(event.loss)
+            if event.step == 3:
+                stop.set()
+    rest = losses(pretrain(tiny_config(corpus, tmp_path / "cut", prefetch=3, resume=True, **cfg)))
+    assert cut + rest == inline

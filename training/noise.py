@@ -21,7 +21,16 @@ out-of-fold posteriors (:mod:`training.oof_posteriors`):
   structures); that is the model's known simplification.
 
     python -m training.noise fit --oof runs/oof --out runs/noise.npz
+    python -m training.noise fit --bundle resources/default_model --mgf ../shared/data/massbank_dev.mgf.gz \
+        --out runs/noise_bundle.npz
     python -m training.noise show runs/noise.npz
+
+Without an out-of-fold run (hours of CPU), ``fit --bundle`` measures the same rates on the shipped
+encoder itself (:func:`fit_from_bundle`): its posteriors on the ``FOLD=train`` spectra whose structure it
+never trained on. Those are the structures that only non-redistributable (``NC``) records hold: the
+encoder trains on the redistributable licences only, and its simulated spectra are drawn from corpus
+molecules outside every record of the MGF file, so neither the measured nor the simulated training data
+contain them. No ``FOLD=val`` spectrum is read.
 
 The file is a plain ``.npz`` (no pickled objects; read with ``allow_pickle=False``).
 """
@@ -243,6 +252,70 @@ def fit_from_oof(
     return FingerprintNoise.fit(posteriors, true_bits, thresholds, prior_strength=prior_strength, meta=meta)
 
 
+def unseen_training_rows(data, encoder_licenses: Sequence[str] | None) -> np.ndarray:
+    """Rows of ``FOLD=train`` spectra (high resolution) whose structure never occurs in a ``FOLD=train``
+    record of ``encoder_licenses``: structures an encoder trained on those licences never saw measured."""
+    train = data.fold == "train"
+    if encoder_licenses is None:
+        raise ConfigError("the encoder trained on every licence: no FOLD=train structure is unseen by it; "
+                          "fit on an out-of-fold run instead (--oof).")
+    seen = set(data.inchikey14[train & np.isin(data.license, list(encoder_licenses))].tolist())
+    keep = data.selection_mask(folds=("train",), licenses=None, exclude_unit_resolution=True)
+    keep &= ~np.isin(data.inchikey14, list(seen))
+    return np.flatnonzero(keep)
+
+
+def fit_from_bundle(
+    bundle_dir: str | Path,
+    mgf: str | Path,
+    *,
+    kappa_min: float = 0.95,
+    kappa_max: float = 1.50,
+    groups: int = 20,
+    prior_strength: float = 20.0,
+    batch_size: int = 256,
+    cache_dir: str | Path | None = None,
+) -> FingerprintNoise:
+    """The noise model of a bundle's own encoder, measured on the ``FOLD=train`` spectra of structures it
+    never trained on (see the module docstring), each cut at the band of its ion mode's calibration."""
+    from engine.bundle import load_bundle
+    from engine.querying import band_thresholds
+
+    from .spectra import FeatureSettings, load_labelled_spectra
+    from .train_encoder import predict_posteriors
+
+    bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
+    encoder = bundle.encoder
+    recorded = (bundle.config.get("training", {}).get("encoder_summary", {}) or {}).get("train_config", {})
+    if "licenses" not in recorded:
+        raise ConfigError(f"{bundle_dir}: the bundle does not record the licences its encoder trained on, so "
+                          "its unseen structures are unknown; fit on an out-of-fold run instead (--oof).")
+    settings = FeatureSettings.for_encoder(
+        encoder.config, adducts=tuple(recorded.get("adducts") or bundle.supported_adducts),
+        precursor_tol_ppm=recorded.get("precursor_tol_ppm", 10.0), precursor_tol_da=recorded.get("precursor_tol_da", 0.01),
+    )
+    data = load_labelled_spectra(mgf, settings, cache_dir=cache_dir)
+    rows = unseen_training_rows(data, recorded["licenses"])
+    if not len(rows):
+        raise ConfigError(f"{mgf}: no FOLD=train spectrum of a structure the encoder of {bundle_dir} never saw.")
+    unseen = data.subset(rows)
+    posteriors = predict_posteriors(encoder, unseen, batch_size)
+    bands = {pol: band_thresholds(bundle.calibration.for_polarity("negative" if pol < 0 else "positive"),
+                                  kappa_min, kappa_max, groups) for pol in (1, -1)}
+    thresholds = np.stack([bands[-1 if p < 0 else 1] for p in unseen.polarity])
+    true_bits = [unseen.target_bits(i) for i in range(len(unseen))]
+    meta = {
+        "source": f"bundle {bundle.name} [{bundle.checksum[:12]}] on {Path(mgf).name}: FOLD=train spectra of "
+                  f"structures outside its encoder's training licences {list(recorded['licenses'])}",
+        "structures": int(len(set(unseen.inchikey14.tolist()))),
+        "negative_spectra": int((unseen.polarity < 0).sum()),
+        "band": [kappa_min, kappa_max],
+        "groups": groups,
+        "thresholds": {name: [round(float(t), 5) for t in bands[pol]] for name, pol in (("positive", 1), ("negative", -1))},
+    }
+    return FingerprintNoise.fit(posteriors, true_bits, thresholds, prior_strength=prior_strength, meta=meta)
+
+
 def describe(noise: FingerprintNoise) -> str:
     m = noise.meta
     lines = [f"{noise.levels} band levels x {noise.n_bits} bits, fitted on {m.get('spectra', '?')} spectra "
@@ -259,7 +332,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.noise", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("fit", help="fit the noise model of an out-of-fold run")
-    f.add_argument("--oof", required=True, help="directory of `python -m training.oof_posteriors`")
+    src = f.add_mutually_exclusive_group(required=True)
+    src.add_argument("--oof", help="directory of `python -m training.oof_posteriors`")
+    src.add_argument("--bundle", help="a model bundle: its encoder on the FOLD=train structures it never saw (with --mgf)")
+    f.add_argument("--mgf", help="with --bundle: the labelled MGF (FOLD, LICENSE, SMILES per record)")
     f.add_argument("--out", required=True, help="the .npz to write")
     f.add_argument("--band", nargs=2, type=float, default=(0.95, 1.50), metavar=("KMIN", "KMAX"))
     f.add_argument("--groups", type=int, default=20, help="M, the band's thresholds (levels)")
@@ -269,8 +345,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.cmd == "fit":
-            noise = fit_from_oof(args.oof, kappa_min=args.band[0], kappa_max=args.band[1], groups=args.groups,
-                                 prior_strength=args.prior_strength)
+            band = dict(kappa_min=args.band[0], kappa_max=args.band[1], groups=args.groups,
+                        prior_strength=args.prior_strength)
+            if args.bundle:
+                if not args.mgf:
+                    raise ConfigError("--bundle needs --mgf: the labelled spectra to measure its encoder on.")
+                noise = fit_from_bundle(args.bundle, args.mgf, **band)
+            else:
+                noise = fit_from_oof(args.oof, **band)
             print(f"wrote {noise.save(args.out)}")
         else:
             noise = FingerprintNoise.load(args.path)

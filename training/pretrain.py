@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import sys
 import threading
 import time
@@ -142,6 +143,9 @@ class PretrainConfig(TrainingConfig):
                 "simulated band query of their fingerprint instead of the true one"})
     noise_fraction: float = field(default=0.0, metadata={
         "help": "share of the records (each drawn independently) that condition on a simulated query"})
+    prefetch: int = field(default=0, metadata={
+        "help": "steps whose batches a background thread prepares ahead (collate + simulated queries) while the "
+                "device computes (0: inline); the batches and so the losses are the same either way"})
 
     def __post_init__(self):
         if not self.corpus:
@@ -153,7 +157,7 @@ class PretrainConfig(TrainingConfig):
         self.require(("warmup_steps",), int_at_least(0), "an integer >= 0")
         self.require(("max_steps", "threads", "block_size"), int_at_least(1, optional=True),
                      "a positive integer or unset")
-        self.require(("eval_every", "checkpoint_every", "forward_tokens"), int_at_least(0),
+        self.require(("eval_every", "checkpoint_every", "forward_tokens", "prefetch"), int_at_least(0),
                      "an integer >= 0 (0 turns it off)")
         if self.max_steps is None and not self.epochs > 0:
             raise ConfigError(f"`epochs` must be > 0 when `max_steps` is not set, got {self.epochs!r}.")
@@ -186,6 +190,7 @@ class PretrainConfig(TrainingConfig):
 RESUMABLE_CHANGES = frozenset({
     "corpus", "out", "resume", "init_from", "init_decoder", "precision", "device", "threads", "forward_tokens",
     "eval_every", "log_every", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "val_max_records",
+    "prefetch",
 })  # fmt: skip
 
 
@@ -414,6 +419,68 @@ class BatchStream:
         return {**self.sampler.state_dict(), "epoch": self.epoch, "batches_done": self.position}
 
 
+class StepBatches:
+    """The collated (and, in noise-aware runs, corrupted) batches of each optimizer step, in step order.
+
+    A step's batches are a pure function of the sampler's next index lists and the step number (the noise
+    generator is keyed by ``(seed, rank, step)``), so preparing them ahead in a thread (``prefetch`` > 0)
+    changes nothing but the time: while the device computes step s, the thread collates step s+1 (CUDA
+    waits release the GIL). Each item carries the sampler state after its draw, which is what a checkpoint
+    taken after that step must record.
+    """
+
+    def __init__(self, stream: BatchStream, ds: CorpusDataset, train_ids: np.ndarray, config: PretrainConfig,
+                 noise: FingerprintNoise | None, rank: int, first_step: int):
+        self.stream, self.ds, self.train_ids, self.config, self.noise, self.rank = stream, ds, train_ids, config, noise, rank
+        self.step = first_step
+        self._queue: queue.Queue | None = None
+        self._halt = threading.Event()
+        if config.prefetch:
+            self._queue = queue.Queue(maxsize=config.prefetch)
+            self._halt = threading.Event()
+            self._thread = threading.Thread(target=self._fill, name="pretrain-prefetch", daemon=True)
+            self._thread.start()
+
+    def _make(self, step: int) -> tuple[list[dict], dict]:
+        config = self.config
+        batches = [self.ds.collate(self.train_ids[self.stream.next()]) for _ in range(config.grad_accum)]
+        if self.noise is not None:  # a generator of (seed, rank, step): a resumed run draws the same queries
+            noise_rng = np.random.default_rng([config.seed, self.rank, step, NOISE_STREAM])
+            batches = [self.noise.corrupt_batch(b, config.noise_fraction, noise_rng) for b in batches]
+        return batches, self.stream.state()
+
+    def _fill(self) -> None:
+        step = self.step
+        while not self._halt.is_set():
+            try:
+                item = self._make(step)
+            except BaseException as e:  # handed to the trainer, which raises it
+                item = e
+            step += 1
+            while not self._halt.is_set():
+                try:
+                    self._queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:  # the trainer is behind
+                    continue
+            if isinstance(item, BaseException):
+                return
+
+    def next(self) -> tuple[list[dict], dict]:
+        """``(batches, sampler state after them)`` of the next step."""
+        if self._queue is None:
+            item = self._make(self.step)
+        else:
+            item = self._queue.get()
+            if isinstance(item, BaseException):
+                raise item
+        self.step += 1
+        return item
+
+    def close(self) -> None:
+        self._halt.set()
+
+
 @dataclass
 class DistEnv:
     rank: int = 0
@@ -546,12 +613,15 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
         resumed_from, warm.summary() if warm else None,
     )  # fmt: skip
 
+    sampler_state = stream.state()  # of the steps done; the prefetch thread draws ahead of it
+    steps = StepBatches(stream, ds, train_ids, config, noise, env.rank, step)
+
     def checkpoint(reason: str, last: dict) -> Iterator[Event]:
         path = None
         if env.is_main:
             state = {
                 "step": step,
-                "sampler": stream.state(),
+                "sampler": sampler_state,
                 "seed": config.seed,
                 "world_size": env.world_size,
                 "config": config.to_dict(),
@@ -571,58 +641,58 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
     model.train()
     last_save, saved_step, last = time.monotonic(), step, {}
     log_tokens, log_seconds = 0, 0.0
-    while step < max_steps:
-        if env.all_reduce_sum([float(stop.is_set())])[0] > 0:  # any rank asked to stop: all stop here
-            if saved_step != step:
-                yield from checkpoint("stop", last)
-            yield Finished(step, "stopped")
-            return
-        t0 = time.perf_counter()
-        reseed(config.seed, env.rank, step)
-        batches = [ds.collate(train_ids[stream.next()]) for _ in range(config.grad_accum)]
-        if noise is not None:  # a generator of (seed, rank, step): a resumed run draws the same queries
-            noise_rng = np.random.default_rng([config.seed, env.rank, step, NOISE_STREAM])
-            batches = [noise.corrupt_batch(b, config.noise_fraction, noise_rng) for b in batches]
-        pieces = [to_device(p, model_config, env.device)
-                  for b in batches for p in split_by_length(b, config.forward_tokens)]  # fmt: skip
-        n_local = sum(int((p["targets"] != IGNORE_INDEX).sum()) for p in pieces)
-        (n_tokens,) = env.all_reduce_sum([n_local])
-        loss_sum = forward_backward(net, pieces, n_tokens, env.world_size, amp)
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or float("inf"))
-        lr = lr_at(step, lr=config.lr, min_lr=config.min_lr, warmup_steps=config.warmup_steps, max_steps=max_steps)
-        for g in optimizer.param_groups:
-            g["lr"] = lr
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        (total_loss,) = env.all_reduce_sum([loss_sum])
-        seconds = time.perf_counter() - t0
+    try:
+        while step < max_steps:
+            if env.all_reduce_sum([float(stop.is_set())])[0] > 0:  # any rank asked to stop: all stop here
+                if saved_step != step:
+                    yield from checkpoint("stop", last)
+                yield Finished(step, "stopped")
+                return
+            t0 = time.perf_counter()
+            reseed(config.seed, env.rank, step)
+            batches, sampler_state = steps.next()
+            pieces = [to_device(p, model_config, env.device)
+                      for b in batches for p in split_by_length(b, config.forward_tokens)]  # fmt: skip
+            n_local = sum(int((p["targets"] != IGNORE_INDEX).sum()) for p in pieces)
+            (n_tokens,) = env.all_reduce_sum([n_local])
+            loss_sum = forward_backward(net, pieces, n_tokens, env.world_size, amp)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or float("inf"))
+            lr = lr_at(step, lr=config.lr, min_lr=config.min_lr, warmup_steps=config.warmup_steps, max_steps=max_steps)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            (total_loss,) = env.all_reduce_sum([loss_sum])
+            seconds = time.perf_counter() - t0
 
-        log_tokens, log_seconds = log_tokens + int(n_tokens), log_seconds + seconds
-        epochs_done = stream.epoch + stream.position / len(sampler)
-        last = {"loss": total_loss / n_tokens, "lr": lr, "grad_norm": float(grad_norm), "epoch": epochs_done}
-        yield StepDone(step, last["loss"], lr, last["grad_norm"], int(n_tokens), n_tokens / seconds, epochs_done)
-        if env.is_main and (step % config.log_every == 0 or step == max_steps):
-            log_metrics(metrics_path, {"kind": "train", "step": step, **last,
-                                       "tokens_per_s": log_tokens / log_seconds})
-            log_tokens, log_seconds = 0, 0.0
+            log_tokens, log_seconds = log_tokens + int(n_tokens), log_seconds + seconds
+            epochs_done = sampler_state["epoch"] + sampler_state["batches_done"] / len(sampler)
+            last = {"loss": total_loss / n_tokens, "lr": lr, "grad_norm": float(grad_norm), "epoch": epochs_done}
+            yield StepDone(step, last["loss"], lr, last["grad_norm"], int(n_tokens), n_tokens / seconds, epochs_done)
+            if env.is_main and (step % config.log_every == 0 or step == max_steps):
+                log_metrics(metrics_path, {"kind": "train", "step": step, **last,
+                                           "tokens_per_s": log_tokens / log_seconds})
+                log_tokens, log_seconds = 0, 0.0
 
-        if val_batches and ((config.eval_every and step % config.eval_every == 0) or step == max_steps):
-            val = evaluate(net, model, ds, val_batches, model_config, env, amp, step, config.forward_tokens, noise)
-            last["val_loss"], last["val_accuracy"] = val.loss, val.accuracy
-            if val.noisy_loss is not None:
-                last["val_noisy_loss"], last["val_noisy_accuracy"] = val.noisy_loss, val.noisy_accuracy
-            if env.is_main:
-                log_metrics(metrics_path, {"kind": "val", **asdict(val)})
-            yield val
+            if val_batches and ((config.eval_every and step % config.eval_every == 0) or step == max_steps):
+                val = evaluate(net, model, ds, val_batches, model_config, env, amp, step, config.forward_tokens, noise)
+                last["val_loss"], last["val_accuracy"] = val.loss, val.accuracy
+                if val.noisy_loss is not None:
+                    last["val_noisy_loss"], last["val_noisy_accuracy"] = val.noisy_loss, val.noisy_accuracy
+                if env.is_main:
+                    log_metrics(metrics_path, {"kind": "val", **asdict(val)})
+                yield val
 
-        due = "interval" if config.checkpoint_every and step % config.checkpoint_every == 0 else None
-        if due is None and config.checkpoint_minutes and time.monotonic() - last_save >= 60 * config.checkpoint_minutes:
-            due = "timer"  # rank 0's clock decides: only rank 0 writes, so the ranks need not agree
-        if due or step == max_steps:
-            yield from checkpoint(due or "final", last)
-            last_save, saved_step = time.monotonic(), step
-    yield Finished(step, "completed")
+            due = "interval" if config.checkpoint_every and step % config.checkpoint_every == 0 else None
+            if due is None and config.checkpoint_minutes and time.monotonic() - last_save >= 60 * config.checkpoint_minutes:
+                due = "timer"  # rank 0's clock decides: only rank 0 writes, so the ranks need not agree
+            if due or step == max_steps:
+                yield from checkpoint(due or "final", last)
+                last_save, saved_step = time.monotonic(), step
+        yield Finished(step, "completed")
+    finally:
+        steps.close()
 
 
 @torch.no_grad()

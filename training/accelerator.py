@@ -1,0 +1,868 @@
+"""One prepared accelerator run: pack here, train there in one command, bring the decoder back, evaluate here.
+
+Some sessions are lent an H100/H200 for 15 minutes of device time (docs/accelerator.md). This module turns
+those minutes into a candidate model with one command on each side::
+
+    python -m training.accelerator pack --corpus runs/corpus_full --noise runs/noise_v9.npz \\
+        --molecules ../shared/data/molecules.tsv.gz          # writes .carry/accel, parks the bundled model,
+                                                             # prints the remote command and `travels: N MiB`
+    # on the device (the printed command, carry [".carry"]):
+    python3 -m training.accelerator remote --pack .carry/accel --out $OUT
+    python -m training.accelerator unpack --returned DIR     # checks every part, restores the bundled model
+    python -m training.accelerator evaluate --run runs/accel/run --name msgpt-small-v10
+    python -m training.accelerator --dry-run                 # the whole chain on this CPU at toy scale
+
+What travels (at most 64 MiB with the working tree): the corpus as compact arrays (``corpus.npz.xz``: tokens,
+active Morgan bits, formulas, InChIKey blocks for the validation split, the rows to oversample), the decoder
+to continue from (the bundle's bf16 weights), the fingerprint noise model and ``pack.json`` (recipe and
+checksums). The working tree's bundled model (54 MB) cannot travel beside them, so ``pack`` *parks* it: its
+files stay on disk but leave git's index (staged deletion) and are ignored through ``.git/info/exclude``, so
+the device tool does not copy them; ``unpack`` (or ``unpark``) restores the index. Never commit while parked
+(``git status`` then shows the bundle as deleted).
+
+The remote step needs torch, numpy and safetensors only (no RDKit, safe-mol, Qt or pyteomics): it unpacks
+the corpus to ``/tmp``, measures the steps per second of the recipe's batch in a short probe, sizes the
+cosine schedule to the wall-clock budget, trains with :func:`training.pretrain.pretrain` (the CPU code, on
+``cuda`` with bf16 autocast), stops at the budget with a checkpoint whatever happens, exports the decoder in
+bf16 and splits it into parts of at most 15 MiB. Five files come back: the parts, ``remote_report.json``
+(checksums, throughput, loss, the run's config and trainer state, decoder config and tokenizer),
+``metrics.jsonl`` and ``remote.log``.
+
+``unpack`` rebuilds a pretraining run directory from them (the same corpus materialized from the pack), so
+``training.build_bundle`` writes the candidate's model card from the run's own record, as for every CPU
+stage. ``evaluate`` builds the candidate bundle, runs the README's ``FOLD=val`` evaluations of the
+candidate and of the current default on the same spectra and seeds, and applies the shipping rule of
+docs/accelerator.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import lzma
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import BundleError, ConfigError, MsgptError
+
+PACK_FORMAT = "msgpt-accelerator-pack"
+PACK_VERSION = 1
+REPORT = "remote_report.json"
+PART_BYTES = 15 * 1024 * 1024  # under the 16 MiB a returned file may have
+TRAVEL_LIMIT = 64 * 1024 * 1024
+PARKED = "resources/default_model"
+DEFAULT_PACK = ".carry/accel"
+RUN_CHARS = 2000  # the device tool's longest command
+
+
+@dataclass
+class Recipe:
+    """What the remote step trains (docs/accelerator.md says why these values)."""
+
+    minutes: float = field(default=8.0, metadata={"help": "wall-clock budget of the whole remote step"})
+    batch_size: int = field(default=512, metadata={"help": "records per optimizer step"})
+    lr: float = field(default=6e-4, metadata={"help": "peak learning rate"})
+    min_lr: float = field(default=6e-5, metadata={"help": "floor of the cosine decay"})
+    warmup_steps: int = field(default=300, metadata={"help": "linear warm-up steps"})
+    noise_fraction: float = field(default=0.5, metadata={"help": "share of records conditioned on a simulated query"})
+    oversample: int = field(default=2, metadata={"help": "extra copies of the balanced part (metabolites, natural "
+                                                         "products, MS/MS standards) in the corpus"})
+    seed: int = field(default=5, metadata={"help": "seed of the data order, noise draws and dropout"})
+    prefetch: int = field(default=4, metadata={"help": "steps prepared ahead by a thread"})
+    forward_tokens: int = field(default=65536, metadata={"help": "padded positions per forward pass"})
+    probe_steps: int = field(default=60, metadata={"help": "steps of the throughput probe (the first third not timed)"})
+    reserve_s: float = field(default=60.0, metadata={"help": "seconds of the budget kept for validation and export"})
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Recipe:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# -----------------------------------------------------------------------------------------------
+# Small helpers
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_path(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def mib(n: int) -> float:
+    return n / (1024 * 1024)
+
+
+class Log:
+    """Lines to stdout and to a file (the remote log that comes back)."""
+
+    def __init__(self, path: Path | None):
+        self.fh = open(path, "a", encoding="utf-8") if path else None
+
+    def __call__(self, message: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {message}"
+        print(line, flush=True)
+        if self.fh:
+            self.fh.write(line + "\n")
+            self.fh.flush()
+
+
+# -----------------------------------------------------------------------------------------------
+# The corpus as compact arrays, and back
+
+
+def corpus_arrays(corpus_dir: str | Path) -> dict[str, np.ndarray]:
+    """Every record of a prepared corpus as flat arrays: what pretraining reads, nothing else."""
+    from .dataset import CorpusDataset
+
+    ds = CorpusDataset(corpus_dir)
+    tokens, tok_len, bits, bit_len, formula = [], [], [], [], []
+    for shard in ds._shards:
+        tokens.append(np.asarray(shard.tokens, np.uint16))
+        tok_len.append(np.diff(np.asarray(shard.tok_offsets)))
+        bits.append(np.asarray(shard.bits, np.uint16))
+        bit_len.append(np.diff(np.asarray(shard.bit_offsets)))
+        formula.append(np.asarray(shard.formula, np.uint16))
+    tok_len, bit_len = np.concatenate(tok_len), np.concatenate(bit_len)
+    if tok_len.max(initial=0) > np.iinfo(np.uint16).max or bit_len.max(initial=0) > np.iinfo(np.uint16).max:
+        raise ConfigError(f"{corpus_dir}: a record is longer than 65535 tokens or bits; not a corpus of molecules.")
+    return {
+        "tokens": np.concatenate(tokens),
+        "tok_len": tok_len.astype(np.uint16),
+        "bits": np.concatenate(bits),
+        "bit_len": bit_len.astype(np.uint16),
+        "formula": np.concatenate(formula),
+        "keys": ds.inchikey_blocks(),
+    }
+
+
+def balanced_rows(keys: np.ndarray, molecules: str | Path, sources: list[str]) -> np.ndarray:
+    """Rows whose structure a molecules TSV lists under one of ``sources``, or that the TSV does not hold
+    at all (the MGF's own training structures, which a corpus adds after the TSV: MS/MS standards)."""
+    import gzip
+
+    wanted, listed = set(), set()
+    opener = gzip.open if str(molecules).endswith(".gz") else open
+    with opener(molecules, "rt", encoding="utf-8") as fh:
+        header = fh.readline().rstrip("\n").split("\t")
+        try:
+            k_col, s_col = header.index("inchikey14"), header.index("source")
+        except ValueError as e:
+            raise ConfigError(f"{molecules}: needs the columns inchikey14 and source (found {header}).") from e
+        for line in fh:
+            parts = line.rstrip("\n").split("\t")
+            listed.add(parts[k_col])
+            if set(parts[s_col].split(";")) & set(sources):
+                wanted.add(parts[k_col])
+    as_text = [bytes(k).decode("ascii") for k in keys]
+    return np.array([i for i, k in enumerate(as_text) if k in wanted or k not in listed], dtype=np.int64)
+
+
+def write_corpus_pack(arrays: dict[str, np.ndarray], oversample_rows: np.ndarray, path: Path, preset: int = 6) -> Path:
+    buf = io.BytesIO()
+    np.savez(buf, oversample_rows=oversample_rows.astype(np.int32), **arrays)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(lzma.compress(buf.getvalue(), preset=preset))
+    tmp.replace(path)
+    return path
+
+
+def materialize_corpus(pack_dir: Path, dest: Path, oversample: int) -> dict:
+    """Write the packed corpus as a one-shard corpus directory (:mod:`training.dataset`'s format), the
+    ``oversample_rows`` repeated ``oversample`` more times. Returns its manifest."""
+    from engine.formula import ELEMENTS
+    from engine.tokenizer import SafeTokenizer
+
+    from .corpus_format import FORMAT, FORMAT_VERSION
+
+    with np.load(io.BytesIO(lzma.decompress((pack_dir / "corpus.npz.xz").read_bytes())), allow_pickle=False) as z:
+        a = {k: z[k] for k in z.files}
+    n = len(a["tok_len"])
+    rows = np.concatenate([np.arange(n), *([a["oversample_rows"].astype(np.int64)] * oversample)])
+    tok_off = np.concatenate([[0], np.cumsum(a["tok_len"], dtype=np.int64)])
+    bit_off = np.concatenate([[0], np.cumsum(a["bit_len"], dtype=np.int64)])
+
+    def gather(values, offsets, lengths):
+        starts = offsets[rows]
+        lens = lengths[rows].astype(np.int64)
+        idx = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(lens.sum())
+        return values[idx], np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+
+    tokens, tok_offsets = gather(a["tokens"], tok_off, a["tok_len"])
+    bits, bit_offsets = gather(a["bits"], bit_off, a["bit_len"])
+    shard = dest / "shard_00000"
+    if dest.exists():
+        shutil.rmtree(dest)
+    shard.mkdir(parents=True)
+    np.save(shard / "tokens.npy", tokens.astype(np.uint16))
+    np.save(shard / "tok_offsets.npy", tok_offsets)
+    np.save(shard / "bits.npy", bits.astype(np.uint16))
+    np.save(shard / "bit_offsets.npy", bit_offsets)
+    np.save(shard / "formula.npy", a["formula"][rows])
+    keys = np.concatenate([a["keys"][rows], np.full((len(rows), 1), ord("\n"), np.uint8)], axis=1)
+    (shard / "inchikey14.txt").write_bytes(keys.tobytes())
+    shutil.copy(pack_dir / "tokenizer.json", dest / "tokenizer.json")
+    tok = SafeTokenizer.load(dest / "tokenizer.json")
+    pack = json.loads((pack_dir / "pack.json").read_text())
+    manifest = {
+        "format": FORMAT, "version": FORMAT_VERSION, "n_records": int(len(rows)), "n_tokens": int(len(tokens)),
+        "max_tokens": pack["corpus"]["max_tokens"], "n_bits": pack["corpus"]["n_bits"],
+        "radius": pack["corpus"]["radius"], "elements": list(ELEMENTS),
+        "tokenizer": {"file": "tokenizer.json", "fingerprint": tok.fingerprint(), "vocab_size": tok.vocab_size},
+        "shards": [{"name": shard.name, "n": int(len(rows)), "n_tokens": int(len(tokens)), "n_bits": int(len(bits))}],
+        "packed_from": {"corpus": pack["corpus"]["source"], "distinct_records": int(n),
+                        "oversampled_rows": int(len(a["oversample_rows"])), "oversample": oversample},
+    }  # fmt: skip
+    (dest / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+# -----------------------------------------------------------------------------------------------
+# What travels; parking the bundled model
+
+
+def _git(repo: Path, *args: str, check: bool = True) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if check and done.returncode:
+        raise ConfigError(f"git {' '.join(args)} failed in {repo}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def travelling_files(repo: Path, without: str | None = PARKED) -> list[Path]:
+    """The files the device tool copies: tracked ones and untracked ones git does not ignore (optionally
+    leaving out a folder about to be parked)."""
+    names = _git(repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0")
+    prefix = (without.rstrip("/") + "/") if without else None
+    out = []
+    for name in dict.fromkeys(n for n in names if n):
+        if prefix and name.startswith(prefix):
+            continue
+        path = repo / name
+        if path.is_file():
+            out.append(path)
+    return out
+
+
+def travel_bytes(repo: Path, carried: list[Path], without: str | None = PARKED) -> int:
+    tree = sum(p.stat().st_size for p in travelling_files(repo, without))
+    extra = sum(f.stat().st_size for c in carried for f in ([c] if c.is_file() else c.rglob("*")) if f.is_file())
+    return tree + extra
+
+
+def _exclude_path(repo: Path) -> Path:
+    p = Path(_git(repo, "rev-parse", "--git-path", "info/exclude").strip())
+    return p if p.is_absolute() else repo / p
+
+
+def park(repo: Path, folder: str = PARKED) -> bool:
+    """Take ``folder`` out of what travels: out of git's index (files stay on disk) and ignored. Returns
+    False when it was parked already."""
+    line = "/" + folder.strip("/") + "/"
+    exclude = _exclude_path(repo)
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    text = exclude.read_text() if exclude.is_file() else ""
+    if line in text.splitlines():
+        return False
+    _git(repo, "rm", "-r", "-q", "--cached", "--", folder)
+    exclude.write_text(text + ("" if text.endswith("\n") or not text else "\n") + line + "\n")
+    return True
+
+
+def unpark(repo: Path, folder: str = PARKED) -> bool:
+    """Undo :func:`park`: the folder back in the index as committed, no longer ignored."""
+    line = "/" + folder.strip("/") + "/"
+    exclude = _exclude_path(repo)
+    text = exclude.read_text() if exclude.is_file() else ""
+    if line not in text.splitlines():
+        return False
+    exclude.write_text("".join(x + "\n" for x in text.splitlines() if x != line))
+    _git(repo, "reset", "-q", "--", folder)
+    return True
+
+
+# -----------------------------------------------------------------------------------------------
+# pack
+
+
+def pack(corpus: str | Path, init: str | Path, noise: str | Path, out: str | Path, *, recipe: Recipe,
+         molecules: str | Path | None = None, sources: list[str] | None = None, repo: Path | None = None,
+         park_model: bool = True, preset: int = 6) -> dict:
+    """Write the carried folder; returns pack.json's content plus ``travels`` (bytes) and ``command``."""
+    from engine.decoder import DecoderConfig
+    from engine.tokenizer import SafeTokenizer
+
+    from .checkpoint import load_decoder
+    from .dataset import _read_manifest
+    from .noise import FingerprintNoise
+
+    out, corpus, init = Path(out), Path(corpus), Path(init)
+    repo = (repo or Path.cwd()).resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "decoder").mkdir(parents=True)
+    manifest = _read_manifest(corpus)
+    decoder, tokenizer = load_decoder(init)
+    corpus_tok = SafeTokenizer.load(corpus / manifest["tokenizer"]["file"])
+    if corpus_tok.fingerprint() != tokenizer.fingerprint():
+        raise ConfigError(f"{corpus} was tokenized with another tokenizer than the decoder of {init}; prepare it "
+                          f"with --tokenizer {init}/tokenizer.json.")
+    noise_model = FingerprintNoise.load(noise)
+    if noise_model.n_bits != decoder.config.fp_bits:
+        raise ConfigError(f"{noise} has {noise_model.n_bits} bits; the decoder reads {decoder.config.fp_bits}.")
+
+    arrays = corpus_arrays(corpus)
+    rows = (balanced_rows(arrays["keys"], molecules, sources or []) if molecules
+            else np.zeros(0, np.int64))  # fmt: skip
+    write_corpus_pack(arrays, rows, out / "corpus.npz.xz", preset=preset)
+    tokenizer.save(out / "tokenizer.json")
+    # the decoder to continue from, as bf16 weights (what the bundle stores) + its config
+    from safetensors.torch import save_file
+
+    from .checkpoint import module_weights
+
+    import torch
+
+    save_file(module_weights(decoder, torch.bfloat16), str(out / "decoder" / "decoder.safetensors"))
+    (out / "decoder" / "decoder_config.json").write_text(json.dumps(decoder.config.to_dict(), indent=1) + "\n")
+    tokenizer.save(out / "decoder" / "tokenizer.json")
+    shutil.copy(noise, out / "noise.npz")
+    assert DecoderConfig.from_dict(decoder.config.to_dict()) == decoder.config
+
+    init_config = json.loads((init / "config.json").read_text()) if (init / "config.json").is_file() else {}
+    info = {
+        "format": PACK_FORMAT, "version": PACK_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "recipe": asdict(recipe),
+        "corpus": {"source": str(corpus), "n_records": int(len(arrays["tok_len"])), "n_tokens": int(len(arrays["tokens"])),
+                   "oversample_rows": int(len(rows)), "oversample_sources": sources or [],
+                   "molecules": str(molecules) if molecules else None,
+                   **{k: manifest[k] for k in ("max_tokens", "n_bits", "radius")}},
+        "init": {"path": str(init), "name": init_config.get("name") or init.name},
+        "noise": {"path": str(noise), "meta": noise_model.meta},
+        "files": {},
+    }  # fmt: skip
+    for f in sorted(p for p in out.rglob("*") if p.is_file()):
+        info["files"][f.relative_to(out).as_posix()] = {"sha256": sha256_path(f), "bytes": f.stat().st_size}
+    (out / "pack.json").write_text(json.dumps(info, indent=1) + "\n")
+
+    carry_root = _carry_root(repo, out)
+    where = out.resolve().relative_to(repo).as_posix() if carry_root else str(out.resolve())
+    info["command"] = remote_command(where)
+    info["carry"] = carry_root
+    info["travels"] = travel_bytes(repo, [repo / carry_root] if carry_root else [out],
+                                   without=PARKED if park_model else None)
+    if park_model:
+        info["parked"] = park(repo) or "already parked"
+    return info
+
+
+def _carry_root(repo: Path, out: Path) -> str | None:
+    try:
+        rel = out.resolve().relative_to(repo)
+    except ValueError:
+        return None
+    return rel.parts[0]
+
+
+def remote_command(pack_rel: str, extra: str = "") -> str:
+    cmd = (f"set -o pipefail; PYTHONUNBUFFERED=1 python3 -m training.accelerator remote --pack {pack_rel} "
+           f"--out $OUT {extra}".strip())
+    if len(cmd) > RUN_CHARS:
+        raise ConfigError(f"the remote command is {len(cmd)} characters; the device tool takes {RUN_CHARS}.")
+    return cmd
+
+
+# -----------------------------------------------------------------------------------------------
+# remote
+
+
+def _verify_pack(pack_dir: Path) -> dict:
+    info = json.loads((pack_dir / "pack.json").read_text())
+    if info.get("format") != PACK_FORMAT or info.get("version") != PACK_VERSION:
+        raise BundleError(f"{pack_dir}/pack.json is not a {PACK_FORMAT} v{PACK_VERSION}; run pack again.")
+    for name, meta in info["files"].items():
+        path = pack_dir / name
+        if not path.is_file() or sha256_path(path) != meta["sha256"]:
+            raise BundleError(f"{path} is missing or differs from pack.json (sha256); run pack again.")
+    return info
+
+
+def _preset_of(config) -> str:
+    from engine.decoder import PRESETS, DecoderConfig
+
+    for name in PRESETS:
+        try:
+            if DecoderConfig.preset(name, vocab_size=config.vocab_size, dropout=config.dropout,
+                                    block_size=config.block_size) == config:
+                return name
+        except (TypeError, ConfigError):
+            continue
+    raise ConfigError(f"the packed decoder's configuration matches no preset ({config}).")
+
+
+def remote(pack_dir: str | Path, out: str | Path, *, work: str | Path = "/tmp/msgpt-accel", device: str = "cuda",
+           minutes: float | None = None, max_steps: int | None = None) -> dict:
+    """The device side: unpack, probe, train within the budget, export in parts. Returns the report."""
+    import torch
+
+    from engine.decoder import DecoderConfig
+
+    from .checkpoint import export_decoder, latest_checkpoint
+    from .pretrain import CheckpointSaved, Finished, PretrainConfig, StepDone, Validated, pretrain
+
+    t0 = time.monotonic()
+    pack_dir, out, work = Path(pack_dir), Path(out), Path(work)
+    out.mkdir(parents=True, exist_ok=True)
+    log = Log(out / "remote.log")
+    info = _verify_pack(pack_dir)
+    recipe = Recipe.from_dict(info["recipe"])
+    if minutes is not None:
+        recipe.minutes = minutes
+    deadline = t0 + 60 * recipe.minutes
+    gpu = torch.cuda.get_device_name(0) if device == "cuda" and torch.cuda.is_available() else platform.processor() or "cpu"
+    log(f"device {device} ({gpu}), torch {torch.__version__}, python {platform.python_version()}; "
+        f"budget {recipe.minutes:.2f} min")
+    if work.exists():
+        shutil.rmtree(work)
+    manifest = materialize_corpus(pack_dir, work / "corpus", recipe.oversample)
+    log(f"corpus: {manifest['packed_from']['distinct_records']:,} records + {manifest['packed_from']['oversampled_rows']:,}"
+        f" x{recipe.oversample} oversampled = {manifest['n_records']:,} ({manifest['n_tokens']:,} tokens), "
+        f"{time.monotonic() - t0:.1f} s")
+    dec_config = DecoderConfig.from_dict(json.loads((pack_dir / "decoder" / "decoder_config.json").read_text()))
+    base = dict(
+        corpus=str(work / "corpus"), preset=_preset_of(dec_config), dropout=dec_config.dropout,
+        block_size=dec_config.block_size, batch_size=recipe.batch_size, grad_accum=1, lr=recipe.lr,
+        min_lr=recipe.min_lr, warmup_steps=recipe.warmup_steps, device=device, precision="auto", seed=recipe.seed,
+        init_decoder=str(pack_dir / "decoder"), noise_model=str(pack_dir / "noise.npz"),
+        noise_fraction=recipe.noise_fraction, prefetch=recipe.prefetch, forward_tokens=recipe.forward_tokens,
+        log_every=20,
+    )  # fmt: skip
+    if device == "cpu":
+        base["threads"] = max(1, min(4, os.cpu_count() or 1))
+
+    rate = None
+    if max_steps is None:  # probe: steps per second of this batch on this device, the first 10 untimed
+        probe = PretrainConfig(**base, out=str(work / "probe"), max_steps=10**7, eval_every=0, checkpoint_every=0,
+                               checkpoint_minutes=0)
+        marks = {}
+        gen = pretrain(probe)
+        for event in gen:
+            if isinstance(event, StepDone):
+                marks[event.step] = time.monotonic()
+                if event.step >= recipe.probe_steps:
+                    break
+        gen.close()
+        first = max(1, recipe.probe_steps // 3)  # CUDA start-up and the prefetch queue's head start untimed
+        rate = (recipe.probe_steps - first) / (marks[recipe.probe_steps] - marks[first])
+        left = deadline - time.monotonic() - recipe.reserve_s
+        max_steps = max(1, int(0.9 * rate * left))  # validations and checkpoints take their share
+        log(f"probe: {rate:.2f} steps/s ({rate * recipe.batch_size:,.0f} records/s); {left:.0f} s left -> "
+            f"{max_steps:,} steps ({max_steps * recipe.batch_size / manifest['n_records']:.2f} passes)")
+    config = PretrainConfig(**base, out=str(work / "run"), max_steps=max_steps,
+                            eval_every=max(1, max_steps // 4), checkpoint_every=0, checkpoint_minutes=2,
+                            keep_checkpoints=1)  # fmt: skip
+    stop = threading.Event()
+    timer = threading.Timer(max(1.0, deadline - recipe.reserve_s / 2 - time.monotonic()), stop.set)
+    timer.daemon = True
+    timer.start()
+    first_loss, last_loss, records, val, finished = None, None, 0, [], None
+    t_train = time.monotonic()
+    try:
+        for event in pretrain(config, stop):
+            if isinstance(event, StepDone):
+                records += recipe.batch_size
+                first_loss = event.loss if first_loss is None else first_loss
+                last_loss = event.loss
+                if event.step % 100 == 0 or event.step == max_steps:
+                    el = time.monotonic() - t_train
+                    log(f"step {event.step:,}/{max_steps:,} loss {event.loss:.4f} lr {event.lr:.2e} "
+                        f"{event.tokens_per_s:,.0f} tok/s (step), {records / el:,.0f} records/s (mean), epoch {event.epoch:.2f}")
+            elif isinstance(event, Validated):
+                val.append(asdict(event))
+                log(f"step {event.step:,}: val loss {event.loss:.4f} acc {event.accuracy:.4f}; simulated queries "
+                    f"loss {event.noisy_loss} acc {event.noisy_accuracy}")
+            elif isinstance(event, CheckpointSaved):
+                log(f"step {event.step:,}: checkpoint ({event.reason})")
+            elif isinstance(event, Finished):
+                finished = asdict(event)
+    finally:
+        timer.cancel()
+    train_s = time.monotonic() - t_train
+    ckpt = latest_checkpoint(work / "run")
+    if ckpt is None:
+        raise MsgptError("the run wrote no checkpoint; nothing to bring back.")
+    export = export_decoder(ckpt, work / "export", torch.bfloat16)
+    weights = (export / "decoder.safetensors").read_bytes()
+    parts = []
+    for i in range(0, len(weights), PART_BYTES):
+        name = f"decoder.safetensors.part{len(parts)}"
+        (out / name).write_bytes(weights[i : i + PART_BYTES])
+        parts.append({"name": name, "sha256": sha256_bytes(weights[i : i + PART_BYTES]),
+                      "bytes": len(weights[i : i + PART_BYTES])})
+    shutil.copy(work / "run" / "metrics.jsonl", out / "metrics.jsonl")
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    report = {
+        "pack": {k: info[k] for k in ("created", "recipe", "corpus", "init", "noise")},
+        "pack_sha256": sha256_path(pack_dir / "pack.json"),
+        "device": gpu, "torch": torch.__version__, "python": platform.python_version(),
+        "finished": finished, "steps": state["step"], "max_steps": max_steps, "probe_steps_per_s": rate,
+        "records_seen": state["step"] * recipe.batch_size, "passes": state["step"] * recipe.batch_size / manifest["n_records"],
+        "train_seconds": round(train_s, 1), "records_per_s": round(state["step"] * recipe.batch_size / train_s, 1),
+        "first_loss": first_loss, "last_loss": last_loss, "val": val,
+        "decoder": {"sha256": sha256_bytes(weights), "bytes": len(weights), "parts": parts, "dtype": "bf16"},
+        "decoder_config": json.loads((export / "decoder_config.json").read_text()),
+        "tokenizer": json.loads((export / "tokenizer.json").read_text()),
+        "pretrain_config": json.loads((work / "run" / "pretrain_config.json").read_text()),
+        "trainer_state": state, "checkpoint": ckpt.name,
+        "wall_seconds": round(time.monotonic() - t0, 1),
+    }  # fmt: skip
+    (out / REPORT).write_text(json.dumps(report, indent=1) + "\n")
+    log(f"done: {state['step']:,} steps, {report['records_per_s']:,.0f} records/s, loss {first_loss} -> {last_loss}, "
+        f"{len(parts)} parts, {report['wall_seconds']:.0f} s in all")
+    return report
+
+
+# -----------------------------------------------------------------------------------------------
+# unpack
+
+
+def unpack(returned: str | Path, pack_dir: str | Path, dest: str | Path, *, repo: Path | None = None,
+           restore: bool = True) -> Path:
+    """Reassemble and check the returned decoder; write a pretraining run directory at ``dest/run`` (with
+    the corpus materialized at ``dest/corpus``). Restores the parked bundle. Returns the run directory."""
+    from engine.decoder import DecoderConfig
+
+    from .checkpoint import load_decoder
+
+    returned, pack_dir, dest = Path(returned), Path(pack_dir), Path(dest)
+    report_path = returned / REPORT
+    if not report_path.is_file():
+        raise BundleError(f"{returned} holds no {REPORT}: the remote step did not finish (read remote.log there).")
+    report = json.loads(report_path.read_text())
+    blob = bytearray()
+    for part in report["decoder"]["parts"]:
+        path = returned / part["name"]
+        if not path.is_file():
+            raise BundleError(f"{path} is missing: it did not come back; fetch the run's files again.")
+        data = path.read_bytes()
+        if sha256_bytes(data) != part["sha256"]:
+            raise BundleError(f"{path} differs from the remote report (sha256): a damaged transfer; fetch it again.")
+        blob += data
+    if sha256_bytes(bytes(blob)) != report["decoder"]["sha256"]:
+        raise BundleError("the reassembled decoder.safetensors differs from the remote report (sha256).")
+    info = _verify_pack(pack_dir)
+    if sha256_path(pack_dir / "pack.json") != report["pack_sha256"]:
+        raise BundleError(f"{returned} was trained from another pack than {pack_dir}.")
+    if dest.exists():
+        shutil.rmtree(dest)
+    recipe = Recipe.from_dict(report["pack"]["recipe"])
+    materialize_corpus(pack_dir, dest / "corpus", recipe.oversample)
+    run = dest / "run"
+    ckpt = run / "checkpoints" / report["checkpoint"]
+    ckpt.mkdir(parents=True)
+    (ckpt / "decoder.safetensors").write_bytes(bytes(blob))
+    (ckpt / "decoder_config.json").write_text(json.dumps(report["decoder_config"], indent=1) + "\n")
+    (ckpt / "tokenizer.json").write_text(json.dumps(report["tokenizer"], indent=1) + "\n")
+    (ckpt / "trainer_state.json").write_text(json.dumps(report["trainer_state"], indent=1) + "\n")
+    config = dict(report["pretrain_config"])
+    config["corpus"] = str((dest / "corpus").resolve())
+    config["init_decoder"] = info["init"]["path"]  # the bundle the run started from, here
+    config["noise_model"] = info["noise"]["path"]
+    config["device_run"] = {k: report[k] for k in ("device", "torch", "records_per_s", "train_seconds", "passes")}
+    (run / "pretrain_config.json").write_text(json.dumps(config, indent=1) + "\n")
+    shutil.copy(returned / "metrics.jsonl", run / "metrics.jsonl")
+    shutil.copy(report_path, dest / REPORT)
+    if (returned / "remote.log").is_file():
+        shutil.copy(returned / "remote.log", dest / "remote.log")
+    decoder, tokenizer = load_decoder(ckpt)  # every tensor's name and shape against the config
+    init_decoder, init_tokenizer = load_decoder(pack_dir / "decoder")
+    if decoder.config != DecoderConfig.from_dict(init_decoder.config.to_dict()):
+        raise BundleError("the returned decoder's configuration differs from the packed one.")
+    if tokenizer.fingerprint() != init_tokenizer.fingerprint():
+        raise BundleError("the returned decoder's tokenizer differs from the packed one.")
+    if restore:
+        unpark((repo or Path.cwd()).resolve())
+    return run
+
+
+# -----------------------------------------------------------------------------------------------
+# evaluate: the candidate bundle and the README's val evaluations, both ion modes
+
+
+EVAL_MODES = {  # the README's commands (*The default model*): the same spectra and seeds for every model
+    "positive": ["--one-per-structure", "--max-spectra", "300"],
+    "negative": ["--one-per-structure", "--adducts", "[M-H]-"],
+}
+
+
+def eval_command(model: str, mgf: str, mode: str, out: str, threads: int = 1) -> list[str]:
+    return [sys.executable, "-m", "training.evaluate", "--model", model, "--mgf", mgf, "--fold", "val",
+            *EVAL_MODES[mode], "--variants", "oracle", "band", "--decoding", "formula", "--threads", str(threads),
+            "--out", out]  # fmt: skip
+
+
+def band_scores(eval_dir: str | Path) -> dict:
+    """Band and oracle Top-1/Top-10 (%) of an evaluation, fingerprint ranking, formula decoding."""
+    from .confidence import eval_records
+
+    out = {}
+    for variant in ("band", "oracle"):
+        recs = eval_records(eval_dir, variant=variant)
+        if not recs:
+            continue
+        ranks = [r.get("rank") for r in recs]
+        n = len(ranks)
+        out[variant] = {"n": n, "top1": 100 * sum(1 for r in ranks if r == 1) / n,
+                        "top10": 100 * sum(1 for r in ranks if r is not None and r <= 10) / n}
+    return out
+
+
+def ship_decision(candidate: dict, baseline: dict) -> tuple[bool, list[str]]:
+    """docs/accelerator.md's rule, fixed before the run: band Top-10 not below the default's in either ion
+    mode, and band Top-1 summed over both modes not below it."""
+    lines, ok = [], True
+    for mode in ("positive", "negative"):
+        c, b = candidate[mode]["band"], baseline[mode]["band"]
+        good = c["top10"] >= b["top10"]
+        ok &= good
+        lines.append(f"{mode}: band Top-1 {b['top1']:.1f} -> {c['top1']:.1f}, Top-10 {b['top10']:.1f} -> "
+                     f"{c['top10']:.1f} ({'kept' if good else 'below the default'})")
+    top1 = sum(candidate[m]["band"]["top1"] for m in candidate) >= sum(baseline[m]["band"]["top1"] for m in baseline)
+    lines.append(f"band Top-1 summed over both modes {'not below' if top1 else 'below'} the default's")
+    return ok and top1, lines
+
+
+def build_candidate(run: str | Path, name: str, out: str | Path, encoder: str = PARKED, *extra: str) -> Path:
+    cmd = [sys.executable, "-m", "training.build_bundle", "--decoder", str(run), "--encoder", encoder,
+           "--name", name, "--out", str(out), "--force", *extra]
+    subprocess.run(cmd, check=True)
+    return Path(out)
+
+
+def evaluate(run: str | Path, name: str, out: str | Path, mgf: str, *, baseline: str = PARKED,
+             which: tuple[str, ...] = ("baseline", "candidate"), threads: int = 1) -> dict:
+    out = Path(out)
+    bundle = out / "bundle"
+    if "candidate" in which and not (bundle / "config.json").is_file():
+        build_candidate(run, name, bundle)
+    models = {"baseline": baseline, "candidate": str(bundle)}
+    for who in which:
+        for mode in EVAL_MODES:
+            subprocess.run(eval_command(models[who], mgf, mode, str(out / f"eval_{who}_{mode}"), threads), check=True)
+    scores = {who: {mode: band_scores(out / f"eval_{who}_{mode}") for mode in EVAL_MODES}
+              for who in models if all((out / f"eval_{who}_{m}").is_dir() for m in EVAL_MODES)}
+    result = {"scores": scores}
+    if len(scores) == 2:
+        ship, lines = ship_decision(scores["candidate"], scores["baseline"])
+        result.update(ship=ship, lines=lines)
+        (out / "decision.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+# -----------------------------------------------------------------------------------------------
+# dry run: the whole chain at toy scale on this CPU
+
+
+TOY_CORES = ["c1ccccc1", "C1CCCCC1", "c1ccncc1", "C1CCOC1", "c1ccoc1", "c1ccsc1", "C1CCNCC1", "c1cnc[nH]1"]
+TOY_ENDS = ["", "O", "N", "C(=O)O", "Cl", "F", "C#N", "OC", "C(N)=O", "S"]
+
+
+def toy_smiles(n: int = 320) -> list[str]:
+    """``n`` distinct small molecules built from ring cores, chains and end groups (no data needed)."""
+    out = []
+    for length in range(0, 8):
+        for core in TOY_CORES:
+            for end in TOY_ENDS:
+                out.append(core + "C" * length + end)
+    return out[:n]
+
+
+BLOCK_ON_DEVICE = ("rdkit", "safe", "datamol", "PySide6", "pyteomics", "platformdirs", "psims", "matchms")
+
+
+def blocked_python(blocked: tuple[str, ...] = BLOCK_ON_DEVICE) -> list[str]:
+    """A python that cannot import what the device machine lacks (``-c`` prelude, then ``-m`` semantics)."""
+    prelude = (
+        "import sys, importlib.abc, runpy\n"
+        "class B(importlib.abc.MetaPathFinder):\n"
+        f"    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] in {tuple(blocked)!r}: raise ImportError(name + ' is not on the device')\n"
+        "sys.meta_path.insert(0, B())\n"
+        "sys.argv = ['training.accelerator', *sys.argv[1:]]\n"
+        "runpy.run_module('training.accelerator', run_name='__main__')\n"
+    )
+    return [sys.executable, "-c", prelude]
+
+
+def dry_run(workdir: str | Path | None = None, repo: Path | None = None) -> dict:
+    """Pack a few hundred records, run the remote step locally (CPU, device-missing imports blocked),
+    unpack, build a bundle and load it. Prints ``travels: N MiB``."""
+    import gzip
+    import tempfile
+
+    from engine.bundle import load_bundle
+
+    from .noise import FingerprintNoise
+
+    repo = (repo or Path.cwd()).resolve()
+    tiny = repo / "tests" / "data" / "tiny_bundle"
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="msgpt-accel-dry-"))
+    work.mkdir(parents=True, exist_ok=True)
+    mols = work / "molecules.tsv.gz"
+    with gzip.open(mols, "wt", encoding="utf-8") as fh:
+        fh.write("smiles\tinchikey14\tsource\n")
+        for i, s in enumerate(toy_smiles()):
+            fh.write(f"{s}\t\t{'npclassifier' if i % 3 == 0 else 'chemxlstm_chembl31'}\n")
+    corpus = work / "corpus"
+    subprocess.run([sys.executable, "-m", "training.corpus", "prepare", "--out", str(corpus), str(mols),
+                    "--tokenizer", str(tiny / "tokenizer.json"), "--workers", "1"], check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+    from .corpus_format import corpus_lines
+
+    keys_by_smiles = dict(zip(corpus_lines(corpus, "smiles.txt"), corpus_lines(corpus, "inchikey14.txt")))
+    with gzip.open(mols, "wt", encoding="utf-8") as fh:  # the TSV with its keys, as molecules.tsv.gz has them
+        fh.write("smiles\tinchikey14\tsource\n")
+        for i, (s, k) in enumerate(keys_by_smiles.items()):
+            fh.write(f"{s}\t{k}\t{'npclassifier' if i % 3 == 0 else 'chemxlstm_chembl31'}\n")
+    rng = np.random.default_rng(0)
+    noise = FingerprintNoise(rng.uniform(0.3, 0.9, (4, 4096)).astype(np.float32),
+                             rng.uniform(0, 0.01, (4, 4096)).astype(np.float32), {"source": "toy rates (dry run)"})
+    noise.save(work / "noise.npz")
+    recipe = Recipe(minutes=2.0, batch_size=16, warmup_steps=2, lr=1e-3, min_lr=1e-4, prefetch=2, reserve_s=5)
+    info = pack(corpus, tiny, work / "noise.npz", work / "carry" / "accel", recipe=recipe, molecules=mols,
+                sources=["npclassifier"], repo=repo, park_model=False, preset=1)
+    travels = travel_bytes(repo, [work / "carry"])
+    returned = work / "OUT"
+    subprocess.run([*blocked_python(), "remote", "--pack", str(work / "carry" / "accel"), "--out", str(returned),
+                    "--device", "cpu", "--max-steps", "6", "--work", str(work / "remote")], check=True, cwd=repo)
+    files = sorted(p for p in returned.iterdir() if p.is_file())
+    too_big = [p.name for p in files if p.stat().st_size > 16 * 1024 * 1024]
+    if len(files) > 8 or too_big:
+        raise MsgptError(f"the remote step wrote {len(files)} files ({too_big} over 16 MiB); 8 of 16 MiB come back.")
+    run = unpack(returned, work / "carry" / "accel", work / "unpacked", repo=repo, restore=False)
+    bundle = build_candidate(run, "msgpt-dry-run", work / "bundle", str(tiny), "--encoder-dtype", "fp32")
+    loaded = load_bundle(bundle, device="cpu")
+    print(f"travels: {mib(travels):.1f} MiB (working tree without {PARKED}, plus the toy pack of "
+          f"{info['corpus']['n_records']} records)")
+    print(f"came back: {len(files)} files, {mib(sum(p.stat().st_size for p in files)):.2f} MiB; bundle {loaded.describe()}")
+    return {"travels": travels, "files": [p.name for p in files], "bundle": str(bundle), "pack": info}
+
+
+# -----------------------------------------------------------------------------------------------
+# Command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m training.accelerator", description=__doc__.split("\n")[0])
+    p.add_argument("--dry-run", action="store_true", help="the whole chain at toy scale on this CPU")
+    p.add_argument("--workdir", help="with --dry-run: keep its files here")
+    sub = p.add_subparsers(dest="cmd")
+    k = sub.add_parser("pack", help="write the carried folder, park the bundled model, print the command")
+    k.add_argument("--corpus", required=True, help="prepared corpus (python -m training.corpus prepare)")
+    k.add_argument("--init", default=PARKED, help="bundle (or decoder) to continue from (default: the default model)")
+    k.add_argument("--noise", required=True, help="noise model (python -m training.noise fit)")
+    k.add_argument("--molecules", help="molecules TSV (inchikey14, source) naming the part to oversample")
+    k.add_argument("--oversample-sources", default="massbank_open,repoRT,spectraverse_example,modelseed_metacyc,"
+                   "npclassifier,mibig", help="comma-separated sources of the balanced part")
+    k.add_argument("--out", default=DEFAULT_PACK, help="carried folder (ignored by git)")
+    k.add_argument("--no-park", action="store_true", help="leave the bundled model where it is")
+    for f in fields(Recipe):
+        k.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default, help=f.metadata["help"])
+    r = sub.add_parser("remote", help="the device side (the command pack prints)")
+    r.add_argument("--pack", required=True)
+    r.add_argument("--out", required=True, help="$OUT: what comes back")
+    r.add_argument("--work", default="/tmp/msgpt-accel")
+    r.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    r.add_argument("--minutes", type=float, help="override the recipe's budget")
+    r.add_argument("--max-steps", type=int, help="fixed steps instead of the probe (dry run)")
+    u = sub.add_parser("unpack", help="reassemble and check what came back; restore the bundled model")
+    u.add_argument("--returned", required=True, help="the folder the device tool copied $OUT to")
+    u.add_argument("--pack", default=DEFAULT_PACK)
+    u.add_argument("--out", default="runs/accel")
+    e = sub.add_parser("evaluate", help="candidate bundle + FOLD=val evaluations + the shipping rule")
+    e.add_argument("--run", default="runs/accel/run")
+    e.add_argument("--name", required=True)
+    e.add_argument("--out", default="runs/accel")
+    e.add_argument("--mgf", default="../shared/data/massbank_dev.mgf.gz")
+    e.add_argument("--which", nargs="+", default=["baseline", "candidate"], choices=["baseline", "candidate"])
+    e.add_argument("--threads", type=int, default=1)
+    sub.add_parser("park", help=f"take {PARKED} out of what travels")
+    sub.add_parser("unpark", help=f"restore {PARKED} in git's index")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    repo = Path.cwd()
+    try:
+        if args.dry_run:
+            dry_run(args.workdir, repo)
+            return 0
+        if args.cmd == "pack":
+            recipe = Recipe(**{f.name: getattr(args, f.name) for f in fields(Recipe)})
+            info = pack(args.corpus, args.init, args.noise, args.out, recipe=recipe, molecules=args.molecules,
+                        sources=[s for s in args.oversample_sources.split(",") if s], repo=repo,
+                        park_model=not args.no_park)
+            print(f"packed {args.out}: {info['corpus']['n_records']:,} records ({info['corpus']['oversample_rows']:,} "
+                  f"oversampled x{recipe.oversample}), {len(info['files'])} files")
+            if info.get("parked"):
+                print(f"parked {PARKED} (out of git's index, ignored): run `python -m training.accelerator unpack` "
+                      "or `unpark` before committing")
+            print(f"travels: {mib(info['travels']):.1f} MiB")
+            if info["travels"] > TRAVEL_LIMIT:
+                print("error: more than 64 MiB would travel; pack fewer records or a smaller decoder", file=sys.stderr)
+                return 2
+            print(f"carry: [{info['carry']!r}]")
+            print(f"command: {info['command']}")
+            return 0
+        if args.cmd == "remote":
+            remote(args.pack, args.out, work=args.work, device=args.device, minutes=args.minutes,
+                   max_steps=args.max_steps)
+            return 0
+        if args.cmd == "unpack":
+            run = unpack(args.returned, args.pack, args.out, repo=repo)
+            report = json.loads((Path(args.out) / REPORT).read_text())
+            print(f"unpacked {run}: {report['steps']:,} steps on {report['device']}, {report['records_per_s']:,.0f} "
+                  f"records/s, {report['passes']:.2f} passes, loss {report['first_loss']:.4f} -> {report['last_loss']:.4f}")
+            print(f"restored {PARKED}; next: python -m training.accelerator evaluate --run {run} --name NAME")
+            return 0
+        if args.cmd == "evaluate":
+            result = evaluate(args.run, args.name, args.out, args.mgf, which=tuple(args.which), threads=args.threads)
+            for line in result.get("lines", []):
+                print(line)
+            if "ship" in result:
+                print("ship: the candidate passes the rule" if result["ship"] else "keep the default: the rule fails")
+            return 0
+        if args.cmd == "park":
+            print("parked" if park(repo) else "already parked")
+            return 0
+        if args.cmd == "unpark":
+            print("restored" if unpark(repo) else "not parked")
+            return 0
+        _parser().print_help()
+        return 2
+    except (ConfigError, BundleError, MsgptError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
