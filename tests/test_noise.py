@@ -187,3 +187,20 @@ def test_pretraining_runs_where_rdkit_and_safe_mol_are_missing(corpus, tmp_path,
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert latest_checkpoint(tmp_path / "run").name == "step_00000002"
+
+
+def test_unseen_training_rows_are_the_train_structures_no_training_licence_holds():
+    from training.noise import unseen_training_rows
+
+    class Data:  # the fields unseen_training_rows reads of a LabelledSpectra
+        fold = np.array(["train", "train", "train", "train", "val", "train"])
+        license = np.array(["CC BY", "CC BY-NC", "CC BY-NC", "CC0", "CC BY-NC", "CC BY-NC"])
+        inchikey14 = np.array(["A", "A", "B", "C", "D", "E"])
+
+        def selection_mask(self, folds=None, licenses=None, exclude_unit_resolution=True):
+            return np.isin(self.fold, list(folds)) & np.array([True, True, True, True, True, False])
+
+    # A is seen (a CC BY record holds it), B is unseen, C is seen, D is val, E is unit resolution
+    assert unseen_training_rows(Data(), ["CC BY", "CC0"]).tolist() == [2]
+    with pytest.raises(ConfigError, match="every licence"):
+        unseen_training_rows(Data(), None)

@@ -272,6 +272,16 @@ def _exclude_path(repo: Path) -> Path:
     return p if p.is_absolute() else repo / p
 
 
+def ensure_ignored(repo: Path, folder: str) -> None:
+    """Have git ignore ``folder`` (a carried folder must be ignored, or it would travel twice)."""
+    if subprocess.run(["git", "-C", str(repo), "check-ignore", "-q", folder + "/"]).returncode == 0:
+        return
+    exclude = _exclude_path(repo)
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    text = exclude.read_text() if exclude.is_file() else ""
+    exclude.write_text(text + ("" if text.endswith("\n") or not text else "\n") + "/" + folder.strip("/") + "/\n")
+
+
 def park(repo: Path, folder: str = PARKED) -> bool:
     """Take ``folder`` out of what travels: out of git's index (files stay on disk) and ignored. Returns
     False when it was parked already."""
@@ -364,6 +374,8 @@ def pack(corpus: str | Path, init: str | Path, noise: str | Path, out: str | Pat
     (out / "pack.json").write_text(json.dumps(info, indent=1) + "\n")
 
     carry_root = _carry_root(repo, out)
+    if carry_root:
+        ensure_ignored(repo, carry_root)
     where = out.resolve().relative_to(repo).as_posix() if carry_root else str(out.resolve())
     info["command"] = remote_command(where)
     info["carry"] = carry_root
@@ -608,7 +620,7 @@ def unpack(returned: str | Path, pack_dir: str | Path, dest: str | Path, *, repo
 
 
 EVAL_MODES = {  # the README's commands (*The default model*): the same spectra and seeds for every model
-    "positive": ["--one-per-structure", "--max-spectra", "300"],
+    "positive": ["--one-per-structure", "--max-spectra", "300", "--adducts", "[M+H]+", "[M+Na]+"],
     "negative": ["--one-per-structure", "--adducts", "[M-H]-"],
 }
 
@@ -802,7 +814,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--name", required=True)
     e.add_argument("--out", default="runs/accel")
     e.add_argument("--mgf", default="../shared/data/massbank_dev.mgf.gz")
-    e.add_argument("--which", nargs="+", default=["baseline", "candidate"], choices=["baseline", "candidate"])
+    e.add_argument("--which", nargs="*", default=["baseline", "candidate"], choices=["baseline", "candidate"],
+                   help="which evaluations to run (two processes can share the work); none: only the verdict")
     e.add_argument("--threads", type=int, default=1)
     sub.add_parser("park", help=f"take {PARKED} out of what travels")
     sub.add_parser("unpark", help=f"restore {PARKED} in git's index")

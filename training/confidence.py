@@ -9,6 +9,10 @@ Two steps::
     python -m training.confidence fit --collected runs/confidence_train --val-eval runs/eval_val \\
         --out resources/default_model --figure docs/confidence_reliability.png
 
+Without an out-of-fold run, ``collect --unseen`` draws the pools of the FOLD=train spectra whose structure
+the bundle's encoder never trained on (those only non-redistributable records hold; see
+:func:`training.noise.fit_from_bundle`), with the app's own pipeline: the bundle's posterior and band.
+
 **Why out-of-fold**: on its own training spectra the shipped encoder's posteriors are far better than on
 a new compound, so its pools there are more often right and a confidence fitted on them would promise
 too much. Here each spectrum is queried with the posterior of the fold encoder (:mod:`training.oof_posteriors`)
@@ -84,10 +88,34 @@ def _eligible(bundle, mgf: str, oof_rows: dict[str, int], folds: Sequence[str]) 
     return out
 
 
-def collect(bundle_dir: str, mgf: str, oof_dir: str, out: str, structures: int = 1000, seed: int = 0,
+def _unseen_ids(bundle, mgf: str) -> dict[str, int]:
+    """Spectrum ids of FOLD=train records whose structure no FOLD=train record of the encoder's training
+    licences holds (the encoder never saw it), as the ``oof_rows`` :func:`_eligible` takes."""
+    from engine.io import iter_spectra
+    from engine.spectrum import Spectrum
+
+    recorded = (bundle.config.get("training", {}).get("encoder_summary", {}) or {}).get("train_config", {})
+    if not recorded.get("licenses"):
+        raise ConfigError(f"{bundle.path}: the bundle does not record its encoder's training licences, so its "
+                          "unseen structures are unknown; collect with --oof instead.")
+    licenses = set(recorded["licenses"])
+    seen, train = set(), []
+    for item in iter_spectra(mgf):
+        if not isinstance(item, Spectrum) or item.metadata.get("fold", "") != "train" or not item.smiles:
+            continue
+        key = (item.inchikey or "")[:14]
+        train.append((item.id, key))
+        if item.metadata.get("license") in licenses:
+            seen.add(key)
+    return {i: n for n, (i, key) in enumerate(train) if key and key not in seen}
+
+
+def collect(bundle_dir: str, mgf: str, oof_dir: str | None, out: str, structures: int = 1000, seed: int = 0,
             folds: Sequence[str] = ("train",), stop: threading.Event | None = None) -> Iterator[Collecting]:
     """Draw and rank the pools of ``structures`` FOLD=train spectra (one per structure) from their
-    out-of-fold posteriors; append one JSON line per spectrum to ``out/pools.jsonl`` (resumes)."""
+    out-of-fold posteriors (``oof_dir``), or, with ``oof_dir`` None, of the spectra of structures the
+    bundle's encoder never saw, from its own posteriors; append one JSON line per spectrum to
+    ``out/pools.jsonl`` (resumes)."""
     from engine.bundle import load_bundle
     from engine.pipeline import QueryParams, SpectrumSession, run_to_end
     from engine.querying import QueryPlan
@@ -98,15 +126,17 @@ def collect(bundle_dir: str, mgf: str, oof_dir: str, out: str, structures: int =
     out_dir.mkdir(parents=True, exist_ok=True)
     bundle = load_bundle(bundle_dir)
     params = QueryParams()
-    settings = {"bundle": bundle.checksum, "mgf": str(mgf), "oof": str(oof_dir), "structures": structures,
+    settings = {"bundle": bundle.checksum, "mgf": str(mgf), "oof": str(oof_dir) if oof_dir else "unseen structures",
+                "structures": structures,
                 "seed": seed, "folds": list(folds),
                 "params": {**_settings(params), "adapter": bool(bundle.has_adapter and params.use_adapter)}}
     meta_path = out_dir / "collect.json"
     if meta_path.is_file() and json.loads(meta_path.read_text())["settings"] != settings:
         raise ConfigError(f"{out_dir} holds pools collected with other settings; use a new --out.")
     meta_path.write_text(json.dumps({"settings": settings}, indent=1) + "\n")
-    oof = load_oof(oof_dir, kappa_min=params.kappa_min, kappa_max=params.kappa_max, groups=params.groups)
-    rows = oof.row_of()
+    oof = load_oof(oof_dir, kappa_min=params.kappa_min, kappa_max=params.kappa_max, groups=params.groups) \
+        if oof_dir else None
+    rows = oof.row_of() if oof is not None else _unseen_ids(bundle, mgf)
     eligible = _eligible(bundle, mgf, rows, folds)
     by_structure: dict[str, list] = {}
     for s in eligible:
@@ -132,10 +162,13 @@ def collect(bundle_dir: str, mgf: str, oof_dir: str, out: str, structures: int =
                 continue
             if stop is not None and stop.is_set():
                 return
-            row = rows[s.id]
-            session = SpectrumSession(bundle, s, posterior=oof.posteriors[row].astype(np.float32))
-            plan = QueryPlan("band (out-of-fold encoder)", thresholds=tuple(float(t) for t in oof.thresholds(row)))
-            result = run_to_end(session.run(params, plan=plan))
+            if oof is not None:
+                row = rows[s.id]
+                session = SpectrumSession(bundle, s, posterior=oof.posteriors[row].astype(np.float32))
+                plan = QueryPlan("band (out-of-fold encoder)", thresholds=tuple(float(t) for t in oof.thresholds(row)))
+                result = run_to_end(session.run(params, plan=plan))
+            else:  # the app's own run: the bundle's posterior and band
+                result = run_to_end(SpectrumSession(bundle, s).run(params))
             features = result_features(result)
             d = {"id": s.id, "polarity": s.polarity, "inchikey14": result.reference_inchikey14, "rank": result.reference_rank,
                  "hit": result.reference_rank == 1, "features": features, "n_candidates": len(result.candidates),
@@ -327,7 +360,10 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("collect", help="draw and rank out-of-fold pools of FOLD=train spectra (resumable)")
     c.add_argument("--bundle", default="resources/default_model")
     c.add_argument("--mgf", required=True)
-    c.add_argument("--oof", required=True, help="out-of-fold run folder (training.oof_posteriors)")
+    src = c.add_mutually_exclusive_group(required=True)
+    src.add_argument("--oof", help="out-of-fold run folder (training.oof_posteriors)")
+    src.add_argument("--unseen", action="store_true", help="no out-of-fold run: the FOLD=train spectra of structures "
+                     "the bundle's encoder never trained on, with its own posteriors")
     c.add_argument("--out", required=True)
     c.add_argument("--structures", type=int, default=1000, help="structures, one spectrum each (default 1000)")
     c.add_argument("--seed", type=int, default=0)
