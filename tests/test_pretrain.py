@@ -273,3 +273,36 @@ def test_prefetching_batches_in_a_thread_changes_no_loss_and_resumes_exactly(cor
                 stop.set()
     rest = losses(pretrain(tiny_config(corpus, tmp_path / "cut", prefetch=3, resume=True, **cfg)))
     assert cut + rest == inline
+
+
+def test_a_budget_schedule_warms_up_by_steps_then_decays_with_the_clock(monkeypatch):
+    from training import pretrain as pt
+
+    now = [100.0]
+    monkeypatch.setattr(pt.time, "monotonic", lambda: now[0])
+    clock = pt.BudgetClock(budget_s=60.0, used_s=0.0, warmup_steps=4)
+    assert [clock.lr(s, lr=1.0, min_lr=0.1) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    now[0] += 10  # warm-up ended 10 s in: the decay spans the 50 s left
+    assert clock.lr(4, lr=1.0, min_lr=0.1) == pytest.approx(1.0)
+    now[0] += 25
+    assert clock.lr(5, lr=1.0, min_lr=0.1) == pytest.approx(0.55)
+    assert not clock.spent()
+    now[0] += 25
+    assert clock.lr(6, lr=1.0, min_lr=0.1) == pytest.approx(0.1) and clock.spent()
+    resumed = pt.BudgetClock(budget_s=60.0, used_s=59.0, warmup_steps=4)  # 59 s used before a resume
+    assert resumed.used() == pytest.approx(59.0) and not resumed.spent()
+
+
+def test_a_budget_run_ends_with_a_final_checkpoint_when_its_budget_is_spent(corpus, tmp_path, monkeypatch):
+    from training import pretrain as pt
+
+    calls = []
+    monkeypatch.setattr(pt.BudgetClock, "spent", lambda self: calls.append(1) or len(calls) >= 3)
+    events = list(pretrain(tiny_config(corpus, tmp_path / "run", max_steps=None, budget_minutes=5.0, eval_every=0)))
+    done = [e for e in events if isinstance(e, StepDone)]
+    assert [e.step for e in done] == [1, 2, 3]
+    saved = [e for e in events if isinstance(e, CheckpointSaved)]
+    assert saved[-1].reason == "final" and saved[-1].step == 3
+    assert any(isinstance(e, Validated) and e.step == 3 for e in events)
+    assert isinstance(events[-1], Finished) and events[-1].reason == "completed"
+    assert json.loads((latest_checkpoint(tmp_path / "run") / "trainer_state.json").read_text())["budget_used_s"] >= 0

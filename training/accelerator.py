@@ -21,9 +21,9 @@ the device tool does not copy them; ``unpack`` (or ``unpark``) restores the inde
 (``git status`` then shows the bundle as deleted).
 
 The remote step needs torch, numpy and safetensors only (no RDKit, safe-mol, Qt or pyteomics): it unpacks
-the corpus to ``/tmp``, measures the steps per second of the recipe's batch in a short probe, sizes the
-cosine schedule to the wall-clock budget, trains with :func:`training.pretrain.pretrain` (the CPU code, on
-``cuda`` with bf16 autocast), stops at the budget with a checkpoint whatever happens, exports the decoder in
+the corpus to ``/tmp``, trains with :func:`training.pretrain.pretrain` (the CPU code, on ``cuda`` with bf16
+autocast) for what is left of the wall-clock budget, its cosine decay following the clock
+(``budget_minutes``: how many steps fit is not known beforehand), stops at the budget with a checkpoint whatever happens, exports the decoder in
 bf16 and splits it into parts of at most 15 MiB. Five files come back: the parts, ``remote_report.json``
 (checksums, throughput, loss, the run's config and trainer state, decoder config and tokenizer),
 ``metrics.jsonl`` and ``remote.log``.
@@ -82,8 +82,9 @@ class Recipe:
     seed: int = field(default=5, metadata={"help": "seed of the data order, noise draws and dropout"})
     prefetch: int = field(default=4, metadata={"help": "steps prepared ahead by a thread"})
     forward_tokens: int = field(default=65536, metadata={"help": "padded positions per forward pass"})
-    probe_steps: int = field(default=60, metadata={"help": "steps of the throughput probe (the first third not timed)"})
-    reserve_s: float = field(default=60.0, metadata={"help": "seconds of the budget kept for validation and export"})
+    eval_every: int = field(default=1000, metadata={"help": "validate every N steps (and at the end)"})
+    reserve_s: float = field(default=60.0, metadata={"help": "seconds of the budget kept for start-up, the last "
+                                                     "validation and the export (a safety stop comes at a quarter of it)"})
 
     @classmethod
     def from_dict(cls, d: dict) -> Recipe:
@@ -432,12 +433,12 @@ def _preset_of(config) -> str:
 
 def remote(pack_dir: str | Path, out: str | Path, *, work: str | Path = "/tmp/msgpt-accel", device: str = "cuda",
            minutes: float | None = None, max_steps: int | None = None) -> dict:
-    """The device side: unpack, probe, train within the budget, export in parts. Returns the report."""
+    """The device side: unpack, train within the budget, export in parts. Returns the report."""
     import torch
 
     from engine.decoder import DecoderConfig
 
-    from .checkpoint import export_decoder, latest_checkpoint
+    from .checkpoint import latest_checkpoint
     from .pretrain import CheckpointSaved, Finished, PretrainConfig, StepDone, Validated, pretrain
 
     t0 = time.monotonic()
@@ -470,42 +471,41 @@ def remote(pack_dir: str | Path, out: str | Path, *, work: str | Path = "/tmp/ms
     if device == "cpu":
         base["threads"] = max(1, min(4, os.cpu_count() or 1))
 
-    rate = None
-    if max_steps is None:  # probe: steps per second of this batch on this device, the first 10 untimed
-        probe = PretrainConfig(**base, out=str(work / "probe"), max_steps=10**7, eval_every=0, checkpoint_every=0,
-                               checkpoint_minutes=0)
-        marks = {}
-        gen = pretrain(probe)
-        for event in gen:
-            if isinstance(event, StepDone):
-                marks[event.step] = time.monotonic()
-                if event.step >= recipe.probe_steps:
-                    break
-        gen.close()
-        first = max(1, recipe.probe_steps // 3)  # CUDA start-up and the prefetch queue's head start untimed
-        rate = (recipe.probe_steps - first) / (marks[recipe.probe_steps] - marks[first])
-        left = deadline - time.monotonic() - recipe.reserve_s
-        max_steps = max(1, int(0.9 * rate * left))  # validations and checkpoints take their share
-        log(f"probe: {rate:.2f} steps/s ({rate * recipe.batch_size:,.0f} records/s); {left:.0f} s left -> "
-            f"{max_steps:,} steps ({max_steps * recipe.batch_size / manifest['n_records']:.2f} passes)")
-    config = PretrainConfig(**base, out=str(work / "run"), max_steps=max_steps,
-                            eval_every=max(1, max_steps // 4), checkpoint_every=0, checkpoint_minutes=2,
+    budget = (deadline - time.monotonic() - recipe.reserve_s) / 60
+    if budget <= 0:
+        raise ConfigError(f"the budget of {recipe.minutes} min is spent before training starts; give more --minutes.")
+    config = PretrainConfig(**base, out=str(work / "run"), max_steps=max_steps, budget_minutes=budget,
+                            eval_every=recipe.eval_every, checkpoint_every=0, checkpoint_minutes=2,
                             keep_checkpoints=1)  # fmt: skip
+    log(f"training: {budget:.2f} min of budget (the cosine decay follows the clock), batch {recipe.batch_size}, "
+        f"peak lr {recipe.lr}" + (f", at most {max_steps} steps" if max_steps else ""))
     stop = threading.Event()
-    timer = threading.Timer(max(1.0, deadline - recipe.reserve_s / 2 - time.monotonic()), stop.set)
+    # the clock starts after the model is set up; the safety stop comes after it, before the deadline
+    timer = threading.Timer(max(1.0, deadline - recipe.reserve_s / 4 - time.monotonic()), stop.set)
     timer.daemon = True
     timer.start()
     first_loss, last_loss, records, val, finished = None, None, 0, [], None
     t_train = time.monotonic()
+
+    def context() -> dict:
+        return {
+            "pack": {k: info[k] for k in ("created", "recipe", "corpus", "init", "noise")},
+            "pack_sha256": sha256_path(pack_dir / "pack.json"),
+            "device": gpu, "torch": torch.__version__, "python": platform.python_version(),
+            "finished": finished, "max_steps": max_steps, "budget_minutes": budget,
+            "first_loss": first_loss, "last_loss": last_loss, "val": list(val),
+            "recipe": recipe, "t0": t0, "t_train": t_train, "n_records": manifest["n_records"],
+        }  # fmt: skip
+
     try:
         for event in pretrain(config, stop):
             if isinstance(event, StepDone):
                 records += recipe.batch_size
                 first_loss = event.loss if first_loss is None else first_loss
                 last_loss = event.loss
-                if event.step % 100 == 0 or event.step == max_steps:
+                if event.step % 200 == 0 or event.step == max_steps:
                     el = time.monotonic() - t_train
-                    log(f"step {event.step:,}/{max_steps:,} loss {event.loss:.4f} lr {event.lr:.2e} "
+                    log(f"step {event.step:,} loss {event.loss:.4f} lr {event.lr:.2e} "
                         f"{event.tokens_per_s:,.0f} tok/s (step), {records / el:,.0f} records/s (mean), epoch {event.epoch:.2f}")
             elif isinstance(event, Validated):
                 val.append(asdict(event))
@@ -513,42 +513,58 @@ def remote(pack_dir: str | Path, out: str | Path, *, work: str | Path = "/tmp/ms
                     f"loss {event.noisy_loss} acc {event.noisy_accuracy}")
             elif isinstance(event, CheckpointSaved):
                 log(f"step {event.step:,}: checkpoint ({event.reason})")
+                if event.reason == "timer" and event.path:  # insurance: what a killed command still returns
+                    bring_back(Path(event.path), out, work, context(), final=False)
             elif isinstance(event, Finished):
                 finished = asdict(event)
     finally:
         timer.cancel()
-    train_s = time.monotonic() - t_train
     ckpt = latest_checkpoint(work / "run")
     if ckpt is None:
         raise MsgptError("the run wrote no checkpoint; nothing to bring back.")
+    report = bring_back(ckpt, out, work, context(), final=True)
+    log(f"done: {report['steps']:,} steps, {report['records_per_s']:,.0f} records/s, loss {first_loss} -> {last_loss}, "
+        f"{len(report['decoder']['parts'])} parts, {report['wall_seconds']:.0f} s in all")
+    return report
+
+
+def bring_back(ckpt: Path, out: Path, work: Path, ctx: dict, final: bool) -> dict:
+    """Export ``ckpt``'s decoder in bf16 into ``out`` as parts of at most 15 MiB, with the report and the
+    metrics. Called at every checkpoint too (``final`` False), so a command killed at its limit still
+    brings back its newest checkpoint."""
+    import torch
+
+    from .checkpoint import export_decoder
+
     export = export_decoder(ckpt, work / "export", torch.bfloat16)
     weights = (export / "decoder.safetensors").read_bytes()
     parts = []
     for i in range(0, len(weights), PART_BYTES):
         name = f"decoder.safetensors.part{len(parts)}"
-        (out / name).write_bytes(weights[i : i + PART_BYTES])
+        tmp = out / (name + ".tmp")
+        tmp.write_bytes(weights[i : i + PART_BYTES])
+        tmp.replace(out / name)
         parts.append({"name": name, "sha256": sha256_bytes(weights[i : i + PART_BYTES]),
                       "bytes": len(weights[i : i + PART_BYTES])})
     shutil.copy(work / "run" / "metrics.jsonl", out / "metrics.jsonl")
     state = json.loads((ckpt / "trainer_state.json").read_text())
+    batch = ctx["recipe"].batch_size
     report = {
-        "pack": {k: info[k] for k in ("created", "recipe", "corpus", "init", "noise")},
-        "pack_sha256": sha256_path(pack_dir / "pack.json"),
-        "device": gpu, "torch": torch.__version__, "python": platform.python_version(),
-        "finished": finished, "steps": state["step"], "max_steps": max_steps, "probe_steps_per_s": rate,
-        "records_seen": state["step"] * recipe.batch_size, "passes": state["step"] * recipe.batch_size / manifest["n_records"],
-        "train_seconds": round(train_s, 1), "records_per_s": round(state["step"] * recipe.batch_size / train_s, 1),
-        "first_loss": first_loss, "last_loss": last_loss, "val": val,
+        **{k: v for k, v in ctx.items() if k not in ("recipe", "t0", "t_train", "n_records")},
+        "final": final, "steps": state["step"], "records_seen": state["step"] * batch,
+        "passes": state["step"] * batch / ctx["n_records"],
+        "train_seconds": round(time.monotonic() - ctx["t_train"], 1),
+        "records_per_s": round(state["step"] * batch / max(time.monotonic() - ctx["t_train"], 1e-9), 1),
         "decoder": {"sha256": sha256_bytes(weights), "bytes": len(weights), "parts": parts, "dtype": "bf16"},
         "decoder_config": json.loads((export / "decoder_config.json").read_text()),
         "tokenizer": json.loads((export / "tokenizer.json").read_text()),
         "pretrain_config": json.loads((work / "run" / "pretrain_config.json").read_text()),
         "trainer_state": state, "checkpoint": ckpt.name,
-        "wall_seconds": round(time.monotonic() - t0, 1),
+        "wall_seconds": round(time.monotonic() - ctx["t0"], 1),
     }  # fmt: skip
-    (out / REPORT).write_text(json.dumps(report, indent=1) + "\n")
-    log(f"done: {state['step']:,} steps, {report['records_per_s']:,.0f} records/s, loss {first_loss} -> {last_loss}, "
-        f"{len(parts)} parts, {report['wall_seconds']:.0f} s in all")
+    tmp = out / (REPORT + ".tmp")
+    tmp.write_text(json.dumps(report, indent=1) + "\n")
+    tmp.replace(out / REPORT)
     return report
 
 
@@ -804,7 +820,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--work", default="/tmp/msgpt-accel")
     r.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     r.add_argument("--minutes", type=float, help="override the recipe's budget")
-    r.add_argument("--max-steps", type=int, help="fixed steps instead of the probe (dry run)")
+    r.add_argument("--max-steps", type=int, help="stop after this many steps even if budget is left (dry run)")
     u = sub.add_parser("unpack", help="reassemble and check what came back; restore the bundled model")
     u.add_argument("--returned", required=True, help="the folder the device tool copied $OUT to")
     u.add_argument("--pack", default=DEFAULT_PACK)

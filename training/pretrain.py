@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import queue
 import sys
@@ -143,6 +144,11 @@ class PretrainConfig(TrainingConfig):
                 "simulated band query of their fingerprint instead of the true one"})
     noise_fraction: float = field(default=0.0, metadata={
         "help": "share of the records (each drawn independently) that condition on a simulated query"})
+    budget_minutes: float | None = field(default=None, metadata={
+        "help": "train for this many minutes of wall clock: the cosine decay follows the elapsed share of the budget "
+                "(after the step-counted warm-up) instead of the step, and the run ends when it is spent (or at "
+                "max_steps); for a lent accelerator, where the steps a budget holds are not known beforehand. "
+                "Learning rates then depend on timing, so a resumed run continues the schedule, not bit for bit"})
     prefetch: int = field(default=0, metadata={
         "help": "steps whose batches a background thread prepares ahead (collate + simulated queries) while the "
                 "device computes (0: inline); the batches and so the losses are the same either way"})
@@ -167,6 +173,7 @@ class PretrainConfig(TrainingConfig):
             raise ConfigError(f"`min_lr` must be in [0, `lr`] = [0, {self.lr}], got {self.min_lr!r}.")
         self.require(("beta1", "beta2"), lambda v: 0 <= v < 1, "in [0, 1)")
         self.require(("weight_decay", "grad_clip", "checkpoint_minutes"), lambda v: v >= 0, ">= 0")
+        self.require(("budget_minutes",), lambda v: v is None or v > 0, "> 0 or unset")
         self.require(("val_fraction",), lambda v: 0 <= v < 1, "in [0, 1)")
         self.require(("dropout",), lambda v: v is None or 0 <= v < 1, "in [0, 1)")
         self.require(("precision",), *one_of(PRECISIONS))
@@ -419,6 +426,30 @@ class BatchStream:
         return {**self.sampler.state_dict(), "epoch": self.epoch, "batches_done": self.position}
 
 
+class BudgetClock:
+    """The learning-rate schedule of a wall-clock budget: linear warm-up over ``warmup_steps`` steps, then
+    cosine decay over the share of the budget left when warm-up ended (see ``budget_minutes``)."""
+
+    def __init__(self, budget_s: float, used_s: float, warmup_steps: int):
+        self.budget_s, self.warmup_steps = budget_s, warmup_steps
+        self.start = time.monotonic() - used_s
+        self.warm_at: float | None = None if warmup_steps else 0.0
+
+    def used(self) -> float:
+        return time.monotonic() - self.start
+
+    def spent(self) -> bool:
+        return self.used() >= self.budget_s
+
+    def lr(self, step: int, *, lr: float, min_lr: float) -> float:
+        if step < self.warmup_steps:
+            return lr * (step + 1) / self.warmup_steps
+        if self.warm_at is None:  # the first decaying step (or the first after a resume past warm-up)
+            self.warm_at = self.used()
+        progress = min(1.0, (self.used() - self.warm_at) / max(self.budget_s - self.warm_at, 1e-9))
+        return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+
+
 class StepBatches:
     """The collated (and, in noise-aware runs, corrupted) batches of each optimizer step, in step order.
 
@@ -562,7 +593,8 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
             f"`grad_accum` ({config.grad_accum}); lower `batch_size` or use more data."
         )
     steps_per_epoch = len(sampler) / config.grad_accum
-    max_steps = config.max_steps or max(1, int(config.epochs * steps_per_epoch))
+    max_steps = config.max_steps or (10**9 if config.budget_minutes else max(1, int(config.epochs * steps_per_epoch)))
+    budget_s = 60 * config.budget_minutes if config.budget_minutes else None
 
     # model and optimizer (identical initialisation on every rank; DDP also broadcasts rank 0's)
     model_config = config.decoder_config(ds.tokenizer.vocab_size)
@@ -573,6 +605,7 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
     optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2), eps=1e-8, fused=fused)
 
     step, epoch, position, resumed_from, warm = 0, 0, 0, None, None
+    budget_used = 0.0  # seconds of the budget spent before this process (a resumed budget run)
     ckpt = latest_checkpoint(out)
     if ckpt is not None and not config.resume:
         raise ConfigError(f"{out} already holds checkpoints (newest {ckpt.name}); pass `resume` or use a new `out`.")
@@ -585,6 +618,7 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
                 "with (its checksum differs); restore that file or start a new `out`."
             )
         step, epoch, position = state["step"], state["sampler"]["epoch"], state["sampler"]["batches_done"]
+        budget_used = float(state.get("budget_used_s") or 0.0)
         resumed_from = str(ckpt)
     elif config.init_decoder:
         init_from_decoder(model, config.init_decoder, ds.tokenizer)
@@ -627,6 +661,7 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
                 "config": config.to_dict(),
                 "corpus": {"n_records": len(ds), "tokenizer": ds.tokenizer.fingerprint()},
                 "noise_model": noise_sha,
+                "budget_used_s": clock.used() if clock else None,
                 "decoder_config": model_config.to_dict(),
                 "metrics": last,
                 "saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -638,6 +673,7 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
             log_metrics(metrics_path, {"kind": "checkpoint", "step": step, "path": path, "reason": reason})
         yield CheckpointSaved(step, path, reason)
 
+    clock = BudgetClock(budget_s, budget_used, config.warmup_steps) if budget_s else None
     model.train()
     last_save, saved_step, last = time.monotonic(), step, {}
     log_tokens, log_seconds = 0, 0.0
@@ -657,25 +693,31 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
             (n_tokens,) = env.all_reduce_sum([n_local])
             loss_sum = forward_backward(net, pieces, n_tokens, env.world_size, amp)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or float("inf"))
-            lr = lr_at(step, lr=config.lr, min_lr=config.min_lr, warmup_steps=config.warmup_steps, max_steps=max_steps)
+            if clock is None:
+                lr = lr_at(step, lr=config.lr, min_lr=config.min_lr, warmup_steps=config.warmup_steps, max_steps=max_steps)
+            else:
+                lr = clock.lr(step, lr=config.lr, min_lr=config.min_lr)
             for g in optimizer.param_groups:
                 g["lr"] = lr
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
             (total_loss,) = env.all_reduce_sum([loss_sum])
+            # the last step: max_steps reached or the budget spent (rank 0's clock decides for all ranks)
+            spent = float(clock is not None and env.is_main and clock.spent())
+            final = step == max_steps or env.all_reduce_sum([spent])[0] > 0
             seconds = time.perf_counter() - t0
 
             log_tokens, log_seconds = log_tokens + int(n_tokens), log_seconds + seconds
             epochs_done = sampler_state["epoch"] + sampler_state["batches_done"] / len(sampler)
             last = {"loss": total_loss / n_tokens, "lr": lr, "grad_norm": float(grad_norm), "epoch": epochs_done}
             yield StepDone(step, last["loss"], lr, last["grad_norm"], int(n_tokens), n_tokens / seconds, epochs_done)
-            if env.is_main and (step % config.log_every == 0 or step == max_steps):
+            if env.is_main and (step % config.log_every == 0 or final):
                 log_metrics(metrics_path, {"kind": "train", "step": step, **last,
                                            "tokens_per_s": log_tokens / log_seconds})
                 log_tokens, log_seconds = 0, 0.0
 
-            if val_batches and ((config.eval_every and step % config.eval_every == 0) or step == max_steps):
+            if val_batches and ((config.eval_every and step % config.eval_every == 0) or final):
                 val = evaluate(net, model, ds, val_batches, model_config, env, amp, step, config.forward_tokens, noise)
                 last["val_loss"], last["val_accuracy"] = val.loss, val.accuracy
                 if val.noisy_loss is not None:
@@ -687,9 +729,11 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
             due = "interval" if config.checkpoint_every and step % config.checkpoint_every == 0 else None
             if due is None and config.checkpoint_minutes and time.monotonic() - last_save >= 60 * config.checkpoint_minutes:
                 due = "timer"  # rank 0's clock decides: only rank 0 writes, so the ranks need not agree
-            if due or step == max_steps:
-                yield from checkpoint(due or "final", last)
+            if due or final:
+                yield from checkpoint("final" if final else due, last)
                 last_save, saved_step = time.monotonic(), step
+            if final:
+                break
         yield Finished(step, "completed")
     finally:
         steps.close()
@@ -801,7 +845,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 if isinstance(event, Started):
                     print(_describe_start(event), flush=True)
-                    bar = tqdm(total=event.max_steps, initial=event.step, unit="step", dynamic_ncols=True)
+                    total = None if config.budget_minutes and not config.max_steps else event.max_steps
+                    bar = tqdm(total=total, initial=event.step, unit="step", dynamic_ncols=True)
                 elif isinstance(event, StepDone):
                     bar.update(1)
                     bar.set_postfix(loss=f"{event.loss:.4f}", lr=f"{event.lr:.2e}", tok_s=f"{event.tokens_per_s:,.0f}")
