@@ -599,8 +599,9 @@ def unpack(returned: str | Path, pack_dir: str | Path, dest: str | Path, *, repo
     info = _verify_pack(pack_dir)
     if sha256_path(pack_dir / "pack.json") != report["pack_sha256"]:
         raise BundleError(f"{returned} was trained from another pack than {pack_dir}.")
-    if dest.exists():
-        shutil.rmtree(dest)
+    for stale in (dest / "run", dest / "corpus"):  # only what unpack writes: dest may hold evaluations
+        if stale.exists():
+            shutil.rmtree(stale)
     recipe = Recipe.from_dict(report["pack"]["recipe"])
     materialize_corpus(pack_dir, dest / "corpus", recipe.oversample)
     run = dest / "run"

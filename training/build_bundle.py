@@ -49,7 +49,7 @@ from engine.bitlegend import FILE_NAME as LEGEND_FILE
 from engine.bitlegend import BitLegend
 from engine.bundle import add_bundle_file, bundle_checksum, load_bundle, save_bundle
 from engine.decoder import parameter_counts
-from engine.errors import ConfigError, MsgptError
+from engine.errors import BundleError, ConfigError, MsgptError
 from engine.novelty import FILE_NAME as KNOWN_FILE
 from engine.novelty import KnownStructures
 from engine.querying import Calibration
@@ -252,6 +252,20 @@ def _modes_of(adducts) -> str:
     return "negative-mode" if signs == {"-"} else "positive-mode"
 
 
+def _noise_source(path: str) -> str:
+    """Whose posteriors a noise model's rates were measured on, in words for the card."""
+    from .noise import FingerprintNoise
+
+    try:
+        source = str(FingerprintNoise.load(path).meta.get("source", ""))
+    except (BundleError, OSError):
+        source = ""
+    if source.startswith("bundle "):  # training.noise fit --bundle
+        return (f"the rates at which the encoder of {source.split(' on ')[0]} keeps true bits and switches false "
+                "ones on for the FOLD=train structures it never trained on")
+    return "the rates at which out-of-fold encoders keep true bits and switch false ones on"
+
+
 def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None) -> str:
     dec, enc, cal = info["decoder"], info["encoder"], info["calibration"]
     pc = info["decoder_parameters"]
@@ -260,11 +274,13 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
     enc_data = enc.get("metrics", {}).get("data", {})
     enc_cfg = enc.get("train_config", {})
     t = cal["thresholds"]
+    device_run = cfg.get("device_run") or {}  # a stage trained on a lent accelerator (training.accelerator)
+    where = (f"on a 2-core CPU ({info['machine']}), its last decoder stage on a lent {device_run['device']} "
+             "(`python -m training.accelerator`)" if device_run else f"on a 2-core CPU ({info['machine']})")
     lines = [
         f"# Model card: {name}",
         "",
-        f"The default model bundle of MS-GPT Desktop, trained by this project's own code on a 2-core CPU "
-        f"({info['machine']}). Built {info['built']} by `python -m training.build_bundle`; bundle checksum "
+        f"The default model bundle of MS-GPT Desktop, trained by this project's own code {where}. Built {info['built']} by `python -m training.build_bundle`; bundle checksum "
         f"`{info['checksum'][:16]}`, {info['size_mb']:.1f} MB, decoder weights stored in {info['dtype']}, "
         f"encoder weights in {info.get('encoder_dtype', 'fp32')}"
         + (" (its calibration was computed on those rounded weights)." if info.get("encoder_dtype", "fp32") != "fp32"
@@ -355,7 +371,9 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
         run_details = [f"lr {cfg.get('lr')} warm-up {cfg.get('warmup_steps')} then cosine to {cfg.get('min_lr')}"]
         if "threads" in cfg:  # a bundle's stage record (an older bundle's reused decoder) lacks these
             run_details += [f"{'fp32' if cfg.get('precision') == 'fp32' else 'bf16 autocast'}",
-                            f"{cfg.get('threads')} CPU thread(s) at the end"]
+                            f"on {device_run['device']} (torch {device_run.get('torch')}, "
+                            f"{device_run.get('records_per_s', 0):,.0f} records/s)" if device_run
+                            else f"{cfg.get('threads')} CPU thread(s) at the end"]
         lines.append(
             f"- {label}: {dec.get('step', 0):,} AdamW steps of {cfg.get('batch_size')} formula-grouped records "
             f"({', '.join(run_details)}), "
@@ -365,8 +383,8 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
             + ("The details of this stage (its noise-aware mix, held-out loss) are in that bundle's model card. "
                if dec.get("origin") and "threads" not in cfg else "")
             + (f"Noise-aware: {cfg['noise_fraction']:.0%} of the records conditioned on a simulated band query "
-               f"(noise model `{Path(cfg['noise_model']).name}`: per band threshold and bit, the rates at which "
-               "out-of-fold encoders keep true bits and switch false ones on) instead of the true fingerprint. "
+               f"(noise model `{Path(cfg['noise_model']).name}`: per band threshold and bit, "
+               f"{_noise_source(cfg['noise_model'])}) instead of the true fingerprint. "
                if cfg.get("noise_fraction") and cfg.get("noise_model") else "")
             + (f"Held-out teacher-forced loss {dec['val']['loss']:.3f}, token accuracy {dec['val']['accuracy']:.3f}"
                + (f"; {dec['val']['noisy_loss']:.3f} and {dec['val']['noisy_accuracy']:.3f} from simulated queries"
@@ -421,10 +439,12 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
               "are reported as skipped.",
               "- Elements C H N O S P F Cl Br I B Si Se As; up to 256 active fingerprint bits read by the "
               "decoder; SAFE strings up to the decoder's block size.",
-              f"- This is a small CPU-trained model ({pc['total'] / 1e6:.0f}M decoder parameters, "
-              f"{sum(st['step'] for st in dec.get('earlier_stages', [])) + dec.get('step', 0):,} pretraining steps "
-              f"of {cfg.get('batch_size')}"
-              + (f" on {max(len(known) if known is not None else 0, dec['corpus_records']) / 1e6:.2f}M molecules) "
+              f"- This is a small {'mostly ' if device_run else ''}CPU-trained model ({pc['total'] / 1e6:.0f}M decoder "
+              "parameters, "
+              f"{sum(st['step'] for st in dec.get('earlier_stages', [])) + dec.get('step', 0):,} pretraining steps"
+              + (f" in {len(dec['earlier_stages']) + 1} stages" if dec.get("earlier_stages") else
+                 f" of {cfg.get('batch_size')}")
+              + (f" on {(len(known) if known is not None else dec['corpus_records']) / 1e6:.2f}M molecules) "
                  if dec.get("corpus_records") else ") ")
               + "standing in for the paper's 150M decoder trained on 100M molecules on GPUs: "
               "expect far lower accuracy than the paper reports; treat candidates as hypotheses to check "
