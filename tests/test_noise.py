@@ -204,3 +204,10 @@ def test_unseen_training_rows_are_the_train_structures_no_training_licence_holds
     assert unseen_training_rows(Data(), ["CC BY", "CC0"]).tolist() == [2]
     with pytest.raises(ConfigError, match="every licence"):
         unseen_training_rows(Data(), None)
+
+
+def test_data_worker_processes_prepare_the_same_batches(corpus, tmp_path, noise_file):  # noqa: F811
+    cfg = dict(max_steps=5, dropout=0.1, eval_every=5, noise_model=str(noise_file), noise_fraction=0.5)
+    inline = losses(pretrain(tiny_config(corpus, tmp_path / "inline", **cfg)))
+    workers = losses(pretrain(tiny_config(corpus, tmp_path / "workers", data_workers=2, prefetch=2, **cfg)))
+    assert workers == inline

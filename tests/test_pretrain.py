@@ -306,3 +306,4 @@ def test_a_budget_run_ends_with_a_final_checkpoint_when_its_budget_is_spent(corp
     assert any(isinstance(e, Validated) and e.step == 3 for e in events)
     assert isinstance(events[-1], Finished) and events[-1].reason == "completed"
     assert json.loads((latest_checkpoint(tmp_path / "run") / "trainer_state.json").read_text())["budget_used_s"] >= 0
+

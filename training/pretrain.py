@@ -152,6 +152,9 @@ class PretrainConfig(TrainingConfig):
     prefetch: int = field(default=0, metadata={
         "help": "steps whose batches a background thread prepares ahead (collate + simulated queries) while the "
                 "device computes (0: inline); the batches and so the losses are the same either way"})
+    data_workers: int = field(default=0, metadata={
+        "help": "processes that prepare the steps' batches (0: in this process): on a GPU the single Python "
+                "thread that collates and corrupts the batches limits the speed; the batches are the same"})
 
     def __post_init__(self):
         if not self.corpus:
@@ -163,7 +166,7 @@ class PretrainConfig(TrainingConfig):
         self.require(("warmup_steps",), int_at_least(0), "an integer >= 0")
         self.require(("max_steps", "threads", "block_size"), int_at_least(1, optional=True),
                      "a positive integer or unset")
-        self.require(("eval_every", "checkpoint_every", "forward_tokens", "prefetch"), int_at_least(0),
+        self.require(("eval_every", "checkpoint_every", "forward_tokens", "prefetch", "data_workers"), int_at_least(0),
                      "an integer >= 0 (0 turns it off)")
         if self.max_steps is None and not self.epochs > 0:
             raise ConfigError(f"`epochs` must be > 0 when `max_steps` is not set, got {self.epochs!r}.")
@@ -197,7 +200,7 @@ class PretrainConfig(TrainingConfig):
 RESUMABLE_CHANGES = frozenset({
     "corpus", "out", "resume", "init_from", "init_decoder", "precision", "device", "threads", "forward_tokens",
     "eval_every", "log_every", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "val_max_records",
-    "prefetch",
+    "prefetch", "data_workers",
 })  # fmt: skip
 
 
@@ -466,19 +469,41 @@ class StepBatches:
         self.step = first_step
         self._queue: queue.Queue | None = None
         self._halt = threading.Event()
-        if config.prefetch:
+        self._pool = None
+        if config.data_workers:
+            import multiprocessing
+            from collections import deque
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(
+                config.data_workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_open,
+                initargs=(str(ds.corpus_dir), config.noise_model if noise is not None else None),
+            )  # fmt: skip
+            self._pending: deque = deque()
+            self._next_submit = first_step
+            for _ in range(max(config.prefetch, 2 * config.data_workers)):
+                self._submit()
+        elif config.prefetch:
             self._queue = queue.Queue(maxsize=config.prefetch)
-            self._halt = threading.Event()
             self._thread = threading.Thread(target=self._fill, name="pretrain-prefetch", daemon=True)
             self._thread.start()
 
+    def _submit(self) -> None:
+        ids, state = self._draw()
+        c = self.config
+        future = self._pool.submit(_worker_step, ids, self._next_submit, c.seed, self.rank, c.noise_fraction)
+        self._pending.append((future, state))
+        self._next_submit += 1
+
+    def _draw(self) -> tuple[list[np.ndarray], dict]:
+        """The next step's record indices (one array per micro-batch) and the sampler state after them."""
+        ids = [self.train_ids[self.stream.next()] for _ in range(self.config.grad_accum)]
+        return ids, self.stream.state()
+
     def _make(self, step: int) -> tuple[list[dict], dict]:
-        config = self.config
-        batches = [self.ds.collate(self.train_ids[self.stream.next()]) for _ in range(config.grad_accum)]
-        if self.noise is not None:  # a generator of (seed, rank, step): a resumed run draws the same queries
-            noise_rng = np.random.default_rng([config.seed, self.rank, step, NOISE_STREAM])
-            batches = [self.noise.corrupt_batch(b, config.noise_fraction, noise_rng) for b in batches]
-        return batches, self.stream.state()
+        ids, state = self._draw()
+        c = self.config
+        return prepare_step(self.ds, self.noise, ids, step, c.seed, self.rank, c.noise_fraction), state
 
     def _fill(self) -> None:
         step = self.step
@@ -499,7 +524,11 @@ class StepBatches:
 
     def next(self) -> tuple[list[dict], dict]:
         """``(batches, sampler state after them)`` of the next step."""
-        if self._queue is None:
+        if self._pool is not None:
+            future, state = self._pending.popleft()
+            self._submit()
+            item = ([{k: torch.from_numpy(v) for k, v in b.items()} for b in future.result()], state)
+        elif self._queue is None:
             item = self._make(self.step)
         else:
             item = self._queue.get()
@@ -510,6 +539,33 @@ class StepBatches:
 
     def close(self) -> None:
         self._halt.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def prepare_step(ds: CorpusDataset, noise: FingerprintNoise | None, ids: list[np.ndarray], step: int, seed: int,
+                 rank: int, noise_fraction: float) -> list[dict]:
+    """The collated batches of one step; in noise-aware runs a share of their rows condition on simulated
+    queries drawn from a generator of ``(seed, rank, step)``, so a resumed run draws the same queries."""
+    batches = [ds.collate(i) for i in ids]
+    if noise is not None:
+        noise_rng = np.random.default_rng([seed, rank, step, NOISE_STREAM])
+        batches = [noise.corrupt_batch(b, noise_fraction, noise_rng) for b in batches]
+    return batches
+
+
+_WORKER: dict = {}  # a data worker's corpus and noise model (see StepBatches, data_workers)
+
+
+def _worker_open(corpus_dir: str, noise_path: str | None) -> None:
+    torch.set_num_threads(1)
+    _WORKER["ds"] = CorpusDataset(corpus_dir)
+    _WORKER["noise"] = FingerprintNoise.load(noise_path) if noise_path else None
+
+
+def _worker_step(ids: list[np.ndarray], step: int, seed: int, rank: int, noise_fraction: float) -> list[dict]:
+    batches = prepare_step(_WORKER["ds"], _WORKER["noise"], ids, step, seed, rank, noise_fraction)
+    return [{k: v.numpy() for k, v in b.items()} for b in batches]
 
 
 @dataclass
