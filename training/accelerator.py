@@ -55,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.bundle import sha256_file
 from engine.errors import BundleError, ConfigError, MsgptError
 
 PACK_FORMAT = "msgpt-accelerator-pack"
@@ -99,14 +100,6 @@ class Recipe:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def sha256_path(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def mib(n: int) -> float:
@@ -372,7 +365,7 @@ def pack(corpus: str | Path, init: str | Path, noise: str | Path, out: str | Pat
         "files": {},
     }  # fmt: skip
     for f in sorted(p for p in out.rglob("*") if p.is_file()):
-        info["files"][f.relative_to(out).as_posix()] = {"sha256": sha256_path(f), "bytes": f.stat().st_size}
+        info["files"][f.relative_to(out).as_posix()] = {"sha256": sha256_file(f), "bytes": f.stat().st_size}
     (out / "pack.json").write_text(json.dumps(info, indent=1) + "\n")
 
     carry_root = _carry_root(repo, out)
@@ -414,7 +407,7 @@ def _verify_pack(pack_dir: Path) -> dict:
         raise BundleError(f"{pack_dir}/pack.json is not a {PACK_FORMAT} v{PACK_VERSION}; run pack again.")
     for name, meta in info["files"].items():
         path = pack_dir / name
-        if not path.is_file() or sha256_path(path) != meta["sha256"]:
+        if not path.is_file() or sha256_file(path) != meta["sha256"]:
             raise BundleError(f"{path} is missing or differs from pack.json (sha256); run pack again.")
     return info
 
@@ -491,7 +484,7 @@ def remote(pack_dir: str | Path, out: str | Path, *, work: str | Path = "/tmp/ms
     def context() -> dict:
         return {
             "pack": {k: info[k] for k in ("created", "recipe", "corpus", "init", "noise")},
-            "pack_sha256": sha256_path(pack_dir / "pack.json"),
+            "pack_sha256": sha256_file(pack_dir / "pack.json"),
             "device": gpu, "torch": torch.__version__, "python": platform.python_version(),
             "finished": finished, "max_steps": max_steps, "budget_minutes": budget,
             "first_loss": first_loss, "last_loss": last_loss, "val": list(val),
@@ -598,7 +591,7 @@ def unpack(returned: str | Path, pack_dir: str | Path, dest: str | Path, *, repo
     if sha256_bytes(bytes(blob)) != report["decoder"]["sha256"]:
         raise BundleError("the reassembled decoder.safetensors differs from the remote report (sha256).")
     info = _verify_pack(pack_dir)
-    if sha256_path(pack_dir / "pack.json") != report["pack_sha256"]:
+    if sha256_file(pack_dir / "pack.json") != report["pack_sha256"]:
         raise BundleError(f"{returned} was trained from another pack than {pack_dir}.")
     for stale in (dest / "run", dest / "corpus"):  # only what unpack writes: dest may hold evaluations
         if stale.exists():
