@@ -685,7 +685,7 @@ def evaluate(run: str | Path, name: str, out: str | Path, mgf: str, *, baseline:
     out = Path(out)
     bundle = out / "bundle"
     if "candidate" in which and not (bundle / "config.json").is_file():
-        build_candidate(run, name, bundle)
+        build_candidate(run, name, bundle, baseline)
     models = {"baseline": baseline, "candidate": str(bundle)}
     for who in which:
         for mode in EVAL_MODES:
@@ -828,6 +828,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--which", nargs="*", default=["baseline", "candidate"], choices=["baseline", "candidate"],
                    help="which evaluations to run (two processes can share the work); none: only the verdict")
     e.add_argument("--threads", type=int, default=1)
+    e.add_argument("--baseline", default=PARKED, help="the model to beat (default: the default model); its encoder "
+                   "and calibrations go into the candidate")
     sub.add_parser("park", help=f"take {PARKED} out of what travels")
     sub.add_parser("unpark", help=f"restore {PARKED} in git's index")
     return p
@@ -869,7 +871,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"restored {PARKED}; next: python -m training.accelerator evaluate --run {run} --name NAME")
             return 0
         if args.cmd == "evaluate":
-            result = evaluate(args.run, args.name, args.out, args.mgf, which=tuple(args.which), threads=args.threads)
+            result = evaluate(args.run, args.name, args.out, args.mgf, baseline=args.baseline, which=tuple(args.which),
+                              threads=args.threads)
             for line in result.get("lines", []):
                 print(line)
             if "ship" in result:
