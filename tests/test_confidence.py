@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import shutil
+from pathlib import Path
 from types import SimpleNamespace
 from dataclasses import replace
 
@@ -22,7 +23,7 @@ from engine.confidence import (
     reliability,
     spectrum_confidence,
 )
-from engine.errors import BundleError
+from engine.errors import BundleError, ConfigError
 from engine.pipeline import QueryParams
 
 
@@ -313,3 +314,13 @@ def test_the_fit_keeps_a_recalibration_only_where_cross_validation_says_it_helps
     assert main(["fit", "--collected", str(tmp_path / "logistic"), "--out", str(tmp_path / "c.json")]) == 0
     cv = ConfidenceModel.load(tmp_path / "c.json").meta["fit"]["cross_validated"]
     assert cv["recalibration_kept"] == (cv["recalibrated"]["brier"] < cv["logistic"]["brier"])
+
+
+def test_collecting_unseen_structures_needs_a_bundle_that_records_its_encoders_licences():
+    from engine.bundle import load_bundle
+    from training.confidence import _unseen_ids
+
+    root = Path(__file__).resolve().parent / "data"
+    bundle = load_bundle(root / "tiny_bundle", device="cpu")
+    with pytest.raises(ConfigError, match="licences its encoder trained on"):
+        _unseen_ids(bundle, str(root / "fixture.mgf"))

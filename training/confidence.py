@@ -89,25 +89,23 @@ def _eligible(bundle, mgf: str, oof_rows: dict[str, int], folds: Sequence[str]) 
 
 
 def _unseen_ids(bundle, mgf: str) -> dict[str, int]:
-    """Spectrum ids of FOLD=train records whose structure no FOLD=train record of the encoder's training
-    licences holds (the encoder never saw it), as the ``oof_rows`` :func:`_eligible` takes."""
+    """Spectrum ids of FOLD=train records of structures the bundle's encoder never saw
+    (:func:`training.noise.unseen_structures`), as the ``oof_rows`` :func:`_eligible` takes."""
     from engine.io import iter_spectra
     from engine.spectrum import Spectrum
 
-    recorded = (bundle.config.get("training", {}).get("encoder_summary", {}) or {}).get("train_config", {})
-    if not recorded.get("licenses"):
-        raise ConfigError(f"{bundle.path}: the bundle does not record its encoder's training licences, so its "
-                          "unseen structures are unknown; collect with --oof instead.")
-    licenses = set(recorded["licenses"])
-    seen, train = set(), []
+    from .noise import encoder_licenses, unseen_structures
+
+    licenses = encoder_licenses(bundle.config, str(bundle.path))
+    ids, fold, license, keys = [], [], [], []
     for item in iter_spectra(mgf):
-        if not isinstance(item, Spectrum) or item.metadata.get("fold", "") != "train" or not item.smiles:
-            continue
-        key = (item.inchikey or "")[:14]
-        train.append((item.id, key))
-        if item.metadata.get("license") in licenses:
-            seen.add(key)
-    return {i: n for n, (i, key) in enumerate(train) if key and key not in seen}
+        if isinstance(item, Spectrum) and item.smiles:
+            ids.append(item.id)
+            fold.append(item.metadata.get("fold", ""))
+            license.append(item.metadata.get("license", ""))
+            keys.append((item.inchikey or "")[:14])
+    unseen = unseen_structures(np.array(fold), np.array(license), np.array(keys), licenses)
+    return {i: n for n, i in enumerate(ids) if unseen[n]}
 
 
 def collect(bundle_dir: str, mgf: str, oof_dir: str | None, out: str, structures: int = 1000, seed: int = 0,

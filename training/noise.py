@@ -252,17 +252,34 @@ def fit_from_oof(
     return FingerprintNoise.fit(posteriors, true_bits, thresholds, prior_strength=prior_strength, meta=meta)
 
 
-def unseen_training_rows(data, encoder_licenses: Sequence[str] | None) -> np.ndarray:
-    """Rows of ``FOLD=train`` spectra (high resolution) whose structure never occurs in a ``FOLD=train``
-    record of ``encoder_licenses``: structures an encoder trained on those licences never saw measured."""
-    train = data.fold == "train"
-    if encoder_licenses is None:
+def encoder_licenses(bundle_config: dict, where: str) -> list[str]:
+    """The MassBank licences a bundle's encoder trained on, as its ``config.json`` records them."""
+    recorded = (bundle_config.get("training", {}).get("encoder_summary", {}) or {}).get("train_config", {})
+    if not recorded.get("licenses"):
+        raise ConfigError(f"{where}: the bundle does not record the licences its encoder trained on (or it trained "
+                          "on every licence), so no structure is known to be unseen by it; use an out-of-fold run "
+                          "instead (--oof).")
+    return list(recorded["licenses"])
+
+
+def unseen_structures(fold: np.ndarray, license: np.ndarray, inchikey14: np.ndarray,
+                      trained_licenses: Sequence[str]) -> np.ndarray:
+    """Mask of the ``FOLD=train`` records whose structure no ``FOLD=train`` record of ``trained_licenses``
+    holds: the structures an encoder trained on those licences never saw measured."""
+    fold, license, inchikey14 = np.asarray(fold), np.asarray(license), np.asarray(inchikey14)
+    train = fold == "train"
+    seen = set(inchikey14[train & np.isin(license, list(trained_licenses))].tolist())
+    return train & (inchikey14 != "") & ~np.isin(inchikey14, list(seen))
+
+
+def unseen_training_rows(data, trained_licenses: Sequence[str] | None) -> np.ndarray:
+    """Rows of high-resolution ``FOLD=train`` spectra of structures unseen by an encoder trained on
+    ``trained_licenses`` (:func:`unseen_structures`)."""
+    if trained_licenses is None:
         raise ConfigError("the encoder trained on every licence: no FOLD=train structure is unseen by it; "
                           "fit on an out-of-fold run instead (--oof).")
-    seen = set(data.inchikey14[train & np.isin(data.license, list(encoder_licenses))].tolist())
     keep = data.selection_mask(folds=("train",), licenses=None, exclude_unit_resolution=True)
-    keep &= ~np.isin(data.inchikey14, list(seen))
-    return np.flatnonzero(keep)
+    return np.flatnonzero(keep & unseen_structures(data.fold, data.license, data.inchikey14, trained_licenses))
 
 
 def fit_from_bundle(
@@ -286,16 +303,14 @@ def fit_from_bundle(
 
     bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
     encoder = bundle.encoder
-    recorded = (bundle.config.get("training", {}).get("encoder_summary", {}) or {}).get("train_config", {})
-    if "licenses" not in recorded:
-        raise ConfigError(f"{bundle_dir}: the bundle does not record the licences its encoder trained on, so "
-                          "its unseen structures are unknown; fit on an out-of-fold run instead (--oof).")
+    licenses = encoder_licenses(bundle.config, str(bundle_dir))
+    recorded = bundle.config["training"]["encoder_summary"]["train_config"]
     settings = FeatureSettings.for_encoder(
         encoder.config, adducts=tuple(recorded.get("adducts") or bundle.supported_adducts),
         precursor_tol_ppm=recorded.get("precursor_tol_ppm", 10.0), precursor_tol_da=recorded.get("precursor_tol_da", 0.01),
     )
     data = load_labelled_spectra(mgf, settings, cache_dir=cache_dir)
-    rows = unseen_training_rows(data, recorded["licenses"])
+    rows = unseen_training_rows(data, licenses)
     if not len(rows):
         raise ConfigError(f"{mgf}: no FOLD=train spectrum of a structure the encoder of {bundle_dir} never saw.")
     unseen = data.subset(rows)
@@ -306,7 +321,7 @@ def fit_from_bundle(
     true_bits = [unseen.target_bits(i) for i in range(len(unseen))]
     meta = {
         "source": f"bundle {bundle.name} [{bundle.checksum[:12]}] on {Path(mgf).name}: FOLD=train spectra of "
-                  f"structures outside its encoder's training licences {list(recorded['licenses'])}",
+                  f"structures outside its encoder's training licences {licenses}",
         "structures": int(len(set(unseen.inchikey14.tolist()))),
         "negative_spectra": int((unseen.polarity < 0).sum()),
         "band": [kappa_min, kappa_max],

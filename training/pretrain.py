@@ -153,8 +153,8 @@ class PretrainConfig(TrainingConfig):
         "help": "steps whose batches a background thread prepares ahead (collate + simulated queries) while the "
                 "device computes (0: inline); the batches and so the losses are the same either way"})
     data_workers: int = field(default=0, metadata={
-        "help": "processes that prepare the steps' batches (0: in this process): on a GPU the single Python "
-                "thread that collates and corrupts the batches limits the speed; the batches are the same"})
+        "help": "processes that prepare the steps' batches (0: in this process); the batches are the same. On the "
+                "H200 measured so far they did not speed training up: the step itself was the limit (docs/accelerator.md)"})
 
     def __post_init__(self):
         if not self.corpus:
