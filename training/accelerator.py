@@ -311,10 +311,12 @@ def pack(corpus: str | Path, init: str | Path, noise: str | Path, out: str | Pat
          molecules: str | Path | None = None, sources: list[str] | None = None, repo: Path | None = None,
          park_model: bool = True, preset: int = 6) -> dict:
     """Write the carried folder; returns pack.json's content plus ``travels`` (bytes) and ``command``."""
-    from engine.decoder import DecoderConfig
+    import torch
+    from safetensors.torch import save_file
+
     from engine.tokenizer import SafeTokenizer
 
-    from .checkpoint import load_decoder
+    from .checkpoint import load_decoder, module_weights
     from .dataset import _read_manifest
     from .noise import FingerprintNoise
 
@@ -339,17 +341,10 @@ def pack(corpus: str | Path, init: str | Path, noise: str | Path, out: str | Pat
     write_corpus_pack(arrays, rows, out / "corpus.npz.xz", preset=preset)
     tokenizer.save(out / "tokenizer.json")
     # the decoder to continue from, as bf16 weights (what the bundle stores) + its config
-    from safetensors.torch import save_file
-
-    from .checkpoint import module_weights
-
-    import torch
-
     save_file(module_weights(decoder, torch.bfloat16), str(out / "decoder" / "decoder.safetensors"))
     (out / "decoder" / "decoder_config.json").write_text(json.dumps(decoder.config.to_dict(), indent=1) + "\n")
     tokenizer.save(out / "decoder" / "tokenizer.json")
     shutil.copy(noise, out / "noise.npz")
-    assert DecoderConfig.from_dict(decoder.config.to_dict()) == decoder.config
 
     init_config = json.loads((init / "config.json").read_text()) if (init / "config.json").is_file() else {}
     info = {
