@@ -129,22 +129,21 @@ def corpus_arrays(corpus_dir: str | Path) -> dict[str, np.ndarray]:
     from .dataset import CorpusDataset
 
     ds = CorpusDataset(corpus_dir)
-    tokens, tok_len, bits, bit_len, formula = [], [], [], [], []
+    tokens, tok_len = [], []
     for shard in ds._shards:
         tokens.append(np.asarray(shard.tokens, np.uint16))
         tok_len.append(np.diff(np.asarray(shard.tok_offsets)))
-        bits.append(np.asarray(shard.bits, np.uint16))
-        bit_len.append(np.diff(np.asarray(shard.bit_offsets)))
-        formula.append(np.asarray(shard.formula, np.uint16))
-    tok_len, bit_len = np.concatenate(tok_len), np.concatenate(bit_len)
+    tok_len = np.concatenate(tok_len)
+    bits, bit_offsets, formula = ds.fingerprint_arrays()
+    bit_len = np.diff(bit_offsets)
     if tok_len.max(initial=0) > np.iinfo(np.uint16).max or bit_len.max(initial=0) > np.iinfo(np.uint16).max:
         raise ConfigError(f"{corpus_dir}: a record is longer than 65535 tokens or bits; not a corpus of molecules.")
     return {
         "tokens": np.concatenate(tokens),
         "tok_len": tok_len.astype(np.uint16),
-        "bits": np.concatenate(bits),
+        "bits": bits.astype(np.uint16),
         "bit_len": bit_len.astype(np.uint16),
-        "formula": np.concatenate(formula),
+        "formula": formula.astype(np.uint16),
         "keys": ds.inchikey_blocks(),
     }
 
@@ -234,9 +233,9 @@ def materialize_corpus(pack_dir: Path, dest: Path, oversample: int) -> dict:
 # What travels; parking the bundled model
 
 
-def _git(repo: Path, *args: str, check: bool = True) -> str:
+def _git(repo: Path, *args: str) -> str:
     done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if check and done.returncode:
+    if done.returncode:
         raise ConfigError(f"git {' '.join(args)} failed in {repo}: {done.stderr.strip()}")
     return done.stdout
 
@@ -262,43 +261,51 @@ def travel_bytes(repo: Path, carried: list[Path], without: str | None = PARKED) 
     return tree + extra
 
 
-def _exclude_path(repo: Path) -> Path:
-    p = Path(_git(repo, "rev-parse", "--git-path", "info/exclude").strip())
-    return p if p.is_absolute() else repo / p
+class _Exclude:
+    """The repository's ``.git/info/exclude`` lines (what git ignores beside .gitignore)."""
+
+    def __init__(self, repo: Path):
+        p = Path(_git(repo, "rev-parse", "--git-path", "info/exclude").strip())
+        self.path = p if p.is_absolute() else repo / p
+        self.lines = self.path.read_text().splitlines() if self.path.is_file() else []
+
+    def write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("".join(x + "\n" for x in self.lines))
+
+
+def _folder_line(folder: str) -> str:
+    return "/" + folder.strip("/") + "/"
 
 
 def ensure_ignored(repo: Path, folder: str) -> None:
     """Have git ignore ``folder`` (a carried folder must be ignored, or it would travel twice)."""
     if subprocess.run(["git", "-C", str(repo), "check-ignore", "-q", folder + "/"]).returncode == 0:
         return
-    exclude = _exclude_path(repo)
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    text = exclude.read_text() if exclude.is_file() else ""
-    exclude.write_text(text + ("" if text.endswith("\n") or not text else "\n") + "/" + folder.strip("/") + "/\n")
+    exclude = _Exclude(repo)
+    exclude.lines.append(_folder_line(folder))
+    exclude.write()
 
 
 def park(repo: Path, folder: str = PARKED) -> bool:
     """Take ``folder`` out of what travels: out of git's index (files stay on disk) and ignored. Returns
     False when it was parked already."""
-    line = "/" + folder.strip("/") + "/"
-    exclude = _exclude_path(repo)
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    text = exclude.read_text() if exclude.is_file() else ""
-    if line in text.splitlines():
+    exclude = _Exclude(repo)
+    if _folder_line(folder) in exclude.lines:
         return False
     _git(repo, "rm", "-r", "-q", "--cached", "--", folder)
-    exclude.write_text(text + ("" if text.endswith("\n") or not text else "\n") + line + "\n")
+    exclude.lines.append(_folder_line(folder))
+    exclude.write()
     return True
 
 
 def unpark(repo: Path, folder: str = PARKED) -> bool:
     """Undo :func:`park`: the folder back in the index as committed, no longer ignored."""
-    line = "/" + folder.strip("/") + "/"
-    exclude = _exclude_path(repo)
-    text = exclude.read_text() if exclude.is_file() else ""
-    if line not in text.splitlines():
+    exclude = _Exclude(repo)
+    if _folder_line(folder) not in exclude.lines:
         return False
-    exclude.write_text("".join(x + "\n" for x in text.splitlines() if x != line))
+    exclude.lines.remove(_folder_line(folder))
+    exclude.write()
     _git(repo, "reset", "-q", "--", folder)
     return True
 
@@ -384,9 +391,9 @@ def _carry_root(repo: Path, out: Path) -> str | None:
     return rel.parts[0]
 
 
-def remote_command(pack_rel: str, extra: str = "") -> str:
+def remote_command(pack_rel: str) -> str:
     cmd = (f"set -o pipefail; PYTHONUNBUFFERED=1 python3 -m training.accelerator remote --pack {pack_rel} "
-           f"--out $OUT {extra}".strip())
+           "--out $OUT")
     if len(cmd) > RUN_CHARS:
         raise ConfigError(f"the remote command is {len(cmd)} characters; the device tool takes {RUN_CHARS}.")
     return cmd
