@@ -58,7 +58,7 @@ def train_rate(corpus: str, noise: str, init: str | None, device: str, batch: in
     if init:  # the init decoder's own preset and block size
         import json
 
-        from engine.decoder import DecoderConfig
+        from engine.model.decoder import DecoderConfig
         from training.accelerator import _preset_of
 
         dec = DecoderConfig.from_dict(json.loads((Path(init) / "decoder_config.json").read_text()))

@@ -1,4 +1,4 @@
-"""How big and how fast project files (engine/project.py) are for a session of realistic size.
+"""How big and how fast project files (engine/files/project.py) are for a session of realistic size.
 
 Builds a project of ``--spectra`` entries from the real spectra of tests/data/fixture.mgf (unique IDs), each with
 a result shaped like the default model's at B=100 (README: about 29 distinct candidates a spectrum): ``--candidates``
@@ -24,10 +24,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.io import read_spectra  # noqa: E402
-from engine.pipeline import QueryParams, SpectrumResult  # noqa: E402
-from engine.project import ModelRef, Project, ProjectEntry, load_project, read_summary, save_project  # noqa: E402
-from engine.ranking import Candidate  # noqa: E402
+from engine.elucidation.pipeline import QueryParams, SpectrumResult  # noqa: E402
+from engine.elucidation.ranking import Candidate  # noqa: E402
+from engine.files.project import ModelRef, Project, ProjectEntry, load_project, read_summary, save_project  # noqa: E402
+from engine.spectra.io import read_spectra  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "data" / "fixture.mgf"
 

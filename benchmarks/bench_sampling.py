@@ -15,7 +15,7 @@ Variants (per preset, same process, medians of ``--repeats`` runs after one warm
   shares them between the 5 rows of a query). This is the baseline of the ratios.
 - HF generate, context re-encoded every step (fully naive: the fingerprint/formula encoders run inside
   ``forward``): timed over a few steps and extrapolated to ``--tokens`` (full run only).
-- fast fp32 / fast bf16: ``engine.sampling.sample_queries`` (KV cache, context K/V once per query,
+- fast fp32 / fast bf16: ``engine.model.sampling.sample_queries`` (KV cache, context K/V once per query,
   shared by its rows). bf16 either via ``dtype=torch.bfloat16`` (autocast over the fp32 model) or on
   a model cast to bf16 once (``model.to(torch.bfloat16)``).
 - ``--compile``: bf16 weights with the feed-forward modules under ``torch.compile``; the compile time
@@ -23,7 +23,7 @@ Variants (per preset, same process, medians of ``--repeats`` runs after one warm
 
 ``--small-candidates`` times candidate shapes for the ``small`` preset (how it was chosen).
 ``--attention`` times plain matmul+softmax against ``scaled_dot_product_attention`` on the decoding
-shapes (``engine.decoder.attend`` uses the former).
+shapes (``engine.model.decoder.attend`` uses the former).
 
 The machine is shared: run it when it is quiet, and read the spread printed beside each median.
 """
@@ -45,9 +45,9 @@ from transformers import DynamicCache, GenerationMixin, PretrainedConfig, PreTra
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from engine.decoder import ConditionalDecoder, DecoderConfig, attend, collate_queries  # noqa: E402
-from engine.sampling import QueryRequest, sample_queries  # noqa: E402
-from engine.tokenizer import SPECIAL_TOKENS, SafeTokenizer  # noqa: E402
+from engine.model.decoder import ConditionalDecoder, DecoderConfig, attend, collate_queries  # noqa: E402
+from engine.model.sampling import QueryRequest, sample_queries  # noqa: E402
+from engine.model.tokenizer import SPECIAL_TOKENS, SafeTokenizer  # noqa: E402
 
 M, N, BITS = 20, 5, 50
 FORMULA = np.array([20, 25, 3, 2] + [0] * 10)  # C20H25N3O2
@@ -205,11 +205,11 @@ def bench_attention() -> None:
 def bench_decoding(args) -> None:
     """Formula-constrained vs free decoding with the bundled model on the bundled example spectra (same
     seeds, same run): seconds per spectrum, and the share of the constrained run spent computing masks."""
-    from engine import constraints
-    from engine.bundle import load_bundle
-    from engine.io import read_spectra
+    from engine.elucidation.pipeline import QueryParams, SpectrumSession
+    from engine.model import constraints
+    from engine.model.bundle import load_bundle
     from engine.paths import default_model_dir
-    from engine.pipeline import QueryParams, SpectrumSession
+    from engine.spectra.io import read_spectra
 
     bundle = load_bundle(default_model_dir())
     spectra, _ = read_spectra(Path(__file__).resolve().parents[1] / "resources" / "examples" / "massbank_examples.mgf")

@@ -4,7 +4,7 @@
 
     python benchmarks/feature_benchmark.py ../shared/data/mzml/qexactive_dda_*.mzML
 
-For each run: MS2 and MS1 scans read, precursor features made (engine.features, default settings),
+For each run: MS2 and MS1 scans read, precursor features made (engine.spectra.features, default settings),
 scans per feature, the share with MS1 evidence and with fragments, the seconds to read and group
 the run, and the seconds to rank the formula candidates of every feature (no structure model).
 With ``--predict`` it also times ``msgpt predict`` on the run (bundled model, given pool size).
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.features import FeatureConfig, RunCounts, iter_features
-from engine.formula_candidates import default_scorer, rank_formulas
-from engine.spectrum import SkippedRecord, has_fragments
+from engine.formulas.candidates import rank_formulas
+from engine.formulas.scorer import default_scorer
+from engine.spectra.features import FeatureConfig, RunCounts, iter_features
+from engine.spectra.spectrum import SkippedRecord, has_fragments
 
 
 def measure(path: str, formulas: bool) -> dict:

@@ -12,7 +12,7 @@ no survey scans, so only fragments, the prior and the mass count. Rankings compa
 
 * ``mass only``: the decompositions (same rules) by absolute mass error (the baseline);
 * ``mass + prior``: stage 1 of the scorer (mass error and corpus prior);
-* ``full``: :func:`engine.formula_candidates.rank_formulas` (stage 2 adds the fragments);
+* ``full``: :func:`engine.formulas.candidates.rank_formulas` (stage 2 adds the fragments);
 * ``full, ion type unknown``: the same, with ``[M+H]+``, ``[M+Na]+`` and ``[M+NH4]+`` all possible
   (a hit needs formula and ion type).
 
@@ -33,12 +33,13 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.adducts import neutral_mass_from_precursor, precursor_mz_from_neutral
-from engine.decompose import decompose_mass
-from engine.formula import formula_mass, formula_vector, parse_formula
-from engine.formula_candidates import STAGE1_FEATURES, FormulaConfig, FormulaScorer, default_scorer, rank_formulas
-from engine.io import iter_spectra
-from engine.spectrum import SkippedRecord
+from engine.chem.adducts import neutral_mass_from_precursor, precursor_mz_from_neutral
+from engine.chem.formula import formula_mass, formula_vector, parse_formula
+from engine.formulas.candidates import FormulaConfig, rank_formulas
+from engine.formulas.decompose import decompose_mass
+from engine.formulas.scorer import STAGE1_FEATURES, FormulaScorer, default_scorer
+from engine.spectra.io import iter_spectra
+from engine.spectra.spectrum import SkippedRecord
 
 
 def select(mgf: str, fold: str, seed: int, max_structures: int | None):

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import chem
-from engine.pipeline import run_to_end
+from engine.chem import molecules as chem
+from engine.progress import run_to_end
 from training.forward import ForwardModel, candidates, encoder_features
 from training.loop import torch_threads
 from training.spectra import iter_load_labelled_spectra

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def main(argv=None) -> int:
-    from engine.novelty import FILE_NAME, KnownStructures
+    from engine.model.known import FILE_NAME, KnownStructures
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results", help="results.jsonl of an msgpt-eval run")

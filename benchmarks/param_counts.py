@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from engine.decoder import ConditionalDecoder, DecoderConfig, parameter_counts  # noqa: E402
+from engine.model.decoder import ConditionalDecoder, DecoderConfig, parameter_counts  # noqa: E402
 from training.adapt import lora_targets, predicted_lora_parameters
 
 PAPER_LORA = (39, 350_212)  # Appendix "Posterior-Aligned Adaptation": layers, trainable parameters

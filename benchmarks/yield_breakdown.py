@@ -5,7 +5,7 @@ spectra of the same seeded one-per-structure selection ``msgpt-eval`` makes, and
 into one outcome: a candidate (valid, the spectrum's formula), a dead end (no legal token left, or
 cut at the length limit), a string SAFE cannot decode, RDKit's sanitisation failure by kind (kekulisation,
 valence, ...), or a valid molecule whose formula differs (by how many hydrogens). It prints a table
-of the shares, so a change to :mod:`engine.constraints` can be judged by which failure it removes::
+of the shares, so a change to :mod:`engine.model.constraints` can be judged by which failure it removes::
 
     python benchmarks/yield_breakdown.py --mgf ../shared/data/massbank_dev.mgf.gz --max-spectra 40
 
@@ -33,9 +33,9 @@ def classify(safe_str: str, formula: str) -> str:
     """One sample's outcome (see the module docstring)."""
     from rdkit import Chem, rdBase
 
-    from engine.constraints import DEAD_END
-    from engine.formula import parse_formula
-    from engine.ranking import decode_safe
+    from engine.chem.formula import parse_formula
+    from engine.elucidation.ranking import decode_safe
+    from engine.model.constraints import DEAD_END
 
     if safe_str.endswith(DEAD_END):
         return "dead end (no legal token left, or length limit)"
@@ -78,11 +78,11 @@ def masked_references(model_dir: str, corpus: str, n: int, seed: int = 0) -> int
 
     from rdkit import RDLogger
 
-    from engine import chem
-    from engine.constraints import SafeGrammar, first_masked
-    from engine.formula import formula_vector, parse_formula
-    from engine.structure_score import canonical_safe
-    from engine.tokenizer import SafeTokenizer
+    from engine.chem import molecules as chem
+    from engine.chem.formula import formula_vector, parse_formula
+    from engine.insight.structure_score import canonical_safe
+    from engine.model.constraints import SafeGrammar, first_masked
+    from engine.model.tokenizer import SafeTokenizer
 
     RDLogger.DisableLog("rdApp.*")
     tok = SafeTokenizer.load(Path(model_dir) / "tokenizer.json")
@@ -113,7 +113,8 @@ def masked_references(model_dir: str, corpus: str, n: int, seed: int = 0) -> int
 
 
 def main(argv=None) -> int:
-    from engine.pipeline import SpectrumSession, run_to_end
+    from engine.elucidation.pipeline import SpectrumSession
+    from engine.progress import run_to_end
     from training.evaluate import EvalConfig, load_model, query_for, select_spectra
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

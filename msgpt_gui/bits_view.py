@@ -21,9 +21,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.bitlegend import share_text
+from engine.elucidation.pipeline import QueryParams
 from engine.errors import MsgptError
-from engine.pipeline import QueryParams
+from engine.model.bitlegend import share_text
 
 from .insights import ORDERS, BitRow, depict_fragment_png, entry_posterior, top_bits
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
-
 from collections import OrderedDict
 
 from PySide6.QtCore import QItemSelectionModel, QSize, Qt, Signal
@@ -24,9 +22,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.pipeline import SpectrumResult
+from engine.elucidation.pipeline import SpectrumResult
 
-from . import tooltips
+from . import (
+    qtcompat,  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+    tooltips,
+)
 from .depict import depict_png
 from .models import KEY_ROLE, CandidatesModel, format_confidence
 from .novelty_view import NoveltyCandidatesModel, NoveltyFilter, NoveltyProxy

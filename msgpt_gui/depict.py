@@ -7,7 +7,7 @@ from functools import lru_cache
 from rdkit import rdBase
 from rdkit.Chem.Draw import rdMolDraw2D
 
-from engine import chem
+from engine.chem import molecules as chem
 
 
 @lru_cache(maxsize=2048)

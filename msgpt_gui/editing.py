@@ -1,6 +1,6 @@
 """What the user types below a spectrum, checked without Qt: precursor m/z, formula and adduct.
 
-:func:`check_edit` turns the three texts into a new :class:`~engine.spectrum.Spectrum` (never
+:func:`check_edit` turns the three texts into a new :class:`~engine.spectra.spectrum.Spectrum` (never
 changing the one shown) and says whether it can run, what is missing, or what is wrong and how to
 fix it. A record the reader skipped for want of a precursor m/z becomes a spectrum once one is typed
 (:func:`spectrum_from_skipped`). :func:`apply_formula` is "Apply to selected": one formula and
@@ -14,10 +14,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.adducts import precursor_mz_from_neutral
+from engine.chem.adducts import precursor_mz_from_neutral
+from engine.chem.formula import formula_mass, normalize_formula, parse_formula
 from engine.errors import MsgptError
-from engine.formula import formula_mass, normalize_formula, parse_formula
-from engine.spectrum import (
+from engine.spectra.spectrum import (
     PRECURSOR_DECIMALS_KEY,
     SkippedRecord,
     Spectrum,

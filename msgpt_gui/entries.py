@@ -1,13 +1,13 @@
 """The app's document, without Qt: one entry per record of the opened files, what stops it from running,
 the IDs it is listed under, and the filter of the spectra list.
 
-An LC-MS/MS run is listed by precursor feature (:mod:`engine.features`): one entry per feature, holding its
+An LC-MS/MS run is listed by precursor feature (:mod:`engine.spectra.features`): one entry per feature, holding its
 consensus spectrum, with the feature's scans as child entries when there are several. A spectrum without a
 formula runs for its best formula candidates (:mod:`msgpt_gui.formulas`): each becomes a *formula run*, an
 entry of its own that is not listed, owned by the listed one, which shows their candidates as one list.
 
 An entry whose record was skipped by the reader still holds the record's peaks when it had any
-(:class:`engine.spectrum.SkippedRecord`), so it is listed and plotted; typing its precursor m/z
+(:class:`engine.spectra.spectrum.SkippedRecord`), so it is listed and plotted; typing its precursor m/z
 (:mod:`msgpt_gui.editing`) makes it a spectrum that can run.
 
 Filter syntax (:class:`SpectraFilter`), terms separated by spaces, all of which must match:
@@ -27,9 +27,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from engine.features import Feature
-from engine.pipeline import SpectrumResult, SpectrumSession
-from engine.spectrum import NO_FRAGMENTS_NOTE, PRECURSOR_DECIMALS_KEY, SkippedRecord, Spectrum, has_fragments
+from engine.elucidation.pipeline import SpectrumResult, SpectrumSession
+from engine.spectra.features import Feature
+from engine.spectra.spectrum import NO_FRAGMENTS_NOTE, PRECURSOR_DECIMALS_KEY, SkippedRecord, Spectrum, has_fragments
 
 from .formulas import combine_results, formula_base, readiness, table_key
 

@@ -2,7 +2,7 @@
 elucidates for the best ``k``, and one ranked list of the candidates of several formulas.
 
 A spectrum without a molecular formula (every precursor feature of an LC-MS run) is not stuck: its formula
-and ion type candidates are ranked (:func:`engine.formula_candidates.rank_formulas`, with the feature's MS1
+and ion type candidates are ranked (:func:`engine.formulas.candidates.rank_formulas`, with the feature's MS1
 evidence: isotope pattern and co-detected adducts), and Run elucidates the best ``k`` (default 3) of the ion
 types the model supports, as ``msgpt predict`` does. The candidates of the ``k`` formulas form one list whose
 ranks run on formula by formula (the rows the CLI writes); each carries its formula's rank and score
@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Generator, Sequence
 
-from engine.errors import Cancelled, SpectrumError
-from engine.formula_candidates import (
+from engine.elucidation.pipeline import SpectrumResult
+from engine.errors import SpectrumError
+from engine.formulas.candidates import (
     FormulaCandidate,
     FormulaConfig,
     FormulaTable,
@@ -27,13 +28,13 @@ from engine.formula_candidates import (
     rank_formulas,
     with_formula_candidate,
 )
-from engine.pipeline import SpectrumResult
-from engine.spectrum import Spectrum, precursor_precision_da
+from engine.progress import check_cancel
+from engine.spectra.spectrum import Spectrum, precursor_precision_da
 
 DEFAULT_TOP_K = 3
 MAX_TOP_K = 20
 CONFIG = FormulaConfig()
-#: Column titles of the score terms (engine.formula_candidates.TERMS) and what each says.
+#: Column titles of the score terms (engine.formulas.candidates.TERMS) and what each says.
 TERM_COLUMNS = (
     ("mass", "Mass", "precursor mass error: −w·(ppm/10)²"),
     ("prior", "Prior", "how ordinary the formula is in the molecule corpus (element pattern and counts, "
@@ -45,11 +46,6 @@ TERM_COLUMNS = (
     ("adducts", "Adducts", "other ion types of the same molecule seen in the survey scan"),
 )
 SOURCE_KEYS = ("formula_rank", "formula_score", "formula_source")  # what with_formula_candidate notes
-
-
-def _check(cancel: Callable[[], bool] | None) -> None:
-    if cancel is not None and cancel():
-        raise Cancelled("Cancelled by the user.")
 
 
 def formula_base(spectrum: Spectrum, original: Spectrum | None = None) -> Spectrum:
@@ -91,33 +87,23 @@ def readiness(spectrum: Spectrum, supported_adducts: Sequence[str] | None = None
 def rank_job(spectrum: Spectrum, ms1=None, cancel: Callable[[], bool] | None = None
              ) -> Generator[None, None, FormulaTable]:
     """The formula table of ``spectrum`` (and its MS1 evidence), as a job: cancellable, no progress events."""
-    _check(cancel)
+    check_cancel(cancel)
     table = rank_formulas(spectrum, ms1=ms1, config=CONFIG, cancel=cancel)
-    _check(cancel)
+    check_cancel(cancel)
     return table
     yield  # a generator, so GeneratorWorker runs it like every other job
-
-
-def runnable(table: FormulaTable, supported_adducts: Sequence[str] | None, k: int) -> tuple[FormulaCandidate, ...]:
-    """The ``k`` best candidates of ion types the model supports (all when ``supported_adducts`` is None)."""
-    pool = [c for c in table.candidates if supported_adducts is None or c.ion_type in supported_adducts]
-    return tuple(pool[:k])
 
 
 def formula_spectra(base: Spectrum, table: FormulaTable, supported_adducts: Sequence[str] | None,
                     k: int) -> list[tuple[FormulaCandidate, Spectrum]]:
     """The spectra Run elucidates for the best ``k`` formulas: ``base`` with each candidate's formula and ion type,
     its rank and score noted (exports write them)."""
-    return [(c, with_formula_candidate(base, c)) for c in runnable(table, supported_adducts, k)]
+    return [(c, with_formula_candidate(base, c)) for c in table.runnable(k, supported_adducts)]
 
 
 def no_candidate_reason(table: FormulaTable, supported_adducts: Sequence[str] | None) -> str:
-    """Why ``table`` gives Run nothing to elucidate."""
-    tried = ", ".join(table.ion_types)
-    if not table.candidates:
-        return f"no formula candidate within {CONFIG.ppm:g} ppm for {tried}: type the formula and adduct"
-    return (f"no formula candidate of an ion type this model supports ({', '.join(supported_adducts or ())}; "
-            f"tried {tried}): type the formula and adduct")
+    """Why ``table`` gives Run nothing to elucidate (:meth:`FormulaTable.why_none_runnable`) and what to do."""
+    return f"{table.why_none_runnable(supported_adducts or (), CONFIG.ppm)}: type the formula and adduct"
 
 
 def formula_note(spectrum: Spectrum) -> tuple[str, str]:

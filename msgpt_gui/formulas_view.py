@@ -29,11 +29,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.adducts import parse_adduct
+from engine.chem.adducts import parse_adduct
+from engine.chem.formula import parse_formula
 from engine.errors import MsgptError
-from engine.formula import parse_formula
-from engine.formula_candidates import FormulaCandidate, isotope_comparison
-from engine.isotopes import IsotopeMatch, isotope_pattern
+from engine.formulas.candidates import FormulaCandidate, isotope_comparison
+from engine.spectra.isotopes import IsotopeMatch, isotope_pattern
 
 from .entries import Status
 from .formulas import CONFIG, DEFAULT_TOP_K, MAX_TOP_K, TERM_COLUMNS, rank_job, readiness
@@ -51,7 +51,7 @@ def _html(text: str) -> str:
 
 
 class FormulaTableModel(ColumnsModel):
-    """The rows of a :class:`~engine.formula_candidates.FormulaTable`: rank, formula, ion type, mass error, the
+    """The rows of a :class:`~engine.formulas.candidates.FormulaTable`: rank, formula, ion type, mass error, the
     score terms, total score, probability; greyed out where the model cannot run the ion type, highlighted where
     it is the spectrum's formula, and what Run made of the formulas it took."""
 

@@ -7,25 +7,20 @@ progress events like :mod:`msgpt_gui.jobs`, run by a :class:`~msgpt_gui.workers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from engine.errors import Cancelled, MsgptError
-from engine.novelty import KnownStructures, StructureList, scan_structure_list
-from engine.pipeline import QueryParams, SpectrumSession, compute_posterior, require_usable
-from engine.posteriors import PosteriorRecord, PosteriorWriter, posterior_info, record_for_spectrum
-from engine.querying import band_thresholds, build_queries
-
-CancelFn = Callable[[], bool]
-
-
-def _check(cancel: CancelFn | None) -> None:
-    if cancel is not None and cancel():
-        raise Cancelled("Cancelled by the user.")
+from engine.elucidation.pipeline import QueryParams, SpectrumSession, compute_posterior, require_usable
+from engine.errors import MsgptError
+from engine.files.posteriors import PosteriorRecord, PosteriorWriter, posterior_info, record_for_spectrum
+from engine.insight.novelty import StructureList, scan_structure_list
+from engine.model.known import KnownStructures
+from engine.model.querying import band_thresholds, build_queries
+from engine.progress import CancelFn, check_cancel
 
 
 # -- a spectrum's posterior -----------------------------------------------------------------------
@@ -55,7 +50,7 @@ class BitRow:
     probability: float
     in_queries: int  # how many of the M band queries hold it
     n_queries: int
-    environments: tuple  # engine.bitlegend.Environment, most frequent first
+    environments: tuple  # engine.model.bitlegend.Environment, most frequent first
     n_with_bit: int  # corpus molecules in the legend's sample that set it
     in_candidate: bool | None  # None: no candidate selected
 
@@ -106,7 +101,7 @@ def depict_fragment_png(smiles: str, width: int, height: int) -> bytes | None:
     from rdkit.Chem import rdDepictor
     from rdkit.Chem.Draw import rdMolDraw2D
 
-    from engine.bitlegend import fragment_mol
+    from engine.model.bitlegend import fragment_mol
 
     mol = fragment_mol(smiles)
     if mol is None or width < 8 or height < 8:
@@ -155,7 +150,7 @@ def export_posteriors(path: str | Path, bundle, items: Sequence[tuple], params: 
     skipped: list[str] = []
     with PosteriorWriter(path, posterior_info(bundle, params)) as writer:
         for i, (spectrum, posterior) in enumerate(items):
-            _check(cancel)
+            check_cancel(cancel)
             try:
                 if posterior is None:
                     record = record_for_spectrum(bundle, spectrum, params)
@@ -168,7 +163,7 @@ def export_posteriors(path: str | Path, bundle, items: Sequence[tuple], params: 
                 continue
             writer.write(record)
             yield Progress(i + 1, len(items), f"Posteriors: {i + 1}/{len(items)} spectra")
-        _check(cancel)
+        check_cancel(cancel)
     return PosteriorsWritten(str(path), writer.n, tuple(skipped))
 
 
@@ -191,6 +186,6 @@ def read_known_list(path: str | Path, cancel: CancelFn | None = None) -> Generat
         except StopIteration as done:
             listing: StructureList = done.value
             break
-        _check(cancel)
+        check_cancel(cancel)
         yield Progress(n_rows, 0, f"Reading {name}: {n_rows:,} rows")
     return KnownList(str(path), listing.known(), listing.n_rows, listing.n_problems, listing.problems)

@@ -16,7 +16,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QTabWidget
 
-from engine.pipeline import QueryParams
+from engine.elucidation.pipeline import QueryParams
 
 from .bits_view import BitsPanel
 from .insights import PosteriorsWritten, Progress, export_posteriors

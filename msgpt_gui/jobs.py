@@ -1,13 +1,13 @@
 """The app's long work as plain generators (no Qt): loading files, elucidating spectra, exporting.
 
-An mzML run is loaded as precursor features (:mod:`engine.features`: the MS2 scans of one precursor merged,
+An mzML run is loaded as precursor features (:mod:`engine.spectra.features`: the MS2 scans of one precursor merged,
 with the MS1 evidence of the precursor); an MGF file record by record, as before. Elucidating a spectrum
 without a formula first ranks its formula candidates, then runs the best ``k`` (:class:`FormulaJob`).
 
 (The document these jobs work on, one entry per record, is :mod:`msgpt_gui.entries`.)
 
 Each job takes a ``cancel`` callable, yields progress events and returns its result, like
-``engine.pipeline``; :class:`msgpt_gui.workers.GeneratorWorker` runs one in a QThread and turns the
+``engine.elucidation.pipeline``; :class:`msgpt_gui.workers.GeneratorWorker` runs one in a QThread and turns the
 events into signals. Cancelling raises :class:`engine.errors.Cancelled` at the next check, so a
 cancelled spectrum gets no result and a cancelled export leaves the earlier file (the engine's
 writers are atomic).
@@ -20,29 +20,23 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.elucidation.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
 from engine.errors import Cancelled, MsgptError
-from engine.export import CandidateWriter
-from engine.features import FeatureConfig, build_feature, group_scans
-from engine.io import detect_format, iter_spectra
-from engine.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
-from engine.spectrum import SkippedRecord, Spectrum, SurveyScan
+from engine.files.export import CandidateWriter
+from engine.progress import CancelFn, check_cancel
+from engine.spectra.features import FeatureConfig, build_feature, group_scans
+from engine.spectra.io import detect_format, iter_spectra
+from engine.spectra.spectrum import SkippedRecord, Spectrum, SurveyScan
 
 from .formulas import DEFAULT_TOP_K, formula_spectra, no_candidate_reason, rank_job
-
-CancelFn = Callable[[], bool]
 
 
 def _never() -> bool:
     return False
-
-
-def check_cancel(cancel: CancelFn | None) -> None:
-    if cancel is not None and cancel():
-        raise Cancelled("Cancelled by the user.")
 
 
 # -- loading ------------------------------------------------------------------------------------------
@@ -261,7 +255,7 @@ class FormulaJob:
 
     key: int  # the listed entry
     base: Spectrum  # the spectrum the table is for (msgpt_gui.formulas.formula_base)
-    ms1: object | None  # its MS1 evidence (engine.features.MS1Evidence), if any
+    ms1: object | None  # its MS1 evidence (engine.spectra.features.MS1Evidence), if any
     table: object | None  # its FormulaTable, when ranked already
     run_keys: tuple[int, ...]  # keys for the formula runs, one per formula (k of them)
 
@@ -409,7 +403,7 @@ def export_candidates(
 ) -> Generator[ExportProgress, None, int]:
     """Write ``results`` to a CSV/SDF file atomically; returns the number of candidate rows. An item that is a
     sequence holds the results of one spectrum's formulas: their ranks run on, as ``msgpt predict`` writes them.
-    ``novelty``: the :class:`~engine.novelty.NoveltyMarker` of the novelty column."""
+    ``novelty``: the :class:`~engine.insight.novelty.NoveltyMarker` of the novelty column."""
     with CandidateWriter(path, info, novelty=novelty) as writer:
         for i, item in enumerate(results):
             check_cancel(cancel)
@@ -423,7 +417,7 @@ def export_candidates(
 
 def export_info(bundle, results: Sequence[SpectrumResult | Sequence[SpectrumResult]]) -> dict[str, str]:
     """Provenance for an export: model, checksum, parameters and seed (per spectrum when they differ)."""
-    from engine.export import provenance
+    from engine.files.export import provenance
 
     results = [r for item in results for r in ([item] if isinstance(item, SpectrumResult) else item)]
     params = [r.params for r in results]
@@ -442,12 +436,12 @@ def export_info(bundle, results: Sequence[SpectrumResult | Sequence[SpectrumResu
 
 def load_model(path: str | Path, device: str, cancel: CancelFn | None = None):
     """Load a bundle (a job, so a large model loads without freezing the window)."""
-    from engine.bundle import load_bundle
+    from engine.model.bundle import load_bundle
 
     check_cancel(cancel)
     bundle = load_bundle(path, device=device)
     check_cancel(cancel)
-    from engine.ranking import decode_safe
+    from engine.elucidation.ranking import decode_safe
 
     decode_safe("C")  # imports safe-mol (about 2 s) here, not on the way to the first candidates
     return bundle

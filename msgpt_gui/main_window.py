@@ -9,8 +9,6 @@ one after the other.
 
 from __future__ import annotations
 
-from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
-
 import dataclasses
 import logging
 import time
@@ -36,12 +34,15 @@ from PySide6.QtWidgets import (
 )
 
 from engine import __version__
-from engine.bundle import ModelBundle, resolve_device
+from engine.elucidation.pipeline import QueryParams
 from engine.errors import MsgptError
+from engine.model.bundle import ModelBundle, resolve_device
 from engine.paths import default_model_dir, examples_dir
-from engine.pipeline import QueryParams
 
-from . import tooltips
+from . import (
+    qtcompat,  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+    tooltips,
+)
 from .candidates_view import CandidatesPanel, fit_columns
 from .editing import ERROR, apply_formula
 from .entries import FILTER_PLACEHOLDER, FILTER_TIP, SpectrumEntry, Status, format_mz
@@ -787,7 +788,7 @@ class MainWindow(QMainWindow):
 
     def pick_formula(self, candidate) -> bool:
         """Set a formula candidate (Formulas tab) on the current spectrum, as if typed and applied."""
-        from engine.formula_candidates import with_formula_candidate
+        from engine.formulas.candidates import with_formula_candidate
 
         e = self.current_entry()
         if e is None or e.spectrum is None or e.status in (Status.RUNNING, Status.QUEUED):

@@ -11,8 +11,8 @@ from pathlib import Path
 from PySide6.QtCore import QAbstractItemModel, QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 
-from engine.pipeline import SpectrumResult
-from engine.spectrum import NO_FRAGMENTS_NOTE
+from engine.elucidation.pipeline import SpectrumResult
+from engine.spectra.spectrum import NO_FRAGMENTS_NOTE
 
 from .entries import SpectraFilter, SpectrumEntry, Status, compact_id, format_mz
 from .tooltips import TIPS

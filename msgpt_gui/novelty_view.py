@@ -12,7 +12,8 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import QComboBox
 
-from engine.novelty import CORPUS, NEW, USER, KnownStructures, NoveltyMarker, categories
+from engine.insight.novelty import CORPUS, NEW, USER, NoveltyMarker, categories
+from engine.model.known import KnownStructures
 
 from .insights import KnownList, read_known_list
 from .models import DISPLAY, SORT_ROLE, CandidatesModel, SortProxy
@@ -35,7 +36,7 @@ _COLORS = {NEW: "#1b7f3b", CORPUS: "#6b6b6b", USER: "#1f5fbf"}
 
 
 class NoveltyCandidatesModel(CandidatesModel):
-    """The candidates table with a Novelty column (labels from a :class:`~engine.novelty.NoveltyMarker`)."""
+    """The candidates table with a Novelty column (labels from a :class:`~engine.insight.novelty.NoveltyMarker`)."""
 
     NOVELTY = len(CandidatesModel.COLUMNS)
     COLUMNS = (*CandidatesModel.COLUMNS, "Novelty")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
-
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -16,13 +14,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.elucidation.pipeline import QueryParams
 from engine.errors import ConfigError
-from engine.pipeline import QueryParams
-from engine.sampling import DECODING_MODES
-from engine.scoring import RANKINGS
-from engine.querying import KAPPA_LIMITS
+from engine.model.querying import KAPPA_LIMITS
+from engine.model.sampling import DECODING_MODES
+from engine.model.scoring import RANKINGS
 
-from . import tooltips
+from . import (
+    qtcompat,  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+    tooltips,
+)
 
 B_MIN, B_MAX = 100, 1500
 

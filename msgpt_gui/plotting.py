@@ -3,8 +3,8 @@
 Like spectrum_utils' ``plot`` module, every function draws on the ``ax`` it is given (or on
 ``plt.gca()`` when ``ax`` is None), never creates a figure of its own, and returns ``ax``::
 
-    from engine.io import read_spectra
-    from engine.annotate import annotate_spectrum
+    from engine.spectra.io import read_spectra
+    from engine.spectra.annotate import annotate_spectrum
     from msgpt_gui.plotting import plot_spectrum
 
     spectrum = read_spectra("spectra.mgf")[0][0]
@@ -43,7 +43,7 @@ def plot_spectrum(
 ):
     """Stick plot of ``spectrum`` (intensities relative to the base peak, in %).
 
-    ``annotation`` (an :class:`engine.annotate.Annotation` of the same peaks) colours explained
+    ``annotation`` (an :class:`engine.spectra.annotate.Annotation` of the same peaks) colours explained
     peaks and labels up to ``max_labels`` of the most intense of them (at least
     ``min_label_intensity`` of the base peak) with their ion subformula. The precursor m/z is
     marked with a dashed line and a triangle. ``spectrum`` may be any object with ``mz`` and
@@ -163,8 +163,8 @@ def plot_isotopes(
 ):
     """The precursor's MS1 isotope peaks beside a formula's theoretical pattern (in % of the M peak).
 
-    ``match`` is an :class:`engine.isotopes.IsotopeMatch` (e.g. from
-    :func:`engine.formula_candidates.isotope_comparison`): at each of M, M+1, M+2, ... a bar of the observed
+    ``match`` is an :class:`engine.spectra.isotopes.IsotopeMatch` (e.g. from
+    :func:`engine.formulas.candidates.isotope_comparison`): at each of M, M+1, M+2, ... a bar of the observed
     intensity (blue, summed over the fine structure: 13C, 37Cl, 81Br and 34S alike) stands beside the
     theoretical abundance (red outline; dashed where the scan could not have shown it). ``survey`` (the
     survey scan's ``(mz, intensity)`` near the precursor, optional) adds its peaks as thin grey sticks.

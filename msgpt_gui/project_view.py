@@ -2,7 +2,7 @@
 field under each spectrum, autosave and recovery after a crash.
 
 The window creates one :class:`ProjectController` and places its actions; everything else is connected
-here to signals the window already has. The format is :mod:`engine.project`; the document to project and
+here to signals the window already has. The format is :mod:`engine.files.project`; the document to project and
 back is :mod:`msgpt_gui.projects`.
 
 *Autosave.* Every few minutes (``projects/autosave_minutes`` in the settings, default 3) and after each
@@ -30,8 +30,8 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QPlainTextEdit
 
 from engine.errors import MsgptError
-from engine.pipeline import run_to_end
-from engine.project import PROJECT_SUFFIX, ProjectSummary, Selection, autosave_dir, autosave_files, read_summary
+from engine.files.project import PROJECT_SUFFIX, ProjectSummary, Selection, autosave_dir, autosave_files, read_summary
+from engine.progress import run_to_end
 
 from .models import KEY_ROLE
 from .projects import (

@@ -1,4 +1,4 @@
-"""The app's document as a project, without Qt: entries to :class:`engine.project.Project` and back, and the
+"""The app's document as a project, without Qt: entries to :class:`engine.files.project.Project` and back, and the
 jobs that save and open project files in the background (generators of progress, like :mod:`msgpt_gui.jobs`).
 
 What a project keeps of an entry: the spectrum as read and as the user set it, the last complete result
@@ -13,14 +13,12 @@ when the same model is loaded, so re-tuning draws only what is missing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.bundle import bundle_checksum
-from engine.paths import default_model_dir
-from engine.pipeline import QueryParams
-from engine.project import (
+from engine.elucidation.pipeline import QueryParams
+from engine.files.project import (
     SOURCE_CHANGED,
     SOURCE_MISSING,
     SOURCE_SAME,
@@ -34,17 +32,11 @@ from engine.project import (
     read_project,
     write_project,
 )
+from engine.model.bundle import bundle_checksum
+from engine.paths import default_model_dir
+from engine.progress import CancelFn, check_cancel
 
 from .entries import SpectrumEntry, Status
-
-CancelFn = Callable[[], bool]
-
-
-def _check(cancel: CancelFn | None) -> None:
-    if cancel is not None and cancel():
-        from engine.errors import Cancelled
-
-        raise Cancelled("Cancelled by the user.")
 
 
 def worth_saving(entries: Sequence[SpectrumEntry]) -> bool:
@@ -124,7 +116,7 @@ def save_job(path: str, project: Project, hashes: dict | None = None,
     sources = source_paths(project)
     files = []
     for k, p in enumerate(sources):
-        _check(cancel)
+        check_cancel(cancel)
         yield ProjectProgress(k, len(sources), f"Checking {Path(p).name}")
         files.append(describe_source(p, hashes, cancel))
     project = replace(project, files=files)
@@ -144,7 +136,7 @@ def open_job(path: str, cancel: CancelFn | None = None) -> Generator[ProjectProg
     project = yield from read_project(path, cancel)
     states = []
     for k, f in enumerate(project.files):
-        _check(cancel)
+        check_cancel(cancel)
         yield ProjectProgress(k, len(project.files), f"Checking {f.name}")
         states.append((f.path, check_source(f, cancel=cancel)))
     return ProjectOpened(str(path), project, tuple(states))

@@ -21,10 +21,12 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from engine.elucidation.pipeline import QueryParams
 from engine.errors import MsgptError
-from engine.features import Feature
-from engine.pipeline import QueryParams
+from engine.spectra.features import Feature
 
+from .entries import SpectrumEntry, Status
+from .formulas import DEFAULT_TOP_K, readiness
 from .jobs import (
     EntryFailed,
     EntryFinished,
@@ -40,8 +42,6 @@ from .jobs import (
     load_file,
     load_model,
 )
-from .entries import SpectrumEntry, Status
-from .formulas import DEFAULT_TOP_K, readiness
 from .models import SpectraModel
 from .workers import GeneratorWorker
 
@@ -289,9 +289,7 @@ class RunController(QObject):
         runs = e.formula_runs
         if table is not None and runs and all(r.session is not None and r.model_checksum == self.bundle.checksum
                                               for r in runs):
-            from .formulas import runnable
-
-            wanted = [(c.formula, c.ion_type) for c in runnable(table, supported, top_k)]
+            wanted = [(c.formula, c.ion_type) for c in table.runnable(top_k, supported)]
             if wanted == [(r.spectrum.formula, r.spectrum.adduct) for r in runs]:
                 for r in runs:
                     r.status, r.reason = Status.QUEUED, ""

@@ -1,6 +1,6 @@
 """Score your own structure: type or paste (from a sketcher) a structure and see what the model says about
 it for the selected spectrum: fingerprint score and rank among the candidates, decoder likelihood,
-formula check, explained peaks, novelty (:func:`engine.structure_score.score_structures`)."""
+formula check, explained peaks, novelty (:func:`engine.insight.structure_score.score_structures`)."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.elucidation.pipeline import QueryParams
 from engine.errors import MsgptError
-from engine.pipeline import QueryParams
-from engine.structure_score import SCORE_COLUMNS, StructureScore, score_structures
+from engine.insight.structure_score import SCORE_COLUMNS, StructureScore, score_structures
 
 from .depict import depict_png
 from .insights import scoring_session
@@ -222,8 +222,8 @@ class ScorePanel(QWidget):
 
     def export(self, path: str) -> bool:
         """The scored structures of the current spectrum as CSV (the columns of ``msgpt score``)."""
-        from engine.export import provenance
-        from engine.score_cli import write_csv_table
+        from engine.cli.score import write_csv_table
+        from engine.files.export import provenance
 
         rows = self.scores()
         if not rows or self.bundle is None:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings
 
+from engine.elucidation.pipeline import QueryParams
 from engine.errors import OutputError
 from engine.paths import config_dir
-from engine.pipeline import QueryParams
+
 
 SETTINGS_FILE = "msgpt-gui.ini"
 MAX_RECENT = 10

@@ -18,9 +18,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.annotate import ION_TYPES, annotate_spectrum
 from engine.errors import MsgptError
-from engine.spectrum import NO_FRAGMENTS_NOTE, SkippedRecord, Spectrum
+from engine.spectra.annotate import ION_TYPES, annotate_spectrum
+from engine.spectra.spectrum import NO_FRAGMENTS_NOTE, SkippedRecord, Spectrum
 
 from .editing import ERROR, INCOMPLETE, OK, EditCheck, check_edit
 from .entries import format_mz

@@ -20,6 +20,7 @@ from PySide6.QtCore import QThread, Signal
 
 from engine.errors import Cancelled, MsgptError
 
+
 log = logging.getLogger(__name__)
 
 

@@ -21,8 +21,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.pipeline import QueryParams, SpectrumResult  # noqa: E402
-from engine.project import (  # noqa: E402
+from engine.elucidation.pipeline import QueryParams, SpectrumResult  # noqa: E402
+from engine.elucidation.ranking import Candidate  # noqa: E402
+from engine.files.project import (  # noqa: E402
     FORMAT_VERSION,
     ModelRef,
     Project,
@@ -31,8 +32,7 @@ from engine.project import (  # noqa: E402
     SourceFile,
     save_project,
 )
-from engine.ranking import Candidate  # noqa: E402
-from engine.spectrum import SkippedRecord, Spectrum  # noqa: E402
+from engine.spectra.spectrum import SkippedRecord, Spectrum  # noqa: E402
 
 MELLEIN = "CC1Cc2cccc(O)c2C(=O)O1"
 METHOXYCINNAMIC = "COc1ccc(C=CC(=O)O)cc1"

@@ -31,15 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import torch  # noqa: E402
-
 import tiny_bundle as tb  # noqa: E402
+import torch  # noqa: E402
 
 
 def check(path: Path, min_token_p: float) -> bool:
-    from engine.bundle import load_bundle
-    from engine.pipeline import QueryParams, SpectrumSession, compute_posterior
-    from engine.querying import band_thresholds, build_queries
+    from engine.elucidation.pipeline import QueryParams, SpectrumSession, compute_posterior
+    from engine.model.bundle import load_bundle
+    from engine.model.querying import band_thresholds, build_queries
 
     bundle = load_bundle(path, device="cpu", precision="fp32")
     spectra = tb.fixture_spectra()

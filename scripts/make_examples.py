@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.io import iter_spectra  # noqa: E402
-from engine.spectrum import Spectrum  # noqa: E402
+from engine.spectra.io import iter_spectra  # noqa: E402
+from engine.spectra.spectrum import Spectrum  # noqa: E402
 
 LICENSES = ("CC0", "CC BY", "CC BY-SA")
 OUT_NAME = "massbank_examples.mgf"
@@ -52,7 +52,7 @@ def raw_blocks(path: Path) -> list[str]:
 
 
 def eligible(s: Spectrum, min_peaks: int) -> bool:
-    from engine.formula import formula_mass, parse_formula
+    from engine.chem.formula import formula_mass, parse_formula
 
     md = s.metadata
     return (

@@ -8,7 +8,7 @@ tests/data/small.mzML) are made on the fly.
 
 ``EXPECTED`` is what each record comes out as: ``read``, ``read; note: ...`` (the spectrum is used,
 with a note in its ``warnings``), or ``skipped: <reason>``, the reason being the reader's or, for a
-record the reader accepts, the model's (:func:`engine.pipeline.require_usable`, with a model that
+record the reader accepts, the model's (:func:`engine.elucidation.pipeline.require_usable`, with a model that
 supports [M+H]+ and [M+Na]+ only, like the test model; the bundled one also runs [M-H]-). File-level
 problems are ``file error: <reason>``.
 
@@ -369,9 +369,9 @@ def unreadable(path: Path) -> Iterator[None]:
 
 def describe(item, model=MODEL) -> str:
     """The outcome of one item of iter_spectra, in the words of EXPECTED."""
+    from engine.elucidation.pipeline import require_usable
     from engine.errors import SpectrumError
-    from engine.pipeline import require_usable
-    from engine.spectrum import SkippedRecord
+    from engine.spectra.spectrum import SkippedRecord
 
     if isinstance(item, SkippedRecord):
         return f"skipped: {item.reason}"
@@ -386,7 +386,7 @@ def describe(item, model=MODEL) -> str:
 def run_case(case: Case, folder: Path) -> tuple[dict[str, str], str | None]:
     """``({record id: outcome}, file error or None)`` of reading the case's input."""
     from engine.errors import InputFileError
-    from engine.io import iter_spectra
+    from engine.spectra.io import iter_spectra
 
     path = case_path(case, folder)
     outcomes: dict[str, str] = {}

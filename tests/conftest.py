@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.spectrum import Spectrum
+from engine.spectra.spectrum import Spectrum
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -32,7 +32,7 @@ def fp32_decoding():
     itself patch ``native_bf16`` again; subprocesses get ``--precision fp32``.
     """
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("engine.bundle.native_bf16", lambda device: False)
+        mp.setattr("engine.model.bundle.native_bf16", lambda device: False)
         yield
 
 
@@ -71,6 +71,6 @@ def tiny_bundle_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_bundle(tiny_bundle_dir):
-    from engine.bundle import load_bundle
+    from engine.model.bundle import load_bundle
 
     return load_bundle(tiny_bundle_dir, device="cpu", precision="fp32")

@@ -1,6 +1,6 @@
 """Write small synthetic LC-MS/MS runs as mzML (MS1 survey scans + MS2 scans) for the tests.
 
-Only what engine/io.py reads is written: MS level, polarity, scan start time (seconds), precursor
+Only what engine/spectra/io.py reads is written: MS level, polarity, scan start time (seconds), precursor
 (selected ion m/z, charge, spectrumRef), uncompressed 64-bit peak arrays. Scans are dicts:
 
 ``{"ms_level": 1, "rt": 12.0, "mz": [...], "intensity": [...]}`` or

@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch import nn
 
-from engine.bundle import load_bundle, save_adapter
-from engine.decoder import PAD_ID, ConditionalDecoder, DecoderConfig, split_fused_qkv
 from engine.errors import ConfigError
-from engine.querying import threshold_query
+from engine.model.bundle import load_bundle, save_adapter
+from engine.model.decoder import PAD_ID, ConditionalDecoder, DecoderConfig, split_fused_qkv
+from engine.model.querying import threshold_query
 from training.adapt import (
     GROUPS,
     AdaptConfig,
@@ -110,7 +110,7 @@ class FusedAttention(nn.MultiheadAttention):
     def kv(self, ctx):
         return ctx, ctx
 
-    def forward(self, x, k, v, mask, slot=None, slots=1):  # mask True = may attend, as in engine.decoder
+    def forward(self, x, k, v, mask, slot=None, slots=1):  # mask True = may attend, as in engine.model.decoder
         if mask.size(-2) == 1:  # cross-attention: (G, 1, 1, L) padding mask
             y, _ = super().forward(x, k, v, key_padding_mask=~mask[:, 0, 0], need_weights=False)
         else:  # fingerprint encoder: (B, 1, F, F)
@@ -251,7 +251,7 @@ def prepared(tiny_bundle_dir, tmp_path_factory):
     """Examples of the fixture spectra with the tiny bundle (small pools: M=2, N=2)."""
     from tiny_bundle import fixture_spectra
 
-    from engine.querying import band_thresholds
+    from engine.model.querying import band_thresholds
     from training.adapt import prepare_example
 
     bundle = load_bundle(tiny_bundle_dir, device="cpu", use_adapter=False)

@@ -4,15 +4,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.adducts import (
+from engine.chem.adducts import (
     Adduct,
     neutral_mass_from_precursor,
     parse_adduct,
     parse_adduct_or_none,
     precursor_mz_from_neutral,
 )
+from engine.chem.formula import formula_mass, parse_formula
 from engine.errors import AdductError
-from engine.formula import formula_mass, parse_formula
 
 MELLEIN = formula_mass(parse_formula("C10H10O3"))  # 178.062994
 

@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from engine.annotate import (
+from engine.chem.formula import ELEMENTS, element_masses, formula_vector, parse_formula
+from engine.errors import AdductError, ConfigError, FormulaError, SpectrumError
+from engine.spectra.annotate import (
     DEFAULT_TOL_DA,
     DEFAULT_TOL_PPM,
     ION_TYPES,
@@ -18,9 +20,7 @@ from engine.annotate import (
     get_ion_type,
     rdbe,
 )
-from engine.errors import AdductError, ConfigError, FormulaError, SpectrumError
-from engine.formula import ELEMENTS, element_masses, formula_vector, parse_formula
-from engine.spectrum import Spectrum
+from engine.spectra.spectrum import Spectrum
 
 # Mellein C10H10O3, MassBank AC000001: [M+H]+ and two fragments, plus a peak with no subformula.
 MELLEIN_MZ = np.array([133.0648, 155.9743, 161.0597, 179.0703])

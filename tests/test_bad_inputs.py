@@ -1,9 +1,9 @@
 """The bad-input corpus (tests/bad_inputs.py): every input gives its exact message, good spectra go on."""
 
-import pytest
-
 import bad_inputs
+import pytest
 from bad_inputs import CASES, Case, case_file_name, case_path, render_table, run_case, unreadable
+
 from engine.cli import main
 
 

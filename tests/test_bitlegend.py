@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from rdkit import Chem
 
-from engine import chem
-from engine.bitlegend import (
+from engine.chem import molecules as chem
+from engine.errors import BundleError, ConfigError
+from engine.model.bitlegend import (
     FILE_NAME,
     BitLegend,
     Environment,
@@ -19,8 +20,7 @@ from engine.bitlegend import (
     fragment_mol,
     legend_from_counts,
 )
-from engine.bundle import add_bundle_file, bundle_checksum, load_bundle
-from engine.errors import BundleError, ConfigError
+from engine.model.bundle import add_bundle_file, bundle_checksum, load_bundle
 from training.bit_legend import build_legend, main, reservoir_sample
 
 MOLECULES = [

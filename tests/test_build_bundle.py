@@ -8,13 +8,13 @@ import shutil
 import numpy as np
 import pytest
 import torch
-
-from engine.bundle import load_bundle
-from engine.errors import ConfigError
-from engine.querying import Calibration
 from test_pretrain import tiny_config, write_synthetic_corpus
 from test_train_encoder import tiny_config as encoder_config
 from test_train_encoder import write_labelled_mgf
+
+from engine.errors import ConfigError
+from engine.model.bundle import load_bundle
+from engine.model.querying import Calibration
 from training.build_bundle import _simulated_line
 from training.build_bundle import main as build_main
 from training.pretrain import pretrain
@@ -76,7 +76,7 @@ def test_bundle_records_every_decoder_stage_and_its_card_names_them(runs, tmp_pa
 
 
 def test_the_bundle_ships_the_structures_of_every_pretraining_corpus(runs, tmp_path, capsys):
-    from engine.novelty import KnownStructures
+    from engine.model.known import KnownStructures
     from training.known_structures import corpus_keys
 
     assert _build(runs, tmp_path / "b") == 0
@@ -154,7 +154,7 @@ def test_a_folder_without_a_decoder_is_refused(runs, tmp_path):
 def test_a_new_decoder_beside_the_encoder_of_an_existing_bundle(runs, tmp_path):
     from pathlib import Path
 
-    from engine.bundle import add_bundle_file
+    from engine.model.bundle import add_bundle_file
 
     assert _build(runs, tmp_path / "first") == 0
     legend = Path(__file__).resolve().parents[1] / "resources" / "default_model" / "bit_legend.json.gz"

@@ -6,11 +6,11 @@ import shutil
 
 import pytest
 import torch
-
-from engine.bundle import load_bundle, resolve_device
-from engine.errors import BundleError, ConfigError
-from engine.pipeline import QueryParams, SpectrumSession
 from tiny_bundle import fixture_spectra
+
+from engine.elucidation.pipeline import QueryParams, SpectrumSession
+from engine.errors import BundleError, ConfigError
+from engine.model.bundle import load_bundle, resolve_device
 
 
 @pytest.fixture
@@ -152,11 +152,11 @@ def test_precision_fp32_and_auto(tiny_bundle_dir, monkeypatch):
     fp32 = load_bundle(tiny_bundle_dir, device="cpu", precision="fp32")
     assert next(fp32.decoder.parameters()).dtype == torch.float32
     assert "(fp32)" in fp32.describe()
-    monkeypatch.setattr("engine.bundle.native_bf16", lambda device: False)
+    monkeypatch.setattr("engine.model.bundle.native_bf16", lambda device: False)
     assert load_bundle(tiny_bundle_dir, device="cpu").dtype == torch.float32  # auto: no native bf16 → fp32
     with pytest.raises(ConfigError, match="lacks native bf16"):
         load_bundle(tiny_bundle_dir, device="cpu", precision="bf16")
-    monkeypatch.setattr("engine.bundle.native_bf16", lambda device: True)
+    monkeypatch.setattr("engine.model.bundle.native_bf16", lambda device: True)
     bf16 = load_bundle(tiny_bundle_dir, device="cpu")
     assert next(bf16.decoder.parameters()).dtype == torch.bfloat16
     assert next(bf16.encoder.parameters()).dtype == torch.float32  # thresholds were calibrated in fp32

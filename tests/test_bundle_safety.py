@@ -8,8 +8,8 @@ import struct
 import pytest
 import torch
 
-from engine.bundle import load_bundle
 from engine.errors import BundleError
+from engine.model.bundle import load_bundle
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from test_train_encoder import tiny_config, write_labelled_mgf
 
 from engine.errors import ConfigError
-from engine.querying import Calibration
-from test_train_encoder import tiny_config, write_labelled_mgf
+from engine.model.querying import Calibration
 from training.calibrate import calibrate, calibration_summary, main
 from training.spectra import load_labelled_spectra
 from training.train_encoder import TrainingFinished, train_encoder

@@ -5,7 +5,7 @@ import pytest
 from rdkit import Chem, DataStructs
 from rdkit.Chem import rdFingerprintGenerator
 
-from engine import chem
+from engine.chem import molecules as chem
 
 MELLEIN = "CC1Cc2cccc(O)c2C(=O)O1"
 ALANINE = "C[C@H](N)C(=O)O"

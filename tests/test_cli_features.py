@@ -11,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import engine.cli as cli
-from engine.adducts import precursor_mz_from_neutral
-from engine.formula import formula_mass, parse_formula
-from engine.isotopes import isotope_pattern
-from engine.spectrum import NO_FRAGMENTS_NOTE
 from synthetic_run import scan_id, write_mzml
+
+import engine.cli.predict as cli
+from engine.chem.adducts import precursor_mz_from_neutral
+from engine.chem.formula import formula_mass, parse_formula
+from engine.spectra.isotopes import isotope_pattern
+from engine.spectra.spectrum import NO_FRAGMENTS_NOTE
 
 CAFFEINE = "C8H10N4O2"
 FRAGMENTS = ["C6H7N3O", "C5H7N3", "C4H5N3", "C7H6N4O"]  # neutral subformulas; ions are +H
@@ -147,7 +147,7 @@ def test_bad_options_give_one_line(run, tmp_path, tiny_bundle_dir, capsys, args,
 
 
 def test_an_interrupted_run_resumes_feature_by_feature(run, tmp_path, tiny_bundle_dir, monkeypatch, capsys):
-    from engine import export
+    from engine.files import export
 
     args = ["--model", str(tiny_bundle_dir), "--formulas", "2", "--precision", "fp32", *FAST]
     reference = tmp_path / "reference.csv"

@@ -1,4 +1,4 @@
-"""Per-spectrum confidence (engine/confidence.py, training/confidence.py): features, fit, calibration, use."""
+"""Per-spectrum confidence (engine/model/confidence.py, training/confidence.py): features, fit, calibration, use."""
 
 from __future__ import annotations
 
@@ -6,14 +6,16 @@ import csv
 import json
 import math
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from engine.confidence import (
+from engine.elucidation.pipeline import QueryParams
+from engine.errors import BundleError, ConfigError
+from engine.model.confidence import (
     FEATURES,
     SCORE_GAP_CAP,
     ConfidenceModel,
@@ -23,8 +25,6 @@ from engine.confidence import (
     reliability,
     spectrum_confidence,
 )
-from engine.errors import BundleError, ConfigError
-from engine.pipeline import QueryParams
 
 
 def test_features_of_a_pool():
@@ -71,7 +71,7 @@ def test_reliability_table_counts_and_errors():
 
 
 def test_auroc_by_hand():
-    from engine.confidence import auroc
+    from engine.model.confidence import auroc
 
     assert auroc([0.1, 0.4, 0.35, 0.8], [False, False, True, True]) == 0.75  # 3 of the 4 pairs in order
     assert auroc([0.5, 0.5, 0.5], [True, False, False]) == 0.5  # ties count half
@@ -110,7 +110,7 @@ def test_applies_only_to_the_settings_it_was_fitted_with():
 
 @pytest.fixture(scope="module")
 def bundle_with_confidence(tiny_bundle_dir, tmp_path_factory):
-    from engine.bundle import load_bundle
+    from engine.model.bundle import load_bundle
     from training.confidence import _settings, save_model
 
     folder = tmp_path_factory.mktemp("conf") / "bundle"
@@ -122,7 +122,8 @@ def bundle_with_confidence(tiny_bundle_dir, tmp_path_factory):
 
 
 def _run(bundle, spectrum, params):
-    from engine.pipeline import SpectrumSession, run_to_end
+    from engine.elucidation.pipeline import SpectrumSession
+    from engine.progress import run_to_end
 
     return run_to_end(SpectrumSession(bundle, spectrum).run(params))
 
@@ -130,9 +131,9 @@ def _run(bundle, spectrum, params):
 def test_results_carry_the_confidence_into_csv_and_projects(bundle_with_confidence, tmp_path):
     from tiny_bundle import fixture_spectra
 
-    from engine.confidence import result_features
-    from engine.export import export_results
-    from engine.project import Project, ProjectEntry, load_project, save_project
+    from engine.files.export import export_results
+    from engine.files.project import Project, ProjectEntry, load_project, save_project
+    from engine.model.confidence import result_features
 
     bundle = bundle_with_confidence
     assert bundle.confidence is not None and "confidence.json" in bundle.config["files"]
@@ -157,7 +158,7 @@ def test_results_carry_the_confidence_into_csv_and_projects(bundle_with_confiden
 
 
 def test_adding_the_model_changes_the_bundle_checksum_not_the_weights_checksum(bundle_with_confidence, tiny_bundle):
-    from engine.bundle import weights_checksum
+    from engine.model.bundle import weights_checksum
 
     assert bundle_with_confidence.checksum != tiny_bundle.checksum  # exports name the exact files
     assert weights_checksum(bundle_with_confidence) == weights_checksum(tiny_bundle)  # adaptation caches stay valid
@@ -317,7 +318,7 @@ def test_the_fit_keeps_a_recalibration_only_where_cross_validation_says_it_helps
 
 
 def test_collecting_unseen_structures_needs_a_bundle_that_records_its_encoders_licences():
-    from engine.bundle import load_bundle
+    from engine.model.bundle import load_bundle
     from training.confidence import _unseen_ids
 
     root = Path(__file__).resolve().parent / "data"

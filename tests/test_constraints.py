@@ -9,12 +9,21 @@ import pytest
 import safe as sf
 import torch
 
-from engine import chem
-from engine.constraints import (
-    ATOM, BOND, DEAD_END, DIGIT, EOS, NEVER, FormulaConstraint, SafeGrammar, classify_token, rdbe,
+from engine.chem import molecules as chem
+from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, formula_vector, parse_formula
+from engine.model.constraints import (
+    ATOM,
+    BOND,
+    DEAD_END,
+    DIGIT,
+    EOS,
+    NEVER,
+    FormulaConstraint,
+    SafeGrammar,
+    classify_token,
+    rdbe,
 )
-from engine.formula import ELEMENT_INDEX, ELEMENTS, formula_vector, parse_formula
-from engine.tokenizer import SPECIAL_TOKENS, SafeTokenizer
+from engine.model.tokenizer import SPECIAL_TOKENS, SafeTokenizer
 
 VOCAB = [*SPECIAL_TOKENS, "C", "c", "N", "n", "O", "o", "S", "s", "Cl", "Br", "F", "I", "P", "[nH]", "[N+]", "[O-]",
          "[13C]", "[Na]", "(", ")", ".", "=", "#", "-", "1", "2", "3", "4", "%10"]
@@ -206,7 +215,7 @@ _ATOM = re.compile(r"\[\d*([A-Z][a-z]?|[a-z]{1,2})[^\]]*\]|(Cl|Br|[BCNOPSFI])|([
 
 
 def heavy_atoms(safe_str: str) -> dict[str, int]:
-    """Heavy atoms of a SAFE string, read independently of engine.constraints."""
+    """Heavy atoms of a SAFE string, read independently of engine.model.constraints."""
     counts: dict[str, int] = {}
     for tok in TOK.tokenize(safe_str):
         m = _ATOM.fullmatch(tok)
@@ -219,8 +228,8 @@ def heavy_atoms(safe_str: str) -> dict[str, int]:
 
 @pytest.mark.parametrize("formula", ["C8H9NO2", "C6H5Cl", "C10H10O3", "C7H7NO3S", "C5H5N"])
 def test_constrained_samples_of_a_random_decoder_have_the_exact_heavy_atoms(formula):
-    from engine.decoder import ConditionalDecoder, DecoderConfig
-    from engine.sampling import QueryRequest, sample_queries
+    from engine.model.decoder import ConditionalDecoder, DecoderConfig
+    from engine.model.sampling import QueryRequest, sample_queries
 
     torch.manual_seed(0)
     cfg = DecoderConfig.preset("tiny", vocab_size=TOK.vocab_size, n_embd=32, cross_ffn=64, fp_ffn=64, block_size=64)

@@ -5,12 +5,12 @@ draw that reference, however well the decoder knew it.
 """
 
 import pytest
-
-from engine import constraints
-from engine.constraints import SafeGrammar
-from engine.formula import formula_vector, parse_formula
-from engine.tokenizer import SafeTokenizer
 from tiny_bundle import fixture_spectra, reference_safes
+
+from engine.chem.formula import formula_vector, parse_formula
+from engine.model import constraints
+from engine.model.constraints import SafeGrammar
+from engine.model.tokenizer import SafeTokenizer
 
 ALL_ADDUCTS = ("[M+H]+", "[M+Na]+", "[M-H]-")
 SPECTRA = fixture_spectra(ALL_ADDUCTS)

@@ -13,9 +13,9 @@ import pytest
 import safe
 import torch
 
-from engine import chem
+from engine.chem import molecules as chem
+from engine.chem.formula import formula_vector
 from engine.errors import ConfigError
-from engine.formula import formula_vector
 from training.corpus import PrepareConfig, iter_smiles_file, prepare_corpus, read_mgf_headers
 from training.dataset import IGNORE_INDEX, CorpusDataset
 

@@ -26,9 +26,9 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-
-from engine.decoder import ConditionalDecoder
 from test_pretrain import tiny_config, write_synthetic_corpus
+
+from engine.model.decoder import ConditionalDecoder
 from training.batching import FormulaGroupedBatchSampler
 from training.checkpoint import latest_checkpoint
 from training.dataset import CorpusDataset

@@ -2,16 +2,16 @@ import numpy as np
 import pytest
 import torch
 
-from engine.decoder import (
+from engine.chem.formula import ELEMENTS
+from engine.errors import ConfigError
+from engine.model.decoder import (
     PAD_ID,
     ConditionalDecoder,
     DecoderConfig,
     collate_queries,
     parameter_counts,
 )
-from engine.errors import ConfigError
-from engine.formula import ELEMENTS
-from engine.tokenizer import SPECIAL_TOKENS, SafeTokenizer
+from engine.model.tokenizer import SPECIAL_TOKENS, SafeTokenizer
 
 FORMULA = np.array([20, 25, 3, 2] + [0] * 10)  # C20H25N3O2
 QUERIES = [np.array([3, 17, 40, 1023, 4000]), np.array([5, 6]), np.arange(0, 4096, 97)]  # 5, 2, 43 bits

@@ -5,9 +5,9 @@ import itertools
 import numpy as np
 import pytest
 
-from engine.decompose import DecompositionConfig, chemical_rules_mask, decompose_mass, rdbe_of
+from engine.chem.formula import ELEMENTS, format_formula, formula_mass, formula_vector, parse_formula, vector_to_counts
 from engine.errors import ConfigError
-from engine.formula import ELEMENTS, format_formula, formula_mass, formula_vector, parse_formula, vector_to_counts
+from engine.formulas.decompose import DecompositionConfig, chemical_rules_mask, decompose_mass, rdbe_of
 
 
 def formulas(mass, tol=0.001, **config):

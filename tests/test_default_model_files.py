@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from engine import chem
-from engine.bitlegend import FILE_NAME as LEGEND
-from engine.bitlegend import BitLegend
-from engine.bundle import sha256_file
-from engine.novelty import FILE_NAME as KNOWN
-from engine.novelty import KnownStructures
+from engine.chem import molecules as chem
+from engine.model.bitlegend import FILE_NAME as LEGEND
+from engine.model.bitlegend import BitLegend
+from engine.model.bundle import sha256_file
+from engine.model.known import FILE_NAME as KNOWN
+from engine.model.known import KnownStructures
 from engine.paths import default_model_dir
 
 MODEL = default_model_dir()

@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder
+from engine.chem.formula import ELEMENTS
 from engine.errors import ConfigError
-from engine.featurize import SpectrumFeatures, collate
-from engine.formula import ELEMENTS
+from engine.model.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder
+from engine.model.featurize import SpectrumFeatures, collate
 
 
 def synthetic(n_peaks: int, seed: int, polarity: int = 1) -> SpectrumFeatures:
@@ -135,7 +135,6 @@ def test_unknown_preset_lists_the_presets():
 
 
 def test_growing_head_levels_and_folding():
-    from engine.encoder import fold_bits
 
     config = EncoderConfig.from_preset("tiny", grow_levels=2)  # 128 -> 32, 64, 128 bits
     model = SpectrumEncoder(config)
@@ -155,7 +154,7 @@ def test_fold_bits_is_the_shorter_morgan_fingerprint():
     from rdkit import Chem
     from rdkit.Chem import rdFingerprintGenerator
 
-    from engine.encoder import fold_bits
+    from engine.model.encoder import fold_bits
 
     mol = Chem.MolFromSmiles("CC(=O)Oc1ccccc1C(=O)O")
     long_fp = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=4096).GetFingerprintAsNumPy(mol)

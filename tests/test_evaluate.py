@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.errors import ConfigError
-from engine.querying import Calibration
+from engine.model.querying import Calibration
 from training import evaluate as ev
 from training.metrics import (
     CLOSE_MATCH,
@@ -46,8 +46,8 @@ def test_tied_counts_are_ranked_once_by_the_pool():
     reference in second place is a Top-1 miss and a Top-10 hit, never both first."""
     import safe as sf
 
-    from engine import chem
-    from engine.ranking import CandidatePool
+    from engine.chem import molecules as chem
+    from engine.elucidation.ranking import CandidatePool
 
     ethanol, ether = "CCO", "COC"
     pool = CandidatePool("C2H6O", [chem.morgan_bits(chem.mol_from_smiles(ethanol))])
@@ -367,7 +367,8 @@ def test_cancel_stops_between_spectra_and_keeps_what_is_done(tiny_bundle_dir, da
 
 
 def test_compare_runs_pairs_the_spectra_both_runs_scored(tmp_path):
-    from training.report import compare_runs, main as report_main
+    from training.report import compare_runs
+    from training.report import main as report_main
 
     def write(run, ranks):
         run.mkdir()

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 from rdkit import Chem
+from tiny_bundle import FIXTURE, fixture_spectra
 
 from engine.cli import main
-from engine.export import CSV_COLUMNS, CandidateWriter, export_results
+from engine.elucidation.pipeline import QueryParams, SpectrumSession
 from engine.errors import ConfigError
-from engine.pipeline import QueryParams, SpectrumSession
-from tiny_bundle import FIXTURE, fixture_spectra
+from engine.files.export import CSV_COLUMNS, CandidateWriter, export_results
 
 
 def read_csv(path):

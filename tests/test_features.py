@@ -2,9 +2,10 @@
 
 import numpy as np
 import pytest
+from synthetic_run import scan_id, write_mzml
 
 from engine.errors import ConfigError
-from engine.features import (
+from engine.spectra.features import (
     FeatureConfig,
     RunCounts,
     build_features,
@@ -14,8 +15,7 @@ from engine.features import (
     merge_scans,
     ms1_evidence,
 )
-from engine.spectrum import SkippedRecord, Spectrum, SurveyScan
-from synthetic_run import scan_id, write_mzml
+from engine.spectra.spectrum import SkippedRecord, Spectrum, SurveyScan
 
 
 def groups_of(mz, rt, **config):

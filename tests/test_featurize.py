@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from engine.encoder import EncoderConfig
+from engine.chem.formula import ELEMENTS, formula_vector, parse_formula
 from engine.errors import ConfigError
-from engine.featurize import collate, featurize, featurize_spectrum
-from engine.formula import ELEMENTS, formula_vector, parse_formula
-from engine.spectrum import Spectrum
+from engine.model.encoder import EncoderConfig
+from engine.model.featurize import collate, featurize, featurize_spectrum
+from engine.spectra.spectrum import Spectrum
 
 MELLEIN_MZ = np.array([133.0648, 155.9743, 161.0597, 179.0703])  # 155.9743 has no subformula
 MELLEIN_INT = np.array([20.0, 5.0, 40.0, 100.0])

@@ -5,8 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.errors import FormulaError
-from engine.formula import (
+from engine.chem.formula import (
     ELEMENTS,
     element_mass,
     format_formula,
@@ -16,6 +15,7 @@ from engine.formula import (
     parse_formula,
     vector_to_counts,
 )
+from engine.errors import FormulaError
 
 
 @pytest.mark.parametrize(

@@ -7,23 +7,16 @@ learned weights): mass error, isomer count, explained minus chance-explained fra
 import numpy as np
 import pytest
 
-from engine.adducts import precursor_mz_from_neutral
+from engine.chem.adducts import precursor_mz_from_neutral
+from engine.chem.formula import formula_mass, parse_formula
 from engine.errors import ConfigError, SpectrumError
-from engine.features import MS1Evidence
-from engine.formula import formula_mass, parse_formula
-from engine.formula_candidates import (
-    FRAGMENT_FEATURES,
-    STAGE2_FEATURES,
-    TERMS,
-    FormulaConfig,
-    FormulaPrior,
-    FormulaScorer,
-    isotope_comparison,
-    rank_formulas,
-    with_formula_candidate,
-)
-from engine.isotopes import isotope_pattern
-from engine.spectrum import Spectrum
+from engine.formulas.candidates import TERMS, FormulaConfig, isotope_comparison, rank_formulas, with_formula_candidate
+from engine.formulas.evidence import FRAGMENT_FEATURES
+from engine.formulas.prior import FormulaPrior
+from engine.formulas.scorer import STAGE2_FEATURES, FormulaScorer
+from engine.spectra.features import MS1Evidence
+from engine.spectra.isotopes import isotope_pattern
+from engine.spectra.spectrum import Spectrum
 
 CORPUS = {"C8H10N4O2": 6, "C10H10O3": 3, "C9H8ClNO": 2, "C7H14O6": 1, "C12H10N2O": 1, "C8H18OS2": 1}
 
@@ -91,13 +84,26 @@ def test_negative_mode_uses_negative_ion_types(scorer):
     assert any("no fragments" in n for n in table.notes)
 
 
-def test_supported_ion_types_are_marked_and_top_skips_the_others(scorer):
+def test_supported_ion_types_are_marked_and_runnable_skips_the_others(scorer):
     s = spectrum("C8H10N4O2", CAFFEINE_FRAGMENTS, adduct=None)
     table = rank_formulas(s, scorer=scorer, supported_adducts=["[M+H]+", "[M+Na]+"])
     assert {c.supported for c in table.candidates if c.ion_type == "[M+NH4]+"} == {False}
-    assert all(c.supported for c in table.top(10))
-    assert len(table.top(10, supported_only=False)) == 10
-    assert table.top(3)[0].formula == "C8H10N4O2"
+    assert all(c.supported for c in table.runnable(10)) and len(table.runnable(10)) == 10
+    assert table.runnable(3)[0].formula == "C8H10N4O2"
+    every = table.runnable(len(table.candidates), ["[M+H]+", "[M+Na]+", "[M+NH4]+"])  # a model that runs all three
+    assert every == table.candidates and any(c.ion_type == "[M+NH4]+" for c in every)
+    assert table.runnable(5, ["[M+K]+"]) == ()
+    assert table.why_none_runnable(["[M+K]+"], 10) == (
+        "no formula candidate of an ion type the model supports ([M+K]+; tried [M+H]+, [M+Na]+, [M+NH4]+)")
+
+
+def test_why_none_runnable_of_an_empty_table_names_the_tolerance_or_the_notes():
+    from engine.formulas.candidates import FormulaTable
+
+    empty = FormulaTable("s1", 195.0877, ("[M+H]+",), (), 0, False, 0, notes=("no fragments: ranked by mass",))
+    assert empty.why_none_runnable(["[M+H]+"], 10) == "no formula candidate within 10 ppm for [M+H]+"
+    noted = FormulaTable("s1", 1500.0, ("[M+H]+",), (), 0, False, 0, notes=("neutral mass 1499 Da is above 1000 Da",))
+    assert noted.why_none_runnable(["[M+H]+"], 10) == "no formula candidate: neutral mass 1499 Da is above 1000 Da"
 
 
 def test_a_given_formula_keeps_and_only_its_ion_types_are_ranked(scorer):
@@ -169,7 +175,7 @@ def test_with_formula_candidate(scorer):
 
 
 def test_prior_statistics():
-    from engine.formula import formula_vector
+    from engine.chem.formula import formula_vector
 
     prior = FormulaPrior.fit({**CORPUS, "C6H6Si": 1, "XY": 4})  # an unparseable formula is left out
     assert prior.n_structures == sum(CORPUS.values()) + 1
@@ -201,7 +207,7 @@ def test_scorer_rejects_unknown_features_and_files(tmp_path, scorer):
 
 
 def test_the_shipped_scorer_loads():
-    from engine.formula_candidates import default_scorer
+    from engine.formulas.scorer import default_scorer
 
     shipped = default_scorer()
     assert set(shipped.stage2) == set(STAGE2_FEATURES) and shipped.prior.n_structures > 100_000
@@ -228,17 +234,17 @@ def test_config_normalises_ion_types():
 
 
 # ---------------------------------------------------------------------------------------------
-# The fragment stage agrees with engine.annotate
+# The fragment stage agrees with engine.spectra.annotate
 # ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("ion", ["[M+H]+", "[M+Na]+", "[M+NH4]+", "[M-H]-", "[M+Cl]-"])
 def test_fragment_features_agree_with_annotate_peaks(ion):
     """Explained peaks (and decoys) of many formulas at once = annotate_peaks formula by formula."""
-    from engine.annotate import annotate_peaks
-    from engine.decompose import decompose_mass
-    from engine.formula import vector_to_counts
-    from engine.formula_candidates import DECOY_SHIFTS_DA, fragment_features_many
+    from engine.chem.formula import vector_to_counts
+    from engine.formulas.decompose import decompose_mass
+    from engine.formulas.evidence import DECOY_SHIFTS_DA, fragment_features_many
+    from engine.spectra.annotate import annotate_peaks
 
     rng = np.random.default_rng(0)
     vectors, _ = decompose_mass(formula_mass(parse_formula("C12H14ClN3O2S")), 0.02)

@@ -9,18 +9,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-
-from engine import chem
-from engine.errors import ConfigError
-from engine.formula import ELEMENT_INDEX, ELEMENTS, element_masses
-from engine.fragments import fragment_pieces
 from test_train_encoder import VAL_MOLECULES, tiny_config, write_labelled_mgf
+
+from engine.chem import molecules as chem
+from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, element_masses
+from engine.errors import ConfigError
+from engine.spectra.fragments import fragment_pieces
 from training import forward
 from training.forward import (
     MAX_SHIFT,
     N_SCALARS,
-    CandidateSettings,
     Candidates,
+    CandidateSettings,
     FitConfig,
     ForwardConfig,
     ForwardModel,

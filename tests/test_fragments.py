@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from engine import chem
+from engine.chem import molecules as chem
+from engine.chem.formula import ELECTRON_MASS, element_masses, format_formula, formula_vector, vector_to_counts
 from engine.errors import ConfigError
-from engine.formula import ELECTRON_MASS, element_masses, format_formula, formula_vector, vector_to_counts
-from engine.fragments import FragmentSettings, explain_peaks, fragment_formulas
+from engine.spectra.fragments import FragmentSettings, explain_peaks, fragment_formulas
 
 
 def formulas(smiles, max_breaks, **kw):

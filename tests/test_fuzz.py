@@ -13,11 +13,11 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.adducts import parse_adduct, precursor_mz_from_neutral
+from engine.chem.adducts import parse_adduct, precursor_mz_from_neutral
+from engine.chem.formula import formula_mass, normalize_formula, parse_formula
 from engine.errors import AdductError, FormulaError, InputFileError
-from engine.formula import formula_mass, normalize_formula, parse_formula
-from engine.io import iter_spectra
-from engine.spectrum import SkippedRecord, Spectrum
+from engine.spectra.io import iter_spectra
+from engine.spectra.spectrum import SkippedRecord, Spectrum
 
 SCALE = int(os.environ.get("MSGPT_FUZZ_SCALE", "1"))
 FAST = settings(max_examples=1500 * SCALE, deadline=None, database=None)

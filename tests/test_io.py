@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import chem
+from engine.chem import molecules as chem
 from engine.errors import AdductError, FormulaError, InputFileError
-from engine.io import detect_format, iter_spectra, read_spectra
-from engine.spectrum import SkippedRecord, Spectrum
+from engine.spectra.io import detect_format, iter_spectra, read_spectra
+from engine.spectra.spectrum import SkippedRecord, Spectrum
 
 MELLEIN = "CC1Cc2cccc(O)c2C(=O)O1"
 GOOD = {
@@ -93,7 +93,7 @@ def test_small_mzml(data_dir):
 
 
 def test_mzml_survey_scans_on_request(data_dir):
-    from engine.spectrum import SurveyScan
+    from engine.spectra.spectrum import SurveyScan
 
     items = list(iter_spectra(data_dir / "small.mzML", survey_scans=True))
     kinds = ["MS1" if isinstance(i, SurveyScan) else "MS2" for i in items]

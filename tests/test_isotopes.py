@@ -5,9 +5,9 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
+from engine.chem.formula import ELECTRON_MASS
 from engine.errors import ConfigError
-from engine.formula import ELECTRON_MASS
-from engine.isotopes import isotope_pattern, isotope_score, match_isotopes, observed_pattern
+from engine.spectra.isotopes import isotope_pattern, isotope_score, match_isotopes, observed_pattern
 
 
 def brute_force(formula: str, n: int = 4):
@@ -96,7 +96,7 @@ def test_score_formula():
 
 
 def test_envelope_sums_resolved_fine_structure():
-    from engine.isotopes import isotope_envelope
+    from engine.spectra.isotopes import isotope_envelope
 
     mono = 200.0
     mz = np.array([mono, mono + 1.00335, mono + 1.99705, mono + 2.00671, mono + 2.5])  # 37Cl and 13C2 apart

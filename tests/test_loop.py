@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.bundle import native_bf16
 from engine.errors import ConfigError
+from engine.model.bundle import native_bf16
 from training.loop import (
     TrainingConfig,
     autocast,

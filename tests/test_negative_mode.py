@@ -10,10 +10,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from engine.bundle import load_bundle, save_calibration
+from engine.elucidation.pipeline import QueryParams, SpectrumSession
 from engine.errors import MsgptError
-from engine.pipeline import QueryParams, SpectrumSession, run_to_end
-from engine.querying import band_thresholds
+from engine.model.bundle import load_bundle, save_calibration
+from engine.model.querying import band_thresholds
+from engine.progress import run_to_end
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_a_bundle_without_negative_mode_names_what_it_supports(tiny_bundle):
 
 
 def test_the_calibration_round_trips_with_its_negative_curve(two_mode_bundle, tmp_path):
-    from engine.querying import Calibration
+    from engine.model.querying import Calibration
 
     cal = two_mode_bundle.calibration
     cal.save(tmp_path / "c.json")
@@ -86,8 +87,8 @@ def _two_mode_oof(path, n_bits: int, n: int = 300):
 
 def test_calibrate_bits_fits_each_ion_mode_its_own_scaling_on_request(two_mode_bundle, tmp_path, capsys,
                                                                       monkeypatch):
-    from engine import pipeline
-    from engine.querying import Calibration
+    from engine.elucidation import pipeline
+    from engine.model.querying import Calibration
     from training.calibrate_bits import main as calibrate_bits
 
     bundle = tmp_path / "bundle"
@@ -124,7 +125,7 @@ def test_calibrate_bits_keeps_no_fit_that_does_not_help_held_out_structures(two_
     first makes the second worse, so none is kept (and an earlier fit is dropped)."""
     import zlib
 
-    from engine.querying import Calibration
+    from engine.model.querying import Calibration
     from training.calibrate_bits import main as calibrate_bits
 
     bundle = tmp_path / "bundle"

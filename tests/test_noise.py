@@ -8,14 +8,13 @@ import threading
 import numpy as np
 import pytest
 import torch
+from test_pretrain import corpus, losses, tiny_config  # noqa: F401  (the corpus fixture)
 
 from engine.errors import BundleError, ConfigError
-from engine.querying import Calibration, default_threshold_grid
+from engine.model.querying import Calibration, default_threshold_grid
 from training.checkpoint import latest_checkpoint
 from training.noise import FingerprintNoise, fit_from_oof, main
 from training.pretrain import StepDone, Validated, pretrain
-
-from test_pretrain import corpus, losses, tiny_config  # noqa: F401  (the corpus fixture)
 
 N_BITS = 64
 

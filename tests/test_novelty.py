@@ -9,25 +9,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rdkit import Chem
+from tiny_bundle import FIXTURE, fixture_spectra
 
-from engine import chem
-from engine.bundle import load_bundle
+from engine.chem import molecules as chem
 from engine.cli import main as msgpt
 from engine.errors import BundleError, ConfigError, InputFileError
-from engine.novelty import (
+from engine.insight.novelty import (
     CORPUS,
-    FILE_NAME,
     NEW,
     USER,
-    KnownStructures,
     NoveltyMarker,
     categories,
-    key_hashes,
     key_of,
     read_structure_list,
     scan_structure_list,
 )
-from tiny_bundle import FIXTURE, fixture_spectra
+from engine.model.bundle import load_bundle
+from engine.model.known import FILE_NAME, KnownStructures, key_hashes
 from training.known_structures import main as build_known
 
 MELLEIN = "CC1Cc2cccc(O)c2C(=O)O1"

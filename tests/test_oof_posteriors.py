@@ -8,10 +8,10 @@ import shutil
 
 import numpy as np
 import pytest
-
-from engine.encoder import EncoderConfig
-from engine.errors import ConfigError
 from test_train_encoder import tiny_config, write_labelled_mgf
+
+from engine.errors import ConfigError
+from engine.model.encoder import EncoderConfig
 from training.oof_posteriors import FoldsPending, FoldStarted, OOFConfig, OOFFinished, oof_posteriors
 from training.spectra import FeatureSettings, load_labelled_spectra, structure_folds
 from training.train_encoder import TrainingFinished, train_encoder, training_split
@@ -230,10 +230,10 @@ def test_recipe_fields_reach_every_fold_encoder(mgf, tmp_path):
 
 def test_negative_mode_rows_are_queried_at_their_folds_negative_band(tmp_path):
     """load_oof: a fold encoder calibrated per ion mode gives [M-H]- rows its negative-mode band."""
-    from engine.querying import Calibration, band_thresholds, default_threshold_grid
-    from training.oof_data import load_oof
-
     from dataclasses import replace
+
+    from engine.model.querying import Calibration, band_thresholds, default_threshold_grid
+    from training.oof_data import load_oof
 
     grid = default_threshold_grid()
     pos = Calibration(d_enc=30.0, thresholds=grid, active_counts=np.linspace(80, 0, len(grid)), n_spectra=3)

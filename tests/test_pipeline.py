@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
+from tiny_bundle import fixture_spectra
 
-from engine.errors import Cancelled, ConfigError
-from engine.pipeline import (
+from engine.elucidation.pipeline import (
     QueryParams,
     RankingUpdated,
     SamplesDrawn,
@@ -14,8 +14,8 @@ from engine.pipeline import (
     SpectrumStarted,
     elucidate,
 )
-from engine.spectrum import SkippedRecord
-from tiny_bundle import fixture_spectra
+from engine.errors import Cancelled, ConfigError
+from engine.spectra.spectrum import SkippedRecord
 
 
 def drain(gen):
@@ -150,7 +150,7 @@ def test_pool_size_must_be_multiple_of_groups():
 
 # -- query plans: explicit thresholds, outer band, a fixed fingerprint ----------------------------------
 def test_point_plan_is_the_point_query_of_the_parameters(tiny_bundle):
-    from engine.querying import QueryPlan
+    from engine.model.querying import QueryPlan
 
     s = fixture_spectra()[0]
     t = tiny_bundle.calibration.threshold_for_kappa(1.0)
@@ -163,7 +163,7 @@ def test_point_plan_is_the_point_query_of_the_parameters(tiny_bundle):
 
 
 def test_explicit_thresholds_grow_and_switching_plans_requeries(tiny_bundle):
-    from engine.querying import QueryPlan
+    from engine.model.querying import QueryPlan
 
     session = SpectrumSession(tiny_bundle, fixture_spectra()[1])
     plan = QueryPlan("two", thresholds=(0.0, 1.0))  # every bit, and none
@@ -176,8 +176,8 @@ def test_explicit_thresholds_grow_and_switching_plans_requeries(tiny_bundle):
 
 
 def test_oracle_plan_feeds_the_true_fingerprint(tiny_bundle):
-    from engine import chem
-    from engine.querying import QueryPlan
+    from engine.chem import molecules as chem
+    from engine.model.querying import QueryPlan
 
     s = fixture_spectra()[3]
     bits = chem.morgan_bits(chem.remove_stereo(chem.mol_from_smiles(s.smiles)))
@@ -188,7 +188,7 @@ def test_oracle_plan_feeds_the_true_fingerprint(tiny_bundle):
 
 
 def test_session_reuses_a_given_posterior(tiny_bundle):
-    from engine.pipeline import compute_posterior
+    from engine.elucidation.pipeline import compute_posterior
 
     s = fixture_spectra()[2]
     post = compute_posterior(tiny_bundle, s)

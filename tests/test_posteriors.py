@@ -5,11 +5,12 @@ import zipfile
 
 import numpy as np
 import pytest
+from tiny_bundle import FIXTURE, fixture_spectra
 
 from engine.cli import main as msgpt
+from engine.elucidation.pipeline import compute_posterior
 from engine.errors import ConfigError, InputFileError
-from engine.pipeline import compute_posterior
-from engine.posteriors import (
+from engine.files.posteriors import (
     FORMAT,
     PosteriorRecord,
     PosteriorWriter,
@@ -17,8 +18,7 @@ from engine.posteriors import (
     record_for_spectrum,
     write_posteriors,
 )
-from engine.querying import band_thresholds, threshold_query
-from tiny_bundle import FIXTURE, fixture_spectra
+from engine.model.querying import band_thresholds, threshold_query
 
 FAST = ["--groups", "3", "--pool-size", "6", "--threads", "1", "--precision", "fp32", "-q"]
 
@@ -119,7 +119,7 @@ def test_predict_writes_the_posteriors_of_every_processed_spectrum(tmp_path, tin
 
 
 def test_a_resumed_run_writes_the_same_posteriors(tmp_path, tiny_bundle_dir, monkeypatch, capsys):
-    from engine import export
+    from engine.files import export
 
     args = ["predict", str(FIXTURE), "--model", str(tiny_bundle_dir), *FAST]
     assert msgpt([*args, "-o", str(tmp_path / "ref.csv"), "--posteriors", str(tmp_path / "ref.npz")]) == 0
@@ -149,7 +149,7 @@ def test_predict_refuses_a_posteriors_name_without_npz(tmp_path, tiny_bundle_dir
 
 
 def test_record_for_spectrum_is_the_encoder_alone(tiny_bundle):
-    from engine.pipeline import QueryParams
+    from engine.elucidation.pipeline import QueryParams
 
     spectrum = fixture_spectra()[0]
     rec = record_for_spectrum(tiny_bundle, spectrum, QueryParams(groups=4))

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
+from engine.chem.formula import ELEMENTS
 from engine.errors import ConfigError
-from engine.formula import ELEMENTS
-from engine.tokenizer import SPECIAL_TOKENS, SafeTokenizer
+from engine.model.tokenizer import SPECIAL_TOKENS, SafeTokenizer
 from training.checkpoint import checkpoint_dirs, export_decoder, latest_checkpoint, load_decoder
 from training.corpus import FORMAT, FORMAT_VERSION
 from training.loop import stop_on_signals
@@ -26,11 +26,11 @@ from training.pretrain import (
     PretrainConfig,
     Started,
     StepDone,
+    TeacherForcing,
     Validated,
+    forward_backward,
     param_groups,
     pretrain,
-    TeacherForcing,
-    forward_backward,
     split_by_length,
     structure_hash,
     to_device,
@@ -197,7 +197,7 @@ def test_sigterm_saves_a_checkpoint_at_the_next_step_boundary(corpus, tmp_path):
 
 
 def test_length_sorted_pieces_give_the_gradient_of_the_whole_batch(corpus):
-    from engine.decoder import ConditionalDecoder, DecoderConfig
+    from engine.model.decoder import ConditionalDecoder, DecoderConfig
     from training.dataset import CorpusDataset
 
     ds = CorpusDataset(corpus)
@@ -219,7 +219,7 @@ def test_length_sorted_pieces_give_the_gradient_of_the_whole_batch(corpus):
 
 
 def test_weight_decay_only_on_linear_weights():
-    from engine.decoder import ConditionalDecoder, DecoderConfig
+    from engine.model.decoder import ConditionalDecoder, DecoderConfig
 
     model = ConditionalDecoder(DecoderConfig.preset("tiny"))
     groups, names = param_groups(model, 0.01)

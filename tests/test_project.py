@@ -1,4 +1,4 @@
-"""Project files (engine/project.py): round trips, the drawn samples, versions, damaged files, sources."""
+"""Project files (engine/files/project.py): round trips, the drawn samples, versions, damaged files, sources."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import zipfile
 
 import numpy as np
 import pytest
+from tiny_bundle import fixture_spectra
 
+from engine.elucidation.pipeline import QueryParams, SpectrumSession
 from engine.errors import Cancelled, ConfigError, InputFileError
-from engine.pipeline import QueryParams, SpectrumSession
-from engine.project import (
+from engine.files.project import (
     FORMAT_VERSION,
     SOURCE_CHANGED,
     SOURCE_MISSING,
@@ -28,8 +29,7 @@ from engine.project import (
     save_project,
     write_project,
 )
-from engine.spectrum import SkippedRecord, Spectrum
-from tiny_bundle import fixture_spectra
+from engine.spectra.spectrum import SkippedRecord, Spectrum
 
 PARAMS = QueryParams(kappa_min=0.9, kappa_max=1.4, groups=4, samples_per_group=5, seed=7, ranking="combined")
 
@@ -284,7 +284,7 @@ def test_sources_are_recorded_with_their_checksum_and_checked(tmp_path, monkeypa
     src = describe_source(f, cache)
     assert src.size == f.stat().st_size and len(src.sha256) == 64
     calls = []
-    import engine.project as project_module
+    import engine.files.project as project_module
 
     monkeypatch.setattr(project_module, "file_sha256", lambda *a, **k: calls.append(a) or "x")
     assert describe_source(f, cache) == src and calls == []  # not read again while unchanged

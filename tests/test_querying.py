@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from engine.errors import BundleError, ConfigError
-from engine.querying import Calibration, band_thresholds, build_queries, threshold_query
+from engine.model.querying import Calibration, band_thresholds, build_queries, threshold_query
 
 # A(t) on a coarse grid: D_enc = 50 bits
 CAL = Calibration(d_enc=50.0, thresholds=np.array([0.0, 0.1, 0.2, 0.3, 0.4]),
@@ -102,7 +102,7 @@ def test_build_queries_merges_identical_fingerprints():
 
 # -- query plans ----------------------------------------------------------------------------------------
 def test_outer_band_kappas_stay_outside_the_band():
-    from engine.querying import outer_band_kappas
+    from engine.model.querying import outer_band_kappas
 
     k = outer_band_kappas(np.random.default_rng(0), 400, 0.95, 1.5)
     assert len(k) == 400 and np.all(np.diff(k) >= 0)
@@ -116,7 +116,7 @@ def test_outer_band_kappas_stay_outside_the_band():
 
 
 def test_query_plans_build_their_queries():
-    from engine.querying import QueryPlan
+    from engine.model.querying import QueryPlan
 
     post = np.array([0.9, 0.5, 0.2, 0.05])
     plan = QueryPlan("p", thresholds=(0.4, 0.3, 0.1))
@@ -143,7 +143,7 @@ def test_query_plans_build_their_queries():
     ],
 )
 def test_bad_query_plans(kwargs, match):
-    from engine.querying import QueryPlan
+    from engine.model.querying import QueryPlan
 
     with pytest.raises(ConfigError, match=match):
         QueryPlan("bad", **kwargs)

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from engine import chem
-from engine.ranking import CandidatePool, decode_safe, reference_rank
+from engine.chem import molecules as chem
+from engine.elucidation.ranking import CandidatePool, decode_safe, reference_rank
 
 ETHANOL_BITS = chem.morgan_bits(chem.mol_from_smiles("CCO"))
 DME_BITS = chem.morgan_bits(chem.mol_from_smiles("COC"))
@@ -37,7 +37,7 @@ def test_dangling_attachment_point_is_invalid_not_silently_fixed():
 
 
 def test_dead_end_of_constrained_decoding_is_a_counted_failure():
-    from engine.constraints import DEAD_END
+    from engine.model.constraints import DEAD_END
 
     d = decode_safe("CCO" + DEAD_END)
     assert d.inchikey14 is None and "no legal token" in d.reason

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 from rdkit import Chem
-
-from engine import export
-from engine.cli import main
-from engine.journal import JournalWriter, parse_journal
 from tiny_bundle import FIXTURE
+
+from engine.cli import main
+from engine.files import export
+from engine.files.journal import JournalWriter, parse_journal
 
 ROOT = Path(__file__).resolve().parents[1]
 # fp32 as in-process runs (tests/conftest.py), so that a subprocess and a resume in the test agree on every CPU

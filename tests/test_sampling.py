@@ -5,10 +5,10 @@ import pytest
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from engine.decoder import ConditionalDecoder, DecoderConfig
 from engine.errors import Cancelled, ConfigError
-from engine.sampling import KVCache, QueryRequest, draw, filter_probs, sample_queries
-from engine.tokenizer import SafeTokenizer
+from engine.model.decoder import ConditionalDecoder, DecoderConfig
+from engine.model.sampling import KVCache, QueryRequest, draw, filter_probs, sample_queries
+from engine.model.tokenizer import SafeTokenizer
 
 SAFE = [
     "c15cc2c(c3oc(=O)c4c(c13)CCC4=O)C1C=COC1O2.CO5",

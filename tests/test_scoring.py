@@ -9,9 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from engine.querying import Calibration
-from engine.ranking import CandidatePool
-from engine.scoring import BitCalibration, FingerprintScorer, ranking_score, sort_key
+from engine.elucidation.ranking import CandidatePool
+from engine.model.querying import Calibration
+from engine.model.scoring import BitCalibration, FingerprintScorer, ranking_score, sort_key
 
 
 def test_fingerprint_score_by_hand():
@@ -34,7 +34,7 @@ def test_ranking_scores_and_ties():
 
 
 def test_a_planted_structure_with_the_better_fingerprint_wins_over_a_frequent_one():
-    from engine import chem
+    from engine.chem import molecules as chem
 
     ethanol, dme = "CCO", "COC"
     eth_bits = chem.morgan_bits(chem.mol_from_smiles(ethanol))
@@ -105,7 +105,7 @@ def test_calibration_json_round_trip_with_and_without_bits(tmp_path):
 def test_save_calibration_updates_the_bundle_checksum(tiny_bundle_dir, tmp_path):
     import shutil
 
-    from engine.bundle import load_bundle, save_calibration
+    from engine.model.bundle import load_bundle, save_calibration
 
     dest = shutil.copytree(tiny_bundle_dir, tmp_path / "bundle")
     bundle = load_bundle(dest, device="cpu", precision="fp32")

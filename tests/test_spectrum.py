@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.errors import AdductError, ConfigError, FormulaError, SpectrumError
-from engine.spectrum import (
+from engine.spectra.spectrum import (
     SkippedRecord,
     Spectrum,
     check_formula_matches_precursor,
@@ -236,13 +236,13 @@ def test_negative_mode_check(make_spectrum):
 
 @pytest.mark.parametrize("text, decimals", [("163", 0), ("163.1", 1), (" 163.1077 1200 ", 4), ("1.6e2", None)])
 def test_written_decimals(text, decimals):
-    from engine.spectrum import written_decimals
+    from engine.spectra.spectrum import written_decimals
 
     assert written_decimals(text) == decimals
 
 
 def test_written_precision_widens_the_formula_check(make_spectrum):
-    from engine.spectrum import precursor_precision_da
+    from engine.spectra.spectrum import precursor_precision_da
 
     nominal = make_spectrum(precursor_mz=179.0, metadata={"precursor_mz_decimals": "0"})
     assert precursor_precision_da(nominal) == 1.0
@@ -267,13 +267,13 @@ def test_written_precision_widens_the_formula_check(make_spectrum):
     ],
 )
 def test_has_fragments(make_spectrum, mz, expected):
-    from engine.spectrum import has_fragments
+    from engine.spectra.spectrum import has_fragments
 
     assert has_fragments(make_spectrum(mz=mz, intensity=[1.0] * len(mz))) is expected
 
 
 def test_note_no_fragments_is_pure_and_added_once(make_spectrum):
-    from engine.spectrum import NO_FRAGMENTS_NOTE, note_no_fragments
+    from engine.spectra.spectrum import NO_FRAGMENTS_NOTE, note_no_fragments
 
     with_fragments = make_spectrum()
     assert note_no_fragments(with_fragments) is with_fragments

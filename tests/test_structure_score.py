@@ -8,15 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rdkit import Chem
+from tiny_bundle import FIXTURE, fixture_spectra
 
-from engine import chem
+from engine.chem import molecules as chem
+from engine.chem.formula import ELECTRON_MASS, element_masses, formula_vector
 from engine.cli import main as msgpt
-from engine.formula import ELECTRON_MASS, element_masses, formula_vector
-from engine.fragments import fragment_formulas
-from engine.novelty import KnownStructures, NoveltyMarker
-from engine.pipeline import QueryParams, SpectrumSession
-from engine.spectrum import Spectrum
-from engine.structure_score import (
+from engine.elucidation.pipeline import QueryParams, SpectrumSession
+from engine.insight.novelty import NoveltyMarker
+from engine.insight.structure_score import (
     SCORE_COLUMNS,
     RankedStructure,
     canonical_safe,
@@ -24,7 +23,9 @@ from engine.structure_score import (
     parse_structure,
     score_structures,
 )
-from tiny_bundle import FIXTURE, fixture_spectra
+from engine.model.known import KnownStructures
+from engine.spectra.fragments import fragment_formulas
+from engine.spectra.spectrum import Spectrum
 
 PARAMS = QueryParams(groups=4)
 FAST = ["--groups", "3", "--threads", "1", "--precision", "fp32"]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_train_encoder import write_labelled_mgf
 
-from engine.chem import mol_from_smiles, morgan_bits
-from engine.encoder import EncoderConfig, SpectrumEncoder
+from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, parse_formula
+from engine.chem.molecules import mol_from_smiles, morgan_bits
 from engine.errors import ConfigError
-from engine.formula import ELEMENT_INDEX, ELEMENTS, parse_formula
-from engine.fragments import fragment_pieces
+from engine.model.encoder import EncoderConfig, SpectrumEncoder
+from engine.spectra.fragments import fragment_pieces
 from training.spectra import FeatureSettings, load_labelled_spectra
 from training.substructures import (
     SubstructureSettings,
@@ -21,8 +22,6 @@ from training.substructures import (
     structure_labels,
 )
 from training.train_encoder import substructure_loss
-
-from test_train_encoder import write_labelled_mgf
 
 
 def vec(formula: str) -> np.ndarray:

@@ -9,9 +9,9 @@ When this file fails after a change to fixture.mgf or the bundle format, rebuild
 import json
 
 import pytest
-
-from engine.bundle import load_bundle
 from tiny_bundle import BUNDLE_DIR, NAME, fixture_spectra, fixture_tokenizer, reference_margins, reference_safes
+
+from engine.model.bundle import load_bundle
 
 FILES = {"config.json", "decoder.safetensors", "encoder.safetensors", "tokenizer.json", "calibration.json"}
 

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from engine.errors import BundleError, ConfigError
-from engine.tokenizer import SPECIAL_TOKENS, SafeTokenizer
+from engine.model.tokenizer import SPECIAL_TOKENS, SafeTokenizer
 
 # SAFE strings as safe-mol writes them (safe.encode of small molecules from the pretraining corpus)
 SAFE = [

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from engine.adducts import precursor_mz_from_neutral
-from engine.annotate import enumerate_subformulas
-from engine.chem import inchikey, mol_formula, mol_from_smiles
-from engine.encoder import EncoderConfig, SpectrumEncoder
+from engine.chem.adducts import precursor_mz_from_neutral
+from engine.chem.formula import formula_mass, parse_formula
+from engine.chem.molecules import inchikey, mol_formula, mol_from_smiles
 from engine.errors import ConfigError
-from engine.formula import formula_mass, parse_formula
+from engine.model.encoder import EncoderConfig, SpectrumEncoder
+from engine.spectra.annotate import enumerate_subformulas
 from training.spectra import (
     CacheHit,
     FeatureSettings,
@@ -26,8 +26,8 @@ from training.spectra import (
     target_bits,
 )
 from training.train_encoder import (
-    EncoderTrainConfig,
     DataReady,
+    EncoderTrainConfig,
     Resumed,
     StepDone,
     TrainingFinished,

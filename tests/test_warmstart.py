@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from engine.decoder import ConditionalDecoder, DecoderConfig
 from engine.errors import BundleError, ConfigError
-from engine.tokenizer import SPECIAL_TOKENS, SafeTokenizer
+from engine.model.decoder import ConditionalDecoder, DecoderConfig
+from engine.model.tokenizer import SPECIAL_TOKENS, SafeTokenizer
 from training.warmstart import warm_start_from_safe_gpt
 
 # SAFE-GPT-like vocabulary: its own special tokens and order; ours differs in order and has '<', '>'
@@ -121,6 +121,7 @@ def test_refuses_pickles_and_other_shapes(safe_gpt, tmp_path):
 
 def test_pretrain_warm_starts_from_init_from(safe_gpt, tmp_path):
     from test_pretrain import tiny_config, write_synthetic_corpus
+
     from training.pretrain import Started, pretrain
 
     src, _ = safe_gpt

@@ -24,15 +24,15 @@ import numpy as np
 import safe as sf
 import torch
 
-from engine import chem
-from engine.bundle import save_bundle
-from engine.decoder import ConditionalDecoder, DecoderConfig, collate_queries
-from engine.encoder import EncoderConfig, SpectrumEncoder
-from engine.featurize import collate, featurize_spectrum
-from engine.formula import formula_vector, parse_formula
-from engine.io import read_spectra
-from engine.querying import Calibration
-from engine.tokenizer import SafeTokenizer
+from engine.chem import molecules as chem
+from engine.chem.formula import formula_vector, parse_formula
+from engine.model.bundle import save_bundle
+from engine.model.decoder import ConditionalDecoder, DecoderConfig, collate_queries
+from engine.model.encoder import EncoderConfig, SpectrumEncoder
+from engine.model.featurize import collate, featurize_spectrum
+from engine.model.querying import Calibration
+from engine.model.tokenizer import SafeTokenizer
+from engine.spectra.io import read_spectra
 
 DATA = Path(__file__).parent / "data"
 FIXTURE = DATA / "fixture.mgf"

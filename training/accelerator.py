@@ -55,8 +55,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.bundle import sha256_file
 from engine.errors import BundleError, ConfigError, MsgptError
+from engine.model.bundle import sha256_file
 
 PACK_FORMAT = "msgpt-accelerator-pack"
 PACK_VERSION = 1
@@ -182,8 +182,8 @@ def write_corpus_pack(arrays: dict[str, np.ndarray], oversample_rows: np.ndarray
 def materialize_corpus(pack_dir: Path, dest: Path, oversample: int) -> dict:
     """Write the packed corpus as a one-shard corpus directory (:mod:`training.dataset`'s format), the
     ``oversample_rows`` repeated ``oversample`` more times. Returns its manifest."""
-    from engine.formula import ELEMENTS
-    from engine.tokenizer import SafeTokenizer
+    from engine.chem.formula import ELEMENTS
+    from engine.model.tokenizer import SafeTokenizer
 
     from .corpus_format import FORMAT, FORMAT_VERSION
 
@@ -321,7 +321,7 @@ def pack(corpus: str | Path, init: str | Path, noise: str | Path, out: str | Pat
     import torch
     from safetensors.torch import save_file
 
-    from engine.tokenizer import SafeTokenizer
+    from engine.model.tokenizer import SafeTokenizer
 
     from .checkpoint import load_decoder, module_weights
     from .dataset import _read_manifest
@@ -415,7 +415,7 @@ def _verify_pack(pack_dir: Path) -> dict:
 
 
 def _preset_of(config) -> str:
-    from engine.decoder import PRESETS, DecoderConfig
+    from engine.model.decoder import PRESETS, DecoderConfig
 
     for name in PRESETS:
         try:
@@ -432,7 +432,7 @@ def remote(pack_dir: str | Path, out: str | Path, *, work: str | Path = "/tmp/ms
     """The device side: unpack, train within the budget, export in parts. Returns the report."""
     import torch
 
-    from engine.decoder import DecoderConfig
+    from engine.model.decoder import DecoderConfig
 
     from .checkpoint import latest_checkpoint
     from .pretrain import CheckpointSaved, Finished, PretrainConfig, StepDone, Validated, pretrain
@@ -572,7 +572,7 @@ def unpack(returned: str | Path, pack_dir: str | Path, dest: str | Path, *, repo
            restore: bool = True) -> Path:
     """Reassemble and check the returned decoder; write a pretraining run directory at ``dest/run`` (with
     the corpus materialized at ``dest/corpus``). Restores the parked bundle. Returns the run directory."""
-    from engine.decoder import DecoderConfig
+    from engine.model.decoder import DecoderConfig
 
     from .checkpoint import load_decoder
 
@@ -743,7 +743,7 @@ def dry_run(workdir: str | Path | None = None, repo: Path | None = None) -> dict
     import gzip
     import tempfile
 
-    from engine.bundle import load_bundle
+    from engine.model.bundle import load_bundle
 
     from .noise import FingerprintNoise
 

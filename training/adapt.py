@@ -13,7 +13,7 @@ only: the fingerprint encoder's value and output ("combine") projections of ever
 shared context projection, and in every cross-attention block the query, key, value and output
 projections and both feed-forward projections. Everything else (GPT-2 backbone, LM head, formula
 encoder, the rest of the fingerprint encoder) stays frozen. Our attention layers already have
-separate q/k/v projections, so nothing needs splitting; :func:`engine.decoder.split_fused_qkv`
+separate q/k/v projections, so nothing needs splitting; :func:`engine.model.decoder.split_fused_qkv`
 converts weights from a fused layout. For the ``paper`` preset that is 41 linear layers and 362,496
 trainable parameters, against the paper's 39 layers and 350,212: the paper's fingerprint encoder
 has two projections ours lacks (see benchmarks/param_counts.py for the arithmetic).
@@ -99,15 +99,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from engine import chem
-from engine.bundle import ModelBundle, load_bundle, save_adapter, sha256_file, weights_checksum
-from engine.decoder import PAD_ID, ConditionalDecoder, collate_queries
+from engine.chem import molecules as chem
+from engine.chem.formula import formula_vector, parse_formula
+from engine.elucidation.pipeline import QueryParams, SpectrumSession, require_usable
 from engine.errors import BundleError, ConfigError, MsgptError
-from engine.formula import formula_vector, parse_formula
-from engine.pipeline import QueryParams, SpectrumSession, require_usable, run_to_end
-from engine.querying import band_thresholds, build_queries
-from engine.sampling import filter_probs
-from engine.spectrum import Spectrum
+from engine.model.bundle import ModelBundle, load_bundle, save_adapter, sha256_file, weights_checksum
+from engine.model.decoder import PAD_ID, ConditionalDecoder, collate_queries
+from engine.model.querying import band_thresholds, build_queries
+from engine.model.sampling import filter_probs
+from engine.progress import run_to_end
+from engine.spectra.spectrum import Spectrum
 
 from .checkpoint import (
     atomic_folder,
@@ -262,7 +263,7 @@ def lora_targets(model: ConditionalDecoder, fp_targets: Sequence[str] = ("v_proj
         if not isinstance(modules.get(name), nn.Linear):
             fused = any(n.startswith(name.rsplit(".", 1)[0]) and n.endswith("in_proj_weight")
                         for n, _ in model.named_parameters())
-            hint = (" The attention keeps q/k/v fused; convert its weights with engine.decoder.split_fused_qkv."
+            hint = (" The attention keeps q/k/v fused; convert its weights with engine.model.decoder.split_fused_qkv."
                     if fused else "")
             raise ConfigError(f"LoRA target `{name}` is not a Linear layer of this decoder.{hint}")
     return names
@@ -405,7 +406,7 @@ def _examples_key(config: AdaptConfig, bundle: ModelBundle) -> dict:
 
 def select_spectra(config: AdaptConfig, bundle: ModelBundle) -> Iterator[Reading]:
     """Eligible spectra of the MGF, split by structure into (train subsample, held-out val); *returns* both."""
-    from engine.io import iter_spectra
+    from engine.spectra.io import iter_spectra
 
     eligible: list[Spectrum] = []
     n = 0

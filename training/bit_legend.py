@@ -8,11 +8,11 @@
 Reads a seeded random sample of ``--rows`` molecules from SMILES tables (``--molecules``: a column
 named ``smiles``, else the first; .gz allowed) and/or prepared corpora (``--corpus``: the
 ``smiles.txt`` of every shard in ``manifest.json``), computes the model's Morgan fingerprint with its
-bit information (:func:`engine.bitlegend.bit_environments`: RDKit, radius 2, 4096 bits, exactly
-:func:`engine.chem.morgan_bits`, stereochemistry removed as the corpus does), counts per bit the
+bit information (:func:`engine.model.bitlegend.bit_environments`: RDKit, radius 2, 4096 bits, exactly
+:func:`engine.chem.molecules.morgan_bits`, stereochemistry removed as the corpus does), counts per bit the
 molecules in which each distinct environment sets it, and writes the ``--top`` most frequent per bit
-(:class:`engine.bitlegend.BitLegend`, gzip-compressed JSON). ``--bundle`` also records the file's checksum in that bundle's
-``config.json`` (:func:`engine.bundle.add_bundle_file`), so loading checks it.
+(:class:`engine.model.bitlegend.BitLegend`, gzip-compressed JSON). ``--bundle`` also records the file's checksum in that bundle's
+``config.json`` (:func:`engine.model.bundle.add_bundle_file`), so loading checks it.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import chem
-from engine.bitlegend import BitLegend, bit_environment_ids, environment_fragment, legend_from_counts
+from engine.chem import molecules as chem
 from engine.errors import ConfigError, MsgptError
+from engine.model.bitlegend import BitLegend, bit_environment_ids, environment_fragment, legend_from_counts
 
 from .corpus_format import corpus_lines
 
@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = Path(args.out)
         legend.save(out)
         if args.bundle:
-            from engine.bundle import add_bundle_file
+            from engine.model.bundle import add_bundle_file
 
             add_bundle_file(args.bundle, out)
     except MsgptError as e:

@@ -19,7 +19,7 @@ stores it rounded: the calibration must then have been computed on the rounded w
 encoder keeps the storage of its file by default. The card (``MODEL_CARD.md``) is
 written from what the runs recorded — data selection, parameter counts, steps, wall time, encoder
 metrics, calibration — so it cannot drift from the weights; ``--evaluation`` adds the measured table.
-The finished bundle is loaded once with :func:`engine.bundle.load_bundle` to prove it is whole.
+The finished bundle is loaded once with :func:`engine.model.bundle.load_bundle` to prove it is whole.
 
 ``--decoder`` may also be a model bundle: its decoder, unchanged, beside a new encoder. The bundle's
 record of the decoder's training (``training.decoder_summary`` and ``decoder_stages`` in its
@@ -45,20 +45,20 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
-from engine.bitlegend import FILE_NAME as LEGEND_FILE
-from engine.bitlegend import BitLegend
-from engine.bundle import add_bundle_file, bundle_checksum, load_bundle, save_bundle
-from engine.decoder import parameter_counts
 from engine.errors import BundleError, ConfigError, MsgptError
-from engine.novelty import FILE_NAME as KNOWN_FILE
-from engine.novelty import KnownStructures
-from engine.querying import Calibration
+from engine.model.bitlegend import FILE_NAME as LEGEND_FILE
+from engine.model.bitlegend import BitLegend
+from engine.model.bundle import add_bundle_file, bundle_checksum, load_bundle, save_bundle
+from engine.model.decoder import parameter_counts
+from engine.model.known import FILE_NAME as KNOWN_FILE
+from engine.model.known import KnownStructures
+from engine.model.querying import Calibration
 
 from .bit_legend import build_legend, corpus_smiles, reservoir_sample
 from .calibrate import load_encoder, round_weights, rounded_note
-from .spectra import DEFAULT_ADDUCTS
 from .checkpoint import latest_checkpoint, load_decoder
 from .known_structures import corpus_keys
+from .spectra import DEFAULT_ADDUCTS
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

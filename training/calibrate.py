@@ -11,7 +11,7 @@ directory's ``train_config.json`` (folds, licences, instrument rule, annotation 
 reference density is the one the posterior was shaped on. Posteriors are computed in eval mode.
 
 An encoder trained on both ion modes gets one curve per mode (positive in the main fields, negative in
-``negative``; see :meth:`engine.querying.Calibration.for_polarity`): its posteriors differ between the
+``negative``; see :meth:`engine.model.querying.Calibration.for_polarity`): its posteriors differ between the
 modes in how many bits pass a threshold.
 
 A bundle may store the encoder's weights in half precision (``build_bundle --encoder-dtype fp16``, half
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.encoder import EncoderConfig, SpectrumEncoder
 from engine.errors import ConfigError, InputFileError
-from engine.querying import Calibration
+from engine.model.encoder import EncoderConfig, SpectrumEncoder
+from engine.model.querying import Calibration
 
 from .loop import torch_threads
 from .metrics import mean_active_bits, mean_tanimoto

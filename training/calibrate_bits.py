@@ -1,4 +1,4 @@
-"""Per-bit calibration of the posterior for the fingerprint score (engine.scoring), from out-of-fold posteriors.
+"""Per-bit calibration of the posterior for the fingerprint score (engine.model.scoring), from out-of-fold posteriors.
 
 ::
 
@@ -6,7 +6,7 @@
 
 Reads the posteriors that encoders trained without each spectrum's structure gave the FOLD=train
 spectra (``python -m training.oof_posteriors``), fits every bit's Platt scaling
-(:meth:`engine.scoring.BitCalibration.fit`) and writes it into the bundle's ``calibration.json``
+(:meth:`engine.model.scoring.BitCalibration.fit`) and writes it into the bundle's ``calibration.json``
 (checksum updated). Out-of-fold posteriors look like the ones the shipped encoder gives unseen
 structures; in-sample posteriors would teach the score to trust the encoder far too much. The
 validation fold is never read. It prints the log-loss per bit of the raw and the recalibrated
@@ -15,7 +15,7 @@ a check), then fits on everything.
 
 With spectra of both ion modes the check is printed per mode as well. ``--per-polarity`` fits the
 negative-mode spectra their own scaling (stored beside the negative-mode ``A(t)`` curve, read by
-:meth:`engine.querying.Calibration.for_polarity`) and the positive-mode ones theirs; the check then
+:meth:`engine.model.querying.Calibration.for_polarity`) and the positive-mode ones theirs; the check then
 shows the shared and the per-mode fit side by side, so the choice is made on training structures.
 
 A fit that does not lower the held-out log-loss (the per-mode fit's with ``--per-polarity``) is not
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.bundle import save_calibration
-from engine.querying import Calibration
-from engine.scoring import EPS, BitCalibration
+from engine.model.bundle import save_calibration
+from engine.model.querying import Calibration
+from engine.model.scoring import EPS, BitCalibration
 
 
 def load_oof(path: str | Path) -> tuple[np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:

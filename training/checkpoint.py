@@ -7,7 +7,7 @@ A run directory (``--out``) holds::
     checkpoints/
       step_00001000/
         model.safetensors           decoder state_dict (the tied wte / lm_head weight under both
-                                    names, as engine.bundle stores it)
+                                    names, as engine.model.bundle stores it)
         optimizer.safetensors       AdamW state by parameter *name*: ``<name>.exp_avg``,
                                     ``<name>.exp_avg_sq``, ``<name>.step``
         trainer_state.json          step, data position (sampler epoch + batches consumed), the
@@ -40,9 +40,9 @@ from pathlib import Path
 
 import torch
 
-from engine.decoder import ConditionalDecoder, DecoderConfig
 from engine.errors import BundleError
-from engine.tokenizer import SafeTokenizer
+from engine.model.decoder import ConditionalDecoder, DecoderConfig
+from engine.model.tokenizer import SafeTokenizer
 
 FORMAT = "msgpt-pretrain-checkpoint"
 FORMAT_VERSION = 1
@@ -250,7 +250,7 @@ def export_decoder(src: str | Path, dest: str | Path, dtype: torch.dtype = torch
     """Write ``decoder.safetensors`` + ``decoder_config.json`` + ``tokenizer.json`` of a checkpoint.
 
     ``src`` is a checkpoint directory or a run directory (its newest checkpoint). The files are what
-    ``engine.bundle.save_bundle`` needs for the decoder part of a bundle (see :func:`load_decoder`).
+    ``engine.model.bundle.save_bundle`` needs for the decoder part of a bundle (see :func:`load_decoder`).
     """
     src = Path(src)
     if not (src / STATE_FILE).is_file():

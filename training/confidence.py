@@ -1,4 +1,4 @@
-"""Fit the per-spectrum confidence (:mod:`engine.confidence`) on out-of-fold pools; check it on FOLD=val.
+"""Fit the per-spectrum confidence (:mod:`engine.model.confidence`) on out-of-fold pools; check it on FOLD=val.
 
 Two steps::
 
@@ -21,15 +21,15 @@ the bundle's decoder and scorer exactly as the app draws it (B = 20 x 5, formula
 fingerprint ranking). The label is whether the rank-1 candidate's first InChIKey block is the
 reference's. One spectrum per structure, so no compound weighs more than another.
 
-**Model**: L2-penalised logistic regression on the six features of :func:`engine.confidence.confidence_features`
-(Newton's method, :func:`engine.confidence.fit_logistic`: six weights do not justify a scikit-learn
+**Model**: L2-penalised logistic regression on the six features of :func:`engine.model.confidence.confidence_features`
+(Newton's method, :func:`engine.model.confidence.fit_logistic`: six weights do not justify a scikit-learn
 dependency). Its probabilities are checked, never tuned, on FOLD=val: a reliability table (predicted
 vs observed per bin), the expected calibration error and the Brier score against always predicting the
 base rate, written into the model's ``meta`` and drawn as a reliability diagram.
 
 **Recalibration**: a logistic over these features overpredicts at its top end even on pools it did not
 see (v9's: 60% predicted where 44% came true, 5-fold cross-validated). The fit therefore maps its
-probabilities through an isotonic curve (:func:`engine.confidence.isotonic_knots`) fitted on cross-fitted
+probabilities through an isotonic curve (:func:`engine.model.confidence.isotonic_knots`) fitted on cross-fitted
 probabilities of the training pools, and keeps the map only when it lowers the Brier score in a nested
 5-fold cross-validation over the pools (``meta["fit"]["cross_validated"]``); ``--no-recalibration``
 leaves it out. Nothing of FOLD=val enters the choice.
@@ -48,7 +48,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.confidence import (
+from engine.errors import BundleError, ConfigError, MsgptError
+from engine.model.confidence import (
     FEATURES,
     ConfidenceModel,
     confidence_features,
@@ -57,7 +58,6 @@ from engine.confidence import (
     reliability,
     result_features,
 )
-from engine.errors import BundleError, ConfigError, MsgptError
 
 from .loop import stop_on_signals, torch_threads
 
@@ -70,9 +70,9 @@ class Collecting:
 
 
 def _eligible(bundle, mgf: str, oof_rows: dict[str, int], folds: Sequence[str]) -> list:
-    from engine.io import iter_spectra
-    from engine.pipeline import require_usable
-    from engine.spectrum import Spectrum
+    from engine.elucidation.pipeline import require_usable
+    from engine.spectra.io import iter_spectra
+    from engine.spectra.spectrum import Spectrum
 
     out = []
     for item in iter_spectra(mgf):
@@ -91,8 +91,8 @@ def _eligible(bundle, mgf: str, oof_rows: dict[str, int], folds: Sequence[str]) 
 def _unseen_ids(bundle, mgf: str) -> dict[str, int]:
     """Spectrum ids of FOLD=train records of structures the bundle's encoder never saw
     (:func:`training.noise.unseen_structures`), as the ``oof_rows`` :func:`_eligible` takes."""
-    from engine.io import iter_spectra
-    from engine.spectrum import Spectrum
+    from engine.spectra.io import iter_spectra
+    from engine.spectra.spectrum import Spectrum
 
     from .noise import encoder_licenses, unseen_structures
 
@@ -114,9 +114,10 @@ def collect(bundle_dir: str, mgf: str, oof_dir: str | None, out: str, structures
     out-of-fold posteriors (``oof_dir``), or, with ``oof_dir`` None, of the spectra of structures the
     bundle's encoder never saw, from its own posteriors; append one JSON line per spectrum to
     ``out/pools.jsonl`` (resumes)."""
-    from engine.bundle import load_bundle
-    from engine.pipeline import QueryParams, SpectrumSession, run_to_end
-    from engine.querying import QueryPlan
+    from engine.elucidation.pipeline import QueryParams, SpectrumSession
+    from engine.model.bundle import load_bundle
+    from engine.model.querying import QueryPlan
+    from engine.progress import run_to_end
 
     from .oof_data import load_oof
 
@@ -281,7 +282,7 @@ def fit(collected: str | Path, l2: float = 1.0, recalibrate: bool = True) -> Con
                     "hits": int(y.sum()), "l2": l2, "bundle": settings["bundle"], "oof": settings["oof"],
                     "reliability_in_sample": reliability(train_p, [bool(r["hit"]) for r in rows]),
                     "cross_validated": cv},
-            # the ion modes of the fitted pools (engine.confidence gives none for another; rows collected
+            # the ion modes of the fitted pools (engine.model.confidence gives none for another; rows collected
             # before the polarity was recorded came from the positive-mode out-of-fold posteriors)
             "polarities": sorted({r.get("polarity") or "positive" for r in rows})}
     return replace(model, meta=meta)
@@ -338,7 +339,7 @@ def draw_reliability(report: dict, title: str, path: str | Path) -> Path:
 
 def save_model(model: ConfidenceModel, out: str | Path) -> Path:
     """Write ``model`` to a bundle folder (``confidence.json``, its checksum recorded in ``config.json``) or a file."""
-    from engine.bundle import add_bundle_file
+    from engine.model.bundle import add_bundle_file
 
     out = Path(out)
     if out.is_dir():

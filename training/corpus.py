@@ -23,12 +23,12 @@ On-disk layout of a corpus directory::
     shard_00000/                one per chunk of ``chunk_size`` input records, written atomically
         smiles.txt safe.txt formula.txt inchikey14.txt    one record per line
         bits.npy (uint16, concatenated sorted active bits)  bit_offsets.npy (int64, n+1)
-        formula.npy (uint16, n x 14, engine.formula.ELEMENTS order)
+        formula.npy (uint16, n x 14, engine.chem.formula.ELEMENTS order)
         stats.json                per-chunk input / kept / dropped counts
         DONE                      stage 1 marker (the directory is renamed into place with it)
         tokens.npy (uint16, concatenated ids incl. <bos>/<eos>)  tok_offsets.npy (int64, n+1)
         TOKENS_DONE               stage 2 marker: JSON with the tokenizer fingerprint
-    tokenizer.json              engine.tokenizer.SafeTokenizer
+    tokenizer.json              engine.model.tokenizer.SafeTokenizer
     manifest.json               shards and counts; written last, what CorpusDataset reads
     report.json                 every drop by reason, inputs, throughput
 
@@ -63,10 +63,10 @@ import rdkit
 import safe
 from safe import SAFEDecodeError, SAFEEncodeError, SAFEFragmentationError
 
-from engine import chem
+from engine.chem import molecules as chem
+from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, formula_vector
 from engine.errors import ConfigError, InputFileError
-from engine.formula import ELEMENT_INDEX, ELEMENTS, formula_vector
-from engine.tokenizer import SPECIAL_TOKENS, SafeTokenizer
+from engine.model.tokenizer import SPECIAL_TOKENS, SafeTokenizer
 
 from .corpus_format import FORMAT, FORMAT_VERSION, MAX_CONTEXT_BITS  # noqa: F401  (re-exported)
 
@@ -100,7 +100,7 @@ class ConvertSettings:
 class Record(NamedTuple):
     smiles: str  # canonical, stereochemistry removed
     safe: str
-    formula: str  # Hill, as engine.chem.mol_formula writes it
+    formula: str  # Hill, as engine.chem.molecules.mol_formula writes it
     inchikey14: str
     formula_vec: np.ndarray  # uint16 (14,)
     bits: np.ndarray  # uint16, sorted active Morgan bits
@@ -146,7 +146,7 @@ def convert_smiles(raw: str, settings: ConvertSettings) -> Record | Dropped:
 
 
 def unsupported_elements(mol) -> list[str]:
-    """Sorted element symbols of ``mol`` outside :data:`engine.formula.ELEMENTS` (``*`` for dummies)."""
+    """Sorted element symbols of ``mol`` outside :data:`engine.chem.formula.ELEMENTS` (``*`` for dummies)."""
     return sorted({a.GetSymbol() for a in mol.GetAtoms()} - ELEMENT_INDEX.keys())
 
 

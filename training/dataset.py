@@ -10,7 +10,7 @@ A batch from :meth:`CorpusDataset.collate` is a dict of tensors::
                             so ``F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1)``
     fp_bits  (B, 256) int64 the first (lowest) 256 active Morgan bits ascending, padded with 0
     fp_mask  (B, 256) bool  True where fp_bits holds a real bit
-    formula  (B, 14) int64  element counts in engine.formula.ELEMENTS order
+    formula  (B, 14) int64  element counts in engine.chem.formula.ELEMENTS order
 
 with ``T = max sequence length in the batch - 1``. Either call ``ds.collate(indices)`` on the
 batches of a :class:`training.batching.FormulaGroupedBatchSampler`, or let a DataLoader do it:
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from engine.errors import BundleError
-from engine.tokenizer import SafeTokenizer
+from engine.model.tokenizer import SafeTokenizer
 
 from .corpus_format import FORMAT, FORMAT_VERSION, MAX_CONTEXT_BITS
 

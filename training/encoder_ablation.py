@@ -36,8 +36,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ConfigError, InputFileError
-
-from engine.pipeline import run_to_end
+from engine.progress import run_to_end
 
 from .calibrate import Calibration, CalibrationDone, calibrate_encoder, load_encoder
 from .checkpoint import write_json_atomic

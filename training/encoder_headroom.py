@@ -40,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
+from engine.chem.formula import ELEMENT_INDEX
 from engine.errors import ConfigError, InputFileError, MsgptError
-from engine.formula import ELEMENT_INDEX
-from engine.pipeline import run_to_end
+from engine.progress import run_to_end
 
 from .calibrate import Calibration, load_encoder
 from .checkpoint import write_json_atomic

@@ -6,7 +6,7 @@
         --one-per-structure --max-spectra 150 --variants oracle point band band+adapter --out runs/eval
 
 For every selected spectrum (known formula, reference SMILES, an adduct the model supports) each
-*variant* draws a pool of B decoder samples through :class:`engine.pipeline.SpectrumSession` and ranks
+*variant* draws a pool of B decoder samples through :class:`engine.elucidation.pipeline.SpectrumSession` and ranks
 it exactly as the app does; the variants run side by side on the same spectra and seeds:
 
 =================  ===========================================================================================
@@ -53,14 +53,16 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import chem
-from engine.errors import Cancelled, ConfigError, MsgptError
-from engine.io import iter_spectra
-from engine.pipeline import QueryParams, SpectrumSession, compute_posterior, require_usable, run_to_end
-from engine.querying import OUTER_KAPPA_RANGE, Calibration, QueryPlan, band_thresholds, build_queries
-from engine.sampling import DECODING_MODES
-from engine.scoring import RANKINGS
-from engine.spectrum import Spectrum
+from engine import progress
+from engine.chem import molecules as chem
+from engine.elucidation.pipeline import QueryParams, SpectrumSession, compute_posterior, require_usable
+from engine.errors import ConfigError, MsgptError
+from engine.model.querying import OUTER_KAPPA_RANGE, Calibration, QueryPlan, band_thresholds, build_queries
+from engine.model.sampling import DECODING_MODES
+from engine.model.scoring import RANKINGS
+from engine.progress import run_to_end
+from engine.spectra.io import iter_spectra
+from engine.spectra.spectrum import Spectrum
 
 from . import metrics as M
 from .report import drop_cut_line, read_records, write_report
@@ -120,8 +122,8 @@ class EncoderOnly:
 
 
 def load_model(path: str | Path, device: str = "auto", precision: str = "auto"):
-    """A :class:`~engine.bundle.ModelBundle`, or an :class:`EncoderOnly` for an encoder training folder."""
-    from engine.bundle import load_bundle, resolve_device, sha256_file
+    """A :class:`~engine.model.bundle.ModelBundle`, or an :class:`EncoderOnly` for an encoder training folder."""
+    from engine.model.bundle import load_bundle, resolve_device, sha256_file
 
     folder = Path(path).expanduser()
     if not (folder / "config.json").is_file() and (folder / "encoder_config.json").is_file():
@@ -407,8 +409,7 @@ def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Itera
     import torch
 
     def check_cancel():
-        if cancel is not None and cancel():
-            raise Cancelled("Evaluation cancelled; run the same command again to continue.")
+        progress.check_cancel(cancel, "Evaluation cancelled; run the same command again to continue.")
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

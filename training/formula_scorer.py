@@ -1,4 +1,4 @@
-"""Fit the formula scorer (engine.formula_candidates) on the molecule corpus and FOLD=train spectra.
+"""Fit the formula scorer (engine.formulas.candidates) on the molecule corpus and FOLD=train spectra.
 
 ::
 
@@ -6,7 +6,7 @@
         --mgf ../shared/data/massbank_dev.mgf.gz --work runs/formula_scorer --out resources
 
 1. **Corpus prior**: the formula of every structure of the molecule corpus (RDKit), their counts
-   and statistics (:meth:`engine.formula_candidates.FormulaPrior.fit`). The corpus excludes the
+   and statistics (:meth:`engine.formulas.prior.FormulaPrior.fit`). The corpus excludes the
    FOLD=val structures (and the held-out test set).
 2. **Examples**: FOLD=train ``[M+H]+`` spectra of high-resolution records (the written precursor
    within 10 ppm of the formula's m/z), one seeded spectrum per structure (first InChIKey block).
@@ -39,20 +39,13 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.adducts import neutral_mass_from_precursor, precursor_mz_from_neutral
-from engine.decompose import decompose_mass
-from engine.formula import formula_mass, formula_vector, parse_formula
-from engine.formula_candidates import (
-    DEFAULT_ION_TYPES,
-    STAGE1_FEATURES,
-    STAGE2_FEATURES,
-    FormulaConfig,
-    FormulaPrior,
-    FormulaScorer,
-    fragment_features_many,
-    fragment_peaks,
-    fragment_terms,
-)
+from engine.chem.adducts import neutral_mass_from_precursor, precursor_mz_from_neutral
+from engine.chem.formula import formula_mass, formula_vector, parse_formula
+from engine.formulas.candidates import DEFAULT_ION_TYPES, FormulaConfig
+from engine.formulas.decompose import decompose_mass
+from engine.formulas.evidence import fragment_features_many, fragment_peaks
+from engine.formulas.prior import FormulaPrior
+from engine.formulas.scorer import STAGE1_FEATURES, STAGE2_FEATURES, FormulaScorer, fragment_terms
 
 
 def corpus_formulas(molecules: Path, work: Path) -> tuple[dict[str, int], set[str]]:
@@ -88,8 +81,8 @@ def corpus_formulas(molecules: Path, work: Path) -> tuple[dict[str, int], set[st
 
 def select_examples(mgf: Path, fold: str, adduct: str, seed: int, max_structures: int | None):
     """One seeded high-resolution spectrum per structure of ``fold`` with ``adduct``."""
-    from engine.io import iter_spectra
-    from engine.spectrum import SkippedRecord
+    from engine.spectra.io import iter_spectra
+    from engine.spectra.spectrum import SkippedRecord
 
     by_structure: dict[str, list] = defaultdict(list)
     ion_counts: Counter[str] = Counter()

@@ -5,7 +5,7 @@ reported for unseen structures, ``../shared/docs/accuracy-notes.md``). This is o
 trained on the ``FOLD=train`` spectra only, in the encoder's own token space (neutral subformulas):
 
 * **candidates** (:func:`candidates`): the bond-cleavage pieces of the structure
-  (:func:`engine.fragments.fragment_pieces`, up to ``max_breaks`` cuts), each with its hydrogens
+  (:func:`engine.spectra.fragments.fragment_pieces`, up to ``max_breaks`` cuts), each with its hydrogens
   shifted by up to ``h_shift`` (rearrangements); one candidate per distinct neutral formula, explained
   by the piece with the smallest hydrogen shift, then the fewest cuts (the rule of
   :func:`training.substructures.assign_pieces`). Its features: the piece's Morgan fingerprint (as a
@@ -18,7 +18,7 @@ trained on the ``FOLD=train`` spectra only, in the encoder's own token space (ne
   intensity, trained with BCE against the share and squared error on the intensities of observed ones;
 * **simulation** (:func:`simulate_tokens`): each candidate of a new molecule becomes a peak with its
   predicted probability, at its predicted intensity with log-normal noise; the tokens are those of
-  :func:`engine.featurize.featurize_annotation` (root = precursor formula, peaks in mass order, at
+  :func:`engine.model.featurize.featurize_annotation` (root = precursor formula, peaks in mass order, at
   most ``max_peaks``), and each peak keeps its piece's fingerprint as its substructure label.
 
 ``python -m training.forward fit --mgf ../shared/data/massbank_dev.mgf.gz --out runs/forward`` trains it
@@ -46,12 +46,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from engine import chem
-from engine.annotate import rdbe
-from engine.encoder import EncoderConfig
+from engine.chem import molecules as chem
+from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, element_masses, formula_vector
 from engine.errors import ConfigError, MsgptError
-from engine.formula import ELEMENT_INDEX, ELEMENTS, element_masses, formula_vector
-from engine.fragments import MAX_STATES, fragment_pieces
+from engine.model.encoder import EncoderConfig
+from engine.spectra.annotate import rdbe
+from engine.spectra.fragments import MAX_STATES, fragment_pieces
 
 from .checkpoint import write_json_atomic
 from .corpus import open_text, read_mgf_headers

@@ -12,7 +12,7 @@ libraries (``--mgf`` with ``--mgf-fold``/``--mgf-license``: each structure throu
 conversion, so what ``training.corpus prepare --mgf`` drops is left out here too). ``--within``
 keeps only the structures also found in these sources (same kinds; a folder is a corpus, ``.mgf`` an
 MGF): e.g. the records of a full corpus that a model's seeded subset held. Writes the sorted 64-bit
-hashes of the InChIKey first blocks (:class:`engine.novelty.KnownStructures`); ``--bundle`` records
+hashes of the InChIKey first blocks (:class:`engine.model.known.KnownStructures`); ``--bundle`` records
 the file's checksum in that bundle's ``config.json``.
 """
 
@@ -25,7 +25,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from engine.errors import ConfigError, MsgptError
-from engine.novelty import KnownStructures, iter_structure_list
+from engine.insight.novelty import iter_structure_list
+from engine.model.known import KnownStructures
 
 from .corpus_format import corpus_lines
 
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = KnownStructures.from_keys(sorted(keys), source)
         out = known.save(args.out)
         if args.bundle:
-            from engine.bundle import add_bundle_file
+            from engine.model.bundle import add_bundle_file
 
             add_bundle_file(args.bundle, out)
     except MsgptError as e:

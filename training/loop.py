@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from engine.bundle import native_bf16
 from engine.errors import ConfigError
+from engine.model.bundle import native_bf16
 
 # -----------------------------------------------------------------------------------------------
 # Learning rate, random streams, precision

@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from functools import lru_cache
 
-from engine import chem
+from engine.chem import molecules as chem
 from engine.errors import ConfigError
 
 THRESHOLD = 100

@@ -7,8 +7,8 @@ Bit level
 0/1 (bool, int or float); :func:`dense_targets` builds one from lists of active bit indices.
 
 * **Tanimoto at a threshold**: per spectrum ``|P ∩ T| / |P ∪ T|`` with ``P = {b : π_b > t}`` (strictly
-  above, as :func:`engine.querying.threshold_query` builds queries); ``0.0`` when the union is empty,
-  like :func:`engine.chem.tanimoto`.
+  above, as :func:`engine.model.querying.threshold_query` builds queries); ``0.0`` when the union is empty,
+  like :func:`engine.chem.molecules.tanimoto`.
 * **AUROC**: the Mann-Whitney statistic with average ranks for tied scores, i.e. the probability that a
   random positive scores above a random negative, ties counting one half.
 * **Average precision (AP)**: ``sum_k (R_k - R_{k-1}) P_k`` over the distinct score values taken as
@@ -251,7 +251,7 @@ def threshold_counts(posteriors: np.ndarray, truths, thresholds) -> tuple[np.nda
     """``(|Q∩T|, |Q|)`` as ``int (n, G)`` arrays and ``|T|`` as ``int (n,)``, for ``Q = {b : π_b > t}``.
 
     ``truths``: per spectrum the true active bit indices (or an ``(n, n_bits)`` 0/1 array). The
-    comparison is made in the posterior's dtype, as :func:`engine.querying.threshold_query` does for a
+    comparison is made in the posterior's dtype, as :func:`engine.model.querying.threshold_query` does for a
     float32 posterior. One sort per spectrum, then a binary search per threshold.
     """
     p = np.asarray(posteriors)

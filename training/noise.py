@@ -295,8 +295,8 @@ def fit_from_bundle(
 ) -> FingerprintNoise:
     """The noise model of a bundle's own encoder, measured on the ``FOLD=train`` spectra of structures it
     never trained on (see the module docstring), each cut at the band of its ion mode's calibration."""
-    from engine.bundle import load_bundle
-    from engine.querying import band_thresholds
+    from engine.model.bundle import load_bundle
+    from engine.model.querying import band_thresholds
 
     from .spectra import FeatureSettings, load_labelled_spectra
     from .train_encoder import predict_posteriors

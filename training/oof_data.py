@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import BundleError
-from engine.querying import Calibration, band_thresholds
+from engine.model.querying import Calibration, band_thresholds
 
 MAKE_OOF = ("`python -m training.oof_posteriors --mgf ../shared/data/massbank_dev.mgf.gz --out runs/oof "
             "--folds 5`")

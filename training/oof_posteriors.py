@@ -61,9 +61,9 @@ from typing import Any
 import numpy as np
 
 from engine import paths
-from engine.encoder import EncoderConfig, SpectrumEncoder
 from engine.errors import ConfigError, InputFileError
-from engine.querying import Calibration
+from engine.model.encoder import EncoderConfig, SpectrumEncoder
+from engine.model.querying import Calibration
 
 from .calibrate import CalibrationDone, PosteriorsProgress, calibrate_encoder, load_encoder
 from .checkpoint import complete_folder, write_json_atomic

@@ -65,9 +65,9 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn import functional as F
 
-from engine.bundle import sha256_file
-from engine.decoder import ConditionalDecoder, DecoderConfig, parameter_counts
 from engine.errors import BundleError, ConfigError
+from engine.model.bundle import sha256_file
+from engine.model.decoder import ConditionalDecoder, DecoderConfig, parameter_counts
 
 from .batching import FormulaGroupedBatchSampler
 from .checkpoint import (

@@ -1,8 +1,8 @@
 """Labelled spectra for encoder training and calibration: read an MGF once, featurize, cache as .npz.
 
-:func:`iter_load_labelled_spectra` streams the file with :func:`engine.io.iter_spectra`, keeps every
+:func:`iter_load_labelled_spectra` streams the file with :func:`engine.spectra.io.iter_spectra`, keeps every
 record that can train the encoder (rules below), annotates and featurizes its peaks as
-:func:`engine.featurize.featurize_spectrum` does, and computes its target, the radius-2 Morgan bits
+:func:`engine.model.featurize.featurize_spectrum` does, and computes its target, the radius-2 Morgan bits
 of the stereo-free reference structure. Everything goes into flat arrays (:class:`LabelledSpectra`) and an
 ``.npz`` cache (``np.savez``, loaded with ``allow_pickle=False``: text is stored as fixed-width unicode
 arrays, the report as a JSON string). The cache file is named after a hash of the file's *content*
@@ -15,7 +15,7 @@ so training, validation and calibration share one read of the file.
 
 Rules for a usable record (``report["dropped"]`` counts each reason):
 
-* read with a precursor tolerance of ``max(10 ppm, 0.01 Da)`` (:mod:`engine.io`'s default). On
+* read with a precursor tolerance of ``max(10 ppm, 0.01 Da)`` (:mod:`engine.spectra.io`'s default). On
   ``massbank_dev.mgf.gz`` 2,075 ``[M+H]+`` / ``[M+Na]+`` records with formula and SMILES miss it
   (1,994 of them have a one-decimal PEPMASS); 2,058 are unit-resolution instruments, which are
   excluded anyway, and the other 17 are 0.01-0.48 Da off (8 of them in licences the shipped model
@@ -23,7 +23,7 @@ Rules for a usable record (``report["dropped"]`` counts each reason):
 * an adduct in ``adducts`` (default ``[M+H]+``, ``[M+Na]+``; negative-mode ions such as ``[M-H]-``
   when asked: the record's polarity must agree with it), a formula and a reference SMILES RDKit can
   parse;
-* the peaks annotate (:func:`engine.annotate.annotate_spectrum` with the encoder's ``tol_ppm``,
+* the peaks annotate (:func:`engine.spectra.annotate.annotate_spectrum` with the encoder's ``tol_ppm``,
   ``tol_da``, ``min_rdbe``); a record with no annotated peak is kept (its root token still carries
   the formula; 1.2 % of the selected training spectra) unless ``min_annotated_peaks`` says otherwise.
 
@@ -51,17 +51,17 @@ import numpy as np
 import torch
 
 from engine import paths
-from engine.annotate import DEFAULT_MIN_RDBE as ANNOTATION_MIN_RDBE
-from engine.annotate import DEFAULT_TOL_DA as ANNOTATION_TOL_DA
-from engine.annotate import DEFAULT_TOL_PPM as ANNOTATION_TOL_PPM
-from engine.annotate import annotate_spectrum
-from engine.chem import mol_from_smiles, morgan_bits, remove_stereo
-from engine.encoder import DEFAULT_MAX_PEAKS, EncoderConfig
+from engine.chem.formula import ELEMENTS
+from engine.chem.molecules import mol_from_smiles, morgan_bits, remove_stereo
 from engine.errors import ConfigError, MsgptError
-from engine.featurize import SpectrumFeatures, collate, featurize_annotation
-from engine.formula import ELEMENTS
-from engine.io import iter_spectra
-from engine.spectrum import DEFAULT_TOL_DA, DEFAULT_TOL_PPM, SkippedRecord
+from engine.model.encoder import DEFAULT_MAX_PEAKS, EncoderConfig
+from engine.model.featurize import SpectrumFeatures, collate, featurize_annotation
+from engine.spectra.annotate import DEFAULT_MIN_RDBE as ANNOTATION_MIN_RDBE
+from engine.spectra.annotate import DEFAULT_TOL_DA as ANNOTATION_TOL_DA
+from engine.spectra.annotate import DEFAULT_TOL_PPM as ANNOTATION_TOL_PPM
+from engine.spectra.annotate import annotate_spectrum
+from engine.spectra.io import iter_spectra
+from engine.spectra.spectrum import DEFAULT_TOL_DA, DEFAULT_TOL_PPM, SkippedRecord
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class LabelledSpectra:
         return out
 
     def batch(self, indices: Sequence[int]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """A :func:`engine.featurize.collate` batch of these spectra and their targets ``(B, fp_bits)``."""
+        """A :func:`engine.model.featurize.collate` batch of these spectra and their targets ``(B, fp_bits)``."""
         batch = collate([self.features(int(i)) for i in indices])
         return batch, torch.from_numpy(self.targets(indices))
 
@@ -477,14 +477,14 @@ def _read(mgf: str | Path, settings: FeatureSettings) -> Iterator[ReadProgress]:
 
 
 def _skip_reason(reason: str) -> str:
-    """A coarse class of an :mod:`engine.io` skip reason (the full texts name values, too many to count)."""
+    """A coarse class of an :mod:`engine.spectra.io` skip reason (the full texts name values, too many to count)."""
     if "but PEPMASS is" in reason:
-        return "skipped by engine.io: precursor m/z does not fit formula + adduct"
+        return "skipped by engine.spectra.io: precursor m/z does not fit formula + adduct"
     if reason.startswith("Cannot parse formula") or "formula" in reason.lower():
-        return "skipped by engine.io: formula"
+        return "skipped by engine.spectra.io: formula"
     if "charge" in reason.lower():
-        return "skipped by engine.io: charge"
-    return "skipped by engine.io: other"
+        return "skipped by engine.spectra.io: charge"
+    return "skipped by engine.spectra.io: other"
 
 
 def structure_folds(inchikey14: Sequence[str], n_folds: int, seed: int = 0) -> np.ndarray:

@@ -1,12 +1,12 @@
 """Substructure labels of annotated peaks: the auxiliary task of MIST's MAGMa step.
 
 Every peak token of a training spectrum carries a neutral subformula ``S`` of the precursor's formula
-(:mod:`engine.featurize`). When the spectrum's structure is known, a fragment of it with that formula
+(:mod:`engine.model.featurize`). When the spectrum's structure is known, a fragment of it with that formula
 says *which part* of the molecule the peak is; MIST labels peaks this way (with MAGMa) and trains the
 encoder to predict each peak's fragment fingerprint from the peak's token, so that the peak embeddings
 learn substructures that the root token's fingerprint head can read.
 
-The fragments are the bond-cleavage pieces of :func:`engine.fragments.fragment_pieces` (up to
+The fragments are the bond-cleavage pieces of :func:`engine.spectra.fragments.fragment_pieces` (up to
 ``max_breaks`` cuts, breadth first). A peak gets the piece whose heavy atoms match ``S`` exactly and
 whose hydrogens differ by at most ``h_shift`` (rearrangements), choosing the smallest hydrogen
 difference, then the fewest cuts, then the piece reached first: deterministic, and the simplest
@@ -32,11 +32,12 @@ import numpy as np
 import torch
 from rdkit import Chem, rdBase
 
-from engine import chem, paths
+from engine import paths
+from engine.chem import molecules as chem
+from engine.chem.formula import ELEMENT_INDEX, ELEMENTS
 from engine.errors import ConfigError
-from engine.formula import ELEMENT_INDEX, ELEMENTS
-from engine.fragments import MAX_STATES, Pieces, fragment_pieces
-from engine.io import iter_spectra
+from engine.spectra.fragments import MAX_STATES, Pieces, fragment_pieces
+from engine.spectra.io import iter_spectra
 
 from .spectra import LabelledSpectra, file_sha256
 
@@ -137,7 +138,7 @@ class FragmentLabels:
 
     def targets(self, data: LabelledSpectra, indices, n_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(targets (B, P, n_bits) float32, labelled (B, P) bool)`` for the spectra ``indices`` of ``data``,
-        padded to ``n_tokens`` as :func:`engine.featurize.collate` pads the batch."""
+        padded to ``n_tokens`` as :func:`engine.model.featurize.collate` pads the batch."""
         targets = np.zeros((len(indices), n_tokens, self.n_bits), dtype=np.float32)
         labelled = np.zeros((len(indices), n_tokens), dtype=bool)
         for row, i in enumerate(indices):

@@ -31,7 +31,7 @@ seeded by ``cv_seed``) and trains on the other K-1 (``python -m training.oof_pos
 
 Output directory::
 
-    encoder.safetensors, encoder_config.json   best weights (what engine.bundle.save_bundle takes)
+    encoder.safetensors, encoder_config.json   best weights (what engine.model.bundle.save_bundle takes)
     metrics.json                               validation metrics of those weights, history, throughput
     train_config.json                          this run's EncoderTrainConfig
     best.safetensors                           best weights so far (during training)
@@ -64,11 +64,12 @@ import torch
 import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from engine.annotate import get_ion_type
-from engine.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder, fold_bits
 from engine.errors import ConfigError, InputFileError, MsgptError
+from engine.model.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder, fold_bits
+from engine.spectra.annotate import get_ion_type
 
 from .checkpoint import atomic_folder, complete_folder, module_weights, write_json_atomic
+from .forward import load_simulated
 from .loop import TrainingConfig, int_at_least, lr_at, stop_on_signals, torch_threads
 from .metrics import bit_metrics, density_matched_threshold, mean_tanimoto
 from .spectra import (
@@ -82,7 +83,6 @@ from .spectra import (
     iter_load_labelled_spectra,
     structure_folds,
 )
-from .forward import load_simulated
 from .substructures import FragmentLabels, LabelProgress, SubstructureSettings, concatenate_labels, fragment_labels
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ _RESUMABLE_CHANGES = frozenset(
 class EncoderTrainConfig(TrainingConfig):
     mgf: str = field(metadata={"help": "Labelled MGF (FOLD, LICENSE, SMILES, FORMULA per record)."})
     out_dir: str = field(metadata={"help": "Output directory (created; holds checkpoints too)."})
-    preset: str = field(default="small", metadata={"help": "Encoder preset of engine.encoder.ENCODER_PRESETS."})
+    preset: str = field(default="small", metadata={"help": "Encoder preset of engine.model.encoder.ENCODER_PRESETS."})
     encoder: dict = field(default_factory=dict, metadata={"help": "EncoderConfig fields overriding the preset."})
     licenses: tuple[str, ...] | None = field(
         default=SHIPPABLE_LICENSES, metadata={"help": "LICENSE values to train on; None = all."}

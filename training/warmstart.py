@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from engine.decoder import ConditionalDecoder
 from engine.errors import BundleError, ConfigError
-from engine.tokenizer import BOS, EOS, PAD, UNK, SafeTokenizer
+from engine.model.decoder import ConditionalDecoder
+from engine.model.tokenizer import BOS, EOS, PAD, UNK, SafeTokenizer
 
 # SAFE-GPT's special tokens (safe.tokenizer: bos = [CLS], eos = [SEP]); a tokenizer_config.json or
 # special_tokens_map.json in the checkpoint directory overrides them.

@@ -6,11 +6,11 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported anywhere
 
-import msgpt_gui.qtcompat  # noqa: E402,F401  (before pytest-qt's first processEvents: see that module)
-
 from pathlib import Path
 
 import pytest
+
+import msgpt_gui.qtcompat  # noqa: E402,F401  (before pytest-qt's first processEvents: see that module)
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"

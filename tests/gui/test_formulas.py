@@ -7,11 +7,12 @@ import dataclasses
 
 import numpy as np
 import pytest
+from synthetic_run import write_mzml
 
+from engine.elucidation.pipeline import QueryParams
 from engine.errors import Cancelled
-from engine.formula_candidates import rank_formulas
-from engine.pipeline import QueryParams
-from engine.spectrum import SkippedRecord
+from engine.formulas.candidates import rank_formulas
+from engine.spectra.spectrum import SkippedRecord
 from msgpt_gui.entries import SpectrumEntry, Status
 from msgpt_gui.formulas import (
     combine_results,
@@ -22,7 +23,6 @@ from msgpt_gui.formulas import (
     no_candidate_reason,
     rank_job,
     readiness,
-    runnable,
 )
 from msgpt_gui.jobs import (
     EntryFailed,
@@ -33,7 +33,6 @@ from msgpt_gui.jobs import (
     elucidate_sessions,
     load_file,
 )
-from synthetic_run import write_mzml
 
 ADDUCTS = ("[M+H]+", "[M+Na]+")
 FAST = QueryParams(groups=2, samples_per_group=2)
@@ -79,7 +78,7 @@ def test_readiness_says_why_no_candidates_can_be_had(make_spectrum, bare):
 def test_the_best_k_of_the_supported_ion_types_become_spectra_with_their_rank_and_score(bare):
     table = rank_formulas(bare)
     assert table.candidates[0].formula == "C10H10O3"
-    chosen = runnable(table, ADDUCTS, 3)
+    chosen = table.runnable(3, ADDUCTS)
     assert len(chosen) == 3 and all(c.ion_type in ADDUCTS for c in chosen)
     assert [c.rank for c in chosen] == sorted(c.rank for c in chosen)
     spectra = formula_spectra(bare, table, ADDUCTS, 2)
@@ -87,7 +86,7 @@ def test_the_best_k_of_the_supported_ion_types_become_spectra_with_their_rank_an
                                                                       for c in chosen[:2]]
     assert formula_note(spectra[0][1]) == ("1", f"{chosen[0].probability:.4f}")
     assert bare.formula is None  # never changed in place
-    assert runnable(table, ("[M+K]+",), 3) == () and "no formula candidate of an ion type this model supports" in \
+    assert table.runnable(3, ("[M+K]+",)) == () and "no formula candidate of an ion type the model supports" in \
         no_candidate_reason(table, ("[M+K]+",))
     events, out = drain(rank_job(bare))
     assert events == [] and [c.formula for c in out.candidates] == [c.formula for c in table.candidates]
@@ -123,7 +122,7 @@ def test_the_candidates_of_several_formulas_become_one_list_ranked_on(tiny_bundl
     events, outcome = drain(elucidate_sessions([FormulaJob(8, negative, None, None, (200,))], FAST,
                                                bundle=tiny_bundle))
     assert [type(e).__name__ for e in events] == ["EntryStarted", "FormulasRanked", "EntryFailed"]
-    assert "this model supports" in events[-1].message and outcome.failed == [8]
+    assert "the model supports" in events[-1].message and outcome.failed == [8]
 
 
 def test_an_mzml_run_loads_as_precursor_features_and_an_mgf_as_records(tmp_path, fixture_mgf):

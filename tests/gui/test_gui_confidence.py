@@ -7,8 +7,8 @@ import shutil
 import pytest
 from PySide6.QtCore import Qt
 
-from engine.confidence import FEATURES, ConfidenceModel
-from engine.pipeline import QueryParams
+from engine.elucidation.pipeline import QueryParams
+from engine.model.confidence import FEATURES, ConfidenceModel
 from msgpt_gui.models import SORT_ROLE, SpectraModel
 
 NICOTINE = "MSBNK-NaToxAq-NA003084"

@@ -15,14 +15,14 @@ import io
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
+from synthetic_run import scan_id, write_mzml
 
-from engine.adducts import precursor_mz_from_neutral
-from engine.formula import formula_mass, parse_formula
-from engine.isotopes import isotope_pattern
+from engine.chem.adducts import precursor_mz_from_neutral
+from engine.chem.formula import formula_mass, parse_formula
+from engine.spectra.isotopes import isotope_pattern
 from msgpt_gui.entries import Status
 from msgpt_gui.formulas_view import FormulaTableModel
 from msgpt_gui.models import CandidatesModel, SpectraModel
-from synthetic_run import scan_id, write_mzml
 
 CAFFEINE = "C8H10N4O2"
 FRAGMENTS = ["C6H7N3O", "C5H7N3", "C4H5N3", "C7H6N4O"]  # neutral subformulas; ions are +H

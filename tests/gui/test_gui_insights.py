@@ -13,13 +13,13 @@ from PySide6.QtCore import QMimeData
 from PySide6.QtGui import QGuiApplication
 from rdkit import Chem
 
-from engine import chem
-from engine.bitlegend import FILE_NAME as LEGEND_FILE
-from engine.novelty import FILE_NAME as KNOWN_FILE
-from engine.novelty import KnownStructures
-from engine.pipeline import compute_posterior
-from engine.posteriors import read_posteriors
-from engine.structure_score import SCORE_COLUMNS
+from engine.chem import molecules as chem
+from engine.elucidation.pipeline import compute_posterior
+from engine.files.posteriors import read_posteriors
+from engine.insight.structure_score import SCORE_COLUMNS
+from engine.model.bitlegend import FILE_NAME as LEGEND_FILE
+from engine.model.known import FILE_NAME as KNOWN_FILE
+from engine.model.known import KnownStructures
 from msgpt_gui.novelty_view import FILTERS, NoveltyCandidatesModel
 from training.bit_legend import build_legend
 

@@ -28,8 +28,8 @@ for name in names:
         failed[name] = f"{type(e).__name__}: {e}"
 
 # the Qt-free plot works in a plain script (ax=None draws on pyplot's current axes)
-from engine.io import read_spectra
-from engine.annotate import annotate_spectrum
+from engine.spectra.io import read_spectra
+from engine.spectra.annotate import annotate_spectrum
 from msgpt_gui.plotting import plot_spectrum
 spectrum = read_spectra("tests/data/fixture.mgf")[0][0]
 ax = plot_spectrum(spectrum, annotate_spectrum(spectrum))
@@ -48,7 +48,7 @@ def test_engine_and_training_never_import_qt_when_every_module_is_imported():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert any(n.startswith("training.") for n in report["names"]) and "engine.pipeline" in report["names"]
+    assert any(n.startswith("training.") for n in report["names"]) and "engine.elucidation.pipeline" in report["names"]
     assert report["qt"] == [], f"Qt was imported by the engine/training layer: {report['qt']}"
     assert report["plotted"] > 0
     if report["failed"]:
@@ -81,8 +81,8 @@ def test_no_source_file_of_engine_or_training_names_a_qt_package():
 def test_plot_functions_take_ax_and_return_it(fixture_mgf):
     from matplotlib.figure import Figure
 
-    from engine.annotate import annotate_spectrum
-    from engine.io import read_spectra
+    from engine.spectra.annotate import annotate_spectrum
+    from engine.spectra.io import read_spectra
     from msgpt_gui.plotting import plot_rank_counts, plot_spectrum
 
     spectrum = read_spectra(fixture_mgf)[0][0]
@@ -107,7 +107,7 @@ def test_the_isotope_plot_takes_ax_and_return_it():
     import numpy as np
     from matplotlib.figure import Figure
 
-    from engine.isotopes import isotope_pattern, match_isotopes
+    from engine.spectra.isotopes import isotope_pattern, match_isotopes
     from msgpt_gui.plotting import plot_isotopes
 
     mz, abundance = isotope_pattern("C9H8ClO2", 4, charge=1)  # a chlorine: a large M+2

@@ -10,7 +10,7 @@ import zipfile
 
 from PySide6.QtCore import QItemSelectionModel, Qt
 
-from engine.project import load_project, save_project
+from engine.files.project import load_project, save_project
 from msgpt_gui.entries import Status
 from msgpt_gui.project_view import ProjectController
 

@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from engine.spectrum import NO_FRAGMENTS_NOTE, SkippedRecord
+from engine.spectra.spectrum import NO_FRAGMENTS_NOTE, SkippedRecord
 from msgpt_gui.entries import Status
 from msgpt_gui.models import SpectraModel
 

@@ -290,8 +290,8 @@ def test_set_formula_and_adduct_when_the_file_has_none(qtbot, make_window, write
 
 
 def test_errors_during_a_run_become_readable_messages(qtbot, make_window, write_mgf, monkeypatch):
+    from engine.elucidation.pipeline import SpectrumSession
     from engine.errors import ConfigError
-    from engine.pipeline import SpectrumSession
 
     window = make_window()
     loaded(qtbot, window, write_mgf("two.mgf", titles={SITAGLIPTIN, NICOTINE}))

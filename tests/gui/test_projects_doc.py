@@ -8,8 +8,8 @@ import json
 import shutil
 from types import SimpleNamespace
 
-from engine.pipeline import QueryParams
-from engine.project import SOURCE_CHANGED, SOURCE_MISSING, SOURCE_SAME, ModelRef, Project, ProjectEntry
+from engine.elucidation.pipeline import QueryParams
+from engine.files.project import SOURCE_CHANGED, SOURCE_MISSING, SOURCE_SAME, ModelRef, Project, ProjectEntry
 from msgpt_gui.entries import SpectraFilter, SpectrumEntry, Status
 from msgpt_gui.projects import entries_from_project, find_model, model_note, snapshot, sources_note, worth_saving
 
@@ -34,7 +34,7 @@ def test_a_run_in_progress_is_saved_as_it_was_before_and_notes_travel(make_spect
 
 
 def test_formula_runs_are_saved_as_entries_after_theirs_and_the_selection_follows(make_spectrum):
-    from engine.project import Selection
+    from engine.files.project import Selection
 
     bare = make_spectrum(formula=None, adduct=None)
     result = SimpleNamespace(spectrum=None, params=QueryParams())  # what snapshot reads of a result
@@ -57,7 +57,7 @@ def test_formula_runs_are_saved_as_entries_after_theirs_and_the_selection_follow
 
 
 def test_a_skipped_record_stays_skipped(make_spectrum):
-    from engine.spectrum import SkippedRecord
+    from engine.spectra.spectrum import SkippedRecord
 
     record = SkippedRecord("a.mgf", 3, "x", "no precursor m/z")
     back = entries_from_project(Project(entries=[ProjectEntry(None, skipped=record, status="not run")]), [0])
@@ -79,7 +79,7 @@ def test_notes_on_models_and_files():
 
 
 def test_the_projects_model_is_found_by_its_checksum(tiny_bundle_dir, tmp_path):
-    from engine.bundle import bundle_checksum
+    from engine.model.bundle import bundle_checksum
 
     checksum = bundle_checksum(tiny_bundle_dir)
     assert find_model(ModelRef("tiny", checksum, str(tiny_bundle_dir))) == tiny_bundle_dir

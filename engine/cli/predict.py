@@ -1,0 +1,506 @@
+"""``msgpt`` command line: elucidate structures from MGF/mzML files, inspect a model bundle."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+from engine import __version__
+from engine.cli.common import PosteriorSink, err, model_path, novelty_marker, open_model
+from engine.errors import InputFileError, MsgptError
+
+log = logging.getLogger("msgpt")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="msgpt",
+        description="De novo structure elucidation from MS/MS spectra with MS-GPT, offline.",
+    )
+    p.add_argument("--version", action="version", version=f"msgpt {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    pr = sub.add_parser(
+        "predict",
+        help="rank candidate structures for every spectrum of MGF/mzML files",
+        description="Rank candidate structures for every precursor of the input files (MGF, mzML, "
+        "optionally .gz). The MS2 scans of one precursor in an LC-MS/MS run (mzML) are merged into one "
+        "consensus spectrum (a precursor feature); an MGF record is its own feature. A spectrum without a "
+        "molecular formula gets formula and ion type candidates (precursor mass, fragments, MS1 isotopes "
+        "and adducts, corpus prior) and is predicted for the best --formulas K of them; --formula/--adduct "
+        "force one on every spectrum.",
+    )
+    pr.add_argument("inputs", nargs="+", metavar="INPUT", help="MGF or mzML files (.gz allowed)")
+    pr.add_argument("-o", "--output", required=True, help="output .csv or .sdf file")
+    pr.add_argument("--model", help="model bundle folder (default: the bundled model)")
+    pr.add_argument("--band", nargs=2, type=float, metavar=("KMIN", "KMAX"), default=(0.95, 1.50),
+                    help="density-ratio band κ of the queries (default 0.95 1.50; 1.0 1.0 with --groups 1 "
+                    "is the point query)")
+    pr.add_argument("--groups", type=int, default=20, metavar="M", help="query groups M (default 20)")
+    size = pr.add_mutually_exclusive_group()
+    size.add_argument("--samples-per-group", type=int, metavar="N", help="samples per group N (default 5)")
+    size.add_argument("--pool-size", type=int, metavar="B", help="candidate pool size B = M × N (default 100)")
+    pr.add_argument("--top", type=int, metavar="K",
+                    help="write only the K best candidates per spectrum (per formula when several are tried)")
+    pr.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same result")
+    pr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    pr.add_argument("--top-k", type=int, default=50, help="top-k sampling (default 50)")
+    pr.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
+    pr.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="compute device")
+    pr.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
+                    help="decoder precision: auto = bf16 where the hardware computes it natively (about 2x "
+                    "faster on CPU), else fp32")
+    pr.add_argument("--threads", type=int, metavar="T",
+                    help="CPU threads for torch (default: torch's choice, usually one per core)")
+    pr.add_argument("--formula", help="force this molecular formula on every input spectrum")
+    pr.add_argument("--adduct", help="force this adduct (e.g. [M+H]+) on every input spectrum")
+    pr.add_argument("--formulas", type=int, default=3, metavar="K",
+                    help="spectra without a formula: predict for the K best formula candidates the model can run "
+                    "(default 3; 0 skips them)")
+    pr.add_argument("--formula-ppm", type=float, default=10.0, metavar="PPM",
+                    help="precursor mass tolerance of formula candidates (default 10 ppm, at least 1 mDa)")
+    pr.add_argument("--ion-types", nargs="+", metavar="ION",
+                    help="ion types tried for a spectrum without an adduct (default [M+H]+ [M+Na]+ [M+NH4]+, in "
+                    "negative mode [M-H]- [M+Cl]- [M+HCOO]-); candidates of types the model cannot run are ranked "
+                    "but not predicted")
+    pr.add_argument("--elements", default="CHNOPSFClBrISi", metavar="ELEMENTS",
+                    help="elements formula candidates may hold (default CHNOPSFClBrISi; C and H always)")
+    pr.add_argument("--feature-ppm", type=float, default=10.0, metavar="PPM",
+                    help="mzML: precursor m/z agreement of the MS2 scans of one feature (default 10 ppm, at least 5 mDa)")
+    pr.add_argument("--feature-rt-gap", type=float, default=30.0, metavar="S",
+                    help="mzML: longest gap between consecutive MS2 scans of one feature (default 30 s)")
+    pr.add_argument("--no-merge", action="store_true",
+                    help="mzML: predict every MS2 scan on its own instead of one consensus per precursor feature")
+    pr.add_argument("--no-adapter", action="store_true", help="switch the bundle's LoRA adapter off")
+    pr.add_argument("--decoding", choices=("formula", "free"), default="formula",
+                    help="formula (default): draw only strings with exactly the formula's heavy atoms; "
+                         "free: the paper's unconstrained sampling, filtered afterwards")
+    pr.add_argument("--ranking", choices=("fingerprint", "combined", "frequency"), default="fingerprint",
+                    help="fingerprint (default): the candidate's fingerprint score under the posterior; combined: "
+                         "that + log generation count; frequency: the paper's generation count")
+    pr.add_argument("--resume", action="store_true",
+                    help="go on with an interrupted run of the same command: spectra already in OUTPUT.partial "
+                    "(listed in OUTPUT.journal) are passed over")
+    pr.add_argument("--posteriors", metavar="OUT.npz",
+                    help="also write every spectrum's fingerprint posterior, band thresholds and queries to this .npz")
+    pr.add_argument("--known", metavar="FILE",
+                    help="your list of known structures (SMILES/InChIKeys, one per row, or an SDF): candidates in it "
+                    "are marked 'user list' in the novelty column")
+    pr.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    pr.set_defaults(func=cmd_predict)
+
+    from engine.cli.score import add_score_parser
+
+    add_score_parser(sub)
+
+    info = sub.add_parser("info", help="describe a model bundle")
+    info.add_argument("--model", help="model bundle folder (default: the bundled model)")
+    info.set_defaults(func=cmd_info)
+    return p
+
+
+def _feature_config(args: argparse.Namespace):
+    from engine.spectra.features import FeatureConfig
+
+    return FeatureConfig(mz_tol_ppm=args.feature_ppm, rt_gap_s=args.feature_rt_gap,
+                         grouping="never" if args.no_merge else "auto")
+
+
+def _formula_config(args: argparse.Namespace):
+    import re
+
+    from engine.formulas.candidates import FormulaConfig
+    from engine.formulas.decompose import DecompositionConfig
+
+    elements = tuple(dict.fromkeys(["C", "H", *re.findall(r"[A-Z][a-z]?", args.elements)]))
+    return FormulaConfig(ppm=args.formula_ppm, ion_types=tuple(args.ion_types) if args.ion_types else None,
+                         decomposition=DecompositionConfig(elements=elements))
+
+
+def _features(paths: list[str], args: argparse.Namespace, file_errors: list[str], counts: list) -> Iterator:
+    """``(input position, Feature or SkippedRecord)`` for every precursor of every input.
+
+    MGF streams record by record; an mzML run is read whole and its MS2 scans grouped into features
+    (engine.spectra.features). ``counts`` gets one :class:`~engine.spectra.features.RunCounts` per input. A file
+    that cannot be read (or stops being readable mid-way) prints one line and the next input goes on.
+    """
+    from engine.spectra.features import RunCounts, iter_features
+
+    config = _feature_config(args)
+    for position, path in enumerate(paths):
+        run = RunCounts(source=path)
+        counts.append(run)
+        try:
+            for item in iter_features(path, config, counts=run):
+                yield position, item
+        except InputFileError as e:
+            counts.remove(run)
+            file_errors.append(str(e))
+            err(f"error: {e}")
+
+
+def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_config) -> list:
+    """The spectra to elucidate for one feature, or a SkippedRecord saying why there are none.
+
+    The feature's spectrum with ``--formula``/``--adduct`` applied and the no-fragments note; with a
+    formula and an adduct, that one; else one copy per formula candidate (``--formulas`` best of the
+    ion types the model supports), each noting its formula rank and score.
+    """
+    from engine.elucidation.pipeline import apply_overrides
+    from engine.errors import AdductError, FormulaError, SpectrumError
+    from engine.formulas.candidates import rank_formulas, with_formula_candidate
+    from engine.spectra.spectrum import SkippedRecord, note_no_fragments
+
+    spectrum = feature.spectrum
+    try:
+        if args.formula or args.adduct:
+            spectrum = apply_overrides(spectrum, formula=args.formula, adduct=args.adduct)
+        spectrum = note_no_fragments(spectrum)
+        if (spectrum.formula and spectrum.adduct) or args.formulas == 0:
+            return [spectrum]
+        table = rank_formulas(spectrum, ms1=feature.ms1, config=formula_config,
+                              supported_adducts=bundle.supported_adducts)
+    except (SpectrumError, FormulaError, AdductError) as e:
+        return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
+    chosen = table.runnable(args.formulas, bundle.supported_adducts)
+    if not chosen:
+        reason = table.why_none_runnable(bundle.supported_adducts, args.formula_ppm)
+        return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, reason)
+    return [with_formula_candidate(spectrum, c) for c in chosen]
+
+
+def _elucidate_one(bundle, spectrum, params, bar):
+    """The result of one spectrum, or a SkippedRecord saying why it has none.
+
+    Problems of this spectrum alone (its formula is too large to annotate, ...) skip it; the
+    batch goes on. Problems of the model or the parameters stop the batch.
+    """
+    from engine.elucidation.pipeline import SamplesDrawn, SpectrumFinished, SpectrumSkipped, elucidate
+    from engine.errors import AdductError, FormulaError, SpectrumError
+    from engine.spectra.spectrum import SkippedRecord
+
+    outcome = None
+    try:
+        for ev in elucidate(bundle, [spectrum], params):
+            if isinstance(ev, SamplesDrawn):
+                bar.set_postfix_str(f"samples {ev.done}/{ev.total}", refresh=False)
+            elif isinstance(ev, SpectrumFinished):
+                outcome = ev.result
+            elif isinstance(ev, SpectrumSkipped):
+                outcome = ev.record
+    except (SpectrumError, FormulaError, AdductError) as e:
+        outcome = SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
+    return outcome
+
+
+class _Summary:
+    """What a batch did, in bounded memory: counts, and the first records of each kind to show."""
+
+    SHOWN = 20
+
+    def __init__(self, inputs: list[str]):
+        self.inputs = inputs
+        self.done = self.done_before = self.rows = 0
+        self.skipped: list[str] = []
+        self.n_skipped = 0
+        self.reasons: Counter[str] = Counter()
+        self.notes: list[str] = []
+        self.n_notes = 0
+
+    def _line(self, entry: dict, text: str) -> str:
+        return f"  {self.inputs[entry['input']]} #{entry['index']} ({entry['id']}): {text}"
+
+    def add(self, entry: dict, earlier: bool = False) -> None:
+        if entry["status"] == "skipped":
+            self.n_skipped += 1
+            self.reasons[entry["reason"]] += 1
+            if len(self.skipped) < self.SHOWN:
+                self.skipped.append(self._line(entry, entry["reason"]))
+            return
+        if earlier:
+            self.done_before += 1
+        else:
+            self.done += 1
+        self.rows += entry["rows"]
+        if entry.get("notes"):
+            self.n_notes += 1
+            if len(self.notes) < self.SHOWN:
+                self.notes.append(self._line(entry, entry["notes"]))
+
+    def report(self, output: str, seconds: float, written: bool) -> None:
+        before = f" (and {self.done_before} in the interrupted run)" if self.done_before else ""
+        err(f"Processed {self.done} spectra in {seconds:.1f} s{before}; "
+             f"{self.rows} candidates written to {output if written else '(nothing)'}.")
+        if self.n_notes:
+            err(f"Notes on {self.n_notes} processed spectra:")
+            for line in self.notes:
+                err(line)
+            if self.n_notes > len(self.notes):
+                err(f"  … and {self.n_notes - len(self.notes)} more")
+        if self.n_skipped:
+            err(f"Skipped {self.n_skipped} spectra:")
+            for line in self.skipped:
+                err(line)
+            if self.n_skipped > len(self.skipped):
+                err("  … by reason:")
+                for reason, count in self.reasons.most_common(self.SHOWN):
+                    err(f"  {count:6d} × {reason}")
+
+
+def _run_settings(args: argparse.Namespace, bundle, params) -> dict:
+    """What decides the output: a resumed run must match these exactly."""
+    import torch
+
+    def identity(path: str) -> str:
+        p = Path(path)
+        try:
+            size = f"{p.stat().st_size} bytes"
+        except OSError:
+            size = "unreadable"
+        return f"{p.resolve()} ({size})"
+
+    return {
+        "msgpt_version": __version__,
+        "model_checksum": bundle.checksum,
+        "device": bundle.device.type,
+        "precision": "bf16" if bundle.dtype == torch.bfloat16 else "fp32",
+        "parameters": params.describe(),
+        "top": args.top,
+        "formula": args.formula,
+        "adduct": args.adduct,
+        "formula_candidates": f"k={args.formulas} ppm={args.formula_ppm} ion_types={args.ion_types} "
+                              f"elements={args.elements}",
+        "features": f"ppm={args.feature_ppm} rt_gap={args.feature_rt_gap} merge={not args.no_merge}",
+        "inputs": [identity(p) for p in args.inputs],
+        **({"known": identity(args.known)} if getattr(args, "known", None) else {}),
+    }
+
+
+def _open_journal(output: Path, resume: bool, settings: dict):
+    """Lock the journal, then decide how to start (see engine.files.journal.plan_run)."""
+    from engine.files.journal import JournalWriter, journal_path, plan_run
+
+    path = journal_path(output)
+    existed = path.exists()
+    journal = JournalWriter(path)
+    try:
+        return journal, plan_run(output, resume, settings)
+    except BaseException:
+        journal.close()
+        if not existed:
+            path.unlink(missing_ok=True)
+        raise
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from engine.elucidation.pipeline import QueryParams
+    from engine.files.export import export_format
+
+    export_format(args.output)  # fail on a bad output name before loading anything
+    if args.posteriors and Path(args.posteriors).suffix.lower() != ".npz":
+        raise MsgptError(f"--posteriors {args.posteriors!r}: give a file name ending in .npz.")
+    n = args.samples_per_group
+    if args.pool_size is not None:
+        n = QueryParams.samples_for_pool_size(args.pool_size, args.groups)
+    params = QueryParams(
+        kappa_min=args.band[0], kappa_max=args.band[1], groups=args.groups,
+        samples_per_group=n or 5, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        seed=args.seed, use_adapter=not args.no_adapter, decoding=args.decoding, ranking=args.ranking,
+    )
+    if args.top is not None and args.top < 1:
+        raise MsgptError(f"--top must be at least 1, got {args.top}.")
+    if args.formulas < 0:
+        raise MsgptError(f"--formulas must be 0 or more, got {args.formulas}.")
+    _feature_config(args), _formula_config(args)  # bad tolerances or ion types stop here, before the model loads
+    bundle = open_model(args, params.use_adapter)
+    if not bundle.has_adapter and params.use_adapter:  # record what really runs: no adapter to switch on
+        params = dataclasses.replace(params, use_adapter=False)
+    err(f"Model: {bundle.describe()}")
+    err(f"Parameters: {params.describe()}")
+
+
+    marker = novelty_marker(bundle, args.known)  # before the journal: a bad list stops here
+    output = Path(args.output)
+    settings = _run_settings(args, bundle, params)
+    journal, plan = _open_journal(output, args.resume, settings)
+    try:
+        return _run_batch(args, bundle, params, settings, journal, plan, marker)
+    finally:
+        journal.close()  # releases the lock; the journal stays unless the run removed it
+
+
+def _run_batch(args, bundle, params, settings: dict, journal, plan, marker) -> int:
+    """Stream the inputs through the model into OUT.partial, one journal line per spectrum; rename at the end."""
+    import time
+
+    from tqdm import tqdm
+
+    from engine.errors import OutputError
+    from engine.files.export import CandidateWriter, fsync_directory, provenance
+    from engine.files.journal import new_header, partial_path
+    from engine.spectra.spectrum import SkippedRecord
+
+    output = Path(args.output)
+    sink = PosteriorSink(args.posteriors, bundle, params) if args.posteriors else None
+    partial = partial_path(output)
+    formula_config = _formula_config(args)
+    run_counts: list = []
+    if plan.note:
+        err(plan.note)
+    summary = _Summary(args.inputs)
+    for entry in plan.state.entries if plan.state else ():
+        summary.add(entry, earlier=True)
+    if plan.action == "finish":  # every spectrum was done; the interrupted run only missed the rename
+        if partial.is_file():
+            os.replace(partial, output)
+            fsync_directory(output.parent)
+        journal.remove()
+        if sink is not None:
+            for _, item in _features(args.inputs, args, [], []):
+                for spectrum in _spectra_of_feature(item, args, bundle, formula_config) if hasattr(item, "spectrum") else ():
+                    sink.add_spectrum(spectrum)
+            sink.close()
+        summary.report(args.output, 0.0, written=True)
+        return 0
+
+    resuming = plan.action == "resume"
+    info = plan.state.header["info"] if resuming else provenance(
+        bundle, params, {"inputs": " ".join(args.inputs), "novelty": marker.describe()})
+    writer = CandidateWriter(output, info, args.top, partial=partial, resume_at=plan.state.offset if resuming else None,
+                             novelty=marker)
+    done = plan.state.keys() if resuming else set()
+    file_errors: list[str] = []
+    t0 = time.perf_counter()
+    bar = tqdm(desc="spectra", unit="spectrum", disable=args.quiet, file=sys.stderr, dynamic_ncols=True,
+               initial=len(done))
+    try:
+        if resuming:
+            journal.resume(plan.state)
+            offset = plan.state.offset
+        else:
+            offset = writer.sync()
+            journal.start(new_header(settings, info, offset))
+        for position, item in _features(args.inputs, args, file_errors, run_counts):
+            if (position, item.index) in done:
+                if sink is not None and not isinstance(item, SkippedRecord):
+                    todo = _spectra_of_feature(item, args, bundle, formula_config)
+                    for spectrum in () if isinstance(todo, SkippedRecord) else todo:
+                        sink.add_spectrum(spectrum)  # the encoder alone: posteriors of the interrupted run's spectra
+                continue
+            todo = item if isinstance(item, SkippedRecord) else _spectra_of_feature(item, args, bundle, formula_config)
+            # one feature: its spectrum, or one per formula candidate; their candidates are ranked on in one list
+            outcomes = [todo] if isinstance(todo, SkippedRecord) else [_elucidate_one(bundle, s, params, bar) for s in todo]
+            results = [o for o in outcomes if not isinstance(o, SkippedRecord)]
+            entry = {"input": position, "index": item.index}
+            if not results:
+                entry.update(id=outcomes[0].spectrum_id, status="skipped", reason=outcomes[0].reason, offset=offset)
+            else:
+                rows = 0
+                for result in results:
+                    rows += writer.write(result, rank_offset=rows)
+                offset = writer.sync()  # the rows are on disk before the journal says so
+                if sink is not None:
+                    for result in results:
+                        sink.add_result(result)
+                entry.update(id=item.id, status="done", rows=rows, offset=offset)
+                if results[0].spectrum.metadata.get("warnings"):
+                    entry["notes"] = results[0].spectrum.metadata["warnings"]
+            journal.append(entry)
+            summary.add(entry)
+            bar.update(1)
+    except KeyboardInterrupt:
+        writer.abort()
+        if sink is not None:
+            sink.abort()
+        bar.close()
+        err(f"Interrupted: {summary.done_before + summary.done} finished spectra are kept in {partial}. "
+             f"Run the same command with --resume to go on.")
+        return 130
+    except OutputError as e:
+        writer.abort()
+        if sink is not None:
+            sink.abort()
+        bar.close()
+        raise OutputError(f"{e} The {summary.done_before + summary.done} finished spectra are kept in "
+                          f"{partial}; run the same command with --resume to go on.") from e
+    except BaseException:
+        writer.abort()
+        if sink is not None:
+            sink.abort()
+        raise
+    bar.close()
+
+    written = summary.done_before + summary.done > 0
+    if written:
+        journal.append({"status": "complete"})
+        try:
+            writer.close()
+        except OutputError as e:
+            raise OutputError(f"{e} All spectra are finished in {partial}; run the same command with --resume "
+                              "to finish.") from e
+        journal.remove()
+        if sink is not None:
+            sink.close()
+    else:
+        writer.abort()
+        partial.unlink(missing_ok=True)
+        journal.remove()
+        if sink is not None:
+            sink.abort()
+    summary.report(args.output, time.perf_counter() - t0, written)
+    for counts in run_counts:  # what each LC-MS/MS run held, MS1 survey scans included
+        if counts.n_survey or counts.n_features != counts.n_ms2:
+            err(f"  {counts.describe()}")
+    if file_errors:
+        err(f"{len(file_errors)} input file(s) could not be read (see above).")
+    return 0 if written else 1
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from engine.model.bundle import load_bundle
+    from engine.model.decoder import parameter_counts
+
+    bundle = load_bundle(model_path(args.model), device="cpu")
+    cal = bundle.calibration
+    print(f"Model bundle: {bundle.path}")
+    print(f"  name: {bundle.name}\n  checksum: {bundle.checksum}")
+    print(f"  supported adducts: {', '.join(bundle.supported_adducts)}")
+    print(f"  adapter: {'yes' if bundle.has_adapter else 'no'}")
+    for k, v in parameter_counts(bundle.decoder).items():
+        print(f"  decoder {k}: {v:,}")
+    print(f"  encoder parameters: {sum(p.numel() for p in bundle.encoder.parameters()):,}")
+    for label, c in (("", cal), (" (negative mode)", cal.negative)):
+        if c is not None:
+            print(f"  calibration{label}: D_enc={c.d_enc:.2f} bits over {c.n_spectra} spectra; "
+                  f"t(κ=0.95)={c.threshold_for_kappa(0.95):.4f}, t(κ=1.50)={c.threshold_for_kappa(1.50):.4f}")
+    legend, known = bundle.bit_legend, bundle.known_structures
+    print(f"  bit legend: {f'{len(legend)} bits described, {legend.source}' if legend else 'none'}")
+    print(f"  known structures (novelty): {(known.source or f'{len(known):,} structures') if known else 'none'}")
+    conf = bundle.confidence
+    if conf is None:
+        print("  confidence (P rank 1 is right): none")
+    else:
+        fit, val = conf.meta.get("fit", {}), conf.meta.get("val", {})
+        checked = f"; on FOLD=val ECE {val['ece']:.3f} over {val['n']} spectra" if val else ""
+        print(f"  confidence (P rank 1 is right): fitted on {fit.get('spectra', '?')} out-of-fold spectra{checked}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except MsgptError as e:
+        err(f"error: {e}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

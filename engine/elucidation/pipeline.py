@@ -1,0 +1,411 @@
+"""The elucidation pipeline: spectrum → posterior π → band queries → decoder samples → ranking.
+
+Long work is a generator of progress events that ends with its result (``return`` value of the
+generator); the CLI shows the events with tqdm, the GUI with a progress bar. A ``cancel`` callable
+is checked between steps and raises :class:`~engine.errors.Cancelled`; a cancelled spectrum
+produces no result.
+
+:class:`SpectrumSession` keeps one spectrum's posterior and every sample drawn so far (by its
+identity ``(i, j)``), so the GUI can grow the pool (only the new samples are drawn), shrink it
+(re-rank a subset, nothing drawn) or change the band (re-query). ``run(params, plan=...)`` draws from
+a :class:`~engine.model.querying.QueryPlan` instead of the band (explicit thresholds, outer-band density
+ratios or one fixed fingerprint); ``msgpt-eval`` runs the paper's ablations and the oracle that way.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Generator, Iterable
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+import torch
+
+from engine.chem import molecules as chem
+from engine.chem.formula import formula_vector, parse_formula
+from engine.elucidation.ranking import Candidate, CandidatePool, reference_rank
+from engine.errors import ConfigError, MsgptError, SpectrumError
+from engine.model.bundle import ModelBundle
+from engine.model.confidence import spectrum_confidence
+from engine.model.featurize import collate, featurize_spectrum
+from engine.model.querying import QueryPlan, band_thresholds, build_queries, check_kappa
+from engine.model.sampling import DECODING_MODES, QueryRequest, sample_queries
+from engine.model.scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking
+from engine.progress import CancelFn, check_cancel
+from engine.spectra.spectrum import SkippedRecord, Spectrum, check_formula_matches_precursor
+
+
+@dataclass(frozen=True)
+class QueryParams:
+    """How candidates are drawn. Defaults are the paper's: κ ∈ [0.95, 1.50], M=20, N=5 (B=100)."""
+
+    kappa_min: float = field(default=0.95, metadata={"help": "sparse end of the density band"})
+    kappa_max: float = field(default=1.50, metadata={"help": "dense end of the density band"})
+    groups: int = field(default=20, metadata={"help": "M, number of thresholds (query groups)"})
+    samples_per_group: int = field(default=5, metadata={"help": "N, samples drawn per query group"})
+    temperature: float = 1.0
+    top_k: int = 50
+    top_p: float = 0.95
+    seed: int = 0
+    max_new_tokens: int | None = None
+    use_adapter: bool = True
+    ranking: str = field(default=DEFAULT_RANKING, metadata={
+        "help": "fingerprint: fingerprint score; combined: + log count; frequency: the paper's generation count"})
+    decoding: str = field(default="formula", metadata={
+        "help": "formula: only strings with exactly the formula's heavy atoms are drawn; free: the paper's sampling"})
+
+    def __post_init__(self):
+        check_kappa(self.kappa_min, "kappa_min")
+        check_kappa(self.kappa_max, "kappa_max")
+        if self.kappa_min > self.kappa_max:
+            raise ConfigError(f"`kappa_min` ({self.kappa_min}) must not exceed `kappa_max` ({self.kappa_max}).")
+        for name in ("groups", "samples_per_group", "top_k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"`{name}` must be a positive integer, got {v!r}.")
+        if self.groups == 1 and self.kappa_min != self.kappa_max:
+            raise ConfigError(
+                f"One query group (M=1) is a point query at a single κ, but the band is "
+                f"[{self.kappa_min}, {self.kappa_max}]; give the same κ twice (e.g. --band 1.0 1.0)."
+            )
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ConfigError(f"`temperature` must be > 0, got {self.temperature!r}.")
+        if not (0 < self.top_p <= 1):
+            raise ConfigError(f"`top_p` must be in (0, 1], got {self.top_p!r}.")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"`seed` must be a non-negative integer, got {self.seed!r}.")
+        check_ranking(self.ranking)
+        if self.decoding not in DECODING_MODES:
+            raise ConfigError(f"`decoding` must be one of {', '.join(DECODING_MODES)}, got {self.decoding!r}.")
+
+    @property
+    def pool_size(self) -> int:
+        """B = M × N."""
+        return self.groups * self.samples_per_group
+
+    @staticmethod
+    def samples_for_pool_size(pool_size: int, groups: int) -> int:
+        """N for a requested B; B must be a multiple of M."""
+        if not isinstance(pool_size, int) or pool_size < groups:
+            raise ConfigError(f"Pool size B={pool_size!r} must be an integer ≥ M={groups}.")
+        if pool_size % groups:
+            lo = pool_size // groups * groups
+            raise ConfigError(
+                f"Pool size B={pool_size} is not a multiple of M={groups} query groups (B = M × N); "
+                f"use {lo} or {lo + groups}."
+            )
+        return pool_size // groups
+
+    def sampling_key(self) -> tuple:
+        """Everything that decides which samples exist, except N: equal keys share samples."""
+        d = asdict(self)
+        d.pop("samples_per_group")
+        d.pop("ranking")
+        return tuple(sorted(d.items()))
+
+    def plan_sampling_key(self, plan: QueryPlan) -> tuple:
+        """The same for samples drawn from ``plan`` (the band settings do not matter then)."""
+        d = asdict(self)
+        for name in ("samples_per_group", "kappa_min", "kappa_max", "groups", "ranking"):
+            d.pop(name)
+        return ("plan", plan.key(), tuple(sorted(d.items())))
+
+    def describe(self) -> str:
+        return (
+            f"kappa=[{self.kappa_min}, {self.kappa_max}] M={self.groups} N={self.samples_per_group} "
+            f"B={self.pool_size} T={self.temperature} top_k={self.top_k} top_p={self.top_p} "
+            f"seed={self.seed} adapter={'on' if self.use_adapter else 'off'} decoding={self.decoding} "
+            f"ranking={self.ranking}"
+        )
+
+
+# -- events ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SpectrumStarted:
+    index: int
+    spectrum: Spectrum
+
+
+@dataclass(frozen=True)
+class SamplesDrawn:
+    index: int
+    done: int  # samples drawn so far for this spectrum in this run
+    total: int  # samples to draw in this run
+
+
+@dataclass(frozen=True)
+class RankingUpdated:
+    index: int
+    result: SpectrumResult  # partial=True while samples are still being drawn
+
+
+@dataclass(frozen=True)
+class SpectrumFinished:
+    index: int
+    result: SpectrumResult
+
+
+@dataclass(frozen=True)
+class SpectrumSkipped:
+    index: int
+    record: SkippedRecord
+
+
+Event = SpectrumStarted | SamplesDrawn | RankingUpdated | SpectrumFinished | SpectrumSkipped
+
+
+@dataclass(frozen=True)
+class SpectrumResult:
+    spectrum: Spectrum
+    params: QueryParams
+    candidates: tuple[Candidate, ...]
+    n_samples: int
+    n_valid: int
+    n_formula_consistent: int
+    thresholds: np.ndarray
+    n_distinct_queries: int
+    mean_query_bits: float
+    fidelity: float | None  # max Tanimoto of the reference fingerprint to the queries (the band's, or the plan's)
+    reference_inchikey14: str | None
+    reference_rank: int | None  # None: absent (or no reference)
+    new_samples: int  # samples drawn by the run that produced this result
+    seconds: float
+    partial: bool = False
+    plan: QueryPlan | None = None  # the queries, when not the band of ``params``
+    posterior: np.ndarray | None = field(default=None, repr=False, compare=False)  # π (float32, n_bits)
+    confidence: float | None = None  # P(rank 1 is right) (engine.model.confidence); None: partial, or no model for it
+
+    @property
+    def reference_status(self) -> str:
+        """'exact' (rank 1), '#k', 'absent', or '' without a reference (as in the paper's case studies)."""
+        if not self.reference_inchikey14:
+            return ""
+        if self.reference_rank is None:
+            return "absent"
+        return "exact" if self.reference_rank == 1 else f"#{self.reference_rank}"
+
+
+@dataclass
+class RunSummary:
+    n_done: int = 0
+    skipped: list[SkippedRecord] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+
+
+def require_usable(bundle: ModelBundle, spectrum: Spectrum) -> None:
+    """Raise SpectrumError saying why this model cannot run on ``spectrum`` (and how to fix it)."""
+    if not spectrum.formula:
+        raise SpectrumError(
+            "no molecular formula: MS-GPT elucidates structures for a known formula; add FORMULA= "
+            "to the record, give one (--formula, or the formula box in the app), or let msgpt predict "
+            "rank formula candidates (--formulas K)"
+        )
+    if not spectrum.adduct:
+        raise SpectrumError(
+            f"no adduct: give the precursor ion type (--adduct, or ADDUCT= in the file); this model "
+            f"supports {', '.join(bundle.supported_adducts)}"
+        )
+    if spectrum.adduct not in bundle.supported_adducts:
+        raise SpectrumError(
+            f"adduct {spectrum.adduct} is not supported by the model {bundle.name} "
+            f"(it was trained on {', '.join(bundle.supported_adducts)})"
+        )
+    check_formula_matches_precursor(spectrum)
+
+
+@torch.inference_mode()
+def compute_posterior(bundle: ModelBundle, spectrum: Spectrum) -> np.ndarray:
+    """The encoder's fingerprint posterior π (float32, n_bits) for one spectrum."""
+    features = featurize_spectrum(spectrum, bundle.encoder.config)
+    batch = {k: v.to(bundle.device) for k, v in collate([features]).items()}
+    return bundle.encoder.predict_proba(batch)[0].float().cpu().numpy()
+
+
+class SpectrumSession:
+    """One spectrum's posterior and sample pool; :meth:`run` draws only what is missing."""
+
+    def __init__(self, bundle: ModelBundle, spectrum: Spectrum, index: int = 0, posterior: np.ndarray | None = None):
+        """``posterior``: π of this spectrum if already computed (e.g. by an evaluation), else computed once."""
+        require_usable(bundle, spectrum)
+        self.bundle = bundle
+        self.spectrum = spectrum
+        self.index = index
+        self.formula = spectrum.formula
+        self.reference_bits, self.reference_inchikey14 = _reference(spectrum, bundle.decoder.config.fp_bits)
+        self._posterior: np.ndarray | None = None if posterior is None else np.asarray(posterior, dtype=np.float32)
+        self._key: tuple | None = None
+        self._queries = []
+        self._thresholds = np.zeros(0)
+        self._plan: QueryPlan | None = None
+        self.pool: CandidatePool | None = None
+
+    @property
+    def posterior(self) -> np.ndarray:
+        if self._posterior is None:
+            self._posterior = compute_posterior(self.bundle, self.spectrum)
+        return self._posterior
+
+    def _prepare(self, params: QueryParams, plan: QueryPlan | None) -> None:
+        key = params.sampling_key() if plan is None else params.plan_sampling_key(plan)
+        if key == self._key:
+            return
+        if plan is None:
+            cal = self.bundle.calibration.for_polarity(self.spectrum.polarity)
+            self._thresholds = band_thresholds(cal, params.kappa_min, params.kappa_max, params.groups)
+            self._queries = build_queries(self.posterior, self._thresholds)
+        else:
+            self._thresholds = np.asarray(plan.thresholds, dtype=np.float64)
+            self._queries = plan.queries(self.posterior)
+        scorer = FingerprintScorer(self.posterior, self.bundle.calibration.for_polarity(self.spectrum.polarity).bits)
+        self.pool = CandidatePool(self.formula, [q.bits for q in self._queries], scorer)
+        self._key = key
+        self._plan = plan
+
+    def drawn_samples(self, params: QueryParams) -> list[tuple[int, int, str]]:
+        """The samples drawn so far for the band of ``params`` (any N): ``(i, j, SAFE string)``; empty when
+        the pool holds samples of other settings (another band, seed, decoding...) or none."""
+        if self.pool is None or self._plan is not None or self._key != params.sampling_key():
+            return []
+        return [(i, j, s) for (i, j), s in self.pool.items()]
+
+    def add_drawn_samples(self, params: QueryParams, samples: Iterable[tuple[int, int, str]]) -> None:
+        """Put samples drawn earlier for the band of ``params`` back into the pool (a project file keeps
+        them, see :mod:`engine.files.project`); a later :meth:`run` with these settings draws only what they lack.
+
+        The samples must come from this model and spectrum: a sample's identity ``(i, j)`` decides its
+        random numbers, so drawing them again would give the same strings.
+        """
+        self._prepare(params, None)
+        samples = list(samples)
+        self.pool.add([(int(i), int(j)) for i, j, _ in samples], [str(s) for _, _, s in samples])
+
+    def run(
+        self, params: QueryParams, cancel: CancelFn | None = None, plan: QueryPlan | None = None
+    ) -> Generator[Event, None, SpectrumResult]:
+        """Draw the samples ``params`` needs that the pool lacks, yielding progress and live rankings.
+
+        With a ``plan``, its queries replace the band of ``params`` (whose κ range and M are then
+        unused); N, seed, sampling settings and the adapter switch still come from ``params``.
+        """
+        t0 = time.perf_counter()
+        check_cancel(cancel)
+        if self.bundle.has_adapter:
+            self.bundle.set_adapter(params.use_adapter)
+        elif params.use_adapter and self.bundle.config.get("require_adapter"):
+            raise ConfigError("This bundle requires its adapter, which is missing.")
+        self._prepare(params, plan)
+        n = params.samples_per_group
+        requests = []
+        for q in self._queries:
+            ids = tuple((i, j) for i in q.threshold_indices for j in range(n) if not self.pool.has((i, j)))
+            if ids:
+                requests.append(QueryRequest(fp_bits=q.bits, sample_ids=ids))
+        total = sum(len(r.sample_ids) for r in requests)
+        done = 0
+        if requests:
+            sampler = sample_queries(
+                self.bundle.decoder,
+                self.bundle.tokenizer,
+                formula_vector(parse_formula(self.formula)),
+                requests,
+                seed=params.seed,
+                temperature=params.temperature,
+                top_k=params.top_k,
+                top_p=params.top_p,
+                max_new_tokens=params.max_new_tokens,
+                cancel=cancel,
+                decoding=params.decoding,
+            )
+            for req_index, strings in sampler:
+                self.pool.add(requests[req_index].sample_ids, strings)
+                done += len(strings)
+                yield SamplesDrawn(self.index, done, total)
+                yield RankingUpdated(self.index, self._result(params, done, t0, partial=done < total))
+        check_cancel(cancel)
+        return self._result(params, done, t0, partial=False)
+
+    def _result(self, params: QueryParams, new_samples: int, t0: float, partial: bool) -> SpectrumResult:
+        candidates, counts = self.pool.rank(params.samples_per_group, params.ranking)
+        fidelity = None
+        if self.reference_bits is not None:
+            fidelity = chem.max_tanimoto(self.reference_bits, [q.bits for q in self._queries])
+        result = SpectrumResult(
+            spectrum=self.spectrum,
+            params=params,
+            candidates=tuple(candidates),
+            n_samples=counts["samples"],
+            n_valid=counts["valid"],
+            n_formula_consistent=counts["formula_consistent"],
+            thresholds=self._thresholds,
+            n_distinct_queries=len(self._queries),
+            mean_query_bits=float(np.mean([len(q.bits) for q in self._queries for _ in q.threshold_indices])),
+            fidelity=fidelity,
+            reference_inchikey14=self.reference_inchikey14,
+            reference_rank=reference_rank(candidates, self.reference_inchikey14),
+            new_samples=new_samples,
+            seconds=time.perf_counter() - t0,
+            partial=partial,
+            plan=self._plan,
+            posterior=self._posterior,
+        )
+        confidence = spectrum_confidence(self.bundle, result)
+        return result if confidence is None else replace(result, confidence=confidence)
+
+
+def _reference(spectrum: Spectrum, n_bits: int = chem.N_BITS) -> tuple[np.ndarray | None, str | None]:
+    """Reference fingerprint (in the model's ``n_bits``) and InChIKey-14 from the record's SMILES (or
+    just the InChIKey)."""
+    if spectrum.smiles:
+        mol = chem.mol_from_smiles(spectrum.smiles)
+        if mol is not None:
+            chem.remove_stereo(mol)
+            return chem.morgan_bits(mol, n_bits), chem.inchikey14(mol)
+    if spectrum.inchikey:
+        return None, spectrum.inchikey[:14]
+    return None, None
+
+
+def elucidate(
+    bundle: ModelBundle,
+    spectra: Iterable[Spectrum | SkippedRecord],
+    params: QueryParams = QueryParams(),
+    cancel: CancelFn | None = None,
+) -> Generator[Event, None, RunSummary]:
+    """Elucidate many spectra, one after the other. Yields events; returns a :class:`RunSummary`.
+
+    Records the reader skipped, and spectra this model cannot run (no formula, unsupported adduct),
+    come out as :class:`SpectrumSkipped` with the reason; the rest go on.
+    """
+    t0 = time.perf_counter()
+    summary = RunSummary()
+    for index, item in enumerate(spectra):
+        check_cancel(cancel)
+        if isinstance(item, SkippedRecord):
+            summary.skipped.append(item)
+            yield SpectrumSkipped(index, item)
+            continue
+        try:
+            session = SpectrumSession(bundle, item, index)
+        except MsgptError as e:
+            record = SkippedRecord(item.source, item.index, item.id, str(e))
+            summary.skipped.append(record)
+            yield SpectrumSkipped(index, record)
+            continue
+        yield SpectrumStarted(index, item)
+        result = yield from session.run(params, cancel)
+        summary.n_done += 1
+        yield SpectrumFinished(index, result)
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def apply_overrides(spectrum: Spectrum, formula: str | None = None, adduct: str | None = None) -> Spectrum:
+    """Force a formula and/or adduct on a spectrum (validated); used by ``--formula`` / ``--adduct``."""
+    if adduct:
+        spectrum = spectrum.with_adduct(adduct)
+    if formula:
+        spectrum = spectrum.with_formula(formula)
+    return spectrum

@@ -1,0 +1,201 @@
+"""From decoder samples to ranked candidate structures.
+
+Each sample (a SAFE string) is decoded to a molecule; it counts if it is valid (RDKit parses it, one
+connected component) and formula-consistent (its neutral formula equals the spectrum's formula).
+Valid samples are grouped by the first InChIKey block (2D structure) and ranked by one of
+:data:`engine.model.scoring.RANKINGS`: the paper's generation count (ties broken by posterior similarity, the
+max Tanimoto between the candidate's Morgan fingerprint and the band's queries), the fingerprint score
+of the candidate under the posterior, or both combined; the InChIKey ends ties for a stable order.
+
+:class:`CandidatePool` keeps the outcome of every sample by its identity ``(i, j)`` (threshold
+index, sample index), so a pool can be re-ranked for a smaller N without sampling again and grown
+by drawing only the missing samples.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from engine.chem import molecules as chem
+from engine.errors import ConfigError
+from engine.model.constraints import DEAD_END
+from engine.model.scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking, ranking_score, sort_key
+
+log = logging.getLogger(__name__)
+
+SampleId = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class DecodedSample:
+    """What one SAFE string decodes to. ``inchikey14`` is None when the sample is not a valid molecule."""
+
+    smiles: str | None
+    inchikey14: str | None
+    inchikey: str | None
+    formula: str | None
+    reason: str = ""  # why it is invalid, empty when valid
+
+
+@dataclass(frozen=True)
+class Candidate:
+    rank: int
+    smiles: str
+    inchikey: str
+    inchikey14: str
+    formula: str
+    count: int
+    frequency: float  # count / number of samples drawn
+    posterior_similarity: float
+    bits: np.ndarray  # Morgan active bits (for similarity to references); not exported
+    fingerprint_score: float = float("nan")  # log-likelihood of its fingerprint under π (nan: no posterior)
+    score: float = float("nan")  # what the ranking sorted by (higher first)
+
+    @property
+    def monoisotopic_mass(self) -> float:
+        from engine.chem.formula import formula_mass, parse_formula
+
+        return formula_mass(parse_formula(self.formula))
+
+
+@lru_cache(maxsize=200_000)
+def decode_safe(safe_str: str) -> DecodedSample:
+    """SAFE → canonical stereo-free SMILES, InChIKey and formula; cached (samples repeat a lot)."""
+    import safe as sf
+
+    if not safe_str:
+        return DecodedSample(None, None, None, None, "empty")
+    if safe_str.endswith(DEAD_END):
+        return DecodedSample(None, None, None, None, "no legal token left (formula-constrained decoding)")
+    try:
+        # fix=False: safe-mol's fixing caps unpaired digits with dummy atoms and turns them into carbons,
+        # which makes an invalid string "valid" with another formula
+        smiles = sf.decode(safe_str, canonical=True, fix=False, ignore_errors=True)
+    except Exception as e:  # safe-mol raises many types for malformed strings  # noqa: BLE001
+        log.debug("SAFE decode failed for %r: %s", safe_str, e)
+        smiles = None
+    if not smiles:
+        return DecodedSample(None, None, None, None, "not a valid SAFE string")
+    if "." in smiles:
+        return DecodedSample(smiles, None, None, None, "disconnected fragments")
+    mol = chem.mol_from_smiles(smiles)
+    if mol is None:
+        return DecodedSample(smiles, None, None, None, "RDKit cannot parse the molecule")
+    chem.remove_stereo(mol)
+    key = chem.inchikey(mol)
+    if not key:
+        return DecodedSample(smiles, None, None, None, "no InChIKey")
+    return DecodedSample(chem.canonical_smiles(mol), key[:14], key, chem.mol_formula(mol))
+
+
+class CandidatePool:
+    """Samples of one spectrum, by identity, with the formula they must match."""
+
+    def __init__(self, formula: str, query_bits: Sequence[np.ndarray], scorer: FingerprintScorer | None = None):
+        """``scorer`` gives fingerprint scores; without one only the ``frequency`` ranking is possible."""
+        self.formula = formula
+        self.query_bits = [np.asarray(b, dtype=np.int64) for b in query_bits]
+        self.scorer = scorer
+        self._samples: dict[SampleId, str] = {}
+        self._bits_cache: dict[str, np.ndarray] = {}
+        self._sim_cache: dict[str, float] = {}
+        self._score_cache: dict[str, float] = {}
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def has(self, sample_id: SampleId) -> bool:
+        return sample_id in self._samples
+
+    def add(self, sample_ids: Iterable[SampleId], safe_strings: Iterable[str]) -> None:
+        for sid, s in zip(sample_ids, safe_strings, strict=True):
+            self._samples[sid] = s
+
+    def items(self) -> list[tuple[SampleId, str]]:
+        """Every sample drawn so far: ((i, j), SAFE string), in the order they were added."""
+        return list(self._samples.items())
+
+    def select(self, n_per_group: int | None = None) -> list[str]:
+        """SAFE strings of the samples with ``j < n_per_group`` (all when None)."""
+        return [s for (_, j), s in self._samples.items() if n_per_group is None or j < n_per_group]
+
+    def rank(self, n_per_group: int | None = None, ranking: str | None = None) -> tuple[list[Candidate], dict[str, int]]:
+        """Ranked candidates and counts ``{"samples", "valid", "formula_consistent"}``.
+
+        ``ranking`` defaults to :data:`~engine.model.scoring.DEFAULT_RANKING` with a scorer, else ``frequency``.
+        """
+        if ranking is None:
+            ranking = DEFAULT_RANKING if self.scorer is not None else "frequency"
+        check_ranking(ranking)
+        if ranking != "frequency" and self.scorer is None:
+            raise ConfigError(f"ranking {ranking!r} needs the spectrum's posterior (a FingerprintScorer)")
+        samples = self.select(n_per_group)
+        groups: dict[str, Counter] = {}
+        keys: dict[str, DecodedSample] = {}
+        n_valid = n_ok = 0
+        for s in samples:
+            d = decode_safe(s)
+            if d.inchikey14 is None:
+                continue
+            n_valid += 1
+            if d.formula != self.formula:
+                continue
+            n_ok += 1
+            groups.setdefault(d.inchikey14, Counter())[d.smiles] += 1
+            keys.setdefault(d.inchikey14, d)
+        rows = []
+        for k14, smiles_counts in groups.items():
+            # the most frequent SMILES of the group represents it (ties: alphabetical)
+            smiles = min(smiles_counts, key=lambda s: (-smiles_counts[s], s))
+            bits = self._bits(smiles)
+            fp_score = self._fingerprint_score(smiles, bits)
+            rows.append((sum(smiles_counts.values()), self._similarity(smiles, bits), k14, smiles, bits, fp_score))
+        rows.sort(key=lambda r: sort_key(ranking, r[0], r[5], r[1], r[2]))
+        n = max(len(samples), 1)
+        candidates = [
+            Candidate(
+                rank=r + 1,
+                smiles=smiles,
+                inchikey=keys[k14].inchikey,
+                inchikey14=k14,
+                formula=keys[k14].formula,
+                count=count,
+                frequency=count / n,
+                posterior_similarity=sim,
+                bits=bits,
+                fingerprint_score=fp_score,
+                score=ranking_score(ranking, count, fp_score),
+            )
+            for r, (count, sim, k14, smiles, bits, fp_score) in enumerate(rows)
+        ]
+        return candidates, {"samples": len(samples), "valid": n_valid, "formula_consistent": n_ok}
+
+    def _bits(self, smiles: str) -> np.ndarray:
+        if smiles not in self._bits_cache:
+            self._bits_cache[smiles] = chem.morgan_bits(chem.mol_from_smiles(smiles))
+        return self._bits_cache[smiles]
+
+    def _fingerprint_score(self, smiles: str, bits: np.ndarray) -> float:
+        if self.scorer is None:
+            return float("nan")
+        if smiles not in self._score_cache:
+            self._score_cache[smiles] = self.scorer.score(bits)
+        return self._score_cache[smiles]
+
+    def _similarity(self, smiles: str, bits: np.ndarray) -> float:
+        if smiles not in self._sim_cache:
+            self._sim_cache[smiles] = chem.max_tanimoto(bits, self.query_bits)
+        return self._sim_cache[smiles]
+
+
+def reference_rank(candidates: Sequence[Candidate], reference_inchikey14: str | None) -> int | None:
+    """1-based rank of the reference structure among the candidates, None when absent."""
+    if not reference_inchikey14:
+        return None
+    return next((c.rank for c in candidates if c.inchikey14 == reference_inchikey14), None)

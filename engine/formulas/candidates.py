@@ -1,0 +1,355 @@
+"""Molecular formula and ion type candidates for a precursor whose formula is not known.
+
+Real LC-MS/MS runs carry no formula. For a spectrum (or a run's feature) this module lists the
+formulas and ion types its precursor m/z allows and ranks them, as SIRIUS and BUDDY do, offline:
+
+1. **Ion types**: the record's adduct when it has one; else ``[M+H]+``, ``[M+Na]+``, ``[M+NH4]+``
+   (positive) or ``[M-H]-``, ``[M+Cl]-``, ``[M+HCOO]-`` (negative), or those asked for. The neutral
+   mass of each follows from the precursor m/z.
+2. **Formulas**: :func:`engine.formulas.decompose.decompose_mass` within ``max(ppm, da)`` of the neutral
+   mass (default 10 ppm or 1 mDa), over C, H, N, O, P, S, F, Cl, Br, I, Si with element limits,
+   LEWIS/SENIOR and the Seven Golden Rules' ratios.
+3. **Score** of a (formula, ion type), a log-odds sum of terms (the ``terms`` of a candidate):
+
+   ``mass``       the precursor's mass error (``-w * ppm^2``);
+   ``prior``      how ordinary the formula is in the molecule corpus (562k structures): the
+                  frequency of its pattern of elements beyond CHNO, of its element counts at its
+                  mass, of its H/C, N/C, O/C and RDBE/C, and the number of corpus structures with
+                  exactly this formula (isomers; the structures themselves are not needed);
+   ``fragments``  how well subformulas of the formula explain the fragment peaks
+                  (:func:`engine.spectra.annotate.annotate_peaks`): the explained share of the (square-root)
+                  fragment intensity and of the fragment peaks, the mass errors of the explained
+                  peaks, and, against chance, the share the same peaks shifted by ±23 mDa would have
+                  explained (large formulas explain anything);
+   ``ion_type``   the ion type's frequency (log prior);
+   ``isotopes``   with a survey scan: the precursor's isotope pattern against the formula's
+                  (:mod:`engine.spectra.isotopes`; Cl/Br/S signatures), weight ``isotope_weight``;
+   ``adducts``    with a survey scan: ``adduct_weight`` for each other ion type of the same
+                  molecule seen in it (an ``[M+Na]+`` beside an ``[M+H]+`` 21.98 Da lower).
+
+   The weights of ``mass``, ``prior`` and ``fragments`` were learned by a conditional logit on
+   FOLD=train MassBank spectra (``python -m training.formula_scorer``; never FOLD=val) and ship in
+   ``resources/formula_scorer.json``, with the corpus statistics. Ranking runs in two stages: all
+   formulas by mass, prior and ion type, then the best ``max_scored`` per ion type (default 60)
+   also by their fragments (and MS1); the table holds the latter.
+4. The candidates' probabilities are a softmax of the total scores over the table.
+
+:func:`rank_formulas` gives a :class:`FormulaTable` (what the app shows and the CLI runs the top
+``k`` of); :func:`isotope_comparison` the observed and theoretical MS1 isotope peaks of one candidate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.chem.adducts import neutral_mass_from_precursor, parse_adduct, precursor_mz_from_neutral
+from engine.chem.formula import (
+    ELEMENTS,
+    format_formula,
+    formula_vector,
+    parse_formula,
+    vector_to_counts,
+)
+from engine.errors import AdductError, Cancelled, ConfigError, SpectrumError
+from engine.formulas.decompose import (
+    DecompositionConfig,
+    decompose_mass,
+    rdbe_of,
+)
+from engine.formulas.evidence import fragment_features_many, fragment_peaks
+from engine.formulas.prior import element_mass_array
+from engine.formulas.scorer import FormulaScorer, default_scorer, fragment_terms
+from engine.spectra.annotate import DEFAULT_TOL_DA as FRAGMENT_TOL_DA
+from engine.spectra.annotate import DEFAULT_TOL_PPM as FRAGMENT_TOL_PPM
+from engine.spectra.annotate import ION_TYPES, get_ion_type
+from engine.spectra.isotopes import IsotopeMatch, match_isotopes
+from engine.spectra.spectrum import Spectrum, precursor_precision_da
+
+DEFAULT_ION_TYPES = {
+    "positive": ("[M+H]+", "[M+Na]+", "[M+NH4]+"),
+    "negative": ("[M-H]-", "[M+Cl]-", "[M+HCOO]-"),
+}
+#: Other ion types of the same molecule looked for in a survey scan (co-detected adducts).
+PARTNER_ION_TYPES = {
+    "positive": ("[M+H]+", "[M+Na]+", "[M+NH4]+", "[M+K]+"),
+    "negative": ("[M-H]-", "[M+Cl]-", "[M+HCOO]-", "[M+CH3COO]-"),
+}
+TERMS = ("mass", "prior", "fragments", "ion_type", "isotopes", "adducts")
+
+
+@dataclass(frozen=True)
+class FormulaConfig:
+    """How formula candidates are found and scored (see the module notes)."""
+
+    ppm: float = field(default=10.0, metadata={"help": "precursor mass tolerance, ppm"})
+    da: float = field(default=0.001, metadata={"help": "precursor mass tolerance, Da (the larger wins)"})
+    ion_types: tuple[str, ...] | None = field(default=None, metadata={
+        "help": "ion types to consider when the record has none (None: [M+H]+, [M+Na]+, [M+NH4]+ or the negative three)"})
+    decomposition: DecompositionConfig = field(default_factory=DecompositionConfig)
+    max_scored: int = field(default=60, metadata={"help": "formulas per ion type scored by their fragments"})
+    max_mass: float = field(default=1000.0, metadata={
+        "help": "largest neutral mass decomposed, Da (above it formulas are too many to rank: give the formula)"})
+    fragment_tol_ppm: float = FRAGMENT_TOL_PPM
+    fragment_tol_da: float = FRAGMENT_TOL_DA
+    ms1_tol_ppm: float = field(default=10.0, metadata={"help": "survey peaks (isotopes, adducts), ppm"})
+    ms1_tol_da: float = field(default=0.005, metadata={"help": "survey peaks (isotopes, adducts), Da"})
+    isotope_peaks: int = field(default=4, metadata={"help": "isotope peaks compared (M .. M+3)"})
+    isotope_weight: float = field(default=1.0, metadata={"help": "weight of the isotope pattern score"})
+    adduct_weight: float = field(default=2.0, metadata={"help": "score per co-detected ion type of the molecule"})
+
+    def __post_init__(self):
+        for name in ("ppm", "da", "fragment_tol_ppm", "fragment_tol_da", "ms1_tol_ppm", "ms1_tol_da",
+                     "isotope_weight", "adduct_weight", "max_mass"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
+                raise ConfigError(f"`{name}` must be a number >= 0, got {value!r}.")
+        if self.ppm == 0 and self.da == 0:
+            raise ConfigError("`ppm` and `da` are both 0; give a precursor mass tolerance > 0.")
+        for name in ("max_scored", "isotope_peaks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"`{name}` must be a whole number >= 1, got {value!r}.")
+        if self.ion_types is not None:
+            names = []
+            for ion in self.ion_types:
+                try:
+                    name = get_ion_type(ion).name
+                except AdductError as e:
+                    raise ConfigError(f"`ion_types`: {e}") from None
+                names.append(name)
+            if not names:
+                raise ConfigError("`ion_types` is empty; give at least one, e.g. [M+H]+.")
+            object.__setattr__(self, "ion_types", tuple(dict.fromkeys(names)))
+
+    def tolerance(self, mz: float) -> float:
+        return max(self.ppm * 1e-6 * mz, self.da)
+
+
+@dataclass(frozen=True)
+class FormulaCandidate:
+    """One (formula, ion type) for a precursor, with its score terms."""
+
+    rank: int
+    formula: str  # neutral molecular formula (Hill)
+    ion_type: str
+    neutral_mass: float
+    theoretical_mz: float
+    ppm_error: float  # (observed - theoretical) / theoretical * 1e6
+    rdbe: float
+    terms: Mapping[str, float]  # TERMS -> value; they add up to `score`
+    score: float
+    probability: float  # softmax of the scores over the table
+    explained_intensity: float  # share of the (square-root) fragment intensity explained
+    n_explained: int  # fragment peaks explained
+    isomers: int  # structures of the molecule corpus with this formula
+    supported: bool | None = None  # whether the model can run this ion type (None: not asked)
+
+
+@dataclass(frozen=True)
+class FormulaTable:
+    """Ranked formula candidates of one precursor."""
+
+    spectrum_id: str
+    precursor_mz: float
+    ion_types: tuple[str, ...]
+    candidates: tuple[FormulaCandidate, ...]
+    n_decompositions: int  # formulas found before the fragment stage
+    has_ms1: bool
+    n_fragment_peaks: int
+    notes: tuple[str, ...] = ()
+
+    def runnable(self, k: int, supported_adducts: Sequence[str] | None = None) -> tuple[FormulaCandidate, ...]:
+        """The ``k`` best candidates of ion types the model can run: those of ``supported_adducts`` when given, else
+        those the table did not mark unsupported (every one of a table ranked without ``supported_adducts``).
+        ``msgpt predict``, the app's Run and the evaluations elucidate these."""
+        if supported_adducts is not None:
+            pool = [c for c in self.candidates if c.ion_type in supported_adducts]
+        else:
+            pool = [c for c in self.candidates if c.supported is not False]
+        return tuple(pool[:k])
+
+    def why_none_runnable(self, supported_adducts: Sequence[str], ppm: float) -> str:
+        """Why :meth:`runnable` gives nothing, in words a user can act on (``ppm``: the precursor tolerance used)."""
+        tried = ", ".join(self.ion_types)
+        if self.candidates:
+            return (f"no formula candidate of an ion type the model supports ({', '.join(supported_adducts)}; "
+                    f"tried {tried})")
+        why = [note for note in self.notes if not note.startswith("no fragments")]
+        if why:
+            return f"no formula candidate: {'; '.join(why)}"
+        return f"no formula candidate within {ppm:g} ppm for {tried}"
+
+
+def default_ion_types(spectrum: Spectrum, config: FormulaConfig = FormulaConfig()) -> tuple[str, ...]:
+    """The ion types to consider for ``spectrum`` (its own adduct, else ``config``'s, else by polarity)."""
+    if spectrum.adduct:
+        return (get_ion_type(spectrum.adduct).name,)
+    polarity = spectrum.polarity or "positive"
+    if config.ion_types is not None:
+        chosen = tuple(a for a in config.ion_types if ION_TYPES[a].charge * (1 if polarity == "positive" else -1) > 0)
+        if not chosen:
+            raise SpectrumError(f"none of the ion types {', '.join(config.ion_types)} is {polarity}; "
+                                f"the spectrum is {polarity} mode")
+        return chosen
+    return DEFAULT_ION_TYPES[polarity]
+
+
+def _ion_counts(neutral: Mapping[str, int], ion_type: str) -> dict[str, int]:
+    return parse_adduct(ion_type).ion_counts(neutral)
+
+
+def _partners(neutral_mass: float, ion_type: str, polarity: str, ms1, config: FormulaConfig) -> int:
+    """Other ion types of the molecule seen in the survey peaks."""
+    if ms1 is None or not len(ms1.mz):
+        return 0
+    found = 0
+    for other in PARTNER_ION_TYPES[polarity]:
+        if other == ion_type:
+            continue
+        target = precursor_mz_from_neutral(neutral_mass, other)
+        tol = max(config.ms1_tol_ppm * 1e-6 * target, config.ms1_tol_da)
+        lo, hi = np.searchsorted(ms1.mz, [target - tol, target + tol])
+        found += int(hi > lo)
+    return found
+
+
+def rank_formulas(
+    spectrum: Spectrum,
+    *,
+    ms1=None,
+    config: FormulaConfig = FormulaConfig(),
+    supported_adducts: Iterable[str] | None = None,
+    scorer: FormulaScorer | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> FormulaTable:
+    """Formula and ion type candidates of a precursor, best first (module notes).
+
+    ``ms1`` is the precursor's :class:`~engine.spectra.features.MS1Evidence` (isotopes, co-detected
+    adducts), when the run has survey scans. A spectrum with a formula keeps it: only the ion
+    types are ranked (those whose m/z fits). ``supported_adducts`` marks each candidate
+    ``supported`` or not (the ion types a model can run).
+    """
+    scorer = scorer or default_scorer()
+    notes = []
+    precision = precursor_precision_da(spectrum)
+    if precision > config.tolerance(spectrum.precursor_mz) and not spectrum.formula:
+        raise SpectrumError(
+            f"the precursor m/z {spectrum.precursor_mz:g} is written to {precision:g} Da; formulas need it to "
+            f"{config.ppm:g} ppm: give the molecular formula (FORMULA=, or --formula)"
+        )
+    ion_types = default_ion_types(spectrum, config)
+    polarity = "positive" if ION_TYPES[ion_types[0]].charge > 0 else "negative"
+    supported = None if supported_adducts is None else set(supported_adducts)
+    tol = max(config.tolerance(spectrum.precursor_mz), precision)
+    frag_mz, frag_w = fragment_peaks(spectrum)
+    if frag_mz.size == 0:
+        notes.append("no fragments: formulas ranked by mass, prior and MS1 only")
+    rows = []  # (ion_type, vector, mass, stage-1 terms, features)
+    too_heavy: list[str] = []
+    n_decompositions = 0
+    for ion_type in ion_types:
+        neutral = neutral_mass_from_precursor(spectrum.precursor_mz, ion_type)
+        if spectrum.formula:
+            v = formula_vector(parse_formula(spectrum.formula))[None, :]
+            masses = v @ element_mass_array()
+            keep = np.abs(masses - neutral) <= tol
+            vectors, masses = v[keep], masses[keep]
+        elif neutral <= 0:
+            continue
+        elif neutral > config.max_mass:
+            too_heavy.append(f"{neutral:.1f} Da as {ion_type}")
+            continue
+        else:
+            vectors, masses = decompose_mass(neutral, tol, config.decomposition)
+        n_decompositions += len(vectors)
+        if not len(vectors):
+            continue
+        adduct = parse_adduct(ion_type)
+        theo_mz = (adduct.n_molecules * masses + adduct.mass_delta) / abs(adduct.charge)  # precursor_mz_from_neutral
+        ppm = (spectrum.precursor_mz - theo_mz) / theo_mz * 1e6
+        features = scorer.prior.features(vectors, masses)
+        features["mass_error"] = (ppm / 10.0) ** 2
+        terms = scorer.linear(scorer.stage1, features, len(vectors))
+        stage1 = terms["mass"] + terms["prior"]
+        best = np.argsort(-stage1, kind="stable")[: config.max_scored]
+        for i in best:
+            rows.append((ion_type, vectors[i], float(masses[i]), float(theo_mz[i]), float(ppm[i]),
+                         {k: float(np.asarray(f)[i]) for k, f in features.items()}))
+    if too_heavy:
+        notes.append(f"neutral mass above {config.max_mass:g} Da ({', '.join(too_heavy)}), where formulas are too many "
+                     f"to rank; give the formula")
+    if cancel is not None and cancel():
+        raise Cancelled("Cancelled by the user.")
+    fragments = fragment_features_many(frag_mz, frag_w, np.array([r[1] for r in rows]).reshape(-1, len(ELEMENTS)),
+                                       [r[0] for r in rows], config.fragment_tol_ppm, config.fragment_tol_da)
+    stage2 = fragment_terms(fragments, np.array([r[2] for r in rows]))
+    candidates = []
+    for k, (ion_type, vector, mass, theo_mz, ppm, feats) in enumerate(rows):
+        if cancel is not None and cancel():
+            raise Cancelled("Cancelled by the user.")
+        counts = vector_to_counts(vector)
+        frag = {name: values[k] for name, values in fragments.items()}
+        feats = {**feats, **{name: values[k] for name, values in stage2.items()}}
+        t = scorer.linear(scorer.stage2, {name: np.array([value]) for name, value in feats.items()}, 1)
+        terms = {"mass": float(t["mass"][0]), "prior": float(t["prior"][0]), "fragments": float(t["fragments"][0]),
+                 "ion_type": scorer.ion_prior(ion_type), "isotopes": 0.0, "adducts": 0.0}
+        if ms1 is not None:
+            match = _isotopes(counts, ion_type, spectrum.precursor_mz, ms1, config)
+            if match is not None:
+                terms["isotopes"] = config.isotope_weight * match.score
+            terms["adducts"] = config.adduct_weight * _partners(mass, ion_type, polarity, ms1, config)
+        candidates.append(dict(
+            formula=format_formula(counts), ion_type=ion_type, neutral_mass=mass, theoretical_mz=theo_mz,
+            ppm_error=ppm, rdbe=float(rdbe_of(vector[None, :])[0]), terms=terms, score=sum(terms.values()),
+            explained_intensity=float(frag["frag_intensity"]), n_explained=int(frag["n_explained"]),
+            isomers=int(scorer.prior.isomers(vector[None, :])[0]),
+            supported=None if supported is None else ion_type in supported,
+        ))
+    candidates.sort(key=lambda c: (-c["score"], abs(c["ppm_error"]), c["formula"], c["ion_type"]))
+    scores = np.array([c["score"] for c in candidates])
+    probs = np.exp(scores - scores.max()) if len(scores) else scores
+    probs = probs / probs.sum() if len(scores) else probs
+    table = tuple(FormulaCandidate(rank=i + 1, probability=float(p), **c) for i, (c, p) in enumerate(zip(candidates, probs)))
+    if not table and not too_heavy:
+        notes.append(f"no formula within {tol:.4g} Da of the neutral mass for {', '.join(ion_types)}")
+    return FormulaTable(spectrum_id=spectrum.id, precursor_mz=spectrum.precursor_mz, ion_types=ion_types,
+                        candidates=table, n_decompositions=n_decompositions, has_ms1=ms1 is not None,
+                        n_fragment_peaks=int(frag_mz.size), notes=tuple(notes))
+
+
+def _isotopes(counts: Mapping[str, int], ion_type: str, precursor_mz: float, ms1, config: FormulaConfig) -> IsotopeMatch | None:
+    try:
+        ion = _ion_counts(counts, ion_type)
+    except AdductError:
+        return None
+    return match_isotopes(ion, parse_adduct(ion_type).charge, ms1.mz, ms1.intensity, precursor_mz,
+                          n_peaks=config.isotope_peaks, tol_ppm=config.ms1_tol_ppm, tol_da=config.ms1_tol_da)
+
+
+def isotope_comparison(
+    candidate: FormulaCandidate | tuple[str, str], ms1, precursor_mz: float | None = None,
+    config: FormulaConfig = FormulaConfig(),
+) -> IsotopeMatch | None:
+    """Observed vs theoretical MS1 isotope peaks of a candidate (or ``(formula, ion type)``).
+
+    ``None`` without survey peaks or when they hold no precursor peak.
+    """
+    if ms1 is None:
+        return None
+    formula, ion_type = (candidate.formula, candidate.ion_type) if isinstance(candidate, FormulaCandidate) else candidate
+    mz = precursor_mz if precursor_mz is not None else ms1.precursor_mz
+    return _isotopes(parse_formula(formula), get_ion_type(ion_type).name, mz, ms1, config)
+
+
+def with_formula_candidate(spectrum: Spectrum, candidate: FormulaCandidate) -> Spectrum:
+    """A copy of ``spectrum`` with the candidate's formula and ion type, and its rank and score noted."""
+    import dataclasses
+
+    metadata = {**spectrum.metadata, "formula_rank": str(candidate.rank),
+                "formula_score": f"{candidate.probability:.4f}", "formula_source": "ranked candidates"}
+    new = dataclasses.replace(spectrum, metadata=metadata).with_adduct(candidate.ion_type, check=False)
+    return new.with_formula(candidate.formula, check=False)

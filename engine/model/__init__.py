@@ -1,0 +1,8 @@
+"""The trained model and the method's parts that run it: SAFE tokenizer, spectrum encoder and its input
+featurization, conditional decoder, grammar constraints and sampling, density-band calibration and queries
+(``querying``), fingerprint scoring, the confidence model, the bit legend, the known-structure hashes
+(``known``), and the bundle that loads them all from ``config.json`` + safetensors (``bundle``).
+
+May import: ``engine.formulas``, ``engine.spectra``, ``engine.chem`` and below. Loading a bundle's weights must
+not need RDKit (the accelerator imports ``model.bundle`` without it).
+"""

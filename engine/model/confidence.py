@@ -1,0 +1,313 @@
+"""How likely the rank-1 candidate of a spectrum is the right structure: a calibrated probability.
+
+A chemist with a few hundred spectra needs to know which answers to look at first. Each result gets
+``confidence`` = P(rank-1 is the true structure, by first InChIKey block), from a logistic model over a
+few numbers read off the ranked pool (:func:`confidence_features`):
+
+``top_share``       share of the B samples that are the rank-1 candidate (the decoder keeps writing it)
+``max_share``       share of the most-drawn of the ten best candidates
+``agreement``       1 when the rank-1 candidate is also the most-drawn of the ten best, else 0
+``score_gap``       fingerprint-score lead of rank 1 over rank 2 (log-likelihood under π; capped at 20)
+``log_candidates``  log of the number of distinct formula-consistent candidates (a spread-out pool)
+``yield``           formula-consistent samples / samples drawn
+
+The model is fitted by :mod:`training.confidence` on FOLD=train spectra whose posteriors come from
+encoders that never saw their structures (out-of-fold), so it sees the misses a new compound gives; a
+bundle ships it as ``confidence.json``. A spectrum without candidates gets 0. The probability belongs
+to the settings it was fitted with (the κ band, B = 100, formula-constrained decoding, fingerprint
+ranking); :meth:`ConfidenceModel.applies_to` says whether a result's settings match, and the app and
+CLI leave the value empty when they do not.
+
+A logistic model over these features overpredicts at its top end (its reliability curve is S-shaped), so
+the fit may add a monotone **recalibration**: knots of an isotonic map from the logistic's probability to
+the rate observed on cross-fitted training pools, read by linear interpolation (:func:`isotonic_knots`).
+
+Plain JSON (weights, feature means and scales, knots); no pickle, no scikit-learn at run time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import BundleError
+
+FEATURES = ("top_share", "max_share", "agreement", "score_gap", "log_candidates", "yield")
+SCORE_GAP_CAP = 20.0
+FORMAT = "msgpt-confidence"
+
+
+def confidence_features(counts: Sequence[int], fingerprint_scores: Sequence[float], n_samples: int,
+                        n_formula_consistent: int, n_candidates: int) -> dict[str, float] | None:
+    """The features of one ranked pool, from its ten best candidates' counts and fingerprint scores (in
+    rank order), the samples drawn, the formula-consistent ones and the distinct candidates; None when
+    the pool has no candidate."""
+    counts = [int(c) for c in list(counts)[:10]]
+    if not counts or n_candidates <= 0 or n_samples <= 0:
+        return None
+    scores = [float(s) for s in list(fingerprint_scores)[:2]]
+    if len(scores) >= 2 and all(math.isfinite(s) for s in scores):
+        gap = min(scores[0] - scores[1], SCORE_GAP_CAP)
+    else:
+        gap = SCORE_GAP_CAP if len(scores) == 1 and n_candidates == 1 else 0.0
+    return {
+        "top_share": counts[0] / n_samples,
+        "max_share": max(counts) / n_samples,
+        "agreement": float(counts[0] == max(counts)),
+        "score_gap": float(gap),
+        "log_candidates": math.log(n_candidates),
+        "yield": n_formula_consistent / n_samples,
+    }
+
+
+def result_features(result) -> dict[str, float] | None:
+    """:func:`confidence_features` of an :class:`engine.elucidation.pipeline.SpectrumResult`."""
+    best = result.candidates[:10]
+    return confidence_features([c.count for c in best], [c.fingerprint_score for c in best], result.n_samples,
+                               result.n_formula_consistent, len(result.candidates))
+
+
+@dataclass(frozen=True)
+class ConfidenceModel:
+    """P(rank 1 is right) = sigmoid(bias + weights · (x - mean) / scale)."""
+
+    weights: tuple[float, ...]
+    bias: float
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    features: tuple[str, ...] = FEATURES
+    settings: dict = field(default_factory=dict)  # what the fit's pools were drawn with (see applies_to)
+    meta: dict = field(default_factory=dict)  # fit data and held-out numbers, for the model card
+    # knots (logistic probability, calibrated probability) of a monotone map applied last; () = none
+    recalibration: tuple[tuple[float, ...], tuple[float, ...]] = ()
+
+    def __post_init__(self):
+        n = len(self.features)
+        if not (len(self.weights) == len(self.mean) == len(self.scale) == n):
+            raise BundleError(f"confidence model: {len(self.weights)} weights, {len(self.mean)} means and "
+                              f"{len(self.scale)} scales for {n} features; refit it with `python -m training.confidence`.")
+        unknown = [f for f in self.features if f not in FEATURES]
+        if unknown:
+            raise BundleError(f"confidence model reads unknown features {unknown}; this version knows {list(FEATURES)}.")
+        if self.recalibration:
+            xs, ys = (np.asarray(v, float) for v in self.recalibration)
+            if (len(xs) != len(ys) or len(xs) < 2 or np.any(np.diff(xs) <= 0) or np.any(np.diff(ys) < 0)
+                    or xs.min() < 0 or xs.max() > 1 or ys.min() < 0 or ys.max() > 1):
+                raise BundleError("confidence model: its recalibration needs at least two knots with increasing "
+                                  "probabilities in [0, 1] and non-decreasing values in [0, 1]; refit it.")
+
+    def probability(self, features: dict[str, float] | None) -> float:
+        """The calibrated probability (0 for a pool without candidates)."""
+        if features is None:
+            return 0.0
+        x = (np.array([features[f] for f in self.features]) - np.array(self.mean)) / np.array(self.scale)
+        z = float(self.bias + np.dot(self.weights, x))
+        p = 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+        return self.recalibrate(p)
+
+    def recalibrate(self, p: float) -> float:
+        """The recalibration map at the logistic's probability ``p`` (``p`` itself without one)."""
+        if not self.recalibration:
+            return p
+        return float(np.interp(p, self.recalibration[0], self.recalibration[1]))
+
+    def applies_to(self, params, adapter: bool = False) -> bool:
+        """Whether a result drawn with :class:`engine.elucidation.pipeline.QueryParams` ``params`` (the bundle's adapter
+        ``adapter`` on or off) matches the fit's settings."""
+        for name, value in self.settings.items():
+            have = adapter if name == "adapter" else getattr(params, name, None)
+            if isinstance(value, float) and isinstance(have, (int, float)):
+                if not math.isclose(float(have), value, rel_tol=1e-9, abs_tol=1e-12):
+                    return False
+            elif have != value:
+                return False
+        return True
+
+    def to_json(self) -> dict:
+        d = {"format": FORMAT, "version": 2 if self.recalibration else 1, "features": list(self.features),
+             "weights": list(self.weights), "bias": self.bias, "mean": list(self.mean), "scale": list(self.scale),
+             "settings": self.settings, "meta": self.meta}
+        if self.recalibration:
+            d["recalibration"] = {"p": list(self.recalibration[0]), "calibrated": list(self.recalibration[1])}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> ConfidenceModel:
+        if d.get("format") != FORMAT or d.get("version") not in (1, 2):
+            raise BundleError(f"not a version-1 or -2 confidence model (format {d.get('format')!r}, version "
+                              f"{d.get('version')!r}); refit it with `python -m training.confidence fit`.")
+        try:
+            knots = d.get("recalibration") or {}
+            recalibration = ((tuple(float(v) for v in knots["p"]), tuple(float(v) for v in knots["calibrated"]))
+                             if knots else ())
+            if d["version"] == 2 and not recalibration:
+                raise ValueError("version 2 without its recalibration")
+            return cls(tuple(float(w) for w in d["weights"]), float(d["bias"]), tuple(float(m) for m in d["mean"]),
+                       tuple(float(s) for s in d["scale"]), tuple(d["features"]), dict(d.get("settings", {})),
+                       dict(d.get("meta", {})), recalibration)
+        except (KeyError, TypeError, ValueError) as e:
+            raise BundleError(f"confidence model: missing or bad field ({e}); refit it.") from e
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> ConfidenceModel:
+        path = Path(path)
+        try:
+            return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError) as e:
+            raise BundleError(f"{path}: cannot read the confidence model ({e}).") from e
+        except BundleError as e:
+            raise BundleError(f"{path}: {e}") from e
+
+
+def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1.0, iters: int = 50) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """L2-penalised logistic regression by Newton's method on standardised ``X`` (n, d) and labels ``y``
+    (n,) in {0, 1}: returns (weights, bias, mean, scale). The bias is not penalised."""
+    X = np.asarray(X, np.float64)
+    y = np.asarray(y, np.float64)
+    mean = X.mean(0)
+    scale = X.std(0)
+    scale[scale < 1e-9] = 1.0
+    Z = np.hstack([(X - mean) / scale, np.ones((len(X), 1))])
+    w = np.zeros(Z.shape[1])
+    prior = np.full(Z.shape[1], l2)
+    prior[-1] = 0.0
+    for _ in range(iters):
+        p = 1.0 / (1.0 + np.exp(-np.clip(Z @ w, -40, 40)))
+        grad = Z.T @ (p - y) + prior * w
+        hess = (Z * (p * (1 - p))[:, None]).T @ Z + np.diag(prior) + 1e-9 * np.eye(len(w))
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    return w[:-1], float(w[-1]), mean, scale
+
+
+def isotonic_knots(probs: Sequence[float], hits: Sequence[bool], prior: float = 5.0, min_count: int = 20,
+                   ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Knots of a monotone map from predicted probabilities to observed rates (pool-adjacent-violators).
+
+    Each block of the isotonic fit becomes one knot at its mean prediction. A block of fewer than
+    ``min_count`` spectra is joined to its neighbour (the lower one; the first block to the next), so
+    that no knot rests on a handful of pools (the isotonic fit's extreme blocks are often one or two).
+    Its value is the block's hit rate pulled towards that mean prediction by ``prior`` pseudo-spectra, so
+    that a block without a hit does not say 0. Read with linear interpolation.
+    """
+    x = np.asarray(probs, float)
+    y = np.asarray(hits, float)
+    if len(x) != len(y) or len(x) == 0:
+        raise ValueError(f"isotonic_knots: {len(x)} probabilities for {len(y)} labels")
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    # blocks: [sum of x, sum of y, count]; equal predictions start in one block
+    blocks: list[list[float]] = []
+    for xi, yi in zip(x, y):
+        if blocks and blocks[-1][0] / blocks[-1][2] == xi:
+            blocks[-1][0] += xi
+            blocks[-1][1] += yi
+            blocks[-1][2] += 1
+        else:
+            blocks.append([xi, yi, 1.0])
+        while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]:
+            last = blocks.pop()
+            for k in range(3):
+                blocks[-1][k] += last[k]
+    i = 0
+    while len(blocks) > 1 and i < len(blocks):
+        if blocks[i][2] >= min_count:
+            i += 1
+            continue
+        j = i - 1 if i > 0 else 1  # joining adjacent blocks of a monotone sequence keeps it monotone
+        lo, hi = min(i, j), max(i, j)
+        blocks[lo] = [a + b for a, b in zip(blocks[lo], blocks[hi])]
+        del blocks[hi]
+        i = lo
+    knots_x = np.array([b[0] / b[2] for b in blocks])
+    knots_y = np.array([(b[1] + prior * b[0] / b[2]) / (b[2] + prior) for b in blocks])
+    knots_y = np.maximum.accumulate(np.clip(knots_y, 0.0, 1.0))
+    knots_x, knots_y = np.round(knots_x, 6), np.round(knots_y, 6)
+    keep = np.r_[True, np.diff(knots_x) > 0]  # rounding may join two knots: keep the first
+    knots_x, knots_y = knots_x[keep], knots_y[keep]
+    if len(knots_x) == 1:  # one block: a flat map
+        knots_x = np.array([0.0, 1.0])
+        knots_y = np.repeat(knots_y, 2)
+    return tuple(float(v) for v in knots_x), tuple(float(v) for v in knots_y)
+
+
+def reliability(probs: Sequence[float], hits: Sequence[bool], bins: Sequence[float] = (0, 0.05, 0.1, 0.2, 0.4, 1.0)) -> dict:
+    """Reliability table (per probability bin: count, mean predicted, observed rate), expected calibration
+    error (count-weighted |predicted - observed|), Brier score, and the Brier score of always predicting the
+    base rate."""
+    p = np.asarray(probs, np.float64)
+    h = np.asarray(hits, np.float64)
+    edges = np.asarray(bins, np.float64)
+    rows = []
+    ece = 0.0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        sel = (p >= lo) & ((p < hi) if hi < edges[-1] else (p <= hi))
+        if sel.any():
+            rows.append({"bin": [float(lo), float(hi)], "n": int(sel.sum()), "predicted": float(p[sel].mean()),
+                         "observed": float(h[sel].mean())})
+            ece += sel.sum() * abs(p[sel].mean() - h[sel].mean())
+    n = max(len(p), 1)
+    base = float(h.mean()) if len(h) else 0.0
+    top = np.argsort(-p, kind="stable")[: max(1, len(p) // 10)]
+    return {"n": len(p), "hits": int(h.sum()), "base_rate": base, "mean_predicted": float(p.mean()) if len(p) else 0.0,
+            "ece": ece / n, "brier": float(np.mean((p - h) ** 2)) if len(p) else 0.0,
+            "brier_base_rate": float(np.mean((base - h) ** 2)) if len(p) else 0.0, "auroc": auroc(p, h),
+            "top_decile_rate": float(h[top].mean()) if len(p) else 0.0, "bins": rows}
+
+
+def auroc(scores: Sequence[float], hits: Sequence[bool]) -> float | None:
+    """Area under the ROC curve (ties count half; Mann-Whitney), None without both classes."""
+    s = np.asarray(scores, np.float64)
+    h = np.asarray(hits, bool)
+    n1, n0 = int(h.sum()), int((~h).sum())
+    if n1 == 0 or n0 == 0:
+        return None
+    order = np.argsort(s, kind="stable")
+    ranks = np.empty(len(s))
+    sorted_s = s[order]
+    i = 0
+    while i < len(s):  # average ranks over ties
+        j = i
+        while j + 1 < len(s) and sorted_s[j + 1] == sorted_s[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return float((ranks[h].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+def spectrum_confidence(bundle, result) -> float | None:
+    """The confidence of a finished :class:`engine.elucidation.pipeline.SpectrumResult`, or None when the bundle has no
+    confidence model, the result's settings are not those it was fitted with, or its spectrum is of an
+    ion mode the fit saw none of (``meta["polarities"]``, positive when absent).
+
+    For a formula taken from the ranked formula candidates (``formula_source`` "ranked candidates", an
+    LC-MS feature without a given formula) it is P(formula) x P(rank 1 right | formula): the structure can
+    only be right when the formula is.
+    """
+    model = getattr(bundle, "confidence", None)
+    if model is None or result.partial or result.plan is not None:
+        return None
+    if (result.spectrum.polarity or "positive") not in model.meta.get("polarities", ["positive"]):
+        return None  # fitted on pools of the other ion mode only
+    if not model.applies_to(result.params, adapter=bool(getattr(bundle, "adapter_active", False))):
+        return None
+    p = model.probability(result_features(result))
+    md = result.spectrum.metadata
+    if md.get("formula_source") == "ranked candidates" and md.get("formula_score") not in (None, ""):
+        try:
+            p *= min(max(float(md["formula_score"]), 0.0), 1.0)
+        except (TypeError, ValueError):
+            return None
+    return p

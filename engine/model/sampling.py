@@ -1,0 +1,255 @@
+"""Fast sampler: draws the decoder samples of one spectrum's fingerprint queries.
+
+What makes it fast (see docs/architecture.md, benchmarks/bench_sampling.py):
+
+- a self-attention KV cache, so each step runs one new token per row;
+- the cross-attention keys/values of each distinct query computed once and shared by all its rows and
+  all steps (rows of one query are laid out so its K/V is read once per step: cross-attention over a
+  270-token context is bound by memory reads);
+- rows of every request batched together (up to ``max_batch_rows``); finished rows are dropped from
+  the batch once a quarter of it has finished.
+
+What makes it reproducible: sample (i, j) draws its random numbers from a generator seeded by
+(seed, i, j), one uniform per step, turned into a token by inverse-CDF over the filtered distribution.
+A sample's tokens therefore do not depend on which other samples share its batch, nor on the batch
+size: growing N draws only the new samples and reproduces the old ones (up to floating-point effects
+of batch shape, which change a token only when its uniform lies within ~1e-6 of a CDF boundary).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine.errors import Cancelled, ConfigError
+from engine.model.constraints import DEAD_END, FormulaConstraint, SafeGrammar
+from engine.model.decoder import ConditionalDecoder, ContextKV, collate_queries
+from engine.model.tokenizer import SafeTokenizer
+
+DECODING_MODES = ("formula", "free")
+
+COMPACT_FRACTION = 0.25  # drop finished rows from the batch once they are this share of it
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    fp_bits: np.ndarray  # sorted active bit indices (int64) of one DISTINCT fingerprint query
+    sample_ids: tuple[tuple[int, int], ...]  # identities (threshold index i, sample index j) to draw from it
+
+
+class KVCache:
+    """Self-attention keys/values of every layer, preallocated and written in place.
+
+    Same interface as Hugging Face's ``Cache`` (``update``, ``get_seq_length``) so
+    :meth:`ConditionalDecoder.decode` takes either. ``update`` returns the whole buffer, spare slots
+    included (zeros, masked by the causal mask): attention then reads contiguous memory, where a
+    strided ``[:length]`` view would be copied by every bf16 matmul. Capacity grows 16 positions at a
+    time, so little of what attention reads is spare (reading the cache is memory-bound at B=100).
+    """
+
+    def __init__(self, n_layer: int, max_len: int):
+        self.max_len = max_len
+        self.k: list[torch.Tensor | None] = [None] * n_layer
+        self.v: list[torch.Tensor | None] = [None] * n_layer
+        self.lengths = [0] * n_layer
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.lengths[layer_idx]
+
+    def update(self, k, v, layer_idx: int):
+        """Append k, v (B, nh, T, hs) to layer ``layer_idx``; returns its buffers (B, nh, capacity, hs)."""
+        start = self.lengths[layer_idx]
+        end = start + k.size(2)
+        if self.k[layer_idx] is None or self.k[layer_idx].size(2) < end:
+            cap = min(self.max_len, end + 15 - (end - 1) % 16)  # next multiple of 16
+            for buf in (self.k, self.v):
+                new = k.new_zeros(k.size(0), k.size(1), cap, k.size(3))
+                if buf[layer_idx] is not None:
+                    new[:, :, :start] = buf[layer_idx][:, :, :start]
+                buf[layer_idx] = new
+        self.k[layer_idx][:, :, start:end] = k
+        self.v[layer_idx][:, :, start:end] = v
+        self.lengths[layer_idx] = end
+        return self.k[layer_idx], self.v[layer_idx]
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (bool mask or indices) of the batch."""
+        self.k = [t[rows] for t in self.k]
+        self.v = [t[rows] for t in self.v]
+
+
+def filter_probs(logits, temperature: float = 1.0, top_k: int = 50, top_p: float = 0.95):
+    """Hugging Face's sampling filters, in its order: temperature, then top-k, then top-p (nucleus).
+
+    logits (B, V) -> probabilities (B, K) of the top-k tokens, most likely first, with the tokens that
+    top-p removes set to zero (unnormalised), and their token ids (B, K). ``top_k=0`` keeps all.
+    """
+    logits = logits.float() / temperature
+    k = min(top_k, logits.size(-1)) if top_k else logits.size(-1)
+    values, ids = logits.topk(k, dim=-1)  # (B, K), sorted descending
+    probs = values.softmax(dim=-1)
+    if top_p < 1.0:
+        more_likely = probs.cumsum(dim=-1) - probs  # mass of the tokens ranked above each one
+        probs = probs.masked_fill(more_likely >= top_p, 0.0)  # = HF: drop where ascending cumsum <= 1 - top_p
+    return probs, ids
+
+
+def draw(probs, ids, u):
+    """Inverse-CDF sampling: uniforms u (B,) in [0, 1) pick one token per row from (unnormalised) probs (B, K)."""
+    cdf = probs.double().cumsum(dim=-1)  # (B, K)
+    pick = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True)  # (B, 1)
+    return ids.gather(-1, pick.clamp_(max=ids.size(-1) - 1)).squeeze(-1)  # (B,)
+
+
+def sample_uniforms(seed: int, sample_ids: Sequence[tuple[int, int]], steps: int) -> np.ndarray:
+    """(len(sample_ids), steps) uniforms; row (i, j) comes from a generator seeded by (seed, i, j) alone."""
+    return np.stack([np.random.default_rng([seed, i, j]).random(steps) for i, j in sample_ids])
+
+
+def sample_queries(
+    model: ConditionalDecoder,
+    tokenizer: SafeTokenizer,
+    formula_vec: np.ndarray,
+    requests: Sequence[QueryRequest],
+    *,
+    seed: int,
+    temperature: float = 1.0,
+    top_k: int = 50,
+    top_p: float = 0.95,
+    max_new_tokens: int | None = None,
+    max_batch_rows: int = 256,
+    use_cache: bool = True,
+    dtype: torch.dtype | None = None,
+    cancel: Callable[[], bool] | None = None,
+    min_new_tokens: int = 0,
+    decoding: str = "free",
+) -> Iterator[tuple[int, list[str]]]:
+    """Draw the samples of ``requests`` (distinct queries of one spectrum with formula ``formula_vec``).
+
+    Yields ``(request index, SAFE strings in the order of its sample_ids)`` as soon as all rows of a
+    request are done. Rows of all requests share batches of up to ``max_batch_rows``.
+    ``max_new_tokens`` defaults to ``block_size - 1``; ``min_new_tokens`` forbids ``<eos>`` before
+    that many tokens (as in HF; benchmarks use it for fixed lengths). ``use_cache=False`` recomputes
+    the whole prefix every step (a reference for tests; the context K/V is still computed once).
+    ``dtype`` (e.g. ``torch.bfloat16``) runs the model under autocast in that dtype, leaving its
+    weights alone; a model cast once with ``model.to(torch.bfloat16)`` is ~10% faster still.
+    ``cancel()`` is checked between steps and raises :class:`Cancelled`.
+
+    ``decoding="formula"`` masks, before every step, the tokens that cannot lead to a complete string
+    with exactly the heavy atoms of ``formula_vec`` (:mod:`engine.model.constraints`); a row left without a
+    legal token ends as a failure, its string ending in :data:`~engine.model.constraints.DEAD_END`.
+    ``"free"`` is the paper's unconstrained sampling.
+    """
+    if model.training:
+        raise ConfigError("The decoder is in training mode (dropout on); call `model.eval()` before sampling.")
+    cfg = model.config
+    max_new = min(max_new_tokens or cfg.block_size - 1, cfg.block_size - 1)
+    _check_settings(seed, temperature, top_k, top_p, max_new, min_new_tokens, max_batch_rows)
+    if decoding not in DECODING_MODES:
+        raise ConfigError(f"`decoding` must be one of {', '.join(DECODING_MODES)}, got {decoding!r}.")
+    grammar = SafeGrammar.of(tokenizer) if decoding == "formula" else None
+    rows = [(r, n, i, j) for r, req in enumerate(requests) for n, (i, j) in enumerate(req.sample_ids)]
+    results: list[list[str]] = [[""] * len(req.sample_ids) for req in requests]
+    remaining = [len(req.sample_ids) for req in requests]
+    yield from ((r, []) for r, n in enumerate(remaining) if n == 0)
+    settings = dict(temperature=temperature, top_k=top_k, top_p=top_p, eos=tokenizer.eos_id,
+                    bos=tokenizer.bos_id, min_new=min_new_tokens, use_cache=use_cache, dtype=dtype, grammar=grammar)
+    for start in range(0, len(rows), max_batch_rows):
+        chunk = rows[start : start + max_batch_rows]
+        req_ids = sorted({r for r, *_ in chunk})
+        group = torch.tensor([req_ids.index(r) for r, *_ in chunk])  # (B,) row -> its query within the chunk
+        u = torch.from_numpy(sample_uniforms(seed, [(i, j) for *_, i, j in chunk], max_new))  # (B, max_new)
+        bits = [requests[r].fp_bits for r in req_ids]
+        for finished, tokens, dead in _generate(model, bits, formula_vec, group, u, cancel, **settings):
+            for row, toks, failed in zip(finished.tolist(), tokens.tolist(), dead.tolist()):
+                r, n = chunk[row][:2]
+                results[r][n] = tokenizer.decode(toks) + (DEAD_END if failed else "")
+                remaining[r] -= 1
+                if remaining[r] == 0:
+                    yield r, results[r]
+
+
+@torch.inference_mode()  # on a generator: entered on each resume, left at each yield
+def _generate(model, bits, formula_vec, group, u, cancel, *, bos, eos, min_new, use_cache, dtype, grammar, **filters):
+    """Sample B = len(group) rows; yields (finished row indices, their tokens (n, t), dead-end flags (n,))
+    as rows finish. With a ``grammar``, tokens are drawn under :class:`FormulaConstraint` masks."""
+    device = next(model.parameters()).device
+    group, u = group.to(device), u.to(device)
+    rows = torch.arange(len(group), device=device)  # (b,) original index of each row still in the batch
+    alive = torch.ones_like(rows, dtype=torch.bool)  # (b,) not finished yet
+    idx = torch.full((len(group), 1), bos, device=device)  # (b, 1 + t) tokens so far
+    contexts = _contexts(model, bits, formula_vec, device, dtype)
+    context = contexts.for_rows(group)
+    cache = KVCache(model.config.n_layer, model.config.block_size) if use_cache else None
+    constraint = FormulaConstraint(grammar, formula_vec, len(group)) if grammar is not None else None
+    dead = torch.zeros_like(alive)  # (b,) rows that ran out of legal tokens
+    steps = u.size(1)
+    for t in range(steps):
+        if cancel is not None and cancel():
+            raise Cancelled("Sampling was cancelled.")
+        with _autocast(model, dtype):
+            logits = model.decode(idx if cache is None else idx[:, -1:], context, cache)[:, -1].float()  # (b, V)
+        if t < min_new:
+            logits[:, eos] = float("-inf")
+        if constraint is not None:
+            allowed = constraint.allowed(steps - t).to(device)  # (b, V)
+            stuck = ~allowed.any(dim=1)
+            allowed[stuck, eos] = True  # a row with no legal token ends here, flagged as a dead end
+            dead = dead | (stuck & alive)
+            logits = logits.masked_fill(~allowed, float("-inf"))
+        tok = draw(*filter_probs(logits, **filters), u[rows, t])  # (b,)
+        if constraint is not None:
+            constraint.advance(tok.tolist())
+        idx = torch.cat([idx, tok[:, None]], dim=1)
+        done = alive & (tok == eos) if t + 1 < steps else alive
+        if done.any():
+            failed = dead[done]
+            if constraint is not None:  # a constrained row cut at the length limit is a failure too
+                failed = failed | (tok[done] != eos)
+            yield rows[done], idx[done, 1:], failed
+            alive = alive & ~done
+        if not alive.any():
+            return
+        if (~alive).sum() >= COMPACT_FRACTION * len(alive):  # finished rows stop costing compute
+            keep = alive
+            rows, idx, group, alive, dead = rows[keep], idx[keep], group[keep], alive[keep], dead[keep]
+            context = contexts.for_rows(group)
+            if constraint is not None:
+                constraint.select(keep.nonzero().flatten().tolist())
+            if cache is not None:
+                cache.select(keep)
+
+
+def _autocast(model, dtype):
+    if dtype is None or dtype == next(model.parameters()).dtype:
+        return nullcontext()
+    return torch.autocast(next(model.parameters()).device.type, dtype=dtype)
+
+
+def _contexts(model, bits, formula_vec, device, dtype) -> ContextKV:
+    """Context keys/values of each distinct query, computed once."""
+    cfg = model.config
+    tensors = collate_queries(bits, formula_vec, cfg.max_fp_tokens, cfg.fp_bits)
+    with _autocast(model, dtype):
+        return model.context_kv(*model.encode_context(*(t.to(device) for t in tensors)))
+
+
+def _check_settings(seed, temperature, top_k, top_p, max_new, min_new, max_batch_rows):
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"`seed` must be a non-negative integer, got {seed!r}.")
+    if not temperature > 0:
+        raise ConfigError(f"`temperature` must be > 0, got {temperature!r}.")
+    if top_k < 0:
+        raise ConfigError(f"`top_k` must be >= 0 (0 = no top-k filter), got {top_k!r}.")
+    if not 0 < top_p <= 1:
+        raise ConfigError(f"`top_p` must be in (0, 1], got {top_p!r}.")
+    if max_new < 1:
+        raise ConfigError(f"`max_new_tokens` must be >= 1, got {max_new!r}.")
+    if min_new < 0:
+        raise ConfigError(f"`min_new_tokens` must be >= 0, got {min_new!r}.")
+    if max_batch_rows < 1:
+        raise ConfigError(f"`max_batch_rows` must be >= 1, got {max_batch_rows!r}.")

@@ -1,0 +1,6 @@
+"""Spectra: the :class:`~engine.spectra.spectrum.Spectrum` record, reading MGF/mzML (``io``), LC-MS features
+(``features``: MS2 scans grouped by precursor, with MS1 evidence), peak annotation by subformulas (``annotate``),
+isotope patterns (``isotopes``) and fragment explanations of a structure's peaks (``fragments``).
+
+May import: ``engine.chem`` and below.
+"""

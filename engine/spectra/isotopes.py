@@ -1,0 +1,213 @@
+"""Isotope patterns: theoretical (from a formula) and observed (in an MS1 survey scan), and their match.
+
+:func:`isotope_pattern` computes the aggregated isotope peaks M, M+1, M+2, ... of a formula: the
+isotopic species are binned by their nominal mass shift (13C and 15N and 2H fall in M+1; 34S, 37Cl,
+81Br, 18O and 13C2 in M+2) and each bin carries its total abundance and abundance-weighted mass, as a
+mass spectrometer that does not resolve the fine structure sees them. Element isotopes (masses and
+natural abundances) are IUPAC's, as tabulated in ``pyteomics.mass.nist_mass``; elements are combined
+by convolution, element counts by repeated squaring, so a formula costs microseconds.
+
+:func:`isotope_envelope` reads the same peaks from a survey scan: the precursor peak, then for each
+``k`` the peaks within 20 mDa of ``k`` neutron masses above it, summed (the same for every formula).
+:func:`isotope_score` compares the two (module :mod:`engine.formulas.candidates` adds it to a formula's score):
+
+    score = -1/2 * sum_k ((o_k - t_k) / sigma_k)^2,   sigma_k = abs_error + rel_error * t_k
+
+with ``o_k``, ``t_k`` the observed and theoretical intensities relative to the monoisotopic peak
+(defaults ``abs_error=0.02``, ``rel_error=0.10``: Orbitrap and QTOF isotope ratios of an
+ion well above the noise agree to a few percent). A missing peak counts as ``o_k = 0`` when the
+theoretical peak would be above the scan's weakest recorded peak (the detection limit), and is
+passed over otherwise. A chlorine (M+2 ~ 32 %) or bromine (M+2 ~ 97 %) formula against a scan
+without that M+2 peak thus loses several units; one that predicts it gains on those that do not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from engine.chem.formula import ELECTRON_MASS, parse_formula
+from engine.errors import ConfigError
+
+NEUTRON_SHIFT = 1.0033548378  # 13C - 12C, the spacing of isotope peaks of charge 1
+ISOTOPE_WINDOW_DA = 0.02  # half-width of the observed M+k windows (covers 37Cl / 81Br / 34S / 13C2)
+
+
+@lru_cache(maxsize=None)
+def _element_isotopes(symbol: str) -> tuple[tuple[int, float, float], ...]:
+    """``(nominal shift, abundance, mass offset from the lightest)`` of an element's stable isotopes."""
+    from pyteomics.mass import nist_mass
+
+    if symbol not in nist_mass:
+        raise ConfigError(f"No isotope data for element {symbol!r}.")
+    isotopes = sorted((number, mass, abundance) for number, (mass, abundance) in nist_mass[symbol].items()
+                      if number and abundance > 0)
+    base_number, base_mass, _ = isotopes[0]
+    return tuple((number - base_number, abundance, mass - base_mass) for number, mass, abundance in isotopes)
+
+
+@lru_cache(maxsize=None)
+def _lightest_mass(symbol: str) -> float:
+    """Mass of the lightest stable isotope (the monoisotopic one for every element formulas here use)."""
+    from pyteomics.mass import nist_mass
+
+    _element_isotopes(symbol)  # checks the symbol
+    return min(mass for number, (mass, abundance) in nist_mass[symbol].items() if number and abundance > 0)
+
+
+def _convolve(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], n: int):
+    """Combine two (abundance, abundance * mass offset) distributions over nominal shifts 0..n-1."""
+    pa, sa = a
+    pb, sb = b
+    p = np.convolve(pa, pb)[:n]
+    s = (np.convolve(sa, pb) + np.convolve(pa, sb))[:n]
+    return p, s
+
+
+@lru_cache(maxsize=4096)
+def _element_distribution(symbol: str, count: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    single_p = np.zeros(n)
+    single_s = np.zeros(n)
+    for shift, abundance, offset in _element_isotopes(symbol):
+        if shift < n:
+            single_p[shift] += abundance
+            single_s[shift] += abundance * offset
+    result = (np.eye(1, n).ravel(), np.zeros(n))  # count 0: everything at shift 0
+    power = (single_p, single_s)
+    k = count
+    while k:
+        if k & 1:
+            result = _convolve(result, power, n)
+        k >>= 1
+        if k:
+            power = _convolve(power, power, n)
+    return result
+
+
+def isotope_pattern(
+    formula: str | Mapping[str, int], n_peaks: int = 4, charge: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Masses (m/z for a ``charge``) and abundances of the aggregated isotope peaks M, M+1, ...
+
+    ``formula`` is the species measured (for an ion: the neutral formula plus the adduct's atoms,
+    ``charge`` removing or adding electrons). Abundances are relative to the monoisotopic peak (1.0).
+    """
+    counts = parse_formula(formula) if isinstance(formula, str) else {e: int(n) for e, n in formula.items() if n}
+    if isinstance(n_peaks, bool) or not isinstance(n_peaks, int) or n_peaks < 1:
+        raise ConfigError(f"`n_peaks` must be a whole number >= 1, got {n_peaks!r}.")
+    p, s = np.eye(1, n_peaks).ravel(), np.zeros(n_peaks)
+    mono = 0.0
+    for symbol, count in sorted(counts.items()):
+        if count < 0:
+            raise ConfigError(f"Element counts must be >= 0, got {symbol}{count}.")
+        mono += count * _lightest_mass(symbol)
+        p, s = _convolve((p, s), _element_distribution(symbol, count, n_peaks), n_peaks)
+    offsets = np.divide(s, p, out=np.arange(n_peaks) * NEUTRON_SHIFT, where=p > 0)
+    masses = mono + offsets - charge * ELECTRON_MASS
+    if charge:
+        masses = masses / abs(charge)
+    return masses, p / p[0]
+
+
+@dataclass(frozen=True, eq=False)
+class IsotopeMatch:
+    """A formula's isotope peaks beside those a survey scan shows (relative to the monoisotopic peak)."""
+
+    theoretical_mz: np.ndarray  # (n,)
+    theoretical: np.ndarray  # (n,) relative abundances, [0] = 1
+    observed_mz: np.ndarray  # (n,) NaN where no peak was found
+    observed: np.ndarray  # (n,) relative intensities, 0 where no peak was found
+    detectable: np.ndarray  # (n,) bool: the theoretical peak would be above the scan's detection limit
+    score: float
+
+
+def observed_pattern(
+    mz: np.ndarray, intensity: np.ndarray, expected_mz: np.ndarray, tol_ppm: float = 10.0, tol_da: float = 0.005
+) -> tuple[np.ndarray, np.ndarray]:
+    """The most intense survey peak within tolerance of each ``expected_mz``: ``(m/z, intensity)``.
+
+    NaN m/z and zero intensity where there is none.
+    """
+    mz = np.asarray(mz, dtype=np.float64)
+    intensity = np.asarray(intensity, dtype=np.float64)
+    out_mz = np.full(len(expected_mz), np.nan)
+    out_int = np.zeros(len(expected_mz))
+    for k, target in enumerate(expected_mz):
+        tol = max(tol_ppm * 1e-6 * target, tol_da)
+        lo, hi = np.searchsorted(mz, target - tol, "left"), np.searchsorted(mz, target + tol, "right")
+        if hi > lo:
+            j = lo + int(np.argmax(intensity[lo:hi]))
+            out_mz[k], out_int[k] = mz[j], intensity[j]
+    return out_mz, out_int
+
+
+def isotope_envelope(
+    mz: np.ndarray, intensity: np.ndarray, mono_mz: float, n_peaks: int = 4, charge: int = 1,
+    window_da: float = ISOTOPE_WINDOW_DA,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Observed M, M+1, ... of an ion whose monoisotopic peak is at ``mono_mz``: ``(m/z, intensity)``.
+
+    Peak ``k`` sums the survey peaks within ``window_da`` of ``mono_mz + k * 1.00335 / charge``: wide
+    enough for 37Cl, 81Br and 34S (which sit 9-11 mDa below 13C2 at M+2), and summed because a
+    high-resolution scan may split them, as the theoretical pattern does not. Its m/z is the
+    intensity-weighted mean; NaN and 0 where nothing was found.
+    """
+    mz = np.asarray(mz, dtype=np.float64)
+    intensity = np.asarray(intensity, dtype=np.float64)
+    out_mz, out_int = np.full(n_peaks, np.nan), np.zeros(n_peaks)
+    for k in range(n_peaks):
+        target = mono_mz + k * NEUTRON_SHIFT / charge
+        window = window_da if k else 1e-9  # k = 0: the monoisotopic peak itself (mono_mz is its m/z)
+        lo, hi = np.searchsorted(mz, target - window, "left"), np.searchsorted(mz, target + window, "right")
+        if hi > lo:
+            out_int[k] = intensity[lo:hi].sum()
+            out_mz[k] = float((mz[lo:hi] * intensity[lo:hi]).sum() / out_int[k])
+    return out_mz, out_int
+
+
+def isotope_score(
+    observed: np.ndarray, theoretical: np.ndarray, detectable: np.ndarray, abs_error: float = 0.02, rel_error: float = 0.10
+) -> float:
+    """``-1/2 * sum ((o - t) / sigma)^2`` over the isotope peaks after the first (module notes)."""
+    o, t, d = np.asarray(observed)[1:], np.asarray(theoretical)[1:], np.asarray(detectable, dtype=bool)[1:]
+    use = d | (o > 0)
+    sigma = abs_error + rel_error * t
+    return float(-0.5 * np.sum(((o - t) / sigma)[use] ** 2))
+
+
+def match_isotopes(
+    ion_counts: Mapping[str, int],
+    charge: int,
+    mz: np.ndarray,
+    intensity: np.ndarray,
+    precursor_mz: float,
+    *,
+    n_peaks: int = 4,
+    tol_ppm: float = 10.0,
+    tol_da: float = 0.005,
+    window_da: float = ISOTOPE_WINDOW_DA,
+) -> IsotopeMatch | None:
+    """Compare the isotope pattern of an ion formula with survey peaks around ``precursor_mz``.
+
+    The monoisotopic peak is the survey peak within ``max(tol_ppm, tol_da)`` of ``precursor_mz``;
+    the others are read by :func:`isotope_envelope`, the same for every formula, so a peak one
+    formula does not predict (a 37Cl M+2) still counts against it. ``None`` when the survey peaks
+    hold no monoisotopic peak.
+    """
+    theo_mz, theo = isotope_pattern(ion_counts, n_peaks, charge)
+    anchor_mz, anchor_int = observed_pattern(mz, intensity, np.array([precursor_mz]), tol_ppm, tol_da)
+    if not anchor_int[0] > 0:
+        return None
+    obs_mz, obs_int = isotope_envelope(mz, intensity, anchor_mz[0], n_peaks, abs(charge) or 1, window_da)
+    floor = float(np.min(intensity)) if len(intensity) else 0.0
+    detectable = theo * anchor_int[0] >= floor
+    observed = obs_int / anchor_int[0]
+    score = isotope_score(observed, theo, detectable)
+    if not math.isfinite(score):
+        score = 0.0
+    return IsotopeMatch(theoretical_mz=theo_mz, theoretical=theo, observed_mz=obs_mz, observed=observed,
+                        detectable=detectable, score=score)

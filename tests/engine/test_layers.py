@@ -1,0 +1,116 @@
+"""The engine's layering (engine/__init__.py): each package imports only from the layers below it and its own
+modules, no module imports Qt, and no import circle exists (lazy imports inside functions included)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAYERS = ("errors progress paths", "chem", "spectra", "formulas", "model", "elucidation", "insight", "files", "cli")
+RANK = {name: i for i, names in enumerate(LAYERS) for name in names.split()}
+QT = ("PySide6", "PyQt5", "PyQt6", "shiboken6", "superqt", "qtpy", "msgpt_gui")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, at the top or inside a function, as an absolute dotted name."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = set()
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
+    return out
+
+
+def sources(top: str) -> dict[str, Path]:
+    return {module_name(p): p for p in sorted((ROOT / top).rglob("*.py"))}
+
+
+ENGINE = sources("engine")
+
+
+def layer_of(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def internal(module: str, known: dict[str, Path]) -> list[str]:
+    """The modules of ``known`` that ``module`` imports (a ``from pkg import name`` counts when name is one)."""
+    return sorted(m for m in imports(known[module]) if m in known and m != module)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in ENGINE if m.count(".")))
+def test_engine_imports_only_lower_layers(module):
+    own = layer_of(module)
+    for target in internal(module, ENGINE):
+        if not target.count("."):
+            continue  # engine/__init__.py: the version
+        other = layer_of(target)
+        assert RANK[other] <= RANK[own], (
+            f"{module} (layer {own}) imports {target} (layer {other}): a package may import only from the layers "
+            f"below it ({' < '.join(LAYERS)}); move the shared code down")
+
+
+@pytest.mark.parametrize("top", ["engine", "training"])
+def test_no_qt(top):
+    for module, path in sources(top).items():
+        bad = sorted(m for m in imports(path) if m.split(".")[0] in QT)
+        assert not bad, f"{module} imports {bad}: {top}/ never imports Qt or the app"
+
+
+def find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in graph:
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+@pytest.mark.parametrize("top", ["engine", "msgpt_gui", "training"])
+def test_no_import_circles(top):
+    known = {**ENGINE, **sources("msgpt_gui"), **sources("training")}
+    mods = sources(top)
+    graph = {m: [t for t in internal(m, known) if not mods.get(t, Path()).name == "__init__.py" or t in mods]
+             for m in mods}
+    graph = {m: [t for t in ts if t in mods and not (mods[t].name == "__init__.py" and m.startswith(t + "."))]
+             for m, ts in graph.items()}
+    cycle = find_cycle(graph)
+    assert cycle is None, f"import circle: {' -> '.join(cycle)}"
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": ["b"], "b": ["c"], "c": ["a"]}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": ["b"], "b": []}) is None
+
+
+def test_few_modules_directly_in_engine():
+    direct = sorted(p.name for p in (ROOT / "engine").glob("*.py"))
+    assert len(direct) <= 8, f"engine/ holds {direct}: put modules in the package of their concern"
