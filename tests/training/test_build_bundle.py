@@ -157,7 +157,7 @@ def test_a_new_decoder_beside_the_encoder_of_an_existing_bundle(runs, tmp_path):
     from engine.model.bundle import add_bundle_file
 
     assert _build(runs, tmp_path / "first") == 0
-    legend = Path(__file__).resolve().parents[1] / "resources" / "default_model" / "bit_legend.json.gz"
+    legend = Path(__file__).resolve().parents[2] / "resources" / "default_model" / "bit_legend.json.gz"
     add_bundle_file(tmp_path / "first", legend)  # it describes the 4096-bit fingerprint, as the encoder's
     list(pretrain(tiny_config(runs / "corpus", tmp_path / "next", max_steps=1, init_decoder=str(tmp_path / "first"))))
     assert build_main(["--decoder", str(tmp_path / "next"), "--encoder", str(tmp_path / "first"),

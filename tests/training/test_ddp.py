@@ -34,7 +34,7 @@ from training.checkpoint import latest_checkpoint
 from training.dataset import CorpusDataset
 from training.pretrain import pretrain
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STEPS = 4
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 needs_gloo = pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs the gloo backend")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "sample_molecules.py"
+_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sample_molecules.py"
 _spec = importlib.util.spec_from_file_location("sample_molecules", _SCRIPT)
 sample_molecules = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sample_molecules)

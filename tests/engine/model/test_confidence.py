@@ -321,7 +321,7 @@ def test_collecting_unseen_structures_needs_a_bundle_that_records_its_encoders_l
     from engine.model.bundle import load_bundle
     from training.confidence import _unseen_ids
 
-    root = Path(__file__).resolve().parent / "data"
+    root = Path(__file__).resolve().parents[2] / "data"
     bundle = load_bundle(root / "tiny_bundle", device="cpu")
     with pytest.raises(ConfigError, match="licences its encoder trained on"):
         _unseen_ids(bundle, str(root / "fixture.mgf"))

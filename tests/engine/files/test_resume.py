@@ -22,7 +22,7 @@ from engine.cli import main
 from engine.files import export
 from engine.files.journal import JournalWriter, parse_journal
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 # fp32 as in-process runs (tests/conftest.py), so that a subprocess and a resume in the test agree on every CPU
 FAST = ["--groups", "2", "--pool-size", "4", "--threads", "1", "--precision", "fp32", "-q"]
 

@@ -23,7 +23,7 @@ GOOD = {
     "SMILES": MELLEIN,
 }
 PEAKS = "133.0648 21905.3\n161.0597 96508.4\n179.0703 72563.9"
-SHARED_MZML = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mzml"
+SHARED_MZML = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "mzml"
 
 
 def mgf_record(peaks: str | None = PEAKS, **fields: str | None) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "forward_rerank.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "forward_rerank.py"
 _spec = importlib.util.spec_from_file_location("forward_rerank", _PATH)
 forward_rerank = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(forward_rerank)

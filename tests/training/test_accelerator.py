@@ -18,7 +18,7 @@ from engine.errors import BundleError
 from training import accelerator as acc
 from training.dataset import CorpusDataset
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
