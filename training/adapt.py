@@ -13,8 +13,7 @@ only: the fingerprint encoder's value and output ("combine") projections of ever
 shared context projection, and in every cross-attention block the query, key, value and output
 projections and both feed-forward projections. Everything else (GPT-2 backbone, LM head, formula
 encoder, the rest of the fingerprint encoder) stays frozen. Our attention layers already have
-separate q/k/v projections, so nothing needs splitting; :func:`engine.model.decoder.split_fused_qkv`
-converts weights from a fused layout. For the ``paper`` preset that is 41 linear layers and 362,496
+separate q/k/v projections, so nothing needs splitting (the paper splits its fused ones). For the ``paper`` preset that is 41 linear layers and 362,496
 trainable parameters, against the paper's 39 layers and 350,212: the paper's fingerprint encoder
 has two projections ours lacks (see benchmarks/param_counts.py for the arithmetic).
 
@@ -261,11 +260,8 @@ def lora_targets(model: ConditionalDecoder, fp_targets: Sequence[str] = ("v_proj
     modules = dict(model.named_modules())
     for name in names:
         if not isinstance(modules.get(name), nn.Linear):
-            fused = any(n.startswith(name.rsplit(".", 1)[0]) and n.endswith("in_proj_weight")
-                        for n, _ in model.named_parameters())
-            hint = (" The attention keeps q/k/v fused; convert its weights with engine.model.decoder.split_fused_qkv."
-                    if fused else "")
-            raise ConfigError(f"LoRA target `{name}` is not a Linear layer of this decoder.{hint}")
+            raise ConfigError(f"LoRA target `{name}` is not a Linear layer of this decoder; adapt a decoder built by "
+                              "engine.model.decoder (its attention has separate q/k/v projections).")
     return names
 
 

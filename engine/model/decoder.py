@@ -16,7 +16,7 @@ The paper's Appendix "Model Architecture", module by module:
 
 Every non-backbone attention (fingerprint encoder and cross-attention) has separate ``q_proj``,
 ``k_proj``, ``v_proj`` and ``out_proj`` linears, so the LoRA targets of posterior-aligned adaptation
-exist without splitting a fused projection (see :func:`split_fused_qkv` and training/adapt.py:
+exist without splitting a fused projection (training/adapt.py:
 ``fp_encoder.layers.*.attn.{v,out}_proj``, ``ctx_proj``, ``cross.*.attn.{q,k,v,out}_proj`` and
 ``cross.*.mlp.{c_fc,c_proj}``); the backbone stays as is.
 
@@ -412,55 +412,6 @@ def collate_queries(bit_arrays, formula_vectors, max_fp_tokens: int = 256, fp_bi
     formula = torch.as_tensor(np.asarray(formula_vectors, dtype=np.int64))
     formula = formula.expand(len(rows), -1) if formula.ndim == 1 else formula
     return bits, mask, formula.contiguous()
-
-
-def split_fused_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A state dict whose fused query-key-value projections are split into ``q_proj``/``k_proj``/``v_proj``.
-
-    Why (paper, Appendix "Posterior-Aligned Adaptation"): "before attaching LoRA to the query, key, and
-    value projections, we split each fused query-key-value projection and copy the corresponding
-    pretrained weight slices". The authors' attention layers keep q, k and v in one fused matrix, as
-    ``torch.nn.MultiheadAttention`` does (``in_proj_weight`` (3d, d) and ``in_proj_bias`` (3d,), rows in
-    the order q, k, v; the output projection is ``out_proj``). peft wraps whole ``nn.Linear`` modules,
-    so LoRA cannot adapt q, k and v of a fused matrix separately, hence the split.
-
-    This decoder needs no split of its own: :class:`Attention` (fingerprint encoder and cross-attention)
-    is written with separate ``q_proj``/``k_proj``/``v_proj``/``out_proj`` linears from the start (the
-    cross-attention's queries come from the decoder and its keys/values from the context, two inputs
-    anyway), so its checkpoints already hold the LoRA targets. This function is for weights that come
-    from the fused layout (an ``nn.MultiheadAttention``-based checkpoint imported into this model):
-    the weight slices are copied exactly, so the model computes the same function (tests/test_adapt.py
-    checks the logits). The GPT-2 backbone's fused ``c_attn`` is left alone: the backbone is not adapted.
-
-    Rewrites ``<p>.in_proj_weight`` / ``<p>.in_proj_bias``, and ``<p>.{q,k,v}_proj_weight`` (the
-    ``nn.MultiheadAttention`` layout when keys/values have another width), to ``<p>.q_proj.weight``
-    etc.; every other key is passed through. Key/value bias vectors (``add_bias_kv``) have no
-    counterpart here and raise :class:`ConfigError`.
-    """
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        prefix, _, name = key.rpartition(".")
-        p = prefix + "." if prefix else ""
-        if name == "in_proj_weight":
-            if value.ndim != 2 or value.size(0) % 3:
-                raise ConfigError(f"`{key}` has shape {tuple(value.shape)}; a fused q/k/v weight is (3*d, d).")
-            for part, w in zip(("q", "k", "v"), value.chunk(3, dim=0)):
-                out[f"{p}{part}_proj.weight"] = w.clone()
-        elif name == "in_proj_bias":
-            if value.ndim != 1 or value.size(0) % 3:
-                raise ConfigError(f"`{key}` has shape {tuple(value.shape)}; a fused q/k/v bias is (3*d,).")
-            for part, b in zip(("q", "k", "v"), value.chunk(3)):
-                out[f"{p}{part}_proj.bias"] = b.clone()
-        elif name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
-            out[f"{p}{name[0]}_proj.weight"] = value.clone()
-        elif name in ("bias_k", "bias_v"):
-            raise ConfigError(
-                f"`{key}`: attention with learned key/value bias vectors (add_bias_kv) has no counterpart in "
-                "this decoder; such a checkpoint cannot be imported."
-            )
-        else:
-            out[key] = value
-    return out
 
 
 COMPONENTS = {

@@ -1,10 +1,10 @@
-"""The Spectrum record and small pure preprocessing steps.
+"""The Spectrum record, the checks of its formula against the precursor, and merging split peaks.
 
 A :class:`Spectrum` is frozen and validated when built: peaks are float64, finite, sorted by m/z
 and read-only; the adduct is normalised (``M+H`` -> ``[M+H]+``) and the formula written in Hill
 order. ``charge`` is signed, ``0`` meaning unknown; ``polarity`` is ``None`` when the file does
-not say. Every step below takes a spectrum and returns a new one; none mutates its input, so the
-spectrum the GUI shows stays as it was read.
+not say. :func:`sort_and_merge_peaks` (the readers merge split peaks with it) returns a new spectrum
+and never mutates its input, so the spectrum the GUI shows stays as it was read.
 """
 
 from __future__ import annotations
@@ -257,46 +257,6 @@ def sort_and_merge_peaks(spectrum: Spectrum, tolerance_da: float = 0.001) -> Spe
     safe = np.where(summed != 0, summed, 1.0)
     new_mz = np.where(summed != 0, weighted / safe, plain)
     return _with_peaks(spectrum, new_mz, summed)
-
-
-def remove_nonpositive_peaks(spectrum: Spectrum) -> Spectrum:
-    """Drop peaks with intensity <= 0 or m/z <= 0."""
-    keep = (spectrum.intensity > 0) & (spectrum.mz > 0)
-    if keep.all():
-        return spectrum
-    return _with_peaks(spectrum, spectrum.mz[keep], spectrum.intensity[keep])
-
-
-def normalize_intensities(spectrum: Spectrum) -> Spectrum:
-    """Scale intensities so the highest is 1.0 (unchanged when empty or all <= 0)."""
-    top = spectrum.intensity.max(initial=0.0)
-    if top <= 0:
-        return spectrum
-    return _with_peaks(spectrum, spectrum.mz, spectrum.intensity / top)
-
-
-def select_top_peaks(spectrum: Spectrum, k: int) -> Spectrum:
-    """Keep the ``k`` most intense peaks, still sorted by m/z (ties: lower m/z kept)."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ConfigError(f"`k` must be a whole number >= 1, got {k!r}.")
-    if spectrum.n_peaks <= k:
-        return spectrum
-    keep = np.sort(np.argsort(-spectrum.intensity, kind="stable")[:k])
-    return _with_peaks(spectrum, spectrum.mz[keep], spectrum.intensity[keep])
-
-
-def remove_peaks_above_precursor(
-    spectrum: Spectrum, tol_ppm: float = DEFAULT_TOL_PPM, tol_da: float = DEFAULT_TOL_DA
-) -> Spectrum:
-    """Drop peaks above the precursor m/z plus tolerance (``max(tol_da, tol_ppm * m/z)``).
-
-    The precursor peak itself is kept; its isotopes and contaminants above it are removed.
-    """
-    limit = spectrum.precursor_mz + _tolerance(spectrum.precursor_mz, tol_ppm, tol_da)
-    keep = spectrum.mz <= limit
-    if keep.all():
-        return spectrum
-    return _with_peaks(spectrum, spectrum.mz[keep], spectrum.intensity[keep])
 
 
 def _round_ppm(ppm: float) -> str:

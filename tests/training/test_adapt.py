@@ -10,11 +10,10 @@ from contextlib import nullcontext
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from engine.errors import ConfigError
 from engine.model.bundle import load_bundle, save_adapter
-from engine.model.decoder import PAD_ID, ConditionalDecoder, DecoderConfig, split_fused_qkv
+from engine.model.decoder import PAD_ID, ConditionalDecoder, DecoderConfig
 from engine.model.querying import threshold_query
 from training.adapt import (
     GROUPS,
@@ -99,64 +98,6 @@ def test_fp_targets_are_configurable_and_checked():
     assert lora_targets(model, ()) == lora_targets(model)[2:]
     with pytest.raises(ConfigError, match="`fp_targets`"):
         AdaptConfig(bundle="b", mgf="m", out="o", fp_targets=("c_attn",))
-
-
-# -- QKV split ---------------------------------------------------------------------------------------------
-
-
-class FusedAttention(nn.MultiheadAttention):
-    """The authors' layout: q, k, v in one ``in_proj_weight`` (torch's MultiheadAttention)."""
-
-    def kv(self, ctx):
-        return ctx, ctx
-
-    def forward(self, x, k, v, mask, slot=None, slots=1):  # mask True = may attend, as in engine.model.decoder
-        if mask.size(-2) == 1:  # cross-attention: (G, 1, 1, L) padding mask
-            y, _ = super().forward(x, k, v, key_padding_mask=~mask[:, 0, 0], need_weights=False)
-        else:  # fingerprint encoder: (B, 1, F, F)
-            y, _ = super().forward(x, k, v, attn_mask=(~mask[:, 0]).repeat_interleave(self.num_heads, 0),
-                                   need_weights=False)
-        return y
-
-
-def fuse_qkv(state: dict) -> dict:
-    out = {}
-    for key, value in state.items():
-        prefix, _, rest = key.rpartition(".attn.")
-        if prefix and rest.startswith(("q_proj.", "k_proj.", "v_proj.")):
-            if rest.startswith("q_proj."):
-                kind = rest.split(".")[1]
-                out[f"{prefix}.attn.in_proj_{kind}"] = torch.cat(
-                    [state[f"{prefix}.attn.{p}_proj.{kind}"] for p in "qkv"])
-            continue
-        out[key] = value
-    return out
-
-
-def test_split_fused_qkv_keeps_the_logits():
-    torch.manual_seed(0)
-    cfg = tiny_config()
-    ours = ConditionalDecoder(cfg).eval()
-    fused = ConditionalDecoder(cfg).eval()
-    for layer in fused.fp_encoder.layers:
-        layer.attn = FusedAttention(cfg.n_embd, cfg.fp_heads, batch_first=True)
-    for block in fused.cross:
-        block.attn = FusedAttention(cfg.n_embd, cfg.cross_heads, batch_first=True)
-    fused_state = fuse_qkv(ours.state_dict())
-    assert any(k.endswith("in_proj_weight") for k in fused_state)
-    fused.load_state_dict(fused_state)  # strict: the fused model holds exactly these tensors
-
-    examples = synthetic_examples(cfg, 3)
-    b = collate_examples(examples, [0.3, 0.5, 0.7], cfg)
-    with torch.no_grad():
-        before = forward_logits(fused, b)
-        split = ConditionalDecoder(cfg).eval()
-        split.load_state_dict(split_fused_qkv(fused.state_dict()))  # strict: every target exists now
-        after = forward_logits(split, b)
-    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
-    assert all(torch.equal(v, split.state_dict()[k]) for k, v in ours.state_dict().items())  # slices copied exactly
-    with pytest.raises(ConfigError, match="add_bias_kv"):
-        split_fused_qkv({"cross.0.attn.bias_k": torch.zeros(1, 1, 4)})
 
 
 # -- objective ---------------------------------------------------------------------------------------------

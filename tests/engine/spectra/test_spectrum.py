@@ -5,15 +5,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from engine.errors import AdductError, ConfigError, FormulaError, SpectrumError
+from engine.errors import AdductError, FormulaError, SpectrumError
 from engine.spectra.spectrum import (
     SkippedRecord,
     Spectrum,
     check_formula_matches_precursor,
-    normalize_intensities,
-    remove_nonpositive_peaks,
-    remove_peaks_above_precursor,
-    select_top_peaks,
     sort_and_merge_peaks,
 )
 
@@ -139,49 +135,11 @@ def test_sort_and_merge_peaks(make_spectrum, mz, intensity, tolerance, expected)
     np.testing.assert_allclose(got, np.array(expected, dtype=np.float64).reshape(-1, 2), rtol=1e-9, atol=1e-12)
 
 
-def test_remove_nonpositive_peaks(make_spectrum):
-    s = make_spectrum(intensity=[0.0, -1.0, 5.0, 1.0])
-    assert _peaks(remove_nonpositive_peaks(s)) == [(161.0597, 5.0), (179.0703, 1.0)]
-
-
-def test_normalize_intensities(make_spectrum):
-    s = make_spectrum(intensity=[1.0, 2.0, 4.0, 0.0])
-    assert normalize_intensities(s).intensity.tolist() == [0.25, 0.5, 1.0, 0.0]
-    empty = make_spectrum(mz=[], intensity=[])
-    assert normalize_intensities(empty) is empty
-
-
-@pytest.mark.parametrize(
-    "k, intensity, kept_mz",
-    [
-        (2, [1.0, 4.0, 3.0, 2.0], [151.0754, 161.0597]),
-        (1, [5.0, 1.0, 1.0, 5.0], [133.0648]),  # tie: the lower m/z is kept
-        (10, [1.0, 2.0, 3.0, 4.0], [133.0648, 151.0754, 161.0597, 179.0703]),
-    ],
-)
-def test_select_top_peaks(make_spectrum, k, intensity, kept_mz):
-    assert select_top_peaks(make_spectrum(intensity=intensity), k).mz.tolist() == kept_mz
-
-
-@pytest.mark.parametrize("k", [0, -1, 2.5, True])
-def test_select_top_peaks_needs_a_positive_k(make_spectrum, k):
-    with pytest.raises(ConfigError, match="`k` must be a whole number >= 1"):
-        select_top_peaks(make_spectrum(), k)
-
-
-def test_remove_peaks_above_precursor_keeps_the_precursor(make_spectrum):
-    s = make_spectrum(mz=[100.0, 179.0750, 179.0900, 180.0736], intensity=[1.0, 1.0, 1.0, 1.0])
-    assert remove_peaks_above_precursor(s).mz.tolist() == [100.0, 179.0750]
-    assert remove_peaks_above_precursor(s, tol_ppm=0, tol_da=0.05).mz.tolist() == [100.0, 179.0750, 179.0900]
-
-
-def test_steps_never_mutate_their_input(make_spectrum):
+def test_merging_never_mutates_its_input(make_spectrum):
     s = make_spectrum(mz=[100.0, 100.0001, 179.0703, 200.0], intensity=[0.0, 2.0, 4.0, 1.0])
     before = (s.mz.copy(), s.intensity.copy())
-    for step in (sort_and_merge_peaks, remove_nonpositive_peaks, normalize_intensities,
-                 lambda x: select_top_peaks(x, 2), remove_peaks_above_precursor):
-        out = step(s)
-        assert isinstance(out, Spectrum) and out.id == s.id and out.adduct == s.adduct
+    out = sort_and_merge_peaks(s)
+    assert isinstance(out, Spectrum) and out.id == s.id and out.adduct == s.adduct and out.n_peaks == 3
     assert np.array_equal(s.mz, before[0]) and np.array_equal(s.intensity, before[1])
 
 
