@@ -30,7 +30,7 @@ bf16 and splits it into parts of at most 15 MiB. Five files come back: the parts
 
 ``unpack`` rebuilds a pretraining run directory from them (the same corpus materialized from the pack), so
 ``training.build_bundle`` writes the candidate's model card from the run's own record, as for every CPU
-stage. ``evaluate`` builds the candidate bundle, runs the README's ``FOLD=val`` evaluations of the
+stage. ``evaluate`` builds the candidate bundle, runs the ``FOLD=val`` evaluations of docs/model_history.md of the
 candidate and of the current default on the same spectra and seeds, and applies the shipping rule of
 docs/accelerator.md.
 """
@@ -629,10 +629,10 @@ def unpack(returned: str | Path, pack_dir: str | Path, dest: str | Path, *, repo
 
 
 # -----------------------------------------------------------------------------------------------
-# evaluate: the candidate bundle and the README's val evaluations, both ion modes
+# evaluate: the candidate bundle and the val evaluations of docs/model_history.md, both ion modes
 
 
-EVAL_MODES = {  # the README's commands (*The default model*): the same spectra and seeds for every model
+EVAL_MODES = {  # the commands of docs/model_history.md: the same spectra and seeds for every model
     "positive": ["--one-per-structure", "--max-spectra", "300", "--adducts", "[M+H]+", "[M+Na]+"],
     "negative": ["--one-per-structure", "--adducts", "[M-H]-"],
 }

@@ -107,7 +107,7 @@ class OOFConfig(TrainingConfig):
     out_dir: str = field(metadata={"help": "Output directory (one sub-folder per fold)."})
     folds: int = field(default=5, metadata={"help": "Number of folds K (structures split K ways)."})
     cv_seed: int = field(default=0, metadata={"help": "Seed of the structure-to-fold assignment."})
-    # The shipped encoder's recipe (README "Training your own model", step 3; MODEL_CARD.md).
+    # The shipped encoder's recipe (docs/training.md, step 3; MODEL_CARD.md).
     preset: str = field(default="small", metadata={"help": "Encoder preset."})
     dropout: float = field(default=0.3, metadata={"help": "Encoder dropout."})
     grow_levels: int | None = field(

@@ -42,7 +42,7 @@ def model_path(arg: str | None) -> Path:
     if not (path / "config.json").is_file():
         raise MsgptError(
             f"No model bundle is installed at {path}. Pass --model FOLDER with a bundle made by "
-            "msgpt-train (see README, 'Training')."
+            "msgpt-train (see docs/training.md)."
         )
     return path
 

@@ -2,7 +2,8 @@
 
 Columns follow what chemists' tools already read (SIRIUS de novo summary, MetFrag candidate SDF;
 see docs/conventions). Every file says which model (name + checksum), parameters and seed made it:
-CSV in ``#`` header lines (``pandas.read_csv(path, comment="#")``), SDF as properties of each record.
+CSV in leading ``#`` header lines (skip those lines when reading, not every ``#``: SMILES write triple bonds
+with it; docs/cli.md, *Output*, has a pandas recipe), SDF as properties of each record.
 
 Writers write to a temporary file beside the target and rename it over the target only when closed
 without error, so a cancelled or failed export (disk full, no permission) leaves any earlier file

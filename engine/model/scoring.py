@@ -32,7 +32,7 @@ import numpy as np
 from engine.errors import BundleError, ConfigError
 
 RANKINGS = ("fingerprint", "combined", "frequency")
-DEFAULT_RANKING = "fingerprint"  # the best of the three on val (README, "Formula-constrained decoding")
+DEFAULT_RANKING = "fingerprint"  # the best of the three on val (docs/how_it_works.md, "Formula-constrained decoding")
 EPS = 1e-3  # clip of uncalibrated probabilities (a bit the encoder is sure of can still be wrong)
 _Q_CLIP = 1e-4  # clip of calibrated probabilities
 
