@@ -11,6 +11,8 @@ which ``tests/engine/test_layers.py`` checks on every import, lazy ones included
 ``spectra``        the spectrum record, MGF/mzML reading, LC-MS features, peak annotation, isotopes,
                    fragment explanations of a structure's peaks
 ``formulas``       formula candidates of a precursor: decomposition, prior, scorer, evidence, the ranked table
+``library``        structure libraries (PubChemLite/NORMAN tables, SDF, SMILES lists, the bundled one): read,
+                   standardised, indexed by formula and mass with fingerprints, kept in the data folder
 ``model``          the trained bundle and its parts: tokenizer, encoder, decoder, calibrations, sampling,
                    grammar constraints, fingerprint scoring, confidence, bit legend, known structures
 ``elucidation``    one spectrum's search: queries, samples, the ranked candidate pool (``pipeline``)
