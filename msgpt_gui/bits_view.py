@@ -25,7 +25,7 @@ from engine.elucidation.pipeline import QueryParams
 from engine.errors import MsgptError
 from engine.model.bitlegend import share_text
 
-from .insights import ORDERS, BitRow, depict_fragment_png, entry_posterior, top_bits
+from .logic.insights import ORDERS, BitRow, depict_fragment_png, entry_posterior, top_bits
 
 FRAGMENT_SIZE = (120, 60)
 BIT, PROB, QUERIES, CANDIDATE, FRAGMENT, MEANING = range(6)
@@ -42,7 +42,7 @@ TIPS = (
 
 
 class BitsPanel(QWidget):
-    """Shows :func:`~msgpt_gui.insights.top_bits` of the current entry; cheap to refresh (cached posteriors)."""
+    """Shows :func:`~msgpt_gui.logic.insights.top_bits` of the current entry; cheap to refresh (cached posteriors)."""
 
     shown = Signal(int)  # rows now in the table
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+
 from collections import OrderedDict
 
 from PySide6.QtCore import QItemSelectionModel, QSize, Qt, Signal
@@ -24,16 +26,19 @@ from PySide6.QtWidgets import (
 
 from engine.elucidation.pipeline import SpectrumResult
 
-from . import (
-    qtcompat,  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
-    tooltips,
-)
-from .depict import depict_png
-from .models import KEY_ROLE, CandidatesModel, format_confidence
+from .logic import tooltips
+from .logic.depict import depict_png
+from .logic.entries import SpectrumEntry, Status
+from .logic.formulas import formula_scores
+from .models import KEY_ROLE, NO_FRAGMENTS_TIP, CandidatesModel, format_confidence
 from .novelty_view import NoveltyCandidatesModel, NoveltyFilter, NoveltyProxy
 
 ROW_HEIGHT = 116
 STRUCTURE_WIDTH = 164
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 class PixmapCache:
@@ -275,6 +280,25 @@ class CandidatesPanel(QWidget):
         else:
             self.detail.show_candidate(None)
 
+    def show_entry(self, e: SpectrumEntry | None, supported, top_k: int) -> None:
+        """The candidates of a spectrum of the list (``supported``: the model's ion types; ``top_k``: how many
+        formula candidates Run takes), or why it has none."""
+        if e is None:
+            self.show_result(None)
+        elif e.spectrum is None:
+            self.show_result(None, note=f"<span style='color:#a15c00'>{_html(e.status_text(supported))}</span>")
+        else:
+            running = e.status in (Status.RUNNING, Status.QUEUED)
+            shown = e.shown
+            live = e.live is not None or any(r.live is not None for r in e.formula_runs)
+            note = _no_candidates_note(e, supported, top_k) if shown is None else ""
+            flag = NO_FRAGMENTS_TIP + " (the spectrum holds only the precursor)" if e.no_fragments else ""
+            runs = e.formula_runs
+            self.show_result(shown, e.baseline, running=running and live, note=note, flag=flag,
+                             formula_scores=formula_scores(r.shown for r in runs) if runs else
+                             formula_scores([shown]), detail=_formula_runs_detail(runs),
+                             formula_text=f"one of the {len(runs)} formulas" if len(runs) > 1 else "")
+
     def _summarise(self, r: SpectrumResult | None, running: bool, note: str, formula_text: str = "") -> None:
         if r is None:
             self.summary.setText(note or "<span style='color:#777'>No candidates yet: select spectra and press "
@@ -313,6 +337,14 @@ class CandidatesPanel(QWidget):
         idx = self.table.selectionModel().currentIndex()
         return idx.data(KEY_ROLE) if idx.isValid() else None
 
+    def select_candidate(self, key: str) -> None:
+        """Make the candidate with this InChIKey first block the current row (when it is listed)."""
+        row = self._proxy_row_of(key)
+        if row is not None:
+            self.table.selectionModel().setCurrentIndex(
+                self.proxy.index(row, 0), QItemSelectionModel.SelectionFlag.ClearAndSelect
+                | QItemSelectionModel.SelectionFlag.Rows)
+
     def _proxy_row_of(self, key: str) -> int | None:
         for row in range(self.proxy.rowCount()):
             if self.proxy.index(row, 0).data(KEY_ROLE) == key:
@@ -327,6 +359,37 @@ class CandidatesPanel(QWidget):
         self.detail.show_candidate(c, c is not None and self.model.is_reference(c))
         self.candidate_selected.emit(c)
 
+
+
+def _no_candidates_note(e: SpectrumEntry, supported, top_k: int) -> str:
+    """Why a spectrum shows no candidates (HTML; "" when nothing needs saying)."""
+    if e.status in (Status.FAILED, Status.SKIPPED):
+        return f"<span style='color:#b3261e'>{_html(e.status_text(supported))}</span>"
+    if e.status == Status.NOT_RUN and e.blocker(supported) is not None:
+        return f"<span style='color:#a15c00'>{_html(e.status_text(supported))}</span>"
+    if e.status in (Status.RUNNING, Status.QUEUED):
+        return ("<span style='color:#1f5fbf'>Ranking formula candidates…</span>"
+                if e.needs_formulas and not e.formula_runs else
+                "<span style='color:#1f5fbf'>Drawing structures…</span>")
+    if e.status == Status.CANCELLED:
+        return "Cancelled: no candidates. Press Run (Ctrl+R) to start again."
+    if e.needs_formulas:
+        return (f"<span style='color:#777'>No molecular formula: Run (Ctrl+R) ranks the formula candidates "
+                f"and elucidates the best {top_k} (Formulas tab: pick one there to run that one).</span>")
+    return ""
+
+
+def _formula_runs_detail(runs) -> str:
+    """A line on the formula candidates Run took (HTML; "" when it took none)."""
+    if not runs:
+        return ""
+    parts = []
+    for r in runs:
+        c = r.candidate
+        got = (f"{len(r.shown.candidates)}" if r.shown is not None else
+               ("failed" if r.status == Status.FAILED else r.status))
+        parts.append(f"#{c.rank} {r.spectrum.formula} {r.spectrum.adduct} ({c.probability:.2f}): {got}")
+    return "Formula candidates run (ranks run on formula by formula): " + _html(" · ".join(parts))
 
 def fit_columns(view, samples: dict[int, str], bold_rows: bool = False) -> None:
     """Width of each column = its header or a sample value (whichever is wider), in the view's font (a table or a

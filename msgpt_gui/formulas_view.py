@@ -2,7 +2,7 @@
 one from or to run the best ``k``, and the precursor's MS1 isotope pattern beside the selected formula's.
 
 :class:`FormulaController` is created by the window (like :class:`~msgpt_gui.insights_view.Insights`) and wires
-itself to the window's signals. A table is ranked in the background (:func:`msgpt_gui.formulas.rank_job`) when
+itself to the window's signals. A table is ranked in the background (:func:`msgpt_gui.logic.formulas.rank_job`) when
 the tab is shown for a spectrum that has none yet, and kept on the entry; a Run that ranks one keeps it too.
 """
 
@@ -35,10 +35,10 @@ from engine.errors import MsgptError
 from engine.formulas.candidates import FormulaCandidate, isotope_comparison
 from engine.spectra.isotopes import IsotopeMatch, isotope_pattern
 
-from .entries import Status
-from .formulas import CONFIG, DEFAULT_TOP_K, MAX_TOP_K, TERM_COLUMNS, rank_job, readiness
+from .logic.entries import Status
+from .logic.formulas import CONFIG, DEFAULT_TOP_K, MAX_TOP_K, TERM_COLUMNS, rank_job, readiness
 from .models import DISPLAY, SORT_ROLE, ColumnsModel, SortProxy
-from .plotting import plot_isotopes
+from .logic.plotting import plot_isotopes
 from .workers import GeneratorWorker
 
 SETTINGS_TOP_K = "formulas/top_k"
@@ -438,8 +438,8 @@ class FormulaController(QObject):
         tabs.insertTab(1, self.panel, "Formulas")
         tabs.setTabToolTip(1, "Formula and ion type candidates of the selected spectrum (precursor mass, "
                               "fragments, MS1 isotopes, corpus prior): pick one, or run the best k")
-        self.panel.picked.connect(window.pick_formula)
-        self.panel.run_best.connect(lambda k: window.run_best_formulas(k))
+        self.panel.picked.connect(window.edits.pick_formula)
+        self.panel.run_best.connect(lambda k: window.run_menu.run_best_formulas(k))
         self.panel.top_k_changed.connect(lambda k: window.settings.set(SETTINGS_TOP_K, int(k)))
         self.panel.shown.connect(self.follow)
         window.candidates_shown.connect(lambda *_: self.follow())

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QFileDialog, QTabWidget
 from engine.elucidation.pipeline import QueryParams
 
 from .bits_view import BitsPanel
-from .insights import PosteriorsWritten, Progress, export_posteriors
+from .logic.insights import PosteriorsWritten, Progress, export_posteriors
 from .novelty_view import NoveltyController
 from .score_view import ScorePanel
 from .workers import GeneratorWorker

@@ -14,8 +14,8 @@ from PySide6.QtGui import QBrush, QColor, QFont
 from engine.elucidation.pipeline import SpectrumResult
 from engine.spectra.spectrum import NO_FRAGMENTS_NOTE
 
-from .entries import SpectraFilter, SpectrumEntry, Status, compact_id, format_mz
-from .tooltips import TIPS
+from .logic.entries import SpectraFilter, SpectrumEntry, Status, compact_id, format_mz
+from .logic.tooltips import TIPS
 
 NO_FRAGMENTS_TIP = NO_FRAGMENTS_NOTE[0].upper() + NO_FRAGMENTS_NOTE[1:]  # "No fragments: candidates reflect ..."
 
@@ -68,7 +68,7 @@ class SpectraModel(QAbstractItemModel):
 
     ``supported_adducts`` (the loaded model's ion types, None without a model) decides which rows
     need something before they can run; the Status column says it in a few words, its tooltip in full.
-    Formula runs (:attr:`~msgpt_gui.entries.SpectrumEntry.formula_runs`) are not rows: :meth:`entry` finds
+    Formula runs (:attr:`~msgpt_gui.logic.entries.SpectrumEntry.formula_runs`) are not rows: :meth:`entry` finds
     them by key, and a change to one shows in the row of the entry they belong to.
     """
 
@@ -241,105 +241,117 @@ class SpectraModel(QAbstractItemModel):
             return None
         e = self.entry_at(index)
         col = index.column()
-        s = e.spectrum
         if role == KEY_ROLE:
             return e.key
         if role in (DISPLAY, SORT_ROLE):
-            sort = role == SORT_ROLE
-            if col == self.ID:
-                return e.id if sort else e.display_id + (NOTES_MARK if e.user_notes.strip() else "")
-            if col == self.STATUS:
-                return e.status_label(self.supported_adducts)
-            if col == self.CONFIDENCE:
-                p = entry_confidence(e)
-                if sort:
-                    return -1.0 if p is None else p
-                return "" if p is None else format_confidence(p)
-            if col == self.RT:
-                rt = e.retention_time
-                if rt is None:
-                    return -1.0 if sort else ""
-                span = e.rt_range
-                if sort or span is None or span[1] - span[0] < 0.6:  # one scan (or 0.01 min): one time
-                    return rt if sort else f"{rt / 60:.2f}"
-                return f"{span[0] / 60:.2f}–{span[1] / 60:.2f}"
-            if col == self.SCANS:
-                n = e.n_scans
-                return (-1 if n is None else n) if sort else ("" if n is None else n)
-            if col == self.PEAKS:
-                n = e.n_peaks
-                if sort or n is None:
-                    return -1 if n is None else n
-                return f"{n}{WARNING_MARK}" if e.no_fragments else n
-            if s is None:
-                return -1.0 if sort and col == self.MZ else ""
-            if col == self.MZ:
-                return s.precursor_mz if sort else format_mz(s) + (" *" if e.precursor_typed else "")
-            runs = e.formula_runs
-            if col == self.ADDUCT:
-                if runs and not s.adduct:
-                    return runs[0].spectrum.adduct or ""
-                return s.adduct or ("" if sort else "—")
-            if col == self.FORMULA:
-                if runs:  # the best of the formulas Run took, "+2" for the others
-                    best = runs[0].spectrum.formula or ""
-                    return best if sort else best + (f" +{len(runs) - 1}" if len(runs) > 1 else "")
-                if sort:
-                    return s.formula or ""
-                changed = e.original is None or s.formula != e.original.formula or s.adduct != e.original.adduct
-                return (s.formula + " *" if changed else s.formula) if s.formula else "—"
+            return self._text(e, col, sort=role == SORT_ROLE)
         if role == Qt.ItemDataRole.ToolTipRole:
-            if col == self.STATUS:
-                return e.status_text(self.supported_adducts)
-            if col == self.ID:
-                name = e.name
-                notes = f"\n\nYour notes: {e.user_notes.strip()}" if e.user_notes.strip() else ""
-                if e.feature is not None:
-                    ids = e.feature.scan_ids
-                    scans = "\n".join(ids[:5]) + (f"\n… ({len(ids)} scans)" if len(ids) > 5 else "")
-                    return (f"{e.id}: precursor feature {e.feature.index + 1} of {e.source}\n"
-                            f"MS/MS scan{'s' if len(ids) > 1 else ''}:\n{scans}{notes}")
-                return f"{e.id}\n{name + chr(10) if name else ''}{e.source} (record {e.record_index + 1}){notes}"
-            if col == self.PEAKS and e.no_fragments:
-                return (f"{NO_FRAGMENTS_TIP}: no peak below precursor m/z − 2 Da, so the candidates are only "
-                        "structures with the formula, not what the spectrum shows")
-            if col == self.ADDUCT and self._unsupported(s):
-                return e.blocker(self.supported_adducts)[1]
-            if col == self.MZ and e.precursor_typed:
-                file_mz = "none" if e.original is None else f"{e.original.precursor_mz:.4f}"
-                return f"Typed by you (the file gives {file_mz})"
-            if col == self.FORMULA and e.formula_runs:
-                lines = [f"#{r.candidate.rank} {r.spectrum.formula} {r.spectrum.adduct} (score "
-                         f"{r.candidate.score:.1f}, {r.candidate.probability:.0%}): {r.status}" for r in e.formula_runs]
-                return "Run took the best formula candidates:\n" + "\n".join(lines)
-            if col == self.FORMULA and s is not None and s.metadata.get("formula_source") == "ranked candidates":
-                rank, score = s.metadata.get("formula_rank", "?"), s.metadata.get("formula_score", "?")
-                return f"Formula candidate #{rank} (probability {score}) picked in the Formulas tab"
-            if col == self.FORMULA and e.overridden and e.original is not None:
-                return f"Set by you (the file says {e.original.formula or 'nothing'} / {e.original.adduct or 'nothing'})"
-            if col == self.FORMULA and s is not None and not s.formula and e.blocker(self.supported_adducts) is None:
-                return ("No formula: Run ranks the formula candidates and elucidates the best of them (Formulas tab); "
-                        "pick one there or type one below the spectrum to run that one")
-            if col == self.RT and e.rt_range is not None:
-                lo, hi = e.rt_range
-                return f"Scans from {lo / 60:.2f} to {hi / 60:.2f} min ({lo:.1f}–{hi:.1f} s); precursor at " \
-                       f"{e.retention_time / 60:.2f} min"
-            if col == self.SCANS and e.feature is not None:
-                return ("MS/MS scans of this precursor merged into its consensus spectrum:\n" +
-                        "\n".join(compact_id(i) for i in e.feature.scan_ids[:20]) +
-                        ("\n…" if e.n_scans > 20 else ""))
-            return None
+            return self._tooltip(e, col)
         if role == Qt.ItemDataRole.ForegroundRole:
-            if col == self.STATUS:
-                blocked = e.status in (Status.NOT_RUN, Status.SKIPPED) and e.blocker(self.supported_adducts)
-                color = BLOCKED_COLOR if blocked else _STATUS_COLORS.get(e.status)
-                return QBrush(QColor(color)) if color else None
-            if (col == self.PEAKS and e.no_fragments) or (col == self.ADDUCT and self._unsupported(s)):
-                return QBrush(QColor(BLOCKED_COLOR))
-            return None
+            return self._foreground(e, col)
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (self.MZ, self.RT, self.SCANS, self.PEAKS,
                                                                  self.CONFIDENCE):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    def _text(self, e: SpectrumEntry, col: int, sort: bool):
+        """What a cell shows (``sort``: the value it sorts by)."""
+        s = e.spectrum
+        if col == self.ID:
+            return e.id if sort else e.display_id + (NOTES_MARK if e.user_notes.strip() else "")
+        if col == self.STATUS:
+            return e.status_label(self.supported_adducts)
+        if col == self.CONFIDENCE:
+            p = entry_confidence(e)
+            if sort:
+                return -1.0 if p is None else p
+            return "" if p is None else format_confidence(p)
+        if col == self.RT:
+            rt = e.retention_time
+            if rt is None:
+                return -1.0 if sort else ""
+            span = e.rt_range
+            if sort or span is None or span[1] - span[0] < 0.6:  # one scan (or 0.01 min): one time
+                return rt if sort else f"{rt / 60:.2f}"
+            return f"{span[0] / 60:.2f}–{span[1] / 60:.2f}"
+        if col == self.SCANS:
+            n = e.n_scans
+            return (-1 if n is None else n) if sort else ("" if n is None else n)
+        if col == self.PEAKS:
+            n = e.n_peaks
+            if sort or n is None:
+                return -1 if n is None else n
+            return f"{n}{WARNING_MARK}" if e.no_fragments else n
+        if s is None:
+            return -1.0 if sort and col == self.MZ else ""
+        if col == self.MZ:
+            return s.precursor_mz if sort else format_mz(s) + (" *" if e.precursor_typed else "")
+        runs = e.formula_runs
+        if col == self.ADDUCT:
+            if runs and not s.adduct:
+                return runs[0].spectrum.adduct or ""
+            return s.adduct or ("" if sort else "—")
+        if col == self.FORMULA:
+            if runs:  # the best of the formulas Run took, "+2" for the others
+                best = runs[0].spectrum.formula or ""
+                return best if sort else best + (f" +{len(runs) - 1}" if len(runs) > 1 else "")
+            if sort:
+                return s.formula or ""
+            changed = e.original is None or s.formula != e.original.formula or s.adduct != e.original.adduct
+            return (s.formula + " *" if changed else s.formula) if s.formula else "—"
+        return None
+
+    def _tooltip(self, e: SpectrumEntry, col: int) -> str | None:
+        s = e.spectrum
+        if col == self.STATUS:
+            return e.status_text(self.supported_adducts)
+        if col == self.ID:
+            name = e.name
+            notes = f"\n\nYour notes: {e.user_notes.strip()}" if e.user_notes.strip() else ""
+            if e.feature is not None:
+                ids = e.feature.scan_ids
+                scans = "\n".join(ids[:5]) + (f"\n… ({len(ids)} scans)" if len(ids) > 5 else "")
+                return (f"{e.id}: precursor feature {e.feature.index + 1} of {e.source}\n"
+                        f"MS/MS scan{'s' if len(ids) > 1 else ''}:\n{scans}{notes}")
+            return f"{e.id}\n{name + chr(10) if name else ''}{e.source} (record {e.record_index + 1}){notes}"
+        if col == self.PEAKS and e.no_fragments:
+            return (f"{NO_FRAGMENTS_TIP}: no peak below precursor m/z − 2 Da, so the candidates are only "
+                    "structures with the formula, not what the spectrum shows")
+        if col == self.ADDUCT and self._unsupported(s):
+            return e.blocker(self.supported_adducts)[1]
+        if col == self.MZ and e.precursor_typed:
+            file_mz = "none" if e.original is None else f"{e.original.precursor_mz:.4f}"
+            return f"Typed by you (the file gives {file_mz})"
+        if col == self.FORMULA and e.formula_runs:
+            lines = [f"#{r.candidate.rank} {r.spectrum.formula} {r.spectrum.adduct} (score "
+                     f"{r.candidate.score:.1f}, {r.candidate.probability:.0%}): {r.status}" for r in e.formula_runs]
+            return "Run took the best formula candidates:\n" + "\n".join(lines)
+        if col == self.FORMULA and s is not None and s.metadata.get("formula_source") == "ranked candidates":
+            rank, score = s.metadata.get("formula_rank", "?"), s.metadata.get("formula_score", "?")
+            return f"Formula candidate #{rank} (probability {score}) picked in the Formulas tab"
+        if col == self.FORMULA and e.overridden and e.original is not None:
+            return f"Set by you (the file says {e.original.formula or 'nothing'} / {e.original.adduct or 'nothing'})"
+        if col == self.FORMULA and s is not None and not s.formula and e.blocker(self.supported_adducts) is None:
+            return ("No formula: Run ranks the formula candidates and elucidates the best of them (Formulas tab); "
+                    "pick one there or type one below the spectrum to run that one")
+        if col == self.RT and e.rt_range is not None:
+            lo, hi = e.rt_range
+            return f"Scans from {lo / 60:.2f} to {hi / 60:.2f} min ({lo:.1f}–{hi:.1f} s); precursor at " \
+                   f"{e.retention_time / 60:.2f} min"
+        if col == self.SCANS and e.feature is not None:
+            return ("MS/MS scans of this precursor merged into its consensus spectrum:\n" +
+                    "\n".join(compact_id(i) for i in e.feature.scan_ids[:20]) +
+                    ("\n…" if e.n_scans > 20 else ""))
+        return None
+
+    def _foreground(self, e: SpectrumEntry, col: int) -> QBrush | None:
+        s = e.spectrum
+        if col == self.STATUS:
+            blocked = e.status in (Status.NOT_RUN, Status.SKIPPED) and e.blocker(self.supported_adducts)
+            color = BLOCKED_COLOR if blocked else _STATUS_COLORS.get(e.status)
+            return QBrush(QColor(color)) if color else None
+        if (col == self.PEAKS and e.no_fragments) or (col == self.ADDUCT and self._unsupported(s)):
+            return QBrush(QColor(BLOCKED_COLOR))
         return None
 
 
@@ -356,7 +368,7 @@ def format_confidence(p: float) -> str:
 class CandidatesModel(ColumnsModel):
     """Ranked candidates of one spectrum result, with rank moves against the previous ranking.
 
-    ``formula_scores`` (molecular formula -> (formula rank, score), :func:`msgpt_gui.formulas.formula_scores`)
+    ``formula_scores`` (molecular formula -> (formula rank, score), :func:`msgpt_gui.logic.formulas.formula_scores`)
     fill the Formula score column of candidates drawn for a formula candidate."""
 
     STRUCTURE, RANK, CHANGE, SMILES, FORMULA, FORMULA_SCORE, COUNT, FREQUENCY, SIMILARITY, SCORE, REFERENCE = range(11)
@@ -518,8 +530,8 @@ class SortProxy(QSortFilterProxyModel):
 
 
 class SpectraProxy(SortProxy):
-    """The spectra list sorted by any column and filtered with :class:`~msgpt_gui.entries.SpectraFilter`
-    (m/z, RT ranges and text; see :mod:`msgpt_gui.entries`)."""
+    """The spectra list sorted by any column and filtered with :class:`~msgpt_gui.logic.entries.SpectraFilter`
+    (m/z, RT ranges and text; see :mod:`msgpt_gui.logic.entries`)."""
 
     def __init__(self, parent=None):
         super().__init__(parent)

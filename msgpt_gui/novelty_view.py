@@ -1,5 +1,5 @@
 """Novelty in the app: a Novelty column and filter on the candidates (training corpus / your list / new),
-and the known-structures list setting, read in the background (:func:`msgpt_gui.insights.read_known_list`)."""
+and the known-structures list setting, read in the background (:func:`msgpt_gui.logic.insights.read_known_list`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QComboBox
 from engine.insight.novelty import CORPUS, NEW, USER, NoveltyMarker, categories
 from engine.model.known import KnownStructures
 
-from .insights import KnownList, read_known_list
+from .logic.insights import KnownList, read_known_list
 from .models import DISPLAY, SORT_ROLE, CandidatesModel, SortProxy
 from .workers import GeneratorWorker
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -20,10 +22,7 @@ from engine.model.querying import KAPPA_LIMITS
 from engine.model.sampling import DECODING_MODES
 from engine.model.scoring import RANKINGS
 
-from . import (
-    qtcompat,  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
-    tooltips,
-)
+from .logic import tooltips
 
 B_MIN, B_MAX = 100, 1500
 

@@ -3,14 +3,14 @@ field under each spectrum, autosave and recovery after a crash.
 
 The window creates one :class:`ProjectController` and places its actions; everything else is connected
 here to signals the window already has. The format is :mod:`engine.files.project`; the document to project and
-back is :mod:`msgpt_gui.projects`.
+back is :mod:`msgpt_gui.logic.projects`.
 
 *Autosave.* Every few minutes (``projects/autosave_minutes`` in the settings, default 3) and after each
 finished run, a changed document is written to this session's file in ``<user data>/autosave/``, in the
-background. The session holds a lock file beside it (QLockFile); a clean exit removes both. On start,
-an autosave whose session is gone without a clean exit (its lock is stale: the process no longer
-runs) is offered for restoring; once restored it becomes this session's autosave, so a second crash
-loses nothing either. An autosave never overwrites the user's project file; a restored document keeps
+background. The session holds a lock file beside it (QLockFile; both are :mod:`msgpt_gui.autosave`'s); a clean
+exit removes both. On start, an autosave whose session is gone without a clean exit (its lock is stale: the
+process no longer runs) is offered for restoring; once restored it becomes this session's autosave, so a second
+crash loses nothing either. An autosave never overwrites the user's project file; a restored document keeps
 the project path it had, and is saved there when the user saves.
 """
 
@@ -21,20 +21,18 @@ from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 re
 import json
 import logging
 import os
-import secrets
-import time
 from pathlib import Path
 
-from PySide6.QtCore import QItemSelectionModel, QLockFile, QObject, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QLockFile, QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QPlainTextEdit
 
 from engine.errors import MsgptError
-from engine.files.project import PROJECT_SUFFIX, ProjectSummary, Selection, autosave_dir, autosave_files, read_summary
+from engine.files.project import PROJECT_SUFFIX, ProjectSummary, Selection, read_summary
 from engine.progress import run_to_end
 
-from .models import KEY_ROLE
-from .projects import (
+from .actions import make_action
+from .autosave import Autosave
+from .logic.projects import (
     ProjectOpened,
     ProjectSaved,
     entries_from_project,
@@ -74,58 +72,6 @@ class NotesEditor(QPlainTextEdit):
         self.setFixedHeight(int(self.fontMetrics().lineSpacing() * lines + 2 * self.frameWidth() + 8))
 
 
-class Autosave:
-    """This session's autosave file and its lock; the files of sessions that ended without a clean exit."""
-
-    def __init__(self, folder: Path | None = None):
-        self.folder = folder or autosave_dir()
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.path = self.folder / f"session-{stamp}-{os.getpid()}-{secrets.token_hex(2)}{PROJECT_SUFFIX}"
-        self.lock: QLockFile | None = None
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            log.warning("autosave is off: cannot create %s (%s)", self.folder, e)
-            return
-        lock = self._lock(self.path)
-        if lock.tryLock(0):
-            self.lock = lock
-        else:
-            log.warning("autosave is off: cannot lock %s (%s)", self.path, lock.error())
-
-    @staticmethod
-    def _lock(path: Path) -> QLockFile:
-        lock = QLockFile(str(path.with_suffix(".lock")))
-        lock.setStaleLockTime(0)  # stale only when its process is gone, however long a session lasts
-        return lock
-
-    @property
-    def enabled(self) -> bool:
-        return self.lock is not None
-
-    def stale(self) -> list[tuple[Path, QLockFile]]:
-        """Autosaves of sessions that are gone (newest first), each with its lock now held by this session."""
-        out = []
-        for path in autosave_files(self.folder):
-            if path == self.path:
-                continue
-            lock = self._lock(path)
-            if lock.tryLock(0):
-                out.append((path, lock))
-        return out
-
-    def remove(self) -> None:
-        """This session's autosave is not needed (saved, emptied)."""
-        self.path.unlink(missing_ok=True)
-
-    def finish(self) -> None:
-        """A clean exit: no autosave, no lock left behind."""
-        self.remove()
-        if self.lock is not None:
-            self.lock.unlock()
-            self.lock = None
-
-
 class ProjectController(QObject):
     """Actions, notes, autosave and their wiring (see the module notes)."""
 
@@ -148,13 +94,14 @@ class ProjectController(QObject):
         self._recovering: list[tuple[Path, QLockFile]] = []
         self._open_requested = False  # a project was asked for (it wins over an autosave offered at start)
 
-        a = self._action
-        self.act_open = a("Open &Project…", self.open_dialog, "Ctrl+Shift+O",
+        a = make_action
+        self.act_open = a(window, "Open &Project…", self.open_dialog, "Ctrl+Shift+O",
                           f"Open a project ({PROJECT_SUFFIX}): spectra, formulas, parameters, candidates, notes")
-        self.act_save = a("&Save Project", self.save, "Ctrl+S",
+        self.act_save = a(window, "&Save Project", self.save, "Ctrl+S",
                           "Save the spectra, what you set by hand, the parameters, the candidates, the selection and "
                           "your notes in one project file")
-        self.act_save_as = a("Save Project &As…", self.save_as, "Ctrl+Shift+S", "Save the project in another file")
+        self.act_save_as = a(window, "Save Project &As…", self.save_as, "Ctrl+Shift+S",
+                             "Save the project in another file")
         self.recent_menu = None
 
         self.notes = NotesEditor()
@@ -184,14 +131,6 @@ class ProjectController(QObject):
             self.autosave_timer.start()
         QTimer.singleShot(0, self._startup)
         self._update_title()
-
-    def _action(self, text, slot, shortcut, tip) -> QAction:
-        action = QAction(text, self.window)
-        action.setShortcut(QKeySequence(shortcut))
-        action.setToolTip(tip)
-        action.setStatusTip(tip)
-        action.triggered.connect(lambda *_: slot())
-        return action
 
     def add_file_actions(self, menu) -> None:
         menu.addAction(self.act_open)
@@ -500,7 +439,7 @@ class ProjectController(QObject):
         if folder is not None and not w.busy:
             self._after_model.append(lambda: self._apply(out, recovered))
             w.status(f"Loading the project's model {model.name}…", 0)
-            if w.load_model(folder):
+            if w.models.load_model(folder):
                 return
             self._after_model.pop()
         self._apply(out, recovered)
@@ -565,20 +504,11 @@ class ProjectController(QObject):
             return
         current = entries[selection.current] if selection.current is not None else entries[0]
         w.select_entry(current.key)
-        model = w.spectra_view.selectionModel()
         for i in selection.selected:
-            row = w.spectra.row_of(entries[i].key)
-            idx = w.spectra_proxy.mapFromSource(w.spectra.index(row, 0))
-            if idx.isValid() and entries[i] is not current:
-                model.select(idx, QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows)
+            if entries[i] is not current:
+                w.spectra_list.select_also(entries[i].key)
         if selection.candidate:
-            proxy = w.candidates.proxy
-            for row in range(proxy.rowCount()):
-                idx = proxy.index(row, 0)
-                if idx.data(KEY_ROLE) == selection.candidate:
-                    w.candidates.table.selectionModel().setCurrentIndex(
-                        idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
-                    break
+            w.candidates.select_candidate(selection.candidate)
 
     # ------------------------------------------------------------------------------------------
     # replacing and closing the document

@@ -25,9 +25,9 @@ from engine.elucidation.pipeline import QueryParams
 from engine.errors import MsgptError
 from engine.spectra.features import Feature
 
-from .entries import SpectrumEntry, Status
-from .formulas import DEFAULT_TOP_K, readiness
-from .jobs import (
+from .logic.entries import SpectrumEntry, Status
+from .logic.formulas import DEFAULT_TOP_K, readiness
+from .logic.jobs import (
     EntryFailed,
     EntryFinished,
     EntryProgress,

@@ -29,8 +29,8 @@ from engine.elucidation.pipeline import QueryParams
 from engine.errors import MsgptError
 from engine.insight.structure_score import SCORE_COLUMNS, StructureScore, score_structures
 
-from .depict import depict_png
-from .insights import scoring_session
+from .logic.depict import depict_png
+from .logic.insights import scoring_session
 
 PICTURE = (120, 84)
 COLUMNS = ("Structure", "SMILES", "Formula", "FP score", "FP rank", "Cand. rank", "Decoder log p", "Explained peaks",

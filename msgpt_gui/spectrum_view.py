@@ -22,10 +22,10 @@ from engine.errors import MsgptError
 from engine.spectra.annotate import ION_TYPES, annotate_spectrum
 from engine.spectra.spectrum import NO_FRAGMENTS_NOTE, SkippedRecord, Spectrum
 
-from .editing import ERROR, INCOMPLETE, OK, EditCheck, check_edit
-from .entries import format_mz
-from .formulas import readiness
-from .plotting import plot_spectrum
+from .logic.editing import ERROR, INCOMPLETE, OK, EditCheck, check_edit
+from .logic.entries import format_mz
+from .logic.formulas import readiness
+from .logic.plotting import plot_spectrum
 
 COMMON_ADDUCTS = ("[M+H]+", "[M+Na]+", "[M+NH4]+", "[M+K]+", "[M-H2O+H]+", "[M-H]-", "[M+Cl]-", "[M+HCOO]-")
 LEVEL_COLORS = {OK: "#1b7f3b", INCOMPLETE: "#a15c00", ERROR: "#b3261e"}

@@ -34,21 +34,21 @@ def home(tmp_path, monkeypatch) -> Path:
 @pytest.fixture
 def no_examples(tmp_path, monkeypatch) -> Path:
     """An empty examples folder (the app opens the examples on first start)."""
-    import msgpt_gui.main_window as mw
+    import msgpt_gui.file_controller as files
 
     folder = tmp_path / "no_examples"
     folder.mkdir()
-    monkeypatch.setattr(mw, "examples_dir", lambda: folder)
+    monkeypatch.setattr(files, "examples_dir", lambda: folder)
     return folder
 
 
 @pytest.fixture
 def no_default_model(tmp_path, monkeypatch) -> Path:
     """The bundled default model is not there (as in this version): tests never depend on it."""
-    import msgpt_gui.main_window as mw
+    import msgpt_gui.model_controller as models
 
     folder = tmp_path / "no_default_model"
-    monkeypatch.setattr(mw, "default_model_dir", lambda: folder)
+    monkeypatch.setattr(models, "default_model_dir", lambda: folder)
     return folder
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from engine.spectra.spectrum import NO_FRAGMENTS_NOTE, SkippedRecord
-from msgpt_gui.editing import ERROR, INCOMPLETE, OK, apply_formula, check_edit
-from msgpt_gui.entries import SpectraFilter, SpectrumEntry, Status, compact_id, format_mz
-from msgpt_gui.jobs import FileSummary, reason_kind
+from msgpt_gui.logic.editing import ERROR, INCOMPLETE, OK, apply_formula, check_edit
+from msgpt_gui.logic.entries import SpectraFilter, SpectrumEntry, Status, compact_id, format_mz
+from msgpt_gui.logic.jobs import FileSummary, reason_kind
 
 ADDUCTS = ("[M+H]+", "[M+Na]+")
 

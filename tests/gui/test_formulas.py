@@ -1,4 +1,4 @@
-"""The app's formula candidates and precursor features without Qt (msgpt_gui/formulas.py, the jobs that load a
+"""The app's formula candidates and precursor features without Qt (msgpt_gui/logic/formulas.py, the jobs that load a
 run by feature and run the best k formulas, the entries of a feature)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from engine.elucidation.pipeline import QueryParams
 from engine.errors import Cancelled
 from engine.formulas.candidates import rank_formulas
 from engine.spectra.spectrum import SkippedRecord
-from msgpt_gui.entries import SpectrumEntry, Status
-from msgpt_gui.formulas import (
+from msgpt_gui.logic.entries import SpectrumEntry, Status
+from msgpt_gui.logic.formulas import (
     combine_results,
     formula_base,
     formula_note,
@@ -24,7 +24,7 @@ from msgpt_gui.formulas import (
     rank_job,
     readiness,
 )
-from msgpt_gui.jobs import (
+from msgpt_gui.logic.jobs import (
     EntryFailed,
     EntryFinished,
     EntryStarted,

@@ -30,16 +30,16 @@ def test_adapter_switch_follows_the_model_and_requeries(qtbot, make_window, gui_
     box = window.params_panel.adapter
     assert not box.isEnabled() and "no adapter" in box.toolTip()
     assert window.params_panel.params().use_adapter is False  # results say adapter=off
-    assert "adapter" not in window.model_label.text()
+    assert "adapter" not in window.models.model_label.text()
 
     with qtbot.waitSignal(window.model_changed, timeout=30_000):
-        window.load_model(adapted_copy(gui_bundle_dir, tmp_path / "adapted"))
+        window.models.load_model(adapted_copy(gui_bundle_dir, tmp_path / "adapted"))
     assert window.bundle.has_adapter
     assert box.isEnabled() and box.isChecked() and "fine-tuning for real spectra" in box.toolTip()
-    assert window.query_params.use_adapter and "adapter on" in window.model_label.text()
+    assert window.query_params.use_adapter and "adapter on" in window.models.model_label.text()
 
     with qtbot.waitSignal(window.file_loaded, timeout=20_000):
-        window.open_files([write_mgf("one.mgf", titles={SITAGLIPTIN})])
+        window.files.open_files([write_mgf("one.mgf", titles={SITAGLIPTIN})])
     entry = window.spectra.entries[0]
     window.select_entry(entry.key)
     with qtbot.waitSignal(window.run_finished, timeout=60_000):
@@ -52,7 +52,7 @@ def test_adapter_switch_follows_the_model_and_requeries(qtbot, make_window, gui_
     off = entry.result
     assert off.params.use_adapter is False and not window.bundle.adapter_active
     assert off.new_samples == off.n_samples == 100  # another model: every sample drawn again, none mixed
-    assert "adapter off" in window.model_label.text()
+    assert "adapter off" in window.models.model_label.text()
     assert "adapter=off" in off.params.describe()
 
 
@@ -66,7 +66,7 @@ def test_adapter_box_is_unticked_without_an_adapter_and_remembered_for_models_wi
 
     def load(path):
         with qtbot.waitSignal(window.model_changed, timeout=30_000):
-            window.load_model(path)
+            window.models.load_model(path)
 
     load(adapted)
     assert box.isEnabled() and box.isChecked()  # the default: on
@@ -76,7 +76,7 @@ def test_adapter_box_is_unticked_without_an_adapter_and_remembered_for_models_wi
     assert window.params_panel.params().use_adapter is False
     load(adapted)
     assert box.isEnabled() and not box.isChecked()  # ...is remembered between models
-    assert window.query_params.use_adapter is False and "adapter off" in window.model_label.text()
+    assert window.query_params.use_adapter is False and "adapter off" in window.models.model_label.text()
     box.setChecked(True)
     load(gui_bundle_dir)
     assert not box.isChecked()

@@ -29,7 +29,7 @@ def confident_bundle(tiny_bundle_dir, tmp_path):
 
 def _run_all(qtbot, window, path):
     with qtbot.waitSignals([window.file_loaded], timeout=20_000):
-        window.open_files([str(path)])
+        window.files.open_files([str(path)])
     window.spectra_view.selectAll()
     with qtbot.waitSignal(window.run_finished, timeout=120_000) as blocker:
         window.run_selected()

@@ -11,7 +11,7 @@ def test_decoding_and_ranking_settings(qtbot, make_window, write_mgf):
     assert panel.decoding.currentText() == "formula" and panel.ranking.currentText() == "fingerprint"
     assert window.query_params.decoding == "formula"
     with qtbot.waitSignal(window.file_loaded, timeout=20_000):
-        window.open_files([write_mgf("one.mgf", titles={SITAGLIPTIN})])
+        window.files.open_files([write_mgf("one.mgf", titles={SITAGLIPTIN})])
     entry = window.spectra.entries[0]
     window.select_entry(entry.key)
     with qtbot.waitSignal(window.run_finished, timeout=60_000):

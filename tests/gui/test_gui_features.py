@@ -20,7 +20,7 @@ from synthetic_run import scan_id, write_mzml
 from engine.chem.adducts import precursor_mz_from_neutral
 from engine.chem.formula import formula_mass, parse_formula
 from engine.spectra.isotopes import isotope_pattern
-from msgpt_gui.entries import Status
+from msgpt_gui.logic.entries import Status
 from msgpt_gui.formulas_view import FormulaTableModel
 from msgpt_gui.models import CandidatesModel, SpectraModel
 
@@ -64,7 +64,7 @@ def run(tmp_path):
 
 def loaded(qtbot, window, *paths):
     with qtbot.waitSignals([window.file_loaded] * len(paths), timeout=30_000):
-        window.open_files(list(paths))
+        window.files.open_files(list(paths))
     return window.spectra.entries
 
 
@@ -245,7 +245,7 @@ def test_run_best_k_gives_one_result_per_formula_in_one_ranked_list(qtbot, make_
     # exported as the CLI writes them: ranks running on, the formula's rank and score on every row
     path = tmp_path / "out.csv"
     with qtbot.waitSignal(window.export_finished, timeout=30_000):
-        assert window.export(path, "all")
+        assert window.files.export(path, "all")
     text = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("#"))
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [int(r["rank"]) for r in rows] == list(range(1, sum(counts) + 1))
@@ -262,7 +262,7 @@ def test_run_best_k_gives_one_result_per_formula_in_one_ranked_list(qtbot, make_
 def test_cancelling_a_formula_run_keeps_nothing_partial_and_retuning_redraws_every_formula(qtbot, make_window, run):
     from PySide6.QtCore import Qt as QtCore_Qt
 
-    from msgpt_gui.jobs import EntryFinished
+    from msgpt_gui.logic.jobs import EntryFinished
 
     window = make_window()
     caffeine, _ = loaded(qtbot, window, run)

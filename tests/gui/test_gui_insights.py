@@ -50,12 +50,12 @@ def insight_bundle(tmp_path_factory, tiny_bundle_dir):
 
 def load(qtbot, window, path):
     with qtbot.waitSignal(window.file_loaded, timeout=20_000):
-        window.open_files([path])
+        window.files.open_files([path])
 
 
 def run(qtbot, window, entries):
     with qtbot.waitSignal(window.run_finished, timeout=60_000) as blocker:
-        assert window.run_entries(entries)
+        assert window.run_menu.run_entries(entries)
     assert blocker.args == ["done"]
 
 
@@ -95,7 +95,7 @@ def test_candidates_are_marked_and_filtered_by_novelty_and_exported_with_it(qtbo
 
     path = tmp_path / "c.csv"
     with qtbot.waitSignal(window.export_finished, timeout=30_000):
-        window.export(path, "all")
+        window.files.export(path, "all")
     lines = path.read_text().splitlines()
     assert any(line.startswith("# novelty: training corpus: tiny corpus; user list: mine.csv") for line in lines)
     rows = list(csv.DictReader(line for line in lines if not line.startswith("#")))

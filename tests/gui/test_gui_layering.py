@@ -1,4 +1,6 @@
-"""Layers that cannot leak: engine/ and training/ never import Qt; the app's plotting needs no Qt."""
+"""Layers that cannot leak: engine/ and training/ never import Qt; neither does the app's Qt-free package
+(msgpt_gui/logic/: no Qt, no Qt module of the app, importable without PySide6); the app's plotting needs no Qt;
+every Qt module of the app imports msgpt_gui.qtcompat first."""
 
 from __future__ import annotations
 
@@ -12,13 +14,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 QT_PACKAGES = {"PySide6", "PySide2", "shiboken6", "shiboken2", "PyQt5", "PyQt6", "qtpy", "superqt", "pytestqt"}
-QT_FREE_APP_MODULES = ["msgpt_gui.plotting", "msgpt_gui.depict", "msgpt_gui.jobs", "msgpt_gui.entries",
-                       "msgpt_gui.editing", "msgpt_gui.insights", "msgpt_gui.projects", "msgpt_gui.formulas"]
+QT_FREE_PACKAGE = "msgpt_gui.logic"
+QT_FREE_DIR = ROOT / "msgpt_gui" / "logic"
+QT_FREE_APP_MODULES = [QT_FREE_PACKAGE] + sorted(f"{QT_FREE_PACKAGE}.{p.stem}" for p in QT_FREE_DIR.glob("*.py")
+                                                 if p.name != "__init__.py")
+QTCOMPAT_FIRST = "from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)"
 
 _IMPORT_ALL = r"""
 import importlib, json, pkgutil, sys
 import engine, training
-names = [m.name for pkg in (engine, training) for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")]
+names = [m.name for pkg in (engine, training) for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")
+         if not m.name.endswith(".__main__")]  # a __main__ runs its program (its source is checked below)
 names += sys.argv[1:]
 failed = {}
 for name in names:
@@ -30,7 +36,7 @@ for name in names:
 # the Qt-free plot works in a plain script (ax=None draws on pyplot's current axes)
 from engine.spectra.io import read_spectra
 from engine.spectra.annotate import annotate_spectrum
-from msgpt_gui.plotting import plot_spectrum
+from msgpt_gui.logic.plotting import plot_spectrum
 spectrum = read_spectra("tests/data/fixture.mgf")[0][0]
 ax = plot_spectrum(spectrum, annotate_spectrum(spectrum))
 plotted = len(ax.texts)
@@ -72,18 +78,98 @@ def _imported_top_level(path: Path) -> set[str]:
 
 def test_no_source_file_of_engine_or_training_names_a_qt_package():
     files = sorted((ROOT / "engine").rglob("*.py")) + sorted((ROOT / "training").rglob("*.py"))
-    files += [ROOT / "msgpt_gui" / f"{m.split('.')[-1]}.py" for m in QT_FREE_APP_MODULES]
-    assert len(files) > 20
+    files += sorted(QT_FREE_DIR.rglob("*.py"))
+    assert len(files) > 20 and len(QT_FREE_APP_MODULES) >= 9
     offenders = {str(p.relative_to(ROOT)): sorted(_imported_top_level(p) & QT_PACKAGES) for p in files}
     assert {k: v for k, v in offenders.items() if v} == {}
 
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, at its top or inside a function, as an absolute dotted name (``from pkg
+    import name`` also gives ``pkg.name``: name may be a module)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    package = ".".join(parts if parts[-1] == "__init__" else parts[:-1]).removesuffix(".__init__")
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return out
+
+
+def test_imported_modules_resolves_relative_imports():
+    assert "msgpt_gui.logic.formulas" in _imported_modules(QT_FREE_DIR / "entries.py")
+    assert "msgpt_gui.qtcompat" in _imported_modules(ROOT / "msgpt_gui" / "models.py")
+
+
+def test_the_qt_free_package_imports_neither_qt_nor_a_qt_module_of_the_app():
+    files = sorted(QT_FREE_DIR.rglob("*.py"))
+    assert {p.stem for p in files} >= {"__init__", "entries", "formulas", "jobs", "projects", "plotting"}
+    offenders = {}
+    for path in files:
+        bad = sorted(m for m in _imported_modules(path)
+                     if m.split(".")[0] in QT_PACKAGES
+                     or (m.split(".")[0] == "msgpt_gui" and m != "msgpt_gui" and not m.startswith(QT_FREE_PACKAGE)))
+        if bad:
+            offenders[str(path.relative_to(ROOT))] = bad
+    assert offenders == {}, f"msgpt_gui/logic/ imports only engine, the standard library and itself: {offenders}"
+
+
+def test_the_qt_free_package_imports_without_pyside6():
+    script = ("import importlib, json, sys\n"
+              "for name in sys.argv[1:]:\n"
+              "    importlib.import_module(name)\n"
+              "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('PySide6', 'shiboken6', 'superqt')"
+              " or (m.startswith('msgpt_gui.') and not m.startswith('msgpt_gui.logic')))))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    env.pop("QT_QPA_PLATFORM", None)
+    proc = subprocess.run([sys.executable, "-c", script, *QT_FREE_APP_MODULES], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []  # 'PySide6' not in sys.modules, nor a Qt module
+
+
+def _imports_qt_at_top(tree: ast.Module) -> bool:
+    for node in tree.body:
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] in QT_PACKAGES for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in QT_PACKAGES:
+            return True
+    return False
+
+
+def test_every_qt_module_of_the_app_imports_qtcompat_first():
+    """msgpt_gui/qtcompat.py guards against a PySide6 6.12.0 refcount bug: its import is the first of every module
+    that imports Qt at its top, right after ``from __future__`` (isort would move it: the line is checked as
+    written)."""
+    checked, offenders = [], []
+    for path in sorted((ROOT / "msgpt_gui").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if not _imports_qt_at_top(tree):
+            continue
+        checked.append(path.stem)
+        imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        first = imports[1] if getattr(imports[0], "module", "") == "__future__" else imports[0]
+        dots = "." * len(path.relative_to(ROOT / "msgpt_gui").parts)
+        line = path.read_text(encoding="utf-8").splitlines()[first.lineno - 1]
+        if line != QTCOMPAT_FIRST.replace("from . ", f"from {dots} ", 1):
+            offenders.append(f"{path.relative_to(ROOT)}: {line}")
+    assert {"main_window", "models", "candidates_view", "params_view", "settings"} <= set(checked)
+    assert offenders == []
 
 def test_plot_functions_take_ax_and_return_it(fixture_mgf):
     from matplotlib.figure import Figure
 
     from engine.spectra.annotate import annotate_spectrum
     from engine.spectra.io import read_spectra
-    from msgpt_gui.plotting import plot_rank_counts, plot_spectrum
+    from msgpt_gui.logic.plotting import plot_rank_counts, plot_spectrum
 
     spectrum = read_spectra(fixture_mgf)[0][0]
     annotation = annotate_spectrum(spectrum)
@@ -108,7 +194,7 @@ def test_the_isotope_plot_takes_ax_and_return_it():
     from matplotlib.figure import Figure
 
     from engine.spectra.isotopes import isotope_pattern, match_isotopes
-    from msgpt_gui.plotting import plot_isotopes
+    from msgpt_gui.logic.plotting import plot_isotopes
 
     mz, abundance = isotope_pattern("C9H8ClO2", 4, charge=1)  # a chlorine: a large M+2
     survey_mz = np.array([*mz, mz[0] - 20.0])

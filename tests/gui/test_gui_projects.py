@@ -11,7 +11,7 @@ import zipfile
 from PySide6.QtCore import QItemSelectionModel, Qt
 
 from engine.files.project import load_project, save_project
-from msgpt_gui.entries import Status
+from msgpt_gui.logic.entries import Status
 from msgpt_gui.project_view import ProjectController
 
 SITAGLIPTIN = "MSBNK-Eawag-EA290310"
@@ -23,7 +23,7 @@ DAPHNORETIN = "MSBNK-Washington_State_Univ-BML00201"
 def load(qtbot, window, *paths):
     for path in paths:
         with qtbot.waitSignal(window.file_loaded, timeout=20_000):
-            window.open_files([path])
+            window.files.open_files([path])
 
 
 def entry_titled(window, title):
@@ -40,9 +40,9 @@ def prepare(qtbot, window, write_mgf):
     window.params_panel.ranking.setCurrentText("combined")
     acetylphe = entry_titled(window, ACETYLPHE)
     window.select_entry(acetylphe.key)
-    assert window.apply_to_selected("C11H13NO3", "[M+H]+") == 1
+    assert window.edits.apply_to_selected("C11H13NO3", "[M+H]+") == 1
     with qtbot.waitSignal(window.run_finished, timeout=120_000) as blocker:
-        window.run_all()
+        window.run_menu.run_all()
     assert blocker.args == ["done"]
     sitagliptin = entry_titled(window, SITAGLIPTIN)
     window.select_entry(sitagliptin.key)
@@ -230,7 +230,7 @@ def test_dropping_a_project_file_opens_it(qtbot, make_window, write_mgf, tmp_pat
     save(qtbot, window, path)
     other = make_window()
     with qtbot.waitSignal(other.projects.opened, timeout=60_000):
-        other.open_files([path])
+        other.files.open_files([path])
     assert [e.id for e in other.spectra.entries] == [NICOTINE]
 
 

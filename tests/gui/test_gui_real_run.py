@@ -13,7 +13,7 @@ from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from engine.spectra.spectrum import NO_FRAGMENTS_NOTE, SkippedRecord
-from msgpt_gui.entries import Status
+from msgpt_gui.logic.entries import Status
 from msgpt_gui.models import SpectraModel
 
 NICOTINE = "MSBNK-NaToxAq-NA003084"
@@ -24,7 +24,7 @@ GREEN = "#1b7f3b"
 
 def loaded(qtbot, window, *paths):
     with qtbot.waitSignals([window.file_loaded] * len(paths), timeout=20_000):
-        window.open_files(list(paths))
+        window.files.open_files(list(paths))
     return window.spectra.entries
 
 
@@ -107,7 +107,7 @@ def test_a_file_without_surprises_gets_no_dialog(qtbot, make_window, write_mgf):
     path = write_mgf("clean.mgf", titles={NICOTINE, SITAGLIPTIN})
     loaded(qtbot, window, path)
     assert reported == [] and "2 MS/MS records listed, 2 ready to run" in window.statusBar().currentMessage()
-    assert "2 ready to run" in window.file_reports[str(path)]
+    assert "2 ready to run" in window.files.file_reports[str(path)]
 
 
 def test_new_rows_are_selected_and_scrolled_into_view_with_ids_that_tell_scans_apart(
@@ -175,7 +175,7 @@ def test_apply_to_selected_sets_one_formula_where_it_fits(qtbot, make_window, tm
     level, text = window.messages[-1]
     assert "applied to 3 spectra" in text and "other" in text and "too far" in text
     assert [window.spectra.index(r, SpectraModel.STATUS).data() for r in range(4)] == ["not run"] * 4
-    run_and_wait(qtbot, window, window.run_all)
+    run_and_wait(qtbot, window, window.run_menu.run_all)
     assert [e.status for e in entries] == [Status.DONE] * 4
     assert [e.formula_runs for e in entries[:3]] == [[]] * 3  # the formula given
     assert entries[3].formula_runs and entries[3].spectrum.formula is None  # its best formula candidates
@@ -196,7 +196,7 @@ def test_run_applies_a_valid_typed_formula_and_keeps_a_wrong_one(qtbot, make_win
 
     editor.formula.setText("C10H14N")  # wrong for this precursor, not applied: Run says so and keeps it
     editor.adduct.setEditText("[M+H]+")
-    assert window.run_entries([entry]) is False
+    assert window.run_menu.run_entries([entry]) is False
     level, text = window.messages[-1]
     assert "cannot be applied" in text and "too far" in text and "Set formula" not in text
     assert editor.formula.text() == "C10H14N" and entry.spectrum.formula is None
@@ -216,7 +216,7 @@ def test_a_spectrum_without_formula_or_candidates_says_how_to_give_one(qtbot, ma
                                                                                            "ADDUCT=[M+H]+"])]))
     entry = window.spectra.entries[0]
     window.select_entry(entry.key)
-    assert window.run_entries([entry]) is False
+    assert window.run_menu.run_entries([entry]) is False
     level, text = window.messages[-1]
     assert "no molecular formula" in text and "below the spectrum" in text and "Set formula" not in text
     assert "needs formula" in window.candidates.summary.text()

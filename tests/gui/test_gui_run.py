@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from PySide6.QtCore import QElapsedTimer, Qt, QTimer
 
-from msgpt_gui.entries import Status
+from msgpt_gui.logic.entries import Status
 from msgpt_gui.models import CandidatesModel
 
 SITAGLIPTIN = "MSBNK-Eawag-EA290310"
@@ -19,7 +19,7 @@ DAPHNORETIN = "MSBNK-Washington_State_Univ-BML00201"  # [M-H]-: the tiny bundle 
 
 def loaded(qtbot, window, path):
     with qtbot.waitSignal(window.file_loaded, timeout=20_000):
-        window.open_files([path])
+        window.files.open_files([path])
     return window.spectra.entries
 
 
@@ -172,7 +172,7 @@ def test_cancel_mid_run_leaves_no_result_and_the_window_usable(qtbot, make_windo
     loaded(qtbot, window, write_mgf("one.mgf", titles={ACETYLPHE}))
     entry = window.spectra.entries[0]
     window.select_entry(entry.key)
-    from msgpt_gui.jobs import EntryProgress
+    from msgpt_gui.logic.jobs import EntryProgress
 
     after_cancel = []  # events the worker yielded once cancelled (connected first: runs before the cancel)
 
@@ -189,7 +189,7 @@ def test_cancel_mid_run_leaves_no_result_and_the_window_usable(qtbot, make_windo
     assert entry.result is None and entry.live is None
     assert entry.status == Status.CANCELLED
     assert window.candidates.model.rowCount() == 0
-    assert not window.busy and window.act_run.isEnabled()
+    assert not window.busy and window.run_menu.act_run.isEnabled()
 
     window.worker_started.disconnect(hook)
     run_and_wait(qtbot, window, window.run_selected)  # still usable: a full run works
@@ -210,7 +210,7 @@ def test_run_all_skips_unsupported_adduct_with_its_reason_and_exports_csv_and_sd
 ):
     window = make_window()
     loaded(qtbot, window, write_mgf("three.mgf", titles={SITAGLIPTIN, NICOTINE, DAPHNORETIN}))
-    run_and_wait(qtbot, window, window.run_all)
+    run_and_wait(qtbot, window, window.run_menu.run_all)
     skipped = entry_titled(window, DAPHNORETIN)
     assert skipped.status == Status.SKIPPED and "[M-H]-" in skipped.reason
     assert skipped.status_text(window.bundle.supported_adducts).startswith("ion not supported: adduct [M-H]-")
@@ -221,7 +221,7 @@ def test_run_all_skips_unsupported_adduct_with_its_reason_and_exports_csv_and_sd
     csv_path.parent.mkdir()
     for path in (csv_path, sdf_path):
         with qtbot.waitSignal(window.export_finished, timeout=30_000) as blocker:
-            window.export(path, "all")
+            window.files.export(path, "all")
         assert blocker.args == [str(path), sum(len(e.result.candidates) for e in done)]
 
     lines = csv_path.read_text().splitlines()
@@ -243,7 +243,7 @@ def test_run_all_skips_unsupported_adduct_with_its_reason_and_exports_csv_and_sd
     before = csv_path.read_bytes()
     cancel_on_first(window, "exporting")
     with qtbot.waitSignal(window.export_finished, timeout=30_000) as blocker:
-        window.export(csv_path, "all")
+        window.files.export(csv_path, "all")
     assert blocker.args == ["", 0]
     assert csv_path.read_bytes() == before
     assert sorted(p.name for p in csv_path.parent.iterdir()) == ["cands.csv", "cands.sdf"]
@@ -252,8 +252,8 @@ def test_run_all_skips_unsupported_adduct_with_its_reason_and_exports_csv_and_sd
 def test_export_with_nothing_run_says_so(qtbot, make_window, fixture_mgf, tmp_path):
     window = make_window()
     loaded(qtbot, window, fixture_mgf)
-    assert not window.act_export.isEnabled()
-    assert window.export(tmp_path / "x.csv", "all") is False
+    assert not window.files.act_export.isEnabled()
+    assert window.files.export(tmp_path / "x.csv", "all") is False
     assert "Nothing to export" in window.messages[-1][1]
     assert not (tmp_path / "x.csv").exists()
 
@@ -301,7 +301,7 @@ def test_errors_during_a_run_become_readable_messages(qtbot, make_window, write_
         yield
 
     monkeypatch.setattr(SpectrumSession, "run", engine_error)
-    run_and_wait(qtbot, window, window.run_all)  # each spectrum fails with the engine's text; the run goes on
+    run_and_wait(qtbot, window, window.run_menu.run_all)  # each spectrum fails with the engine's text; the run goes on
     assert [e.status for e in window.spectra.entries] == [Status.FAILED, Status.FAILED]
     assert window.spectra.entries[0].status_text() == "failed: `top_p` must be in (0, 1], got 2."
 
@@ -310,20 +310,20 @@ def test_errors_during_a_run_become_readable_messages(qtbot, make_window, write_
         yield
 
     monkeypatch.setattr(SpectrumSession, "run", bug)
-    run_and_wait(qtbot, window, window.run_all, expect="failed")
+    run_and_wait(qtbot, window, window.run_menu.run_all, expect="failed")
     level, text = window.messages[-1]
     assert level == "error" and "ZeroDivisionError: division by zero" in text and "Traceback" not in text
-    assert not window.busy and window.act_run.isEnabled()
+    assert not window.busy and window.run_menu.act_run.isEnabled()
     first, second = window.spectra.entries
     assert first.status == Status.FAILED and "ZeroDivisionError" in first.reason
     assert second.status == Status.NOT_RUN  # the run stopped before it
 
     monkeypatch.undo()
-    run_and_wait(qtbot, window, window.run_all)  # and it recovers
+    run_and_wait(qtbot, window, window.run_menu.run_all)  # and it recovers
     assert all(e.status == Status.DONE for e in window.spectra.entries)
 
 
 def test_status_bar_shows_model_and_device(make_window):
     window = make_window()
-    assert "tiny-test-bundle" in window.model_label.text()
-    assert "CPU" in window.device_label.text()
+    assert "tiny-test-bundle" in window.models.model_label.text()
+    assert "CPU" in window.models.device_label.text()

@@ -10,7 +10,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence
 
 from engine.paths import config_dir
-from msgpt_gui.entries import Status
+from msgpt_gui.logic.entries import Status
 from msgpt_gui.models import CandidatesModel
 
 
@@ -82,7 +82,7 @@ def test_bad_file_shows_a_readable_message_and_the_window_stays_usable(qtbot, ma
 
     missing = tmp_path / "nowhere.mgf"
     with qtbot.waitSignal(window.file_loaded, timeout=20_000):
-        window.open_files([missing])
+        window.files.open_files([missing])
     assert "nowhere.mgf" in window.messages[-1][1] and window.messages[-1][0] == "error"
 
     with qtbot.waitSignal(window.file_loaded, timeout=20_000):  # still usable
@@ -96,7 +96,7 @@ def test_a_truncated_file_keeps_the_records_read_before_the_problem(qtbot, make_
     cut = tmp_path / "cut.mgf.gz"
     cut.write_bytes(data[: len(data) * 3 // 4])
     with qtbot.waitSignal(window.file_loaded, timeout=20_000):
-        window.open_files([cut])
+        window.files.open_files([cut])
     assert window.messages and window.messages[-1][0] == "error"
     assert "truncated" in window.messages[-1][1]
     assert 0 < window.spectra.rowCount() < 480
@@ -110,22 +110,22 @@ def test_without_a_model_the_app_starts_says_so_and_a_folder_can_be_picked(
     qtbot.waitUntil(lambda: window.loader is None, timeout=20_000)
     assert window.bundle is None
     assert "No model loaded" in window.statusBar().currentMessage()
-    assert "No model loaded" in window.model_label.text() and "Open Model Folder" in window.model_label.text()
-    assert not window.act_run.isEnabled()
-    assert window.run_entries(window.spectra.entries[:1]) is False
+    assert "No model loaded" in window.models.model_label.text() and "Open Model Folder" in window.models.model_label.text()
+    assert not window.run_menu.act_run.isEnabled()
+    assert window.run_menu.run_entries(window.spectra.entries[:1]) is False
     assert "Open Model Folder" in window.messages[-1][1]
 
     # a folder that is not a bundle: a message, still no model
     not_bundle = tmp_path / "empty"
     not_bundle.mkdir()
     with qtbot.waitSignal(window.model_changed, timeout=20_000):
-        window.choose_model(not_bundle)
+        window.models.choose_model(not_bundle)
     assert window.bundle is None and "config.json is missing" in window.messages[-1][1]
 
     with qtbot.waitSignal(window.model_changed, timeout=20_000):
-        window.choose_model(gui_bundle_dir)
+        window.models.choose_model(gui_bundle_dir)
     assert window.bundle is not None
-    qtbot.waitUntil(window.act_run.isEnabled, timeout=5_000)
+    qtbot.waitUntil(window.run_menu.act_run.isEnabled, timeout=5_000)
     assert window.settings.model_path == str(gui_bundle_dir)
 
 
@@ -151,8 +151,8 @@ def test_settings_and_layout_persist_between_runs(qtbot, make_window, home, fixt
     assert again.settings.bytes_value("window/geometry") is not None
     assert again.main_splitter.sizes() == sizes
     assert again.settings.recent_files() == [str(fixture_mgf.resolve())]
-    again._fill_recent_menu()
-    assert [a.text() for a in again.recent_menu.actions()][0] == "fixture.mgf"
+    again.files._fill_recent_menu()
+    assert [a.text() for a in again.files.recent_menu.actions()][0] == "fixture.mgf"
 
 
 def test_first_start_opens_the_example_spectra(qtbot, make_window, no_examples, fixture_mgf):
@@ -167,7 +167,7 @@ def test_first_start_opens_the_example_spectra(qtbot, make_window, no_examples, 
 def test_menus_and_shortcuts_a_desktop_user_expects(make_window):
     window = make_window(wait_model=False, model=None)
     shortcuts = {a.shortcut().toString(QKeySequence.SequenceFormat.PortableText): a.text().replace("&", "")
-                 for a in window.findChildren(type(window.act_open)) if not a.shortcut().isEmpty()}
+                 for a in window.findChildren(type(window.files.act_open)) if not a.shortcut().isEmpty()}
     assert shortcuts["Ctrl+O"].startswith("Open Spectra")
     assert shortcuts["Ctrl+E"].startswith("Export")
     assert shortcuts["Ctrl+R"] == "Run Selected"

@@ -1,4 +1,4 @@
-"""The document as a project, without Qt (msgpt_gui/projects.py): what is worth saving, a run in progress, the
+"""The document as a project, without Qt (msgpt_gui/logic/projects.py): what is worth saving, a run in progress, the
 notes and filter, the model and source-file notes, finding the project's model."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 from engine.elucidation.pipeline import QueryParams
 from engine.files.project import SOURCE_CHANGED, SOURCE_MISSING, SOURCE_SAME, ModelRef, Project, ProjectEntry
-from msgpt_gui.entries import SpectraFilter, SpectrumEntry, Status
-from msgpt_gui.projects import entries_from_project, find_model, model_note, snapshot, sources_note, worth_saving
+from msgpt_gui.logic.entries import SpectraFilter, SpectrumEntry, Status
+from msgpt_gui.logic.projects import entries_from_project, find_model, model_note, snapshot, sources_note, worth_saving
 
 
 def test_worth_saving_means_work_that_opening_the_files_again_would_not_bring_back(make_spectrum):

@@ -1,5 +1,6 @@
 """The app's document as a project, without Qt: entries to :class:`engine.files.project.Project` and back, and the
-jobs that save and open project files in the background (generators of progress, like :mod:`msgpt_gui.jobs`).
+jobs that save and open project files in the background (generators of progress, like
+:mod:`msgpt_gui.logic.jobs`).
 
 What a project keeps of an entry: the spectrum as read and as the user set it, the last complete result
 (candidates with their scores; a ranking still being drawn is not saved, its earlier result is), the
@@ -7,7 +8,7 @@ samples it was ranked from, the status and the user's notes. A precursor feature
 its consensus spectrum (not its scans or its MS1 evidence); the formula runs of an entry that ran for its
 best formula candidates are kept as entries of their own after it (the spectrum with that formula, its
 candidates), so a reopened project lists them one by one. Sessions are not saved: the next run of a
-reopened entry gets one back with its samples (:meth:`~msgpt_gui.entries.SpectrumEntry.new_session`)
+reopened entry gets one back with its samples (:meth:`~msgpt_gui.logic.entries.SpectrumEntry.new_session`)
 when the same model is loaded, so re-tuning draws only what is missing.
 """
 

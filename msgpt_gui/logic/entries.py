@@ -3,12 +3,12 @@ the IDs it is listed under, and the filter of the spectra list.
 
 An LC-MS/MS run is listed by precursor feature (:mod:`engine.spectra.features`): one entry per feature, holding its
 consensus spectrum, with the feature's scans as child entries when there are several. A spectrum without a
-formula runs for its best formula candidates (:mod:`msgpt_gui.formulas`): each becomes a *formula run*, an
+formula runs for its best formula candidates (:mod:`msgpt_gui.logic.formulas`): each becomes a *formula run*, an
 entry of its own that is not listed, owned by the listed one, which shows their candidates as one list.
 
 An entry whose record was skipped by the reader still holds the record's peaks when it had any
 (:class:`engine.spectra.spectrum.SkippedRecord`), so it is listed and plotted; typing its precursor m/z
-(:mod:`msgpt_gui.editing`) makes it a spectrum that can run.
+(:mod:`msgpt_gui.logic.editing`) makes it a spectrum that can run.
 
 Filter syntax (:class:`SpectraFilter`), terms separated by spaces, all of which must match:
 
@@ -183,7 +183,7 @@ class SpectrumEntry:
         return s is not None and (not s.formula or not s.adduct)
 
     def formula_base(self) -> Spectrum | None:
-        """The spectrum the formula table is for (:func:`msgpt_gui.formulas.formula_base`)."""
+        """The spectrum the formula table is for (:func:`msgpt_gui.logic.formulas.formula_base`)."""
         return formula_base(self.spectrum, self.original) if self.spectrum is not None else None
 
     def cached_formulas(self):
@@ -228,6 +228,14 @@ class SpectrumEntry:
         self.status, self.reason = Status.DONE, ""
         return True
 
+    def formula_run_of(self, inchikey14: str | None) -> SpectrumEntry:
+        """The formula run whose candidates hold ``inchikey14`` (else the first that has candidates, else the first
+        run); for an entry with formula runs only."""
+        for run in self.formula_runs:
+            if inchikey14 and run.shown is not None and any(c.inchikey14 == inchikey14 for c in run.shown.candidates):
+                return run
+        return next((r for r in self.formula_runs if r.shown is not None), self.formula_runs[0])
+
     @property
     def precursor_typed(self) -> bool:
         """The precursor m/z was typed by the user (the file gave none, or another one)."""
@@ -269,7 +277,7 @@ class SpectrumEntry:
         if missing:
             why_not = readiness(s, supported_adducts)  # as for formula_base(): same ion types
             if why_not is None:
-                return None  # Run ranks its formula candidates and takes the best (msgpt_gui.formulas)
+                return None  # Run ranks its formula candidates and takes the best (msgpt_gui.logic.formulas)
             label = "needs formula" if not s.formula else "needs adduct"
             return label, (f"no {' and no '.join(missing)}, and no formula candidates: {why_not}. Type "
                            f"{'them' if len(missing) > 1 else 'it'} below the spectrum and press Apply, or select "

@@ -4,7 +4,7 @@ An mzML run is loaded as precursor features (:mod:`engine.spectra.features`: the
 with the MS1 evidence of the precursor); an MGF file record by record, as before. Elucidating a spectrum
 without a formula first ranks its formula candidates, then runs the best ``k`` (:class:`FormulaJob`).
 
-(The document these jobs work on, one entry per record, is :mod:`msgpt_gui.entries`.)
+(The document these jobs work on, one entry per record, is :mod:`msgpt_gui.logic.entries`.)
 
 Each job takes a ``cancel`` callable, yields progress events and returns its result, like
 ``engine.elucidation.pipeline``; :class:`msgpt_gui.workers.GeneratorWorker` runs one in a QThread and turns the
@@ -75,7 +75,7 @@ class FileSummary:
                top_k: int = DEFAULT_TOP_K) -> tuple[str, bool]:
         """What the user should know about the file: (text, whether it is worth a dialog).
 
-        ``entries``: the file's entries (:class:`~msgpt_gui.entries.SpectrumEntry`) as listed now, so
+        ``entries``: the file's entries (:class:`~msgpt_gui.logic.entries.SpectrumEntry`) as listed now, so
         that what stops a spectrum from running is judged for the loaded model (``supported_adducts``).
         A dialog is worth it when records were passed over or skipped, spectra need something first, or
         Run will take formula candidates for them (``top_k`` of each).
@@ -254,7 +254,7 @@ class FormulaJob:
     supports); the table is ranked in the job unless given."""
 
     key: int  # the listed entry
-    base: Spectrum  # the spectrum the table is for (msgpt_gui.formulas.formula_base)
+    base: Spectrum  # the spectrum the table is for (msgpt_gui.logic.formulas.formula_base)
     ms1: object | None  # its MS1 evidence (engine.spectra.features.MS1Evidence), if any
     table: object | None  # its FormulaTable, when ranked already
     run_keys: tuple[int, ...]  # keys for the formula runs, one per formula (k of them)

@@ -5,7 +5,7 @@ Like spectrum_utils' ``plot`` module, every function draws on the ``ax`` it is g
 
     from engine.spectra.io import read_spectra
     from engine.spectra.annotate import annotate_spectrum
-    from msgpt_gui.plotting import plot_spectrum
+    from msgpt_gui.logic.plotting import plot_spectrum
 
     spectrum = read_spectra("spectra.mgf")[0][0]
     ax = plot_spectrum(spectrum, annotate_spectrum(spectrum))

@@ -2,7 +2,7 @@
 of structures the user proposes, the known-structures list, and the posterior export job.
 
 Long work (exporting many posteriors, reading a large list of known structures) is a generator of
-progress events like :mod:`msgpt_gui.jobs`, run by a :class:`~msgpt_gui.workers.GeneratorWorker`.
+progress events like :mod:`msgpt_gui.logic.jobs`, run by a :class:`~msgpt_gui.workers.GeneratorWorker`.
 """
 
 from __future__ import annotations

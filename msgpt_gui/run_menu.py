@@ -1,0 +1,120 @@
+"""The Run menu and what else starts a run: Run Selected (also a double-click in the spectra list), Run All, the
+Formulas tab's "Run best k", Cancel (Esc); and, when the parameters change after the current spectrum ran,
+re-ranking it once they rest (drawing only what is missing).
+
+:class:`RunMenu` checks what a run needs (a model, a free task slot, valid parameters, what was typed below the
+spectrum) and hands the entries to :class:`~msgpt_gui.run_controller.RunController`, which does the work.
+"""
+
+from __future__ import annotations
+
+from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+
+from PySide6.QtCore import QObject, Qt, QTimer
+
+from engine.errors import MsgptError
+
+from .actions import make_action
+from .logic.entries import SpectrumEntry
+
+RETUNE_DELAY_MS = 350
+
+
+class RunMenu(QObject):
+    """The Run menu's actions and the runs the window starts; see the module notes."""
+
+    def __init__(self, window):
+        super().__init__(window)
+        self.window = window
+        self.act_run = make_action(window, "&Run Selected", self.run_selected, "Ctrl+R",
+                                   "Elucidate structures for the selected spectra", "SP_MediaPlay")
+        self.act_run_all = make_action(window, "Run &All", self.run_all, "Ctrl+Shift+R",
+                                       "Elucidate structures for every spectrum", "SP_MediaSeekForward")
+        self.act_cancel = make_action(window, "&Cancel", self.cancel, "Esc",
+                                      "Stop the running work (Esc); a spectrum in progress keeps its earlier candidates",
+                                      "SP_BrowserStop")
+        self.act_cancel.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.retune_timer = QTimer(self, singleShot=True, interval=RETUNE_DELAY_MS)
+        self.retune_timer.timeout.connect(self._retune)
+        window.runs.retune_wanted.connect(self.retune_timer.start)
+
+    def add_menu_actions(self, menu) -> None:
+        for act in (self.act_run, self.act_run_all, self.act_cancel):
+            menu.addAction(act)
+
+    def update_actions(self) -> None:
+        w = self.window
+        busy, has_model = w.busy, w.bundle is not None
+        runnable = has_model and not busy and any(e.spectrum is not None for e in w.spectra.entries) and \
+            w.params_panel.error.isHidden()
+        self.act_run.setEnabled(runnable)
+        self.act_run_all.setEnabled(runnable)
+        self.act_cancel.setEnabled(busy or w.loader is not None)
+        tip = "" if has_model else " (no model loaded: Model ▸ Open Model Folder…)"
+        self.act_run.setToolTip("Elucidate structures for the selected spectra (Ctrl+R)" + tip)
+        self.act_run_all.setToolTip("Elucidate structures for every spectrum (Ctrl+Shift+R)" + tip)
+
+    # ------------------------------------------------------------------------------------------
+    # starting and cancelling
+    # ------------------------------------------------------------------------------------------
+    def run_selected(self) -> None:
+        self.run_entries(self.window.selected_entries())
+
+    def run_all(self) -> None:
+        """Every listed spectrum (a run's features, not their scans one by one)."""
+        self.run_entries([e for e in self.window.spectra.entries if e.spectrum is not None])
+
+    def run_best_formulas(self, k: int) -> bool:
+        """Run the selected spectra for their best ``k`` formula candidates (the Formulas tab's button)."""
+        return self.run_entries(self.window.selected_entries(), formulas=True, top_k=k)
+
+    def run_entries(self, entries: list[SpectrumEntry], retune: bool = False, formulas: bool = False,
+                    top_k: int | None = None) -> bool:
+        """Run ``entries``: those without a formula for their best k formula candidates (``formulas``: every one
+        of them; ``top_k``: k, the Formulas tab's by default)."""
+        w = self.window
+        if w.bundle is None:
+            w.show_message("No model is loaded: choose Model ▸ Open Model Folder… to pick a model bundle folder.")
+            return False
+        if w.busy:
+            w.status("Busy: wait for the running work to finish, or cancel it with Esc.")
+            return False
+        try:
+            params = w.params_panel.params()
+        except MsgptError as e:
+            w.show_message(f"Check the query parameters: {e}")
+            return False
+        if not retune and not w.edits.take_pending_edit(entries):
+            return False
+        started = w.runs.run(entries, params, retune=retune, top_k=top_k or w.formulas.top_k, formulas=formulas)
+        if started:
+            w.first_candidates_s = None
+        w.show_current()
+        return started
+
+    def cancel(self) -> None:
+        self.window.runs.cancel()
+
+    # ------------------------------------------------------------------------------------------
+    # re-ranking when the parameters change
+    # ------------------------------------------------------------------------------------------
+    def params_changed(self) -> None:
+        """Debounced: a slider drag re-ranks the current spectrum once it rests (when it has results)."""
+        w = self.window
+        e = w.current_entry()
+        if w.bundle is not None and e is not None and e.has_results:
+            self.retune_timer.start()
+
+    def _retune(self) -> None:
+        """Re-run the current spectrum (its formula runs) with the new parameters (draws only what is missing)."""
+        w = self.window
+        e = w.current_entry()
+        if e is None or not e.has_results or all(r.params == w.query_params for r in e.results()):
+            return
+        if w.busy:
+            w.runs.defer_retune()
+            return
+        self.run_entries([r for r in e.formula_runs if r.result is not None] or [e], retune=True)
+
+    def shutdown(self) -> None:
+        self.retune_timer.stop()

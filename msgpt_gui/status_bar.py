@@ -1,0 +1,41 @@
+"""The right end of the window's status bar: the progress of the running task with a button that cancels it,
+then the permanent labels (the model and the device). Messages show at its left, as in any status bar."""
+
+from __future__ import annotations
+
+from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtWidgets import QProgressBar, QToolButton
+
+
+class TaskIndicator(QObject):
+    """``progress`` (0..1000, hidden between tasks and while a model loads) and ``cancel_button`` (shown while
+    something can be cancelled), placed in ``status_bar`` before ``labels``."""
+
+    def __init__(self, status_bar, cancel_action, *labels):
+        super().__init__(status_bar)
+        self.progress = QProgressBar(maximumWidth=260, minimumWidth=200, textVisible=True)
+        self.progress.setRange(0, 1000)
+        self.progress.hide()
+        self.cancel_button = QToolButton()
+        self.cancel_button.setDefaultAction(cancel_action)
+        self.cancel_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonIconOnly)
+        self.cancel_button.hide()
+        for widget in (self.progress, self.cancel_button, *labels):
+            status_bar.addPermanentWidget(widget)
+
+    def task_started(self, kind: str) -> None:
+        """``kind``: "model", "run" or "export" (a model load shows no progress)."""
+        self.progress.setValue(0)
+        self.progress.setVisible(kind != "model")
+        self.cancel_button.setVisible(True)
+
+    def task_ended(self, loading: bool) -> None:
+        """``loading``: a file is still being read (that can be cancelled too)."""
+        self.progress.hide()
+        self.cancel_button.setVisible(loading)
+
+    def show_progress(self, value: int, text: str) -> None:
+        self.progress.setValue(value)
+        self.progress.setFormat(text)
