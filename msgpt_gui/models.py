@@ -6,7 +6,6 @@ from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 re
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 from PySide6.QtCore import QAbstractItemModel, QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtGui import QBrush, QColor, QFont
@@ -555,7 +554,3 @@ class SpectraProxy(SortProxy):
         if self.filter.matches(e, model.supported_adducts):
             return True
         return bool(self.filter) and any(self.filter.matches(c, model.supported_adducts) for c in e.children)
-
-
-def short_source(path: str) -> str:
-    return Path(path).name if path else ""

@@ -212,21 +212,3 @@ def _anchor_intensity(mz: np.ndarray, intensity: np.ndarray, target: float, tol:
     """The most intense peak within ``tol`` of ``target`` (0 when none)."""
     near = np.abs(mz - target) <= tol
     return float(intensity[near].max()) if near.any() else 0.0
-
-
-def plot_rank_counts(result, ax=None, *, top: int = 20, highlight: str | None = None):
-    """Bar chart of how often each of the ``top`` candidates of ``result`` was generated.
-
-    ``highlight`` (an InChIKey first block, e.g. the reference's) is drawn in another colour.
-    Returns ``ax``.
-    """
-    ax = _axes(ax)
-    cands = list(result.candidates[:top])
-    ranks = [c.rank for c in cands]
-    counts = [c.count for c in cands]
-    colors = [PRECURSOR_COLOR if highlight and c.inchikey14 == highlight else ANNOTATED_COLOR for c in cands]
-    ax.bar(ranks, counts, color=colors)
-    ax.set_xlabel("rank")
-    ax.set_ylabel("times generated")
-    ax.spines[["top", "right"]].set_visible(False)
-    return ax

@@ -169,7 +169,7 @@ def test_plot_functions_take_ax_and_return_it(fixture_mgf):
 
     from engine.spectra.annotate import annotate_spectrum
     from engine.spectra.io import read_spectra
-    from msgpt_gui.logic.plotting import plot_rank_counts, plot_spectrum
+    from msgpt_gui.logic.plotting import plot_spectrum
 
     spectrum = read_spectra(fixture_mgf)[0][0]
     annotation = annotate_spectrum(spectrum)
@@ -182,11 +182,6 @@ def test_plot_functions_take_ax_and_return_it(fixture_mgf):
 
     bare = Figure().add_subplot()
     assert plot_spectrum(spectrum, ax=bare) is bare and len(bare.texts) == 0  # no annotation: no labels
-
-    class Result:  # the fields plot_rank_counts reads
-        candidates = ()
-
-    assert plot_rank_counts(Result(), ax=Figure().add_subplot()) is not None
 
 
 def test_the_isotope_plot_takes_ax_and_return_it():
