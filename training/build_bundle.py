@@ -267,17 +267,37 @@ def _noise_source(path: str) -> str:
 
 
 def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None) -> str:
-    dec, enc, cal = info["decoder"], info["encoder"], info["calibration"]
-    pc = info["decoder_parameters"]
-    cfg = dec.get("config", {})
-    enc_metrics = enc.get("metrics", {}).get("val", {})
-    enc_data = enc.get("metrics", {}).get("data", {})
-    enc_cfg = enc.get("train_config", {})
-    t = cal["thresholds"]
-    device_run = cfg.get("device_run") or {}  # a stage trained on a lent accelerator (training.accelerator)
+    """The model card (``MODEL_CARD.md``) of the bundle in ``bundle_dir``, one section after another, from what
+    :func:`build` gathered in ``info`` and the Markdown ``evaluation`` table (None: not evaluated yet)."""
+    # a later stage may read another corpus than the earlier ones: the card names the last stage's and,
+    # from the known-structures set (the union over stages), what all stages read together
+    known = KnownStructures.load(bundle_dir / KNOWN_FILE) if (bundle_dir / KNOWN_FILE).is_file() else None
+    lines = [
+        *_card_title(name, info),
+        *_card_what_it_does(info),
+        *_card_components(info),
+        *_card_training_data(info, known),
+        *_card_training(info),
+        *_card_calibration(info["calibration"]),
+        *_card_files(bundle_dir, known),
+        *_card_evaluation(evaluation),
+        *_card_limits(info, known),
+    ]
+    return "\n".join(lines)
+
+
+def _device_run(info: dict) -> dict:
+    """The record of a decoder stage trained on a lent accelerator (training.accelerator); empty when none was."""
+    return info["decoder"].get("config", {}).get("device_run") or {}
+
+
+def _card_title(name: str, info: dict) -> list[str]:
+    """The card's title and first paragraph: where the model was trained, when it was built, checksum, size and
+    weight storage."""
+    device_run = _device_run(info)
     where = (f"on a 2-core CPU ({info['machine']}), its last decoder stage on a lent {device_run['device']} "
              "(`python -m training.accelerator`)" if device_run else f"on a 2-core CPU ({info['machine']})")
-    lines = [
+    return [
         f"# Model card: {name}",
         "",
         f"The default model bundle of MS-GPT Desktop, trained by this project's own code {where}. Built {info['built']} by `python -m training.build_bundle`; bundle checksum "
@@ -286,6 +306,12 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
         + (" (its calibration was computed on those rounded weights)." if info.get("encoder_dtype", "fp32") != "fp32"
            else "."),
         "",
+    ]
+
+
+def _card_what_it_does(info: dict) -> list[str]:
+    """The card's section on what the model does with a spectrum."""
+    return [
         "## What it does",
         "",
         f"Given an MS/MS spectrum of a singly charged ion ({_adduct_words(info)}) and the "
@@ -293,6 +319,15 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
         "fingerprint posterior, density-band queries are cut from it, and a fingerprint- and "
         "formula-conditioned decoder samples SAFE strings (MS-GPT, see the paper in the project).",
         "",
+    ]
+
+
+def _card_components(info: dict) -> list[str]:
+    """The card's table of the model's parts (decoder, encoder, adapter) with their parameter counts."""
+    pc = info["decoder_parameters"]
+    cfg = info["decoder"].get("config", {})
+    enc_cfg = info["encoder"].get("train_config", {})
+    lines = [
         "## Components",
         "",
         "| component | preset | parameters |",
@@ -307,48 +342,81 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
                      f"{info['adapter'].get('trainable_parameters', '?')} |")
     lines += ["", "Decoder parameters by component: " + ", ".join(
         f"{k} {v / 1e6:.2f}M" for k, v in pc.items() if k != "total") + ".", ""]
+    return lines
 
-    lines += ["## Training data", "",
-              "Only records we may redistribute a model of were used: spectra whose MassBank `LICENSE` is "
-              "CC0, CC BY, CC BY-SA or dl-de/by-2-0; non-commercial (CC BY-NC*) records were excluded.", ""]
-    # a later stage may read another corpus than the earlier ones: the card names the last stage's and,
-    # from the known-structures set (the union over stages), what all stages read together
-    known = KnownStructures.load(bundle_dir / KNOWN_FILE) if (bundle_dir / KNOWN_FILE).is_file() else None
-    staged = bool(dec.get("earlier_stages"))
+
+def _card_training_data(info: dict, known: KnownStructures | None) -> list[str]:
+    """The card's section on the data: the licences kept, the decoder's corpus and the encoder's spectra."""
+    dec = info["decoder"]
+    enc_data = info["encoder"].get("metrics", {}).get("data", {})
+    lines = ["## Training data", "",
+             "Only records we may redistribute a model of were used: spectra whose MassBank `LICENSE` is "
+             "CC0, CC BY, CC BY-SA or dl-de/by-2-0; non-commercial (CC BY-NC*) records were excluded.", ""]
     if "corpus_records" in dec:
-        lines.append(
-            f"- **Decoder pretraining{', last stage' if staged else ''}**: {dec['corpus_records']:,} distinct "
-            f"structures ({dec['corpus_tokens'] / 1e6:.1f}M "
-            "SAFE tokens): the molecule corpus `molecules.tsv.gz` of the project's shared data (public "
-            "sources and their licenses are listed in its `molecules.md`: MassBank open records, RepoRT, "
-            "MetaCyc via ModelSEED, NP-Classifier training data, MIBiG, MoleculeNet, ChEMBL and ZINC subsets)"
-            + (" plus the `FOLD=train` structures of `massbank_dev.mgf.gz`"
-               if any("(MGF" in k for k in dec.get("corpus_inputs") or {"(MGF": 0}) else "")
-            + "; structures of the `val` fold and of the held-out test sets are excluded."
-            + (" Input rows: " + ", ".join(f"{n:,} from `{k}`" for k, n in dec["corpus_inputs"].items())
-               + (" (a `.tsv.gz` other than `molecules.tsv.gz` is a seeded subset of it made by "
-                  "`scripts/sample_molecules.py`; the README's training steps give the command)."
-                  if any(k.endswith(".tsv.gz") and k != "molecules.tsv.gz" for k in dec["corpus_inputs"]) else ".")
-               if dec.get("corpus_inputs") else "")
-            + (f" All stages together read {len(known):,} distinct structures (the known-structures set below)."
-               if staged and known is not None and len(known) != dec["corpus_records"] else ""))
+        lines.append(_corpus_line(dec, known))
     if enc_data:
-        tr, va = enc_data.get("train", {}), enc_data.get("val", {})
-        lines.append(
-            f"- **Spectrum encoder, calibration{', adapter' if info.get('adapter') else ''}**: MassBank "
-            f"(MassBank-data release 2025.05.1, via `massbank_dev.mgf.gz`) `FOLD=train`: {tr.get('spectra', 0):,} "
-            f"{_modes_of(tr.get('adducts', {}))} spectra of {tr.get('structures', 0):,} structures ("
-            + ", ".join(f"{n:,} {a}" for a, n in tr.get("adducts", {}).items()) + "); "
-            "unit-resolution instruments excluded. Model selection and every number below: `FOLD=val` "
-            f"({va.get('spectra', 0):,} spectra, {va.get('structures', 0):,} structures, disjoint by structure).")
+        lines.append(_encoder_data_line(enc_data, adapter=bool(info.get("adapter"))))
         if enc_data.get("simulated"):
             lines.append(_simulated_line(enc_data["simulated"]))
     lines.append("")
+    return lines
 
-    lines += ["## Training", ""]
+
+def _corpus_line(dec: dict, known: KnownStructures | None) -> str:
+    """The card's line on the molecule corpus the (last stage of the) decoder was pretrained on."""
+    staged = bool(dec.get("earlier_stages"))
+    return (
+        f"- **Decoder pretraining{', last stage' if staged else ''}**: {dec['corpus_records']:,} distinct "
+        f"structures ({dec['corpus_tokens'] / 1e6:.1f}M "
+        "SAFE tokens): the molecule corpus `molecules.tsv.gz` of the project's shared data (public "
+        "sources and their licenses are listed in its `molecules.md`: MassBank open records, RepoRT, "
+        "MetaCyc via ModelSEED, NP-Classifier training data, MIBiG, MoleculeNet, ChEMBL and ZINC subsets)"
+        + (" plus the `FOLD=train` structures of `massbank_dev.mgf.gz`"
+           if any("(MGF" in k for k in dec.get("corpus_inputs") or {"(MGF": 0}) else "")
+        + "; structures of the `val` fold and of the held-out test sets are excluded."
+        + (" Input rows: " + ", ".join(f"{n:,} from `{k}`" for k, n in dec["corpus_inputs"].items())
+           + (" (a `.tsv.gz` other than `molecules.tsv.gz` is a seeded subset of it made by "
+              "`scripts/sample_molecules.py`; the README's training steps give the command)."
+              if any(k.endswith(".tsv.gz") and k != "molecules.tsv.gz" for k in dec["corpus_inputs"]) else ".")
+           if dec.get("corpus_inputs") else "")
+        + (f" All stages together read {len(known):,} distinct structures (the known-structures set below)."
+           if staged and known is not None and len(known) != dec["corpus_records"] else ""))
+
+
+def _encoder_data_line(enc_data: dict, adapter: bool) -> str:
+    """The card's line on the measured spectra the encoder, the calibration (and the adapter) were fitted on."""
+    tr, va = enc_data.get("train", {}), enc_data.get("val", {})
+    return (
+        f"- **Spectrum encoder, calibration{', adapter' if adapter else ''}**: MassBank "
+        f"(MassBank-data release 2025.05.1, via `massbank_dev.mgf.gz`) `FOLD=train`: {tr.get('spectra', 0):,} "
+        f"{_modes_of(tr.get('adducts', {}))} spectra of {tr.get('structures', 0):,} structures ("
+        + ", ".join(f"{n:,} {a}" for a, n in tr.get("adducts", {}).items()) + "); "
+        "unit-resolution instruments excluded. Model selection and every number below: `FOLD=val` "
+        f"({va.get('spectra', 0):,} spectra, {va.get('structures', 0):,} structures, disjoint by structure).")
+
+
+def _card_training(info: dict) -> list[str]:
+    """The card's section on how each part was trained: decoder stages, encoder, adapter."""
+    dec, enc = info["decoder"], info["encoder"]
+    lines = ["## Training", ""]
     if dec.get("origin"):
         lines.append(f"- Decoder weights: {dec['origin']}; its training stages:")
-    for i, stage in enumerate(dec.get("earlier_stages", []), 1):
+    lines += _earlier_stage_lines(dec.get("earlier_stages", []))
+    if dec:
+        lines.append(_decoder_stage_line(dec, _device_run(info)))
+    if dec.get("interpolation"):
+        lines.append(f"- Shipped decoder weights: {_interpolation_text(dec['interpolation'])}.")
+    lines += _encoder_training_lines(enc)
+    if info.get("adapter"):
+        lines.append(f"- Adapter: {info['adapter'].get('summary', 'see adapter/')}")
+    lines.append("")
+    return lines
+
+
+def _earlier_stage_lines(stages: list[dict]) -> list[str]:
+    """One line per decoder stage before the last: steps, source and what the stage recorded."""
+    lines = []
+    for i, stage in enumerate(stages, 1):
         parts = []  # bundles written before decoder_stages existed give their name and step only
         if "batch_size" in stage:
             parts.append(f"{stage['batch_size']} records per step")
@@ -363,64 +431,81 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
         detail = ", ".join(parts)
         lines.append(f"- Decoder stage {i}: {stage['step']:,} AdamW steps ({stage['source']})"
                      + (f": {detail}." if detail else "."))
+    return lines
+
+
+def _decoder_stage_line(dec: dict, device_run: dict) -> str:
+    """The card's line on the decoder's last stage: steps, schedule, machine, tokens, time, noise and loss."""
+    cfg = dec.get("config", {})
     label = "Decoder"
     if dec.get("earlier_stages"):
         label = (f"Decoder stage {len(dec['earlier_stages']) + 1} (from those weights, with a fresh optimizer, "
                  "warm-up and data order)")
-    if dec:
-        run_details = [f"lr {cfg.get('lr')} warm-up {cfg.get('warmup_steps')} then cosine to {cfg.get('min_lr')}"]
-        if "threads" in cfg:  # a bundle's stage record (an older bundle's reused decoder) lacks these
-            run_details += [f"{'fp32' if cfg.get('precision') == 'fp32' else 'bf16 autocast'}",
-                            f"on {device_run['device']} (torch {device_run.get('torch')}, "
-                            f"{device_run.get('records_per_s', 0):,.0f} records/s)" if device_run
-                            else f"{cfg.get('threads')} CPU thread(s) at the end"]
-        lines.append(
-            f"- {label}: {dec.get('step', 0):,} AdamW steps of {cfg.get('batch_size')} formula-grouped records "
-            f"({', '.join(run_details)}), "
-            f"{dec.get('tokens_seen', 0) / 1e6:.1f}M tokens = {dec.get('epochs', 0):.2f} epochs, "
-            f"{dec.get('train_hours', 0):.1f} h"
-            + (f" at ~{dec['tokens_per_s']:,.0f} tokens/s. " if dec.get("tokens_per_s") else ". ")
-            + ("The details of this stage (its noise-aware mix, held-out loss) are in that bundle's model card. "
-               if dec.get("origin") and "threads" not in cfg else "")
-            + (f"Noise-aware: {cfg['noise_fraction']:.0%} of the records conditioned on a simulated band query "
-               f"(noise model `{Path(cfg['noise_model']).name}`: per band threshold and bit, "
-               f"{_noise_source(cfg['noise_model'])}) instead of the true fingerprint. "
-               if cfg.get("noise_fraction") and cfg.get("noise_model") else "")
-            + (f"Held-out teacher-forced loss {dec['val']['loss']:.3f}, token accuracy {dec['val']['accuracy']:.3f}"
-               + (f"; {dec['val']['noisy_loss']:.3f} and {dec['val']['noisy_accuracy']:.3f} from simulated queries"
-                  if dec["val"].get("noisy_loss") is not None else "") + "."
-               if dec.get("val") else "")
-            + _curve_text(dec.get("val_curve") or []))
-    if dec.get("interpolation"):
-        lines.append(f"- Shipped decoder weights: {_interpolation_text(dec['interpolation'])}.")
+    run_details = [f"lr {cfg.get('lr')} warm-up {cfg.get('warmup_steps')} then cosine to {cfg.get('min_lr')}"]
+    if "threads" in cfg:  # a bundle's stage record (an older bundle's reused decoder) lacks these
+        run_details += [f"{'fp32' if cfg.get('precision') == 'fp32' else 'bf16 autocast'}",
+                        f"on {device_run['device']} (torch {device_run.get('torch')}, "
+                        f"{device_run.get('records_per_s', 0):,.0f} records/s)" if device_run
+                        else f"{cfg.get('threads')} CPU thread(s) at the end"]
+    return (
+        f"- {label}: {dec.get('step', 0):,} AdamW steps of {cfg.get('batch_size')} formula-grouped records "
+        f"({', '.join(run_details)}), "
+        f"{dec.get('tokens_seen', 0) / 1e6:.1f}M tokens = {dec.get('epochs', 0):.2f} epochs, "
+        f"{dec.get('train_hours', 0):.1f} h"
+        + (f" at ~{dec['tokens_per_s']:,.0f} tokens/s. " if dec.get("tokens_per_s") else ". ")
+        + ("The details of this stage (its noise-aware mix, held-out loss) are in that bundle's model card. "
+           if dec.get("origin") and "threads" not in cfg else "")
+        + (f"Noise-aware: {cfg['noise_fraction']:.0%} of the records conditioned on a simulated band query "
+           f"(noise model `{Path(cfg['noise_model']).name}`: per band threshold and bit, "
+           f"{_noise_source(cfg['noise_model'])}) instead of the true fingerprint. "
+           if cfg.get("noise_fraction") and cfg.get("noise_model") else "")
+        + (f"Held-out teacher-forced loss {dec['val']['loss']:.3f}, token accuracy {dec['val']['accuracy']:.3f}"
+           + (f"; {dec['val']['noisy_loss']:.3f} and {dec['val']['noisy_accuracy']:.3f} from simulated queries"
+              if dec["val"].get("noisy_loss") is not None else "") + "."
+           if dec.get("val") else "")
+        + _curve_text(dec.get("val_curve") or []))
+
+
+def _encoder_training_lines(enc: dict) -> list[str]:
+    """The card's lines on the encoder's training and validation metrics (or the bundle it was taken from)."""
     if enc and not enc.get("metrics") and enc.get("note"):
-        lines.append(f"- Encoder and calibration: {enc['note']}, unchanged; its training is in that bundle's card.")
-    elif enc:
-        m = enc.get("metrics", {})
+        return [f"- Encoder and calibration: {enc['note']}, unchanged; its training is in that bundle's card."]
+    if not enc:
+        return []
+    m = enc.get("metrics", {})
+    lines = [
+        f"- Encoder: {m.get('steps', '?')} steps, {m.get('train_minutes', 0):.0f} min, best step "
+        f"{m.get('best_step')} selected by val {m.get('selected_by')}. Peaks annotated with subformulas of "
+        f"the precursor formula within {m.get('annotation', {}).get('tol_ppm')} ppm "
+        f"(at least {1000 * m.get('annotation', {}).get('tol_da', 0):.0f} mDa), at most "
+        f"{m.get('annotation', {}).get('max_peaks')} peaks."]
+    val = m.get("val", {})
+    if val:
         lines.append(
-            f"- Encoder: {m.get('steps', '?')} steps, {m.get('train_minutes', 0):.0f} min, best step "
-            f"{m.get('best_step')} selected by val {m.get('selected_by')}. Peaks annotated with subformulas of "
-            f"the precursor formula within {m.get('annotation', {}).get('tol_ppm')} ppm "
-            f"(at least {1000 * m.get('annotation', {}).get('tol_da', 0):.0f} mDa), at most "
-            f"{m.get('annotation', {}).get('max_peaks')} peaks.")
-        if enc_metrics:
-            lines.append(
-                f"  Val: mean Tanimoto of the 0.5-thresholded posterior {enc_metrics['tanimoto']:.3f}, "
-                f"bit AUROC micro {enc_metrics['auroc_micro']:.3f} / "
-                f"macro {enc_metrics.get('auroc_macro', float('nan')):.3f}, "
-                f"AP micro {enc_metrics['ap_micro']:.3f} / macro {enc_metrics.get('ap_macro', float('nan')):.3f}.")
-    if info.get("adapter"):
-        lines.append(f"- Adapter: {info['adapter'].get('summary', 'see adapter/')}")
-    lines += ["",
-              "## Calibration", "",
-              f"D_enc = {cal['d_enc']:.2f} mean active bits of the true fingerprints over the encoder's training "
-              f"spectra. Thresholds t_κ = A⁻¹(κ·D_enc): κ=0.95 → {t['0.95']:.4f}, κ=1.00 → {t['1.0']:.4f}, "
-              f"κ=1.50 → {t['1.5']:.4f} (the default band κ ∈ [0.95, 1.50] spans these)"
-              + (" for positive-mode spectra." if cal.get("negative") else "."), ""]
+            f"  Val: mean Tanimoto of the 0.5-thresholded posterior {val['tanimoto']:.3f}, "
+            f"bit AUROC micro {val['auroc_micro']:.3f} / "
+            f"macro {val.get('auroc_macro', float('nan')):.3f}, "
+            f"AP micro {val['ap_micro']:.3f} / macro {val.get('ap_macro', float('nan')):.3f}.")
+    return lines
+
+
+def _card_calibration(cal: dict) -> list[str]:
+    """The card's section on the calibration: D_enc and the thresholds of the default band, per polarity."""
+    t = cal["thresholds"]
+    lines = ["## Calibration", "",
+             f"D_enc = {cal['d_enc']:.2f} mean active bits of the true fingerprints over the encoder's training "
+             f"spectra. Thresholds t_κ = A⁻¹(κ·D_enc): κ=0.95 → {t['0.95']:.4f}, κ=1.00 → {t['1.0']:.4f}, "
+             f"κ=1.50 → {t['1.5']:.4f} (the default band κ ∈ [0.95, 1.50] spans these)"
+             + (" for positive-mode spectra." if cal.get("negative") else "."), ""]
     if cal.get("negative"):
         n, tn = cal["negative"], cal["negative"]["thresholds"]
         lines[-1:] = [f"Negative-mode spectra have their own curve: D_enc = {n['d_enc']:.2f}, κ=0.95 → "
                       f"{tn['0.95']:.4f}, κ=1.00 → {tn['1.0']:.4f}, κ=1.50 → {tn['1.5']:.4f}.", ""]
+    return lines
+
+
+def _card_files(bundle_dir: Path, known: KnownStructures | None) -> list[str]:
+    """The card's section on the bit legend and known-structures files beside the weights (none: no section)."""
     extras = []
     if (bundle_dir / LEGEND_FILE).is_file():
         extras.append(f"- `{LEGEND_FILE}`: the atom environments behind each fingerprint bit "
@@ -428,32 +513,39 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
     if known is not None:
         extras.append(f"- `{KNOWN_FILE}`: {known.source}, hashed (the "
                       "novelty column: candidates the model was trained on are marked 'training corpus').")
-    if extras:
-        lines += ["## Files beside the weights", "", *extras, ""]
-    lines += ["## Evaluation", ""]
-    lines.append(evaluation.strip() if evaluation else "Not evaluated yet: run `msgpt-eval` (see the README).")
-    lines += ["",
-              "## Supported input and limits", "",
-              f"- Singly charged {_adduct_words(info)} precursors; the molecular formula must be known (from the "
-              "file, typed in, or one of the ranked formula candidates of a spectrum without one). Other ion types "
-              "are reported as skipped.",
-              "- Elements C H N O S P F Cl Br I B Si Se As; up to 256 active fingerprint bits read by the "
-              "decoder; SAFE strings up to the decoder's block size.",
-              f"- This is a small {'mostly ' if device_run else ''}CPU-trained model ({pc['total'] / 1e6:.0f}M decoder "
-              "parameters, "
-              f"{sum(st['step'] for st in dec.get('earlier_stages', [])) + dec.get('step', 0):,} pretraining steps"
-              + (f" in {len(dec['earlier_stages']) + 1} stages" if dec.get("earlier_stages") else
-                 f" of {cfg.get('batch_size')}")
-              + (f" on {(len(known) if known is not None else dec['corpus_records']) / 1e6:.2f}M molecules) "
-                 if dec.get("corpus_records") else ") ")
-              + "standing in for the paper's 150M decoder trained on 100M molecules on GPUs: "
-              "expect far lower accuracy than the paper reports; treat candidates as hypotheses to check "
-              "against standards, and read the posterior similarity and (with a reference) fidelity scores.",
-              "- Trained on MassBank reference spectra (mostly Orbitrap/Q-TOF, many collision energies); "
-              "spectra from other instruments or of compound classes absent from MassBank are out of "
-              "distribution.",
-              ""]
-    return "\n".join(lines)
+    return ["## Files beside the weights", "", *extras, ""] if extras else []
+
+
+def _card_evaluation(evaluation: str | None) -> list[str]:
+    """The card's evaluation section: the given Markdown table, or a note that the model is not evaluated yet."""
+    return ["## Evaluation", "",
+            evaluation.strip() if evaluation else "Not evaluated yet: run `msgpt-eval` (see the README).", ""]
+
+
+def _card_limits(info: dict, known: KnownStructures | None) -> list[str]:
+    """The card's section on the input the model supports and what to expect of a model this small."""
+    dec, pc = info["decoder"], info["decoder_parameters"]
+    cfg = dec.get("config", {})
+    return ["## Supported input and limits", "",
+            f"- Singly charged {_adduct_words(info)} precursors; the molecular formula must be known (from the "
+            "file, typed in, or one of the ranked formula candidates of a spectrum without one). Other ion types "
+            "are reported as skipped.",
+            "- Elements C H N O S P F Cl Br I B Si Se As; up to 256 active fingerprint bits read by the "
+            "decoder; SAFE strings up to the decoder's block size.",
+            f"- This is a small {'mostly ' if _device_run(info) else ''}CPU-trained model ({pc['total'] / 1e6:.0f}M decoder "
+            "parameters, "
+            f"{sum(st['step'] for st in dec.get('earlier_stages', [])) + dec.get('step', 0):,} pretraining steps"
+            + (f" in {len(dec['earlier_stages']) + 1} stages" if dec.get("earlier_stages") else
+               f" of {cfg.get('batch_size')}")
+            + (f" on {(len(known) if known is not None else dec['corpus_records']) / 1e6:.2f}M molecules) "
+               if dec.get("corpus_records") else ") ")
+            + "standing in for the paper's 150M decoder trained on 100M molecules on GPUs: "
+            "expect far lower accuracy than the paper reports; treat candidates as hypotheses to check "
+            "against standards, and read the posterior similarity and (with a reference) fidelity scores.",
+            "- Trained on MassBank reference spectra (mostly Orbitrap/Q-TOF, many collision energies); "
+            "spectra from other instruments or of compound classes absent from MassBank are out of "
+            "distribution.",
+            ""]
 
 
 def stored_dtype(weights: Path) -> str:
@@ -506,36 +598,16 @@ def is_bundle(folder: Path) -> bool:
 
 
 def build(args: argparse.Namespace) -> Path:
+    """Write the bundle ``args.out`` from the runs (or bundles) ``args`` names, with its extra files and model
+    card; the bundle is loaded once to prove it is whole. Returns its folder."""
     dtype = DTYPES[args.dtype]
     checkpoint = resolve_decoder_checkpoint(Path(args.decoder))
     decoder, tokenizer = load_decoder(checkpoint)
     encoder_dir = Path(args.encoder)
-    if is_bundle(encoder_dir):  # a new decoder beside the encoder and calibration of an existing model
-        source = load_bundle(encoder_dir, device="cpu", use_adapter=False, precision="fp32")
-        encoder = source.encoder.float().eval()
-        enc_summary = source.config.get("training", {}).get("encoder_summary") or {
-            "metrics": {}, "train_config": {}, "note": f"the encoder of bundle {source.name} [{source.checksum[:12]}]"}
-        adducts = source.supported_adducts
-    else:
-        encoder = load_encoder(encoder_dir)
-        enc_summary = {"metrics": _json(encoder_dir / "metrics.json"),
-                       "train_config": _json(encoder_dir / "train_config.json")}
-        adducts = tuple(enc_summary["train_config"].get("adducts") or DEFAULT_ADDUCTS)  # what the encoder saw
-    encoder = encoder.for_inference()  # a training-only head (the substructure task's) does not ship
+    encoder, enc_summary, adducts = _encoder_source(encoder_dir)
     calibration_file = Path(args.calibration) if args.calibration else encoder_dir / "calibration.json"
     calibration = Calibration.load(calibration_file)
-    # a bundle's encoder keeps the storage it was calibrated in unless told otherwise
-    if args.encoder_dtype is None:
-        args.encoder_dtype = stored_dtype(encoder_dir / "encoder.safetensors") if is_bundle(encoder_dir) else "fp32"
-    if args.encoder_dtype != "fp32":
-        curves = [calibration, *([calibration.negative] if calibration.negative is not None else [])]
-        if not all(rounded_note(args.encoder_dtype) in c.source for c in curves):
-            raise ConfigError(
-                f"--encoder-dtype {args.encoder_dtype} stores rounded encoder weights, but {calibration_file} was "
-                f"not computed on them (its source: {calibration.source!r}). Run python -m training.calibrate "
-                f"--encoder {encoder_dir} --round-weights {args.encoder_dtype} --out CAL.json and pass "
-                "--calibration CAL.json.")
-        round_weights(encoder, args.encoder_dtype)  # what the file will hold, for the proof load below
+    _round_encoder(args, encoder, encoder_dir, calibration, calibration_file)
     dec_summary = decoder_training_summary(checkpoint)  # before --force removes --out: it may be a stage's source
     if args.interpolate:
         dec_summary["interpolation"] = interpolate_decoder(decoder, Path(args.interpolate[0]), args.interpolate[1])
@@ -556,47 +628,10 @@ def build(args: argparse.Namespace) -> Path:
                                                 if k != "earlier_stages"},
                             "decoder_stages": [*dec_summary.get("earlier_stages", []), stage_record(dec_summary)]}},
     )
-    known, why = training_structures(checkpoint)
-    if known is not None:
-        add_bundle_file(out, known.save(out / KNOWN_FILE))
-    else:
-        print(f"note: no {KNOWN_FILE} (the novelty flag's training corpus): {why}. Build it with "
-              f"python -m training.known_structures --corpus CORPUS --out {out / KNOWN_FILE} --bundle {out}",
-              file=sys.stderr)
-    # the legend describes the fingerprint, not the model: a source bundle's one still holds
-    legends = [d / LEGEND_FILE for d in (encoder_dir, checkpoint) if is_bundle(d) and (d / LEGEND_FILE).is_file()]
-    if not args.bit_legend and legends:
-        add_bundle_file(out, legends[0])
-    if args.bit_legend:
-        corpus = Path(dec_summary["config"].get("corpus", ""))
-        if not (corpus / "manifest.json").is_file():
-            raise ConfigError(f"--bit-legend reads the last pretraining stage's corpus ({corpus}), which is not "
-                              "there: build the legend where the corpus is, or leave --bit-legend out to keep "
-                              "a source bundle's legend.")
-        sample = reservoir_sample(corpus_smiles(corpus), args.bit_legend)
-        gen = build_legend(sample, source=f"{len(sample):,} molecules sampled (seed 0) from {corpus.name}")
-        while True:
-            try:
-                next(gen)
-            except StopIteration as stop:
-                add_bundle_file(out, stop.value.save(out / LEGEND_FILE))
-                break
-    adapter_info = None
-    if args.adapter:
-        src = Path(args.adapter)
-        missing = [f for f in ADAPTER_FILES if not (src / f).is_file()]
-        if missing:
-            raise ConfigError(f"{src} lacks {', '.join(missing)}: give the adapter folder written by training.adapt.")
-        (out / "adapter").mkdir()
-        for f in ADAPTER_FILES:
-            shutil.copy2(src / f, out / "adapter" / f)
-        adapter_info = _json(src / "adapter_summary.json") or {}
-    cal_summary = {"d_enc": calibration.d_enc,
-                   "thresholds": {str(k): calibration.threshold_for_kappa(k) for k in (0.95, 1.0, 1.5)}}
-    if calibration.negative is not None:
-        neg = calibration.negative
-        cal_summary["negative"] = {"d_enc": neg.d_enc,
-                                   "thresholds": {str(k): neg.threshold_for_kappa(k) for k in (0.95, 1.0, 1.5)}}
+    _add_known_structures(out, checkpoint)
+    _add_bit_legend(out, args.bit_legend, [encoder_dir, checkpoint], dec_summary)
+    adapter_info = _copy_adapter(out, Path(args.adapter)) if args.adapter else None
+    cal_summary = _calibration_summary(calibration)
     bundle = load_bundle(out, device="cpu")  # proves the bundle is whole (checksums, shapes, tokenizer)
     info = {
         "decoder": dec_summary, "encoder": enc_summary, "calibration": cal_summary, "adapter": adapter_info,
@@ -612,6 +647,99 @@ def build(args: argparse.Namespace) -> Path:
     (out / "MODEL_CARD.md").write_text(render_card(args.name, out, info, evaluation))
     assert bundle_checksum(out) == bundle.checksum  # the card is not part of the checksum
     return out
+
+
+def _encoder_source(encoder_dir: Path) -> tuple[torch.nn.Module, dict, tuple[str, ...]]:
+    """The encoder to ship (inference part only), the record of its training and the ion types it saw, from an
+    encoder run or from a bundle whose encoder and calibration are reused beside a new decoder."""
+    if is_bundle(encoder_dir):  # a new decoder beside the encoder and calibration of an existing model
+        source = load_bundle(encoder_dir, device="cpu", use_adapter=False, precision="fp32")
+        encoder = source.encoder.float().eval()
+        enc_summary = source.config.get("training", {}).get("encoder_summary") or {
+            "metrics": {}, "train_config": {}, "note": f"the encoder of bundle {source.name} [{source.checksum[:12]}]"}
+        adducts = source.supported_adducts
+    else:
+        encoder = load_encoder(encoder_dir)
+        enc_summary = {"metrics": _json(encoder_dir / "metrics.json"),
+                       "train_config": _json(encoder_dir / "train_config.json")}
+        adducts = tuple(enc_summary["train_config"].get("adducts") or DEFAULT_ADDUCTS)  # what the encoder saw
+    return encoder.for_inference(), enc_summary, adducts  # a training-only head (the substructure task's) does not ship
+
+
+def _round_encoder(args: argparse.Namespace, encoder: torch.nn.Module, encoder_dir: Path, calibration: Calibration,
+                   calibration_file: Path) -> None:
+    """Settle ``args.encoder_dtype`` (default: a bundle's own storage, else fp32) and round the encoder's weights to
+    it, after checking that the calibration was computed on weights rounded so."""
+    # a bundle's encoder keeps the storage it was calibrated in unless told otherwise
+    if args.encoder_dtype is None:
+        args.encoder_dtype = stored_dtype(encoder_dir / "encoder.safetensors") if is_bundle(encoder_dir) else "fp32"
+    if args.encoder_dtype == "fp32":
+        return
+    curves = [calibration, *([calibration.negative] if calibration.negative is not None else [])]
+    if not all(rounded_note(args.encoder_dtype) in c.source for c in curves):
+        raise ConfigError(
+            f"--encoder-dtype {args.encoder_dtype} stores rounded encoder weights, but {calibration_file} was "
+            f"not computed on them (its source: {calibration.source!r}). Run python -m training.calibrate "
+            f"--encoder {encoder_dir} --round-weights {args.encoder_dtype} --out CAL.json and pass "
+            "--calibration CAL.json.")
+    round_weights(encoder, args.encoder_dtype)  # what the file will hold, for the proof load below
+
+
+def _add_known_structures(out: Path, checkpoint: Path) -> None:
+    """Add the novelty flag's training corpus to the bundle, or say why there is none and how to build it."""
+    known, why = training_structures(checkpoint)
+    if known is not None:
+        add_bundle_file(out, known.save(out / KNOWN_FILE))
+    else:
+        print(f"note: no {KNOWN_FILE} (the novelty flag's training corpus): {why}. Build it with "
+              f"python -m training.known_structures --corpus CORPUS --out {out / KNOWN_FILE} --bundle {out}",
+              file=sys.stderr)
+
+
+def _add_bit_legend(out: Path, rows: int, sources: list[Path], dec_summary: dict) -> None:
+    """Add a bit legend: built from ``rows`` molecules of the last stage's corpus, else (``rows`` 0) the legend of
+    the first source bundle that has one."""
+    # the legend describes the fingerprint, not the model: a source bundle's one still holds
+    legends = [d / LEGEND_FILE for d in sources if is_bundle(d) and (d / LEGEND_FILE).is_file()]
+    if not rows and legends:
+        add_bundle_file(out, legends[0])
+    if not rows:
+        return
+    corpus = Path(dec_summary["config"].get("corpus", ""))
+    if not (corpus / "manifest.json").is_file():
+        raise ConfigError(f"--bit-legend reads the last pretraining stage's corpus ({corpus}), which is not "
+                          "there: build the legend where the corpus is, or leave --bit-legend out to keep "
+                          "a source bundle's legend.")
+    sample = reservoir_sample(corpus_smiles(corpus), rows)
+    gen = build_legend(sample, source=f"{len(sample):,} molecules sampled (seed 0) from {corpus.name}")
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            add_bundle_file(out, stop.value.save(out / LEGEND_FILE))
+            break
+
+
+def _copy_adapter(out: Path, src: Path) -> dict:
+    """Copy the LoRA adapter folder ``src`` into the bundle's ``adapter/``; returns its training summary."""
+    missing = [f for f in ADAPTER_FILES if not (src / f).is_file()]
+    if missing:
+        raise ConfigError(f"{src} lacks {', '.join(missing)}: give the adapter folder written by training.adapt.")
+    (out / "adapter").mkdir()
+    for f in ADAPTER_FILES:
+        shutil.copy2(src / f, out / "adapter" / f)
+    return _json(src / "adapter_summary.json") or {}
+
+
+def _calibration_summary(calibration: Calibration) -> dict:
+    """D_enc and the thresholds at κ = 0.95, 1.0 and 1.5 for the card, with the negative-mode curve's."""
+    summary = {"d_enc": calibration.d_enc,
+               "thresholds": {str(k): calibration.threshold_for_kappa(k) for k in (0.95, 1.0, 1.5)}}
+    if calibration.negative is not None:
+        neg = calibration.negative
+        summary["negative"] = {"d_enc": neg.d_enc,
+                               "thresholds": {str(k): neg.threshold_for_kappa(k) for k in (0.95, 1.0, 1.5)}}
+    return summary
 
 
 def main(argv=None) -> int:

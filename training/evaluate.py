@@ -47,9 +47,10 @@ import sys
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
@@ -415,20 +416,55 @@ def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Itera
         torch.set_num_threads(cfg.threads)
     started = time.time()
     model = load_model(cfg.model, cfg.device, cfg.precision)
-    variants = list(cfg.variants)
-    if isinstance(model, EncoderOnly) and (variants or cfg.pool_sizes):
-        raise ConfigError(f"{cfg.model} is an encoder folder without a decoder: it can run the κ sweep only; "
-                          "pass --variants with no names and no --pool-sizes, or give a model bundle")
-    skipped = [v for v in variants if v == "band+adapter" and not model.has_adapter]
-    variants = [variant_name(v, d) for v in variants if v not in skipped for d in cfg.decodings]
+    variants, skipped = _variants(cfg, model)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     selection = select_spectra(model, cfg)
     if not selection.eligible:
         raise ConfigError(f"no spectrum of {cfg.mgf} is eligible ({selection.info['left_out']}); "
                           "check --fold, --licenses and --adducts")
+    posteriors, posterior_seconds = yield from _posteriors(model, cfg, selection, check_cancel)
+    thresholds = _thresholds(model, cfg, posteriors, selection.eligible)
+    sweep = _kappa_sweeps(model.calibration, cfg, posteriors, selection) if cfg.kappa_sweep else {}
 
-    # posteriors of every eligible spectrum (thresholds and κ sweep use them all) and their time
+    # resume: keep what results.jsonl holds for this model and these settings
+    results_path, run_path = out / "results.jsonl", out / "run.json"
+    run_key = cfg.run_key(model)
+    done = _results_done(out, results_path, run_path, run_key)
+    scaling_base = "band+adapter" if model.has_adapter else "band"
+    scaling = [f"{scaling_base}@B={b}" for b in cfg.pool_sizes]
+    run_info = _run_info(cfg, model, selection, run_key, variants, skipped, scaling, thresholds, sweep, started)
+    run_path.write_text(json.dumps(run_info, indent=1))
+
+    # sampling: every (spectrum, variant) not yet in results.jsonl
+    todo_any = variants or scaling
+    sampling = _Sampling(cfg, model, variants, scaling_base, scaling, done, thresholds, posteriors, posterior_seconds,
+                         cancel, check_cancel)
+    yield from _sample(sampling, results_path, selection.chosen if todo_any else [])
+
+    if cfg.mces and todo_any:
+        yield from add_mces(results_path, set(run_info["selected"]), cfg.mces_time_limit, check_cancel)
+    run_info["seconds_total_last_run"] = time.time() - started
+    run_path.write_text(json.dumps(run_info, indent=1))
+    metrics = write_report(out)
+    yield EvalResult(out, metrics)
+
+
+def _variants(cfg: EvalConfig, model) -> tuple[list[str], list[str]]:
+    """The variants to run, each under every decoding, and those left out (``band+adapter`` for a model without
+    an adapter); an encoder folder runs none."""
+    variants = list(cfg.variants)
+    if isinstance(model, EncoderOnly) and (variants or cfg.pool_sizes):
+        raise ConfigError(f"{cfg.model} is an encoder folder without a decoder: it can run the κ sweep only; "
+                          "pass --variants with no names and no --pool-sizes, or give a model bundle")
+    skipped = [v for v in variants if v == "band+adapter" and not model.has_adapter]
+    return [variant_name(v, d) for v in variants if v not in skipped for d in cfg.decodings], skipped
+
+
+def _posteriors(model, cfg: EvalConfig, selection: Selection,
+                check_cancel: Callable[[], None]) -> Generator[Progress, None, tuple[dict, dict]]:
+    """The posterior of every eligible spectrum (thresholds and κ sweep use them all) and the seconds it took,
+    by spectrum key; yields progress."""
     everything = selection.eligible + ([p for v in selection.sweep_only.values() for p in v] if cfg.kappa_sweep else [])
     posteriors: dict[str, np.ndarray] = {}
     posterior_seconds: dict[str, float] = {}
@@ -439,50 +475,68 @@ def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Itera
         posterior_seconds[spectrum_key(s)] = time.perf_counter() - t0
         if i % 50 == 0 or i + 1 == len(everything):
             yield Progress("posteriors", i + 1, len(everything), s.id)
+    return posteriors, posterior_seconds
 
-    def stack(pairs):
-        return np.stack([posteriors[spectrum_key(s)] for s, _ in pairs]), [r.query_bits for _, r in pairs]
 
-    def sweep_of(pairs):  # each spectrum at its own ion mode's curve
-        return kappa_sweep(cal, *stack(pairs), negative=np.array([s.polarity == "negative" for s, _ in pairs]))
+def _stacked(posteriors: dict[str, np.ndarray], pairs) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The posteriors of ``pairs`` (spectrum, reference) as one matrix, and their true query bits."""
+    return np.stack([posteriors[spectrum_key(s)] for s, _ in pairs]), [r.query_bits for _, r in pairs]
 
-    P, truths = stack(selection.eligible)
-    def mode_thresholds(polarity: str) -> dict:  # the κ thresholds of one ion mode's calibration curve
-        c = model.calibration.for_polarity(polarity)
-        return {"kappa_1.0": c.threshold_for_kappa(1.0),
-                "band": [float(t) for t in band_thresholds(c, cfg.kappa_min, cfg.kappa_max, cfg.groups)]}
 
-    cal = model.calibration
-    thresholds = mode_thresholds("positive")
-    if cal.negative is not None:
-        thresholds["negative"] = mode_thresholds("negative")
+def _mode_thresholds(model, cfg: EvalConfig, polarity: str) -> dict:
+    """The κ thresholds of one ion mode's calibration curve: κ = 1 and the band's."""
+    c = model.calibration.for_polarity(polarity)
+    return {"kappa_1.0": c.threshold_for_kappa(1.0),
+            "band": [float(t) for t in band_thresholds(c, cfg.kappa_min, cfg.kappa_max, cfg.groups)]}
+
+
+def _thresholds(model, cfg: EvalConfig, posteriors: dict[str, np.ndarray], eligible) -> dict:
+    """The thresholds of the variants: each ion mode's κ thresholds, and the F1- and cosine-optimal point-query
+    thresholds (with their mean scores) chosen on the eligible spectra."""
+    P, truths = _stacked(posteriors, eligible)
+    thresholds = _mode_thresholds(model, cfg, "positive")
+    if model.calibration.negative is not None:
+        thresholds["negative"] = _mode_thresholds(model, cfg, "negative")
     scores = M.threshold_scores(P, truths, THRESHOLD_GRID)  # F1/cosine-optimal point queries, chosen on these
     for score in ("f1", "cosine"):
         means = scores[score].mean(axis=0)
         best = int(np.argmax(means))
         thresholds[f"{score}_threshold"], thresholds[f"{score}_score"] = float(THRESHOLD_GRID[best]), float(means[best])
-    sweep = {}
-    if cfg.kappa_sweep:
-        sweep[",".join(cfg.folds) or "all"] = sweep_of(selection.eligible)
-        for fold, pairs in selection.sweep_only.items():
-            if pairs:
-                sweep[fold] = sweep_of(pairs)
+    return thresholds
 
-    # resume: keep what results.jsonl holds for this model and these settings
-    results_path, run_path = out / "results.jsonl", out / "run.json"
-    run_key = cfg.run_key(model)
-    done: set[tuple[str, str]] = set()
-    if results_path.exists():
-        old = json.loads(run_path.read_text()).get("run_key") if run_path.exists() else None
-        if old != run_key:
-            changed = sorted(k for k in set(run_key) | set(old or {}) if (old or {}).get(k) != run_key.get(k))
-            raise ConfigError(f"{out} holds results of another model or settings (differs in: {', '.join(changed)}); "
-                              "use a new --out, or delete its results.jsonl")
-        drop_cut_line(results_path)
-        done = {(r["spectrum"], r["variant"]) for r in read_records(results_path)}
-    scaling_base = "band+adapter" if model.has_adapter else "band"
-    scaling = [f"{scaling_base}@B={b}" for b in cfg.pool_sizes]
-    run_info = {
+
+def _kappa_sweeps(cal: Calibration, cfg: EvalConfig, posteriors: dict[str, np.ndarray], selection: Selection) -> dict:
+    """The κ sweep of the evaluated folds together, and of each sweep-only fold."""
+    sweep = {",".join(cfg.folds) or "all": _sweep_of(cal, posteriors, selection.eligible)}
+    for fold, pairs in selection.sweep_only.items():
+        if pairs:
+            sweep[fold] = _sweep_of(cal, posteriors, pairs)
+    return sweep
+
+
+def _sweep_of(cal: Calibration, posteriors: dict[str, np.ndarray], pairs) -> list[dict]:
+    """The κ sweep of ``pairs`` (spectrum, reference), each spectrum at its own ion mode's curve."""
+    return kappa_sweep(cal, *_stacked(posteriors, pairs), negative=np.array([s.polarity == "negative" for s, _ in pairs]))
+
+
+def _results_done(out: Path, results_path: Path, run_path: Path, run_key: dict) -> set[tuple[str, str]]:
+    """The (spectrum, variant) pairs results.jsonl already holds (a line cut by a crash dropped); results of
+    another model or other settings are an error."""
+    if not results_path.exists():
+        return set()
+    old = json.loads(run_path.read_text()).get("run_key") if run_path.exists() else None
+    if old != run_key:
+        changed = sorted(k for k in set(run_key) | set(old or {}) if (old or {}).get(k) != run_key.get(k))
+        raise ConfigError(f"{out} holds results of another model or settings (differs in: {', '.join(changed)}); "
+                          "use a new --out, or delete its results.jsonl")
+    drop_cut_line(results_path)
+    return {(r["spectrum"], r["variant"]) for r in read_records(results_path)}
+
+
+def _run_info(cfg: EvalConfig, model, selection: Selection, run_key: dict, variants: list[str], skipped: list[str],
+              scaling: list[str], thresholds: dict, sweep: dict, started: float) -> dict:
+    """What run.json records of the run: model, data, parameters, variants, thresholds, κ sweep, machine."""
+    return {
         "run_key": run_key,
         "model": {"name": model.name, "checksum": model.checksum, "path": str(Path(cfg.model).resolve()),
                   "precision": precision_of(model), "device": str(model.device), "has_adapter": model.has_adapter},
@@ -500,58 +554,85 @@ def evaluate(cfg: EvalConfig, cancel: Callable[[], bool] | None = None) -> Itera
         "machine": machine(model), "command": cfg.command, "code_version": code_version(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
     }
-    run_path.write_text(json.dumps(run_info, indent=1))
 
-    # sampling: every (spectrum, variant) not yet in results.jsonl
-    todo_any = variants or scaling
+
+@dataclass
+class _Sampling:
+    """What the sampling phase shares across spectra: the model and settings, the variants and pool sizes to run,
+    those results.jsonl already holds, the thresholds and posteriors, and results.jsonl open for appending."""
+
+    cfg: EvalConfig
+    model: Any
+    variants: list[str]
+    scaling_base: str  # the variant the pool-size scaling runs
+    scaling: list[str]  # its records, "<scaling_base>@B=<pool size>"
+    done: set[tuple[str, str]]  # (spectrum key, variant) already in results.jsonl
+    thresholds: dict
+    posteriors: dict[str, np.ndarray]
+    posterior_seconds: dict[str, float]
+    cancel: Callable[[], bool] | None
+    check_cancel: Callable[[], None]
+    sink: IO[str] | None = None
+
+
+def _sample(sampling: _Sampling, results_path: Path, chosen: list[tuple[Spectrum, Reference]]) -> Iterator[Progress]:
+    """Sample every (spectrum, variant) of ``chosen`` not yet in results.jsonl, appending each record to it."""
     with open(results_path, "a", encoding="utf-8") as sink:
-        for i, (s, ref) in enumerate(selection.chosen if todo_any else []):
+        sampling.sink = sink
+        for i, (s, ref) in enumerate(chosen):
             key = spectrum_key(s)
-            todo = [v for v in variants + scaling if (key, v) not in done]
-            if not todo:
-                yield Progress("sampling", i + 1, len(selection.chosen), s.id)
-                continue
-            post = posteriors[key]
-            mode = {**thresholds, **thresholds.get("negative", {})} if s.polarity == "negative" else thresholds
-            band_fid = chem.max_tanimoto(ref.query_bits, [q.bits for q in build_queries(post, mode["band"])])
-            rng = spectrum_rng(cfg.seed, key)
-            for variant in variants:
-                base, decoding = split_variant(variant)
-                params, plan = query_for(base, cfg, model, ref, mode, rng, s.polarity)  # the rng draws for every variant
-                if variant not in todo:
-                    continue
-                check_cancel()
-                yield Progress("sampling", i, len(selection.chosen), s.id, variant)
-                params = replace(params, decoding=decoding, ranking=cfg.rankings[0])
-                session = SpectrumSession(model, s, posterior=post)
-                result = run_session(session, params, plan, cancel)
-                rec = make_record(s, ref, variant, result, band_fid, posterior_seconds[key], result.seconds,
-                                  ranked_views(session, params, ref, cfg.rankings))
-                sink.write(json.dumps(rec) + "\n")
-                sink.flush()
-            if any(v in todo for v in scaling):
-                # one growing pool: each B draws only the samples the smaller pools lack; seconds add up
-                check_cancel()
-                yield Progress("sampling", i, len(selection.chosen), s.id, f"{scaling_base}@B")
-                session, spent = SpectrumSession(model, s, posterior=post), 0.0
-                params, _ = query_for(scaling_base, cfg, model, ref, mode, rng, s.polarity)
-                params = replace(params, decoding=cfg.decodings[0], ranking=cfg.rankings[0])
-                for b in cfg.pool_sizes:
-                    result = run_session(session, replace(params, samples_per_group=b // cfg.groups), None, cancel)
-                    spent += result.seconds
-                    name = f"{scaling_base}@B={b}"
-                    if name in todo:
-                        rec = make_record(s, ref, name, result, band_fid, posterior_seconds[key], spent)
-                        sink.write(json.dumps(rec) + "\n")
-                sink.flush()
-            yield Progress("sampling", i + 1, len(selection.chosen), s.id)
+            todo = [v for v in sampling.variants + sampling.scaling if (key, v) not in sampling.done]
+            if todo:
+                yield from _sample_spectrum(sampling, i, len(chosen), s, ref, todo)
+            yield Progress("sampling", i + 1, len(chosen), s.id)
 
-    if cfg.mces and todo_any:
-        yield from add_mces(results_path, set(run_info["selected"]), cfg.mces_time_limit, check_cancel)
-    run_info["seconds_total_last_run"] = time.time() - started
-    run_path.write_text(json.dumps(run_info, indent=1))
-    metrics = write_report(out)
-    yield EvalResult(out, metrics)
+
+def _sample_spectrum(sampling: _Sampling, i: int, n: int, s: Spectrum, ref: Reference,
+                     todo: list[str]) -> Iterator[Progress]:
+    """Run the variants (and pool sizes) ``todo`` of the ``i``-th of ``n`` spectra and write their records."""
+    cfg, model, sink = sampling.cfg, sampling.model, sampling.sink
+    key = spectrum_key(s)
+    post = sampling.posteriors[key]
+    thresholds = sampling.thresholds
+    mode = {**thresholds, **thresholds.get("negative", {})} if s.polarity == "negative" else thresholds
+    band_fid = chem.max_tanimoto(ref.query_bits, [q.bits for q in build_queries(post, mode["band"])])
+    rng = spectrum_rng(cfg.seed, key)
+    for variant in sampling.variants:
+        base, decoding = split_variant(variant)
+        params, plan = query_for(base, cfg, model, ref, mode, rng, s.polarity)  # the rng draws for every variant
+        if variant not in todo:
+            continue
+        sampling.check_cancel()
+        yield Progress("sampling", i, n, s.id, variant)
+        params = replace(params, decoding=decoding, ranking=cfg.rankings[0])
+        session = SpectrumSession(model, s, posterior=post)
+        result = run_session(session, params, plan, sampling.cancel)
+        rec = make_record(s, ref, variant, result, band_fid, sampling.posterior_seconds[key], result.seconds,
+                          ranked_views(session, params, ref, cfg.rankings))
+        sink.write(json.dumps(rec) + "\n")
+        sink.flush()
+    if any(v in todo for v in sampling.scaling):
+        sampling.check_cancel()
+        yield Progress("sampling", i, n, s.id, f"{sampling.scaling_base}@B")
+        _sample_pool_sizes(sampling, s, ref, todo, mode, rng, band_fid)
+
+
+def _sample_pool_sizes(sampling: _Sampling, s: Spectrum, ref: Reference, todo: list[str], mode: dict,
+                       rng: np.random.Generator, band_fid: float) -> None:
+    """The pool-size scaling records of one spectrum: one growing pool, each B drawing only the samples the
+    smaller pools lack, so their seconds add up."""
+    cfg, key, sink = sampling.cfg, spectrum_key(s), sampling.sink
+    session, spent = SpectrumSession(sampling.model, s, posterior=sampling.posteriors[key]), 0.0
+    params, _ = query_for(sampling.scaling_base, cfg, sampling.model, ref, mode, rng, s.polarity)
+    params = replace(params, decoding=cfg.decodings[0], ranking=cfg.rankings[0])
+    for b in cfg.pool_sizes:
+        result = run_session(session, replace(params, samples_per_group=b // cfg.groups), None, sampling.cancel)
+        spent += result.seconds
+        name = f"{sampling.scaling_base}@B={b}"
+        if name in todo:
+            rec = make_record(s, ref, name, result, band_fid, sampling.posterior_seconds[key], spent)
+            sink.write(json.dumps(rec) + "\n")
+    sink.flush()
 
 
 def add_mces(results_path: Path, keys: set[str], time_limit: float, check_cancel) -> Iterator[Progress]:

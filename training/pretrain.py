@@ -53,11 +53,12 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -629,8 +630,103 @@ def pretrain(config: PretrainConfig, stop: threading.Event | None = None) -> Ite
             dist.destroy_process_group()
 
 
+@dataclass
+class _Run:
+    """One process's run, as :func:`_setup` builds it: the data, the model and its optimizer, and where the run
+    stands (the step, the data position, the budget clock)."""
+
+    config: PretrainConfig
+    env: DistEnv
+    ds: CorpusDataset
+    noise: FingerprintNoise | None
+    noise_sha: str | None  # the noise model's checksum: a run resumes with the same file only
+    train_ids: np.ndarray
+    val_ids: np.ndarray
+    sampler: FormulaGroupedBatchSampler
+    steps_per_epoch: float
+    max_steps: int
+    model_config: DecoderConfig
+    model: ConditionalDecoder
+    optimizer: torch.optim.Optimizer
+    param_names: list[str]
+    amp: Callable[[], AbstractContextManager]  # opens the forward passes' autocast (see training.loop.autocast)
+    amp_dtype: torch.dtype | None
+    net: nn.Module | None = None  # the model under teacher forcing, in DistributedDataParallel across ranks
+    step: int = 0
+    epoch: int = 0  # the data position: the sampler's epoch and the batches done in it
+    position: int = 0
+    budget_used: float = 0.0  # seconds of the budget spent before this process (a resumed budget run)
+    resumed_from: str | None = None
+    warm: Any = None  # what a warm start from SAFE-GPT weights did (training.warmstart)
+    sampler_state: dict = field(default_factory=dict)  # of the steps done; the prefetch thread draws ahead of it
+    clock: BudgetClock | None = None
+
+    @property
+    def out(self) -> Path:
+        """The run directory."""
+        return Path(self.config.out)
+
+    @property
+    def metrics_path(self) -> Path:
+        """The run's metrics log (rank 0 writes it)."""
+        return self.out / "metrics.jsonl"
+
+
 def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Iterator[Event]:
-    out = Path(config.out)
+    """The training loop of one process: optimizer steps, with validations and checkpoints between them, until
+    ``max_steps``, the end of the budget or ``stop``."""
+    run = _setup(config, env)
+    stream = BatchStream(run.sampler, run.epoch, run.position)
+    run.net = _teacher_forcing(run.model, env)
+    val_batches = [run.val_ids[i : i + config.batch_size] for i in range(0, len(run.val_ids), config.batch_size)]
+    yield _started(run)
+
+    run.sampler_state = stream.state()  # of the steps done; the prefetch thread draws ahead of it
+    steps = StepBatches(stream, run.ds, run.train_ids, config, run.noise, env.rank, run.step)
+    budget_s = 60 * config.budget_minutes if config.budget_minutes else None
+    run.clock = BudgetClock(budget_s, run.budget_used, config.warmup_steps) if budget_s else None
+    run.model.train()
+    last_save, saved_step, last = time.monotonic(), run.step, {}
+    log_tokens, log_seconds = 0, 0.0
+    try:
+        while run.step < run.max_steps:
+            if env.all_reduce_sum([float(stop.is_set())])[0] > 0:  # any rank asked to stop: all stop here
+                if saved_step != run.step:
+                    yield from _checkpoint(run, "stop", last)
+                yield Finished(run.step, "stopped")
+                return
+            t0 = time.perf_counter()
+            total_loss, n_tokens, grad_norm, lr = _optimizer_step(run, steps)
+            final = _is_last_step(run)
+            seconds = time.perf_counter() - t0
+
+            log_tokens, log_seconds = log_tokens + int(n_tokens), log_seconds + seconds
+            epochs_done = run.sampler_state["epoch"] + run.sampler_state["batches_done"] / len(run.sampler)
+            last = {"loss": total_loss / n_tokens, "lr": lr, "grad_norm": float(grad_norm), "epoch": epochs_done}
+            yield StepDone(run.step, last["loss"], lr, last["grad_norm"], int(n_tokens), n_tokens / seconds,
+                           epochs_done)
+            if env.is_main and (run.step % config.log_every == 0 or final):
+                log_metrics(run.metrics_path, {"kind": "train", "step": run.step, **last,
+                                               "tokens_per_s": log_tokens / log_seconds})
+                log_tokens, log_seconds = 0, 0.0
+
+            if val_batches and ((config.eval_every and run.step % config.eval_every == 0) or final):
+                yield _validate_and_log(run, val_batches, last)
+
+            due = _checkpoint_due(config, run.step, last_save)
+            if due or final:
+                yield from _checkpoint(run, "final" if final else due, last)
+                last_save, saved_step = time.monotonic(), run.step
+            if final:
+                break
+        yield Finished(run.step, "completed")
+    finally:
+        steps.close()
+
+
+def _setup(config: PretrainConfig, env: DistEnv) -> _Run:
+    """Load the data (structure-disjoint validation split, formula-grouped batches of the rest), build the model
+    and its optimizer, resume or start from the weights asked for, and write the run's files (rank 0)."""
     amp, amp_dtype = autocast(config.precision, env.device)
 
     # data: structure-disjoint validation split, formula-grouped batches of the rest
@@ -650,7 +746,6 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
         )
     steps_per_epoch = len(sampler) / config.grad_accum
     max_steps = config.max_steps or (10**9 if config.budget_minutes else max(1, int(config.epochs * steps_per_epoch)))
-    budget_s = 60 * config.budget_minutes if config.budget_minutes else None
 
     # model and optimizer (identical initialisation on every rank; DDP also broadcasts rank 0's)
     model_config = config.decoder_config(ds.tokenizer.vocab_size)
@@ -660,139 +755,151 @@ def _train(config: PretrainConfig, env: DistEnv, stop: threading.Event) -> Itera
     fused = env.device.type in ("cpu", "cuda")
     optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2), eps=1e-8, fused=fused)
 
-    step, epoch, position, resumed_from, warm = 0, 0, 0, None, None
-    budget_used = 0.0  # seconds of the budget spent before this process (a resumed budget run)
-    ckpt = latest_checkpoint(out)
+    run = _Run(config, env, ds, noise, noise_sha, train_ids, val_ids, sampler, steps_per_epoch, max_steps,
+               model_config, model, optimizer, param_names, amp, amp_dtype)
+    _start_or_resume(run)
+    _write_run_files(run)
+    return run
+
+
+def _start_or_resume(run: _Run) -> None:
+    """Resume from the newest checkpoint in ``out`` (weights, optimizer moments, step, data position, budget
+    spent), which needs ``resume``; without one, start from ``init_decoder`` or ``init_from`` when given."""
+    config = run.config
+    ckpt = latest_checkpoint(run.out)
     if ckpt is not None and not config.resume:
-        raise ConfigError(f"{out} already holds checkpoints (newest {ckpt.name}); pass `resume` or use a new `out`.")
+        raise ConfigError(f"{run.out} already holds checkpoints (newest {ckpt.name}); pass `resume` or use a new "
+                          "`out`.")
     if ckpt is not None:
-        state = load_checkpoint(ckpt, model=model, optimizer=optimizer, param_names=param_names)
-        _check_resumable(state, config, ds, env)
-        if state.get("noise_model") != noise_sha:
+        state = load_checkpoint(ckpt, model=run.model, optimizer=run.optimizer, param_names=run.param_names)
+        _check_resumable(state, config, run.ds, run.env)
+        if state.get("noise_model") != run.noise_sha:
             raise ConfigError(
                 f"cannot resume exactly: the noise model {config.noise_model} is not the file the run was trained "
                 "with (its checksum differs); restore that file or start a new `out`."
             )
-        step, epoch, position = state["step"], state["sampler"]["epoch"], state["sampler"]["batches_done"]
-        budget_used = float(state.get("budget_used_s") or 0.0)
-        resumed_from = str(ckpt)
+        run.step, run.epoch, run.position = state["step"], state["sampler"]["epoch"], state["sampler"]["batches_done"]
+        run.budget_used = float(state.get("budget_used_s") or 0.0)
+        run.resumed_from = str(ckpt)
     elif config.init_decoder:
-        init_from_decoder(model, config.init_decoder, ds.tokenizer)
+        init_from_decoder(run.model, config.init_decoder, run.ds.tokenizer)
     elif config.init_from:
         from .warmstart import warm_start_from_safe_gpt
 
-        warm = warm_start_from_safe_gpt(model, config.init_from, ds.tokenizer)
-    metrics_path = out / "metrics.jsonl"
-    if env.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / "pretrain_config.json", config.to_dict())
-        truncate_metrics(metrics_path, step)  # drop records a crashed run wrote after its last checkpoint
-        if warm is not None:
-            write_json_atomic(out / "warm_start.json", warm.to_dict())
+        run.warm = warm_start_from_safe_gpt(run.model, config.init_from, run.ds.tokenizer)
 
-    stream = BatchStream(sampler, epoch, position)
+
+def _write_run_files(run: _Run) -> None:
+    """Rank 0 writes the run's config (and a warm start's report) and drops the metrics records a crashed run
+    wrote after its last checkpoint."""
+    if not run.env.is_main:
+        return
+    run.out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run.out / "pretrain_config.json", run.config.to_dict())
+    truncate_metrics(run.metrics_path, run.step)  # drop records a crashed run wrote after its last checkpoint
+    if run.warm is not None:
+        write_json_atomic(run.out / "warm_start.json", run.warm.to_dict())
+
+
+def _teacher_forcing(model: ConditionalDecoder, env: DistEnv) -> nn.Module:
+    """The model under teacher forcing, wrapped in DistributedDataParallel when several ranks train."""
     net = TeacherForcing(model)
     if env.world_size > 1:
         device_ids = [env.local_rank] if env.device.type == "cuda" else None
         net = nn.parallel.DistributedDataParallel(net, device_ids=device_ids)
-    val_batches = [val_ids[i : i + config.batch_size] for i in range(0, len(val_ids), config.batch_size)]
+    return net
+
+
+def _started(run: _Run) -> Started:
+    """The event that opens the run: its size, device, precision, data and where it starts."""
+    config, env = run.config, run.env
     global_batch = config.batch_size * config.grad_accum * env.world_size
-    yield Started(
-        step, max_steps, steps_per_epoch, env.world_size, global_batch, str(env.device),
-        "bf16 autocast" if amp_dtype else "fp32", parameter_counts(model)["total"], len(train_ids), len(val_ids),
-        resumed_from, warm.summary() if warm else None,
+    return Started(
+        run.step, run.max_steps, run.steps_per_epoch, env.world_size, global_batch, str(env.device),
+        "bf16 autocast" if run.amp_dtype else "fp32", parameter_counts(run.model)["total"], len(run.train_ids),
+        len(run.val_ids), run.resumed_from, run.warm.summary() if run.warm else None,
     )  # fmt: skip
 
-    sampler_state = stream.state()  # of the steps done; the prefetch thread draws ahead of it
-    steps = StepBatches(stream, ds, train_ids, config, noise, env.rank, step)
 
-    def checkpoint(reason: str, last: dict) -> Iterator[Event]:
-        path = None
-        if env.is_main:
-            state = {
-                "step": step,
-                "sampler": sampler_state,
-                "seed": config.seed,
-                "world_size": env.world_size,
-                "config": config.to_dict(),
-                "corpus": {"n_records": len(ds), "tokenizer": ds.tokenizer.fingerprint()},
-                "noise_model": noise_sha,
-                "budget_used_s": clock.used() if clock else None,
-                "decoder_config": model_config.to_dict(),
-                "metrics": last,
-                "saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            }
-            path = str(save_checkpoint(
-                out, model=model, optimizer=optimizer, param_names=param_names, tokenizer=ds.tokenizer,
-                state=state, keep=config.keep_checkpoints,
-            ))  # fmt: skip
-            log_metrics(metrics_path, {"kind": "checkpoint", "step": step, "path": path, "reason": reason})
-        yield CheckpointSaved(step, path, reason)
+def _optimizer_step(run: _Run, steps: StepBatches) -> tuple[float, float, torch.Tensor, float]:
+    """One optimizer update on the next step's batches; ``run.step`` moves on by one. Returns the summed loss and
+    the target tokens of the step over all ranks, the gradient norm (before clipping) and the learning rate."""
+    config, env = run.config, run.env
+    reseed(config.seed, env.rank, run.step)
+    batches, run.sampler_state = steps.next()
+    pieces = [to_device(p, run.model_config, env.device)
+              for b in batches for p in split_by_length(b, config.forward_tokens)]  # fmt: skip
+    n_local = sum(int((p["targets"] != IGNORE_INDEX).sum()) for p in pieces)
+    (n_tokens,) = env.all_reduce_sum([n_local])
+    loss_sum = forward_backward(run.net, pieces, n_tokens, env.world_size, run.amp)
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), config.grad_clip or float("inf"))
+    if run.clock is None:
+        lr = lr_at(run.step, lr=config.lr, min_lr=config.min_lr, warmup_steps=config.warmup_steps,
+                   max_steps=run.max_steps)
+    else:
+        lr = run.clock.lr(run.step, lr=config.lr, min_lr=config.min_lr)
+    for g in run.optimizer.param_groups:
+        g["lr"] = lr
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.step += 1
+    (total_loss,) = env.all_reduce_sum([loss_sum])
+    return total_loss, n_tokens, grad_norm, lr
 
-    clock = BudgetClock(budget_s, budget_used, config.warmup_steps) if budget_s else None
-    model.train()
-    last_save, saved_step, last = time.monotonic(), step, {}
-    log_tokens, log_seconds = 0, 0.0
-    try:
-        while step < max_steps:
-            if env.all_reduce_sum([float(stop.is_set())])[0] > 0:  # any rank asked to stop: all stop here
-                if saved_step != step:
-                    yield from checkpoint("stop", last)
-                yield Finished(step, "stopped")
-                return
-            t0 = time.perf_counter()
-            reseed(config.seed, env.rank, step)
-            batches, sampler_state = steps.next()
-            pieces = [to_device(p, model_config, env.device)
-                      for b in batches for p in split_by_length(b, config.forward_tokens)]  # fmt: skip
-            n_local = sum(int((p["targets"] != IGNORE_INDEX).sum()) for p in pieces)
-            (n_tokens,) = env.all_reduce_sum([n_local])
-            loss_sum = forward_backward(net, pieces, n_tokens, env.world_size, amp)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or float("inf"))
-            if clock is None:
-                lr = lr_at(step, lr=config.lr, min_lr=config.min_lr, warmup_steps=config.warmup_steps, max_steps=max_steps)
-            else:
-                lr = clock.lr(step, lr=config.lr, min_lr=config.min_lr)
-            for g in optimizer.param_groups:
-                g["lr"] = lr
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            (total_loss,) = env.all_reduce_sum([loss_sum])
-            # the last step: max_steps reached or the budget spent (rank 0's clock decides for all ranks)
-            spent = float(clock is not None and env.is_main and clock.spent())
-            final = step == max_steps or env.all_reduce_sum([spent])[0] > 0
-            seconds = time.perf_counter() - t0
 
-            log_tokens, log_seconds = log_tokens + int(n_tokens), log_seconds + seconds
-            epochs_done = sampler_state["epoch"] + sampler_state["batches_done"] / len(sampler)
-            last = {"loss": total_loss / n_tokens, "lr": lr, "grad_norm": float(grad_norm), "epoch": epochs_done}
-            yield StepDone(step, last["loss"], lr, last["grad_norm"], int(n_tokens), n_tokens / seconds, epochs_done)
-            if env.is_main and (step % config.log_every == 0 or final):
-                log_metrics(metrics_path, {"kind": "train", "step": step, **last,
-                                           "tokens_per_s": log_tokens / log_seconds})
-                log_tokens, log_seconds = 0, 0.0
+def _is_last_step(run: _Run) -> bool:
+    """Was the step just taken the last: ``max_steps`` reached or the budget spent (rank 0's clock decides for all
+    ranks)?"""
+    spent = float(run.clock is not None and run.env.is_main and run.clock.spent())
+    return run.step == run.max_steps or run.env.all_reduce_sum([spent])[0] > 0
 
-            if val_batches and ((config.eval_every and step % config.eval_every == 0) or final):
-                val = evaluate(net, model, ds, val_batches, model_config, env, amp, step, config.forward_tokens, noise)
-                last["val_loss"], last["val_accuracy"] = val.loss, val.accuracy
-                if val.noisy_loss is not None:
-                    last["val_noisy_loss"], last["val_noisy_accuracy"] = val.noisy_loss, val.noisy_accuracy
-                if env.is_main:
-                    log_metrics(metrics_path, {"kind": "val", **asdict(val)})
-                yield val
 
-            due = "interval" if config.checkpoint_every and step % config.checkpoint_every == 0 else None
-            if due is None and config.checkpoint_minutes and time.monotonic() - last_save >= 60 * config.checkpoint_minutes:
-                due = "timer"  # rank 0's clock decides: only rank 0 writes, so the ranks need not agree
-            if due or final:
-                yield from checkpoint("final" if final else due, last)
-                last_save, saved_step = time.monotonic(), step
-            if final:
-                break
-        yield Finished(step, "completed")
-    finally:
-        steps.close()
+def _validate_and_log(run: _Run, val_batches: list[np.ndarray], last: dict) -> Validated:
+    """Validate the model at this step; the losses go into ``last`` (the next checkpoint's metrics) and, on rank 0,
+    into metrics.jsonl."""
+    val = evaluate(run.net, run.model, run.ds, val_batches, run.model_config, run.env, run.amp, run.step,
+                   run.config.forward_tokens, run.noise)
+    last["val_loss"], last["val_accuracy"] = val.loss, val.accuracy
+    if val.noisy_loss is not None:
+        last["val_noisy_loss"], last["val_noisy_accuracy"] = val.noisy_loss, val.noisy_accuracy
+    if run.env.is_main:
+        log_metrics(run.metrics_path, {"kind": "val", **asdict(val)})
+    return val
+
+
+def _checkpoint_due(config: PretrainConfig, step: int, last_save: float) -> str | None:
+    """Why a checkpoint is due after ``step`` (``"interval"`` or ``"timer"``), or None."""
+    due = "interval" if config.checkpoint_every and step % config.checkpoint_every == 0 else None
+    if due is None and config.checkpoint_minutes and time.monotonic() - last_save >= 60 * config.checkpoint_minutes:
+        due = "timer"  # rank 0's clock decides: only rank 0 writes, so the ranks need not agree
+    return due
+
+
+def _checkpoint(run: _Run, reason: str, last: dict) -> Iterator[Event]:
+    """Save a checkpoint of the steps done (rank 0 writes it and logs it in metrics.jsonl); ``last`` holds the
+    latest step's metrics."""
+    path = None
+    if run.env.is_main:
+        config = run.config
+        state = {
+            "step": run.step,
+            "sampler": run.sampler_state,
+            "seed": config.seed,
+            "world_size": run.env.world_size,
+            "config": config.to_dict(),
+            "corpus": {"n_records": len(run.ds), "tokenizer": run.ds.tokenizer.fingerprint()},
+            "noise_model": run.noise_sha,
+            "budget_used_s": run.clock.used() if run.clock else None,
+            "decoder_config": run.model_config.to_dict(),
+            "metrics": last,
+            "saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        path = str(save_checkpoint(
+            run.out, model=run.model, optimizer=run.optimizer, param_names=run.param_names, tokenizer=run.ds.tokenizer,
+            state=state, keep=config.keep_checkpoints,
+        ))  # fmt: skip
+        log_metrics(run.metrics_path, {"kind": "checkpoint", "step": run.step, "path": path, "reason": reason})
+    yield CheckpointSaved(run.step, path, reason)
 
 
 @torch.no_grad()

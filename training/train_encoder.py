@@ -54,7 +54,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -649,7 +649,58 @@ def train_encoder(config: EncoderTrainConfig, stop: threading.Event | None = Non
 
 
 def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator[Event]:
+    """Train in this process: prepare the run folder, load the data, then epochs of steps, each epoch ending with
+    an evaluation and a checkpoint, until a limit, early stopping or ``stop``."""
     out_dir = Path(config.out_dir)
+    _prepare_out_dir(config, out_dir)
+    all_data, train, val, held_out, labels = yield from _load_data(config)
+    enc_config = config.encoder_config()
+    mode = SELECT_METRICS[config.select_metric]
+    n_batches = len(length_grouped_batches(train.n_tokens, config.batch_size, seed=0, epoch=0,
+                                           bucket_batches=config.bucket_batches))  # fmt: skip
+    total_steps = n_batches * config.epochs
+    yield DataReady(len(train), len(val), n_batches, describe_selection(train), describe_selection(val))
+
+    session = yield from _start_session(config, out_dir, enc_config, mode)
+    state = session.state
+    reason = None
+    try:
+        while reason is None:
+            batches = length_grouped_batches(train.n_tokens, config.batch_size, seed=config.seed,
+                                             epoch=state["epoch"], bucket_batches=config.bucket_batches)  # fmt: skip
+            while state["batch"] < len(batches):
+                yield session.step(train, labels, batches[state["batch"]], len(batches), total_steps)
+                if stop is not None and stop.is_set():
+                    path = session.checkpoint()
+                    yield TrainingStopped(state["step"], str(path))
+                    return
+                reason = _limit_reached(config, session)
+                if reason is not None:
+                    break
+                if session.checkpoint_due():
+                    yield CheckpointSaved(state["step"], str(session.checkpoint()))
+            evaluated = session.evaluate(val)
+            if state["batch"] >= len(batches):  # before the yield, so a checkpoint taken there is consistent
+                state["epoch"] += 1
+                state["batch"] = 0
+            yield evaluated
+            if reason is None:
+                reason = _end_of_epoch_reason(config, state, len(val))
+            yield CheckpointSaved(state["step"], str(session.checkpoint()))
+    except GeneratorExit:  # the caller stopped iterating: keep what was done for --resume
+        if state["step"]:
+            session.checkpoint()
+        raise
+
+    state["train_seconds"] = session.elapsed()
+    metrics = _finish(out_dir, config, session.scored, train, val, held_out, all_data, state, reason,
+                      session.throughput(), n_batches)
+    yield TrainingFinished(reason, str(out_dir), metrics)
+
+
+def _prepare_out_dir(config: EncoderTrainConfig, out_dir: Path) -> None:
+    """Create the run folder and write train_config.json there: a new run needs a folder without a run, ``resume``
+    one whose saved settings it may continue."""
     out_dir.mkdir(parents=True, exist_ok=True)
     config_path = out_dir / "train_config.json"
     if config.resume:
@@ -660,19 +711,15 @@ def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator
         raise ConfigError(f"{out_dir} already holds a training run; pass --resume to continue it or use a new --out.")
     config_path.write_text(json.dumps(config.to_dict(), indent=1) + "\n")
 
-    all_data, train, val, held_out, labels = yield from _load_data(config)
-    enc_config = config.encoder_config()
-    mode = SELECT_METRICS[config.select_metric]
-    n_batches = len(length_grouped_batches(train.n_tokens, config.batch_size, seed=0, epoch=0,
-                                           bucket_batches=config.bucket_batches))  # fmt: skip
-    total_steps = n_batches * config.epochs
-    yield DataReady(len(train), len(val), n_batches, describe_selection(train), describe_selection(val))
 
+def _start_session(config: EncoderTrainConfig, out_dir: Path, enc_config: EncoderConfig,
+                   mode: str) -> Generator[Event, None, _Session]:
+    """Build the model, its optimizer and EMA, loading them and the run's state from the checkpoint when
+    resuming (which yields :class:`Resumed`)."""
     torch.manual_seed(config.seed)
     model = SpectrumEncoder(enc_config)
     optimizer = make_optimizer(model, config)
     ema = make_ema(model, config.ema_decay)
-    scored = ema.module if ema is not None else model  # what is evaluated, selected and saved
     state: dict[str, Any] = {
         "step": 0, "epoch": 0, "batch": 0, "train_seconds": 0.0, "spectra_seen": 0,
         "best": None, "best_step": None, "best_epoch": None, "bad_evals": 0, "history": [],
@@ -681,109 +728,123 @@ def _train(config: EncoderTrainConfig, stop: threading.Event | None) -> Iterator
         state.update(load_checkpoint(out_dir, model, optimizer, ema))
         yield Resumed(state["step"], state["epoch"], state["batch"])
     model.train()
+    return _Session(config, out_dir, model, optimizer, ema, state, mode)
 
-    session_start = time.monotonic()
-    session_steps_time, session_spectra = 0.0, 0
-    last_checkpoint = time.monotonic()
 
-    def elapsed() -> float:
-        return state["train_seconds"] + (time.monotonic() - session_start)
+class _Session:
+    """This process's part of a training run: the model, its optimizer and EMA, the run's state (what a checkpoint
+    saves), and this session's clock and throughput (the training time adds up over resumed sessions)."""
 
-    def checkpoint() -> Path:
-        nonlocal last_checkpoint
-        saved = {**state, "train_seconds": elapsed()}
-        path = save_checkpoint(out_dir, model, optimizer, saved, ema)
-        last_checkpoint = time.monotonic()
+    def __init__(self, config: EncoderTrainConfig, out_dir: Path, model: SpectrumEncoder,
+                 optimizer: torch.optim.Optimizer, ema: AveragedModel | None, state: dict[str, Any], mode: str):
+        self.config, self.out_dir, self.mode = config, out_dir, mode
+        self.model, self.optimizer, self.ema = model, optimizer, ema
+        self.scored = ema.module if ema is not None else model  # what is evaluated, selected and saved
+        self.state = state
+        self.start = time.monotonic()
+        self.steps_time, self.spectra = 0.0, 0  # this session's seconds in steps, and the spectra they took
+        self.last_checkpoint = time.monotonic()
+
+    def elapsed(self) -> float:
+        """Training seconds of the run: those of the sessions before this one, plus this one's so far."""
+        return self.state["train_seconds"] + (time.monotonic() - self.start)
+
+    def throughput(self) -> float:
+        """Spectra per second of this session's steps."""
+        return self.spectra / max(self.steps_time, 1e-9)
+
+    def step(self, train: LabelledSpectra, labels: FragmentLabels | None, idx: np.ndarray, n_batches: int,
+             total_steps: int) -> StepDone:
+        """One optimizer step on the batch ``idx`` of ``train`` (the EMA follows); the state moves on by one."""
+        config, state = self.config, self.state
+        t0 = time.monotonic()
+        lr = config.lr * lr_at(state["step"], lr=1.0, min_lr=config.min_lr_ratio,
+                               warmup_steps=config.warmup_steps, max_steps=total_steps)  # fmt: skip
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        batch, targets = train.batch(idx)
+        if config.peak_dropout or config.intensity_noise:  # seeded by (seed, step): resumes exactly
+            gen = torch.Generator().manual_seed(config.seed * 1_000_003 + state["step"])
+            batch = augment_batch(batch, gen, peak_dropout=config.peak_dropout,
+                                  intensity_noise=config.intensity_noise)  # fmt: skip
+        loss = _step_loss(self.model, config, train, labels, idx, batch, targets)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
+        self.optimizer.step()
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
+        state["step"] += 1
+        state["batch"] += 1
+        state["spectra_seen"] += len(idx)
+        self.steps_time += time.monotonic() - t0
+        self.spectra += len(idx)
+        return StepDone(state["step"], state["epoch"], state["batch"], n_batches, loss.item(), lr, self.throughput())
+
+    def checkpoint(self) -> Path:
+        """Save a checkpoint of the run (``resume`` continues from it); returns its folder."""
+        saved = {**self.state, "train_seconds": self.elapsed()}
+        path = save_checkpoint(self.out_dir, self.model, self.optimizer, saved, self.ema)
+        self.last_checkpoint = time.monotonic()
         return path
 
-    def run_eval() -> Evaluated:
+    def checkpoint_due(self) -> bool:
+        """Is a checkpoint due: ``checkpoint_minutes`` since the last, or a multiple of ``checkpoint_every_steps``?"""
+        config = self.config
+        due = time.monotonic() - self.last_checkpoint >= config.checkpoint_minutes * 60
+        return bool(due or (config.checkpoint_every_steps and self.state["step"] % config.checkpoint_every_steps == 0))
+
+    def evaluate(self, val: LabelledSpectra) -> Evaluated:
+        """Evaluate the scored weights on ``val``; keep them as best.safetensors when they improve the selection
+        metric (always without validation spectra), and add the evaluation to the run's history."""
+        state, config = self.state, self.config
         t0 = time.monotonic()
-        metrics = evaluate(predict_posteriors(scored, val, config.eval_batch_size), val) if len(val) else {}
+        metrics = evaluate(predict_posteriors(self.scored, val, config.eval_batch_size), val) if len(val) else {}
         value = metrics.get(config.select_metric, float("nan"))
-        improved = bool(len(val)) and _better(value, state["best"], mode)
+        improved = bool(len(val)) and _better(value, state["best"], self.mode)
         if improved or not len(val):
             state.update(best=value if len(val) else None, best_step=state["step"], best_epoch=state["epoch"])
             state["bad_evals"] = 0
-            save_weights(scored, out_dir / "best.safetensors")
+            save_weights(self.scored, self.out_dir / "best.safetensors")
         else:
             state["bad_evals"] += 1
         entry = {"step": state["step"], "epoch": state["epoch"], "batch": state["batch"],
-                 "train_minutes": round(elapsed() / 60, 2), "eval_seconds": round(time.monotonic() - t0, 1),
+                 "train_minutes": round(self.elapsed() / 60, 2), "eval_seconds": round(time.monotonic() - t0, 1),
                  **{k: (round(v, 5) if isinstance(v, float) else v) for k, v in metrics.items()}}  # fmt: skip
         state["history"].append(entry)
         return Evaluated(state["step"], state["epoch"], entry, improved, state["best"])
 
-    reason = None
-    try:
-        while reason is None:
-            batches = length_grouped_batches(train.n_tokens, config.batch_size, seed=config.seed,
-                                             epoch=state["epoch"], bucket_batches=config.bucket_batches)  # fmt: skip
-            while state["batch"] < len(batches):
-                idx = batches[state["batch"]]
-                t0 = time.monotonic()
-                lr = config.lr * lr_at(state["step"], lr=1.0, min_lr=config.min_lr_ratio,
-                                       warmup_steps=config.warmup_steps, max_steps=total_steps)  # fmt: skip
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                batch, targets = train.batch(idx)
-                if config.peak_dropout or config.intensity_noise:  # seeded by (seed, step): resumes exactly
-                    gen = torch.Generator().manual_seed(config.seed * 1_000_003 + state["step"])
-                    batch = augment_batch(batch, gen, peak_dropout=config.peak_dropout,
-                                          intensity_noise=config.intensity_noise)  # fmt: skip
-                if labels is None:
-                    loss = levels_loss(model(batch, return_levels=True), targets, config)  # scalar
-                else:
-                    levels, fragments = model(batch, return_levels=True, return_fragments=True)
-                    frag_targets, labelled = labels.targets(train, idx, batch["mask"].shape[1])
-                    labelled &= batch["mask"]  # a peak hidden by augmentation is not asked about
-                    loss = levels_loss(levels, targets, config) + config.substructure_weight * substructure_loss(
-                        fragments, frag_targets, labelled)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if config.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-                optimizer.step()
-                if ema is not None:
-                    ema.update_parameters(model)
-                state["step"] += 1
-                state["batch"] += 1
-                state["spectra_seen"] += len(idx)
-                session_steps_time += time.monotonic() - t0
-                session_spectra += len(idx)
-                yield StepDone(state["step"], state["epoch"], state["batch"], len(batches), loss.item(), lr,
-                               session_spectra / max(session_steps_time, 1e-9))  # fmt: skip
-                if stop is not None and stop.is_set():
-                    path = checkpoint()
-                    yield TrainingStopped(state["step"], str(path))
-                    return
-                if config.max_minutes is not None and elapsed() >= config.max_minutes * 60:
-                    reason = "time_limit"
-                elif config.max_steps is not None and state["step"] >= config.max_steps:
-                    reason = "max_steps"
-                if reason is not None:
-                    break
-                due = time.monotonic() - last_checkpoint >= config.checkpoint_minutes * 60
-                if due or (config.checkpoint_every_steps and state["step"] % config.checkpoint_every_steps == 0):
-                    yield CheckpointSaved(state["step"], str(checkpoint()))
-            evaluated = run_eval()
-            if state["batch"] >= len(batches):  # before the yield, so a checkpoint taken there is consistent
-                state["epoch"] += 1
-                state["batch"] = 0
-            yield evaluated
-            if reason is None and len(val) and state["bad_evals"] >= config.patience:
-                reason = "early_stopping"
-            elif reason is None and state["epoch"] >= (config.stop_after_epochs or config.epochs):
-                reason = "epochs"
-            yield CheckpointSaved(state["step"], str(checkpoint()))
-    except GeneratorExit:  # the caller stopped iterating: keep what was done for --resume
-        if state["step"]:
-            checkpoint()
-        raise
 
-    state["train_seconds"] = elapsed()
-    throughput = session_spectra / max(session_steps_time, 1e-9)
-    metrics = _finish(out_dir, config, scored, train, val, held_out, all_data, state, reason, throughput, n_batches)
-    yield TrainingFinished(reason, str(out_dir), metrics)
+def _step_loss(model: SpectrumEncoder, config: EncoderTrainConfig, train: LabelledSpectra,
+               labels: FragmentLabels | None, idx: np.ndarray, batch: dict, targets: torch.Tensor) -> torch.Tensor:
+    """The loss of one batch: the fingerprint levels' loss, plus the weighted substructure loss when the run
+    labels fragments."""
+    if labels is None:
+        return levels_loss(model(batch, return_levels=True), targets, config)  # scalar
+    levels, fragments = model(batch, return_levels=True, return_fragments=True)
+    frag_targets, labelled = labels.targets(train, idx, batch["mask"].shape[1])
+    labelled &= batch["mask"]  # a peak hidden by augmentation is not asked about
+    return levels_loss(levels, targets, config) + config.substructure_weight * substructure_loss(
+        fragments, frag_targets, labelled)
+
+
+def _limit_reached(config: EncoderTrainConfig, session: _Session) -> str | None:
+    """``"time_limit"`` or ``"max_steps"`` when the run has reached that limit, else None."""
+    if config.max_minutes is not None and session.elapsed() >= config.max_minutes * 60:
+        return "time_limit"
+    if config.max_steps is not None and session.state["step"] >= config.max_steps:
+        return "max_steps"
+    return None
+
+
+def _end_of_epoch_reason(config: EncoderTrainConfig, state: dict, n_val: int) -> str | None:
+    """Why the run ends after this epoch's evaluation (``"early_stopping"``, ``"epochs"``), or None."""
+    if n_val and state["bad_evals"] >= config.patience:
+        return "early_stopping"
+    if state["epoch"] >= (config.stop_after_epochs or config.epochs):
+        return "epochs"
+    return None
 
 
 def _finish(out_dir, config, model, train, val, held_out, all_data, state, reason, throughput, n_batches) -> dict:

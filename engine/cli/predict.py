@@ -342,7 +342,7 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker) -> i
     from tqdm import tqdm
 
     from engine.errors import OutputError
-    from engine.files.export import CandidateWriter, fsync_directory, provenance
+    from engine.files.export import CandidateWriter, provenance
     from engine.files.journal import new_header, partial_path
     from engine.spectra.spectrum import SkippedRecord
 
@@ -357,17 +357,7 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker) -> i
     for entry in plan.state.entries if plan.state else ():
         summary.add(entry, earlier=True)
     if plan.action == "finish":  # every spectrum was done; the interrupted run only missed the rename
-        if partial.is_file():
-            os.replace(partial, output)
-            fsync_directory(output.parent)
-        journal.remove()
-        if sink is not None:
-            for _, item in _features(args.inputs, args, [], []):
-                for spectrum in _spectra_of_feature(item, args, bundle, formula_config) if hasattr(item, "spectrum") else ():
-                    sink.add_spectrum(spectrum)
-            sink.close()
-        summary.report(args.output, 0.0, written=True)
-        return 0
+        return _finish_renamed(args, bundle, formula_config, journal, sink, summary, partial)
 
     resuming = plan.action == "resume"
     info = plan.state.header["info"] if resuming else provenance(
@@ -393,50 +383,104 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker) -> i
                     for spectrum in () if isinstance(todo, SkippedRecord) else todo:
                         sink.add_spectrum(spectrum)  # the encoder alone: posteriors of the interrupted run's spectra
                 continue
-            todo = item if isinstance(item, SkippedRecord) else _spectra_of_feature(item, args, bundle, formula_config)
-            # one feature: its spectrum, or one per formula candidate; their candidates are ranked on in one list
-            outcomes = [todo] if isinstance(todo, SkippedRecord) else [_elucidate_one(bundle, s, params, bar) for s in todo]
-            results = [o for o in outcomes if not isinstance(o, SkippedRecord)]
-            entry = {"input": position, "index": item.index}
-            if not results:
-                entry.update(id=outcomes[0].spectrum_id, status="skipped", reason=outcomes[0].reason, offset=offset)
-            else:
-                rows = 0
-                for result in results:
-                    rows += writer.write(result, rank_offset=rows)
-                offset = writer.sync()  # the rows are on disk before the journal says so
-                if sink is not None:
-                    for result in results:
-                        sink.add_result(result)
-                entry.update(id=item.id, status="done", rows=rows, offset=offset)
-                if results[0].spectrum.metadata.get("warnings"):
-                    entry["notes"] = results[0].spectrum.metadata["warnings"]
+            outcomes = _elucidate_feature(item, args, bundle, params, formula_config, bar)
+            entry, offset = _write_feature(position, item, outcomes, writer, sink, offset)
             journal.append(entry)
             summary.add(entry)
             bar.update(1)
     except KeyboardInterrupt:
-        writer.abort()
-        if sink is not None:
-            sink.abort()
+        _abort(writer, sink)
         bar.close()
         err(f"Interrupted: {summary.done_before + summary.done} finished spectra are kept in {partial}. "
              f"Run the same command with --resume to go on.")
         return 130
     except OutputError as e:
-        writer.abort()
-        if sink is not None:
-            sink.abort()
+        _abort(writer, sink)
         bar.close()
         raise OutputError(f"{e} The {summary.done_before + summary.done} finished spectra are kept in "
                           f"{partial}; run the same command with --resume to go on.") from e
     except BaseException:
-        writer.abort()
-        if sink is not None:
-            sink.abort()
+        _abort(writer, sink)
         raise
     bar.close()
 
     written = summary.done_before + summary.done > 0
+    _end_output(written, journal, writer, partial, sink)
+    summary.report(args.output, time.perf_counter() - t0, written)
+    for counts in run_counts:  # what each LC-MS/MS run held, MS1 survey scans included
+        if counts.n_survey or counts.n_features != counts.n_ms2:
+            err(f"  {counts.describe()}")
+    if file_errors:
+        err(f"{len(file_errors)} input file(s) could not be read (see above).")
+    return 0 if written else 1
+
+
+def _finish_renamed(args, bundle, formula_config, journal, sink: PosteriorSink | None, summary: _Summary,
+                    partial: Path) -> int:
+    """End a run whose interrupted predecessor finished every spectrum and only missed the rename: OUT.partial
+    becomes OUT, the journal goes, the posteriors asked for are computed (the encoder alone)."""
+    from engine.files.export import fsync_directory
+
+    output = Path(args.output)
+    if partial.is_file():
+        os.replace(partial, output)
+        fsync_directory(output.parent)
+    journal.remove()
+    if sink is not None:
+        for _, item in _features(args.inputs, args, [], []):
+            for spectrum in _spectra_of_feature(item, args, bundle, formula_config) if hasattr(item, "spectrum") else ():
+                sink.add_spectrum(spectrum)
+        sink.close()
+    summary.report(args.output, 0.0, written=True)
+    return 0
+
+
+def _elucidate_feature(item, args, bundle, params, formula_config, bar) -> list:
+    """The outcomes of one feature (or skipped record): its skip, or a result (or skip) for each of its spectra,
+    its own or one per formula candidate."""
+    from engine.spectra.spectrum import SkippedRecord
+
+    todo = item if isinstance(item, SkippedRecord) else _spectra_of_feature(item, args, bundle, formula_config)
+    # one feature: its spectrum, or one per formula candidate; their candidates are ranked on in one list
+    return [todo] if isinstance(todo, SkippedRecord) else [_elucidate_one(bundle, s, params, bar) for s in todo]
+
+
+def _write_feature(position: int, item, outcomes: list, writer, sink: PosteriorSink | None,
+                   offset: int) -> tuple[dict, int]:
+    """Write the candidates of one feature's results (ranked on in one list) and their posteriors; returns the
+    feature's journal entry and the output's offset after it."""
+    from engine.spectra.spectrum import SkippedRecord
+
+    results = [o for o in outcomes if not isinstance(o, SkippedRecord)]
+    entry = {"input": position, "index": item.index}
+    if not results:
+        entry.update(id=outcomes[0].spectrum_id, status="skipped", reason=outcomes[0].reason, offset=offset)
+        return entry, offset
+    rows = 0
+    for result in results:
+        rows += writer.write(result, rank_offset=rows)
+    offset = writer.sync()  # the rows are on disk before the journal says so
+    if sink is not None:
+        for result in results:
+            sink.add_result(result)
+    entry.update(id=item.id, status="done", rows=rows, offset=offset)
+    if results[0].spectrum.metadata.get("warnings"):
+        entry["notes"] = results[0].spectrum.metadata["warnings"]
+    return entry, offset
+
+
+def _abort(writer, sink: PosteriorSink | None) -> None:
+    """Leave the output (and the posteriors file) of an interrupted or failed run as they were."""
+    writer.abort()
+    if sink is not None:
+        sink.abort()
+
+
+def _end_output(written: bool, journal, writer, partial: Path, sink: PosteriorSink | None) -> None:
+    """With spectra written: the journal says complete, OUT.partial becomes OUT, the journal goes and the posteriors
+    file is closed; without any, nothing is left behind."""
+    from engine.errors import OutputError
+
     if written:
         journal.append({"status": "complete"})
         try:
@@ -453,13 +497,6 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker) -> i
         journal.remove()
         if sink is not None:
             sink.abort()
-    summary.report(args.output, time.perf_counter() - t0, written)
-    for counts in run_counts:  # what each LC-MS/MS run held, MS1 survey scans included
-        if counts.n_survey or counts.n_features != counts.n_ms2:
-            err(f"  {counts.describe()}")
-    if file_errors:
-        err(f"{len(file_errors)} input file(s) could not be read (see above).")
-    return 0 if written else 1
 
 
 def cmd_info(args: argparse.Namespace) -> int:

@@ -223,66 +223,11 @@ def load_bundle(
     The encoder always runs in float32 (it is small, and the thresholds were calibrated on its output).
     """
     path = Path(path).expanduser()
-    _refuse_pickle(path)
-    if not path.exists():
-        raise BundleError(f"Model bundle {path} does not exist; pick a bundle folder (it holds config.json).")
-    if not path.is_dir():
-        raise BundleError(f"Model bundle {path} is a file; pick the bundle folder that holds config.json.")
-    if not (path / "config.json").is_file():
-        pickles = sorted(p.name for p in path.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
-        extra = f" It holds pickle checkpoints ({', '.join(pickles)}), which msgpt never loads." if pickles else ""
-        raise BundleError(f"{path} is not a model bundle: config.json is missing.{extra}")
-    config = _read_json(path / "config.json", "bundle config")
-    if not isinstance(config, dict) or config.get("format") != BUNDLE_FORMAT:
-        found = config.get("format") if isinstance(config, dict) else f"a JSON {type(config).__name__}"
-        raise BundleError(f"{path}/config.json is not an msgpt bundle config (format {found!r}).")
-    version = config.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise BundleError(
-            f"{path}/config.json: format_version {version!r} is not a whole number; copy the bundle again."
-        )
-    if version > BUNDLE_FORMAT_VERSION:
-        raise BundleError(
-            f"{path} was written in bundle format {version!r}, newer than this msgpt understands "
-            f"({BUNDLE_FORMAT_VERSION}). Upgrade msgpt (pip install -U msgpt-desktop)."
-        )
-    for name in REQUIRED_FILES:
-        if not (path / name).is_file():
-            raise BundleError(f"Model bundle {path} is incomplete: {name} is missing. Copy the whole folder.")
-    recorded = config.get("files", {})
-    if not isinstance(recorded, dict):
-        raise BundleError(
-            f"{path}/config.json: `files` must map file names to sha256 checksums; copy the bundle again."
-        )
-    for name in CHECKSUMMED_FILES:
-        if name in recorded and sha256_file(path / name) != recorded[name]:
-            raise BundleError(
-                f"{name} in {path} does not match its checksum in config.json: the file is damaged "
-                "or was replaced. Copy the bundle again."
-            )
-    try:
-        dec_cfg = DecoderConfig.from_dict(config["decoder"])
-        enc_cfg = EncoderConfig.from_dict(config["encoder"])
-    except KeyError as e:
-        raise BundleError(f"{path}/config.json lacks the {e.args[0]!r} section.") from e
-    except ConfigError as e:
-        raise BundleError(f"{path}/config.json: {e}") from e
-    except (TypeError, ValueError, AttributeError) as e:  # a section that is not a mapping of known fields
-        raise BundleError(f"{path}/config.json: the model sections are malformed ({e}); copy the bundle again.") from e
-    if enc_cfg.fp_bits != dec_cfg.fp_bits:
-        raise BundleError(
-            f"{path}/config.json: the encoder predicts {enc_cfg.fp_bits} fingerprint bits but the decoder reads "
-            f"{dec_cfg.fp_bits}; the two models were not trained for each other."
-        )
-    tokenizer = _load_part(SafeTokenizer.load, path / "tokenizer.json")
-    if tokenizer.vocab_size != dec_cfg.vocab_size:
-        raise BundleError(
-            f"tokenizer.json has {tokenizer.vocab_size} tokens but the decoder expects "
-            f"{dec_cfg.vocab_size}: the tokenizer belongs to another model."
-        )
-    want = config.get("tokenizer_checksum")
-    if want and tokenizer.fingerprint() != want:
-        raise BundleError("tokenizer.json does not match the tokenizer the decoder was trained with.")
+    _check_folder(path)
+    config = _read_config(path)
+    recorded = _check_files(path, config)
+    dec_cfg, enc_cfg = _model_configs(path, config)
+    tokenizer = _load_tokenizer(path, config, dec_cfg)
     calibration = _load_part(Calibration.load, path / "calibration.json")
     bit_legend, known, confidence = _load_optional(path, recorded, dec_cfg.fp_bits)
 
@@ -314,6 +259,91 @@ def load_bundle(
     decoder.to(dtype)
     bundle.dtype = dtype
     return bundle
+
+
+def _check_folder(path: Path) -> None:
+    """A bundle is a folder holding config.json; a pickle checkpoint offered instead is refused."""
+    _refuse_pickle(path)
+    if not path.exists():
+        raise BundleError(f"Model bundle {path} does not exist; pick a bundle folder (it holds config.json).")
+    if not path.is_dir():
+        raise BundleError(f"Model bundle {path} is a file; pick the bundle folder that holds config.json.")
+    if not (path / "config.json").is_file():
+        pickles = sorted(p.name for p in path.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
+        extra = f" It holds pickle checkpoints ({', '.join(pickles)}), which msgpt never loads." if pickles else ""
+        raise BundleError(f"{path} is not a model bundle: config.json is missing.{extra}")
+
+
+def _read_config(path: Path) -> dict:
+    """The bundle's config.json, checked to be a bundle config of a format version this msgpt reads."""
+    config = _read_json(path / "config.json", "bundle config")
+    if not isinstance(config, dict) or config.get("format") != BUNDLE_FORMAT:
+        found = config.get("format") if isinstance(config, dict) else f"a JSON {type(config).__name__}"
+        raise BundleError(f"{path}/config.json is not an msgpt bundle config (format {found!r}).")
+    version = config.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise BundleError(
+            f"{path}/config.json: format_version {version!r} is not a whole number; copy the bundle again."
+        )
+    if version > BUNDLE_FORMAT_VERSION:
+        raise BundleError(
+            f"{path} was written in bundle format {version!r}, newer than this msgpt understands "
+            f"({BUNDLE_FORMAT_VERSION}). Upgrade msgpt (pip install -U msgpt-desktop)."
+        )
+    return config
+
+
+def _check_files(path: Path, config: dict) -> dict:
+    """Check that every required file is there and matches its checksum in config.json; returns the recorded
+    checksums by file name."""
+    for name in REQUIRED_FILES:
+        if not (path / name).is_file():
+            raise BundleError(f"Model bundle {path} is incomplete: {name} is missing. Copy the whole folder.")
+    recorded = config.get("files", {})
+    if not isinstance(recorded, dict):
+        raise BundleError(
+            f"{path}/config.json: `files` must map file names to sha256 checksums; copy the bundle again."
+        )
+    for name in CHECKSUMMED_FILES:
+        if name in recorded and sha256_file(path / name) != recorded[name]:
+            raise BundleError(
+                f"{name} in {path} does not match its checksum in config.json: the file is damaged "
+                "or was replaced. Copy the bundle again."
+            )
+    return recorded
+
+
+def _model_configs(path: Path, config: dict) -> tuple[DecoderConfig, EncoderConfig]:
+    """The decoder's and the encoder's configurations from config.json, checked to fit each other."""
+    try:
+        dec_cfg = DecoderConfig.from_dict(config["decoder"])
+        enc_cfg = EncoderConfig.from_dict(config["encoder"])
+    except KeyError as e:
+        raise BundleError(f"{path}/config.json lacks the {e.args[0]!r} section.") from e
+    except ConfigError as e:
+        raise BundleError(f"{path}/config.json: {e}") from e
+    except (TypeError, ValueError, AttributeError) as e:  # a section that is not a mapping of known fields
+        raise BundleError(f"{path}/config.json: the model sections are malformed ({e}); copy the bundle again.") from e
+    if enc_cfg.fp_bits != dec_cfg.fp_bits:
+        raise BundleError(
+            f"{path}/config.json: the encoder predicts {enc_cfg.fp_bits} fingerprint bits but the decoder reads "
+            f"{dec_cfg.fp_bits}; the two models were not trained for each other."
+        )
+    return dec_cfg, enc_cfg
+
+
+def _load_tokenizer(path: Path, config: dict, dec_cfg: DecoderConfig) -> SafeTokenizer:
+    """tokenizer.json, checked to be the tokenizer the decoder was trained with."""
+    tokenizer = _load_part(SafeTokenizer.load, path / "tokenizer.json")
+    if tokenizer.vocab_size != dec_cfg.vocab_size:
+        raise BundleError(
+            f"tokenizer.json has {tokenizer.vocab_size} tokens but the decoder expects "
+            f"{dec_cfg.vocab_size}: the tokenizer belongs to another model."
+        )
+    want = config.get("tokenizer_checksum")
+    if want and tokenizer.fingerprint() != want:
+        raise BundleError("tokenizer.json does not match the tokenizer the decoder was trained with.")
+    return tokenizer
 
 
 def _load_optional(path: Path, recorded: dict, n_bits: int):
