@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from engine.elucidation.pipeline import QueryParams, SpectrumResult  # noqa: E402
 from engine.elucidation.ranking import Candidate  # noqa: E402
-from engine.files.project import ModelRef, Project, ProjectEntry, load_project, read_summary, save_project  # noqa: E402
+from engine.files.project import ModelRef, Project, ProjectEntry, save_project  # noqa: E402
+from engine.files.project_read import load_project, read_summary  # noqa: E402
 from engine.spectra.io import read_spectra  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "data" / "fixture.mgf"

@@ -81,7 +81,8 @@ def masked_references(model_dir: str, corpus: str, n: int, seed: int = 0) -> int
     from engine.chem import molecules as chem
     from engine.chem.formula import formula_vector, parse_formula
     from engine.insight.structure_score import canonical_safe
-    from engine.model.constraints import SafeGrammar, first_masked
+    from engine.model.constraints import first_masked
+    from engine.model.safe_grammar import SafeGrammar
     from engine.model.tokenizer import SafeTokenizer
 
     RDLogger.DisableLog("rdApp.*")

@@ -27,7 +27,8 @@ from PySide6.QtCore import QLockFile, QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QPlainTextEdit
 
 from engine.errors import MsgptError
-from engine.files.project import PROJECT_SUFFIX, ProjectSummary, Selection, read_summary
+from engine.files.project import PROJECT_SUFFIX, Selection
+from engine.files.project_read import ProjectSummary, read_summary
 from engine.progress import run_to_end
 
 from .actions import make_action

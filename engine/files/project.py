@@ -5,6 +5,9 @@ query parameters, each spectrum's candidates with their scores (and the samples 
 the selection and the user's notes. The app saves and opens projects (File ▸ Save Project) and autosaves
 one into :func:`autosave_dir` for recovery after a crash; nothing here imports Qt.
 
+This module holds the document (the classes below), the source files' checks, writing and the autosave folder;
+reading a project file, and upgrading an older one, is :mod:`engine.files.project_read`.
+
 **Spectra are embedded.** A project opens on a colleague's machine, or after its spectra files moved:
 every listed record (peaks, precursor, metadata; a skipped record with its reason and the peaks it kept)
 is in the file. The files they came from are recorded too (path, size, SHA-256), to say where the
@@ -53,8 +56,9 @@ ragged tables (row r is ``values[offsets[r]:offsets[r + 1]]``): ``peaks_offsets`
 of F bit probabilities per result).
 
 **Versions.** A reader reads every version up to its own, upgrading older documents step by step
-(:data:`_UPGRADES`), and refuses a newer one, saying which version wrote it. A change that an older
-reader would misread raises :data:`FORMAT_VERSION`; keys an older reader does not know are ignored.
+(:data:`engine.files.project_read._UPGRADES`), and refuses a newer one, saying which version wrote it. A
+change that an older reader would misread raises :data:`FORMAT_VERSION`; keys an older reader does not know
+are ignored.
 Files are written atomically: a failed or cancelled save leaves an earlier file as it was.
 """
 
@@ -63,25 +67,21 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import logging
 import math
 import os
 import zipfile
-from collections.abc import Callable, Generator
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Generator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from engine import __version__
 from engine.elucidation.pipeline import QueryParams, SpectrumResult
-from engine.elucidation.ranking import Candidate
-from engine.errors import ConfigError, InputFileError, MsgptError, OutputError
+from engine.errors import ConfigError, OutputError
 from engine.paths import data_dir
 from engine.progress import CancelFn, check_cancel, run_to_end
 from engine.spectra.spectrum import SkippedRecord, Spectrum
-
-log = logging.getLogger(__name__)
 
 FORMAT = "msgpt-project"
 FORMAT_VERSION = 1
@@ -93,14 +93,14 @@ SAME = "spectrum"  # "original" / a result's "spectrum": the entry's own spectru
 COMPRESS_LEVEL = 1  # zlib: posteriors hardly compress at any level; 1 writes several times faster than 6
 
 
-_SPECTRUM_KEYS = ("id", "precursor_mz", "adduct", "charge", "polarity", "formula", "smiles", "inchikey",
-                  "retention_time", "metadata", "source", "index")
-_CANDIDATE_KEYS = ("rank", "smiles", "inchikey", "inchikey14", "formula", "count", "frequency",
-                   "posterior_similarity", "fingerprint_score", "score")
-_RESULT_KEYS = ("n_samples", "n_valid", "n_formula_consistent", "n_distinct_queries", "mean_query_bits",
-                "fidelity", "reference_inchikey14", "reference_rank", "new_samples", "seconds")
-_RAGGED = {"peaks": ("peaks_mz", "peaks_intensity"), "thresholds": ("thresholds",),
-           "candidate_bits": ("candidate_bits",)}
+SPECTRUM_KEYS = ("id", "precursor_mz", "adduct", "charge", "polarity", "formula", "smiles", "inchikey",
+                 "retention_time", "metadata", "source", "index")
+CANDIDATE_KEYS = ("rank", "smiles", "inchikey", "inchikey14", "formula", "count", "frequency",
+                  "posterior_similarity", "fingerprint_score", "score")
+RESULT_KEYS = ("n_samples", "n_valid", "n_formula_consistent", "n_distinct_queries", "mean_query_bits",
+               "fidelity", "reference_inchikey14", "reference_rank", "new_samples", "seconds")
+RAGGED = {"peaks": ("peaks_mz", "peaks_intensity"), "thresholds": ("thresholds",),
+          "candidate_bits": ("candidate_bits",)}
 
 
 # -- what a project holds --------------------------------------------------------------------------
@@ -169,7 +169,8 @@ class ProjectEntry:
 
 @dataclass(eq=False)
 class Project:
-    """A project's content (see the module notes); :func:`save_project` / :func:`load_project`."""
+    """A project's content (see the module notes); :func:`save_project` /
+    :func:`~engine.files.project_read.load_project`."""
 
     entries: list[ProjectEntry] = field(default_factory=list)
     params: QueryParams = field(default_factory=QueryParams)
@@ -252,19 +253,11 @@ def _num(x) -> float | str | None:
     return x
 
 
-def _float(x, where: str) -> float:
-    if isinstance(x, str) and x in ("nan", "inf", "-inf"):
-        return float(x)
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise ValueError(f"{where} must be a number, got {x!r}")
-    return float(x)
-
-
 class _Arrays:
     """The numeric side tables of a project being written."""
 
     def __init__(self):
-        self.rows: dict[str, list[list[np.ndarray]]] = {k: [[] for _ in v] for k, v in _RAGGED.items()}
+        self.rows: dict[str, list[list[np.ndarray]]] = {k: [[] for _ in v] for k, v in RAGGED.items()}
         self.posteriors: list[np.ndarray] = []
         self._peak_rows: dict[bytes, int] = {}
 
@@ -298,7 +291,7 @@ class _Arrays:
         out: dict[str, np.ndarray] = {}
         dtypes = {"peaks_mz": np.float64, "peaks_intensity": np.float64, "thresholds": np.float64,
                   "candidate_bits": np.int32}
-        for table, names in _RAGGED.items():
+        for table, names in RAGGED.items():
             columns = self.rows[table]
             lengths = [len(v) for v in columns[0]]
             out[f"{table}_offsets"] = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
@@ -310,7 +303,7 @@ class _Arrays:
 
 
 def _spectrum_json(s: Spectrum, arrays: _Arrays) -> dict:
-    d = {k: getattr(s, k) for k in _SPECTRUM_KEYS}
+    d = {k: getattr(s, k) for k in SPECTRUM_KEYS}
     d["precursor_mz"] = _num(s.precursor_mz)
     d["metadata"] = dict(s.metadata)
     d["peaks"] = arrays.peaks(s.mz, s.intensity)
@@ -333,7 +326,7 @@ def _result_json(r: SpectrumResult, entry_spectrum: Spectrum | None, arrays: _Ar
                           "stores band results only (those the app makes).")
     same = entry_spectrum is not None and (r.spectrum is entry_spectrum or r.spectrum == entry_spectrum)
     d = {"spectrum": SAME if same else _spectrum_json(r.spectrum, arrays), "params": _params_json(r.params)}
-    for k in _RESULT_KEYS:
+    for k in RESULT_KEYS:
         v = getattr(r, k)
         d[k] = _num(v) if isinstance(v, float) else v
     d["confidence"] = None if r.confidence is None else _num(r.confidence)
@@ -343,7 +336,7 @@ def _result_json(r: SpectrumResult, entry_spectrum: Spectrum | None, arrays: _Ar
     rows = []
     for c in r.candidates:
         arrays.candidate_bits(c.bits)
-        row = {k: getattr(c, k) for k in _CANDIDATE_KEYS}
+        row = {k: getattr(c, k) for k in CANDIDATE_KEYS}
         for k in ("frequency", "posterior_similarity", "fingerprint_score", "score"):
             row[k] = _num(row[k])
         rows.append(row)
@@ -446,319 +439,6 @@ def write_project(path: str | os.PathLike, project: Project,
 def save_project(path: str | os.PathLike, project: Project) -> int:
     """:func:`write_project` without progress; returns the file's size in bytes."""
     return run_to_end(write_project(path, project))
-
-
-# -- reading ----------------------------------------------------------------------------------------
-# format_version v -> a function that turns a version-v document into a version-(v + 1) one. Version 1 is
-# the first; when version 2 comes, _UPGRADES[1] fills in what version 1 files lack.
-_UPGRADES: dict[int, Callable[[dict], dict]] = {}
-
-
-class _Damaged(ValueError):
-    """Something in the document is not what its format says (the reader names the place)."""
-
-
-def _open_archive(path: Path) -> zipfile.ZipFile:
-    if not path.is_file():
-        raise InputFileError(path, "no such project file.")
-    try:
-        return zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
-        raise InputFileError(path, f"is not an MS-GPT Desktop project (a {PROJECT_SUFFIX} file is a ZIP archive "
-                                   "with project.json); it may be damaged or another kind of file.") from None
-    except OSError as e:
-        raise InputFileError(path, f"cannot be read: {e.strerror or e}.") from e
-
-
-def _read_document(path: Path, zf: zipfile.ZipFile) -> dict:
-    try:
-        raw = zf.read(DOCUMENT)
-    except KeyError:
-        raise InputFileError(path, f"is a ZIP archive without {DOCUMENT}: not an MS-GPT Desktop project.") from None
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
-        raise InputFileError(path, f"is damaged ({DOCUMENT}: {e}); open the autosave or an earlier copy.") from e
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputFileError(path, f"is damaged: {DOCUMENT} is not valid JSON ({e}).") from e
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise InputFileError(path, f"is not an MS-GPT Desktop project (format {found!r}, expected {FORMAT!r}).")
-    version = doc.get("format_version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise InputFileError(path, f"has no valid format_version ({version!r}); the file is damaged.")
-    if version > FORMAT_VERSION:
-        by = doc.get("saved_by") or "a newer version"
-        raise InputFileError(
-            path, f"was saved by {by} in project format {version}; this version of MS-GPT Desktop "
-                  f"(msgpt {__version__}) reads project formats up to {FORMAT_VERSION}. Update MS-GPT Desktop to "
-                  "open it (the file is left unchanged).")
-    doc["written_in"] = version  # the file's own version, kept through the upgrades below
-    while doc["format_version"] < FORMAT_VERSION:
-        v = doc["format_version"]
-        doc = _UPGRADES[v](doc)
-        doc["format_version"] = v + 1
-    return doc
-
-
-@dataclass(frozen=True)
-class ProjectSummary:
-    """What a project file holds, from its document alone (the recovery offer shows it)."""
-
-    path: str
-    saved_at: str
-    saved_by: str
-    n_entries: int
-    n_results: int
-    model: ModelRef | None
-    app: dict
-    format_version: int
-
-    def describe(self) -> str:
-        return (f"{self.n_entries} record{'s' if self.n_entries != 1 else ''}, {self.n_results} with candidates, "
-                f"saved {self.saved_at}")
-
-
-def read_summary(path: str | os.PathLike) -> ProjectSummary:
-    """Read a project's document and count what it holds (checks the format and version, like
-    :func:`read_project`)."""
-    path = Path(path)
-    with _open_archive(path) as zf:
-        doc = _read_document(path, zf)
-    entries = doc.get("entries") if isinstance(doc.get("entries"), list) else []
-    try:
-        model = _model(doc.get("model"))
-    except _Damaged:
-        model = None
-    return ProjectSummary(str(path), str(doc.get("saved_at", "")), str(doc.get("saved_by", "")), len(entries),
-                          sum(isinstance(e, dict) and e.get("result") is not None for e in entries), model,
-                          doc.get("app") if isinstance(doc.get("app"), dict) else {}, int(doc["written_in"]))
-
-
-def _model(d) -> ModelRef | None:
-    if d is None:
-        return None
-    if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not isinstance(d.get("checksum"), str):
-        raise _Damaged(f"`model` must be {{\"name\", \"checksum\", \"path\"}}, got {d!r}")
-    return ModelRef(d["name"], d["checksum"], str(d.get("path") or ""))
-
-
-def _params(d, where: str) -> QueryParams:
-    if not isinstance(d, dict):
-        raise _Damaged(f"{where} must be an object of query parameters, got {d!r}")
-    known = {f.name for f in fields(QueryParams)}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        log.warning("%s: ignoring unknown query parameters %s", where, ", ".join(unknown))
-    try:
-        return QueryParams(**{k: v for k, v in d.items() if k in known})
-    except (ConfigError, TypeError) as e:
-        raise _Damaged(f"{where}: {e}") from None
-
-
-class _Reader:
-    """Turns a document and its arrays back into objects; every problem names where it is."""
-
-    def __init__(self, arrays: dict[str, np.ndarray]):
-        self.a = arrays
-        for table, names in _RAGGED.items():
-            offsets = arrays.get(f"{table}_offsets", np.zeros(1, np.int64))
-            if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
-                raise _Damaged(f"arrays/{table}_offsets is not a table of row offsets")
-            for name in names:
-                if name not in arrays:
-                    arrays[name] = np.zeros(0)
-                if arrays[name].shape != (offsets[-1],):
-                    raise _Damaged(f"arrays/{name} has {arrays[name].shape} values, its offsets say {offsets[-1]}")
-            arrays[f"{table}_offsets"] = offsets
-        post = arrays.get("posteriors", np.zeros((0, 0), np.float32))
-        if post.ndim != 2:
-            raise _Damaged(f"arrays/posteriors must be a table (results × bits), got shape {post.shape}")
-        arrays["posteriors"] = post
-
-    def row(self, table: str, r, name: str, where: str) -> np.ndarray:
-        offsets = self.a[f"{table}_offsets"]
-        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < offsets.size - 1:
-            raise _Damaged(f"{where}: no row {r!r} in arrays/{name}")
-        return self.a[name][offsets[r]:offsets[r + 1]]
-
-    def peaks(self, r, where: str) -> tuple[np.ndarray, np.ndarray]:
-        return self.row("peaks", r, "peaks_mz", where), self.row("peaks", r, "peaks_intensity", where)
-
-    def spectrum(self, d, where: str) -> Spectrum:
-        if not isinstance(d, dict):
-            raise _Damaged(f"{where} must be a spectrum, got {d!r}")
-        mz, intensity = self.peaks(d.get("peaks"), where)
-        kw = {k: d[k] for k in _SPECTRUM_KEYS if k in d}
-        kw["precursor_mz"] = _float(d.get("precursor_mz"), f"{where}.precursor_mz")
-        kw.setdefault("metadata", {})
-        try:
-            return Spectrum(mz=mz.copy(), intensity=intensity.copy(), **kw)
-        except (MsgptError, TypeError) as e:
-            raise _Damaged(f"{where}: {e}") from None
-
-    def skipped(self, d, where: str) -> SkippedRecord:
-        if not isinstance(d, dict):
-            raise _Damaged(f"{where} must be a skipped record, got {d!r}")
-        mz = intensity = None
-        if d.get("peaks") is not None:
-            mz, intensity = (a.copy() for a in self.peaks(d["peaks"], where))
-        try:
-            return SkippedRecord(str(d["source"]), int(d["index"]), str(d["spectrum_id"]), str(d["reason"]),
-                                 mz=mz, intensity=intensity, retention_time=d.get("retention_time"),
-                                 polarity=d.get("polarity"))
-        except (KeyError, TypeError, ValueError) as e:
-            raise _Damaged(f"{where}: {type(e).__name__} {e}") from None
-
-    def result(self, d, entry_spectrum: Spectrum | None, where: str) -> SpectrumResult:
-        if not isinstance(d, dict):
-            raise _Damaged(f"{where} must be a result, got {d!r}")
-        if d.get("spectrum", SAME) == SAME:
-            if entry_spectrum is None:
-                raise _Damaged(f"{where}: the result refers to the entry's spectrum, which it has not")
-            spectrum = entry_spectrum
-        else:
-            spectrum = self.spectrum(d["spectrum"], f"{where}.spectrum")
-        params = _params(d.get("params"), f"{where}.params")
-        posterior = None
-        if d.get("posterior") is not None:
-            r = d["posterior"]
-            if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.a["posteriors"].shape[0]:
-                raise _Damaged(f"{where}: no row {r!r} in arrays/posteriors")
-            posterior = np.array(self.a["posteriors"][r], dtype=np.float32)
-        thresholds = np.array(self.row("thresholds", d.get("thresholds"), "thresholds", where), dtype=np.float64)
-        first = d.get("candidate_bits", 0)
-        rows = d.get("candidates", [])
-        if not isinstance(rows, list):
-            raise _Damaged(f"{where}.candidates must be a list")
-        candidates = []
-        for k, c in enumerate(rows):
-            w = f"{where}.candidates[{k}]"
-            if not isinstance(c, dict):
-                raise _Damaged(f"{w} must be a candidate, got {c!r}")
-            bits = self.row("candidate_bits", first + k if isinstance(first, int) else first, "candidate_bits", w)
-            try:
-                candidates.append(Candidate(
-                    rank=int(c["rank"]), smiles=str(c["smiles"]), inchikey=str(c.get("inchikey") or ""),
-                    inchikey14=str(c["inchikey14"]), formula=str(c.get("formula") or ""), count=int(c["count"]),
-                    frequency=_float(c["frequency"], f"{w}.frequency"),
-                    posterior_similarity=_float(c["posterior_similarity"], f"{w}.posterior_similarity"),
-                    bits=np.array(bits, dtype=np.int64),
-                    fingerprint_score=_float(c.get("fingerprint_score", "nan"), f"{w}.fingerprint_score"),
-                    score=_float(c.get("score", "nan"), f"{w}.score"),
-                ))
-            except (KeyError, TypeError, ValueError) as e:
-                raise _Damaged(f"{w}: {type(e).__name__} {e}") from None
-        try:
-            counts = {k: d[k] for k in _RESULT_KEYS}
-            for k in ("mean_query_bits", "seconds"):
-                counts[k] = _float(counts[k], f"{where}.{k}")
-            if counts["fidelity"] is not None:
-                counts["fidelity"] = _float(counts["fidelity"], f"{where}.fidelity")
-            if d.get("confidence") is not None:  # projects before the confidence model have none
-                counts["confidence"] = _float(d["confidence"], f"{where}.confidence")
-        except KeyError as e:
-            raise _Damaged(f"{where}: no {e}") from None
-        except ValueError as e:
-            raise _Damaged(str(e)) from None
-        return SpectrumResult(spectrum=spectrum, params=params, candidates=tuple(candidates), thresholds=thresholds,
-                              posterior=posterior, **counts)
-
-    def entry(self, d, k: int, samples) -> ProjectEntry:
-        where = f"entries[{k}]"
-        if not isinstance(d, dict):
-            raise _Damaged(f"{where} must be an object, got {d!r}")
-        spectrum = self.spectrum(d["spectrum"], f"{where}.spectrum") if d.get("spectrum") is not None else None
-        original = d.get("original")
-        if original == SAME:
-            if spectrum is None:
-                raise _Damaged(f"{where}.original refers to the entry's spectrum, which it has not")
-            original = spectrum
-        elif original is not None:
-            original = self.spectrum(original, f"{where}.original")
-        skipped = self.skipped(d["skipped"], f"{where}.skipped") if d.get("skipped") is not None else None
-        result = self.result(d["result"], spectrum, f"{where}.result") if d.get("result") is not None else None
-        drawn = ()
-        if samples and result is not None:
-            try:
-                drawn = tuple((int(i), int(j), str(s)) for i, j, s in samples)
-            except (TypeError, ValueError) as e:
-                raise _Damaged(f"{SAMPLES}[{k}]: {e}") from None
-        notes = d.get("notes") or ""
-        try:
-            return ProjectEntry(spectrum, original, skipped, status=str(d.get("status") or "not run"),
-                                reason=str(d.get("reason") or ""), notes=notes if isinstance(notes, str) else str(notes),
-                                result=result, model_checksum=d.get("model_checksum"), samples=drawn)
-        except ConfigError as e:
-            raise _Damaged(f"{where}: {e}") from None
-
-
-def _read_arrays(zf: zipfile.ZipFile) -> dict[str, np.ndarray]:
-    out = {}
-    for name in zf.namelist():
-        if name.startswith(ARRAYS) and name.endswith(".npy"):
-            with zf.open(name) as fh:
-                out[name[len(ARRAYS):-4]] = np.lib.format.read_array(fh, allow_pickle=False)
-    return out
-
-
-def read_project(path: str | os.PathLike, cancel: CancelFn | None = None) -> Generator[ProjectProgress, None, Project]:
-    """Read a project file, yielding progress; returns the :class:`Project`.
-
-    Raises :class:`~engine.errors.InputFileError` for a file that is not a project, is damaged, or was
-    written by a newer version (saying which, and to update).
-    """
-    path = Path(path)
-    with _open_archive(path) as zf:
-        doc = _read_document(path, zf)
-        check_cancel(cancel)
-        try:
-            arrays = _read_arrays(zf)
-            samples = json.loads(zf.read(SAMPLES).decode("utf-8")) if SAMPLES in zf.namelist() else {}
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-            raise InputFileError(path, f"is damaged ({type(e).__name__}: {e}); open the autosave or an earlier "
-                                       "copy.") from e
-    try:
-        reader = _Reader(arrays)
-        raw = doc.get("entries", [])
-        if not isinstance(raw, list):
-            raise _Damaged("`entries` must be a list")
-        if not isinstance(samples, dict):
-            raise _Damaged(f"{SAMPLES} must map entries to their samples")
-        entries = []
-        for k, d in enumerate(raw):
-            if k % 200 == 0:
-                check_cancel(cancel)
-                yield ProjectProgress(k, len(raw), f"Reading {path.name}: {k}/{len(raw)} records")
-            entries.append(reader.entry(d, k, samples.get(str(k))))
-        sel = doc.get("selection") or {}
-        n = len(entries)
-
-        def position(v):
-            return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n else None
-
-        selection = Selection(
-            current=position(sel.get("current")),
-            selected=tuple(p for p in map(position, sel.get("selected") or []) if p is not None),
-            candidate=sel.get("candidate") if isinstance(sel.get("candidate"), str) else None,
-        )
-        files = [SourceFile(str(f["path"]), f.get("size"), f.get("sha256")) for f in doc.get("files") or []
-                 if isinstance(f, dict) and f.get("path")]
-        project = Project(
-            entries=entries, params=_params(doc.get("params", {}), "params"), model=_model(doc.get("model")),
-            files=files, selection=selection, app=doc.get("app") if isinstance(doc.get("app"), dict) else {},
-            saved_at=str(doc.get("saved_at") or ""), saved_by=str(doc.get("saved_by") or ""),
-            format_version=int(doc["written_in"]),
-        )
-    except _Damaged as e:
-        raise InputFileError(path, f"is damaged: {e}.") from None
-    yield ProjectProgress(len(entries), len(entries), f"Read {path.name}")
-    return project
-
-
-def load_project(path: str | os.PathLike) -> Project:
-    """:func:`read_project` without progress."""
-    return run_to_end(read_project(path))
 
 
 # -- autosave ---------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The trained model and the method's parts that run it: SAFE tokenizer, spectrum encoder and its input
-featurization, conditional decoder, grammar constraints and sampling, density-band calibration and queries
+featurization, conditional decoder, the SAFE token grammar (``safe_grammar``) and the formula constraints on
+sampling (``constraints``), sampling, density-band calibration and queries
 (``querying``), fingerprint scoring, the confidence model, the bit legend, the known-structure hashes
 (``known``), and the bundle that loads them all from ``config.json`` + safetensors (``bundle``).
 

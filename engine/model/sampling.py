@@ -26,8 +26,9 @@ import numpy as np
 import torch
 
 from engine.errors import Cancelled, ConfigError
-from engine.model.constraints import DEAD_END, FormulaConstraint, SafeGrammar
+from engine.model.constraints import DEAD_END, FormulaConstraint
 from engine.model.decoder import ConditionalDecoder, ContextKV, collate_queries
+from engine.model.safe_grammar import SafeGrammar
 from engine.model.tokenizer import SafeTokenizer
 
 DECODING_MODES = ("formula", "free")

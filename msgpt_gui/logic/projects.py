@@ -30,9 +30,9 @@ from engine.files.project import (
     Selection,
     check_source,
     describe_source,
-    read_project,
     write_project,
 )
+from engine.files.project_read import read_project
 from engine.model.bundle import bundle_checksum
 from engine.paths import default_model_dir
 from engine.progress import CancelFn, check_cancel

@@ -10,7 +10,8 @@ import zipfile
 
 from PySide6.QtCore import QItemSelectionModel, Qt
 
-from engine.files.project import load_project, save_project
+from engine.files.project import save_project
+from engine.files.project_read import load_project
 from msgpt_gui.logic.entries import Status
 from msgpt_gui.project_view import ProjectController
 

@@ -24,11 +24,10 @@ from engine.files.project import (
     SourceFile,
     check_source,
     describe_source,
-    load_project,
-    read_summary,
     save_project,
     write_project,
 )
+from engine.files.project_read import load_project, read_summary
 from engine.spectra.spectrum import SkippedRecord, Spectrum
 
 PARAMS = QueryParams(kappa_min=0.9, kappa_max=1.4, groups=4, samples_per_group=5, seed=7, ranking="combined")

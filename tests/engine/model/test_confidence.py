@@ -132,7 +132,8 @@ def test_results_carry_the_confidence_into_csv_and_projects(bundle_with_confiden
     from tiny_bundle import fixture_spectra
 
     from engine.files.export import export_results
-    from engine.files.project import Project, ProjectEntry, load_project, save_project
+    from engine.files.project import Project, ProjectEntry, save_project
+    from engine.files.project_read import load_project
     from engine.model.confidence import result_features
 
     bundle = bundle_with_confidence

@@ -11,18 +11,8 @@ import torch
 
 from engine.chem import molecules as chem
 from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, formula_vector, parse_formula
-from engine.model.constraints import (
-    ATOM,
-    BOND,
-    DEAD_END,
-    DIGIT,
-    EOS,
-    NEVER,
-    FormulaConstraint,
-    SafeGrammar,
-    classify_token,
-    rdbe,
-)
+from engine.model.constraints import DEAD_END, FormulaConstraint, rdbe
+from engine.model.safe_grammar import ATOM, BOND, DIGIT, EOS, NEVER, SafeGrammar, classify_token
 from engine.model.tokenizer import SPECIAL_TOKENS, SafeTokenizer
 
 VOCAB = [*SPECIAL_TOKENS, "C", "c", "N", "n", "O", "o", "S", "s", "Cl", "Br", "F", "I", "P", "[nH]", "[N+]", "[O-]",

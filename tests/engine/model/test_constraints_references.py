@@ -9,7 +9,7 @@ from tiny_bundle import fixture_spectra, reference_safes
 
 from engine.chem.formula import formula_vector, parse_formula
 from engine.model import constraints
-from engine.model.constraints import SafeGrammar
+from engine.model.safe_grammar import SafeGrammar
 from engine.model.tokenizer import SafeTokenizer
 
 ALL_ADDUCTS = ("[M+H]+", "[M+Na]+", "[M-H]-")
