@@ -471,6 +471,7 @@ class StepBatches:
         self._queue: queue.Queue | None = None
         self._halt = threading.Event()
         self._pool = None
+        self._thread: threading.Thread | None = None
         if config.data_workers:
             import multiprocessing
             from collections import deque
@@ -539,9 +540,13 @@ class StepBatches:
         return item
 
     def close(self) -> None:
+        """Stop preparing steps; the prefetch thread is joined (it ends after the step it is making), so no
+        thread is left inside torch or numpy when the interpreter exits."""
         self._halt.set()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._thread is not None:
+            self._thread.join()
 
 
 def prepare_step(ds: CorpusDataset, noise: FingerprintNoise | None, ids: list[np.ndarray], step: int, seed: int,
