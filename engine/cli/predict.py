@@ -92,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--known", metavar="FILE",
                     help="your list of known structures (SMILES/InChIKeys, one per row, or an SDF): candidates in it "
                     "are marked 'user list' in the novelty column")
+    pr.add_argument("--structure-library", action="append", default=[], metavar="FILE",
+                    help="a structure library (CSV/TSV with a SMILES or InChI column, e.g. a PubChemLite or NORMAN "
+                    "export; SDF; one SMILES per line; 'bundled' for the library shipped with the app): its "
+                    "structures of each spectrum's formula join the ranking (origin column); repeatable")
+    pr.add_argument("--no-libraries", action="store_true", help="no structure library: de novo candidates only")
+    pr.add_argument("--library-prior", type=float, default=None, metavar="LOGODDS",
+                    help="log-odds bonus of a library structure in the fingerprint rankings (default: the "
+                    "measured one, docs/how_it_works.md)")
     pr.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pr.set_defaults(func=cmd_predict)
 
@@ -175,7 +183,7 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
     return [with_formula_candidate(spectrum, c) for c in chosen]
 
 
-def _elucidate_one(bundle, spectrum, params, bar):
+def _elucidate_one(bundle, spectrum, params, bar, libraries=()):
     """The result of one spectrum, or a SkippedRecord saying why it has none.
 
     Problems of this spectrum alone (its formula is too large to annotate, ...) skip it; the
@@ -187,7 +195,7 @@ def _elucidate_one(bundle, spectrum, params, bar):
 
     outcome = None
     try:
-        for ev in elucidate(bundle, [spectrum], params):
+        for ev in elucidate(bundle, [spectrum], params, libraries=libraries):
             if isinstance(ev, SamplesDrawn):
                 bar.set_postfix_str(f"samples {ev.done}/{ev.total}", refresh=False)
             elif isinstance(ev, SpectrumFinished):
@@ -253,7 +261,7 @@ class _Summary:
                     err(f"  {count:6d} × {reason}")
 
 
-def _run_settings(args: argparse.Namespace, bundle, params) -> dict:
+def _run_settings(args: argparse.Namespace, bundle, params, libraries=()) -> dict:
     """What decides the output: a resumed run must match these exactly."""
     import torch
 
@@ -279,6 +287,7 @@ def _run_settings(args: argparse.Namespace, bundle, params) -> dict:
         "features": f"ppm={args.feature_ppm} rt_gap={args.feature_rt_gap} merge={not args.no_merge}",
         "inputs": [identity(p) for p in args.inputs],
         **({"known": identity(args.known)} if getattr(args, "known", None) else {}),
+        **({"structure_libraries": [f"{lib.name} sha256:{lib.checksum}" for lib in libraries]} if libraries else {}),
     }
 
 
@@ -312,6 +321,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         kappa_min=args.band[0], kappa_max=args.band[1], groups=args.groups,
         samples_per_group=n or 5, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
         seed=args.seed, use_adapter=not args.no_adapter, decoding=args.decoding, ranking=args.ranking,
+        **({} if args.library_prior is None else {"library_prior": args.library_prior}),
     )
     if args.top is not None and args.top < 1:
         raise MsgptError(f"--top must be at least 1, got {args.top}.")
@@ -323,19 +333,50 @@ def cmd_predict(args: argparse.Namespace) -> int:
         params = dataclasses.replace(params, use_adapter=False)
     err(f"Model: {bundle.describe()}")
     err(f"Parameters: {params.describe()}")
-
-
+    libraries = _open_libraries(args)
     marker = novelty_marker(bundle, args.known)  # before the journal: a bad list stops here
     output = Path(args.output)
-    settings = _run_settings(args, bundle, params)
+    settings = _run_settings(args, bundle, params, libraries)
     journal, plan = _open_journal(output, args.resume, settings)
     try:
-        return _run_batch(args, bundle, params, settings, journal, plan, marker)
+        return _run_batch(args, bundle, params, settings, journal, plan, marker, libraries)
     finally:
         journal.close()  # releases the lock; the journal stays unless the run removed it
 
 
-def _run_batch(args, bundle, params, settings: dict, journal, plan, marker) -> int:
+def _open_libraries(args: argparse.Namespace) -> list:
+    """The structure libraries of ``--structure-library`` (none with ``--no-libraries``), indexed into the data
+    folder on first use with a progress bar. A library that cannot be read is reported and left out."""
+    from tqdm import tqdm
+
+    from engine.library import open_bundled_library, open_library
+    from engine.library.read import LibraryError
+
+    if args.no_libraries or not args.structure_library:
+        return []
+    libraries = []
+    for source in dict.fromkeys(args.structure_library):
+        job = open_bundled_library() if source == "bundled" else open_library(source)
+        with tqdm(total=None, unit="B", unit_scale=True, desc=f"library {source}", disable=args.quiet,
+                  file=sys.stderr, leave=False) as bar:
+            try:
+                while True:
+                    ev = next(job)
+                    bar.total = ev.total
+                    bar.n = ev.done
+                    bar.refresh()
+            except StopIteration as stop:
+                lib = stop.value
+            except LibraryError as e:
+                err(f"Structure library left out: {e}")
+                continue
+        libraries.append(lib)
+        problems = f", {lib.n_problems} rows unreadable (first: {lib.problems[0]})" if lib.n_problems else ""
+        err(f"Structure library {lib.name}: {len(lib):,} structures{problems}.")
+    return libraries
+
+
+def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libraries=()) -> int:
     """Stream the inputs through the model into OUT.partial, one journal line per spectrum; rename at the end."""
     import time
 
@@ -383,7 +424,7 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker) -> i
                     for spectrum in () if isinstance(todo, SkippedRecord) else todo:
                         sink.add_spectrum(spectrum)  # the encoder alone: posteriors of the interrupted run's spectra
                 continue
-            outcomes = _elucidate_feature(item, args, bundle, params, formula_config, bar)
+            outcomes = _elucidate_feature(item, args, bundle, params, formula_config, bar, libraries)
             entry, offset = _write_feature(position, item, outcomes, writer, sink, offset)
             journal.append(entry)
             summary.add(entry)
@@ -435,14 +476,14 @@ def _finish_renamed(args, bundle, formula_config, journal, sink: PosteriorSink |
     return 0
 
 
-def _elucidate_feature(item, args, bundle, params, formula_config, bar) -> list:
+def _elucidate_feature(item, args, bundle, params, formula_config, bar, libraries=()) -> list:
     """The outcomes of one feature (or skipped record): its skip, or a result (or skip) for each of its spectra,
     its own or one per formula candidate."""
     from engine.spectra.spectrum import SkippedRecord
 
     todo = item if isinstance(item, SkippedRecord) else _spectra_of_feature(item, args, bundle, formula_config)
     # one feature: its spectrum, or one per formula candidate; their candidates are ranked on in one list
-    return [todo] if isinstance(todo, SkippedRecord) else [_elucidate_one(bundle, s, params, bar) for s in todo]
+    return [todo] if isinstance(todo, SkippedRecord) else [_elucidate_one(bundle, s, params, bar, libraries) for s in todo]
 
 
 def _write_feature(position: int, item, outcomes: list, writer, sink: PosteriorSink | None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -24,8 +24,10 @@ import torch
 
 from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector, parse_formula
+from engine.elucidation.libraries import LIBRARY_PRIOR, library_structures
 from engine.elucidation.ranking import Candidate, CandidatePool, reference_rank
 from engine.errors import ConfigError, MsgptError, SpectrumError
+from engine.library import StructureLibrary
 from engine.model.bundle import ModelBundle
 from engine.model.confidence import spectrum_confidence
 from engine.model.featurize import collate, featurize_spectrum
@@ -54,6 +56,8 @@ class QueryParams:
         "help": "fingerprint: fingerprint score; combined: + log count; frequency: the paper's generation count"})
     decoding: str = field(default="formula", metadata={
         "help": "formula: only strings with exactly the formula's heavy atoms are drawn; free: the paper's sampling"})
+    library_prior: float = field(default=LIBRARY_PRIOR, metadata={
+        "help": "log-odds bonus of a structure a library holds in the fingerprint rankings"})
 
     def __post_init__(self):
         check_kappa(self.kappa_min, "kappa_min")
@@ -78,6 +82,8 @@ class QueryParams:
         check_ranking(self.ranking)
         if self.decoding not in DECODING_MODES:
             raise ConfigError(f"`decoding` must be one of {', '.join(DECODING_MODES)}, got {self.decoding!r}.")
+        if not math.isfinite(self.library_prior):
+            raise ConfigError(f"`library_prior` must be a finite number, got {self.library_prior!r}.")
 
     @property
     def pool_size(self) -> int:
@@ -100,14 +106,14 @@ class QueryParams:
     def sampling_key(self) -> tuple:
         """Everything that decides which samples exist, except N: equal keys share samples."""
         d = asdict(self)
-        d.pop("samples_per_group")
-        d.pop("ranking")
+        for name in ("samples_per_group", "ranking", "library_prior"):
+            d.pop(name)
         return tuple(sorted(d.items()))
 
     def plan_sampling_key(self, plan: QueryPlan) -> tuple:
         """The same for samples drawn from ``plan`` (the band settings do not matter then)."""
         d = asdict(self)
-        for name in ("samples_per_group", "kappa_min", "kappa_max", "groups", "ranking"):
+        for name in ("samples_per_group", "kappa_min", "kappa_max", "groups", "ranking", "library_prior"):
             d.pop(name)
         return ("plan", plan.key(), tuple(sorted(d.items())))
 
@@ -116,7 +122,7 @@ class QueryParams:
             f"kappa=[{self.kappa_min}, {self.kappa_max}] M={self.groups} N={self.samples_per_group} "
             f"B={self.pool_size} T={self.temperature} top_k={self.top_k} top_p={self.top_p} "
             f"seed={self.seed} adapter={'on' if self.use_adapter else 'off'} decoding={self.decoding} "
-            f"ranking={self.ranking}"
+            f"ranking={self.ranking}" + (f" library_prior={self.library_prior:g}" if self.library_prior else "")
         )
 
 
@@ -227,10 +233,13 @@ def compute_posterior(bundle: ModelBundle, spectrum: Spectrum) -> np.ndarray:
 class SpectrumSession:
     """One spectrum's posterior and sample pool; :meth:`run` draws only what is missing."""
 
-    def __init__(self, bundle: ModelBundle, spectrum: Spectrum, index: int = 0, posterior: np.ndarray | None = None):
-        """``posterior``: π of this spectrum if already computed (e.g. by an evaluation), else computed once."""
+    def __init__(self, bundle: ModelBundle, spectrum: Spectrum, index: int = 0, posterior: np.ndarray | None = None,
+                 libraries: Sequence[StructureLibrary] = ()):
+        """``posterior``: π of this spectrum if already computed (e.g. by an evaluation), else computed once.
+        ``libraries``: structure libraries whose structures of the spectrum's formula join the ranking."""
         require_usable(bundle, spectrum)
         self.bundle = bundle
+        self.libraries = tuple(libraries)
         self.spectrum = spectrum
         self.index = index
         self.formula = spectrum.formula
@@ -261,6 +270,8 @@ class SpectrumSession:
             self._queries = plan.queries(self.posterior)
         scorer = FingerprintScorer(self.posterior, self.bundle.calibration.for_polarity(self.spectrum.polarity).bits)
         self.pool = CandidatePool(self.formula, [q.bits for q in self._queries], scorer)
+        if self.libraries:
+            self.pool.add_known(library_structures(self.libraries, self.formula))
         self._key = key
         self._plan = plan
 
@@ -328,6 +339,7 @@ class SpectrumSession:
         return self._result(params, done, t0, partial=False)
 
     def _result(self, params: QueryParams, new_samples: int, t0: float, partial: bool) -> SpectrumResult:
+        self.pool.library_prior = params.library_prior
         candidates, counts = self.pool.rank(params.samples_per_group, params.ranking)
         fidelity = None
         if self.reference_bits is not None:
@@ -373,6 +385,7 @@ def elucidate(
     spectra: Iterable[Spectrum | SkippedRecord],
     params: QueryParams = QueryParams(),
     cancel: CancelFn | None = None,
+    libraries: Sequence[StructureLibrary] = (),
 ) -> Generator[Event, None, RunSummary]:
     """Elucidate many spectra, one after the other. Yields events; returns a :class:`RunSummary`.
 
@@ -388,7 +401,7 @@ def elucidate(
             yield SpectrumSkipped(index, item)
             continue
         try:
-            session = SpectrumSession(bundle, item, index)
+            session = SpectrumSession(bundle, item, index, libraries=libraries)
         except MsgptError as e:
             record = SkippedRecord(item.source, item.index, item.id, str(e))
             summary.skipped.append(record)

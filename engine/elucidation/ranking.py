@@ -10,6 +10,11 @@ of the candidate under the posterior, or both combined; the InChIKey ends ties f
 :class:`CandidatePool` keeps the outcome of every sample by its identity ``(i, j)`` (threshold
 index, sample index), so a pool can be re-ranked for a smaller N without sampling again and grown
 by drawing only the missing samples.
+
+Structures a library holds (:class:`KnownStructure`, offered with :meth:`CandidatePool.add_known`) join
+the same ranking: one candidate per structure, generated or not, its ``origin`` saying which
+(``de_novo``, ``structure_library`` or both). They are scored like the samples, plus the pool's
+``library_prior``, a log-odds bonus for being known (:mod:`engine.elucidation.libraries`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from engine.model.scoring import DEFAULT_RANKING, FingerprintScorer, check_ranki
 log = logging.getLogger(__name__)
 
 SampleId = tuple[int, int]
+DE_NOVO = "de_novo"  # a candidate's origin: drawn from the decoder
+STRUCTURE_LIBRARY = "structure_library"  # a structure a library holds
 
 
 @dataclass(frozen=True)
@@ -56,12 +63,30 @@ class Candidate:
     bits: np.ndarray  # Morgan active bits (for similarity to references); not exported
     fingerprint_score: float = float("nan")  # log-likelihood of its fingerprint under π (nan: no posterior)
     score: float = float("nan")  # what the ranking sorted by (higher first)
+    origin: str = DE_NOVO  # de_novo, structure_library, or both joined by ';'
+    library: str = ""  # the libraries that hold it (';'-joined), empty for a de novo structure only
+    library_id: str = ""  # its identifier in the (first) library
+    compound_name: str = ""  # its name in the (first) library
 
     @property
     def monoisotopic_mass(self) -> float:
         from engine.chem.formula import formula_mass, parse_formula
 
         return formula_mass(parse_formula(self.formula))
+
+
+@dataclass(frozen=True)
+class KnownStructure:
+    """A structure a library holds, offered to a spectrum's pool beside the de novo samples
+    (:func:`engine.elucidation.libraries.library_structures`)."""
+
+    smiles: str
+    inchikey14: str
+    formula: str
+    bits: np.ndarray  # Morgan active bits, as :func:`engine.chem.molecules.morgan_bits` gives them
+    library: str  # the library's name
+    identifier: str = ""
+    name: str = ""
 
 
 @lru_cache(maxsize=200_000)
@@ -97,9 +122,14 @@ def decode_safe(safe_str: str) -> DecodedSample:
 class CandidatePool:
     """Samples of one spectrum, by identity, with the formula they must match."""
 
-    def __init__(self, formula: str, query_bits: Sequence[np.ndarray], scorer: FingerprintScorer | None = None):
-        """``scorer`` gives fingerprint scores; without one only the ``frequency`` ranking is possible."""
+    def __init__(self, formula: str, query_bits: Sequence[np.ndarray], scorer: FingerprintScorer | None = None,
+                 library_prior: float = 0.0):
+        """``scorer`` gives fingerprint scores; without one only the ``frequency`` ranking is possible.
+        ``library_prior``: the log-odds bonus of a structure a library holds (:meth:`add_known`)."""
         self.formula = formula
+        self.library_prior = float(library_prior)
+        self._known: dict[str, KnownStructure] = {}
+        self._known_libraries: dict[str, list[str]] = {}
         self.query_bits = [np.asarray(b, dtype=np.int64) for b in query_bits]
         self.scorer = scorer
         self._samples: dict[SampleId, str] = {}
@@ -116,6 +146,21 @@ class CandidatePool:
     def add(self, sample_ids: Iterable[SampleId], safe_strings: Iterable[str]) -> None:
         for sid, s in zip(sample_ids, safe_strings, strict=True):
             self._samples[sid] = s
+
+    def add_known(self, structures: Iterable[KnownStructure]) -> None:
+        """Offer library structures of the pool's formula: each joins the ranking once, generated or not (a
+        structure several libraries hold keeps the first one's identifier and name and lists them all)."""
+        for s in structures:
+            if s.formula != self.formula:
+                continue
+            names = self._known_libraries.setdefault(s.inchikey14, [])
+            if s.library not in names:
+                names.append(s.library)
+            self._known.setdefault(s.inchikey14, s)
+
+    @property
+    def n_known(self) -> int:
+        return len(self._known)
 
     def items(self) -> list[tuple[SampleId, str]]:
         """Every sample drawn so far: ((i, j), SAFE string), in the order they were added."""
@@ -156,25 +201,41 @@ class CandidatePool:
             bits = self._bits(smiles)
             fp_score = self._fingerprint_score(smiles, bits)
             rows.append((sum(smiles_counts.values()), self._similarity(smiles, bits), k14, smiles, bits, fp_score))
-        rows.sort(key=lambda r: sort_key(ranking, r[0], r[5], r[1], r[2]))
+        for k14, known in self._known.items():
+            if k14 not in groups:
+                bits = np.asarray(known.bits, dtype=np.int64)
+                rows.append((0, self._similarity(known.smiles, bits), k14, known.smiles, bits,
+                             self._fingerprint_score(known.smiles, bits)))
+        prior = {k14: self.library_prior for k14 in self._known}
+        rows.sort(key=lambda r: sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0)))
         n = max(len(samples), 1)
         candidates = [
             Candidate(
                 rank=r + 1,
                 smiles=smiles,
-                inchikey=keys[k14].inchikey,
+                inchikey=keys[k14].inchikey if k14 in keys else "",
                 inchikey14=k14,
-                formula=keys[k14].formula,
+                formula=keys[k14].formula if k14 in keys else self.formula,
                 count=count,
                 frequency=count / n,
                 posterior_similarity=sim,
                 bits=bits,
                 fingerprint_score=fp_score,
-                score=ranking_score(ranking, count, fp_score),
+                score=ranking_score(ranking, count, fp_score, prior.get(k14, 0.0)),
+                **self._origin(k14, count),
             )
             for r, (count, sim, k14, smiles, bits, fp_score) in enumerate(rows)
         ]
         return candidates, {"samples": len(samples), "valid": n_valid, "formula_consistent": n_ok}
+
+    def _origin(self, inchikey14: str, count: int) -> dict:
+        """The origin fields of a candidate: de novo, from a library, or both."""
+        known = self._known.get(inchikey14)
+        if known is None:
+            return {}
+        origin = f"{DE_NOVO};{STRUCTURE_LIBRARY}" if count else STRUCTURE_LIBRARY
+        return {"origin": origin, "library": ";".join(self._known_libraries[inchikey14]),
+                "library_id": known.identifier, "compound_name": known.name}
 
     def _bits(self, smiles: str) -> np.ndarray:
         if smiles not in self._bits_cache:

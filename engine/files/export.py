@@ -49,6 +49,10 @@ CSV_COLUMNS = (
     "spectrum_samples",
     "spectrum_formula_consistent",
     "spectrum_confidence",
+    "origin",
+    "library",
+    "library_id",
+    "compound_name",
 )
 FORMATS = {".csv": "csv", ".sdf": "sdf", ".sd": "sdf"}
 
@@ -94,7 +98,7 @@ def candidate_rows(
             "spectrum_id": s.id,
             "rank": c.rank + rank_offset,
             "smiles": c.smiles,
-            "inchikey": c.inchikey,
+            "inchikey": c.inchikey or (chem.inchikey(mol) if mol is not None else ""),
             "InChIkey2D": c.inchikey14,
             "inchi": chem.inchi(mol) if mol is not None else "",
             "formula": c.formula,
@@ -116,6 +120,10 @@ def candidate_rows(
             "spectrum_samples": result.n_samples,
             "spectrum_formula_consistent": result.n_formula_consistent,
             "spectrum_confidence": "" if result.confidence is None else f"{result.confidence:.4f}",
+            "origin": c.origin,
+            "library": c.library,
+            "library_id": c.library_id,
+            "compound_name": c.compound_name,
         }
 
 

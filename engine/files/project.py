@@ -46,7 +46,9 @@ spectra came from and whether a file on this machine is still the same one (:fun
                absent in older files), "thresholds" (row),
                "posterior" (row or null), "candidate_bits" (row of the first candidate),
                "candidates": [{"rank", "smiles", "inchikey", "inchikey14", "formula", "count", "frequency",
-                               "posterior_similarity", "fingerprint_score", "score"}, ...]}
+                               "posterior_similarity", "fingerprint_score", "score", "origin", "library",
+                               "library_id", "compound_name"}, ...]}  (the last four since structure
+                               libraries; older projects read as de novo)
 
 Numbers that are not finite are written ``"nan"``, ``"inf"``, ``"-inf"``. The arrays are rows of
 ragged tables (row r is ``values[offsets[r]:offsets[r + 1]]``): ``peaks_offsets``, ``peaks_mz``,
@@ -96,7 +98,8 @@ COMPRESS_LEVEL = 1  # zlib: posteriors hardly compress at any level; 1 writes se
 SPECTRUM_KEYS = ("id", "precursor_mz", "adduct", "charge", "polarity", "formula", "smiles", "inchikey",
                  "retention_time", "metadata", "source", "index")
 CANDIDATE_KEYS = ("rank", "smiles", "inchikey", "inchikey14", "formula", "count", "frequency",
-                  "posterior_similarity", "fingerprint_score", "score")
+                  "posterior_similarity", "fingerprint_score", "score", "origin", "library", "library_id",
+                  "compound_name")
 RESULT_KEYS = ("n_samples", "n_valid", "n_formula_consistent", "n_distinct_queries", "mean_query_bits",
                "fidelity", "reference_inchikey14", "reference_rank", "new_samples", "seconds")
 RAGGED = {"peaks": ("peaks_mz", "peaks_intensity"), "thresholds": ("thresholds",),

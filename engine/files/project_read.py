@@ -248,6 +248,7 @@ class _Reader:
                     bits=np.array(bits, dtype=np.int64),
                     fingerprint_score=_float(c.get("fingerprint_score", "nan"), f"{w}.fingerprint_score"),
                     score=_float(c.get("score", "nan"), f"{w}.score"),
+                    **{k: str(c[k]) for k in ("origin", "library", "library_id", "compound_name") if k in c},
                 ))
             except (KeyError, TypeError, ValueError) as e:
                 raise _Damaged(f"{w}: {type(e).__name__} {e}") from None

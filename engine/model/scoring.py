@@ -189,18 +189,25 @@ def check_ranking(name: str) -> str:
     return name
 
 
-def ranking_score(ranking: str, count: int, fingerprint_score: float) -> float:
-    """The value candidates are sorted by (descending) under ``ranking``."""
+def ranking_score(ranking: str, count: int, fingerprint_score: float, prior: float = 0.0) -> float:
+    """The value candidates are sorted by (descending) under ``ranking``.
+
+    ``prior`` is a log-odds bonus of the candidate (a structure a library holds,
+    :data:`engine.elucidation.ranking.LIBRARY_PRIOR`), added to the fingerprint rankings; a structure no
+    sample produced (``count`` 0, from a library) counts as generated once in ``combined`` and ranks by its
+    count, last, in ``frequency``.
+    """
     if ranking == "frequency":
         return float(count)
     if ranking == "fingerprint":
-        return fingerprint_score
-    return fingerprint_score + math.log(count)
+        return fingerprint_score + prior
+    return fingerprint_score + math.log(max(count, 1)) + prior
 
 
-def sort_key(ranking: str, count: int, fingerprint_score: float, similarity: float, inchikey14: str) -> tuple:
+def sort_key(ranking: str, count: int, fingerprint_score: float, similarity: float, inchikey14: str,
+             prior: float = 0.0) -> tuple:
     """Sort key (ascending) of one candidate; ties end on the InChIKey for a stable order."""
-    score = ranking_score(ranking, count, fingerprint_score)
+    score = ranking_score(ranking, count, fingerprint_score, prior)
     if ranking == "frequency":
         return (-score, -similarity, inchikey14)
     return (-score, -count, -similarity, inchikey14)

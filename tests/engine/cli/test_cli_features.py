@@ -62,9 +62,9 @@ def captured(monkeypatch):
     seen = []
     real = cli._elucidate_one
 
-    def spy(bundle, spectrum, params, bar):
+    def spy(bundle, spectrum, params, bar, libraries=()):
         seen.append(spectrum)
-        return real(bundle, spectrum, params, bar)
+        return real(bundle, spectrum, params, bar, libraries)
 
     monkeypatch.setattr(cli, "_elucidate_one", spy)
     return seen
