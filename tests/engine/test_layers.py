@@ -3,39 +3,15 @@ modules, no module imports Qt, and no import circle exists (lazy imports inside 
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+from import_graph import ROOT, imports, module_name
 
-ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("errors progress paths", "chem", "spectra", "formulas", "library", "model", "elucidation", "insight", "files",
           "cli")
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names.split()}
 QT = ("PySide6", "PyQt5", "PyQt6", "shiboken6", "superqt", "qtpy", "msgpt_gui")
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, at the top or inside a function, as an absolute dotted name."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    out = set()
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join(up + ([node.module] if node.module else []))
-            out.add(base)
-            out.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
-    return out
 
 
 def sources(top: str) -> dict[str, Path]:

@@ -12,7 +12,8 @@ import sys
 import warnings
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from import_graph import ROOT, imports
+
 QT_PACKAGES = {"PySide6", "PySide2", "shiboken6", "shiboken2", "PyQt5", "PyQt6", "qtpy", "superqt", "pytestqt"}
 QT_FREE_PACKAGE = "msgpt_gui.logic"
 QT_FREE_DIR = ROOT / "msgpt_gui" / "logic"
@@ -85,28 +86,9 @@ def test_no_source_file_of_engine_or_training_names_a_qt_package():
 
 
 
-def _imported_modules(path: Path) -> set[str]:
-    """Every module ``path`` imports, at its top or inside a function, as an absolute dotted name (``from pkg
-    import name`` also gives ``pkg.name``: name may be a module)."""
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    package = ".".join(parts if parts[-1] == "__init__" else parts[:-1]).removesuffix(".__init__")
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join(up + ([node.module] if node.module else []))
-            out.add(base)
-            out.update(f"{base}.{a.name}" for a in node.names)
-    return out
-
-
 def test_imported_modules_resolves_relative_imports():
-    assert "msgpt_gui.logic.formulas" in _imported_modules(QT_FREE_DIR / "entries.py")
-    assert "msgpt_gui.qtcompat" in _imported_modules(ROOT / "msgpt_gui" / "models.py")
+    assert "msgpt_gui.logic.formulas" in imports(QT_FREE_DIR / "entries.py")
+    assert "msgpt_gui.qtcompat" in imports(ROOT / "msgpt_gui" / "models.py")
 
 
 def test_the_qt_free_package_imports_neither_qt_nor_a_qt_module_of_the_app():
@@ -114,7 +96,7 @@ def test_the_qt_free_package_imports_neither_qt_nor_a_qt_module_of_the_app():
     assert {p.stem for p in files} >= {"__init__", "entries", "formulas", "jobs", "projects", "plotting"}
     offenders = {}
     for path in files:
-        bad = sorted(m for m in _imported_modules(path)
+        bad = sorted(m for m in imports(path)
                      if m.split(".")[0] in QT_PACKAGES
                      or (m.split(".")[0] == "msgpt_gui" and m != "msgpt_gui" and not m.startswith(QT_FREE_PACKAGE)))
         if bad:
