@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 
+import html
+
 import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QImage, QPixmap
@@ -142,7 +144,8 @@ class BitsPanel(QWidget):
         try:
             posterior = self.posterior()
         except MsgptError as err:
-            self._show([], f"<span style='color:#a15c00'>No posterior for {self.entry.display_id}: {err}</span>")
+            self._show([], f"<span style='color:#a15c00'>No posterior for {html.escape(self.entry.display_id)}: "
+                           f"{html.escape(str(err))}</span>")
             return
         bits = None
         if self.candidate is not None:
@@ -154,7 +157,7 @@ class BitsPanel(QWidget):
                  "<span style='color:#a15c00'>this model ships no bit legend (bit_legend.json.gz)</span>")
         expected = float(np.sum(posterior))
         which = "most probable" if self.order.currentIndex() == 0 else "most specific"
-        self._show(self.rows, f"<b>{self.entry.display_id}</b>: the {len(self.rows)} {which} of "
+        self._show(self.rows, f"<b>{html.escape(self.entry.display_id)}</b>: the {len(self.rows)} {which} of "
                               f"{posterior.size} bits (Σπ = {expected:.1f} expected active bits) · {about}")
 
     def _show(self, rows: list[BitRow], summary: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 
+import html
 from collections import OrderedDict
 
 from PySide6.QtCore import QItemSelectionModel, QSize, Qt, Signal
@@ -25,12 +26,15 @@ from PySide6.QtWidgets import (
 )
 
 from engine.elucidation.pipeline import SpectrumResult
+from engine.insight.plausibility import plausibility_note
 
+from .columns import FillColumn
 from .logic import tooltips
+from .logic.confidence import missing_confidence
 from .logic.depict import depict_png
 from .logic.entries import SpectrumEntry, Status
 from .logic.formulas import formula_scores
-from .models import KEY_ROLE, NO_FRAGMENTS_TIP, CandidatesModel, format_confidence
+from .models import IMPLAUSIBLE, KEY_ROLE, NO_FRAGMENTS_TIP, CandidatesModel, format_confidence
 from .novelty_view import NoveltyCandidatesModel, NoveltyFilter, NoveltyProxy
 
 ROW_HEIGHT = 116
@@ -38,7 +42,8 @@ STRUCTURE_WIDTH = 164
 
 
 def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """``text`` for a rich-text label: "<1%" or a title with "<" shows as written, not as a tag."""
+    return html.escape(str(text), quote=False)
 
 
 class PixmapCache:
@@ -107,6 +112,7 @@ class DetailPane(QWidget):
         self.smiles = QLineEdit(readOnly=True)
         self.inchikey = QLineEdit(readOnly=True)
         self.scores = QLabel()
+        self.scores.setTextFormat(Qt.TextFormat.PlainText)  # numbers and a plausibility note, never markup
         self.scores.setWordWrap(True)
         self.copy_smiles = QPushButton("Copy SMILES")
         self.copy_inchikey = QPushButton("Copy InChIKey")
@@ -143,14 +149,16 @@ class DetailPane(QWidget):
             self.scores.setText("")
             return
         ref = " — <span style='color:#1b7f3b'>★ the reference structure</span>" if is_reference else ""
-        self.title.setText(f"<b>Rank {c.rank}</b> · {c.formula} · {c.monoisotopic_mass:.4f} Da{ref}")
+        self.title.setText(f"<b>Rank {c.rank}</b> · {_html(c.formula)} · {c.monoisotopic_mass:.4f} Da{ref}")
         self.smiles.setText(c.smiles)
         self.smiles.setCursorPosition(0)
         self.inchikey.setText(c.inchikey)
         self.inchikey.setCursorPosition(0)
+        note = plausibility_note(c.smiles)
         self.scores.setText(
             f"Generated {c.count}× (frequency {c.frequency:.3f}) · posterior similarity {c.posterior_similarity:.3f}"
             + ("" if c.fingerprint_score != c.fingerprint_score else f" · fingerprint score {c.fingerprint_score:.1f}")
+            + (f"\n⚠ {IMPLAUSIBLE}: {note}" if note else "")
         )
         self._draw()
 
@@ -187,8 +195,9 @@ class CandidatesPanel(QWidget):
         self.proxy = NoveltyProxy(self, filter_columns=(CandidatesModel.SMILES,))
         self.proxy.setSourceModel(self.model)
 
+        self.bundle = None  # the loaded model: why a result has no confidence (set when the model changes)
         self.summary = QLabel()
-        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.summary.setTextFormat(Qt.TextFormat.RichText)  # user data in it is escaped (_html)
         self.summary.setWordWrap(True)
         self.reference = QLabel()
         self.reference.setTextFormat(Qt.TextFormat.RichText)
@@ -225,7 +234,8 @@ class CandidatesPanel(QWidget):
                                  NoveltyCandidatesModel.NOVELTY: "training corpus"},
                     bold_rows=True)  # the reference row is bold
         self.table.setColumnWidth(CandidatesModel.STRUCTURE, STRUCTURE_WIDTH)
-        header.setSectionResizeMode(CandidatesModel.SMILES, QHeaderView.ResizeMode.Stretch)
+        # SMILES take what is left, at least their width up to 30 characters (longer ones: elided in the middle)
+        self.smiles_column = FillColumn(self.table, CandidatesModel.SMILES, min_chars=16, cap_chars=30)
         self.table.selectionModel().currentRowChanged.connect(self._current_changed)
 
         self.detail = DetailPane(self.cache)
@@ -306,15 +316,17 @@ class CandidatesPanel(QWidget):
             self.reference.hide()
             return
         p = r.params
-        formula = formula_text or f"formula {r.spectrum.formula}"
+        formula = _html(formula_text or f"formula {r.spectrum.formula}")
+        why_not = missing_confidence(r, self.bundle) if not running else ""
         live = " <span style='color:#1f5fbf'>(updating…)</span>" if running or r.partial else ""
         self.summary.setText(
             f"<b>{len(r.candidates)} candidate{'' if len(r.candidates) == 1 else 's'}</b>{live} from {r.n_samples} structures drawn "
             f"({r.n_valid} valid, {r.n_formula_consistent} with {formula}) · "
             f"κ {p.kappa_min:g}–{p.kappa_max:g}, M = {p.groups}, B = {p.pool_size}, seed {p.seed}"
             + (f" · {r.seconds:.1f} s, {r.new_samples} newly drawn" if not (running or r.partial) else "")
-            + (f"<br>Confidence that rank 1 is right: <b>{format_confidence(r.confidence)}</b>"
+            + (f"<br>Confidence that rank 1 is right: <b>{_html(format_confidence(r.confidence))}</b>"
                if r.confidence is not None and not (running or r.partial) and r.candidates else "")
+            + (f"<br><span style='color:#777'>No confidence: {_html(why_not)}.</span>" if why_not else "")
             + (f"<br><span style='color:#a15c00'>No drawn structure is valid with {formula}: "
                "raise the pool size B to draw more, or widen the κ band.</span>"
                if not (running or r.partial or r.candidates) else "")

@@ -24,11 +24,21 @@ from .logic.jobs import FileSummary, export_info
 
 SPECTRA_FILTER = "Spectra (*.mgf *.mgf.gz *.mzML *.mzml *.mzML.gz *.mzml.gz);;All files (*)"
 SPECTRA_SUFFIXES = (".mgf", ".mzml", ".mgf.gz", ".mzml.gz")
+EXAMPLES_CLOSED = ("The example spectra were closed to make room for yours (File ▸ Open Example Spectra opens them "
+                   "again).")
 
 
 def is_spectra_file(path: Path) -> bool:
     name = path.name.lower()
     return any(name.endswith(s) for s in SPECTRA_SUFFIXES)
+
+
+def is_example(path: Path) -> bool:
+    """A file of the bundled example spectra (or their folder)."""
+    try:
+        return Path(path).resolve().is_relative_to(examples_dir().resolve())
+    except OSError:
+        return False
 
 
 def dropped_paths(mime) -> list[Path]:
@@ -46,6 +56,7 @@ class FileController(QObject):
         self.window = window
         self.file_reports: dict[str, str] = {}  # path -> what was read from it (FileSummary.report)
         self._select_new = False
+        self._examples_note = ""  # the examples made way for the user's files: said with the next file's report
         a = make_action
         self.act_open = a(window, "&Open Spectra…", self.open_dialog, "Ctrl+O",
                           "Open MGF or mzML files (.gz too); you can also drop them on the window", "SP_DialogOpenButton")
@@ -89,11 +100,10 @@ class FileController(QObject):
         self.open_files(files)
 
     def open_dialog(self) -> None:
-        settings = self.window.settings
-        start = settings.get("files/last_dir", str(Path.home()), str)
-        names, _ = QFileDialog.getOpenFileNames(self.window, "Open spectra", start, SPECTRA_FILTER)
+        """File ▸ Open: starts in the folder of the spectra opened last (:meth:`Settings.open_dir`)."""
+        names, _ = QFileDialog.getOpenFileNames(self.window, "Open spectra", self.window.settings.open_dir(),
+                                                SPECTRA_FILTER)
         if names:
-            settings.set("files/last_dir", str(Path(names[0]).parent))
             self.open_files([Path(n) for n in names])
 
     def _fill_recent_menu(self) -> None:
@@ -133,6 +143,11 @@ class FileController(QObject):
                 expanded.extend(inside)
             else:
                 expanded.append(p)
+        own = [p for p in expanded if not is_example(p)]
+        if own:  # the user's own files: File ▸ Open starts in their folder next time; untouched examples make way
+            w.settings.remember_open_dir(own[0])
+            if any(is_spectra_file(p) for p in own):
+                self.close_untouched_examples()
         queued = []
         for p in expanded:
             if w.runs.is_open(p) or p in queued:
@@ -165,7 +180,9 @@ class FileController(QObject):
                                               w.bundle.name if w.bundle is not None else "", top_k=w.formulas.top_k)
         self.file_reports[path] = text
         hint = " No model loaded: choose Model ▸ Open Model Folder… to run." if w.bundle is None and not w.busy else ""
-        w.status(text.splitlines()[0].removesuffix(".") + f" (read in {seconds:.1f} s)." + hint, 0 if hint else 8000)
+        note, self._examples_note = (" " + self._examples_note if self._examples_note else ""), ""
+        w.status(text.splitlines()[0].removesuffix(".") + f" (read in {seconds:.1f} s)." + hint + note,
+                 0 if hint else 15000 if note else 8000)
         if worth_a_dialog:
             w.file_reported.emit(path, text)
             w.message_shown.emit("info", text)
@@ -176,6 +193,24 @@ class FileController(QObject):
                 box.setWindowModality(Qt.WindowModality.NonModal)
                 box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
                 box.show()
+
+    def close_untouched_examples(self) -> bool:
+        """Close the bundled example spectra when they are all that is listed and nobody touched them (not run, no
+        formula set, no notes; not a saved project; nothing being read): the user's own files replace them rather
+        than mix with them. Examples that were run or edited stay. Returns whether they were closed."""
+        w = self.window
+        entries = w.spectra.entries
+        if not entries or w.loader is not None or w.runs.load_queue or (w.busy and w.runs.task_kind != "model") \
+                or w.projects.path is not None or w.spectrum_panel.editor.dirty:
+            return False
+        if not all(is_example(Path(e.source)) and e.untouched for e in entries):
+            return False
+        w.spectra.clear()
+        w.runs.forget_files()
+        w.document_replaced()
+        self._examples_note = EXAMPLES_CLOSED  # said again with the report of the user's first file
+        w.show_message(EXAMPLES_CLOSED, "info")
+        return True
 
     def close_all_spectra(self) -> None:
         w = self.window
@@ -194,11 +229,10 @@ class FileController(QObject):
         if not entries:
             return
         settings = self.window.settings
-        start_dir = settings.get("files/export_dir", str(Path.home()), str)
-        suggested = str(Path(start_dir) / "candidates.csv")
+        suggested = str(Path(settings.export_dir()) / "candidates.csv")  # the last export's folder (or the spectra's)
         path = self.ask_save_path(suggested)
         if path:
-            settings.set("files/export_dir", str(Path(path).parent))
+            settings.remember_export_dir(path)
             self.export(path, scope)
 
     def ask_save_path(self, suggested: str) -> str | None:

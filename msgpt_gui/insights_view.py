@@ -37,6 +37,7 @@ class Insights(QObject):
         self.window = window
         self.bits = BitsPanel()
         self.score = ScorePanel()
+        self.score.settings = window.settings  # its export starts where the last export went
         self.novelty = NoveltyController(window.settings, self)
         self.tabs = QTabWidget(documentMode=True, objectName="insights_tabs")
         self.tabs.addTab(window.candidates, "Candidates")
@@ -123,17 +124,18 @@ class Insights(QObject):
 
     # -- known structures
     def known_list_dialog(self) -> None:
-        start = self.novelty.user_path or str(Path.home())
+        start = self.novelty.user_path or self.window.settings.open_dir()
         name, _ = QFileDialog.getOpenFileName(self.window, "Your list of known structures", start, STRUCTURE_LISTS)
         if name:
             self.novelty.load_list(name)
 
     # -- posterior export
     def export_posteriors_dialog(self) -> None:
-        start = self.window.settings.get("files/export_dir", str(Path.home()), str)
-        name, _ = QFileDialog.getSaveFileName(self.window, "Export posteriors", str(Path(start) / "posteriors.npz"),
-                                              "NumPy archive (*.npz)")
+        settings = self.window.settings
+        suggested = str(Path(settings.export_dir()) / "posteriors.npz")  # where the last export went
+        name, _ = QFileDialog.getSaveFileName(self.window, "Export posteriors", suggested, "NumPy archive (*.npz)")
         if name:
+            settings.remember_export_dir(name)
             self.export_posteriors(name if name.lower().endswith(".npz") else name + ".npz")
 
     def export_posteriors(self, path: str | Path) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 
+import html
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt
@@ -101,7 +102,7 @@ class ModelController(QObject):
             self.show_label()
             w.runs.unload_model()
             return False
-        self.model_label.setText(f"Loading model {path.name}…")
+        self.model_label.setText(f"Loading model {html.escape(path.name)}…")
         return w.runs.load_model(path, self.device)
 
     def _model_loaded(self, bundle: ModelBundle, path: Path) -> None:
@@ -128,6 +129,7 @@ class ModelController(QObject):
         parameters follow it) and the ion types offered and accepted."""
         w = self.window
         adducts = self.bundle.supported_adducts if self.bundle is not None else None
+        w.spectra.bundle = w.candidates.bundle = self.bundle  # why a confidence is missing
         w.spectra.set_supported_adducts(adducts)
         w.spectrum_panel.editor.set_supported_adducts(adducts)
         w.params_panel.set_adapter_available(self.bundle is not None and self.bundle.has_adapter)
@@ -153,7 +155,7 @@ class ModelController(QObject):
             adapter = (" · adapter " + ("on" if self.window.query_params.use_adapter else "off")) if b.has_adapter \
                 else ""
             default = " (bundled)" if self.model_dir == default_model_dir() else ""
-            self.model_label.setText(f"Model: <b>{b.name}</b>{default} [{b.checksum[:8]}]{adapter}")
+            self.model_label.setText(f"Model: <b>{html.escape(b.name)}</b>{default} [{b.checksum[:8]}]{adapter}")
             self.model_label.setToolTip(f"{b.describe()}\n{b.path}")
         dev, note = resolve_device(self.device)
         label = dev.type.upper()

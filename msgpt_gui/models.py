@@ -8,11 +8,14 @@ import math
 from collections.abc import Sequence
 
 from PySide6.QtCore import QAbstractItemModel, QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
-from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtGui import QBrush, QColor, QFont, QIcon
+from PySide6.QtWidgets import QApplication, QStyle
 
 from engine.elucidation.pipeline import SpectrumResult
+from engine.insight.plausibility import plausibility_note
 from engine.spectra.spectrum import NO_FRAGMENTS_NOTE
 
+from .logic.confidence import missing_confidence
 from .logic.entries import SpectraFilter, SpectrumEntry, Status, compact_id, format_mz
 from .logic.tooltips import TIPS
 
@@ -32,6 +35,7 @@ _STATUS_COLORS = {
 }
 BLOCKED_COLOR = "#a15c00"  # needs formula / adduct / m/z, ion not supported
 WARNING_MARK = " ⚠"
+IMPLAUSIBLE = "Unlikely structure"  # the tooltip's word for a candidate engine.insight.plausibility flags
 NOTES_MARK = " ✎"  # after the ID of a spectrum with notes
 
 
@@ -89,7 +93,7 @@ class SpectraModel(QAbstractItemModel):
         "encoder never saw (the model card gives how well it holds on held-out spectra); sort by it to look at "
         "the surest answers first. For a formula Run picked from the candidates it includes that formula's "
         "probability. Empty: not run, or the settings differ from the default band, B = 100 and decoding the "
-        "confidence was fitted with",
+        "confidence was fitted with (a cell's tooltip says why)",
     )
 
     def __init__(self, parent=None):
@@ -98,6 +102,7 @@ class SpectraModel(QAbstractItemModel):
         self._row_of: dict[int, int] = {}  # key of a top-level entry -> its row
         self._by_key: dict[int, SpectrumEntry] = {}  # every entry: rows, child rows, formula runs
         self.supported_adducts: tuple[str, ...] | None = None
+        self.bundle = None  # the loaded model: why a confidence is missing (the Confidence cell's tooltip)
         self.has_features = False  # some row is a precursor feature (the Scans column is shown)
         self.has_children = False  # some row has child rows (the tree's branches are drawn)
 
@@ -304,6 +309,9 @@ class SpectraModel(QAbstractItemModel):
         s = e.spectrum
         if col == self.STATUS:
             return e.status_text(self.supported_adducts)
+        if col == self.CONFIDENCE:
+            why_not = missing_confidence(e.shown, self.bundle) if e.status != Status.RUNNING else ""
+            return f"No confidence: {why_not}" if why_not else None
         if col == self.ID:
             name = e.name
             notes = f"\n\nYour notes: {e.user_notes.strip()}" if e.user_notes.strip() else ""
@@ -362,6 +370,11 @@ def entry_confidence(e: SpectrumEntry) -> float | None:
 
 def format_confidence(p: float) -> str:
     return "<1%" if p < 0.01 else f"{p:.0%}"
+
+
+def _warning_icon() -> QIcon:
+    """The style's warning sign: the mark of an implausible candidate (engine.insight.plausibility)."""
+    return QApplication.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning)
 
 
 class CandidatesModel(ColumnsModel):
@@ -461,9 +474,12 @@ class CandidatesModel(ColumnsModel):
                 return "" if math.isnan(c.fingerprint_score) else f"{c.fingerprint_score:.1f}"
             if col == self.REFERENCE:
                 return "★ reference" if self.is_reference(c) else ""
+        if role == Qt.ItemDataRole.DecorationRole and col == self.SMILES:  # ⚠: an implausible structure
+            return _warning_icon() if plausibility_note(c.smiles) else None
         if role == Qt.ItemDataRole.ToolTipRole:
             if col in (self.SMILES, self.STRUCTURE):
-                return f"{c.smiles}\nInChIKey {c.inchikey}"
+                note = plausibility_note(c.smiles)
+                return f"{c.smiles}\nInChIKey {c.inchikey}" + (f"\n⚠ {IMPLAUSIBLE}: {note}" if note else "")
             if col == self.CHANGE:
                 text = self.change(c)[0]
                 if text == "new":

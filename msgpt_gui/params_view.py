@@ -72,6 +72,7 @@ class ParamsPanel(QWidget):
         self.adapter_wanted = True  # the user's choice, kept while a model without an adapter is loaded
         self.set_adapter_available(False)
         self.error = QLabel()
+        self.error.setTextFormat(Qt.TextFormat.PlainText)  # a message may hold "<" (e.g. "κ < 0.5")
         self.error.setStyleSheet("color: #b3261e")
         self.error.hide()
 

@@ -46,6 +46,7 @@ from .logic.projects import (
     sources_note,
     worth_saving,
 )
+from .settings import existing_folder
 from .workers import GeneratorWorker
 
 log = logging.getLogger(__name__)
@@ -208,7 +209,8 @@ class ProjectController(QObject):
     def ask_project_path(self, save: bool) -> Path | None:
         """Ask which project file to save to or open (a method, so tests can replace the dialog)."""
         w = self.window
-        start = Path(w.settings.get("projects/last_dir", str(Path.home()), str))
+        last = w.settings.get("projects/last_dir", "", str)
+        start = Path(existing_folder(last) if last else w.settings.open_dir())  # else where the spectra came from
         if save:
             suggested = str(self.path or start / f"project{PROJECT_SUFFIX}")
             name, _ = QFileDialog.getSaveFileName(w, "Save project", suggested, PROJECT_FILTER)

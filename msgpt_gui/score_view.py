@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 
+import html
 import math
+from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication, QImage, QKeySequence, QPixmap, QShortcut
@@ -97,6 +99,7 @@ class ScorePanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.bundle = None
+        self.settings = None  # the app's Settings: where the export dialog starts (set by the window)
         self.params = QueryParams()
         self.marker = None
         self.entry = None
@@ -216,8 +219,12 @@ class ScorePanel(QWidget):
         self._update()
 
     def export_dialog(self) -> None:
-        name, _ = QFileDialog.getSaveFileName(self, "Export scored structures", "scores.csv", "CSV table (*.csv)")
+        start = self.settings.export_dir() if self.settings is not None else ""
+        name, _ = QFileDialog.getSaveFileName(self, "Export scored structures", str(Path(start) / "scores.csv"),
+                                              "CSV table (*.csv)")
         if name:
+            if self.settings is not None:
+                self.settings.remember_export_dir(name)
             self.export(name if name.lower().endswith(".csv") else name + ".csv")
 
     def export(self, path: str) -> bool:
@@ -267,8 +274,10 @@ class ScorePanel(QWidget):
         else:
             n = len(self.entry.result.candidates) if self.entry.result is not None else 0
             ranks = f"ranked among its {n} candidates" if n else "run the spectrum to rank it among candidates"
-            self.summary.setText(f"Against <b>{self.entry.display_id}</b> ({self.entry.spectrum.formula or 'no formula'}"
-                                 f", {self.entry.spectrum.adduct or 'no adduct'}): {ranks}.")
+            s = self.entry.spectrum
+            self.summary.setText(f"Against <b>{html.escape(self.entry.display_id)}</b> ("
+                                 f"{html.escape(s.formula or 'no formula')}, {html.escape(s.adduct or 'no adduct')}): "
+                                 f"{ranks}.")
         shown = (self.entry, rows)
         if self._filled_for is None or shown[0] is not self._filled_for[0] or shown[1] is not self._filled_for[1]:
             self._filled_for = shown  # live rankings of a run re-show the same rows: not redrawn

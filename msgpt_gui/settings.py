@@ -28,6 +28,17 @@ def settings_path() -> Path:
     return config_dir() / SETTINGS_FILE
 
 
+def existing_folder(folder: str) -> str:
+    """``folder``, or its nearest parent that still exists (a folder moved or a drive unplugged); the home folder
+    when none is given or none exists."""
+    if folder:
+        path = Path(folder)
+        for candidate in (path, *path.parents):
+            if candidate.is_dir():
+                return str(candidate)
+    return str(Path.home())
+
+
 class Settings:
     """Typed access to the app's QSettings."""
 
@@ -131,6 +142,26 @@ class Settings:
 
     def clear_recent_files(self) -> None:
         self.set("files/recent", "[]")
+
+    # -- where the file dialogs start (files/last_dir, files/export_dir)
+    def open_dir(self) -> str:
+        """Where File ▸ Open starts: the folder of the spectra opened last (dialog, drop, recent files), else the
+        home folder."""
+        return existing_folder(self.get("files/last_dir", "", str))
+
+    def remember_open_dir(self, path) -> None:
+        """``path`` (a file, or a folder) was opened: File ▸ Open starts in its folder next time."""
+        path = Path(path)
+        self.set("files/last_dir", str(path if path.is_dir() else path.parent))
+
+    def export_dir(self) -> str:
+        """Where the export dialogs (candidates, posteriors, scored structures) start: the folder exported to last,
+        else that of the spectra opened last, else the home folder."""
+        return existing_folder(self.get("files/export_dir", "", str) or self.get("files/last_dir", "", str))
+
+    def remember_export_dir(self, path) -> None:
+        """A file was exported to ``path``: the export dialogs start in its folder next time."""
+        self.set("files/export_dir", str(Path(path).parent))
 
     # -- window layout
     def bytes_value(self, key: str) -> QByteArray | None:

@@ -13,6 +13,7 @@ from PySide6.QtCore import QItemSelectionModel, Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QLineEdit, QTreeView, QVBoxLayout, QWidget
 
 from .candidates_view import fit_columns
+from .columns import FillColumn
 from .logic.entries import FILTER_PLACEHOLDER, FILTER_TIP, SpectrumEntry
 from .models import KEY_ROLE, SpectraModel, SpectraProxy
 from .run_controller import plural
@@ -50,7 +51,7 @@ class SpectraList(QWidget):
         view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         view.setAlternatingRowColors(True)
         view.setWordWrap(False)
-        view.setTextElideMode(Qt.TextElideMode.ElideRight)  # IDs differ at their end: see compact_id
+        view.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # IDs differ at their end (compact_id): it stays
         view.setExpandsOnDoubleClick(False)  # a double-click runs the spectrum; ▸ expands
         view.setIndentation(14)
         header = view.header()
@@ -61,7 +62,8 @@ class SpectraList(QWidget):
                            5: "Scans", 6: "999 ⚠", 7: STATUS_SAMPLE})
         view.setColumnHidden(SpectraModel.SCANS, True)  # shown once a run's features are listed
         header.setStretchLastSection(False)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # IDs take what is left
+        # IDs take what is left, but at least their width (up to 32 characters): a narrow list scrolls sideways
+        self.id_column = FillColumn(view, SpectraModel.ID, min_chars=14, cap_chars=32)
         return view
 
     # -- the current and the selected entries

@@ -252,6 +252,7 @@ class SpectrumPanel(QWidget):
         self.header.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.header.setWordWrap(True)  # a long ID or skip reason wraps instead of being cut
         self.flag = QLabel(wordWrap=True)
+        self.flag.setTextFormat(Qt.TextFormat.PlainText)
         self.flag.setStyleSheet("color: #a15c00")
         self.editor = FormulaEditor()
         self.canvas = SpectrumCanvas()

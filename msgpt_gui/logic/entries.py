@@ -257,6 +257,14 @@ class SpectrumEntry:
         )
 
     @property
+    def untouched(self) -> bool:
+        """As read from its file: never queued or run (no result, session or formula runs), nothing set by hand, no
+        notes (its scans too)."""
+        return (self.status in (Status.NOT_RUN, Status.SKIPPED) and self.session is None and not self.has_results
+                and not self.formula_runs and not self.overridden and not self.user_notes.strip()
+                and all(c.untouched for c in self.children))
+
+    @property
     def no_fragments(self) -> bool:
         """Holds only the precursor (no peak below precursor m/z - 2 Da): candidates reflect the formula only."""
         return self.spectrum is not None and not has_fragments(self.spectrum)

@@ -69,7 +69,9 @@ TIPS = {
         "Rank": "Rank under the chosen ranking (see Ranking): by default the fingerprint score",
         "Change": "How the rank moved since the previous ranking (other pool size or band): "
                   "▲ up, ▼ down, new = not there before",
-        "SMILES": "Canonical SMILES without stereochemistry",
+        "SMILES": "Canonical SMILES without stereochemistry; ⚠: a motif no stable compound is known to show "
+                  "(a strained or antiaromatic small ring, an aminal, an α-haloamine, an N–halogen bond): the "
+                  "tooltip says which. A hint only: the rank and the exports are unchanged",
         "Formula": "Molecular formula of the candidate (always the spectrum's formula; after a run of several "
                    "formula candidates, the formula it was drawn for)",
         "Formula score": "Probability of the candidate's formula among the formula candidates of the precursor "

@@ -125,7 +125,7 @@ def test_new_rows_are_selected_and_scrolled_into_view_with_ids_that_tell_scans_a
     assert view.viewport().rect().contains(view.visualRect(view.currentIndex()).center())  # ...and in view
     ids = [window.spectra.index(r, 0).data() for r in range(12, 20)]
     assert ids[0] == "F0001 · scan=621" and len(set(ids)) == 8  # one precursor feature per scan here
-    assert view.textElideMode() == Qt.TextElideMode.ElideRight
+    assert view.textElideMode() == Qt.TextElideMode.ElideMiddle  # the end that tells scans apart stays (issue #38)
     tip = window.spectra.index(12, 0).data(Qt.ItemDataRole.ToolTipRole)
     assert tip.startswith("F0001_mz313.1797") and "controllerType=0 controllerNumber=1 scan=621" in tip
 
