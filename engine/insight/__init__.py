@@ -1,5 +1,6 @@
 """What a result means beyond its rank: novelty against the training corpus and the user's lists
-(``novelty``), and scoring structures the user brings (``structure_score``).
+(``novelty``), scoring structures the user brings (``structure_score``), and flags of implausible structures
+(``plausibility``).
 
 May import: ``engine.elucidation`` and below.
 """

@@ -119,14 +119,19 @@ class ConfidenceModel:
     def applies_to(self, params, adapter: bool = False) -> bool:
         """Whether a result drawn with :class:`engine.elucidation.pipeline.QueryParams` ``params`` (the bundle's adapter
         ``adapter`` on or off) matches the fit's settings."""
+        return not self.differing_settings(params, adapter)
+
+    def differing_settings(self, params, adapter: bool = False) -> set[str]:
+        """The settings of the fit (QueryParams field names, or ``adapter``) that ``params`` do not match."""
+        differ = set()
         for name, value in self.settings.items():
             have = adapter if name == "adapter" else getattr(params, name, None)
             if isinstance(value, float) and isinstance(have, (int, float)):
                 if not math.isclose(float(have), value, rel_tol=1e-9, abs_tol=1e-12):
-                    return False
+                    differ.add(name)
             elif have != value:
-                return False
-        return True
+                differ.add(name)
+        return differ
 
     def to_json(self) -> dict:
         d = {"format": FORMAT, "version": 2 if self.recalibration else 1, "features": list(self.features),
@@ -288,26 +293,81 @@ def auroc(scores: Sequence[float], hits: Sequence[bool]) -> float | None:
 
 
 def spectrum_confidence(bundle, result) -> float | None:
-    """The confidence of a finished :class:`engine.elucidation.pipeline.SpectrumResult`, or None when the bundle has no
-    confidence model, the result's settings are not those it was fitted with, or its spectrum is of an
-    ion mode the fit saw none of (``meta["polarities"]``, positive when absent).
+    """The confidence of a finished :class:`engine.elucidation.pipeline.SpectrumResult`, or None when
+    :func:`why_no_confidence` has a reason (no confidence model, other settings than the fit's, an ion mode the
+    fit saw none of, ...).
 
     For a formula taken from the ranked formula candidates (``formula_source`` "ranked candidates", an
     LC-MS feature without a given formula) it is P(formula) x P(rank 1 right | formula): the structure can
     only be right when the formula is.
     """
+    if why_no_confidence(bundle, result):
+        return None
+    p = bundle.confidence.probability(result_features(result))
+    md = result.spectrum.metadata
+    if md.get("formula_source") == "ranked candidates" and md.get("formula_score") not in (None, ""):
+        p *= min(max(float(md["formula_score"]), 0.0), 1.0)
+    return p
+
+
+def why_no_confidence(bundle, result) -> str:
+    """Why :func:`spectrum_confidence` gives ``result`` (drawn with ``bundle``) no confidence, in one sentence a
+    chemist can act on; "" when it gives one. The checks, in order: a confidence model at all; a finished run
+    of the κ band's queries; an ion mode the fit saw (``meta["polarities"]``, positive when absent); the fit's
+    settings (κ band, M, N, decoding, ranking, sampling, adapter); a known probability of a ranked formula."""
     model = getattr(bundle, "confidence", None)
-    if model is None or result.partial or result.plan is not None:
-        return None
-    if (result.spectrum.polarity or "positive") not in model.meta.get("polarities", ["positive"]):
-        return None  # fitted on pools of the other ion mode only
-    if not model.applies_to(result.params, adapter=bool(getattr(bundle, "adapter_active", False))):
-        return None
-    p = model.probability(result_features(result))
+    if model is None:
+        return "this model ships no confidence model (confidence.json)"
+    if result.partial:
+        return "the run is not finished"
+    if result.plan is not None:
+        return "these candidates were drawn with a query plan of their own; it holds only for the κ band's queries"
+    fitted_modes = model.meta.get("polarities", ["positive"])
+    polarity = result.spectrum.polarity or "positive"
+    if polarity not in fitted_modes:
+        return f"it was fitted on {' and '.join(fitted_modes)}-mode spectra only, this one is {polarity}"
+    adapter = bool(getattr(bundle, "has_adapter", False) and result.params.use_adapter)
+    differ = model.differing_settings(result.params, adapter)
+    have = {name: adapter if name == "adapter" else getattr(result.params, name, None) for name in model.settings}
+    if _pool(model.settings) != _pool(have):
+        differ.add("pool")
+    if differ:
+        fitted, now = _describe(model.settings, differ), _describe(have, differ)
+        return (f"it holds only for the settings it was fitted with, {', '.join(fitted)}; these candidates were "
+                f"ranked with {', '.join(now)} (set {'it' if len(fitted) == 1 else 'them'} back to see it)")
     md = result.spectrum.metadata
     if md.get("formula_source") == "ranked candidates" and md.get("formula_score") not in (None, ""):
         try:
-            p *= min(max(float(md["formula_score"]), 0.0), 1.0)
+            float(md["formula_score"])
         except (TypeError, ValueError):
-            return None
-    return p
+            return "the probability of the formula these candidates were drawn for is not known"
+    return ""
+
+
+_SETTING_WORDS = {  # how a setting of the fit is written (the QueryParams field, or "adapter")
+    "decoding": lambda v: f"{v} decoding",
+    "ranking": lambda v: f"{v} ranking",
+    "temperature": lambda v: f"temperature {v:g}",
+    "top_k": lambda v: f"top-k {v}",
+    "top_p": lambda v: f"top-p {v:g}",
+    "adapter": lambda v: f"adapter {'on' if v else 'off'}",
+}
+
+
+def _pool(values: dict) -> int | None:
+    m, n = values.get("groups"), values.get("samples_per_group")
+    return m * n if isinstance(m, int) and isinstance(n, int) else None
+
+
+def _describe(values: dict, names: set[str]) -> list[str]:
+    """The settings ``names`` of ``values`` in words (the band as one item; M, and B = M x N for N)."""
+    out = []
+    if names & {"kappa_min", "kappa_max"}:
+        out.append(f"κ {values.get('kappa_min', '?'):g}–{values.get('kappa_max', '?'):g}")
+    if "groups" in names:
+        out.append(f"M = {values.get('groups')}")
+    if "pool" in names:
+        out.append(f"B = {_pool(values)}")
+    out += [_SETTING_WORDS.get(k, lambda v, k=k: f"{k} {v}")(values.get(k)) for k in sorted(names)
+            if k not in ("kappa_min", "kappa_max", "groups", "samples_per_group", "pool")]
+    return out

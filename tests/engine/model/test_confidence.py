@@ -326,3 +326,23 @@ def test_collecting_unseen_structures_needs_a_bundle_that_records_its_encoders_l
     bundle = load_bundle(root / "tiny_bundle", device="cpu")
     with pytest.raises(ConfigError, match="licences its encoder trained on"):
         _unseen_ids(bundle, str(root / "fixture.mgf"))
+
+
+def test_why_no_confidence_names_the_reason_spectrum_confidence_leaves_it_out(bundle_with_confidence, tiny_bundle):
+    from tiny_bundle import fixture_spectra
+
+    from engine.model.confidence import why_no_confidence
+
+    bundle = bundle_with_confidence
+    result = _run(bundle, fixture_spectra()[0], QueryParams())
+    assert why_no_confidence(bundle, result) == "" and spectrum_confidence(bundle, result) is not None
+    cases = {
+        "ships no confidence model": (tiny_bundle, result),
+        "not finished": (bundle, replace(result, partial=True)),
+        "-mode spectra only, this one is negative": (
+            bundle, replace(result, spectrum=SimpleNamespace(polarity="negative", metadata={}))),
+        "B = 100; these candidates were ranked with B = 140": (
+            bundle, replace(result, params=replace(result.params, samples_per_group=7))),
+    }
+    for words, (b, r) in cases.items():
+        assert words in why_no_confidence(b, r) and spectrum_confidence(b, r) is None, words
