@@ -13,6 +13,8 @@ which ``tests/engine/test_layers.py`` checks on every import, lazy ones included
 ``formulas``       formula candidates of a precursor: decomposition, prior, scorer, evidence, the ranked table
 ``library``        structure libraries (PubChemLite/NORMAN tables, SDF, SMILES lists, the bundled one): read,
                    standardised, indexed by formula and mass with fingerprints, kept in the data folder
+``spectral_library`` reference MS/MS spectra (MSP/MGF exports, the bundled MassBank subset): read, indexed with
+                   Flash entropy search per ion mode, kept in the data folder; identity and analog search
 ``model``          the trained bundle and its parts: tokenizer, encoder, decoder, calibrations, sampling,
                    grammar constraints, fingerprint scoring, confidence, bit legend, known structures
 ``elucidation``    one spectrum's search: queries, samples, the ranked candidate pool (``pipeline``)
