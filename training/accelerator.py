@@ -4,7 +4,7 @@ Some sessions are lent an H100/H200 for 15 minutes of device time (docs/accelera
 those minutes into a candidate model with one command on each side::
 
     python -m training.accelerator pack --corpus runs/corpus_full --noise runs/noise_v9.npz \\
-        --molecules ../shared/data/molecules.tsv.gz          # writes .carry/accel, parks the bundled model,
+        --molecules ../shared/data/molecules.tsv.gz          # writes .carry/accel, parks resources/,
                                                              # prints the remote command and `travels: N MiB`
     # on the device (the printed command, carry [".carry"]):
     python3 -m training.accelerator remote --pack .carry/accel --out $OUT
@@ -15,10 +15,11 @@ those minutes into a candidate model with one command on each side::
 What travels (at most 64 MiB with the working tree): the corpus as compact arrays (``corpus.npz.xz``: tokens,
 active Morgan bits, formulas, InChIKey blocks for the validation split, the rows to oversample), the decoder
 to continue from (the bundle's bf16 weights), the fingerprint noise model and ``pack.json`` (recipe and
-checksums). The working tree's bundled model (54 MB) cannot travel beside them, so ``pack`` *parks* it: its
-files stay on disk but leave git's index (staged deletion) and are ignored through ``.git/info/exclude``, so
-the device tool does not copy them; ``unpack`` (or ``unpark``) restores the index. Never commit while parked
-(``git status`` then shows the bundle as deleted).
+checksums). The working tree's ``resources/`` (the bundled model, 54 MB, and the structure and spectral
+libraries, 9 MB) cannot travel beside them, so ``pack`` *parks* it: its files stay on disk but leave git's index
+(staged deletion) and are ignored through ``.git/info/exclude``, so the device tool does not copy them (the
+remote step needs none of them); ``unpack`` (or ``unpark``) restores the index. Never commit while parked
+(``git status`` then shows them as deleted).
 
 The remote step needs torch, numpy and safetensors only (no RDKit, safe-mol, Qt or pyteomics): it unpacks
 the corpus to ``/tmp``, trains with :func:`training.pretrain.pretrain` (the CPU code, on ``cuda`` with bf16
@@ -63,7 +64,8 @@ PACK_VERSION = 1
 REPORT = "remote_report.json"
 PART_BYTES = 15 * 1024 * 1024  # under the 16 MiB a returned file may have
 TRAVEL_LIMIT = 64 * 1024 * 1024
-PARKED = "resources/default_model"
+DEFAULT_MODEL = "resources/default_model"
+PARKED = "resources"  # the bundled model and libraries: on disk, out of what travels (the remote step needs none)
 DEFAULT_PACK = ".carry/accel"
 RUN_CHARS = 2000  # the device tool's longest command
 
@@ -231,7 +233,7 @@ def materialize_corpus(pack_dir: Path, dest: Path, oversample: int) -> dict:
 
 
 # -----------------------------------------------------------------------------------------------
-# What travels; parking the bundled model
+# What travels; parking resources/
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -572,7 +574,7 @@ def bring_back(ckpt: Path, out: Path, work: Path, ctx: dict, final: bool) -> dic
 def unpack(returned: str | Path, pack_dir: str | Path, dest: str | Path, *, repo: Path | None = None,
            restore: bool = True) -> Path:
     """Reassemble and check the returned decoder; write a pretraining run directory at ``dest/run`` (with
-    the corpus materialized at ``dest/corpus``). Restores the parked bundle. Returns the run directory."""
+    the corpus materialized at ``dest/corpus``). Restores the parked resources/. Returns the run directory."""
     from engine.model.decoder import DecoderConfig
 
     from .checkpoint import load_decoder
@@ -676,14 +678,14 @@ def ship_decision(candidate: dict, baseline: dict) -> tuple[bool, list[str]]:
     return ok and top1, lines
 
 
-def build_candidate(run: str | Path, name: str, out: str | Path, encoder: str = PARKED, *extra: str) -> Path:
+def build_candidate(run: str | Path, name: str, out: str | Path, encoder: str = DEFAULT_MODEL, *extra: str) -> Path:
     cmd = [sys.executable, "-m", "training.build_bundle", "--decoder", str(run), "--encoder", encoder,
            "--name", name, "--out", str(out), "--force", *extra]
     subprocess.run(cmd, check=True)
     return Path(out)
 
 
-def evaluate(run: str | Path, name: str, out: str | Path, mgf: str, *, baseline: str = PARKED,
+def evaluate(run: str | Path, name: str, out: str | Path, mgf: str, *, baseline: str = DEFAULT_MODEL,
              which: tuple[str, ...] = ("baseline", "candidate"), threads: int = 1) -> dict:
     out = Path(out)
     bundle = out / "bundle"
@@ -801,15 +803,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="the whole chain at toy scale on this CPU")
     p.add_argument("--workdir", help="with --dry-run: keep its files here")
     sub = p.add_subparsers(dest="cmd")
-    k = sub.add_parser("pack", help="write the carried folder, park the bundled model, print the command")
+    k = sub.add_parser("pack", help="write the carried folder, park resources/, print the command")
     k.add_argument("--corpus", required=True, help="prepared corpus (python -m training.corpus prepare)")
-    k.add_argument("--init", default=PARKED, help="bundle (or decoder) to continue from (default: the default model)")
+    k.add_argument("--init", default=DEFAULT_MODEL, help="bundle (or decoder) to continue from (default: the default model)")
     k.add_argument("--noise", required=True, help="noise model (python -m training.noise fit)")
     k.add_argument("--molecules", help="molecules TSV (inchikey14, source) naming the part to oversample")
     k.add_argument("--oversample-sources", default="massbank_open,repoRT,spectraverse_example,modelseed_metacyc,"
                    "npclassifier,mibig", help="comma-separated sources of the balanced part")
     k.add_argument("--out", default=DEFAULT_PACK, help="carried folder (ignored by git)")
-    k.add_argument("--no-park", action="store_true", help="leave the bundled model where it is")
+    k.add_argument("--no-park", action="store_true", help="leave resources/ where it is")
     for f in fields(Recipe):
         k.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default, help=f.metadata["help"])
     r = sub.add_parser("remote", help="the device side (the command pack prints)")
@@ -831,7 +833,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--which", nargs="*", default=["baseline", "candidate"], choices=["baseline", "candidate"],
                    help="which evaluations to run (two processes can share the work); none: only the verdict")
     e.add_argument("--threads", type=int, default=1)
-    e.add_argument("--baseline", default=PARKED, help="the model to beat (default: the default model); its encoder "
+    e.add_argument("--baseline", default=DEFAULT_MODEL, help="the model to beat (default: the default model); its encoder "
                    "and calibrations go into the candidate")
     sub.add_parser("park", help=f"take {PARKED} out of what travels")
     sub.add_parser("unpark", help=f"restore {PARKED} in git's index")
