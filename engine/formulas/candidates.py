@@ -66,7 +66,7 @@ from engine.formulas.scorer import FormulaScorer, default_scorer, fragment_terms
 from engine.spectra.annotate import DEFAULT_TOL_DA as FRAGMENT_TOL_DA
 from engine.spectra.annotate import DEFAULT_TOL_PPM as FRAGMENT_TOL_PPM
 from engine.spectra.annotate import ION_TYPES, get_ion_type
-from engine.spectra.isotopes import IsotopeMatch, match_isotopes
+from engine.spectra.isotopes import IsotopeMatch, isotope_envelope, match_isotopes, observed_pattern
 from engine.spectra.spectrum import Spectrum, precursor_precision_da
 
 DEFAULT_ION_TYPES = {
@@ -78,6 +78,8 @@ PARTNER_ION_TYPES = {
     "positive": ("[M+H]+", "[M+Na]+", "[M+NH4]+", "[M+K]+"),
     "negative": ("[M-H]-", "[M+Cl]-", "[M+HCOO]-", "[M+CH3COO]-"),
 }
+#: The precursor scatter (ppm) the shipped scorer's mass weight was learned with (training.formula_scorer).
+SCORER_SIGMA_PPM = 3.0
 TERMS = ("mass", "prior", "fragments", "ion_type", "isotopes", "adducts")
 
 
@@ -86,6 +88,8 @@ class FormulaConfig:
     """How formula candidates are found and scored (see the module notes)."""
 
     ppm: float = field(default=10.0, metadata={"help": "precursor mass tolerance, ppm"})
+    mass_sigma_ppm: float = field(default=SCORER_SIGMA_PPM, metadata={
+        "help": "precursor m/z scatter the mass term assumes, ppm (the shipped weights were learned at 3 ppm)"})
     da: float = field(default=0.001, metadata={"help": "precursor mass tolerance, Da (the larger wins)"})
     ion_types: tuple[str, ...] | None = field(default=None, metadata={
         "help": "ion types to consider when the record has none (None: [M+H]+, [M+Na]+, [M+NH4]+ or the negative three)"})
@@ -99,14 +103,18 @@ class FormulaConfig:
     ms1_tol_da: float = field(default=0.005, metadata={"help": "survey peaks (isotopes, adducts), Da"})
     isotope_peaks: int = field(default=4, metadata={"help": "isotope peaks compared (M .. M+3)"})
     isotope_weight: float = field(default=1.0, metadata={"help": "weight of the isotope pattern score"})
+    isotope_ratio_sd: float = field(default=0.0, metadata={
+        "help": "log-sd of one detector factor on all isotope ratios (0: ratios taken as measured)"})
     adduct_weight: float = field(default=2.0, metadata={"help": "score per co-detected ion type of the molecule"})
 
     def __post_init__(self):
         for name in ("ppm", "da", "fragment_tol_ppm", "fragment_tol_da", "ms1_tol_ppm", "ms1_tol_da",
-                     "isotope_weight", "adduct_weight", "max_mass"):
+                     "isotope_weight", "adduct_weight", "max_mass", "mass_sigma_ppm", "isotope_ratio_sd"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
                 raise ConfigError(f"`{name}` must be a number >= 0, got {value!r}.")
+        if not self.mass_sigma_ppm > 0:
+            raise ConfigError(f"`mass_sigma_ppm` must be > 0, got {self.mass_sigma_ppm!r}.")
         if self.ppm == 0 and self.da == 0:
             raise ConfigError("`ppm` and `da` are both 0; give a precursor mass tolerance > 0.")
         for name in ("max_scored", "isotope_peaks"):
@@ -248,6 +256,9 @@ def rank_formulas(
     frag_mz, frag_w = fragment_peaks(spectrum)
     if frag_mz.size == 0:
         notes.append("no fragments: formulas ranked by mass, prior and MS1 only")
+    isotope_problem = None if ms1 is None else unusable_isotopes(ms1, spectrum.precursor_mz, config)
+    if isotope_problem:
+        notes.append(f"isotopes not used: {isotope_problem}")
     rows = []  # (ion_type, vector, mass, stage-1 terms, features)
     too_heavy: list[str] = []
     n_decompositions = 0
@@ -272,7 +283,7 @@ def rank_formulas(
         theo_mz = (adduct.n_molecules * masses + adduct.mass_delta) / abs(adduct.charge)  # precursor_mz_from_neutral
         ppm = (spectrum.precursor_mz - theo_mz) / theo_mz * 1e6
         features = scorer.prior.features(vectors, masses)
-        features["mass_error"] = (ppm / 10.0) ** 2
+        features["mass_error"] = (ppm / 10.0 * SCORER_SIGMA_PPM / config.mass_sigma_ppm) ** 2
         terms = scorer.linear(scorer.stage1, features, len(vectors))
         stage1 = terms["mass"] + terms["prior"]
         best = np.argsort(-stage1, kind="stable")[: config.max_scored]
@@ -298,7 +309,7 @@ def rank_formulas(
         terms = {"mass": float(t["mass"][0]), "prior": float(t["prior"][0]), "fragments": float(t["fragments"][0]),
                  "ion_type": scorer.ion_prior(ion_type), "isotopes": 0.0, "adducts": 0.0}
         if ms1 is not None:
-            match = _isotopes(counts, ion_type, spectrum.precursor_mz, ms1, config)
+            match = None if isotope_problem else _isotopes(counts, ion_type, spectrum.precursor_mz, ms1, config)
             if match is not None:
                 terms["isotopes"] = config.isotope_weight * match.score
             terms["adducts"] = config.adduct_weight * _partners(mass, ion_type, polarity, ms1, config)
@@ -321,13 +332,33 @@ def rank_formulas(
                         n_fragment_peaks=int(frag_mz.size), notes=tuple(notes))
 
 
+def unusable_isotopes(ms1, precursor_mz: float, config: FormulaConfig = FormulaConfig()) -> str | None:
+    """Why the survey scan's isotope pattern of the precursor cannot be scored, or None when it can.
+
+    Without an M+1 peak (a weak precursor, or MS1 centroided and trimmed) the ratios say nothing reliable;
+    an M+1 above 80% of M (no formula below 1000 Da has one) means another ion overlaps.
+    """
+    anchor_mz, anchor = observed_pattern(ms1.mz, ms1.intensity, np.array([precursor_mz]), config.ms1_tol_ppm,
+                                         config.ms1_tol_da)
+    if not anchor[0] > 0:
+        return "the survey scan holds no precursor peak"
+    _, envelope = isotope_envelope(ms1.mz, ms1.intensity, float(anchor_mz[0]), 2)
+    ratio = envelope[1] / anchor[0]
+    if ratio <= 0:
+        return "no M+1 peak in the survey scan (a weak precursor, or MS1 centroided and trimmed)"
+    if ratio > 0.8:
+        return f"M+1 at {ratio:.0%} of M: another ion overlaps the pattern"
+    return None
+
+
 def _isotopes(counts: Mapping[str, int], ion_type: str, precursor_mz: float, ms1, config: FormulaConfig) -> IsotopeMatch | None:
     try:
         ion = _ion_counts(counts, ion_type)
     except AdductError:
         return None
     return match_isotopes(ion, parse_adduct(ion_type).charge, ms1.mz, ms1.intensity, precursor_mz,
-                          n_peaks=config.isotope_peaks, tol_ppm=config.ms1_tol_ppm, tol_da=config.ms1_tol_da)
+                          n_peaks=config.isotope_peaks, tol_ppm=config.ms1_tol_ppm, tol_da=config.ms1_tol_da,
+                          ratio_sd=config.isotope_ratio_sd)
 
 
 def isotope_comparison(

@@ -33,9 +33,12 @@ scan of a run as its own feature, unchanged (with its MS1 evidence); ``"always"`
 
 MS1 evidence (:func:`ms1_evidence`): among the survey scans within ``ms1_rt_pad_s`` of the
 feature's retention-time range (and those its scans name as their precursor scan), the one where the
-precursor peak is most intense (the apex seen by MS1); the feature's precursor m/z becomes that peak's
-m/z, and the survey peaks from ``ms1_window_da`` below to ``ms1_window_da`` above it are kept for the
-isotope pattern and co-detected adducts (:mod:`engine.formulas.candidates`).
+precursor peak is most intense (the apex seen by MS1) and up to ``ms1_scans`` (default 5) of the most
+intense whose precursor peak holds at least ``ms1_apex_fraction`` (default 30%) of the apex's: their
+survey peaks from ``ms1_window_da`` below to ``ms1_window_da`` above the precursor are averaged (one
+scan's isotope ratios are noisy, and the apex scan's M may be saturated) and kept for the isotope
+pattern and co-detected adducts (:mod:`engine.formulas.candidates`); the feature's precursor m/z
+becomes the averaged precursor peak's m/z.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ class FeatureConfig:
     min_scans_for_fraction: int = field(default=3, metadata={"help": "scans needed before that share applies"})
     ms1_rt_pad_s: float = field(default=5.0, metadata={"help": "survey scans this far around the feature are searched"})
     ms1_window_da: float = field(default=40.0, metadata={"help": "survey peaks kept around the precursor, Da each side"})
+    ms1_scans: int = field(default=5, metadata={"help": "survey scans around the apex averaged (isotope pattern)"})
+    ms1_apex_fraction: float = field(default=0.3, metadata={
+        "help": "a survey scan is averaged when its precursor peak holds this share of the apex's"})
     grouping: str = field(default="auto", metadata={
         "help": "auto: group mzML runs, keep MGF records as they are; always; never (one feature per scan)"})
 
@@ -83,6 +89,10 @@ class FeatureConfig:
             raise ConfigError("`fragment_tol_ppm` and `fragment_tol_da` are both 0; give at least one tolerance > 0.")
         if not (0 < self.min_scan_fraction <= 1):
             raise ConfigError(f"`min_scan_fraction` must be in (0, 1], got {self.min_scan_fraction!r}.")
+        if isinstance(self.ms1_scans, bool) or not isinstance(self.ms1_scans, int) or self.ms1_scans < 1:
+            raise ConfigError(f"`ms1_scans` must be a whole number >= 1, got {self.ms1_scans!r}.")
+        if not (0 < self.ms1_apex_fraction <= 1):
+            raise ConfigError(f"`ms1_apex_fraction` must be in (0, 1], got {self.ms1_apex_fraction!r}.")
         n = self.min_scans_for_fraction
         if isinstance(n, bool) or not isinstance(n, int) or n < 2:
             raise ConfigError(f"`min_scans_for_fraction` must be a whole number >= 2, got {n!r}.")
@@ -106,6 +116,7 @@ class MS1Evidence:
     precursor_intensity: float
     mz: np.ndarray  # survey peaks within ms1_window_da of the precursor, sorted
     intensity: np.ndarray
+    n_scans: int = 1  # survey scans averaged into mz / intensity
 
 
 @dataclass(frozen=True, eq=False)
@@ -267,7 +278,7 @@ def ms1_evidence(
     lo_rt, hi_rt = rt_range
     tol = float(config.mz_tolerance(precursor_mz))
     wanted = set(referenced)
-    best: tuple[float, SurveyScan, int] | None = None
+    found: list[tuple[float, SurveyScan, int]] = []
     for scan in survey_scans:
         if polarity is not None and scan.polarity not in (None, polarity):
             continue
@@ -278,17 +289,42 @@ def ms1_evidence(
         if not near and scan.id not in wanted:
             continue
         k = _peak_near(scan, precursor_mz, tol)
-        if k is not None and (best is None or scan.intensity[k] > best[0]):
-            best = (float(scan.intensity[k]), scan, k)
-    if best is None:
+        if k is not None:
+            found.append((float(scan.intensity[k]), scan, k))
+    if not found:
         return None
-    intensity, scan, k = best
-    center = float(scan.mz[k])
-    lo, hi = np.searchsorted(scan.mz, [center - config.ms1_window_da, center + config.ms1_window_da])
+    found.sort(key=lambda f: -f[0])  # stable: the first of equal scans stays the apex
+    intensity, scan, k = found[0]
+    chosen = [f for f in found if f[0] >= config.ms1_apex_fraction * intensity][: config.ms1_scans]
+    mz, summed = _average_windows([(s, float(s.mz[j])) for _, s, j in chosen], config.ms1_window_da)
+    apex = float(scan.mz[k])
+    j = int(np.argmin(np.abs(mz - apex)))  # the precursor's cluster: its m/z is the scans' weighted mean
     return MS1Evidence(
-        scan_id=scan.id, retention_time=scan.retention_time, precursor_mz=center, precursor_intensity=intensity,
-        mz=scan.mz[lo:hi].copy(), intensity=scan.intensity[lo:hi].copy(),
+        scan_id=scan.id, retention_time=scan.retention_time, precursor_mz=float(mz[j]), precursor_intensity=intensity,
+        mz=mz, intensity=summed, n_scans=len(chosen),
     )
+
+
+def _average_windows(windows: Sequence[tuple[SurveyScan, float]], window_da: float, tol_ppm: float = 5.0,
+                     tol_da: float = 0.002) -> tuple[np.ndarray, np.ndarray]:
+    """The mean of several survey scans' peaks within ``window_da`` of each one's precursor peak.
+
+    Peaks closer than ``max(tol_ppm, tol_da)`` across scans are one peak (its m/z the intensity-weighted
+    mean, its intensity the sum over the scans divided by their number); one scan comes back as it is.
+    """
+    parts = []
+    for scan, center in windows:
+        lo, hi = np.searchsorted(scan.mz, [center - window_da, center + window_da])
+        parts.append((scan.mz[lo:hi], scan.intensity[lo:hi]))
+    if len(parts) == 1:
+        return parts[0][0].copy(), parts[0][1].copy()
+    mz, intensity = (np.concatenate(a) for a in zip(*parts))
+    order = np.argsort(mz, kind="stable")
+    mz, intensity = mz[order], intensity[order]
+    starts = np.flatnonzero(np.r_[True, np.diff(mz) > np.maximum(tol_ppm * 1e-6 * mz[1:], tol_da)])
+    summed = np.add.reduceat(intensity, starts)
+    weighted = np.add.reduceat(mz * intensity, starts) / np.where(summed > 0, summed, 1.0)
+    return weighted, summed / len(parts)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -169,14 +169,29 @@ def isotope_envelope(
     return out_mz, out_int
 
 
+RATIO_GRID = np.exp(np.linspace(-1.0, 0.5, 31))  # detector factors tried on the isotope ratios (0.37 .. 1.65)
+
+
 def isotope_score(
-    observed: np.ndarray, theoretical: np.ndarray, detectable: np.ndarray, abs_error: float = 0.02, rel_error: float = 0.10
+    observed: np.ndarray, theoretical: np.ndarray, detectable: np.ndarray, abs_error: float = 0.02,
+    rel_error: float = 0.10, ratio_sd: float = 0.0,
 ) -> float:
-    """``-1/2 * sum ((o - t) / sigma)^2`` over the isotope peaks after the first (module notes)."""
+    """``-1/2 * sum ((o - t) / sigma)^2`` over the isotope peaks after the first (module notes).
+
+    With ``ratio_sd > 0`` the ratios to M may all be off by one detector factor ``b`` (a saturated or
+    clipped M reads the others too high; weak or trimmed M+1 and M+2 read them too low): the score is the
+    best over ``b`` of the same sum with ``t * b``, less ``1/2 * (ln b / ratio_sd)^2``. The shape of the
+    pattern (a 37Cl or 81Br M+2 against M+1) still counts in full; the level of M+1 alone much less.
+    """
     o, t, d = np.asarray(observed)[1:], np.asarray(theoretical)[1:], np.asarray(detectable, dtype=bool)[1:]
     use = d | (o > 0)
-    sigma = abs_error + rel_error * t
-    return float(-0.5 * np.sum(((o - t) / sigma)[use] ** 2))
+    if ratio_sd <= 0:
+        sigma = abs_error + rel_error * t
+        return float(-0.5 * np.sum(((o - t) / sigma)[use] ** 2))
+    tb = t[None, :] * RATIO_GRID[:, None]  # (G, n)
+    sigma = abs_error + rel_error * tb
+    chi = np.sum(np.where(use[None, :], ((o[None, :] - tb) / sigma) ** 2, 0.0), axis=1)  # (G,)
+    return float(np.max(-0.5 * chi - 0.5 * (np.log(RATIO_GRID) / ratio_sd) ** 2))
 
 
 def match_isotopes(
@@ -190,13 +205,14 @@ def match_isotopes(
     tol_ppm: float = 10.0,
     tol_da: float = 0.005,
     window_da: float = ISOTOPE_WINDOW_DA,
+    ratio_sd: float = 0.0,
 ) -> IsotopeMatch | None:
     """Compare the isotope pattern of an ion formula with survey peaks around ``precursor_mz``.
 
     The monoisotopic peak is the survey peak within ``max(tol_ppm, tol_da)`` of ``precursor_mz``;
     the others are read by :func:`isotope_envelope`, the same for every formula, so a peak one
     formula does not predict (a 37Cl M+2) still counts against it. ``None`` when the survey peaks
-    hold no monoisotopic peak.
+    hold no monoisotopic peak. ``ratio_sd``: see :func:`isotope_score`.
     """
     theo_mz, theo = isotope_pattern(ion_counts, n_peaks, charge)
     anchor_mz, anchor_int = observed_pattern(mz, intensity, np.array([precursor_mz]), tol_ppm, tol_da)
@@ -206,7 +222,7 @@ def match_isotopes(
     floor = float(np.min(intensity)) if len(intensity) else 0.0
     detectable = theo * anchor_int[0] >= floor
     observed = obs_int / anchor_int[0]
-    score = isotope_score(observed, theo, detectable)
+    score = isotope_score(observed, theo, detectable, ratio_sd=ratio_sd)
     if not math.isfinite(score):
         score = 0.0
     return IsotopeMatch(theoretical_mz=theo_mz, theoretical=theo, observed_mz=obs_mz, observed=observed,

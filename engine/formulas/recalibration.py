@@ -1,0 +1,227 @@
+"""Run-level mass recalibration: the m/z error of a run, estimated from the run itself, corrected before formulas.
+
+Precursor m/z of a real run read consistently off (a TripleTOF run of pesticides: +4 to +9 ppm), a
+calibration offset of the run rather than noise, and a 10 ppm window scored as if it were noise pushes
+the true formula down. As SIRIUS and instrument software do, the run tells its own error: the formulas
+and fragment subformulas that explain its spectra best sit at a consistent offset.
+
+:func:`recalibrate_run` (one run's precursors, each with its survey scan when there is one):
+
+1. **annotate**: each precursor's formulas are ranked with a wide window (``search_ppm``, default 25 ppm)
+   and a mass term that barely counts (as if the scatter were ``search_ppm / 2``), so the error of the
+   run cannot decide the formula. A precursor whose best candidate is probable (``min_probability``) and
+   explains fragment intensity (``min_explained``) gives points ``(m/z, error ppm)``: its precursor, and the
+   fragment peaks its subformulas annotate within ``search_ppm``;
+2. **fit** ``error = offset + slope * (m/z - 500) / 1000`` robustly (Tukey biweight from the weighted median;
+   the slope only when the points span ``min_span_mz``); the precursors' residual scatter (1.4826 MAD)
+   is the run's ``scatter_ppm``;
+3. **repeat** once on the corrected m/z with a tighter mass term, so the formulas picked no longer lean
+   towards a zero error.
+
+Fewer than ``min_features`` usable precursors: no recalibration (``applied`` false, the ``note`` says why).
+:meth:`Recalibration.apply` corrects a spectrum (precursor and fragments), :meth:`~Recalibration.apply_ms1`
+its survey peaks, and :meth:`~Recalibration.formula_config` sets the precursor tolerance (4 x scatter,
+between ``min_ppm`` and the given one) and the mass term's scatter from the measured one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.errors import Cancelled, ConfigError, FormulaError, SpectrumError
+from engine.formulas.candidates import FormulaConfig, rank_formulas
+from engine.formulas.evidence import fragment_peaks
+from engine.formulas.scorer import FormulaScorer
+from engine.spectra.annotate import annotate_peaks
+
+
+@dataclass(frozen=True)
+class RecalibrationConfig:
+    """How a run's m/z error is estimated (module notes)."""
+
+    search_ppm: float = field(default=25.0, metadata={"help": "window of the first ranking, ppm"})
+    min_probability: float = field(default=0.5, metadata={"help": "best formula's probability to use a precursor"})
+    min_explained: float = field(default=0.5, metadata={"help": "fragment intensity share it must explain"})
+    min_features: int = field(default=5, metadata={"help": "usable precursors needed to recalibrate"})
+    min_span_mz: float = field(default=200.0, metadata={"help": "m/z span (10-90%) needed to fit a slope"})
+    max_scored: int = field(default=20, metadata={"help": "formulas per ion type scored in the rankings"})
+    min_scatter_ppm: float = field(default=1.5, metadata={"help": "smallest scatter the mass term assumes, ppm"})
+    min_ppm: float = field(default=3.0, metadata={"help": "narrowest precursor tolerance set, ppm"})
+
+    def __post_init__(self):
+        for name in ("search_ppm", "min_span_mz", "min_scatter_ppm", "min_ppm"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+                raise ConfigError(f"`{name}` must be a number > 0, got {value!r}.")
+        for name in ("min_probability", "min_explained"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value <= 1):
+                raise ConfigError(f"`{name}` must be a number in [0, 1], got {value!r}.")
+        for name in ("min_features", "max_scored"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"`{name}` must be a whole number >= 1, got {value!r}.")
+
+
+@dataclass(frozen=True, eq=False)
+class Recalibration:
+    """A run's m/z error ``offset_ppm + slope_ppm * (m/z - 500) / 1000`` and how it was found."""
+
+    offset_ppm: float = 0.0
+    slope_ppm: float = 0.0  # ppm per 1000 m/z
+    scatter_ppm: float | None = None  # precursors' scatter after correction (None: not measured)
+    n_features: int = 0  # precursors that gave points
+    points_mz: np.ndarray = field(default_factory=lambda: np.zeros(0))  # for the plot: m/z of the points
+    points_ppm: np.ndarray = field(default_factory=lambda: np.zeros(0))  # their error, ppm (as measured)
+    points_precursor: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # precursor or fragment
+    applied: bool = False
+    source: str = "estimated"  # "estimated", "set by the user", "off"
+    note: str = ""
+    min_ppm: float = 3.0
+    min_scatter_ppm: float = 1.5
+
+    @classmethod
+    def fixed(cls, offset_ppm: float, slope_ppm: float = 0.0, scatter_ppm: float | None = None) -> Recalibration:
+        """A correction the user set (``scatter_ppm``: the tolerance to assume, None: keep the configured one)."""
+        for name, value in (("offset_ppm", offset_ppm), ("slope_ppm", slope_ppm)):
+            if not math.isfinite(value) or abs(value) > 200:
+                raise ConfigError(f"`{name}` must be a number between -200 and 200 ppm, got {value!r}.")
+        if scatter_ppm is not None and not (0 < scatter_ppm < 100):
+            raise ConfigError(f"`scatter_ppm` must be between 0 and 100 ppm, got {scatter_ppm!r}.")
+        return cls(offset_ppm=offset_ppm, slope_ppm=slope_ppm, scatter_ppm=scatter_ppm, applied=True,
+                   source="set by the user", note="set by the user")
+
+    @classmethod
+    def off(cls, note: str = "turned off") -> Recalibration:
+        return cls(applied=False, source="off", note=note)
+
+    def ppm(self, mz):
+        """The run's m/z error at ``mz`` (0 when not applied)."""
+        if not self.applied:
+            return np.zeros_like(np.asarray(mz, dtype=np.float64))
+        return self.offset_ppm + self.slope_ppm * (np.asarray(mz, dtype=np.float64) - 500.0) / 1000.0
+
+    def correct(self, mz: np.ndarray) -> np.ndarray:
+        """``mz`` with the run's error taken out."""
+        mz = np.asarray(mz, dtype=np.float64)
+        return mz / (1.0 + self.ppm(mz) * 1e-6)
+
+    def apply(self, spectrum):
+        """The spectrum with precursor and fragment m/z corrected (unchanged when not applied)."""
+        if not self.applied:
+            return spectrum
+        metadata = {**spectrum.metadata, "recalibrated_ppm": f"{float(self.ppm(spectrum.precursor_mz)):.2f}"}
+        return dataclasses.replace(spectrum, precursor_mz=float(self.correct(spectrum.precursor_mz)),
+                                   mz=self.correct(spectrum.mz), metadata=metadata)
+
+    def apply_ms1(self, ms1):
+        """Survey evidence with its m/z corrected (None stays None)."""
+        if ms1 is None or not self.applied:
+            return ms1
+        return dataclasses.replace(ms1, precursor_mz=float(self.correct(ms1.precursor_mz)), mz=self.correct(ms1.mz))
+
+    def formula_config(self, config: FormulaConfig) -> FormulaConfig:
+        """``config`` with the precursor tolerance and the mass term's scatter from the measured scatter."""
+        if not self.applied or self.scatter_ppm is None:
+            return config
+        sigma = max(self.scatter_ppm, self.min_scatter_ppm)
+        ppm = min(max(4.0 * sigma, self.min_ppm), config.ppm)
+        return dataclasses.replace(config, ppm=ppm, mass_sigma_ppm=sigma)
+
+    def describe(self) -> str:
+        """One line for the CLI and the app."""
+        if not self.applied:
+            return f"m/z recalibration: none ({self.note})"
+        scatter = f", scatter {self.scatter_ppm:.1f} ppm" if self.scatter_ppm is not None else ""
+        by = f" from {self.n_features} precursors" if self.source == "estimated" else f" ({self.source})"
+        return (f"m/z recalibration: {self.offset_ppm:+.1f} ppm at m/z 500, slope {self.slope_ppm:+.1f} ppm per "
+                f"1000 m/z{scatter}{by}")
+
+
+def robust_line(mz: np.ndarray, ppm: np.ndarray, weight: np.ndarray, fit_slope: bool) -> tuple[float, float, np.ndarray]:
+    """``(offset, slope, residuals)`` of ``ppm = offset + slope * (mz - 500) / 1000`` by Tukey-biweight IRLS."""
+    x = (mz - 500.0) / 1000.0
+    order = np.argsort(ppm)
+    cum = np.cumsum(weight[order])
+    offset, slope = float(ppm[order][np.searchsorted(cum, cum[-1] / 2)]), 0.0  # weighted median
+    for _ in range(10):
+        resid = ppm - offset - slope * x
+        scale = max(1.4826 * float(np.median(np.abs(resid))), 0.3)
+        u = resid / (4.685 * scale)
+        w = weight * np.where(np.abs(u) < 1, (1 - u ** 2) ** 2, 0.0)
+        if w.sum() <= 0:
+            break
+        if fit_slope:
+            design = np.stack([np.ones_like(x), x], axis=1) * np.sqrt(w)[:, None]
+            offset, slope = (float(v) for v in np.linalg.lstsq(design, ppm * np.sqrt(w), rcond=None)[0])
+        else:
+            offset = float((w * ppm).sum() / w.sum())
+    return offset, slope, ppm - offset - slope * x
+
+
+def _points(spectrum, ms1, config: FormulaConfig, rc: RecalibrationConfig, scorer):
+    """``(mz, ppm, weight, is_precursor)`` arrays of one precursor, or None when it is not confident."""
+    try:
+        table = rank_formulas(spectrum, ms1=ms1, config=config, scorer=scorer)
+    except (SpectrumError, FormulaError) as e:  # too coarse, too heavy: this precursor gives no points
+        del e
+        return None
+    if not table.candidates:
+        return None
+    best = table.candidates[0]
+    if best.probability < rc.min_probability or best.explained_intensity < rc.min_explained:
+        return None
+    mz, weight = fragment_peaks(spectrum)
+    annotation = annotate_peaks(mz, weight, best.formula, best.ion_type, tol_ppm=rc.search_ppm, tol_da=1e-9)
+    hit = annotation.matched
+    frag_w = weight[hit] / max(float(weight[hit].sum()), 1e-12)  # the fragments of a precursor weigh 1 together
+    return (np.r_[spectrum.precursor_mz, mz[hit]], np.r_[best.ppm_error, annotation.error_ppm[hit]],
+            np.r_[1.0, frag_w], np.r_[True, np.zeros(int(hit.sum()), dtype=bool)])
+
+
+def _estimate(items, config: FormulaConfig, rc: RecalibrationConfig, scorer, sigma: float, cancel) -> Recalibration:
+    ranked = dataclasses.replace(config, ppm=rc.search_ppm, mass_sigma_ppm=sigma, max_scored=rc.max_scored)
+    found = []
+    for spectrum, ms1 in items:
+        if cancel is not None and cancel():
+            raise Cancelled("Cancelled by the user.")
+        pts = _points(spectrum, ms1, ranked, rc, scorer)
+        if pts is not None:
+            found.append(pts)
+    if len(found) < rc.min_features:
+        return Recalibration.off(f"{len(found)} of {len(items)} precursors explained confidently, "
+                                 f"{rc.min_features} needed")
+    mz, ppm, w, is_prec = (np.concatenate(a) for a in zip(*found))
+    lo, hi = np.percentile(mz, [10, 90])
+    offset, slope, resid = robust_line(mz, ppm, w, fit_slope=hi - lo >= rc.min_span_mz)
+    scatter = 1.4826 * float(np.median(np.abs(resid[is_prec])))
+    return Recalibration(offset_ppm=offset, slope_ppm=slope, scatter_ppm=scatter, n_features=len(found),
+                         points_mz=mz, points_ppm=ppm, points_precursor=is_prec, applied=True,
+                         min_ppm=rc.min_ppm, min_scatter_ppm=rc.min_scatter_ppm)
+
+
+def recalibrate_run(
+    items: Sequence[tuple], *, config: FormulaConfig = FormulaConfig(), scorer: FormulaScorer | None = None,
+    recalibration: RecalibrationConfig = RecalibrationConfig(), cancel: Callable[[], bool] | None = None,
+) -> Recalibration:
+    """The m/z error of one run from its ``(spectrum, ms1 or None)`` precursors (module notes)."""
+    items = [(s, ms1) for s, ms1 in items if s.formula is None]
+    first = _estimate(items, config, recalibration, scorer, recalibration.search_ppm / 2, cancel)
+    if not first.applied:
+        return first
+    corrected = [(first.apply(s), first.apply_ms1(ms1)) for s, ms1 in items]
+    second = _estimate(corrected, config, recalibration, scorer, max(first.scatter_ppm, 3.0), cancel)
+    if not second.applied:
+        return first
+    # the two corrections compose: the second was measured on m/z the first had corrected
+    total = first.ppm(first.points_mz) + second.ppm(first.correct(first.points_mz))
+    design = np.stack([np.ones_like(first.points_mz), (first.points_mz - 500.0) / 1000.0], axis=1)
+    offset, slope = np.linalg.lstsq(design, total, rcond=None)[0] if len(total) > 1 else (total[0], 0.0)
+    return dataclasses.replace(second, offset_ppm=float(offset), slope_ppm=float(slope),
+                               points_mz=first.points_mz, points_ppm=first.points_ppm,
+                               points_precursor=first.points_precursor)
