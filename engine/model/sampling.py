@@ -40,6 +40,7 @@ COMPACT_FRACTION = 0.25  # drop finished rows from the batch once they are this 
 class QueryRequest:
     fp_bits: np.ndarray  # sorted active bit indices (int64) of one DISTINCT fingerprint query
     sample_ids: tuple[tuple[int, int], ...]  # identities (threshold index i, sample index j) to draw from it
+    prefix: tuple[int, ...] = ()  # token ids (no <bos>) every row starts with; the decoder completes them
 
 
 class KVCache:
@@ -144,6 +145,10 @@ def sample_queries(
     with exactly the heavy atoms of ``formula_vec`` (:mod:`engine.model.constraints`); a row left without a
     legal token ends as a failure, its string ending in :data:`~engine.model.constraints.DEAD_END`.
     ``"free"`` is the paper's unconstrained sampling.
+
+    A request's ``prefix`` (token ids) is forced as the first tokens of each of its rows, one per step, and the
+    decoder completes it (under the masks with ``decoding="formula"``: a prefix token the masks forbid ends the
+    row as a dead end). Requests without a prefix are drawn exactly as before.
     """
     if model.training:
         raise ConfigError("The decoder is in training mode (dropout on); call `model.eval()` before sampling.")
@@ -157,6 +162,10 @@ def sample_queries(
     results: list[list[str]] = [[""] * len(req.sample_ids) for req in requests]
     remaining = [len(req.sample_ids) for req in requests]
     yield from ((r, []) for r, n in enumerate(remaining) if n == 0)
+    for req in requests:
+        if len(req.prefix) >= max_new or any(not 0 <= t < tokenizer.vocab_size for t in req.prefix):
+            raise ConfigError(f"a request's `prefix` must be fewer than {max_new} token ids of the tokenizer "
+                              f"(0..{tokenizer.vocab_size - 1}), got {list(req.prefix)}")
     settings = dict(temperature=temperature, top_k=top_k, top_p=top_p, eos=tokenizer.eos_id,
                     bos=tokenizer.bos_id, min_new=min_new_tokens, use_cache=use_cache, dtype=dtype, grammar=grammar)
     for start in range(0, len(rows), max_batch_rows):
@@ -165,7 +174,10 @@ def sample_queries(
         group = torch.tensor([req_ids.index(r) for r, *_ in chunk])  # (B,) row -> its query within the chunk
         u = torch.from_numpy(sample_uniforms(seed, [(i, j) for *_, i, j in chunk], max_new))  # (B, max_new)
         bits = [requests[r].fp_bits for r in req_ids]
-        for finished, tokens, dead in _generate(model, bits, formula_vec, group, u, cancel, **settings):
+        prefixes = [requests[r].prefix for r, *_ in chunk]
+        forced = _forced_tokens(prefixes) if any(prefixes) else None
+        for finished, tokens, dead in _generate(model, bits, formula_vec, group, u, cancel, forced=forced,
+                                                **settings):
             for row, toks, failed in zip(finished.tolist(), tokens.tolist(), dead.tolist()):
                 r, n = chunk[row][:2]
                 results[r][n] = tokenizer.decode(toks) + (DEAD_END if failed else "")
@@ -174,12 +186,23 @@ def sample_queries(
                     yield r, results[r]
 
 
+def _forced_tokens(prefixes: Sequence[tuple[int, ...]]) -> torch.Tensor:
+    """(B, P) token ids each row must take at steps 0..P-1, -1 where it samples."""
+    forced = torch.full((len(prefixes), max(len(p) for p in prefixes)), -1, dtype=torch.long)
+    for row, p in enumerate(prefixes):
+        forced[row, : len(p)] = torch.tensor(p, dtype=torch.long)
+    return forced
+
+
 @torch.inference_mode()  # on a generator: entered on each resume, left at each yield
-def _generate(model, bits, formula_vec, group, u, cancel, *, bos, eos, min_new, use_cache, dtype, grammar, **filters):
+def _generate(model, bits, formula_vec, group, u, cancel, *, bos, eos, min_new, use_cache, dtype, grammar,
+              forced=None, **filters):
     """Sample B = len(group) rows; yields (finished row indices, their tokens (n, t), dead-end flags (n,))
-    as rows finish. With a ``grammar``, tokens are drawn under :class:`FormulaConstraint` masks."""
+    as rows finish. With a ``grammar``, tokens are drawn under :class:`FormulaConstraint` masks; ``forced``
+    (B, P) gives tokens rows must take first (-1: sample)."""
     device = next(model.parameters()).device
     group, u = group.to(device), u.to(device)
+    forced = None if forced is None else forced.to(device)
     rows = torch.arange(len(group), device=device)  # (b,) original index of each row still in the batch
     alive = torch.ones_like(rows, dtype=torch.bool)  # (b,) not finished yet
     idx = torch.full((len(group), 1), bos, device=device)  # (b, 1 + t) tokens so far
@@ -203,6 +226,8 @@ def _generate(model, bits, formula_vec, group, u, cancel, *, bos, eos, min_new, 
             dead = dead | (stuck & alive)
             logits = logits.masked_fill(~allowed, float("-inf"))
         tok = draw(*filter_probs(logits, **filters), u[rows, t])  # (b,)
+        if forced is not None and t < forced.size(1):
+            tok, dead = _force(tok, forced[rows, t], dead, alive, allowed if constraint is not None else None, eos)
         if constraint is not None:
             constraint.advance(tok.tolist())
         idx = torch.cat([idx, tok[:, None]], dim=1)
@@ -223,6 +248,18 @@ def _generate(model, bits, formula_vec, group, u, cancel, *, bos, eos, min_new, 
                 constraint.select(keep.nonzero().flatten().tolist())
             if cache is not None:
                 cache.select(keep)
+
+
+def _force(tok, want, dead, alive, allowed, eos):
+    """Rows with a forced token (``want`` >= 0) take it; one the masks forbid ends the row as a dead end."""
+    force = want >= 0  # (b,)
+    if allowed is not None:
+        ok = allowed.gather(1, want.clamp(min=0)[:, None]).squeeze(1)  # (b,)
+        bad = force & ~ok
+        dead = dead | (bad & alive)
+        tok = torch.where(bad, torch.full_like(tok, eos), tok)
+        force = force & ok
+    return torch.where(force, want, tok), dead
 
 
 def _autocast(model, dtype):

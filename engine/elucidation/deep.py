@@ -1,0 +1,225 @@
+"""Deep search: spend a bounded extra budget on putting the true structure into a spectrum's pool (issue #39).
+
+Standard effort draws B blind samples from the band's queries. Most misses are close isomers of candidates
+that the fingerprint score already likes, so deep search starts from the standard pool and refines it:
+
+1. **Adaptive allocation.** The queries whose candidates score best get extra blind samples (the same
+   identities ``(i, j)``, ``j >= N``, that a larger B would draw).
+2. **Refinement rounds.** The best candidates not yet refined are cut into their SAFE fragments
+   (:func:`fragmentations`); each *kept fragment set* (every fragment but one, then every fragment but two)
+   becomes a prefix ``kept.`` that the decoder completes under the formula mask, conditioned on the query
+   that drew the candidate. SAFE fragments can stand in any order, so any subset of them is a valid prefix;
+   the decoder regenerates the rest (a substituent moved, a ring rebuilt, a linker changed). A candidate
+   the slicer cannot cut keeps the first part of its string instead.
+3. Rounds stop when the sample budget is spent or a round adds no new candidate.
+
+The search works on a copy of the session's pool, so the session (and standard effort) is unchanged; deep
+samples get identities ``(i, j)`` with ``i >= DEEP_ID_BASE``, so their random numbers never collide with
+band samples. The whole search is seeded: the same spectrum, settings and seed give the same pool.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field, replace
+
+from engine.chem.formula import formula_vector, parse_formula
+from engine.elucidation.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
+from engine.elucidation.ranking import CandidatePool, decode_safe, reference_rank
+from engine.errors import ConfigError
+from engine.model.confidence import spectrum_confidence
+from engine.model.sampling import QueryRequest, sample_queries
+from engine.progress import CancelFn, check_cancel
+
+DEEP_ID_BASE = 1_000_000  # threshold index of the first deep sample identity (band indices are < M)
+
+
+@dataclass(frozen=True)
+class DeepConfig:
+    """How deep search spends its budget (defaults: about 9x the samples of B=100)."""
+
+    extra_queries: int = field(default=5, metadata={"help": "queries whose best candidates score highest that get extra blind samples"})
+    extra_per_query: int = field(default=20, metadata={"help": "extra blind samples per such query (j = N, N+1, ...)"})
+    rounds: int = field(default=4, metadata={"help": "refinement rounds at most"})
+    parents: int = field(default=10, metadata={"help": "best not-yet-refined candidates refined per round"})
+    prefixes_per_parent: int = field(default=6, metadata={"help": "kept-fragment prefixes per refined candidate"})
+    samples_per_prefix: int = field(default=4, metadata={"help": "completions drawn per prefix"})
+    max_new_samples: int = field(default=800, metadata={"help": "budget: samples drawn beyond the standard pool"})
+    truncate_fractions: tuple[float, ...] = field(default=(0.5, 0.7), metadata={
+        "help": "share of the tokens kept from a candidate the slicer cannot cut into fragments"})
+
+    def __post_init__(self):
+        for name in ("extra_queries", "extra_per_query", "rounds", "parents", "prefixes_per_parent",
+                     "samples_per_prefix", "max_new_samples"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"`{name}` must be a non-negative integer, got {v!r}.")
+        for name in ("parents", "prefixes_per_parent", "samples_per_prefix"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"`{name}` must be at least 1, got {getattr(self, name)!r}.")
+        if any(not 0 < f < 1 for f in self.truncate_fractions):
+            raise ConfigError(f"`truncate_fractions` must lie in (0, 1), got {self.truncate_fractions!r}.")
+
+
+def fragmentations(smiles: str, sampled: list[str]) -> list[list[str]]:
+    """Distinct SAFE fragment lists of a candidate: its canonical SAFE (BRICS cuts, as the training corpus), then
+    the strings the decoder drew for it (other cuts and fragment orders)."""
+    import safe as sf
+
+    out: list[list[str]] = []
+    try:
+        canonical = sf.encode(smiles, canonical=True, allow_empty=True)
+    except Exception:  # safe-mol raises many types for molecules it cannot slice  # noqa: BLE001
+        canonical = None
+    for s in ([canonical] if canonical else []) + sampled:
+        frags = s.split(".")
+        if frags not in out and all(frags):
+            out.append(frags)
+    return out
+
+
+def prefixes_of(frag_lists: list[list[str]], tokenize, limit: int, fractions: tuple[float, ...]) -> list[str]:
+    """Up to ``limit`` distinct prefixes: every fragment but one (of each fragmentation in turn), then every
+    fragment but two; a candidate of one fragment keeps ``fractions`` of its tokens."""
+    out: list[str] = []
+    for drop in (1, 2):
+        per_list = []
+        for frags in frag_lists:
+            if len(frags) > drop:
+                per_list.append([".".join(f for k, f in enumerate(frags) if k not in gone) + "."
+                                 for gone in itertools.combinations(range(len(frags)), drop)])
+        for p in itertools.chain.from_iterable(itertools.zip_longest(*per_list)):  # alternate fragmentations
+            if p is not None and p not in out:
+                out.append(p)
+    if not out and frag_lists:
+        tokens = tokenize(frag_lists[0][0])
+        for f in fractions:
+            p = "".join(tokens[: max(1, int(len(tokens) * f))])
+            if p not in out:
+                out.append(p)
+    return out[:limit]
+
+
+class DeepSearch:
+    """The deep search of one :class:`SpectrumSession` (its standard pool is drawn first if missing)."""
+
+    def __init__(self, session: SpectrumSession, config: DeepConfig = DeepConfig()):
+        self.session = session
+        self.config = config
+        self.pool: CandidatePool | None = None
+        self.refined: set[str] = set()  # InChIKey first blocks already refined
+        self.query_of: dict[tuple[int, int], int] = {}  # sample identity -> index of its query
+
+    def run(self, params: QueryParams, cancel: CancelFn | None = None) -> Generator[object, None, SpectrumResult]:
+        """Standard pool first (events as :meth:`SpectrumSession.run`), then the deep rounds; returns the result
+        ranked over every sample drawn."""
+        t0 = time.perf_counter()
+        base = yield from self.session.run(params, cancel)
+        s, cfg = self.session, self.config
+        self.pool = copy.deepcopy(s.pool)
+        queries = s._queries
+        for qi, q in enumerate(queries):
+            for i in q.threshold_indices:
+                for j in range(params.samples_per_group):
+                    self.query_of[(i, j)] = qi
+        budget, done = cfg.max_new_samples, 0
+        index = s.index
+        # 1. adaptive allocation: extra blind samples for the queries that drew the best candidates
+        requests = self._extra_requests(params, min(budget, cfg.extra_queries * cfg.extra_per_query))
+        for phase in range(cfg.rounds + 1):
+            if phase > 0:
+                requests = self._refine_requests(params, phase, budget - done)
+            if not requests:
+                break
+            before = {c.inchikey14 for c in self.pool.rank(None, params.ranking)[0]}
+            total = done + sum(len(r.sample_ids) for r, _ in requests)
+            for req_index, strings in self._sample(params, [r for r, _ in requests], cancel):
+                req, qi = requests[req_index]
+                self.pool.add(req.sample_ids, strings)
+                for sid in req.sample_ids:
+                    self.query_of[sid] = qi
+                done += len(strings)
+                yield SamplesDrawn(index, done, max(total, budget))
+            yield RankingUpdated(index, self._result(base, params, done, t0, partial=True))
+            after = {c.inchikey14 for c in self.pool.rank(None, params.ranking)[0]}
+            if phase > 0 and not after - before:
+                break  # new samples stopped adding candidates
+            if done >= budget:
+                break
+        check_cancel(cancel)
+        return self._result(base, params, done, t0, partial=False)
+
+    # -- requests -----------------------------------------------------------------------------------------
+    def _extra_requests(self, params: QueryParams, n: int) -> list[tuple[QueryRequest, int]]:
+        cfg, queries = self.config, self.session._queries
+        if n <= 0 or cfg.extra_queries == 0:
+            return []
+        best: dict[int, float] = {}
+        candidates, _ = self.pool.rank(None, params.ranking)
+        for c in candidates:
+            for qi in self._queries_of(c.inchikey14):
+                best[qi] = max(best.get(qi, float("-inf")), c.score)
+        order = sorted(best, key=lambda qi: (-best[qi], qi))[: cfg.extra_queries]
+        out = []
+        per = max(1, n // max(len(order), 1))
+        for qi in order:
+            q = queries[qi]
+            i = q.threshold_indices[0]
+            ids = tuple((i, j) for j in range(params.samples_per_group, params.samples_per_group + per))
+            out.append((QueryRequest(fp_bits=q.bits, sample_ids=ids), qi))
+        return out
+
+    def _refine_requests(self, params: QueryParams, phase: int, left: int) -> list[tuple[QueryRequest, int]]:
+        cfg, s = self.config, self.session
+        tok = s.bundle.tokenizer
+        candidates, _ = self.pool.rank(None, params.ranking)
+        parents = [c for c in candidates if c.inchikey14 not in self.refined][: cfg.parents]
+        out: list[tuple[QueryRequest, int]] = []
+        for slot, c in enumerate(parents):
+            self.refined.add(c.inchikey14)
+            sampled = self._strings_of(c.inchikey14)
+            prefixes = prefixes_of(fragmentations(c.smiles, [s_ for _, s_ in sampled]), tok.tokenize,
+                                   cfg.prefixes_per_parent, cfg.truncate_fractions)
+            qis = [self.query_of[sid] for sid, _ in sampled if sid in self.query_of]
+            qi = min(qis) if qis else 0
+            for k, p in enumerate(prefixes):
+                n = min(cfg.samples_per_prefix, left)
+                if n <= 0:
+                    return out
+                ids = tuple((DEEP_ID_BASE + phase * 100_000 + slot * 100 + k, j) for j in range(n))
+                ptoks = tuple(tok.encode(p, add_special=False))
+                if tok.unk_id in ptoks:
+                    continue
+                out.append((QueryRequest(fp_bits=s._queries[qi].bits, sample_ids=ids, prefix=ptoks), qi))
+                left -= n
+        return out
+
+    def _strings_of(self, inchikey14: str) -> list[tuple[tuple[int, int], str]]:
+        return [(sid, x) for sid, x in self.pool.items() if decode_safe(x).inchikey14 == inchikey14]
+
+    def _queries_of(self, inchikey14: str) -> set[int]:
+        return {self.query_of[sid] for sid, _ in self._strings_of(inchikey14) if sid in self.query_of}
+
+    def _sample(self, params: QueryParams, requests: list[QueryRequest], cancel):
+        s = self.session
+        return sample_queries(
+            s.bundle.decoder, s.bundle.tokenizer, formula_vector(parse_formula(s.formula)), requests,
+            seed=params.seed, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+            max_new_tokens=params.max_new_tokens, cancel=cancel, decoding=params.decoding)
+
+    # -- result -------------------------------------------------------------------------------------------
+    def _result(self, base: SpectrumResult, params: QueryParams, new: int, t0: float, partial: bool) -> SpectrumResult:
+        self.pool.library_prior = params.library_prior
+        candidates, counts = self.pool.rank(None, params.ranking)
+        result = replace(
+            base, candidates=tuple(candidates), n_samples=counts["samples"], n_valid=counts["valid"],
+            n_formula_consistent=counts["formula_consistent"],
+            reference_rank=reference_rank(candidates, self.session.reference_inchikey14),
+            new_samples=base.new_samples + new, seconds=time.perf_counter() - t0, partial=partial, confidence=None)
+        if partial:
+            return result
+        confidence = spectrum_confidence(self.session.bundle, result)
+        return result if confidence is None else replace(result, confidence=confidence)

@@ -1,0 +1,196 @@
+"""Pool recall, Top-1/Top-10 and time of standard effort, larger pools and deep search (issue #39)::
+
+    python -m training.deep_search_eval --mgf ../shared/data/massbank_dev.mgf.gz --out runs/deep_search/val \\
+        --set val --max-spectra 100 --methods standard deep B=500 B=1500
+
+**Spectra.** One seeded spectrum per structure, ``[M+H]+`` only (:func:`training.evaluate.select_spectra` with
+``--one-per-structure``, seed 0, as ``msgpt-eval``): ``--set val`` is FOLD=val (report), ``--set train-unseen``
+the FOLD=train spectra whose structure the bundle's encoder never trained on (tuning,
+:func:`training.noise.unseen_structures`). No structure or spectral library is used.
+
+**Methods**, each from a fresh :class:`~engine.elucidation.pipeline.SpectrumSession` with the posterior computed
+once per spectrum (its time is added to every method): ``standard`` (B=100, the app's default), ``B=500`` and
+``B=1500`` (more blind samples, M=20), ``deep`` (:class:`engine.elucidation.deep.DeepSearch`, default
+:class:`~engine.elucidation.deep.DeepConfig`). All methods of one spectrum run one after the other in the same
+process, so their time ratio is measured under the same load.
+
+**Output.** ``<out>/results.jsonl``, one line per (spectrum, method), written as it goes (the same command again
+continues); ``<out>/summary.md`` the table: spectra with the truth in the pool, Top-1, Top-10, mean seconds per
+spectrum and the ratio to standard on the spectra every method finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+METHODS = ("standard", "deep", "B=500", "B=1500")
+
+
+def _spectrum_dict(s) -> dict:
+    from dataclasses import fields
+
+    d = {f.name: getattr(s, f.name) for f in fields(s)}
+    d["mz"], d["intensity"] = s.mz.tolist(), s.intensity.tolist()
+    return d
+
+
+def select(model, mgf: str, which: str, n: int, cache: Path) -> list:
+    """The first ``n`` spectra of the seeded one-per-structure ``[M+H]+`` selection of ``which`` (cached)."""
+    from engine.spectra.spectrum import Spectrum
+
+    from .evaluate import EvalConfig, Reference, select_spectra
+
+    key = {"mgf": str(Path(mgf).resolve()), "set": which, "n": n, "model": model.checksum}
+    n_bits = model.decoder.config.fp_bits
+    if cache.exists():
+        saved = json.loads(cache.read_text(encoding="utf-8"))
+        if saved["key"] == key:
+            return [(s, Reference.of(s, n_bits)) for s in (Spectrum(**d) for d in saved["spectra"])]
+    common = {"model": str(model.path), "mgf": str(mgf), "out": "", "one_per_structure": True, "seed": 0,
+              "variants": (), "kappa_sweep": False, "adducts": ("[M+H]+",)}
+    if which == "val":
+        sel = select_spectra(model, EvalConfig(folds=("val",), **common))
+        chosen, info = sel.chosen, sel.info
+    else:
+        from .noise import encoder_licenses, unseen_structures
+        from .retrieval import mgf_labels
+
+        sel = select_spectra(model, EvalConfig(folds=("train",), **common))
+        fold, lic, keys = mgf_labels(mgf)
+        unseen = set(keys[unseen_structures(fold, lic, keys, encoder_licenses(model.config, str(model.path)))].tolist())
+        chosen = [(s, r) for s, r in sel.chosen if r.inchikey14 in unseen]
+        info = {**sel.info, "unseen_selected": len(chosen)}
+    print(f"{which}: {len(chosen)} spectra ({info['eligible']} eligible)", file=sys.stderr)
+    chosen = chosen[:n]
+    cache.write_text(json.dumps({"key": key, "info": info, "spectra": [_spectrum_dict(s) for s, _ in chosen]}))
+    return chosen
+
+
+def run_method(model, spectrum, posterior, method: str, params, deep_config):
+    """(result, seconds) of one method on a fresh session."""
+    from engine.elucidation.deep import DeepSearch
+    from engine.elucidation.pipeline import SpectrumSession
+    from engine.progress import run_to_end
+
+    session = SpectrumSession(model, spectrum, posterior=posterior)
+    t = time.perf_counter()
+    if method == "deep":
+        result = run_to_end(DeepSearch(session, deep_config).run(params))
+    elif method == "standard":
+        result = run_to_end(session.run(params))
+    else:
+        b = int(method.split("=")[1])
+        result = run_to_end(session.run(replace(params, samples_per_group=b // params.groups)))
+    return result, time.perf_counter() - t
+
+
+def record(key: str, method: str, ref, result, seconds: float, posterior_seconds: float) -> dict:
+    top = result.candidates[:10]
+    return {"spectrum": key, "method": method, "inchikey14": ref.inchikey14, "reference": ref.smiles,
+            "rank": result.reference_rank, "n_samples": result.n_samples,
+            "n_formula_consistent": result.n_formula_consistent, "n_candidates": len(result.candidates),
+            "seconds": seconds + posterior_seconds, "top_smiles": [c.smiles for c in top],
+            "top_scores": [round(c.fingerprint_score, 3) for c in top]}
+
+
+def summarize(path: Path, methods) -> str:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    by: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        by.setdefault(r["spectrum"], {})[r["method"]] = r
+    lines = []
+    for scope, keep in (("every method done", [k for k, v in by.items() if all(m in v for m in methods)]),
+                        ("standard and deep done", [k for k, v in by.items() if "standard" in v and "deep" in v])):
+        if not keep:
+            continue
+        std = sum(by[k]["standard"]["seconds"] for k in keep) / len(keep)
+        lines += [f"{scope}: {len(keep)} spectra", "",
+                  "| method | truth in pool | Top-1 | Top-10 | candidates (mean) | s / spectrum | × standard |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for m in methods:
+            rs = [by[k][m] for k in keep if m in by[k]]
+            if len(rs) < len(keep):
+                continue
+            ranks = [r["rank"] for r in rs]
+            sec = sum(r["seconds"] for r in rs) / len(rs)
+            lines.append(f"| {m} | {sum(x is not None for x in ranks)} | {sum(x == 1 for x in ranks)} | "
+                         f"{sum(x is not None and x <= 10 for x in ranks)} | "
+                         f"{sum(r['n_candidates'] for r in rs) / len(rs):.0f} | {sec:.2f} | {sec / std:.2f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--mgf", required=True)
+    p.add_argument("--model", default=None, help="model bundle (default: the bundled model)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--set", choices=("val", "train-unseen"), default="val")
+    p.add_argument("--max-spectra", type=int, default=100)
+    p.add_argument("--methods", nargs="+", default=list(METHODS),
+                   help="standard, deep and/or B=<pool size> (a multiple of 20)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--deep-config", default="{}", help="JSON overrides of DeepConfig fields")
+    p.add_argument("--summary-only", action="store_true")
+    args = p.parse_args(argv)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.jsonl"
+    if args.summary_only:
+        print(summarize(results, args.methods))
+        return 0
+
+    import torch
+
+    from engine.elucidation.deep import DeepConfig
+    from engine.elucidation.pipeline import QueryParams, compute_posterior
+    from engine.model.bundle import load_bundle
+    from engine.paths import default_model_dir
+
+    from .evaluate import spectrum_key
+
+    torch.set_num_threads(args.threads)
+    model = load_bundle(args.model or default_model_dir())
+    deep_config = DeepConfig(**json.loads(args.deep_config))
+    params = QueryParams()
+    for m in args.methods:
+        if m not in ("standard", "deep") and not (m.startswith("B=") and m[2:].isdigit() and int(m[2:]) % 20 == 0):
+            raise SystemExit(f"unknown method {m!r}: use standard, deep or B=<multiple of 20>")
+    pairs = select(model, args.mgf, args.set, args.max_spectra, out / "selection.json")
+    run_info = {"model": model.name, "checksum": model.checksum, "set": args.set, "methods": args.methods,
+                "deep_config": asdict(deep_config), "threads": args.threads, "machine": platform.processor() or
+                platform.machine(), "python": platform.python_version(), "torch": torch.__version__}
+    (out / "run.json").write_text(json.dumps(run_info, indent=1))
+    done = set()
+    if results.exists():
+        done = {(r["spectrum"], r["method"]) for r in map(json.loads, results.read_text().splitlines()) if r}
+    with results.open("a") as fh:
+        for n, (spectrum, ref) in enumerate(pairs):
+            key = spectrum_key(spectrum)
+            todo = [m for m in args.methods if (key, m) not in done]
+            if not todo:
+                continue
+            t = time.perf_counter()
+            posterior = compute_posterior(model, spectrum)
+            posterior_seconds = time.perf_counter() - t
+            for m in todo:
+                result, seconds = run_method(model, spectrum, posterior, m, params, deep_config)
+                fh.write(json.dumps(record(key, m, ref, result, seconds, posterior_seconds)) + "\n")
+                fh.flush()
+                print(f"{n + 1}/{len(pairs)} {spectrum.id} {m}: rank {result.reference_rank} "
+                      f"{len(result.candidates)} candidates {seconds:.1f}s", file=sys.stderr, flush=True)
+    summary = summarize(results, args.methods)
+    (out / "summary.md").write_text(summary + "\n")
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
