@@ -34,8 +34,10 @@ from .logic.confidence import missing_confidence
 from .logic.depict import depict_png
 from .logic.entries import SpectrumEntry, Status
 from .logic.formulas import formula_scores
+from .logic.libraries import IDENTIFIED_TEXT, entry_level
+from .logic.plotting import find_hit, plot_mirror
 from .models import IMPLAUSIBLE, KEY_ROLE, NO_FRAGMENTS_TIP, CandidatesModel, format_confidence
-from .novelty_view import NoveltyCandidatesModel, NoveltyFilter, NoveltyProxy
+from .novelty_view import NoveltyCandidatesModel, NoveltyFilter, NoveltyProxy, OriginFilter
 
 ROW_HEIGHT = 116
 STRUCTURE_WIDTH = 164
@@ -114,6 +116,11 @@ class DetailPane(QWidget):
         self.scores = QLabel()
         self.scores.setTextFormat(Qt.TextFormat.PlainText)  # numbers and a plausibility note, never markup
         self.scores.setWordWrap(True)
+        self.library = QLabel()
+        self.library.setTextFormat(Qt.TextFormat.RichText)  # library texts in it are escaped (_html)
+        self.library.setWordWrap(True)
+        self.library.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.mirror = MirrorCanvas()
         self.copy_smiles = QPushButton("Copy SMILES")
         self.copy_inchikey = QPushButton("Copy InChIKey")
         self.copy_smiles.clicked.connect(lambda: self._copy(self.smiles.text()))
@@ -132,12 +139,18 @@ class DetailPane(QWidget):
         layout.addWidget(self.picture, 1)
         layout.addLayout(form)
         layout.addWidget(self.scores)
+        layout.addWidget(self.library)
+        layout.addWidget(self.mirror, 1)
         layout.addLayout(buttons)
         self.show_candidate(None)
 
-    def show_candidate(self, c, is_reference: bool = False) -> None:
+    def show_candidate(self, c, is_reference: bool = False, matches=None) -> None:
+        """``matches``: the result's spectral library search (its hit of ``c`` is drawn as a mirror plot)."""
         self.candidate = c
         has = c is not None
+        self.library.setText(library_html(c) if has else "")
+        self.library.setVisible(bool(has and self.library.text()))
+        self.mirror.show_hit(matches, find_hit(matches, c) if has else None)
         for w in (self.copy_smiles, self.copy_inchikey):
             w.setEnabled(has)
         if not has:
@@ -183,6 +196,57 @@ class DetailPane(QWidget):
             QGuiApplication.clipboard().setText(text)
 
 
+def library_html(c) -> str:
+    """The library lines of the detail pane: which library holds the candidate (identifier, name) and its
+    reference spectrum match (accession, licence, contributor); "" for a de novo structure only."""
+    lines = []
+    if c.library:
+        ident = f" · {_html(c.library_id)}" if c.library_id else ""
+        lines.append(f"Library: <b>{_html(c.library)}</b>{ident}")
+    if c.compound_name:
+        lines.append(f"Name: {_html(c.compound_name)}")
+    ev = c.spectral
+    if ev is not None:
+        verdict = ("<b style='color:#1b7f3b'>identified (level 2a)</b>" if ev.identified else
+                   "<span style='color:#a15c00'>matched, below the identification threshold</span>")
+        lines.append(f"Reference spectrum {_html(ev.accession)} ({_html(ev.library)}): {verdict}, similarity "
+                     f"{ev.similarity:.2f}, {ev.matched_peaks} matched peaks")
+        about = [x for x in (ev.reference_name, ev.adduct, ev.collision_energy, ev.instrument_type) if x]
+        if about:
+            lines.append(_html(" · ".join(about)))
+        lines.append(f"Licence: {_html(ev.license or 'not given')} · contributor: {_html(ev.contributor or 'not given')}")
+    return "<br>".join(lines)
+
+
+class MirrorCanvas(QWidget):
+    """The mirror plot of a library hit (query up, reference down), hidden when there is none."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        from matplotlib.backends.backend_qtagg import FigureCanvasQTAgg
+        from matplotlib.figure import Figure
+
+        self.figure = Figure(figsize=(3.4, 2.0), dpi=100, layout="constrained")
+        self.canvas = FigureCanvasQTAgg(self.figure)
+        self.canvas.setMinimumHeight(150)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.canvas)
+        self.ax = self.figure.add_subplot()
+        self.hit = None
+        self.setVisible(False)
+
+    def show_hit(self, matches, hit) -> None:
+        if hit is self.hit:
+            return
+        self.hit = hit
+        self.ax.clear()
+        if hit is not None:
+            plot_mirror(matches, hit, ax=self.ax, fontsize=7)
+            self.canvas.draw_idle()
+        self.setVisible(hit is not None)
+
+
 class CandidatesPanel(QWidget):
     """Everything about the candidates of the current spectrum."""
 
@@ -207,6 +271,7 @@ class CandidatesPanel(QWidget):
         self.filter.setMaximumWidth(220)
         self.filter.textChanged.connect(self.proxy.set_filter_text)
         self.novelty_filter = NoveltyFilter(self.proxy)
+        self.origin_filter = OriginFilter(self.proxy)
 
         self.table = QTableView()
         self.table.setModel(self.proxy)
@@ -231,6 +296,7 @@ class CandidatesPanel(QWidget):
                                  CandidatesModel.COUNT: "9999", CandidatesModel.FREQUENCY: "0.000",
                                  CandidatesModel.SIMILARITY: "0.000", CandidatesModel.SCORE: "-000.0",
                                  CandidatesModel.REFERENCE: "★ reference",
+                                 CandidatesModel.ORIGIN: "✔ spectral library",
                                  NoveltyCandidatesModel.NOVELTY: "training corpus"},
                     bold_rows=True)  # the reference row is bold
         self.table.setColumnWidth(CandidatesModel.STRUCTURE, STRUCTURE_WIDTH)
@@ -241,6 +307,7 @@ class CandidatesPanel(QWidget):
         self.detail = DetailPane(self.cache)
         top = QHBoxLayout()
         top.addWidget(self.summary, 1)
+        top.addWidget(self.origin_filter)
         top.addWidget(self.novelty_filter)
         top.addWidget(self.filter)
         left = QWidget()
@@ -265,16 +332,17 @@ class CandidatesPanel(QWidget):
     # -- showing a result
     def show_result(self, result: SpectrumResult | None, previous: SpectrumResult | None = None,
                     running: bool = False, note: str = "", flag: str = "", formula_scores: dict | None = None,
-                    detail: str = "", formula_text: str = "") -> None:
+                    detail: str = "", formula_text: str = "", level=None) -> None:
         """``note``: what to say when there is no result; ``flag``: a warning shown with the result
         (e.g. the spectrum holds no fragments); ``formula_scores``: formula -> (rank, score) of the formula
         candidates the candidates were drawn for; ``detail``: a line (HTML) under the summary; ``formula_text``:
-        what the structures were drawn for when not the result's formula (several formulas)."""
+        what the structures were drawn for when not the result's formula (several formulas); ``level``: the
+        spectrum's identification level (:func:`~msgpt_gui.logic.libraries.entry_level`)."""
         keep = self.selected_key()
         self.model.set_result(result, previous, formula_scores)
         # shown for candidates drawn for ranked formula candidates only (a library's given formulas have none)
         self.table.setColumnHidden(CandidatesModel.FORMULA_SCORE, not self.model.formula_scores)
-        self._summarise(result, running, note, formula_text)
+        self._summarise(result, running, note, formula_text, level)
         if detail and result is not None:
             self.summary.setText(self.summary.text() + f"<br>{detail}")
         if flag:
@@ -307,9 +375,11 @@ class CandidatesPanel(QWidget):
             self.show_result(shown, e.baseline, running=running and live, note=note, flag=flag,
                              formula_scores=formula_scores(r.shown for r in runs) if runs else
                              formula_scores([shown]), detail=_formula_runs_detail(runs),
-                             formula_text=f"one of the {len(runs)} formulas" if len(runs) > 1 else "")
+                             formula_text=f"one of the {len(runs)} formulas" if len(runs) > 1 else "",
+                             level=entry_level(e) if not running else None)
 
-    def _summarise(self, r: SpectrumResult | None, running: bool, note: str, formula_text: str = "") -> None:
+    def _summarise(self, r: SpectrumResult | None, running: bool, note: str, formula_text: str = "",
+                   level=None) -> None:
         if r is None:
             self.summary.setText(note or "<span style='color:#777'>No candidates yet: select spectra and press "
                                  "Run (Ctrl+R).</span>")
@@ -317,7 +387,8 @@ class CandidatesPanel(QWidget):
             return
         p = r.params
         formula = _html(formula_text or f"formula {r.spectrum.formula}")
-        why_not = missing_confidence(r, self.bundle) if not running else ""
+        identified = level is not None and level.code == "2a"
+        why_not = missing_confidence(r, self.bundle) if not (running or identified) else ""
         live = " <span style='color:#1f5fbf'>(updating…)</span>" if running or r.partial else ""
         self.summary.setText(
             f"<b>{len(r.candidates)} candidate{'' if len(r.candidates) == 1 else 's'}</b>{live} from {r.n_samples} structures drawn "
@@ -325,7 +396,10 @@ class CandidatesPanel(QWidget):
             f"κ {p.kappa_min:g}–{p.kappa_max:g}, M = {p.groups}, B = {p.pool_size}, seed {p.seed}"
             + (f" · {r.seconds:.1f} s, {r.new_samples} newly drawn" if not (running or r.partial) else "")
             + (f"<br>Confidence that rank 1 is right: <b>{_html(format_confidence(r.confidence))}</b>"
-               if r.confidence is not None and not (running or r.partial) and r.candidates else "")
+               if r.confidence is not None and not (running or r.partial or identified) and r.candidates else "")
+            + (f"<br>Rank 1: <b style='color:#1b7f3b'>{IDENTIFIED_TEXT}</b>" if identified else "")
+            + (f"<br>Identification level <b>{_html(level.code)}</b>: {_html(level.text)}" if level is not None
+               else "")
             + (f"<br><span style='color:#777'>No confidence: {_html(why_not)}.</span>" if why_not else "")
             + (f"<br><span style='color:#a15c00'>No drawn structure is valid with {formula}: "
                "raise the pool size B to draw more, or widen the κ band.</span>"
@@ -368,7 +442,8 @@ class CandidatesPanel(QWidget):
             self.detail.show_candidate(None)
             return
         c = self.model.candidate(self.proxy.mapToSource(current).row())
-        self.detail.show_candidate(c, c is not None and self.model.is_reference(c))
+        matches = self.model.result.spectral_matches if self.model.result is not None else None
+        self.detail.show_candidate(c, c is not None and self.model.is_reference(c), matches)
         self.candidate_selected.emit(c)
 
 

@@ -4,7 +4,7 @@ The window builds the views and the controllers and wires them together; what th
 model (:mod:`~msgpt_gui.model_controller`), files in and candidates out (:mod:`~msgpt_gui.file_controller`),
 formulas set by hand (:mod:`~msgpt_gui.edit_controller`), runs started (:mod:`~msgpt_gui.run_menu`), projects
 (:mod:`~msgpt_gui.project_view`), the tabs beside the candidates (:mod:`~msgpt_gui.formulas_view`,
-:mod:`~msgpt_gui.insights_view`). Long work (reading files, loading a model, elucidating, exporting) is
+:mod:`~msgpt_gui.insights_view`), libraries of known compounds (:mod:`~msgpt_gui.library_view`). Long work (reading files, loading a model, elucidating, exporting) is
 orchestrated by :class:`~msgpt_gui.run_controller.RunController` in worker threads; the window only ever reacts
 to its signals, so it stays responsive and Esc cancels at the next decoding step. One "task" (model load, run
 or export) runs at a time; files load beside it, one after the other.
@@ -33,6 +33,7 @@ from .file_controller import FileController, dropped_paths
 from .formulas_view import FormulaController
 from .help_dialogs import show_about, show_scores_help
 from .insights_view import Insights
+from .library_view import LibrariesUI
 from .logic.entries import SpectrumEntry, Status
 from .model_controller import ModelController
 from .params_view import ParamsPanel
@@ -85,6 +86,7 @@ class MainWindow(QMainWindow):
         self.run_menu = RunMenu(self)  # Run Selected / All / Cancel, re-ranking when the parameters change
         self.formulas = FormulaController(self)  # the Formulas tab: formula candidates, isotopes, run best k
         self.projects = ProjectController(self)  # File ▸ Open/Save Project, notes, autosave and recovery
+        self.libraries = LibrariesUI(self)  # Run ▸ Libraries…: known compounds, opened in the background
         self._build_actions()
         self._build_menus()
         self._build_statusbar()
@@ -194,7 +196,9 @@ class MainWindow(QMainWindow):
         m.addAction(f.act_close_all)
         m.addSeparator()
         m.addAction(self.act_quit)
-        self.run_menu.add_menu_actions(mb.addMenu("&Run"))
+        m = mb.addMenu("&Run")
+        self.run_menu.add_menu_actions(m)
+        self.libraries.add_menu_actions(m)
         m = mb.addMenu("&Model")
         self.models.add_menu_actions(m)
         self.insights.add_model_actions(m)
@@ -392,6 +396,7 @@ class MainWindow(QMainWindow):
     def shutdown(self, timeout_ms: int = 10000) -> None:
         """Cancel and wait for every worker (the engine stops at its next decoding step)."""
         self.run_menu.shutdown()
+        self.libraries.shutdown(timeout_ms)
         self.formulas.shutdown(timeout_ms)
         self.runs.shutdown(timeout_ms)
         self.insights.shutdown(timeout_ms)

@@ -17,6 +17,7 @@ from engine.spectra.spectrum import NO_FRAGMENTS_NOTE
 
 from .logic.confidence import missing_confidence
 from .logic.entries import SpectraFilter, SpectrumEntry, Status, compact_id, format_mz
+from .logic.libraries import IDENTIFIED_TEXT, entry_level, origin_label
 from .logic.tooltips import TIPS
 
 NO_FRAGMENTS_TIP = NO_FRAGMENTS_NOTE[0].upper() + NO_FRAGMENTS_NOTE[1:]  # "No fragments: candidates reflect ..."
@@ -75,8 +76,8 @@ class SpectraModel(QAbstractItemModel):
     them by key, and a change to one shows in the row of the entry they belong to.
     """
 
-    ID, MZ, ADDUCT, FORMULA, RT, SCANS, PEAKS, STATUS, CONFIDENCE = range(9)
-    COLUMNS = ("ID", "Prec. m/z", "Adduct", "Formula", "RT (min)", "Scans", "Peaks", "Status", "Confidence")
+    ID, MZ, ADDUCT, FORMULA, RT, SCANS, PEAKS, STATUS, CONFIDENCE, LEVEL = range(10)
+    COLUMNS = ("ID", "Prec. m/z", "Adduct", "Formula", "RT (min)", "Scans", "Peaks", "Status", "Confidence", "Level")
     TIPS = (
         "Spectrum title (TITLE / FEATURE_ID / scan number) and the file it comes from; F0007: a precursor "
         "feature of an LC-MS run (▸ shows its scans)",
@@ -93,7 +94,10 @@ class SpectraModel(QAbstractItemModel):
         "encoder never saw (the model card gives how well it holds on held-out spectra); sort by it to look at "
         "the surest answers first. For a formula Run picked from the candidates it includes that formula's "
         "probability. Empty: not run, or the settings differ from the default band, B = 100 and decoding the "
-        "confidence was fitted with (a cell's tooltip says why)",
+        "confidence was fitted with (a cell's tooltip says why); 'identified (level 2a)' when a reference "
+        "spectrum identifies rank 1",
+        "Identification level (Schymanski et al. 2014): 2a a reference spectrum match identifies rank 1; 3 "
+        "tentative candidates; 4 a molecular formula only; 5 an exact mass only (the tooltip says more)",
     )
 
     def __init__(self, parent=None):
@@ -254,7 +258,7 @@ class SpectraModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.ForegroundRole:
             return self._foreground(e, col)
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (self.MZ, self.RT, self.SCANS, self.PEAKS,
-                                                                 self.CONFIDENCE):
+                                                                 self.CONFIDENCE, self.LEVEL):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
@@ -267,9 +271,14 @@ class SpectraModel(QAbstractItemModel):
             return e.status_label(self.supported_adducts)
         if col == self.CONFIDENCE:
             p = entry_confidence(e)
+            if p is None and _identified(e):
+                return 2.0 if sort else IDENTIFIED_TEXT
             if sort:
                 return -1.0 if p is None else p
             return "" if p is None else format_confidence(p)
+        if col == self.LEVEL:
+            level = entry_level(e) if e.status != Status.RUNNING else None
+            return (level.code if level is not None else "9") if sort else (level.code if level is not None else "")
         if col == self.RT:
             rt = e.retention_time
             if rt is None:
@@ -309,6 +318,11 @@ class SpectraModel(QAbstractItemModel):
         s = e.spectrum
         if col == self.STATUS:
             return e.status_text(self.supported_adducts)
+        if col == self.LEVEL:
+            level = entry_level(e) if e.status != Status.RUNNING else None
+            return str(level) if level is not None else None
+        if col == self.CONFIDENCE and _identified(e):
+            return entry_level(e).text
         if col == self.CONFIDENCE:
             why_not = missing_confidence(e.shown, self.bundle) if e.status != Status.RUNNING else ""
             return f"No confidence: {why_not}" if why_not else None
@@ -368,6 +382,14 @@ def entry_confidence(e: SpectrumEntry) -> float | None:
     return None if r is None or r.partial else r.confidence
 
 
+def _identified(e: SpectrumEntry) -> bool:
+    """A reference spectrum identifies the entry's best answer (level 2a): no confidence number stands for it."""
+    if e.status == Status.RUNNING:
+        return False
+    level = entry_level(e)
+    return level is not None and level.code == "2a"
+
+
 def format_confidence(p: float) -> str:
     return "<1%" if p < 0.01 else f"{p:.0%}"
 
@@ -377,15 +399,35 @@ def _warning_icon() -> QIcon:
     return QApplication.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning)
 
 
+def origin_text(c) -> str:
+    """The Origin cell: where the candidate comes from, ✔ when a reference spectrum identifies it."""
+    return ("✔ " if c.identified else "") + origin_label(c.origin)
+
+
+def origin_tooltip(c) -> str:
+    """The library, identifier and name of a library candidate, and its reference spectrum match."""
+    lines = [f"Origin: {c.origin}"]
+    if c.library:
+        lines.append(f"Library: {c.library}" + (f", {c.library_id}" if c.library_id else ""))
+    if c.compound_name:
+        lines.append(f"Name: {c.compound_name}")
+    ev = c.spectral
+    if ev is not None:
+        lines.append(f"{'Identified by' if ev.identified else 'Matched'} reference spectrum {ev.accession} "
+                     f"({ev.library}): similarity {ev.similarity:.2f}, {ev.matched_peaks} matched peaks")
+    return "\n".join(lines)
+
+
 class CandidatesModel(ColumnsModel):
     """Ranked candidates of one spectrum result, with rank moves against the previous ranking.
 
     ``formula_scores`` (molecular formula -> (formula rank, score), :func:`msgpt_gui.logic.formulas.formula_scores`)
     fill the Formula score column of candidates drawn for a formula candidate."""
 
-    STRUCTURE, RANK, CHANGE, SMILES, FORMULA, FORMULA_SCORE, COUNT, FREQUENCY, SIMILARITY, SCORE, REFERENCE = range(11)
+    STRUCTURE, RANK, CHANGE, SMILES, FORMULA, FORMULA_SCORE, COUNT, FREQUENCY, SIMILARITY, SCORE, REFERENCE, \
+        ORIGIN = range(12)
     COLUMNS = ("Structure", "Rank", "Change", "SMILES", "Formula", "Formula score", "Count", "Frequency",
-               "Posterior sim.", "Score", "Reference")
+               "Posterior sim.", "Score", "Reference", "Origin")
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -448,7 +490,7 @@ class CandidatesModel(ColumnsModel):
                 c.rank, c.rank, self.change(c)[1], c.smiles, c.formula, float(score) if score else -1.0, c.count,
                 c.frequency,
                 c.posterior_similarity, -math.inf if math.isnan(c.fingerprint_score) else c.fingerprint_score,
-                0 if self.is_reference(c) else 1,
+                0 if self.is_reference(c) else 1, origin_text(c),
             )[col]
         if role == DISPLAY:
             if col == self.STRUCTURE:
@@ -474,12 +516,16 @@ class CandidatesModel(ColumnsModel):
                 return "" if math.isnan(c.fingerprint_score) else f"{c.fingerprint_score:.1f}"
             if col == self.REFERENCE:
                 return "★ reference" if self.is_reference(c) else ""
+            if col == self.ORIGIN:
+                return origin_text(c)
         if role == Qt.ItemDataRole.DecorationRole and col == self.SMILES:  # ⚠: an implausible structure
             return _warning_icon() if plausibility_note(c.smiles) else None
         if role == Qt.ItemDataRole.ToolTipRole:
             if col in (self.SMILES, self.STRUCTURE):
                 note = plausibility_note(c.smiles)
                 return f"{c.smiles}\nInChIKey {c.inchikey}" + (f"\n⚠ {IMPLAUSIBLE}: {note}" if note else "")
+            if col == self.ORIGIN:
+                return origin_tooltip(c)
             if col == self.CHANGE:
                 text = self.change(c)[0]
                 if text == "new":

@@ -16,6 +16,7 @@ from engine.insight.novelty import CORPUS, NEW, USER, NoveltyMarker, categories
 from engine.model.known import KnownStructures
 
 from .logic.insights import KnownList, read_known_list
+from .logic.libraries import ORIGIN_FILTERS, origin_accepted
 from .models import DISPLAY, SORT_ROLE, CandidatesModel, SortProxy
 from .workers import GeneratorWorker
 
@@ -83,11 +84,22 @@ class NoveltyCandidatesModel(CandidatesModel):
 
 
 class NoveltyProxy(SortProxy):
-    """The candidates' proxy with a novelty filter on top of the SMILES text filter."""
+    """The candidates' proxy with a novelty filter and an origin filter (all / de novo / from libraries,
+    :func:`~msgpt_gui.logic.libraries.origin_accepted`) on top of the SMILES text filter."""
 
     def __init__(self, parent=None, filter_columns: tuple[int, ...] = ()):
         super().__init__(parent, filter_columns)
         self.shown_categories: set[str] | None = None
+        self.origin_choice = "all"
+
+    def set_origin(self, choice: str) -> None:
+        if hasattr(self, "beginFilterChange"):  # Qt >= 6.10
+            self.beginFilterChange()
+            self.origin_choice = choice
+            self.endFilterChange()
+        else:
+            self.origin_choice = choice
+            self.invalidateFilter()
 
     def set_categories(self, shown: set[str] | None) -> None:
         if hasattr(self, "beginFilterChange"):  # Qt >= 6.10
@@ -99,6 +111,10 @@ class NoveltyProxy(SortProxy):
             self.invalidateFilter()
 
     def filterAcceptsRow(self, row, parent) -> bool:
+        if self.origin_choice != "all":
+            c = self.sourceModel().candidate(row)
+            if c is None or not origin_accepted(c.origin, self.origin_choice):
+                return False
         if self.shown_categories is not None:
             model = self.sourceModel()
             c = model.candidate(row)
@@ -117,6 +133,19 @@ class NoveltyFilter(QComboBox):
             self.addItem(label)
         self.setToolTip("Show candidates by novelty: " + NOVELTY_TIP)
         self.currentIndexChanged.connect(lambda i: self.proxy.set_categories(FILTERS[i][1]))
+
+
+class OriginFilter(QComboBox):
+    """Show all candidates / de novo ones / those from libraries."""
+
+    def __init__(self, proxy: NoveltyProxy, parent=None):
+        super().__init__(parent)
+        self.proxy = proxy
+        for _, label in ORIGIN_FILTERS:
+            self.addItem(label)
+        self.setToolTip("Show candidates by origin: drawn by the model (de novo) or given by a structure or "
+                        "spectral library (Run ▸ Libraries…)")
+        self.currentIndexChanged.connect(lambda i: self.proxy.set_origin(ORIGIN_FILTERS[i][0]))
 
 
 class NoveltyController(QObject):

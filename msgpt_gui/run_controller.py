@@ -42,6 +42,7 @@ from .logic.jobs import (
     load_file,
     load_model,
 )
+from .logic.libraries import library_key, library_refs, refs_key
 from .models import SpectraModel
 from .workers import GeneratorWorker
 
@@ -80,6 +81,7 @@ class RunController(QObject):
         super().__init__(parent)
         self.spectra = spectra
         self.bundle = None  # the loaded ModelBundle
+        self.libraries: tuple = ()  # the enabled structure and spectral libraries (LibraryController)
         self.task: GeneratorWorker | None = None
         self.task_kind = ""
         self.loader: GeneratorWorker | None = None
@@ -246,9 +248,9 @@ class RunController(QObject):
                 self.entry_updated.emit(e.key, "status")
                 skipped += 1
                 continue
-            if e.session is None or e.model_checksum != self.bundle.checksum:
+            if e.session is None or e.model_checksum != self.bundle.checksum or not self.libraries_current(e):
                 try:
-                    e.session = e.new_session(self.bundle)  # with the samples a project kept, if any
+                    e.session = e.new_session(self.bundle, self.libraries)  # with the samples drawn so far
                     e.model_checksum = self.bundle.checksum
                 except MsgptError as err:
                     e.session, e.status, e.reason = None, Status.SKIPPED, str(err)
@@ -292,6 +294,8 @@ class RunController(QObject):
             wanted = [(c.formula, c.ion_type) for c in table.runnable(top_k, supported)]
             if wanted == [(r.spectrum.formula, r.spectrum.adduct) for r in runs]:
                 for r in runs:
+                    if not self.libraries_current(r):  # other libraries: a new session, the samples stay
+                        r.session = r.new_session(self.bundle, self.libraries)
                     r.status, r.reason = Status.QUEUED, ""
                 e.sync_status()
                 e.status = Status.QUEUED
@@ -302,7 +306,11 @@ class RunController(QObject):
             e.spectrum = base
         e.status, e.reason = Status.QUEUED, ""
         self.spectra.entry_changed(e.key)
-        return FormulaJob(e.key, base, e.ms1, table, tuple(self.new_keys(top_k)))
+        return FormulaJob(e.key, base, e.ms1, table, tuple(self.new_keys(top_k)), self.libraries)
+
+    def libraries_current(self, e: SpectrumEntry) -> bool:
+        """Whether ``e``'s session (and result) searched the libraries enabled now."""
+        return refs_key(e.library_refs) == library_key(self.libraries)
 
     def defer_retune(self) -> None:
         """A re-tune asked for while busy: ``retune_wanted`` once the slot is free; a re-tune still
@@ -331,7 +339,9 @@ class RunController(QObject):
                 runs.append(SpectrumEntry(run.key, run.spectrum, original=run.spectrum, session=run.session,
                                           model_checksum=self.bundle.checksum if run.session is not None else None,
                                           status=status, reason=run.problem, owner_key=e.key,
-                                          candidate=run.candidate, ms1=e.ms1))
+                                          candidate=run.candidate, ms1=e.ms1,
+                                          library_refs=library_refs(run.session.libraries)
+                                          if run.session is not None else ()))
             e.formula_runs = runs
             self.spectra.add_runs(runs)
             e.sync_status()

@@ -105,16 +105,24 @@ class RunMenu(QObject):
         if w.bundle is not None and e is not None and e.has_results:
             self.retune_timer.start()
 
+    def libraries_changed(self) -> None:
+        """Other libraries are on: the current spectrum is re-ranked with them (its samples stay)."""
+        self.params_changed()
+
     def _retune(self) -> None:
-        """Re-run the current spectrum (its formula runs) with the new parameters (draws only what is missing)."""
+        """Re-run the current spectrum (its formula runs) with the new parameters or libraries (draws only what is
+        missing)."""
         w = self.window
         e = w.current_entry()
-        if e is None or not e.has_results or all(r.params == w.query_params for r in e.results()):
+        if e is None or not e.has_results:
+            return
+        ran = [r for r in e.formula_runs if r.result is not None] or [e]
+        if all(r.params == w.query_params for r in e.results()) and all(w.runs.libraries_current(r) for r in ran):
             return
         if w.busy:
             w.runs.defer_retune()
             return
-        self.run_entries([r for r in e.formula_runs if r.result is not None] or [e], retune=True)
+        self.run_entries(ran, retune=True)
 
     def shutdown(self) -> None:
         self.retune_timer.stop()

@@ -100,6 +100,7 @@ class ScorePanel(QWidget):
         super().__init__(parent)
         self.bundle = None
         self.settings = None  # the app's Settings: where the export dialog starts (set by the window)
+        self.libraries: tuple = ()  # the enabled structure and spectral libraries (set by the window)
         self.params = QueryParams()
         self.marker = None
         self.entry = None
@@ -200,7 +201,7 @@ class ScorePanel(QWidget):
         candidates = self.entry.result.candidates if self.entry.result is not None else None
         QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
         try:
-            session = scoring_session(self.entry, self.bundle)
+            session = scoring_session(self.entry, self.bundle, self.libraries)
             rows = score_structures(session, structures, self.params, candidates=candidates, marker=self.marker)
         except MsgptError as err:
             self.message.emit("warning", f"Cannot score against {self.entry.display_id}: {err}")

@@ -59,7 +59,7 @@ class SpectraList(QWidget):
         view.setSortingEnabled(True)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         fit_columns(view, {1: "1234.5678 *", 2: "[M+Na]+", 3: "C22H30NO4 *", 4: "99.99–99.99",
-                           5: "Scans", 6: "999 ⚠", 7: STATUS_SAMPLE})
+                           5: "Scans", 6: "999 ⚠", 7: STATUS_SAMPLE, 9: "2a"})
         view.setColumnHidden(SpectraModel.SCANS, True)  # shown once a run's features are listed
         header.setStretchLastSection(False)
         # IDs take what is left, but at least their width (up to 32 characters): a narrow list scrolls sideways

@@ -28,6 +28,8 @@ spectra came from and whether a file on this machine is still the same one (:fun
     files                    [{"path", "size", "sha256"}]: the files the spectra were read from
     selection                {"current": entry or null, "selected": [entry, ...], "candidate": InChIKey-14 or null}
     app                      what the app that wrote it keeps besides (an autosave's project path, ...)
+    libraries                [{"name", "kind", "checksum"}]: the structure / spectral libraries the candidates
+                             were ranked with (absent in older files: none)
     entries                  one per listed record:
       status, reason           "done", "not run", "skipped", "failed", "cancelled"; why (skipped, failed)
       notes                    the user's notes on this spectrum
@@ -124,6 +126,19 @@ class ModelRef:
 
 
 @dataclass(frozen=True)
+class LibraryRef:
+    """A library of known compounds the project's candidates were ranked with (``kind``: "structure" or
+    "spectral"; ``checksum``: the SHA-256 of its source file)."""
+
+    name: str
+    kind: str
+    checksum: str
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.kind} library) [{self.checksum[:8]}]"
+
+
+@dataclass(frozen=True)
 class SourceFile:
     """A spectra file the project's records were read from (the records themselves are in the project)."""
 
@@ -181,6 +196,7 @@ class Project:
     files: list[SourceFile] = field(default_factory=list)
     selection: Selection = field(default_factory=Selection)
     app: dict = field(default_factory=dict)
+    libraries: list[LibraryRef] = field(default_factory=list)  # the libraries the candidates were ranked with
     saved_at: str = ""
     saved_by: str = ""
     format_version: int = FORMAT_VERSION  # of the file it was read from
@@ -403,6 +419,7 @@ def write_project(path: str | os.PathLike, project: Project,
         "files": [asdict(f) for f in project.files],
         "selection": {"current": sel.current, "selected": list(sel.selected), "candidate": sel.candidate},
         "app": project.app,
+        "libraries": [asdict(ref) for ref in project.libraries],
         "entries": entries,
     }
     tables = arrays.finish()

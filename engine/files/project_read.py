@@ -31,6 +31,7 @@ from engine.files.project import (
     SAME,
     SAMPLES,
     SPECTRUM_KEYS,
+    LibraryRef,
     ModelRef,
     Project,
     ProjectEntry,
@@ -350,6 +351,7 @@ def read_project(path: str | os.PathLike, cancel: CancelFn | None = None) -> Gen
         project = Project(
             entries=entries, params=_params(doc.get("params", {}), "params"), model=_model(doc.get("model")),
             files=files, selection=selection, app=doc.get("app") if isinstance(doc.get("app"), dict) else {},
+            libraries=_libraries(doc.get("libraries")),
             saved_at=str(doc.get("saved_at") or ""), saved_by=str(doc.get("saved_by") or ""),
             format_version=int(doc["written_in"]),
         )
@@ -357,6 +359,15 @@ def read_project(path: str | os.PathLike, cancel: CancelFn | None = None) -> Gen
         raise InputFileError(path, f"is damaged: {e}.") from None
     yield ProjectProgress(len(entries), len(entries), f"Read {path.name}")
     return project
+
+
+def _libraries(raw) -> list[LibraryRef]:
+    """The ``libraries`` of a document (absent before structure and spectral libraries: none); entries that are
+    not ``{"name", "kind", "checksum"}`` are passed over."""
+    if not isinstance(raw, list):
+        return []
+    return [LibraryRef(str(d.get("name", "")), str(d["kind"]), str(d["checksum"])) for d in raw
+            if isinstance(d, dict) and d.get("kind") and d.get("checksum")]
 
 
 def load_project(path: str | os.PathLike) -> Project:

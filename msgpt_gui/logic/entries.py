@@ -32,6 +32,7 @@ from engine.spectra.features import Feature
 from engine.spectra.spectrum import NO_FRAGMENTS_NOTE, PRECURSOR_DECIMALS_KEY, SkippedRecord, Spectrum, has_fragments
 
 from .formulas import combine_results, formula_base, readiness, table_key
+from .libraries import library_refs
 
 NO_PRECURSOR = "no precursor m/z"  # how the reader's reason for such a record starts
 
@@ -63,6 +64,7 @@ class SpectrumEntry:
     model_checksum: str | None = None  # the model the session (or the result, read from a project) belongs to
     user_notes: str = ""  # the user's notes on this spectrum (saved in projects, found by the filter)
     drawn_samples: tuple = ()  # samples a project kept for the result: put back into the next session (new_session)
+    library_refs: tuple = ()  # LibraryRef of the libraries the session (and so the result) searched
     # LC-MS runs: precursor features and their scans
     feature: Feature | None = None  # the precursor feature this entry lists (its spectrum is the consensus)
     ms1: object | None = None  # MS1Evidence of the precursor (a feature's, also given to its scans)
@@ -317,17 +319,23 @@ class SpectrumEntry:
         """What the app notes about the spectrum (the user's own notes are :attr:`user_notes`)."""
         return [NO_FRAGMENTS_NOTE] if self.no_fragments else []
 
-    def new_session(self, bundle) -> SpectrumSession:
-        """A session of the spectrum on ``bundle`` (raises MsgptError when the model cannot run it). When a
-        project kept the samples of the result for this model, they are put back, so that re-tuning draws
-        only what they lack."""
+    def new_session(self, bundle, libraries: Sequence = ()) -> SpectrumSession:
+        """A session of the spectrum on ``bundle`` searching ``libraries`` (raises MsgptError when the model cannot
+        run it). The samples drawn for the result are kept, so that re-tuning (or re-ranking with other
+        libraries) draws only what they lack: those a project kept for this model, or those of the entry's
+        session on this model."""
+        libraries = tuple(libraries)
         drawn, self.drawn_samples = self.drawn_samples, ()
-        r = self.result
+        r, old = self.result, self.session
+        if not drawn and r is not None and old is not None and old.bundle is bundle and old.spectrum is self.spectrum:
+            drawn = old.drawn_samples(r.params)  # the same spectrum, other libraries: what was drawn stays
         if drawn and r is not None and r.spectrum is self.spectrum and self.model_checksum == bundle.checksum:
-            session = SpectrumSession(bundle, self.spectrum, posterior=r.posterior)
+            session = SpectrumSession(bundle, self.spectrum, posterior=r.posterior, libraries=libraries)
             session.add_drawn_samples(r.params, drawn)
-            return session
-        return SpectrumSession(bundle, self.spectrum)
+        else:
+            session = SpectrumSession(bundle, self.spectrum, libraries=libraries)
+        self.library_refs = library_refs(libraries)
+        return session
 
     def reset_results(self) -> None:
         """Forget results, samples and formula runs (new formula/adduct/precursor, another model); the notes and

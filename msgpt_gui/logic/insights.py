@@ -36,10 +36,10 @@ def entry_posterior(entry, bundle) -> np.ndarray:
     return compute_posterior(bundle, entry.spectrum)
 
 
-def scoring_session(entry, bundle) -> SpectrumSession:
+def scoring_session(entry, bundle, libraries=()) -> SpectrumSession:
     """A session of the entry's spectrum for scoring (its posterior reused; the entry's own sample pool is
-    left alone)."""
-    return SpectrumSession(bundle, entry.spectrum, posterior=entry_posterior(entry, bundle))
+    left alone), searching the enabled ``libraries`` as a run does."""
+    return SpectrumSession(bundle, entry.spectrum, posterior=entry_posterior(entry, bundle), libraries=libraries)
 
 
 @dataclass(frozen=True)

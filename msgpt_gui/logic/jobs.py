@@ -258,6 +258,7 @@ class FormulaJob:
     ms1: object | None  # its MS1 evidence (engine.spectra.features.MS1Evidence), if any
     table: object | None  # its FormulaTable, when ranked already
     run_keys: tuple[int, ...]  # keys for the formula runs, one per formula (k of them)
+    libraries: tuple = ()  # the enabled structure and spectral libraries each run's session searches
 
 
 @dataclass(frozen=True)
@@ -377,7 +378,8 @@ def _formula_runs(job: FormulaJob, position: int, count: int, bundle, cancel: Ca
     for key, (candidate, spectrum) in zip(job.run_keys, formula_spectra(job.base, table, bundle.supported_adducts,
                                                                         len(job.run_keys))):
         try:
-            runs.append(FormulaRun(key, candidate, spectrum, SpectrumSession(bundle, spectrum)))
+            runs.append(FormulaRun(key, candidate, spectrum, SpectrumSession(bundle, spectrum,
+                                                                             libraries=job.libraries)))
         except MsgptError as e:
             runs.append(FormulaRun(key, candidate, spectrum, None, str(e)))
     yield FormulasRanked(job.key, job.base, table, tuple(runs))
@@ -402,14 +404,16 @@ def export_candidates(
     cancel: CancelFn | None = None, novelty=None,
 ) -> Generator[ExportProgress, None, int]:
     """Write ``results`` to a CSV/SDF file atomically; returns the number of candidate rows. An item that is a
-    sequence holds the results of one spectrum's formulas: their ranks run on, as ``msgpt predict`` writes them.
-    ``novelty``: the :class:`~engine.insight.novelty.NoveltyMarker` of the novelty column."""
+    sequence holds the results of one spectrum's formulas (:meth:`CandidateWriter.write_feature`): their ranks
+    run on, each candidate with its rank over the feature and the feature's identification level, as ``msgpt
+    predict`` writes them. ``novelty``: the :class:`~engine.insight.novelty.NoveltyMarker` of the novelty column."""
     with CandidateWriter(path, info, novelty=novelty) as writer:
         for i, item in enumerate(results):
             check_cancel(cancel)
-            rows = 0
-            for result in ([item] if isinstance(item, SpectrumResult) else item):
-                rows += writer.write(result, rank_offset=rows)
+            if isinstance(item, SpectrumResult):
+                writer.write(item)
+            else:
+                writer.write_feature(list(item))
             yield ExportProgress(i + 1, len(results))
         check_cancel(cancel)
     return writer.n_rows

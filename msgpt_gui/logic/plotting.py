@@ -5,7 +5,7 @@ Like spectrum_utils' ``plot`` module, every function draws on the ``ax`` it is g
 
     from engine.spectra.io import read_spectra
     from engine.spectra.annotate import annotate_spectrum
-    from msgpt_gui.logic.plotting import plot_spectrum
+    from msgpt_gui.logic.plotting import plot_spectrum  # plot_isotopes, plot_mirror alike
 
     spectrum = read_spectra("spectra.mgf")[0][0]
     ax = plot_spectrum(spectrum, annotate_spectrum(spectrum))
@@ -212,3 +212,71 @@ def _anchor_intensity(mz: np.ndarray, intensity: np.ndarray, target: float, tol:
     """The most intense peak within ``tol`` of ``target`` (0 when none)."""
     near = np.abs(mz - target) <= tol
     return float(intensity[near].max()) if near.any() else 0.0
+
+
+MATCHED_QUERY_COLOR = "#1f77b4"
+MATCHED_REFERENCE_COLOR = "#2ca02c"
+
+
+def find_hit(matches, candidate):
+    """The hit of ``matches`` (:class:`engine.spectral_library.SpectralMatches`) that stands behind ``candidate``:
+    the reference its spectral evidence names (by accession), else the best hit of its structure (first
+    InChIKey block); None when no hit is of it."""
+    if matches is None or candidate is None:
+        return None
+    ev = getattr(candidate, "spectral", None)
+    if ev is not None and ev.accession:
+        for hit in matches.hits:
+            if hit.reference.accession == ev.accession and hit.reference.library == ev.library:
+                return hit
+    return next((h for h in matches.hits if h.reference.inchikey14 and
+                 h.reference.inchikey14 == candidate.inchikey14), None)
+
+
+def plot_mirror(matches, hit, ax=None, *, title: str | None = None, fontsize: float = 8.0):
+    """Mirror plot of a spectral library hit: the query's cleaned peaks up, the reference's down (in % of each
+    one's base peak); the peak pairs the similarity counted (``hit.fragment_pairs``) coloured, the rest grey, and
+    the similarity and matched peaks in the corner. ``matches`` is the
+    :class:`engine.spectral_library.SpectralMatches` the hit belongs to (its ``query_mz`` / ``query_intensity``).
+    Returns ``ax``."""
+    ax = _axes(ax)
+    qmz = np.asarray(matches.query_mz, dtype=float)
+    qint = np.asarray(matches.query_intensity, dtype=float)
+    rmz = np.asarray(hit.reference_mz, dtype=float)
+    rint = np.asarray(hit.reference_intensity, dtype=float)
+    qrel = qint / qint.max(initial=0.0) * 100.0 if qint.size and qint.max() > 0 else np.zeros_like(qint)
+    rrel = rint / rint.max(initial=0.0) * 100.0 if rint.size and rint.max() > 0 else np.zeros_like(rint)
+    pairs = np.asarray(hit.fragment_pairs, dtype=int).reshape(-1, 2)
+    q_matched = np.zeros(qmz.size, dtype=bool)
+    r_matched = np.zeros(rmz.size, dtype=bool)
+    q_matched[pairs[:, 0][pairs[:, 0] < qmz.size]] = True
+    r_matched[pairs[:, 1][pairs[:, 1] < rmz.size]] = True
+    for mz, rel, matched, sign, color, name in (
+            (qmz, qrel, q_matched, 1.0, MATCHED_QUERY_COLOR, "query"),
+            (rmz, rrel, r_matched, -1.0, MATCHED_REFERENCE_COLOR, "reference")):
+        if (~matched).any():
+            ax.vlines(mz[~matched], 0, sign * rel[~matched], colors=UNANNOTATED_COLOR, linewidth=1.0, zorder=2)
+        if matched.any():
+            ax.vlines(mz[matched], 0, sign * rel[matched], colors=color, linewidth=1.6, zorder=3,
+                      label=f"{name}: matched peaks")
+    ax.axhline(0, color="#444444", linewidth=0.8, zorder=4)
+    ends = [float(a.min()) for a in (qmz, rmz) if a.size] + [float(a.max()) for a in (qmz, rmz) if a.size]
+    lo, hi = (min(ends), max(ends)) if ends else (0.0, 100.0)
+    pad = max((hi - lo) * 0.05, 5.0)
+    ax.set_xlim(max(lo - pad, 0.0), hi + pad)
+    ax.set_ylim(-115, 115)
+    ax.set_yticks([-100, -50, 0, 50, 100])
+    ax.set_yticklabels(["100", "50", "0", "50", "100"])
+    ax.set_xlabel("m/z")
+    ax.set_ylabel("Intensity (%)")
+    ax.spines[["top", "right"]].set_visible(False)
+    ref = hit.reference
+    ax.text(0.01, 0.98, "query", transform=ax.transAxes, ha="left", va="top", fontsize=fontsize,
+            color=MATCHED_QUERY_COLOR)
+    ax.text(0.01, 0.02, f"reference {ref.accession}" + (f" · {ref.name}" if ref.name else ""),
+            transform=ax.transAxes, ha="left", va="bottom", fontsize=fontsize, color=MATCHED_REFERENCE_COLOR)
+    ax.text(0.99, 0.98, f"similarity {hit.similarity:.2f}\n{hit.matched_peaks} matched peaks",
+            transform=ax.transAxes, ha="right", va="top", fontsize=fontsize)
+    if title:
+        ax.set_title(title, fontsize=fontsize + 1, loc="left")
+    return ax

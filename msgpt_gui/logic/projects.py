@@ -7,7 +7,8 @@ What a project keeps of an entry: the spectrum as read and as the user set it, t
 samples it was ranked from, the status and the user's notes. A precursor feature of an LC-MS run is kept as
 its consensus spectrum (not its scans or its MS1 evidence); the formula runs of an entry that ran for its
 best formula candidates are kept as entries of their own after it (the spectrum with that formula, its
-candidates), so a reopened project lists them one by one. Sessions are not saved: the next run of a
+candidates), so a reopened project lists them one by one. The project records the libraries the results were
+ranked with (name, kind, checksum); a reopened result counts as ranked with all of them. Sessions are not saved: the next run of a
 reopened entry gets one back with its samples (:meth:`~msgpt_gui.logic.entries.SpectrumEntry.new_session`)
 when the same model is loaded, so re-tuning draws only what is missing.
 """
@@ -87,7 +88,18 @@ def snapshot(entries: Sequence[SpectrumEntry], params: QueryParams, bundle=None,
         selection = replace(selection, current=None if selection.current is None else position[selection.current],
                             selected=tuple(position[i] for i in selection.selected))
     return Project(entries=out, params=params, model=ModelRef.of(bundle) if bundle is not None else None,
-                   selection=selection, app=dict(app or {}))
+                   selection=selection, app=dict(app or {}), libraries=used_libraries(entries))
+
+
+def used_libraries(entries: Sequence[SpectrumEntry]) -> list:
+    """The libraries (:class:`~engine.files.project.LibraryRef`) the entries' results were ranked with, each once."""
+    seen: dict = {}
+    for e in entries:
+        for x in [e, *e.formula_runs]:
+            if x.result is not None:
+                for ref in x.library_refs:
+                    seen.setdefault((ref.kind, ref.checksum), ref)
+    return list(seen.values())
 
 
 def source_paths(project: Project) -> list[str]:
@@ -149,7 +161,8 @@ def entries_from_project(project: Project, keys: Sequence[int]) -> list[Spectrum
     for key, p in zip(keys, project.entries, strict=True):
         e = SpectrumEntry(key, p.spectrum, skipped=p.skipped, original=p.original, status=p.status, reason=p.reason,
                           result=p.result, model_checksum=p.model_checksum if p.result is not None else None,
-                          user_notes=p.notes, drawn_samples=p.samples)
+                          user_notes=p.notes, drawn_samples=p.samples,
+                          library_refs=tuple(project.libraries) if p.result is not None else ())
         if e.status in (Status.RUNNING, Status.QUEUED):  # not written by this app; said for safety
             e.status = Status.DONE if e.result is not None else Status.NOT_RUN
         if e.spectrum is None and e.status != Status.SKIPPED:

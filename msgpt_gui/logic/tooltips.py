@@ -87,5 +87,9 @@ TIPS = {
                  "bit probabilities predicted from the spectrum (recalibrated on training spectra when the model "
                  "carries a calibration). Higher (closer to 0) means the spectrum supports its substructures",
         "Reference": "Marks the reference structure given in the file, when it is among the candidates",
+        "Origin": "Where the candidate comes from: de novo (drawn by the model), structure library (a structure of "
+                  "the formula in a ticked structure library), spectral library (the structure of a reference "
+                  "spectrum that matches this one); several joined by +. ✔ identified: a reference spectrum "
+                  "identifies it (level 2a)",
     },
 }

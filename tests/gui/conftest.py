@@ -110,3 +110,12 @@ def _quiet_matplotlib_qt():
     warnings.filterwarnings("ignore", message=r"Enum value 'Qt::ApplicationAttribute\.AA_UseHighDpiPixmaps'",
                             category=DeprecationWarning)
     yield
+
+
+@pytest.fixture(autouse=True)
+def no_bundled_libraries(monkeypatch):
+    """The bundled structure and spectral libraries take seconds to index on first use: the GUI tests start with
+    none listed (a test adds tiny ones of its own)."""
+    import msgpt_gui.logic.libraries as libraries
+
+    monkeypatch.setattr(libraries, "default_sources", lambda: [])

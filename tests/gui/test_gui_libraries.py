@@ -1,0 +1,214 @@
+"""Libraries of known compounds in the app: the manager (add, open in the background, switch, remember, errors),
+library candidates in the table (Origin column and filter, details, level 2a) and the mirror plot."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+from PySide6.QtCore import Qt
+
+from engine.spectra.io import read_spectra
+from msgpt_gui.library_view import SETTINGS_KEY, LibraryController
+from msgpt_gui.logic.libraries import (
+    BUNDLED_SPECTRA,
+    BUNDLED_STRUCTURES,
+    SPECTRAL,
+    STRUCTURE,
+    default_sources,
+    origin_accepted,
+    sources_from_setting,
+)
+from msgpt_gui.logic.plotting import MATCHED_QUERY_COLOR, MATCHED_REFERENCE_COLOR, find_hit, plot_mirror
+from msgpt_gui.models import CandidatesModel, SpectraModel
+
+SITAGLIPTIN = "MSBNK-Eawag-EA290310"
+NICOTINE = "MSBNK-NaToxAq-NA003084"
+CSV = "name,smiles,id\nCaffeine,CN1C=NC2=C1C(=O)N(C(=O)N2C)C,L1\nNicotine,CN1CCCC1C1=CN=CC=C1,L2\n" \
+      "Ethanol,CCO,L3\n"
+
+
+@pytest.fixture
+def structure_csv(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text(CSV)
+    return path
+
+
+def add_and_wait(qtbot, controller, path, kind=None):
+    with qtbot.waitSignal(controller.finished_opening, timeout=60_000):
+        source = controller.add(path, kind)
+    return source
+
+
+def test_manager_adds_opens_switches_and_remembers_libraries(qtbot, make_window, structure_csv, write_mgf, home):
+    window = make_window()
+    ui = window.libraries
+    assert ui.controller.sources == []  # the bundled ones are left out of the GUI tests (conftest)
+    dialog = ui.show_manager()
+    with qtbot.waitSignal(ui.controller.changed, timeout=60_000) as changed:
+        add_and_wait(qtbot, ui.controller, structure_csv)
+    structures = ui.controller.sources[0]
+    assert (structures.kind, structures.state, structures.counts()) == (STRUCTURE, "open", "3 structures")
+    assert changed.args[0] == (structures.library,) and window.runs.libraries == (structures.library,)
+    assert any(p.name.endswith(".npz") for p in (home / "data").rglob("*"))  # indexed into MSGPT_HOME
+
+    spectra = add_and_wait(qtbot, ui.controller, write_mgf("refs.mgf", titles={SITAGLIPTIN, NICOTINE}))
+    assert spectra.kind == SPECTRAL and spectra.state == "open"
+    assert spectra.counts().startswith("2 searchable spectra")
+    assert window.runs.libraries == (structures.library, spectra.library)
+    table = dialog.table
+    assert table.rowCount() == 2
+    assert [table.item(r, dialog.KIND).text() for r in range(2)] == ["structure library", "spectral library"]
+    assert table.item(1, dialog.CONTENTS).text() == spectra.counts()
+
+    # unticking in the dialog takes a library out of the runs, and the settings keep it off
+    with qtbot.waitSignal(ui.controller.changed):
+        table.item(0, dialog.NAME).setCheckState(Qt.CheckState.Unchecked)
+    assert window.runs.libraries == (spectra.library,)
+    saved = json.loads(window.settings.get(SETTINGS_KEY, "", str))
+    assert saved == [{"kind": STRUCTURE, "path": str(structure_csv.resolve()), "enabled": False},
+                     {"kind": SPECTRAL, "path": spectra.path, "enabled": True}]
+    again = LibraryController(window.settings, start=False)
+    assert [(s.path, s.enabled) for s in again.sources] == [(str(structure_csv.resolve()), False),
+                                                           (spectra.path, True)]
+    # removing
+    table.selectRow(1)
+    dialog.remove_selected()
+    assert [s.path for s in ui.controller.sources] == [str(structure_csv.resolve())]
+    assert window.runs.libraries == ()
+
+
+def test_a_file_that_is_no_library_is_reported_naming_it(qtbot, make_window, tmp_path):
+    window = make_window()
+    controller = window.libraries.controller
+    assert controller.add(tmp_path / "notes.docx") is None
+    level, text = window.messages[-1]
+    assert level == "warning" and "notes.docx" in text and "MSP or MGF" in text
+    bad = tmp_path / "empty.csv"
+    bad.write_text("name,comment\nfoo,bar\n")
+    source = add_and_wait(qtbot, controller, bad)
+    assert source.state == "failed" and source.library is None
+    level, text = window.messages[-1]
+    assert level == "warning" and "empty.csv" in text and "remove it" in text
+    assert window.runs.libraries == ()
+
+
+def test_opening_can_be_cancelled_and_opens_when_ticked_again(qtbot, make_window, structure_csv):
+    window = make_window()
+    controller = window.libraries.controller
+    window.worker_started.connect(lambda w: w.cancel() if w.name.startswith("opening") else None)
+    source = add_and_wait(qtbot, controller, structure_csv)
+    assert source.state == "cancelled" and source.library is None
+    window.worker_started.disconnect()
+    controller.set_enabled(source, False)
+    with qtbot.waitSignal(controller.finished_opening, timeout=60_000):
+        controller.set_enabled(source, True)
+    assert source.state == "open" and window.runs.libraries == (source.library,)
+
+
+def test_settings_bring_the_bundled_libraries_and_keep_the_users(monkeypatch):
+    import msgpt_gui.logic.libraries as libraries
+
+    monkeypatch.setattr(libraries, "default_sources", default_sources)  # undo conftest's: nothing is opened here
+    sources = sources_from_setting([{"kind": "spectral", "path": "/x/mine.msp", "enabled": "false"}, {"junk": 1}])
+    assert [(s.path, s.enabled) for s in sources] == [(BUNDLED_STRUCTURES, True), (BUNDLED_SPECTRA, True),
+                                                     ("/x/mine.msp", False)]
+    assert sources_from_setting("not a list")[0].path == BUNDLED_STRUCTURES
+
+
+@pytest.mark.parametrize("origin, shown", [
+    ("de_novo", {"all", "de_novo"}),
+    ("structure_library", {"all", "library"}),
+    ("spectral_library", {"all", "library"}),
+    ("de_novo;structure_library", {"all", "de_novo", "library"}),
+])
+def test_origin_filter_choices(origin, shown):
+    assert {c for c in ("all", "de_novo", "library") if origin_accepted(origin, c)} == shown
+
+
+def test_spectral_library_hits_reach_the_run_table_filter_level_and_mirror(qtbot, make_window, write_mgf):
+    window = make_window()
+    path = write_mgf("run.mgf", titles={SITAGLIPTIN})
+    controller = window.libraries.controller
+    add_and_wait(qtbot, controller, write_mgf("refs.mgf", titles={SITAGLIPTIN, NICOTINE}))
+    with qtbot.waitSignal(window.file_loaded, timeout=20_000):
+        window.files.open_files([path])
+    entry = window.spectra.entries[0]
+    window.select_entry(entry.key)
+    with qtbot.waitSignal(window.run_finished, timeout=120_000):
+        window.run_selected()
+    result = entry.result
+    assert result.spectral_matches is not None and result.spectral_matches.hits
+    origins = [c.origin for c in result.candidates]
+    assert any("spectral_library" in o for o in origins)
+    assert result.identified is not None and result.candidates[0].identified
+
+    panel = window.candidates
+    model, proxy = panel.model, panel.proxy
+    column = [proxy.index(r, CandidatesModel.ORIGIN).data() for r in range(proxy.rowCount())]
+    assert column[0].startswith("✔") and "spectral library" in column[0]
+    panel.origin_filter.setCurrentIndex(2)  # from libraries
+    shown = [model.candidate(proxy.mapToSource(proxy.index(r, 0)).row()) for r in range(proxy.rowCount())]
+    assert shown and all(c.origin != "de_novo" for c in shown)
+    panel.origin_filter.setCurrentIndex(1)  # de novo
+    assert all("de_novo" in model.candidate(proxy.mapToSource(proxy.index(r, 0)).row()).origin
+               for r in range(proxy.rowCount()))
+    panel.origin_filter.setCurrentIndex(0)
+    assert proxy.rowCount() == len(result.candidates)
+
+    # details: library and reference match; the mirror plot of the hit
+    panel.select_candidate(result.candidates[0].inchikey14)
+    detail = panel.detail
+    assert SITAGLIPTIN in detail.library.text() and "Licence" in detail.library.text()
+    assert detail.mirror.isVisibleTo(detail) and detail.mirror.hit is not None
+    # identification level: the summary and the spectra list
+    assert "identified (level 2a)" in panel.summary.text() and "level <b>2a</b>" in panel.summary.text()
+    spectra = window.spectra
+    assert spectra.index_of(entry.key, SpectraModel.LEVEL).data() == "2a"
+    assert spectra.index_of(entry.key, SpectraModel.CONFIDENCE).data() == "identified (level 2a)"
+
+    # switching the library off re-ranks the current spectrum without it
+    with qtbot.waitSignal(window.run_finished, timeout=120_000):
+        controller.set_enabled(controller.sources[0], False)
+    assert entry.result.spectral_matches is None or not entry.result.spectral_matches.hits
+    assert all(c.origin == "de_novo" for c in entry.result.candidates)
+    assert spectra.index_of(entry.key, SpectraModel.LEVEL).data() == "3"
+
+
+def test_mirror_plot_draws_matched_peaks_in_colour(write_mgf):
+    from engine.spectral_library import load_spectral_library, search
+
+    refs = write_mgf("refs.mgf", titles={SITAGLIPTIN, NICOTINE})
+    library = load_spectral_library(refs, folder=refs.parent / "index")
+    spectrum = next(s for s in read_spectra(refs)[0] if s.id == SITAGLIPTIN)
+    matches = search([library], spectrum)
+    hit = matches.hits[0]
+    assert hit.reference.accession == SITAGLIPTIN and hit.matched_peaks > 0
+
+    class Candidate:
+        inchikey14 = hit.reference.inchikey14
+        spectral = None
+
+    assert find_hit(matches, Candidate()) is hit
+    ax = Figure().add_subplot()
+    assert plot_mirror(matches, hit, ax=ax) is ax
+    colours = {}
+    for coll in ax.collections:
+        rgba = tuple(np.round(coll.get_colors()[0], 3))
+        segs = coll.get_segments()
+        colours[rgba] = colours.get(rgba, 0) + len(segs)
+        ys = [seg[1][1] for seg in segs]
+        assert all(y >= 0 for y in ys) or all(y <= 0 for y in ys)  # query up, reference down
+    from matplotlib.colors import to_rgba
+
+    assert colours[tuple(np.round(to_rgba(MATCHED_QUERY_COLOR), 3))] == hit.matched_peaks
+    assert colours[tuple(np.round(to_rgba(MATCHED_REFERENCE_COLOR), 3))] == hit.matched_peaks
+    texts = " ".join(t.get_text() for t in ax.texts)
+    assert f"similarity {hit.similarity:.2f}" in texts and SITAGLIPTIN in texts
