@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--library-prior", type=float, default=None, metavar="LOGODDS",
                     help="log-odds bonus of a library structure in the fingerprint rankings (default: the "
                     "measured one, docs/how_it_works.md)")
+    pr.add_argument("--cluster", metavar="ADDRESS",
+                    help="run the features on a Dask cluster: local:N (N worker processes on this machine) or a "
+                    "running scheduler's tcp://HOST:PORT; the output is the same as in one process "
+                    "(docs/cluster.md; needs pip install -e \".[cluster]\")")
+    pr.add_argument("--ship-model", action="store_true",
+                    help="with --cluster: send the model bundle to the workers instead of reading --model's path there")
     pr.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pr.set_defaults(func=cmd_predict)
 
@@ -328,6 +334,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.formulas < 0:
         raise MsgptError(f"--formulas must be 0 or more, got {args.formulas}.")
     _feature_config(args), _formula_config(args)  # bad tolerances or ion types stop here, before the model loads
+    _check_cluster(args)
     bundle = open_model(args, params.use_adapter)
     if not bundle.has_adapter and params.use_adapter:  # record what really runs: no adapter to switch on
         params = dataclasses.replace(params, use_adapter=False)
@@ -342,6 +349,19 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return _run_batch(args, bundle, params, settings, journal, plan, marker, libraries)
     finally:
         journal.close()  # releases the lock; the journal stays unless the run removed it
+
+
+def _check_cluster(args: argparse.Namespace) -> None:
+    """A bad ``--cluster`` address, or no Dask installed, stops the run before the model loads."""
+    if args.cluster is None:
+        if args.ship_model:
+            raise MsgptError("--ship-model sends the model to the workers of --cluster; give --cluster too, or leave "
+                             "--ship-model out.")
+        return
+    from engine.cluster.client import parse_address, require_distributed
+
+    parse_address(args.cluster)
+    require_distributed()
 
 
 def _open_libraries(args: argparse.Namespace) -> list:
@@ -385,7 +405,6 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     from engine.errors import OutputError
     from engine.files.export import CandidateWriter, provenance
     from engine.files.journal import new_header, partial_path
-    from engine.spectra.spectrum import SkippedRecord
 
     output = Path(args.output)
     sink = PosteriorSink(args.posteriors, bundle, params) if args.posteriors else None
@@ -410,6 +429,10 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     t0 = time.perf_counter()
     bar = tqdm(desc="spectra", unit="spectrum", disable=args.quiet, file=sys.stderr, dynamic_ncols=True,
                initial=len(done))
+    todo = _todo(_features(args.inputs, args, file_errors, run_counts), done, sink, args, bundle, formula_config)
+    computed = (_cluster_outcomes(todo, args, bundle, params, formula_config, libraries) if args.cluster
+                else ((position, item, _elucidate_feature(item, args, bundle, params, formula_config, bar, libraries))
+                      for position, item in todo))  # lazy: nothing runs (no cluster opens) before the loop
     try:
         if resuming:
             journal.resume(plan.state)
@@ -417,14 +440,7 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
         else:
             offset = writer.sync()
             journal.start(new_header(settings, info, offset))
-        for position, item in _features(args.inputs, args, file_errors, run_counts):
-            if (position, item.index) in done:
-                if sink is not None and not isinstance(item, SkippedRecord):
-                    todo = _spectra_of_feature(item, args, bundle, formula_config)
-                    for spectrum in () if isinstance(todo, SkippedRecord) else todo:
-                        sink.add_spectrum(spectrum)  # the encoder alone: posteriors of the interrupted run's spectra
-                continue
-            outcomes = _elucidate_feature(item, args, bundle, params, formula_config, bar, libraries)
+        for position, item, outcomes in computed:
             entry, offset = _write_feature(position, item, outcomes, writer, sink, offset)
             journal.append(entry)
             summary.add(entry)
@@ -443,6 +459,8 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     except BaseException:
         _abort(writer, sink)
         raise
+    finally:
+        computed.close()  # --cluster: cancels the futures still pending and closes the cluster
     bar.close()
 
     written = summary.done_before + summary.done > 0
@@ -454,6 +472,58 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     if file_errors:
         err(f"{len(file_errors)} input file(s) could not be read (see above).")
     return 0 if written else 1
+
+
+def _todo(features: Iterator, done: set, sink: PosteriorSink | None, args, bundle, formula_config) -> Iterator:
+    """The ``(input position, feature)`` pairs still to compute: those the interrupted run finished are passed over
+    (their posteriors, when asked for, come from the encoder alone, here)."""
+    from engine.spectra.spectrum import SkippedRecord
+
+    for position, item in features:
+        if (position, item.index) not in done:
+            yield position, item
+        elif sink is not None and not isinstance(item, SkippedRecord):
+            todo = _spectra_of_feature(item, args, bundle, formula_config)
+            for spectrum in () if isinstance(todo, SkippedRecord) else todo:
+                sink.add_spectrum(spectrum)  # the encoder alone: posteriors of the interrupted run's spectra
+
+
+def _cluster_outcomes(todo: Iterator, args, bundle, params, formula_config, libraries) -> Iterator:
+    """``(position, feature, outcomes)`` of every feature of ``todo``, computed on the Dask cluster of ``--cluster``
+    (engine.cluster) and handed back in input order; a feature that kept killing its workers is skipped."""
+    from contextlib import closing
+
+    from tqdm import tqdm
+
+    from engine.cluster.client import ClusterRun, Crashed, parse_address
+    from engine.cluster.worker import ModelSpec
+    from engine.spectra.spectrum import SkippedRecord
+
+    address = parse_address(args.cluster)
+    spec = ModelSpec(path=str(bundle.path.resolve()), checksum=bundle.checksum, device=args.device,
+                     precision=args.precision, use_adapter=params.use_adapter, device_type=bundle.device.type,
+                     dtype=str(bundle.dtype), threads=args.threads)
+    shared = {"args": args, "params": params, "formula_config": formula_config, "libraries": tuple(libraries)}
+    with closing(ClusterRun(address, spec, shared, notify=lambda line: tqdm.write(line, file=sys.stderr),
+                            ship=args.ship_model)) as run:
+        for (position, item), outcome in run.map_ordered(_feature_task, todo):
+            if isinstance(outcome, Crashed):
+                spectrum = getattr(item, "spectrum", item)
+                outcome = [SkippedRecord(spectrum.source, item.index, getattr(item, "id", spectrum.id), outcome.message)]
+            yield position, item, outcome
+
+
+def _feature_task(bundle, item: tuple, args, params, formula_config, libraries) -> list:
+    """One feature on a cluster worker (engine.cluster.worker.run_task): what :func:`_elucidate_feature` gives here."""
+    _, feature = item
+    return _elucidate_feature(feature, args, bundle, params, formula_config, _NoBar(), libraries)
+
+
+class _NoBar:
+    """The progress bar of a worker: a feature's samples are not shown, the client's bar counts features."""
+
+    def set_postfix_str(self, *args, **kwargs) -> None:
+        pass
 
 
 def _finish_renamed(args, bundle, formula_config, journal, sink: PosteriorSink | None, summary: _Summary,
