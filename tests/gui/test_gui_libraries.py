@@ -4,6 +4,7 @@ library candidates in the table (Origin column and filter, details, level 2a) an
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import matplotlib
 
@@ -212,3 +213,33 @@ def test_mirror_plot_draws_matched_peaks_in_colour(write_mgf):
     assert colours[tuple(np.round(to_rgba(MATCHED_REFERENCE_COLOR), 3))] == hit.matched_peaks
     texts = " ".join(t.get_text() for t in ax.texts)
     assert f"similarity {hit.similarity:.2f}" in texts and SITAGLIPTIN in texts
+
+
+def test_a_project_records_its_libraries_and_old_projects_read_without(qtbot, make_window, structure_csv,
+                                                                       write_mgf, tmp_path):
+    from engine.files.project import LibraryRef
+    from engine.files.project_read import load_project
+    from engine.files.project import save_project
+    from msgpt_gui.logic.projects import entries_from_project, snapshot
+
+    old = load_project(Path(__file__).parents[1] / "data" / "project_v1.msgpt")
+    assert old.libraries == []
+    window = make_window()
+    controller = window.libraries.controller
+    source = add_and_wait(qtbot, controller, structure_csv)
+    with qtbot.waitSignal(window.file_loaded, timeout=20_000):
+        window.files.open_files([write_mgf("run.mgf", titles={NICOTINE})])
+    entry = window.spectra.entries[0]
+    window.select_entry(entry.key)
+    with qtbot.waitSignal(window.run_finished, timeout=120_000):
+        window.run_selected()
+    assert entry.result is not None
+    ref = LibraryRef(source.library.name, STRUCTURE, source.library.checksum)
+    project = snapshot(window.spectra.entries, window.query_params, window.bundle)
+    assert project.libraries == [ref]
+    path = tmp_path / "work.msgpt"
+    save_project(path, project)
+    back = load_project(path)
+    assert back.libraries == [ref]
+    reopened = entries_from_project(back, [100])[0]
+    assert reopened.library_refs == (ref,) and window.runs.libraries_current(reopened)
