@@ -21,6 +21,7 @@ from engine.paths import examples_dir
 from .actions import make_action
 from .logic.entries import SpectrumEntry
 from .logic.jobs import FileSummary, export_info
+from .logic.projects import used_libraries
 
 SPECTRA_FILTER = "Spectra (*.mgf *.mgf.gz *.mzML *.mzml *.mzML.gz *.mzml.gz);;All files (*)"
 SPECTRA_SUFFIXES = (".mgf", ".mzml", ".mgf.gz", ".mzml.gz")
@@ -271,4 +272,7 @@ class FileController(QObject):
             w.show_message(str(err))
             return False
         info["novelty"] = w.insights.marker.describe()
+        libraries = used_libraries(entries)
+        if libraries:
+            info["libraries"] = "; ".join(ref.describe() for ref in libraries)
         return w.runs.export(Path(path), results, info, novelty=w.insights.marker)

@@ -175,6 +175,13 @@ def test_spectral_library_hits_reach_the_run_table_filter_level_and_mirror(qtbot
     assert spectra.index_of(entry.key, SpectraModel.LEVEL).data() == "2a"
     assert spectra.index_of(entry.key, SpectraModel.CONFIDENCE).data() == "identified (level 2a)"
 
+    # the export: the level, the reference's accession and the libraries used
+    out = path.parent / "out.csv"
+    with qtbot.waitSignal(window.export_finished, timeout=30_000):
+        assert window.files.export(out)
+    text = out.read_text()
+    assert "identification_level" in text and SITAGLIPTIN in text and "refs.mgf (spectral library)" in text
+
     # switching the library off re-ranks the current spectrum without it
     with qtbot.waitSignal(window.run_finished, timeout=120_000):
         controller.set_enabled(controller.sources[0], False)
