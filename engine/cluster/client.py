@@ -94,6 +94,7 @@ class ClusterRun:
         self._futures: set = set()
         self._cluster = None
         logging.getLogger("distributed").setLevel(logging.ERROR)  # our own lines say what happens to workers
+        logging.getLogger("distributed.scheduler").setLevel(logging.CRITICAL)  # "marked as failed": Crashed says it
         try:
             if address.local:
                 with dask.config.set({"distributed.scheduler.allowed-failures": self.allowed_failures}):

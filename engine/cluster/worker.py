@@ -99,7 +99,11 @@ def run_task(fn: Callable, run_id: str, item):
     if loaded is None:
         from distributed import get_worker
 
-        raise BundleError(f"Worker {get_worker().address} has not loaded the model of run {run_id}: its model plugin "
-                          "failed or was removed (see the worker's log).")
+        try:
+            where = f"Worker {get_worker().address}"
+        except ValueError:  # not in a worker (a test calling it directly)
+            where = "This process"
+        raise BundleError(f"{where} has not loaded the model of run {run_id}: its model plugin failed or was "
+                          "removed (see the worker's log).")
     bundle, shared = loaded
     return fn(bundle, item, **shared)
