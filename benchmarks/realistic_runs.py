@@ -31,7 +31,7 @@ from engine.chem.adducts import parse_adduct
 from engine.chem.formula import parse_formula
 from engine.spectra.features import MS1Evidence
 from engine.spectra.isotopes import isotope_pattern
-from engine.spectra.spectrum import Spectrum
+from engine.spectra.spectrum import PRECURSOR_DECIMALS_KEY, Spectrum
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,8 @@ def perturb_run(spectra: Sequence[Spectrum], instrument: Instrument, rng) -> tup
             theo_mz, _ = isotope_pattern(ion.ion_counts(parse_formula(s.formula)), 1, ion.charge)
             precursor = float(_shift(theo_mz, calibration, instrument.scatter_ppm, rng)[0])
         mz, intensity = noisy_fragments(s, calibration, instrument, rng)
+        metadata = {k: v for k, v in s.metadata.items() if k != PRECURSOR_DECIMALS_KEY}  # simulated: full precision
         hidden = dataclasses.replace(s, formula=None, smiles=None, inchikey=None, precursor_mz=precursor,
-                                     mz=mz, intensity=intensity)
+                                     mz=mz, intensity=intensity, metadata=metadata)
         out.append(SimulatedSpectrum(hidden, ms1, s.formula, s.adduct))
     return calibration, out

@@ -71,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "but not predicted")
     pr.add_argument("--elements", default="CHNOPSFClBrISi", metavar="ELEMENTS",
                     help="elements formula candidates may hold (default CHNOPSFClBrISi; C and H always)")
+    pr.add_argument("--recalibrate", default="auto", metavar="auto|off|PPM[,SLOPE]",
+                    help="m/z recalibration of each input before formulas are ranked: auto (default) measures the run's "
+                    "error from the formulas it explains confidently, off keeps the m/z as written, PPM[,SLOPE] sets it "
+                    "(ppm at m/z 500, ppm per 1000 m/z)")
     pr.add_argument("--feature-ppm", type=float, default=10.0, metavar="PPM",
                     help="mzML: precursor m/z agreement of the MS2 scans of one feature (default 10 ppm, at least 5 mDa)")
     pr.add_argument("--feature-rt-gap", type=float, default=30.0, metavar="S",
@@ -151,12 +155,22 @@ def _features(paths: list[str], args: argparse.Namespace, file_errors: list[str]
         run = RunCounts(source=path)
         counts.append(run)
         try:
-            for item in iter_features(path, config, counts=run):
+            for item in _recalibrated(iter_features(path, config, counts=run), path, args):
                 yield position, item
         except InputFileError as e:
             counts.remove(run)
             file_errors.append(str(e))
             err(f"error: {e}")
+
+
+def _recalibrated(items, path: str, args: argparse.Namespace) -> Iterator:
+    """The features of one input with its m/z recalibrated (--recalibrate), one line saying how."""
+    if args.formulas == 0:
+        return items
+    from engine.formulas.recalibration import parse_setting, recalibrate_features
+
+    return recalibrate_features(items, parse_setting(args.recalibrate), config=_formula_config(args),
+                                report=lambda r: err(f"{Path(path).name}: {r.describe()}"))
 
 
 def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_config) -> list:
@@ -169,6 +183,7 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
     from engine.elucidation.pipeline import apply_overrides
     from engine.errors import AdductError, FormulaError, SpectrumError
     from engine.formulas.candidates import rank_formulas, with_formula_candidate
+    from engine.formulas.recalibration import run_formula_config
     from engine.spectra.spectrum import SkippedRecord, note_no_fragments
 
     spectrum = feature.spectrum
@@ -178,7 +193,7 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
         spectrum = note_no_fragments(spectrum)
         if (spectrum.formula and spectrum.adduct) or args.formulas == 0:
             return [spectrum]
-        table = rank_formulas(spectrum, ms1=feature.ms1, config=formula_config,
+        table = rank_formulas(spectrum, ms1=feature.ms1, config=run_formula_config(spectrum, formula_config),
                               supported_adducts=bundle.supported_adducts)
     except (SpectrumError, FormulaError, AdductError) as e:
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
@@ -289,7 +304,7 @@ def _run_settings(args: argparse.Namespace, bundle, params, libraries=()) -> dic
         "formula": args.formula,
         "adduct": args.adduct,
         "formula_candidates": f"k={args.formulas} ppm={args.formula_ppm} ion_types={args.ion_types} "
-                              f"elements={args.elements}",
+                              f"elements={args.elements} recalibrate={args.recalibrate}",
         "features": f"ppm={args.feature_ppm} rt_gap={args.feature_rt_gap} merge={not args.no_merge}",
         "inputs": [identity(p) for p in args.inputs],
         **({"known": identity(args.known)} if getattr(args, "known", None) else {}),
@@ -334,6 +349,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.formulas < 0:
         raise MsgptError(f"--formulas must be 0 or more, got {args.formulas}.")
     _feature_config(args), _formula_config(args)  # bad tolerances or ion types stop here, before the model loads
+    from engine.formulas.recalibration import parse_setting
+
+    parse_setting(args.recalibrate)
     _check_cluster(args)
     bundle = open_model(args, params.use_adapter)
     if not bundle.has_adapter and params.use_adapter:  # record what really runs: no adapter to switch on

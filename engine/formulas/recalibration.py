@@ -19,6 +19,8 @@ and fragment subformulas that explain its spectra best sit at a consistent offse
    towards a zero error.
 
 Fewer than ``min_features`` usable precursors: no recalibration (``applied`` false, the ``note`` says why).
+:func:`recalibrate_features` does all this for the features of one run as they stream (``msgpt predict
+--recalibrate auto|off|OFFSET[,SLOPE]``), :func:`run_formula_config` gives a corrected spectrum its tolerances.
 :meth:`Recalibration.apply` corrects a spectrum (precursor and fragments), :meth:`~Recalibration.apply_ms1`
 its survey peaks, and :meth:`~Recalibration.formula_config` sets the precursor tolerance (4 x scatter,
 between ``min_ppm`` and the given one) and the mass term's scatter from the measured one.
@@ -27,8 +29,9 @@ between ``min_ppm`` and the given one) and the mass term's scatter from the meas
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +41,10 @@ from engine.formulas.candidates import FormulaConfig, rank_formulas
 from engine.formulas.evidence import fragment_peaks
 from engine.formulas.scorer import FormulaScorer
 from engine.spectra.annotate import annotate_peaks
+
+
+RECALIBRATED_KEY = "recalibrated_ppm"  # spectrum metadata: the correction taken out at its precursor m/z
+SCATTER_KEY = "mz_scatter_ppm"  # spectrum metadata: the run's measured precursor scatter
 
 
 @dataclass(frozen=True)
@@ -112,10 +119,13 @@ class Recalibration:
         return mz / (1.0 + self.ppm(mz) * 1e-6)
 
     def apply(self, spectrum):
-        """The spectrum with precursor and fragment m/z corrected (unchanged when not applied)."""
+        """The spectrum with precursor and fragment m/z corrected (unchanged when not applied); its metadata notes
+        the correction (``recalibrated_ppm``) and the run's scatter (``mz_scatter_ppm``, see :func:`run_formula_config`)."""
         if not self.applied:
             return spectrum
-        metadata = {**spectrum.metadata, "recalibrated_ppm": f"{float(self.ppm(spectrum.precursor_mz)):.2f}"}
+        metadata = {**spectrum.metadata, RECALIBRATED_KEY: f"{float(self.ppm(spectrum.precursor_mz)):.2f}"}
+        if self.scatter_ppm is not None:
+            metadata[SCATTER_KEY] = f"{self.scatter_ppm:.2f}"
         return dataclasses.replace(spectrum, precursor_mz=float(self.correct(spectrum.precursor_mz)),
                                    mz=self.correct(spectrum.mz), metadata=metadata)
 
@@ -129,9 +139,7 @@ class Recalibration:
         """``config`` with the precursor tolerance and the mass term's scatter from the measured scatter."""
         if not self.applied or self.scatter_ppm is None:
             return config
-        sigma = max(self.scatter_ppm, self.min_scatter_ppm)
-        ppm = min(max(4.0 * sigma, self.min_ppm), config.ppm)
-        return dataclasses.replace(config, ppm=ppm, mass_sigma_ppm=sigma)
+        return _scatter_config(config, self.scatter_ppm, self.min_scatter_ppm, self.min_ppm)
 
     def describe(self) -> str:
         """One line for the CLI and the app."""
@@ -141,6 +149,64 @@ class Recalibration:
         by = f" from {self.n_features} precursors" if self.source == "estimated" else f" ({self.source})"
         return (f"m/z recalibration: {self.offset_ppm:+.1f} ppm at m/z 500, slope {self.slope_ppm:+.1f} ppm per "
                 f"1000 m/z{scatter}{by}")
+
+
+def _scatter_config(config: FormulaConfig, scatter_ppm: float, min_scatter_ppm: float, min_ppm: float) -> FormulaConfig:
+    sigma = max(scatter_ppm, min_scatter_ppm)
+    return dataclasses.replace(config, ppm=min(max(4.0 * sigma, min_ppm), config.ppm), mass_sigma_ppm=sigma)
+
+
+def run_formula_config(spectrum, config: FormulaConfig, recalibration: RecalibrationConfig = RecalibrationConfig()
+                       ) -> FormulaConfig:
+    """``config`` for a spectrum :meth:`Recalibration.apply` corrected: tolerance and mass term from the scatter it
+    noted; ``config`` itself for any other spectrum."""
+    try:
+        scatter = float(spectrum.metadata[SCATTER_KEY])
+    except (KeyError, ValueError):
+        return config
+    return _scatter_config(config, scatter, recalibration.min_scatter_ppm, recalibration.min_ppm)
+
+
+def parse_setting(text: str) -> Recalibration | None:
+    """``auto`` -> None (estimate per run); ``off``; ``OFFSET`` or ``OFFSET,SLOPE`` in ppm (a correction the user set)."""
+    value = text.strip().lower()
+    if value == "auto":
+        return None
+    if value == "off":
+        return Recalibration.off()
+    try:
+        numbers = [float(v) for v in value.split(",")]
+    except ValueError:
+        numbers = []
+    if len(numbers) not in (1, 2):
+        raise ConfigError(f"m/z recalibration {text!r}: give auto, off, or OFFSET[,SLOPE] in ppm (e.g. 5.2 or 5.2,-1.0).")
+    return Recalibration.fixed(*numbers)
+
+
+def recalibrate_features(
+    items: Iterable, setting: Recalibration | None = None, *, config: FormulaConfig = FormulaConfig(),
+    scorer: FormulaScorer | None = None, max_features: int = 2000, report: Callable[[Recalibration], None] | None = None,
+) -> Iterator:
+    """The features (and skipped records) of one run, their m/z corrected (:meth:`Recalibration.apply`).
+
+    ``setting`` None estimates the correction from the run's first ``max_features`` features (so that a long
+    file still streams); a :class:`Recalibration` is used as it is. ``report`` gets the correction before the
+    first feature comes out.
+    """
+    items = iter(items)
+    head = list(itertools.islice(items, max_features))
+    if setting is None:
+        features = [f for f in head if hasattr(f, "spectrum") and f.spectrum.formula is None]
+        setting = recalibrate_run([(f.spectrum, f.ms1) for f in features], config=config, scorer=scorer)
+    if report is not None:
+        report(setting)
+    for item in itertools.chain(head, items):
+        if not setting.applied or not hasattr(item, "spectrum") or item.spectrum.formula is not None:
+            yield item
+            continue
+        spectrum = setting.apply(item.spectrum)
+        yield dataclasses.replace(item, spectrum=spectrum, precursor_mz=spectrum.precursor_mz,
+                                  ms1=setting.apply_ms1(item.ms1))
 
 
 def robust_line(mz: np.ndarray, ppm: np.ndarray, weight: np.ndarray, fit_slope: bool) -> tuple[float, float, np.ndarray]:

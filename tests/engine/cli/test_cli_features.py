@@ -171,3 +171,17 @@ def test_an_interrupted_run_resumes_feature_by_feature(run, tmp_path, tiny_bundl
         return [line for line in path.read_text().splitlines() if not line.startswith("# created:")]
 
     assert body(out) == body(reference)
+
+
+def test_the_run_recalibration_is_one_line_and_can_be_set(run, tmp_path, tiny_bundle_dir, captured, capsys):
+    args = ["--model", str(tiny_bundle_dir), "--formulas", "1", *FAST]
+    assert cli.main(["predict", str(run), "-o", str(tmp_path / "a.csv"), *args]) == 0
+    assert "run.mzML: m/z recalibration: none (" in capsys.readouterr().err  # two features: too few to measure
+    captured.clear()
+    assert cli.main(["predict", str(run), "-o", str(tmp_path / "b.csv"), *args, "--recalibrate", "2.5"]) == 0
+    err = capsys.readouterr().err
+    assert "run.mzML: m/z recalibration: +2.5 ppm at m/z 500, slope +0.0 ppm per 1000 m/z (set by the user)" in err
+    assert captured[0].metadata["recalibrated_ppm"] == "2.50" and captured[0].precursor_mz < mz_of(CAFFEINE)
+    rc = cli.main(["predict", str(run), "-o", str(tmp_path / "c.csv"), *args, "--recalibrate", "five"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "give auto, off, or OFFSET[,SLOPE] in ppm" in err and "Traceback" not in err

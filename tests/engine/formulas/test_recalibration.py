@@ -106,3 +106,23 @@ def test_bad_settings_are_refused():
         RecalibrationConfig(min_probability=2.0)
     with pytest.raises(ConfigError, match="`mass_sigma_ppm` must be > 0"):
         FormulaConfig(mass_sigma_ppm=0.0)
+
+
+def test_settings_and_features_of_a_run(scorer):
+    from engine.formulas.recalibration import parse_setting, recalibrate_features, run_formula_config
+    from engine.spectra.features import library_feature
+
+    assert parse_setting("auto") is None and not parse_setting("OFF").applied
+    assert parse_setting("5.2,-1").ppm(1500.0) == pytest.approx(4.2)
+    with pytest.raises(ConfigError, match="give auto, off, or OFFSET"):
+        parse_setting("five")
+    features = [library_feature(s) for s, _ in shifted_run(8.0)]
+    seen = []
+    out = list(recalibrate_features(features, None, scorer=scorer, report=seen.append))
+    assert len(seen) == 1 and seen[0].applied and len(out) == len(features)
+    assert out[0].precursor_mz == out[0].spectrum.precursor_mz < features[0].precursor_mz
+    config = run_formula_config(out[0].spectrum, FormulaConfig())
+    assert config.ppm < 10.0 and config.mass_sigma_ppm >= 1.5
+    assert run_formula_config(features[0].spectrum, FormulaConfig()) == FormulaConfig()
+    kept = list(recalibrate_features(features, parse_setting("off"), scorer=scorer))
+    assert [f.spectrum for f in kept] == [f.spectrum for f in features]

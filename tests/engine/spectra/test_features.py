@@ -264,3 +264,19 @@ def test_feature_indices_are_unique_and_apart_from_skipped_records(tmp_path):
     features = [i for i in items if not isinstance(i, SkippedRecord)]
     assert skipped == [1] and [f.index for f in features] == [0, 3] and [f.n_scans for f in features] == [2, 1]
     assert features[0].id.startswith("F0001_") and features[1].id.startswith("F0002_")
+
+
+def test_ms1_evidence_averages_the_scans_around_the_apex():
+    def scan(i, rt, scale, m1):
+        return SurveyScan(id=f"s{i}", index=i, retention_time=rt, polarity="positive",
+                          mz=[200.0 + 1e-4 * i, 201.0034], intensity=[scale, scale * m1])
+
+    scans = [scan(0, 9.0, 1e5, 0.10), scan(1, 10.0, 1e6, 0.05), scan(2, 11.0, 5e5, 0.12), scan(3, 12.0, 1e4, 0.5)]
+    ms1 = ms1_evidence(200.0, (10.0, 11.0), scans)
+    assert ms1.scan_id == "s1" and ms1.n_scans == 2 and ms1.precursor_intensity == 1e6  # s0 and s3 under 30%
+    assert ms1.intensity[1] / ms1.intensity[0] == pytest.approx((5e4 + 6e4) / 1.5e6)  # summed ratios
+    assert ms1.precursor_mz == pytest.approx((200.0001 * 1e6 + 200.0002 * 5e5) / 1.5e6)
+    one = ms1_evidence(200.0, (10.0, 11.0), scans, FeatureConfig(ms1_scans=1))
+    assert one.n_scans == 1 and one.intensity.tolist() == [1e6, 5e4]
+    with pytest.raises(ConfigError, match="`ms1_apex_fraction` must be in"):
+        FeatureConfig(ms1_apex_fraction=0.0)

@@ -104,3 +104,27 @@ def test_envelope_sums_resolved_fine_structure():
     env_mz, env_int = isotope_envelope(mz, intensity, mono, n_peaks=4)
     assert env_int.tolist() == [100.0, 10.0, 32.0, 0.0]  # 202.5 is no isotope peak
     assert env_mz[2] == pytest.approx((mono + 1.99705) * 30 / 32 + (mono + 2.00671) * 2 / 32) and np.isnan(env_mz[3])
+
+
+def test_a_detector_factor_on_all_ratios_keeps_the_shape_deciding():
+    # issue #38: M+1 read at ~60% of theory pushed low-carbon, fluorine-rich formulas first
+    _, true = isotope_pattern("C15H18ClN4", 5, charge=1)
+    _, low_carbon = isotope_pattern("C9H20ClF2N4O2", 5, charge=1)
+    observed = np.r_[1.0, true[1:] * 0.6]
+    detectable = [True] * 5
+    as_measured = isotope_score(observed, low_carbon, detectable) - isotope_score(observed, true, detectable)
+    with_factor = (isotope_score(observed, low_carbon, detectable, ratio_sd=0.25)
+                   - isotope_score(observed, true, detectable, ratio_sd=0.25))
+    assert as_measured > 2 and abs(with_factor) < 0.5  # the isotopes no longer decide it: mass and fragments do
+    # the factor costs: a pattern as measured scores 0, one off by 0.6 less
+    assert isotope_score(true, true, detectable, ratio_sd=0.25) == pytest.approx(0.0, abs=1e-9)
+    assert -2.5 < isotope_score(observed, true, detectable, ratio_sd=0.25) < -0.5
+    assert isotope_score(observed, true, detectable) < -4
+
+
+def test_m4_tells_three_chlorines_from_bromine_and_two_sulfurs():
+    _, cl3 = isotope_pattern("C14H9Cl3F3N2O", 5, charge=1)
+    _, br_s2 = isotope_pattern("C11H16BrN2O4S2", 5, charge=1)
+    assert cl3[4] > 0.25 and br_s2[4] < 0.15
+    detectable = [True] * 5
+    assert isotope_score(cl3, br_s2, detectable, ratio_sd=0.25) < isotope_score(cl3, cl3, detectable, ratio_sd=0.25) - 5
