@@ -11,11 +11,13 @@ are shipped (:data:`SOURCES` says, for each, the licence and the judgement): a s
 one of its sources is allowed, and it keeps only those sources. Sources marked ``optional`` (large, allowed)
 are left out, largest last first, while the compressed table exceeds ``--max-mb``.
 
-Writes ``structures.tsv.gz`` (``smiles``, ``inchikey14``, ``source``; the corpus's own canonical SMILES and
-RDKit keys, in its order; gzip without a timestamp, so a rebuild gives the same bytes and users' indexes stay
-valid) and ``ATTRIBUTION.md`` (sources, licences, counts, what was left out and why). The app indexes the table
-on first use (:func:`engine.library.cache.open_bundled_library`): fingerprints of 100k+ structures are too
-large to ship.
+Writes ``structures.tsv.gz`` (``smiles``, ``inchikey14``, ``formula``, ``source``: each structure as the app
+standardises library structures (:func:`engine.library.build.standardize`; the corpus's own canonical SMILES and
+RDKit keys where that changes nothing), its neutral formula, in the corpus's order; gzip without a timestamp, so
+a rebuild gives the same bytes and users' indexes stay valid) and ``ATTRIBUTION.md`` (sources, licences, counts,
+what was left out and why). The app indexes the table on first use
+(:func:`engine.library.cache.open_bundled_library`) without running RDKit on it, and computes a structure's
+fingerprint when a spectrum first asks for it: fingerprints of 100k+ structures are too large to ship.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ log = logging.getLogger(__name__)
 
 TABLE = "structures.tsv.gz"
 ATTRIBUTION = "ATTRIBUTION.md"
-HEADER = ("smiles", "inchikey14", "source")
+HEADER = ("smiles", "inchikey14", "source")  # molecules.tsv.gz
+OUT_HEADER = ("smiles", "inchikey14", "formula", "source")  # structures.tsv.gz
 MIT_NOTICE = """MIT License
 
 Copyright (c) 2025 GuptaVishu2002
@@ -168,12 +171,38 @@ def select(rows, allowed: set[str]) -> Selection:
     return out
 
 
-def write_table(path: Path, rows: Sequence[tuple[str, str, str]]) -> int:
-    """Write the table (gzip level 9, no timestamp or file name: the same rows give the same bytes); its size."""
+class Standardised(dict):
+    """``(smiles, inchikey14)`` -> ``(smiles, inchikey14, formula)`` as the app's library build makes them, or
+    ``None`` when RDKit cannot read the structure; computed once a structure."""
+
+    def __missing__(self, item: tuple[str, str]):
+        from engine.chem import molecules as chem
+        from engine.library.build import standardize
+
+        smiles, key = item
+        mol = chem.mol_from_smiles(smiles)
+        if mol is None:
+            self[item] = None
+            return None
+        mol, changed = standardize(mol)
+        if changed:
+            smiles, key = chem.canonical_smiles(mol), chem.inchikey14(mol)
+        self[item] = None if key is None else (smiles, key, chem.mol_formula(mol))
+        return self[item]
+
+
+def write_table(path: Path, rows: Sequence[tuple[str, str, str]], standardised: Standardised | None = None) -> int:
+    """Write the table (gzip level 9, no timestamp or file name: the same rows give the same bytes); its size.
+    A row RDKit cannot read is left out (logged)."""
+    standardised = Standardised() if standardised is None else standardised
     buffer = io.StringIO()
-    buffer.write("\t".join(HEADER) + "\n")
-    for row in rows:
-        buffer.write("\t".join(row) + "\n")
+    buffer.write("\t".join(OUT_HEADER) + "\n")
+    for smiles, key, source in rows:
+        std = standardised[smiles, key]
+        if std is None:
+            log.warning("left out %s (%s): RDKit cannot read it", key, smiles)
+            continue
+        buffer.write("\t".join((*std, source)) + "\n")
     data = gzip.compress(buffer.getvalue().encode("utf-8"), compresslevel=9, mtime=0)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
@@ -189,9 +218,10 @@ def build(molecules: str | Path, out: str | Path, max_mb: float = 15.0) -> tuple
     rows = list(read_molecules(molecules))
     allowed = {s.name for s in SOURCES.values() if s.allowed}
     optional = sorted((s for s in SOURCES.values() if s.allowed and s.optional), key=lambda s: s.name)
+    standardised = Standardised()
     while True:
         selection = select(rows, allowed)
-        size = write_table(out / TABLE, selection.rows)
+        size = write_table(out / TABLE, selection.rows, standardised)
         log.info("%d of %d structures from %s: %.2f MB", len(selection.rows), len(rows), sorted(allowed), size / 1e6)
         left = [s for s in optional if s.name in allowed]
         if size <= max_mb * 1e6 or not left:

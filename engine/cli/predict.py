@@ -97,10 +97,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="your list of known structures (SMILES/InChIKeys, one per row, or an SDF): candidates in it "
                     "are marked 'user list' in the novelty column")
     pr.add_argument("--structure-library", action="append", default=[], metavar="FILE",
-                    help="a structure library (CSV/TSV with a SMILES or InChI column, e.g. a PubChemLite or NORMAN "
-                    "export; SDF; one SMILES per line; 'bundled' for the library shipped with the app): its "
-                    "structures of each spectrum's formula join the ranking (origin column); repeatable")
-    pr.add_argument("--no-libraries", action="store_true", help="no structure library: de novo candidates only")
+                    help="a structure library or suspect list (CSV/TSV with a SMILES or InChI column, e.g. a "
+                    "PubChemLite or NORMAN export; SDF; one SMILES per line): its structures of each spectrum's "
+                    "formula join the ranking (origin column), beside the bundled library; repeatable")
+    pr.add_argument("--spectral-library", action="append", default=[], metavar="FILE",
+                    help="a reference spectral library (MSP: NIST, MoNA, MS-DIAL; MGF: GNPS, MassBank): each "
+                    "spectrum is searched in it beside the bundled MassBank subset; an identity match passing the "
+                    "calibrated threshold is rank 1 (docs/spectral_library.md); repeatable")
+    pr.add_argument("--no-bundled-libraries", action="store_true",
+                    help="leave out the bundled structure and spectral libraries (keep only the ones given)")
+    pr.add_argument("--no-libraries", action="store_true",
+                    help="no structure or spectral library at all: de novo candidates only")
     pr.add_argument("--library-prior", type=float, default=None, metavar="LOGODDS",
                     help="log-odds bonus of a library structure in the fingerprint rankings (default: the "
                     "measured one, docs/how_it_works.md)")
@@ -173,13 +180,15 @@ def _recalibrated(items, path: str, args: argparse.Namespace) -> Iterator:
                                 report=lambda r: err(f"{Path(path).name}: {r.describe()}"))
 
 
-def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_config) -> list:
+def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_config, libraries=()) -> list:
     """The spectra to elucidate for one feature, or a SkippedRecord saying why there are none.
 
     The feature's spectrum with ``--formula``/``--adduct`` applied and the no-fragments note; with a
     formula and an adduct, that one; else one copy per formula candidate (``--formulas`` best of the
-    ion types the model supports), each noting its formula rank and score.
+    ion types the model supports), each noting its formula rank and score, and the formula of a spectral
+    library identification when they lack it (:func:`engine.elucidation.libraries.identified_formula_spectra`).
     """
+    from engine.elucidation.libraries import identified_formula_spectra, search_spectrum
     from engine.elucidation.pipeline import apply_overrides
     from engine.errors import AdductError, FormulaError, SpectrumError
     from engine.formulas.candidates import rank_formulas, with_formula_candidate
@@ -197,11 +206,13 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
                               supported_adducts=bundle.supported_adducts)
     except (SpectrumError, FormulaError, AdductError) as e:
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
-    chosen = table.runnable(args.formulas, bundle.supported_adducts)
+    chosen = [with_formula_candidate(spectrum, c) for c in table.runnable(args.formulas, bundle.supported_adducts)]
+    chosen += identified_formula_spectra(spectrum, search_spectrum(libraries, spectrum), chosen,
+                                         bundle.supported_adducts)
     if not chosen:
         reason = table.why_none_runnable(bundle.supported_adducts, args.formula_ppm)
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, reason)
-    return [with_formula_candidate(spectrum, c) for c in chosen]
+    return chosen
 
 
 def _elucidate_one(bundle, spectrum, params, bar, libraries=()):
@@ -308,8 +319,17 @@ def _run_settings(args: argparse.Namespace, bundle, params, libraries=()) -> dic
         "features": f"ppm={args.feature_ppm} rt_gap={args.feature_rt_gap} merge={not args.no_merge}",
         "inputs": [identity(p) for p in args.inputs],
         **({"known": identity(args.known)} if getattr(args, "known", None) else {}),
-        **({"structure_libraries": [f"{lib.name} sha256:{lib.checksum}" for lib in libraries]} if libraries else {}),
+        **({"libraries": [_library_identity(lib) for lib in libraries]} if libraries else {}),
     }
+
+
+def _library_identity(lib) -> str:
+    """How a run's settings name a library: its kind, name and the SHA-256 of its source file."""
+    from engine.library import StructureLibrary
+
+    if isinstance(lib, StructureLibrary):
+        return f"structure {lib.name} sha256:{lib.checksum}"
+    return f"spectral {lib.name} sha256:{lib.checksum}"
 
 
 def _open_journal(output: Path, resume: bool, settings: dict):
@@ -383,35 +403,50 @@ def _check_cluster(args: argparse.Namespace) -> None:
 
 
 def _open_libraries(args: argparse.Namespace) -> list:
-    """The structure libraries of ``--structure-library`` (none with ``--no-libraries``), indexed into the data
-    folder on first use with a progress bar. A library that cannot be read is reported and left out."""
-    from tqdm import tqdm
-
+    """The structure and spectral libraries of the run: the bundled ones (unless ``--no-bundled-libraries``) and
+    those of ``--structure-library`` / ``--spectral-library`` (none with ``--no-libraries``), indexed into the
+    data folder on first use with a progress bar. A library that cannot be read is reported and left out."""
     from engine.library import open_bundled_library, open_library
     from engine.library.read import LibraryError
+    from engine.spectral_library import SpectralLibraryError, open_bundled_spectral_library, open_spectral_library
 
-    if args.no_libraries or not args.structure_library:
+    if args.no_libraries:
         return []
+    bundled = [] if args.no_bundled_libraries else ["bundled"]
     libraries = []
-    for source in dict.fromkeys(args.structure_library):
-        job = open_bundled_library() if source == "bundled" else open_library(source)
-        with tqdm(total=None, unit="B", unit_scale=True, desc=f"library {source}", disable=args.quiet,
-                  file=sys.stderr, leave=False) as bar:
-            try:
-                while True:
-                    ev = next(job)
-                    bar.total = ev.total
-                    bar.n = ev.done
-                    bar.refresh()
-            except StopIteration as stop:
-                lib = stop.value
-            except LibraryError as e:
-                err(f"Structure library left out: {e}")
-                continue
-        libraries.append(lib)
-        problems = f", {lib.n_problems} rows unreadable (first: {lib.problems[0]})" if lib.n_problems else ""
-        err(f"Structure library {lib.name}: {len(lib):,} structures{problems}.")
+    for source in dict.fromkeys(bundled + args.structure_library):
+        lib = _open_one(open_bundled_library() if source == "bundled" else open_library(source),
+                        "Structure library", source, LibraryError, args.quiet)
+        if lib is not None:
+            problems = f", {lib.n_problems} rows unreadable (first: {lib.problems[0]})" if lib.n_problems else ""
+            err(f"Structure library {lib.name}: {len(lib):,} structures{problems}.")
+            libraries.append(lib)
+    for source in dict.fromkeys(bundled + args.spectral_library):
+        lib = _open_one(open_bundled_spectral_library() if source == "bundled" else open_spectral_library(source),
+                        "Spectral library", source, SpectralLibraryError, args.quiet)
+        if lib is not None:
+            err(f"Spectral library {lib.summary()}")
+            libraries.append(lib)
     return libraries
+
+
+def _open_one(job, kind: str, source: str, error: type[Exception], quiet: bool):
+    """Run a library's opening generator with a progress bar; ``None`` (reported) when it cannot be read."""
+    from tqdm import tqdm
+
+    with tqdm(total=None, unit="B", unit_scale=True, desc=f"{kind} {source}", disable=quiet, file=sys.stderr,
+              leave=False) as bar:
+        try:
+            while True:
+                ev = next(job)
+                bar.total = ev.total
+                bar.n = ev.done
+                bar.refresh()
+        except StopIteration as stop:
+            return stop.value
+        except error as e:
+            err(f"{kind} left out: {e}")
+            return None
 
 
 def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libraries=()) -> int:
@@ -435,7 +470,7 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     for entry in plan.state.entries if plan.state else ():
         summary.add(entry, earlier=True)
     if plan.action == "finish":  # every spectrum was done; the interrupted run only missed the rename
-        return _finish_renamed(args, bundle, formula_config, journal, sink, summary, partial)
+        return _finish_renamed(args, bundle, formula_config, journal, sink, summary, partial, libraries)
 
     resuming = plan.action == "resume"
     info = plan.state.header["info"] if resuming else provenance(
@@ -447,7 +482,8 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     t0 = time.perf_counter()
     bar = tqdm(desc="spectra", unit="spectrum", disable=args.quiet, file=sys.stderr, dynamic_ncols=True,
                initial=len(done))
-    todo = _todo(_features(args.inputs, args, file_errors, run_counts), done, sink, args, bundle, formula_config)
+    todo = _todo(_features(args.inputs, args, file_errors, run_counts), done, sink, args, bundle, formula_config,
+                 libraries)
     computed = (_cluster_outcomes(todo, args, bundle, params, formula_config, libraries) if args.cluster
                 else ((position, item, _elucidate_feature(item, args, bundle, params, formula_config, bar, libraries))
                       for position, item in todo))  # lazy: nothing runs (no cluster opens) before the loop
@@ -492,7 +528,8 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     return 0 if written else 1
 
 
-def _todo(features: Iterator, done: set, sink: PosteriorSink | None, args, bundle, formula_config) -> Iterator:
+def _todo(features: Iterator, done: set, sink: PosteriorSink | None, args, bundle, formula_config,
+          libraries=()) -> Iterator:
     """The ``(input position, feature)`` pairs still to compute: those the interrupted run finished are passed over
     (their posteriors, when asked for, come from the encoder alone, here)."""
     from engine.spectra.spectrum import SkippedRecord
@@ -501,7 +538,7 @@ def _todo(features: Iterator, done: set, sink: PosteriorSink | None, args, bundl
         if (position, item.index) not in done:
             yield position, item
         elif sink is not None and not isinstance(item, SkippedRecord):
-            todo = _spectra_of_feature(item, args, bundle, formula_config)
+            todo = _spectra_of_feature(item, args, bundle, formula_config, libraries)
             for spectrum in () if isinstance(todo, SkippedRecord) else todo:
                 sink.add_spectrum(spectrum)  # the encoder alone: posteriors of the interrupted run's spectra
 
@@ -545,7 +582,7 @@ class _NoBar:
 
 
 def _finish_renamed(args, bundle, formula_config, journal, sink: PosteriorSink | None, summary: _Summary,
-                    partial: Path) -> int:
+                    partial: Path, libraries=()) -> int:
     """End a run whose interrupted predecessor finished every spectrum and only missed the rename: OUT.partial
     becomes OUT, the journal goes, the posteriors asked for are computed (the encoder alone)."""
     from engine.files.export import fsync_directory
@@ -557,7 +594,7 @@ def _finish_renamed(args, bundle, formula_config, journal, sink: PosteriorSink |
     journal.remove()
     if sink is not None:
         for _, item in _features(args.inputs, args, [], []):
-            for spectrum in _spectra_of_feature(item, args, bundle, formula_config) if hasattr(item, "spectrum") else ():
+            for spectrum in _spectra_of_feature(item, args, bundle, formula_config, libraries) if hasattr(item, "spectrum") else ():
                 sink.add_spectrum(spectrum)
         sink.close()
     summary.report(args.output, 0.0, written=True)
@@ -569,7 +606,7 @@ def _elucidate_feature(item, args, bundle, params, formula_config, bar, librarie
     its own or one per formula candidate."""
     from engine.spectra.spectrum import SkippedRecord
 
-    todo = item if isinstance(item, SkippedRecord) else _spectra_of_feature(item, args, bundle, formula_config)
+    todo = item if isinstance(item, SkippedRecord) else _spectra_of_feature(item, args, bundle, formula_config, libraries)
     # one feature: its spectrum, or one per formula candidate; their candidates are ranked on in one list
     return [todo] if isinstance(todo, SkippedRecord) else [_elucidate_one(bundle, s, params, bar, libraries) for s in todo]
 
@@ -585,9 +622,7 @@ def _write_feature(position: int, item, outcomes: list, writer, sink: PosteriorS
     if not results:
         entry.update(id=outcomes[0].spectrum_id, status="skipped", reason=outcomes[0].reason, offset=offset)
         return entry, offset
-    rows = 0
-    for result in results:
-        rows += writer.write(result, rank_offset=rows)
+    rows = writer.write_feature(results)
     offset = writer.sync()  # the rows are on disk before the journal says so
     if sink is not None:
         for result in results:

@@ -1,33 +1,156 @@
-"""Structure libraries in a spectrum's search: which library structures join its candidate pool, and the
-prior that ranks them beside the de novo candidates.
+"""Known compounds in a spectrum's search: which structures of structure libraries and which reference spectra
+of spectral libraries join its candidate pool, and the prior that ranks them beside the de novo candidates.
 
-A spectrum of known formula gets every structure of that formula from every library
-(:func:`library_structures`); they join the pool's one ranking (:meth:`CandidatePool.add_known`), scored by
-the same fingerprint score as the samples plus :data:`LIBRARY_PRIOR`, the log-odds that a structure someone
-has catalogued is the answer rather than a look-alike the decoder made up to match the predicted fingerprint.
+A run's ``libraries`` is one sequence holding :class:`~engine.library.StructureLibrary` and
+:class:`~engine.spectral_library.SpectralLibrary` objects alike (:func:`split_libraries` tells them apart).
+
+* A spectrum of known formula gets every structure of that formula from every structure library
+  (:func:`library_structures`).
+* Its MS/MS spectrum is searched in every spectral library (:func:`search_spectrum`, identity search: precursor
+  within 0.01 Da, entropy similarity). The structure of each hit of the pool's formula joins the pool with the
+  match as evidence (:func:`spectral_structures`); a rank-1 hit that passes the shipped, calibrated threshold
+  (:func:`engine.spectral_library.default_threshold`) and is of the query's ion type is an identification and
+  ranks first. :func:`identified_formulas` gives the formulas of such hits, so a caller that ranks formula
+  candidates can make sure the identified structure's formula is among those run.
+
+All of them join the pool's one ranking (:meth:`CandidatePool.add_known`), scored by the same fingerprint score
+as the samples plus :data:`LIBRARY_PRIOR`, the log-odds that a structure someone has catalogued is the answer
+rather than a look-alike the decoder made up to match the predicted fingerprint. It is 0: measured on FOLD=train
+spectra the encoder never saw (``training/retrieval.py``, docs/retrieval.md), every positive prior that raised
+the library's Hit@1 also pushed de novo answers of structures in no library down (crowding).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
+from engine.chem import molecules as chem
 from engine.chem.formula import normalize_formula
-from engine.elucidation.ranking import KnownStructure
+from engine.elucidation.ranking import KnownStructure, SpectralEvidence
 from engine.library import StructureLibrary
+from engine.spectral_library import SpectralLibrary, SpectralMatches, default_threshold, search
+from engine.spectral_library.search import AnswerThreshold, SearchParams, SpectralHit
 
 #: Log-odds bonus of a library structure in the fingerprint rankings (QueryParams.library_prior).
 LIBRARY_PRIOR = 0.0
+#: How many reference hits of a spectrum are offered to its pool.
+SPECTRAL_HITS = 5
 
 
-def library_structures(libraries: Sequence[StructureLibrary], formula: str) -> list[KnownStructure]:
-    """Every structure of ``formula`` the ``libraries`` hold, in library order (a structure in several
-    libraries comes once per library; the pool keeps one candidate of it)."""
+def split_libraries(libraries: Sequence) -> tuple[tuple[StructureLibrary, ...], tuple[SpectralLibrary, ...]]:
+    """The structure libraries and the spectral libraries of a run's ``libraries``."""
+    structures = tuple(lib for lib in libraries if isinstance(lib, StructureLibrary))
+    spectra = tuple(lib for lib in libraries if isinstance(lib, SpectralLibrary))
+    other = [lib for lib in libraries if not isinstance(lib, StructureLibrary | SpectralLibrary)]
+    if other:
+        raise TypeError(f"not a structure or spectral library: {other[0]!r}")
+    return structures, spectra
+
+
+def library_structures(libraries: Sequence, formula: str) -> list[KnownStructure]:
+    """Every structure of ``formula`` the structure libraries among ``libraries`` hold, in library order (a
+    structure in several libraries comes once per library; the pool keeps one candidate of it)."""
     formula = normalize_formula(formula)
     out = []
-    for lib in libraries:
+    for lib in split_libraries(libraries)[0]:
         for row in lib.rows_of_formula(formula):
             rec = lib.record(int(row))
             out.append(KnownStructure(smiles=rec.smiles, inchikey14=rec.inchikey14, formula=formula,
                                       bits=lib.bits(int(row)), library=lib.name, identifier=rec.identifier,
                                       name=rec.name))
     return out
+
+
+def search_spectrum(libraries: Sequence, spectrum) -> SpectralMatches | None:
+    """Identity search of ``spectrum`` in the spectral libraries among ``libraries`` (``None`` without any)."""
+    spectral = split_libraries(libraries)[1]
+    if not spectral:
+        return None
+    return search(spectral, spectrum, SearchParams(mode="identity", top_k=SPECTRAL_HITS))
+
+
+def is_identification(matches: SpectralMatches, hit: SpectralHit, adduct: str | None,
+                      threshold: AnswerThreshold | None = None) -> bool:
+    """``hit`` identifies the query: it is the rank-1 identity hit, passes the calibrated ``threshold`` and, when
+    both say, its reference was measured as the query's ion type (a [M+Na]+ reference at the m/z of an [M+H]+
+    query is another molecule)."""
+    if matches.answer(threshold) is not hit:
+        return False
+    ref_adduct = hit.reference.adduct
+    return not (adduct and ref_adduct and ref_adduct != adduct)
+
+
+def _structure(hit: SpectralHit) -> tuple[str, str, str] | None:
+    """``(smiles, inchikey14, formula)`` of a reference's structure as candidates have it; ``None`` without one."""
+    ref = hit.reference
+    mol = chem.mol_from_smiles(ref.smiles) if ref.smiles else None
+    if mol is None:
+        return None
+    chem.remove_stereo(mol)
+    key = chem.inchikey14(mol)
+    return None if key is None else (chem.canonical_smiles(mol), key, chem.mol_formula(mol))
+
+
+def spectral_structures(matches: SpectralMatches | None, adduct: str | None,
+                        threshold: AnswerThreshold | None = None) -> list[KnownStructure]:
+    """The structures of the hits of ``matches`` (those whose reference gives a SMILES), each with its match as
+    evidence; the pool keeps those of its formula."""
+    if matches is None:
+        return []
+    out = []
+    for hit in matches.hits:
+        structure = _structure(hit)
+        if structure is None:
+            continue
+        smiles, key, formula = structure
+        ref = hit.reference
+        evidence = SpectralEvidence(
+            similarity=float(hit.similarity), matched_peaks=int(hit.matched_peaks), accession=ref.accession,
+            library=ref.library, identified=is_identification(matches, hit, adduct, threshold),
+            reference_name=ref.name, adduct=ref.adduct, collision_energy=ref.collision_energy,
+            instrument_type=ref.instrument_type, license=ref.license, contributor=ref.contributor)
+        out.append(KnownStructure(smiles=smiles, inchikey14=key, formula=formula, bits=chem.morgan_bits_from_smiles(smiles),
+                                  library=ref.library, identifier=ref.accession, name=ref.name, spectral=evidence))
+    return out
+
+
+def identified_formulas(matches: SpectralMatches | None, threshold: AnswerThreshold | None = None
+                        ) -> list[tuple[str, str]]:
+    """``(formula, adduct)`` of the identity answer of ``matches`` (at most one), for a caller that ranks formula
+    candidates: the identified structure can only join the pool of its own formula. The adduct is the
+    reference's (empty when it does not say)."""
+    if matches is None:
+        return []
+    hit = matches.answer(threshold)
+    structure = None if hit is None else _structure(hit)
+    return [] if structure is None else [(structure[2], hit.reference.adduct)]
+
+
+def identified_formula_spectra(spectrum, matches: SpectralMatches | None, have: Sequence,
+                               supported_adducts: Sequence[str]) -> list:
+    """Copies of ``spectrum`` with the formula and ion type of its spectral identification (at most one), when
+    ``have`` (the formula candidates a caller is about to run) lacks it: the identified structure can only join
+    the pool of its own formula, whatever the formula ranking said. Nothing when the reference's ion type is
+    one the model cannot run, or its formula does not fit the precursor m/z."""
+    from engine.errors import MsgptError
+
+    out = []
+    for formula, adduct in identified_formulas(matches):
+        adduct = adduct or spectrum.adduct
+        if not adduct or adduct not in supported_adducts:
+            continue
+        if any(s.formula == formula and s.adduct == adduct for s in have):
+            continue
+        try:
+            new = spectrum.with_adduct(adduct, check=False).with_formula(formula)
+        except MsgptError:
+            continue
+        metadata = {**new.metadata, "formula_rank": "", "formula_score": "",
+                    "formula_source": "spectral library identification"}
+        out.append(replace(new, metadata=metadata))
+    return out
+
+
+__all__ = ["LIBRARY_PRIOR", "SPECTRAL_HITS", "default_threshold", "identified_formula_spectra", "identified_formulas", "is_identification",
+           "library_structures", "search_spectrum", "spectral_structures", "split_libraries"]

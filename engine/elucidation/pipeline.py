@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -24,10 +24,9 @@ import torch
 
 from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector, parse_formula
-from engine.elucidation.libraries import LIBRARY_PRIOR, library_structures
+from engine.elucidation.libraries import LIBRARY_PRIOR, library_structures, search_spectrum, spectral_structures
 from engine.elucidation.ranking import Candidate, CandidatePool, reference_rank
 from engine.errors import ConfigError, MsgptError, SpectrumError
-from engine.library import StructureLibrary
 from engine.model.bundle import ModelBundle
 from engine.model.confidence import spectrum_confidence
 from engine.model.featurize import collate, featurize_spectrum
@@ -36,6 +35,10 @@ from engine.model.sampling import DECODING_MODES, QueryRequest, sample_queries
 from engine.model.scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking
 from engine.progress import CancelFn, check_cancel
 from engine.spectra.spectrum import SkippedRecord, Spectrum, check_formula_matches_precursor
+from engine.spectral_library import SpectralMatches
+
+
+EFFORTS = ("standard", "deep")  # deep: engine.elucidation.deep refines the standard pool (about 5-10x the time)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class QueryParams:
         "help": "formula: only strings with exactly the formula's heavy atoms are drawn; free: the paper's sampling"})
     library_prior: float = field(default=LIBRARY_PRIOR, metadata={
         "help": "log-odds bonus of a structure a library holds in the fingerprint rankings"})
+    effort: str = field(default="standard", metadata={
+        "help": "standard: B samples; deep: then refine the best candidates (engine.elucidation.deep)"})
 
     def __post_init__(self):
         check_kappa(self.kappa_min, "kappa_min")
@@ -82,6 +87,8 @@ class QueryParams:
         check_ranking(self.ranking)
         if self.decoding not in DECODING_MODES:
             raise ConfigError(f"`decoding` must be one of {', '.join(DECODING_MODES)}, got {self.decoding!r}.")
+        if self.effort not in EFFORTS:
+            raise ConfigError(f"`effort` must be one of {', '.join(EFFORTS)}, got {self.effort!r}.")
         if not math.isfinite(self.library_prior):
             raise ConfigError(f"`library_prior` must be a finite number, got {self.library_prior!r}.")
 
@@ -106,14 +113,14 @@ class QueryParams:
     def sampling_key(self) -> tuple:
         """Everything that decides which samples exist, except N: equal keys share samples."""
         d = asdict(self)
-        for name in ("samples_per_group", "ranking", "library_prior"):
+        for name in ("samples_per_group", "ranking", "library_prior", "effort"):
             d.pop(name)
         return tuple(sorted(d.items()))
 
     def plan_sampling_key(self, plan: QueryPlan) -> tuple:
         """The same for samples drawn from ``plan`` (the band settings do not matter then)."""
         d = asdict(self)
-        for name in ("samples_per_group", "kappa_min", "kappa_max", "groups", "ranking", "library_prior"):
+        for name in ("samples_per_group", "kappa_min", "kappa_max", "groups", "ranking", "library_prior", "effort"):
             d.pop(name)
         return ("plan", plan.key(), tuple(sorted(d.items())))
 
@@ -123,6 +130,7 @@ class QueryParams:
             f"B={self.pool_size} T={self.temperature} top_k={self.top_k} top_p={self.top_p} "
             f"seed={self.seed} adapter={'on' if self.use_adapter else 'off'} decoding={self.decoding} "
             f"ranking={self.ranking}" + (f" library_prior={self.library_prior:g}" if self.library_prior else "")
+            + (f" effort={self.effort}" if self.effort != "standard" else "")
         )
 
 
@@ -181,6 +189,12 @@ class SpectrumResult:
     plan: QueryPlan | None = None  # the queries, when not the band of ``params``
     posterior: np.ndarray | None = field(default=None, repr=False, compare=False)  # π (float32, n_bits)
     confidence: float | None = None  # P(rank 1 is right) (engine.model.confidence); None: partial, or no model for it
+    spectral_matches: SpectralMatches | None = field(default=None, repr=False, compare=False)  # reference hits
+
+    @property
+    def identified(self) -> Candidate | None:
+        """The candidate a reference spectrum identifies (rank 1, level 2a), if any."""
+        return self.candidates[0] if self.candidates and self.candidates[0].identified else None
 
     @property
     def reference_status(self) -> str:
@@ -234,12 +248,16 @@ class SpectrumSession:
     """One spectrum's posterior and sample pool; :meth:`run` draws only what is missing."""
 
     def __init__(self, bundle: ModelBundle, spectrum: Spectrum, index: int = 0, posterior: np.ndarray | None = None,
-                 libraries: Sequence[StructureLibrary] = ()):
+                 libraries: Sequence = (), spectral_matches: SpectralMatches | None = None):
         """``posterior``: π of this spectrum if already computed (e.g. by an evaluation), else computed once.
-        ``libraries``: structure libraries whose structures of the spectrum's formula join the ranking."""
+        ``libraries``: structure libraries (their structures of the spectrum's formula join the ranking) and
+        spectral libraries (the spectrum is searched in them; the structures of its hits join the ranking,
+        :mod:`engine.elucidation.libraries`); ``spectral_matches``: that search, when the caller has done it."""
         require_usable(bundle, spectrum)
         self.bundle = bundle
         self.libraries = tuple(libraries)
+        self.spectral_matches = spectral_matches if spectral_matches is not None else search_spectrum(
+            self.libraries, spectrum)
         self.spectrum = spectrum
         self.index = index
         self.formula = spectrum.formula
@@ -272,6 +290,7 @@ class SpectrumSession:
         self.pool = CandidatePool(self.formula, [q.bits for q in self._queries], scorer)
         if self.libraries:
             self.pool.add_known(library_structures(self.libraries, self.formula))
+            self.pool.add_known(spectral_structures(self.spectral_matches, self.spectrum.adduct))
         self._key = key
         self._plan = plan
 
@@ -362,6 +381,7 @@ class SpectrumSession:
             partial=partial,
             plan=self._plan,
             posterior=self._posterior,
+            spectral_matches=self.spectral_matches,
         )
         confidence = spectrum_confidence(self.bundle, result)
         return result if confidence is None else replace(result, confidence=confidence)
@@ -385,13 +405,19 @@ def elucidate(
     spectra: Iterable[Spectrum | SkippedRecord],
     params: QueryParams = QueryParams(),
     cancel: CancelFn | None = None,
-    libraries: Sequence[StructureLibrary] = (),
+    libraries: Sequence = (),
+    run_session: Callable[[SpectrumSession, QueryParams, CancelFn | None], Generator] | None = None,
 ) -> Generator[Event, None, RunSummary]:
     """Elucidate many spectra, one after the other. Yields events; returns a :class:`RunSummary`.
 
     Records the reader skipped, and spectra this model cannot run (no formula, unsupported adduct),
-    come out as :class:`SpectrumSkipped` with the reason; the rest go on.
+    come out as :class:`SpectrumSkipped` with the reason; the rest go on. ``run_session(session, params,
+    cancel)`` searches one spectrum (default :meth:`SpectrumSession.run`; ``params.effort="deep"`` needs
+    :func:`engine.elucidation.deep.run_session`, which builds on this module).
     """
+    if params.effort != "standard" and run_session is None:
+        raise ConfigError(f"effort={params.effort!r} needs its search: pass "
+                          "run_session=engine.elucidation.deep.run_session to elucidate()")
     t0 = time.perf_counter()
     summary = RunSummary()
     for index, item in enumerate(spectra):
@@ -408,7 +434,8 @@ def elucidate(
             yield SpectrumSkipped(index, record)
             continue
         yield SpectrumStarted(index, item)
-        result = yield from session.run(params, cancel)
+        result = yield from (session.run(params, cancel) if run_session is None else
+                             run_session(session, params, cancel))
         summary.n_done += 1
         yield SpectrumFinished(index, result)
     summary.seconds = time.perf_counter() - t0

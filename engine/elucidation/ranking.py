@@ -12,9 +12,11 @@ index, sample index), so a pool can be re-ranked for a smaller N without samplin
 by drawing only the missing samples.
 
 Structures a library holds (:class:`KnownStructure`, offered with :meth:`CandidatePool.add_known`) join
-the same ranking: one candidate per structure, generated or not, its ``origin`` saying which
-(``de_novo``, ``structure_library`` or both). They are scored like the samples, plus the pool's
-``library_prior``, a log-odds bonus for being known (:mod:`engine.elucidation.libraries`).
+the same ranking: one candidate per structure, generated or not, its ``origin`` saying which (``de_novo``,
+``structure_library``, ``spectral_library``, several joined by ``;``). They are scored like the samples, plus
+the pool's ``library_prior``, a log-odds bonus for being known (:mod:`engine.elucidation.libraries`). A structure
+whose reference spectrum matched the query (:class:`SpectralEvidence`) carries the match; an identity match that
+passes the calibrated threshold (an identification) ranks first, before every predicted candidate.
 """
 
 from __future__ import annotations
@@ -37,6 +39,27 @@ log = logging.getLogger(__name__)
 SampleId = tuple[int, int]
 DE_NOVO = "de_novo"  # a candidate's origin: drawn from the decoder
 STRUCTURE_LIBRARY = "structure_library"  # a structure a library holds
+SPECTRAL_LIBRARY = "spectral_library"  # a structure whose reference spectrum matched the query
+ORIGINS = (DE_NOVO, STRUCTURE_LIBRARY, SPECTRAL_LIBRARY)
+
+
+@dataclass(frozen=True)
+class SpectralEvidence:
+    """A reference spectrum of a candidate's structure that matched the query
+    (:func:`engine.elucidation.libraries.spectral_structures`). ``identified``: an identity match passing the
+    calibrated threshold, of the query's ion type: a level-2a identification (Schymanski et al. 2014)."""
+
+    similarity: float  # entropy similarity, 0-1
+    matched_peaks: int
+    accession: str
+    library: str
+    identified: bool
+    reference_name: str = ""
+    adduct: str = ""
+    collision_energy: str = ""
+    instrument_type: str = ""
+    license: str = ""
+    contributor: str = ""
 
 
 @dataclass(frozen=True)
@@ -67,6 +90,12 @@ class Candidate:
     library: str = ""  # the libraries that hold it (';'-joined), empty for a de novo structure only
     library_id: str = ""  # its identifier in the (first) library
     compound_name: str = ""  # its name in the (first) library
+    spectral: SpectralEvidence | None = None  # its best reference-spectrum match, if any
+
+    @property
+    def identified(self) -> bool:
+        """A reference spectrum of this structure passed the identity threshold (level 2a)."""
+        return self.spectral is not None and self.spectral.identified
 
     @property
     def monoisotopic_mass(self) -> float:
@@ -87,6 +116,7 @@ class KnownStructure:
     library: str  # the library's name
     identifier: str = ""
     name: str = ""
+    spectral: SpectralEvidence | None = None  # set when the structure comes from a spectral library hit
 
 
 @lru_cache(maxsize=200_000)
@@ -129,7 +159,8 @@ class CandidatePool:
         self.formula = formula
         self.library_prior = float(library_prior)
         self._known: dict[str, KnownStructure] = {}
-        self._known_libraries: dict[str, list[str]] = {}
+        self._known_libraries: dict[str, list[str]] = {}  # structure libraries holding a structure
+        self._spectral: dict[str, SpectralEvidence] = {}  # the best reference-spectrum match of a structure
         self.query_bits = [np.asarray(b, dtype=np.int64) for b in query_bits]
         self.scorer = scorer
         self._samples: dict[SampleId, str] = {}
@@ -153,10 +184,17 @@ class CandidatePool:
         for s in structures:
             if s.formula != self.formula:
                 continue
-            names = self._known_libraries.setdefault(s.inchikey14, [])
-            if s.library not in names:
-                names.append(s.library)
-            self._known.setdefault(s.inchikey14, s)
+            if s.spectral is not None:
+                best = self._spectral.get(s.inchikey14)
+                if best is None or (s.spectral.identified, s.spectral.similarity) > (best.identified, best.similarity):
+                    self._spectral[s.inchikey14] = s.spectral
+            else:
+                names = self._known_libraries.setdefault(s.inchikey14, [])
+                if s.library not in names:
+                    names.append(s.library)
+            have = self._known.get(s.inchikey14)
+            if have is None or (have.spectral is not None and s.spectral is None):
+                self._known[s.inchikey14] = s  # a structure library's entry names it before a reference's
 
     @property
     def n_known(self) -> int:
@@ -207,7 +245,8 @@ class CandidatePool:
                 rows.append((0, self._similarity(known.smiles, bits), k14, known.smiles, bits,
                              self._fingerprint_score(known.smiles, bits)))
         prior = {k14: self.library_prior for k14 in self._known}
-        rows.sort(key=lambda r: sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0)))
+        rows.sort(key=lambda r: (*self._identification_key(r[2]),
+                                 *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         n = max(len(samples), 1)
         candidates = [
             Candidate(
@@ -228,14 +267,26 @@ class CandidatePool:
         ]
         return candidates, {"samples": len(samples), "valid": n_valid, "formula_consistent": n_ok}
 
+    def _identification_key(self, inchikey14: str) -> tuple[int, float]:
+        """Sorts identified structures first, the most similar reference first."""
+        evidence = self._spectral.get(inchikey14)
+        return (0, -evidence.similarity) if evidence is not None and evidence.identified else (1, 0.0)
+
     def _origin(self, inchikey14: str, count: int) -> dict:
-        """The origin fields of a candidate: de novo, from a library, or both."""
+        """The origin fields of a candidate: de novo, from a structure library, from a spectral library, or
+        several (``;``-joined, in :data:`ORIGINS` order)."""
         known = self._known.get(inchikey14)
         if known is None:
             return {}
-        origin = f"{DE_NOVO};{STRUCTURE_LIBRARY}" if count else STRUCTURE_LIBRARY
-        return {"origin": origin, "library": ";".join(self._known_libraries[inchikey14]),
-                "library_id": known.identifier, "compound_name": known.name}
+        spectral = self._spectral.get(inchikey14)
+        libraries = self._known_libraries.get(inchikey14, [])
+        origin = ";".join(o for o, on in zip(ORIGINS, (count > 0, bool(libraries), spectral is not None)) if on)
+        if libraries:  # the structure library's identifier and name; else the reference spectrum's
+            return {"origin": origin, "library": ";".join(libraries), "library_id": known.identifier,
+                    "compound_name": known.name or (spectral.reference_name if spectral else ""),
+                    "spectral": spectral}
+        return {"origin": origin, "library": "", "library_id": "",
+                "compound_name": spectral.reference_name if spectral else "", "spectral": spectral}
 
     def _bits(self, smiles: str) -> np.ndarray:
         if smiles not in self._bits_cache:

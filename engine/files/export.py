@@ -16,17 +16,19 @@ import csv
 import datetime as _dt
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from engine.chem import molecules as chem
 from engine.elucidation.pipeline import SpectrumResult
 from engine.errors import ConfigError, OutputError
+from engine.insight.identification import feature_ranks, identification_level
 from engine.insight.novelty import NoveltyMarker
 
 CSV_COLUMNS = (
     "spectrum_id",
     "rank",
+    "feature_rank",
     "smiles",
     "inchikey",
     "InChIkey2D",
@@ -53,6 +55,13 @@ CSV_COLUMNS = (
     "library",
     "library_id",
     "compound_name",
+    "spectral_similarity",
+    "matched_peaks",
+    "reference_accession",
+    "reference_library",
+    "reference_license",
+    "reference_contributor",
+    "identification_level",
 )
 FORMATS = {".csv": "csv", ".sdf": "sdf", ".sd": "sdf"}
 
@@ -81,22 +90,29 @@ def provenance(bundle, params, extra: dict | None = None) -> dict[str, str]:
 
 
 def candidate_rows(
-    result: SpectrumResult, top: int | None = None, novelty: NoveltyMarker | None = None, rank_offset: int = 0
+    result: SpectrumResult, top: int | None = None, novelty: NoveltyMarker | None = None, rank_offset: int = 0,
+    feature_ranks: Sequence[int] | None = None, level: str = "",
 ) -> Iterable[dict]:
     """CSV rows of the candidates; ``novelty`` labels each training corpus / user list / new (else empty).
 
     ``rank_offset`` continues the ranks of an earlier result of the same spectrum (``msgpt predict``
     runs a spectrum without a formula for its best formula candidates, one after the other);
     ``formula_rank`` / ``formula_score`` are those of the formula candidate, empty for a given formula.
+    ``feature_ranks``: each shown candidate's rank over the whole feature
+    (:func:`engine.insight.identification.feature_ranks`; default: ``rank``); ``level``: the feature's
+    identification level (:func:`engine.insight.identification.identification_level`).
     """
     s = result.spectrum
     shown = result.candidates[:top]
     labels = novelty.labels([c.inchikey14 for c in shown]) if novelty is not None else [""] * len(shown)
-    for c, label in zip(shown, labels):
+    franks = list(feature_ranks) if feature_ranks is not None else [c.rank + rank_offset for c in shown]
+    for c, label, frank in zip(shown, labels, franks, strict=True):
         mol = chem.mol_from_smiles(c.smiles)
+        ev = c.spectral
         yield {
             "spectrum_id": s.id,
             "rank": c.rank + rank_offset,
+            "feature_rank": frank,
             "smiles": c.smiles,
             "inchikey": c.inchikey or (chem.inchikey(mol) if mol is not None else ""),
             "InChIkey2D": c.inchikey14,
@@ -124,6 +140,13 @@ def candidate_rows(
             "library": c.library,
             "library_id": c.library_id,
             "compound_name": c.compound_name,
+            "spectral_similarity": "" if ev is None else f"{ev.similarity:.4f}",
+            "matched_peaks": "" if ev is None else ev.matched_peaks,
+            "reference_accession": "" if ev is None else ev.accession,
+            "reference_library": "" if ev is None else ev.library,
+            "reference_license": "" if ev is None else ev.license,
+            "reference_contributor": "" if ev is None else ev.contributor,
+            "identification_level": level,
         }
 
 
@@ -225,11 +248,24 @@ class CandidateWriter:
             self._fh.write(f"# {k}: {v}\n")
         self._csv.writeheader()
 
-    def write(self, result: SpectrumResult, rank_offset: int = 0) -> int:
-        """Add the candidates of one spectrum (ranks after ``rank_offset``); returns the number of rows written."""
-        rows = list(candidate_rows(result, self.top, self.novelty, rank_offset))
+    def write(self, result: SpectrumResult, rank_offset: int = 0, feature_ranks: Sequence[int] | None = None,
+              level: str | None = None) -> int:
+        """Add the candidates of one spectrum (ranks after ``rank_offset``; ``feature_ranks`` and the feature's
+        identification ``level`` when it is one of several formula runs of a feature, see :meth:`write_feature`);
+        returns the number of rows written."""
+        level = identification_level([result]).code if level is None else level
+        rows = list(candidate_rows(result, self.top, self.novelty, rank_offset, feature_ranks, level))
         self._guarded(self._write_rows, rows)
         return len(rows)
+
+    def write_feature(self, results: Sequence[SpectrumResult]) -> int:
+        """Add the candidates of one feature's results (its formula runs, ranked on in one list, each candidate
+        with its rank over the feature); returns the number of rows written."""
+        level = identification_level(results).code
+        written = 0
+        for result, franks in zip(results, feature_ranks(results, self.top), strict=True):
+            written += self.write(result, rank_offset=written, feature_ranks=franks, level=level)
+        return written
 
     def _write_rows(self, rows: list[dict]) -> None:
         for row in rows:
@@ -280,6 +316,8 @@ class CandidateWriter:
             "is_reference": row["is_reference"],
             "spectrum_fidelity": row["spectrum_fidelity"],
             "spectrum_confidence": row["spectrum_confidence"],
+            **{k: row[k] for k in CSV_COLUMNS[CSV_COLUMNS.index("origin"):]},
+            "feature_rank": row["feature_rank"],
             **{f"msgpt_{k}": v for k, v in self.info.items()},
         }
         for k, v in props.items():

@@ -22,7 +22,8 @@ written uncompressed so that it loads fast; ``n`` structures, ``f`` distinct for
     formula_rows       int32 (n,)      rows grouped by formula (formula_names order), rows ascending within
     formula_starts     int64 (f+1,)    formula k's rows: formula_rows[formula_starts[k]:formula_starts[k+1]]
     key_order          int32 (n,)      rows by increasing inchikey14
-    bits               uint16 (nnz,)   active Morgan bits of all rows, each row's sorted
+    bits               uint16 (nnz,)   active Morgan bits of all rows, each row's sorted (none when
+                                       info.fingerprint.lazy: computed from the SMILES when asked for)
     bits_offsets       int64 (n+1,)    row r's bits: bits[bits_offsets[r]:bits_offsets[r+1]]
 
 Building one from a file is :mod:`engine.library.build`; keeping it in the user's data folder is
@@ -40,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.chem.formula import normalize_formula
+from engine.chem.molecules import morgan_bits_from_smiles
 from engine.errors import FormulaError
 
 from .read import LibraryError
@@ -102,6 +104,8 @@ class StructureLibrary:
             setattr(self, "_" + key, np.asarray(arrays[key]))
         self._mass_sorted = self._mass[self._mass_order]
         self._keys_sorted = self._inchikey14[self._key_order]
+        self.lazy_bits = bool(self.info.get("fingerprint", {}).get("lazy"))
+        self._computed_bits: dict[int, np.ndarray] = {}
         self._check()
 
     def _check(self) -> None:
@@ -170,8 +174,21 @@ class StructureLibrary:
         return None
 
     def bits(self, row: int) -> np.ndarray:
-        """Active Morgan bits of ``row``: sorted ``int64``, as :func:`engine.chem.molecules.morgan_bits`."""
-        return self._bits[self._bits_offsets[row] : self._bits_offsets[row + 1]].astype(np.int64)
+        """Active Morgan bits of ``row``: sorted ``int64``, as :func:`engine.chem.molecules.morgan_bits`. A
+        library built with ``trust_keys`` (``info["fingerprint"]["lazy"]``) stores none: they are computed from
+        the SMILES when first asked for and kept."""
+        if not self.lazy_bits:
+            return self._bits[self._bits_offsets[row] : self._bits_offsets[row + 1]].astype(np.int64)
+        row = int(row)
+        bits = self._computed_bits.get(row)
+        if bits is None:
+            bits = morgan_bits_from_smiles(self.smiles(row))
+            if bits is None:
+                raise LibraryError(self.info.get("source_path", self.name),
+                                   f"structure {self.smiles(row)!r} (row {row}) cannot be read by RDKit; rebuild "
+                                   "the library's index (delete it from the data folder).")
+            self._computed_bits[row] = bits = bits.astype(np.int64)
+        return bits
 
     def formulas(self) -> np.ndarray:
         """Every distinct formula of the library (sorted, as ``str``)."""

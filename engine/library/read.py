@@ -55,6 +55,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "cas": ("cas", "casrn", "casnumber", "casno", "casregistrynumber"),
     "inchikey": ("inchikey", "stdinchikey", "inchikey14", "inchikey1", "inchikey2d", "standardinchikey"),
     "source": ("source", "sources", "database", "origin"),
+    "formula": ("formula", "molecularformula", "molformula"),
 }
 _NOT_ALNUM = re.compile(r"[^a-z0-9]")
 
@@ -83,6 +84,7 @@ class RawStructure:
     cas: str = ""
     inchikey: str = ""  # as given in the file (full or first block), "" if none
     source: str = ""
+    formula: str = ""  # as given in the file; trusted only by a ``trust_keys`` build (engine.library.build)
 
     @property
     def kind(self) -> str:
@@ -245,7 +247,8 @@ def _table_row(where: str, row: list[str], columns: dict[str, int]) -> RawStruct
         text = ""
     return RawStructure(where, text, name=_cell(row, columns.get("name")),
                         identifier=_cell(row, columns.get("identifier")), cas=_cell(row, columns.get("cas")),
-                        inchikey=_cell(row, columns.get("inchikey")), source=_cell(row, columns.get("source")))
+                        inchikey=_cell(row, columns.get("inchikey")), source=_cell(row, columns.get("source")),
+                        formula=_cell(row, columns.get("formula")))
 
 
 _SDF_PROPERTY = re.compile(r"^>.*<([^>]+)>")

@@ -320,6 +320,9 @@ def why_no_confidence(bundle, result) -> str:
         return "this model ships no confidence model (confidence.json)"
     if result.partial:
         return "the run is not finished"
+    if result.candidates and getattr(result.candidates[0], "identified", False):
+        return ("rank 1 is identified by a reference spectrum; how often such a match is wrong is measured on "
+                "the spectral library (docs/spectral_library.md), not by the confidence model of predictions")
     if result.plan is not None:
         return "these candidates were drawn with a query plan of their own; it holds only for the κ band's queries"
     fitted_modes = model.meta.get("polarities", ["positive"])

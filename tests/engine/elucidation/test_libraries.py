@@ -120,7 +120,7 @@ def test_predict_with_a_structure_library_writes_the_origin_columns(tiny_bundle_
     lib = write_library(home / "suspects.csv", [("S1", "the reference", REFERENCE), ("S2", "an isomer", ISOMER)])
     out = home / "out.csv"
     argv = ["predict", str(FIXTURE), "-o", str(out), "--model", str(tiny_bundle_dir), "--groups", "2",
-            "--samples-per-group", "2", "--band", "0.95", "1.5", "-q", "--formulas", "0"]
+            "--samples-per-group", "2", "--band", "0.95", "1.5", "-q", "--formulas", "0", "--no-bundled-libraries"]
     assert main(argv + ["--structure-library", str(lib), "--structure-library", str(home / "missing.csv")]) == 0
     err = capsys.readouterr().err
     assert "Structure library left out" in err and "missing.csv" in err and "suspects.csv: 2 structures" in err

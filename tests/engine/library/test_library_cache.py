@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from engine.chem import molecules as chem
 from engine.errors import Cancelled
 from engine.library import (
     LibraryError,
@@ -149,6 +150,27 @@ def test_the_bundled_table_is_shipped_with_its_attribution():
     path = bundled_library_path()
     assert path.is_file() and (path.parent / "ATTRIBUTION.md").is_file()
     with gzip.open(path, "rt", encoding="utf-8") as fh:
-        assert fh.readline() == "smiles\tinchikey14\tsource\n"
+        assert fh.readline() == "smiles\tinchikey14\tformula\tsource\n"
         first = fh.readline().rstrip("\n").split("\t")
-    assert len(first) == 3 and len(first[1]) == 14 and first[2]
+    assert len(first) == 4 and len(first[1]) == 14 and first[2] == chem.mol_formula(chem.mol_from_smiles(first[0]))
+    assert first[3]
+
+
+def test_a_trusted_table_is_taken_as_written_and_fingerprinted_when_asked(tmp_path, monkeypatch):
+    """The bundled table's build (trust_keys, a formula column) runs no RDKit per row: the mass comes from the
+    formula, a bad formula is reported by line, and fingerprints are computed on first use and equal RDKit's."""
+    path = tmp_path / "trusted.tsv"
+    path.write_text("smiles\tinchikey14\tformula\tsource\n"
+                    "CCO\tLFQSCWFLJHTTHZ\tC2H6O\ta\n"
+                    "OCC\tLFQSCWFLJHTTHZ\tC2H6O\tb\n"
+                    "CCN\tQUSNBJAOOMFDIB\tC2H7Q\ta\n"
+                    "c1ccccc1O\tISWSIDIOOBJBQZ\tC6H6O\ta\n")
+    monkeypatch.setattr(build_module, "parse_structure", lambda raw: pytest.fail(f"RDKit ran on {raw.where}"))
+    lib = load_library(path, trust_keys=True, folder=tmp_path / "idx")
+    assert len(lib) == 2 and lib.info["n_duplicates"] == 1 and lib.record(0).source == "a;b"
+    assert lib.info["n_problems"] == 1 and lib.problems[0].startswith("line 4:") and "C2H7Q" in lib.problems[0]
+    phenol = lib.row_of_key("ISWSIDIOOBJBQZ")
+    assert lib.record(phenol).mass == pytest.approx(94.041865, abs=1e-5)
+    assert lib.lazy_bits and list(lib.bits(phenol)) == list(chem.morgan_bits(chem.mol_from_smiles("c1ccccc1O")))
+    again = load_library(path, trust_keys=True, folder=tmp_path / "idx")  # from the kept index, still lazy
+    assert again.lazy_bits and list(again.bits(phenol)) == list(lib.bits(phenol))

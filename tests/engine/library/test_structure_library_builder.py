@@ -40,7 +40,7 @@ def molecules(tmp_path):
 
 def shipped(folder: Path) -> list[tuple[str, ...]]:
     with gzip.open(folder / builder.TABLE, "rt") as fh:
-        assert fh.readline() == "smiles\tinchikey14\tsource\n"
+        assert fh.readline() == "smiles\tinchikey14\tformula\tsource\n"
         return [tuple(line.rstrip("\n").split("\t")) for line in fh]
 
 
@@ -54,10 +54,10 @@ def test_the_licence_filter_keeps_allowed_sources_only(molecules, tmp_path):
     out = tmp_path / "out"
     assert builder.main(["build", "--molecules", str(molecules), "--out", str(out)]) == 0
     assert shipped(out) == [
-        ("CCO", "LFQSCWFLJHTTHZ", "massbank_open"),
-        ("CCCl", "HRYZWHHZPQKTII", "repoRT"),
-        ("OCCO", "LYCAIKOWRPUZTN", "chemxlstm_chembl31"),
-        ("NCCO", "HZAXFHJVJLSVMW", "spectraverse_example;modelseed_metacyc"),
+        ("CCO", "LFQSCWFLJHTTHZ", "C2H6O", "massbank_open"),
+        ("CCCl", "HRYZWHHZPQKTII", "C2H5Cl", "repoRT"),
+        ("OCCO", "LYCAIKOWRPUZTN", "C2H6O2", "chemxlstm_chembl31"),
+        ("NCCO", "HZAXFHJVJLSVMW", "C2H7NO", "spectraverse_example;modelseed_metacyc"),
     ]
     text = (out / builder.ATTRIBUTION).read_text()
     assert "**CC BY-SA 4.0**" in text and "| massbank_open |" in text and "GuptaVishu2002" in text
@@ -96,3 +96,13 @@ def test_the_shipped_table_is_what_the_builder_makes(tmp_path):
     assert (tmp_path / builder.TABLE).read_bytes() == bundled_library_path().read_bytes()
     shipped_attribution = (bundled_library_path().parent / builder.ATTRIBUTION).read_text()
     assert (tmp_path / builder.ATTRIBUTION).read_text() == shipped_attribution
+
+
+def test_a_salt_is_shipped_standardised_with_its_neutral_formula(molecules, tmp_path):
+    """What the app's trusted build takes as written must be what its own standardisation would make."""
+    path = tmp_path / "salts.tsv.gz"
+    text = "smiles\tinchikey14\tsource\nCC(=O)[O-].[Na+]\tVMHLLURERBWHNL\tmassbank_open\nC1CC(\tXXXXXXXXXXXXXX\trepoRT\n"
+    path.write_bytes(gzip.compress(text.encode()))
+    out = tmp_path / "out"
+    assert builder.main(["build", "--molecules", str(path), "--out", str(out)]) == 0
+    assert shipped(out) == [("CC(=O)O", "QTBSBXVTEAMEQO", "C2H4O2", "massbank_open")]  # the bad SMILES left out
