@@ -103,6 +103,15 @@ def prefixes_of(frag_lists: list[list[str]], tokenize, limit: int, fractions: tu
     return out[:limit]
 
 
+def run_session(session: SpectrumSession, params: QueryParams, cancel: CancelFn | None = None,
+                config: DeepConfig | None = None) -> Generator[object, None, SpectrumResult]:
+    """One spectrum at ``params.effort``: :meth:`SpectrumSession.run` (standard) or :class:`DeepSearch` (deep); the
+    ``run_session`` of :func:`engine.elucidation.pipeline.elucidate`."""
+    if params.effort == "deep":
+        return DeepSearch(session, config or DeepConfig()).run(params, cancel)
+    return session.run(params, cancel)
+
+
 class DeepSearch:
     """The deep search of one :class:`SpectrumSession` (its standard pool is drawn first if missing)."""
 
@@ -188,14 +197,14 @@ class DeepSearch:
             for k, p in enumerate(prefixes):
                 n = min(cfg.samples_per_prefix, left)
                 if n <= 0:
-                    return out
+                    return sorted(out, key=lambda rq: rq[1])
                 ids = tuple((DEEP_ID_BASE + phase * 100_000 + slot * 100 + k, j) for j in range(n))
                 ptoks = tuple(tok.encode(p, add_special=False))
                 if tok.unk_id in ptoks:
                     continue
                 out.append((QueryRequest(fp_bits=s._queries[qi].bits, sample_ids=ids, prefix=ptoks), qi))
                 left -= n
-        return out
+        return sorted(out, key=lambda rq: rq[1])  # requests of one query side by side share its context
 
     def _strings_of(self, inchikey14: str) -> list[tuple[tuple[int, int], str]]:
         return [(sid, x) for sid, x in self.pool.items() if decode_safe(x).inchikey14 == inchikey14]

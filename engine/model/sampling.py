@@ -171,9 +171,13 @@ def sample_queries(
     for start in range(0, len(rows), max_batch_rows):
         chunk = rows[start : start + max_batch_rows]
         req_ids = sorted({r for r, *_ in chunk})
-        group = torch.tensor([req_ids.index(r) for r, *_ in chunk])  # (B,) row -> its query within the chunk
+        bits, context_of = [], {}  # consecutive requests with the same query (prefixed ones) share its context
+        for r in req_ids:
+            if not bits or not np.array_equal(requests[r].fp_bits, bits[-1]):
+                bits.append(requests[r].fp_bits)
+            context_of[r] = len(bits) - 1
+        group = torch.tensor([context_of[r] for r, *_ in chunk])  # (B,) row -> its query within the chunk
         u = torch.from_numpy(sample_uniforms(seed, [(i, j) for *_, i, j in chunk], max_new))  # (B, max_new)
-        bits = [requests[r].fp_bits for r in req_ids]
         prefixes = [requests[r].prefix for r, *_ in chunk]
         forced = _forced_tokens(prefixes) if any(prefixes) else None
         for finished, tokens, dead in _generate(model, bits, formula_vec, group, u, cancel, forced=forced,

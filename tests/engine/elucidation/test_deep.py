@@ -1,0 +1,94 @@
+"""Deep search (issue #39) on the tiny bundle: it grows a copy of the standard pool, leaves standard effort
+untouched, is seeded, reports progress and stops when cancelled."""
+
+import pytest
+from tiny_bundle import fixture_spectra
+
+from engine.elucidation.deep import DEEP_ID_BASE, DeepConfig, DeepSearch, prefixes_of, run_session
+from engine.elucidation.pipeline import QueryParams, SamplesDrawn, SpectrumFinished, SpectrumSession, elucidate
+from engine.errors import Cancelled, ConfigError
+from engine.progress import run_to_end
+
+SMALL = DeepConfig(extra_queries=2, extra_per_query=4, rounds=2, parents=3, prefixes_per_parent=3,
+                   samples_per_prefix=2, max_new_samples=60)
+PARAMS = QueryParams(ranking="frequency")  # the tiny bundle's encoder is random: its posterior says nothing
+
+
+def drain(gen):
+    events = []
+    while True:
+        try:
+            events.append(next(gen))
+        except StopIteration as stop:
+            return events, stop.value
+
+
+def test_deep_grows_a_copy_of_the_standard_pool(tiny_bundle):
+    spectrum = fixture_spectra()[0]
+    session = SpectrumSession(tiny_bundle, spectrum)
+    standard = run_to_end(session.run(PARAMS))
+    search = DeepSearch(session, SMALL)
+    events, deep = drain(search.run(PARAMS))
+    assert 100 < deep.n_samples <= 100 + SMALL.max_new_samples
+    assert {c.inchikey14 for c in standard.candidates} <= {c.inchikey14 for c in deep.candidates}
+    assert any(i >= DEEP_ID_BASE for (i, _), _ in search.pool.items())  # refinement samples were drawn
+    drawn = [e for e in events if isinstance(e, SamplesDrawn)]
+    assert drawn and drawn[-1].done == deep.n_samples - 100
+    # the session keeps its standard pool: standard effort gives the same result after a deep search
+    again = run_to_end(session.run(PARAMS))
+    assert again.n_samples == 100 and [c.inchikey14 for c in again.candidates] == [c.inchikey14 for c in standard.candidates]
+
+
+def test_deep_is_seeded(tiny_bundle):
+    spectrum = fixture_spectra()[1]
+    hot = QueryParams(ranking="frequency", temperature=2.0)  # the tiny decoder needs heat to vary at all
+    runs = [run_to_end(DeepSearch(SpectrumSession(tiny_bundle, spectrum), SMALL).run(hot)) for _ in range(2)]
+    assert [c.inchikey14 for c in runs[0].candidates] == [c.inchikey14 for c in runs[1].candidates]
+    assert runs[0].n_samples == runs[1].n_samples
+
+
+def test_effort_deep_through_elucidate_and_cancel(tiny_bundle):
+    deep = QueryParams(ranking="frequency", effort="deep")
+    with pytest.raises(ConfigError, match="run_session"):
+        drain(elucidate(tiny_bundle, fixture_spectra()[:1], deep))
+    events, _ = drain(elucidate(tiny_bundle, fixture_spectra()[:1], deep, run_session=run_session))
+    finished = [e.result for e in events if isinstance(e, SpectrumFinished)]
+    assert len(finished) == 1 and finished[0].n_samples > 100
+    hot = QueryParams(ranking="frequency", temperature=2.0)
+    standard = [drain(elucidate(tiny_bundle, fixture_spectra()[:2], hot, **kw))[0] for kw in ({}, {"run_session": run_session})]
+    pools = [[(e.result.n_samples, [(c.inchikey14, c.count) for c in e.result.candidates])
+              for e in events if isinstance(e, SpectrumFinished)] for events in standard]
+    assert pools[0] == pools[1] and [n for n, _ in pools[0]] == [100, 100]  # standard effort: the same pools
+    session = SpectrumSession(tiny_bundle, fixture_spectra()[0])
+    run_to_end(session.run(PARAMS))  # the standard pool is there: deep's own sampling is what gets cancelled
+    calls = {"n": 0}
+
+    def cancel_after_standard():
+        calls["n"] += 1
+        return calls["n"] > 2  # session.run checks twice (nothing left to draw), then the deep rounds check
+
+    with pytest.raises(Cancelled):
+        drain(DeepSearch(session).run(PARAMS, cancel_after_standard))
+    assert calls["n"] == 3  # cancelled at the deep rounds' first check, not by session.run
+
+
+def test_prefixes_keep_all_but_one_then_all_but_two_fragments():
+    frags = [["A1", "B12", "C2"]]
+    got = prefixes_of(frags, list, limit=10, fractions=(0.5,))
+    assert got[:3] == ["B12.C2.", "A1.C2.", "A1.B12."]  # all but one fragment
+    assert got[3:] == ["C2.", "B12.", "A1."]  # all but two
+    assert prefixes_of([["CCCCCC"]], list, limit=10, fractions=(0.5,)) == ["CCC"]  # uncut: the first half
+    assert len(prefixes_of(frags, list, limit=2, fractions=(0.5,))) == 2
+
+
+@pytest.mark.parametrize("kw, match", [({"parents": 0}, "parents"), ({"max_new_samples": -1}, "max_new_samples"),
+                                       ({"truncate_fractions": (1.5,)}, "truncate_fractions")])
+def test_bad_config_is_refused(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        DeepConfig(**kw)
+
+
+def test_unknown_effort_is_refused():
+    with pytest.raises(ConfigError, match="effort"):
+        QueryParams(effort="max")
+    assert QueryParams(effort="deep").sampling_key() == QueryParams().sampling_key()  # same samples, same pool
