@@ -12,7 +12,12 @@ Grouping (:func:`group_scans`), in two steps that do not depend on the order of 
    ``max(mz_tol_ppm * 1e-6 * m/z, mz_tol_da)`` (default 10 ppm or 5 mDa);
 2. **retention time**: each m/z group sorted by retention time is cut wherever two consecutive
    scans lie more than ``rt_gap_s`` apart (default 30 s). Isomers at one m/z that elute apart
-   become separate features; an ion re-triggered all through a peak (or a background ion) stays one.
+   become separate features; an ion re-triggered all through a peak (or a background ion) stays one;
+3. **precursor jitter** (with survey scans): an instrument may write one ion's precursor m/z with more
+   scatter than the tolerance (a TripleTOF pesticide at 304.1157 and 304.1210). Groups within
+   ``jitter_ppm`` (default 30 ppm) whose retention times meet within ``rt_gap_s`` join when the survey
+   scans around them show one ion there (a peak near either m/z, never two different ones, one near
+   each); two co-eluting ions that MS1 resolves stay apart.
 
 Scans without a retention time are features of their own.
 
@@ -65,6 +70,8 @@ class FeatureConfig:
     mz_tol_ppm: float = field(default=10.0, metadata={"help": "precursor m/z agreement, ppm"})
     mz_tol_da: float = field(default=0.005, metadata={"help": "precursor m/z agreement, Da (the larger wins)"})
     rt_gap_s: float = field(default=30.0, metadata={"help": "longest gap between consecutive scans of a feature, s"})
+    jitter_ppm: float = field(default=30.0, metadata={
+        "help": "features this close in precursor m/z join when the MS1 trace shows one ion there (0: never)"})
     fragment_tol_ppm: float = field(default=10.0, metadata={"help": "fragment peaks merged across scans, ppm"})
     fragment_tol_da: float = field(default=0.002, metadata={"help": "fragment peaks merged across scans, Da"})
     min_scan_fraction: float = field(default=0.5, metadata={"help": "share of scans a fragment must be in"})
@@ -78,7 +85,7 @@ class FeatureConfig:
         "help": "auto: group mzML runs, keep MGF records as they are; always; never (one feature per scan)"})
 
     def __post_init__(self):
-        for name in ("mz_tol_ppm", "mz_tol_da", "rt_gap_s", "fragment_tol_ppm", "fragment_tol_da",
+        for name in ("mz_tol_ppm", "mz_tol_da", "rt_gap_s", "jitter_ppm", "fragment_tol_ppm", "fragment_tol_da",
                      "ms1_rt_pad_s", "ms1_window_da"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
@@ -161,9 +168,11 @@ class Feature:
 
 
 def group_scans(
-    precursor_mz: Sequence[float], retention_time: Sequence[float | None], config: FeatureConfig = FeatureConfig()
+    precursor_mz: Sequence[float], retention_time: Sequence[float | None], config: FeatureConfig = FeatureConfig(),
+    survey_scans: Sequence[SurveyScan] = (),
 ) -> list[np.ndarray]:
-    """Indices of the scans of each feature (m/z neighbours, then retention-time runs; module notes).
+    """Indices of the scans of each feature (m/z neighbours, then retention-time runs; module notes); with
+    ``survey_scans`` (sorted by retention time), groups that precursor jitter split are joined (step 3).
 
     Features come sorted by their first retention time (no RT last), then m/z; the scans of a
     feature by retention time.
@@ -183,8 +192,49 @@ def group_scans(
         timed = timed[np.argsort(rt[timed], kind="stable")]
         rt_cuts = np.flatnonzero(np.diff(rt[timed]) > config.rt_gap_s) + 1
         groups.extend(part for part in np.split(timed, rt_cuts) if part.size)
+    groups = _join_jitter(groups, mz, rt, survey_scans, config)
     first = [(np.inf if np.isnan(rt[g[0]]) else rt[g[0]], float(np.median(mz[g])), int(g[0])) for g in groups]
     return [groups[k] for k in sorted(range(len(groups)), key=first.__getitem__)]
+
+
+def _one_ion(mz_a: float, mz_b: float, rt_lo: float, rt_hi: float, survey: Sequence[SurveyScan], config: FeatureConfig) -> bool:
+    """Whether the survey scans between ``rt_lo`` and ``rt_hi`` (+- ms1_rt_pad_s) show one ion near both m/z: some
+    scan has a peak near one of them, and none has two different peaks, one near each."""
+    seen = False
+    for scan in survey:
+        t = scan.retention_time
+        if t is None or t < rt_lo - config.ms1_rt_pad_s or t > rt_hi + config.ms1_rt_pad_s:
+            continue
+        a = _peak_near(scan, mz_a, float(config.mz_tolerance(mz_a)))
+        b = _peak_near(scan, mz_b, float(config.mz_tolerance(mz_b)))
+        if a is not None and b is not None and a != b:
+            return False
+        seen = seen or a is not None or b is not None
+    return seen
+
+
+def _join_jitter(groups: list[np.ndarray], mz: np.ndarray, rt: np.ndarray, survey: Sequence[SurveyScan],
+                 config: FeatureConfig) -> list[np.ndarray]:
+    """Groups within ``jitter_ppm`` of each other, close in time, whose MS1 trace shows one ion, as one group."""
+    if config.jitter_ppm <= 0 or not survey:
+        return groups
+    untimed = [g for g in groups if np.isnan(rt[g]).any()]
+    joined: list[np.ndarray] = []
+    for g in sorted((g for g in groups if not np.isnan(rt[g]).any()), key=lambda g: float(np.median(mz[g]))):
+        m = float(np.median(mz[g]))
+        for k, h in enumerate(joined):
+            n = float(np.median(mz[h]))
+            if abs(m - n) > config.jitter_ppm * 1e-6 * m:
+                continue
+            if rt[g].min() > rt[h].max() + config.rt_gap_s or rt[h].min() > rt[g].max() + config.rt_gap_s:
+                continue
+            if _one_ion(n, m, min(rt[g].min(), rt[h].min()), max(rt[g].max(), rt[h].max()), survey, config):
+                both = np.concatenate([h, g])
+                joined[k] = both[np.argsort(rt[both], kind="stable")]
+                break
+        else:
+            joined.append(g)
+    return joined + untimed
 
 
 # ----------------------------------------------------------------------------------------------
@@ -399,7 +449,7 @@ def build_features(
     survey = sorted(survey_scans, key=lambda s: (math.inf if s.retention_time is None else s.retention_time))
     if config.grouping == "never":
         return [single_scan_feature(s, survey, config) for s in spectra]
-    groups = group_scans([s.precursor_mz for s in spectra], [s.retention_time for s in spectra], config)
+    groups = group_scans([s.precursor_mz for s in spectra], [s.retention_time for s in spectra], config, survey)
     return [build_feature(k, [spectra[i] for i in g], survey, config) for k, g in enumerate(groups)]
 
 

@@ -191,7 +191,7 @@ def load_file(
     check_cancel(cancel)
     if spectra:
         survey.sort(key=lambda s: (math.inf if s.retention_time is None else s.retention_time))
-        groups = group_scans([s.precursor_mz for s in spectra], [s.retention_time for s in spectra], features)
+        groups = group_scans([s.precursor_mz for s in spectra], [s.retention_time for s in spectra], features, survey)
         for k, group in enumerate(groups):
             check_cancel(cancel)
             items.append(build_feature(k, [spectra[i] for i in group], survey, features))

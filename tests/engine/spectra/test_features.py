@@ -280,3 +280,24 @@ def test_ms1_evidence_averages_the_scans_around_the_apex():
     assert one.n_scans == 1 and one.intensity.tolist() == [1e6, 5e4]
     with pytest.raises(ConfigError, match="`ms1_apex_fraction` must be in"):
         FeatureConfig(ms1_apex_fraction=0.0)
+
+
+def test_precursor_jitter_does_not_split_one_ion_that_ms1_shows_once():
+    from engine.spectra.features import build_features
+
+    def survey_at(i, rt, peaks):
+        return SurveyScan(id=f"m{i}", index=i, retention_time=rt, polarity="positive", mz=[p for p, _ in peaks],
+                          intensity=[h for _, h in peaks])
+
+    def scan(i, rt, precursor):
+        return Spectrum(id=f"s{i}", index=100 + i, precursor_mz=precursor, retention_time=rt, mz=[100.0, 150.0],
+                        intensity=[1.0, 0.5], charge=1)
+
+    scans = [scan(0, 10.0, 304.1157), scan(1, 14.0, 304.1210), scan(2, 18.0, 304.1159)]  # 17 ppm apart
+    one_ion = [survey_at(i, t, [(304.1158, 1e6)]) for i, t in enumerate((9.5, 13.5, 17.5))]
+    features = build_features(scans, one_ion)
+    assert len(features) == 1 and features[0].n_scans == 3
+    two_ions = [survey_at(i, t, [(304.1158, 1e6), (304.1212, 5e5)]) for i, t in enumerate((9.5, 13.5, 17.5))]
+    assert len(build_features(scans, two_ions)) == 2  # MS1 resolves two ions: they stay apart
+    assert len(build_features(scans, one_ion, FeatureConfig(jitter_ppm=0))) == 2
+    assert len(build_features(scans)) == 2  # no survey scans: no trace to go by
