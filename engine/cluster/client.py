@@ -84,12 +84,15 @@ class ClusterRun:
     def __init__(self, address: ClusterAddress, spec, shared: dict, notify: Callable[[str], None] = print,
                  allowed_failures: int | None = None, ship: bool = False):
         require_distributed()
+        import time
+
         import dask
         from distributed import Client, LocalCluster
 
         from engine.cluster.worker import ModelPlugin, ModelSpec, bundle_files
 
         self.address, self.notify = address, notify
+        t0 = time.perf_counter()
         self.allowed_failures = DEFAULT_ALLOWED_FAILURES if allowed_failures is None else allowed_failures
         self._futures: set = set()
         self._cluster = None
@@ -123,8 +126,10 @@ class ClusterRun:
         except BaseException:
             self.close()
             raise
+        self.seconds_to_open = time.perf_counter() - t0
         self.notify(f"Cluster {address.describe()}: {len(self._workers)} workers, "
-                    f"{sum(self.client.nthreads().values())} threads; the model is loaded on each.")
+                    f"{sum(self.client.nthreads().values())} threads; the model is loaded on each "
+                    f"(ready in {self.seconds_to_open:.1f} s).")
 
     def _on_event(self, event) -> None:
         """The scheduler's events (run in the client's event loop): a line per worker that joins or leaves."""
