@@ -557,7 +557,7 @@ def _cluster_outcomes(todo: Iterator, args, bundle, params, formula_config, libr
     address = parse_address(args.cluster)
     spec = ModelSpec(path=str(bundle.path.resolve()), checksum=bundle.checksum, device=args.device,
                      precision=args.precision, use_adapter=params.use_adapter, device_type=bundle.device.type,
-                     dtype=str(bundle.dtype), threads=args.threads)
+                     dtype=str(bundle.dtype), threads=args.threads, default=args.model is None)
     shared = {"args": args, "params": params, "formula_config": formula_config, "libraries": tuple(libraries)}
     with closing(ClusterRun(address, spec, shared, notify=lambda line: tqdm.write(line, file=sys.stderr),
                             ship=args.ship_model)) as run:

@@ -17,10 +17,11 @@ cancels every future still pending.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.errors import ConfigError
@@ -89,7 +90,7 @@ class ClusterRun:
         import dask
         from distributed import Client, LocalCluster
 
-        from engine.cluster.worker import ModelPlugin, ModelSpec, bundle_files
+        from engine.cluster.worker import ModelPlugin, bundle_files
 
         self.address, self.notify = address, notify
         t0 = time.perf_counter()
@@ -116,7 +117,9 @@ class ClusterRun:
             raise
         try:
             if ship:
-                spec = ModelSpec(**{**spec.__dict__, "files": bundle_files(Path(spec.path))})
+                spec = replace(spec, files=bundle_files(Path(spec.path)))
+            if address.local and spec.threads is None:  # N workers share this machine's cores
+                spec = replace(spec, threads=max(1, (os.cpu_count() or 1) // address.n_workers))
             self.run_id = uuid.uuid4().hex[:12]
             self.plugin_name = f"msgpt-model-{self.run_id}"
             self._workers = set(self.client.scheduler_info(n_workers=-1)["workers"])

@@ -39,6 +39,7 @@ class ModelSpec:
     dtype: str  # the decoder's dtype on the client ("torch.float32", "torch.bfloat16")
     threads: int | None = None  # torch threads per worker process (None: one per core / worker threads)
     files: dict[str, bytes] = field(default_factory=dict, repr=False)  # the bundle's files, when shipped
+    default: bool = False  # the bundled default model: each worker loads its own installation's copy (checksum checked)
 
 
 def bundle_files(path: Path) -> dict[str, bytes]:
@@ -64,6 +65,10 @@ class ModelPlugin(WorkerPlugin):
         threads = spec.threads or max(1, (os.cpu_count() or 1) // max(1, worker.state.nthreads))
         torch.set_num_threads(threads)
         path = Path(spec.path)
+        if spec.default and not spec.files:
+            from engine.paths import default_model_dir
+
+            path = default_model_dir()
         if spec.files:
             path = Path(worker.local_directory) / f"msgpt-model-{spec.checksum[:16]}"
             for name, data in spec.files.items():
@@ -72,12 +77,12 @@ class ModelPlugin(WorkerPlugin):
                 target.write_bytes(data)
         elif not (path / "config.json").is_file():
             raise BundleError(
-                f"Worker {worker.address} cannot read the model bundle {spec.path}: put the bundle at the same path "
+                f"Worker {worker.address} cannot read the model bundle {path}: put the bundle at the same path "
                 "on every worker (a shared file system), or pass --ship-model to send it with the run.")
         bundle = load_bundle(path, device=spec.device, use_adapter=spec.use_adapter, precision=spec.precision)
         if bundle.checksum != spec.checksum:
             raise BundleError(
-                f"Worker {worker.address} has a different model at {spec.path} (checksum {bundle.checksum[:12]}, the "
+                f"Worker {worker.address} has a different model at {path} (checksum {bundle.checksum[:12]}, the "
                 f"client's is {spec.checksum[:12]}): copy the same bundle to every worker, or pass --ship-model.")
         if bundle.device.type != spec.device_type or str(bundle.dtype) != spec.dtype:
             raise BundleError(
