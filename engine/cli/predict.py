@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--top", type=int, metavar="K",
                     help="write only the K best candidates per spectrum (per formula when several are tried)")
     pr.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same result")
+    pr.add_argument("--effort", choices=("standard", "deep"), default="standard",
+                    help="standard: the pool of B samples; deep: then refine its best candidates (about 5-10x "
+                    "the time, docs/deep_search.md)")
     pr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
     pr.add_argument("--top-k", type=int, default=50, help="top-k sampling (default 50)")
     pr.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
@@ -97,9 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="your list of known structures (SMILES/InChIKeys, one per row, or an SDF): candidates in it "
                     "are marked 'user list' in the novelty column")
     pr.add_argument("--structure-library", action="append", default=[], metavar="FILE",
-                    help="a structure library or suspect list (CSV/TSV with a SMILES or InChI column, e.g. a "
+                    help="a suspect list or structure library (CSV/TSV with a SMILES or InChI column, e.g. a "
                     "PubChemLite or NORMAN export; SDF; one SMILES per line): its structures of each spectrum's "
-                    "formula join the ranking (origin column), beside the bundled library; repeatable")
+                    "formula, and of its precursor mass when the formula is not given, rank before the predictions "
+                    "(origin column); the bundled library's join them by score; repeatable")
     pr.add_argument("--spectral-library", action="append", default=[], metavar="FILE",
                     help="a reference spectral library (MSP: NIST, MoNA, MS-DIAL; MGF: GNPS, MassBank): each "
                     "spectrum is searched in it beside the bundled MassBank subset; an identity match passing the "
@@ -185,10 +189,12 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
 
     The feature's spectrum with ``--formula``/``--adduct`` applied and the no-fragments note; with a
     formula and an adduct, that one; else one copy per formula candidate (``--formulas`` best of the
-    ion types the model supports), each noting its formula rank and score, and the formula of a spectral
-    library identification when they lack it (:func:`engine.elucidation.libraries.identified_formula_spectra`).
+    ion types the model supports), each noting its formula rank and score, the formula of a spectral
+    library identification when they lack it (:func:`engine.elucidation.libraries.identified_formula_spectra`),
+    and the formulas of structure-library structures within the tolerance of the precursor that they lack
+    (:func:`engine.elucidation.libraries.mass_track_spectra`, ranked without sampling).
     """
-    from engine.elucidation.libraries import identified_formula_spectra, search_spectrum
+    from engine.elucidation.libraries import identified_formula_spectra, mass_track_spectra, search_spectrum
     from engine.elucidation.pipeline import apply_overrides
     from engine.errors import AdductError, FormulaError, SpectrumError
     from engine.formulas.candidates import rank_formulas, with_formula_candidate
@@ -202,13 +208,14 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
         spectrum = note_no_fragments(spectrum)
         if (spectrum.formula and spectrum.adduct) or args.formulas == 0:
             return [spectrum]
-        table = rank_formulas(spectrum, ms1=feature.ms1, config=run_formula_config(spectrum, formula_config),
-                              supported_adducts=bundle.supported_adducts)
+        config = run_formula_config(spectrum, formula_config)
+        table = rank_formulas(spectrum, ms1=feature.ms1, config=config, supported_adducts=bundle.supported_adducts)
     except (SpectrumError, FormulaError, AdductError) as e:
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
     chosen = [with_formula_candidate(spectrum, c) for c in table.runnable(args.formulas, bundle.supported_adducts)]
     chosen += identified_formula_spectra(spectrum, search_spectrum(libraries, spectrum), chosen,
                                          bundle.supported_adducts)
+    chosen += mass_track_spectra(libraries, spectrum, chosen, bundle.supported_adducts, config.ppm)
     if not chosen:
         reason = table.why_none_runnable(bundle.supported_adducts, args.formula_ppm)
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, reason)
@@ -221,13 +228,17 @@ def _elucidate_one(bundle, spectrum, params, bar, libraries=()):
     Problems of this spectrum alone (its formula is too large to annotate, ...) skip it; the
     batch goes on. Problems of the model or the parameters stop the batch.
     """
-    from engine.elucidation.pipeline import SamplesDrawn, SpectrumFinished, SpectrumSkipped, elucidate
+    from engine.elucidation.libraries import MASS_TRACK
+    from engine.elucidation.deep import run_session
+    from engine.elucidation.pipeline import SamplesDrawn, SpectrumFinished, SpectrumSession, SpectrumSkipped, elucidate
     from engine.errors import AdductError, FormulaError, SpectrumError
     from engine.spectra.spectrum import SkippedRecord
 
     outcome = None
     try:
-        for ev in elucidate(bundle, [spectrum], params, libraries=libraries):
+        if spectrum.metadata.get("formula_source") == MASS_TRACK:  # library structures of this formula, no samples
+            return SpectrumSession(bundle, spectrum, libraries=libraries).rank_known(params)
+        for ev in elucidate(bundle, [spectrum], params, libraries=libraries, run_session=run_session):
             if isinstance(ev, SamplesDrawn):
                 bar.set_postfix_str(f"samples {ev.done}/{ev.total}", refresh=False)
             elif isinstance(ev, SpectrumFinished):
@@ -362,6 +373,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         kappa_min=args.band[0], kappa_max=args.band[1], groups=args.groups,
         samples_per_group=n or 5, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
         seed=args.seed, use_adapter=not args.no_adapter, decoding=args.decoding, ranking=args.ranking,
+        effort=args.effort,
         **({} if args.library_prior is None else {"library_prior": args.library_prior}),
     )
     if args.top is not None and args.top < 1:
@@ -418,6 +430,7 @@ def _open_libraries(args: argparse.Namespace) -> list:
         lib = _open_one(open_bundled_library() if source == "bundled" else open_library(source),
                         "Structure library", source, LibraryError, args.quiet)
         if lib is not None:
+            lib.suspect = source != "bundled"  # a library the user gives is a suspect list: its structures first
             problems = f", {lib.n_problems} rows unreadable (first: {lib.problems[0]})" if lib.n_problems else ""
             err(f"Structure library {lib.name}: {len(lib):,} structures{problems}.")
             libraries.append(lib)

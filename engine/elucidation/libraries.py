@@ -58,7 +58,45 @@ def library_structures(libraries: Sequence, formula: str) -> list[KnownStructure
             rec = lib.record(int(row))
             out.append(KnownStructure(smiles=rec.smiles, inchikey14=rec.inchikey14, formula=formula,
                                       bits=lib.bits(int(row)), library=lib.name, identifier=rec.identifier,
-                                      name=rec.name))
+                                      name=rec.name, suspect=lib.suspect))
+    return out
+
+
+#: ``formula_source`` of a spectrum run for the library structures of its mass alone (no de novo samples).
+MASS_TRACK = "structure library (mass)"
+
+
+def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, supported_adducts: Sequence[str],
+                       ppm: float) -> list:
+    """Copies of ``spectrum`` (of unknown formula) for each formula and ion type under which a structure library
+    holds structures within ``ppm`` of its precursor m/z, and that ``have`` (the formula candidates a caller is
+    about to run) lacks: those structures are ranked on their own (:meth:`SpectrumSession.rank_known`, no
+    samples drawn), so a library structure of the right mass is not lost when the formula ranking missed its
+    formula. Ion types are the model's supported ones of the spectrum's polarity."""
+    from engine.chem.adducts import neutral_mass_from_precursor, parse_adduct
+    from engine.errors import MsgptError
+
+    structures = split_libraries(libraries)[0]
+    if not structures or spectrum.formula:
+        return []
+    seen = {(s.formula, s.adduct) for s in have}
+    out = []
+    for adduct in supported_adducts:
+        a = parse_adduct(adduct)
+        if spectrum.polarity and (a.charge > 0) != (spectrum.polarity == "positive"):
+            continue
+        mass = neutral_mass_from_precursor(spectrum.precursor_mz, a)
+        formulas = sorted({lib.record(int(r)).formula for lib in structures for r in lib.rows_near_mass(mass, ppm)})
+        for formula in formulas:
+            if (formula, a.name) in seen:
+                continue
+            seen.add((formula, a.name))
+            try:
+                new = spectrum.with_adduct(a.name, check=False).with_formula(formula)
+            except MsgptError:
+                continue
+            out.append(replace(new, metadata={**new.metadata, "formula_rank": "", "formula_score": "",
+                                              "formula_source": MASS_TRACK}))
     return out
 
 
@@ -152,5 +190,5 @@ def identified_formula_spectra(spectrum, matches: SpectralMatches | None, have: 
     return out
 
 
-__all__ = ["LIBRARY_PRIOR", "SPECTRAL_HITS", "default_threshold", "identified_formula_spectra", "identified_formulas", "is_identification",
+__all__ = ["LIBRARY_PRIOR", "MASS_TRACK", "mass_track_spectra", "SPECTRAL_HITS", "default_threshold", "identified_formula_spectra", "identified_formulas", "is_identification",
            "library_structures", "search_spectrum", "spectral_structures", "split_libraries"]

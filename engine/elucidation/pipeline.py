@@ -357,6 +357,13 @@ class SpectrumSession:
         check_cancel(cancel)
         return self._result(params, done, t0, partial=False)
 
+    def rank_known(self, params: QueryParams) -> SpectrumResult:
+        """The library structures of the spectrum's formula ranked alone, no sample drawn (the encoder runs once):
+        for a formula only a library proposes (:func:`engine.elucidation.libraries.mass_track_spectra`)."""
+        t0 = time.perf_counter()
+        self._prepare(params, None)
+        return self._result(params, 0, t0, partial=False)
+
     def _result(self, params: QueryParams, new_samples: int, t0: float, partial: bool) -> SpectrumResult:
         self.pool.library_prior = params.library_prior
         candidates, counts = self.pool.rank(params.samples_per_group, params.ranking)

@@ -16,7 +16,8 @@ the same ranking: one candidate per structure, generated or not, its ``origin`` 
 ``structure_library``, ``spectral_library``, several joined by ``;``). They are scored like the samples, plus
 the pool's ``library_prior``, a log-odds bonus for being known (:mod:`engine.elucidation.libraries`). A structure
 whose reference spectrum matched the query (:class:`SpectralEvidence`) carries the match; an identity match that
-passes the calibrated threshold (an identification) ranks first, before every predicted candidate.
+passes the calibrated threshold (an identification) ranks first, before every predicted candidate; then come
+the structures of suspect lists (libraries the user gave as such), then the rest by score.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class Candidate:
     library_id: str = ""  # its identifier in the (first) library
     compound_name: str = ""  # its name in the (first) library
     spectral: SpectralEvidence | None = None  # its best reference-spectrum match, if any
+    suspect: bool = False  # a suspect list holds it: ranked before every prediction, after identifications
 
     @property
     def identified(self) -> bool:
@@ -117,6 +119,7 @@ class KnownStructure:
     identifier: str = ""
     name: str = ""
     spectral: SpectralEvidence | None = None  # set when the structure comes from a spectral library hit
+    suspect: bool = False  # from a suspect list: ranks before every prediction (after identifications)
 
 
 @lru_cache(maxsize=200_000)
@@ -161,6 +164,7 @@ class CandidatePool:
         self._known: dict[str, KnownStructure] = {}
         self._known_libraries: dict[str, list[str]] = {}  # structure libraries holding a structure
         self._spectral: dict[str, SpectralEvidence] = {}  # the best reference-spectrum match of a structure
+        self._suspects: set[str] = set()  # structures a suspect list holds
         self.query_bits = [np.asarray(b, dtype=np.int64) for b in query_bits]
         self.scorer = scorer
         self._samples: dict[SampleId, str] = {}
@@ -192,6 +196,8 @@ class CandidatePool:
                 names = self._known_libraries.setdefault(s.inchikey14, [])
                 if s.library not in names:
                     names.append(s.library)
+            if s.suspect:
+                self._suspects.add(s.inchikey14)
             have = self._known.get(s.inchikey14)
             if have is None or (have.spectral is not None and s.spectral is None):
                 self._known[s.inchikey14] = s  # a structure library's entry names it before a reference's
@@ -268,9 +274,11 @@ class CandidatePool:
         return candidates, {"samples": len(samples), "valid": n_valid, "formula_consistent": n_ok}
 
     def _identification_key(self, inchikey14: str) -> tuple[int, float]:
-        """Sorts identified structures first, the most similar reference first."""
+        """Sorts identified structures first (the most similar reference first), then those of suspect lists."""
         evidence = self._spectral.get(inchikey14)
-        return (0, -evidence.similarity) if evidence is not None and evidence.identified else (1, 0.0)
+        if evidence is not None and evidence.identified:
+            return (0, -evidence.similarity)
+        return (1 if inchikey14 in self._suspects else 2, 0.0)
 
     def _origin(self, inchikey14: str, count: int) -> dict:
         """The origin fields of a candidate: de novo, from a structure library, from a spectral library, or
@@ -284,7 +292,7 @@ class CandidatePool:
         if libraries:  # the structure library's identifier and name; else the reference spectrum's
             return {"origin": origin, "library": ";".join(libraries), "library_id": known.identifier,
                     "compound_name": known.name or (spectral.reference_name if spectral else ""),
-                    "spectral": spectral}
+                    "spectral": spectral, "suspect": inchikey14 in self._suspects}
         return {"origin": origin, "library": "", "library_id": "",
                 "compound_name": spectral.reference_name if spectral else "", "spectral": spectral}
 

@@ -6,8 +6,8 @@ level  when
 =====  =====================================================================================================
 2a     rank 1 is identified by a reference spectrum: an identity match (precursor within 0.01 Da, same ion
        type) passing the calibrated threshold (:mod:`engine.elucidation.libraries`)
-3      tentative candidates: structures ranked by the predicted fingerprint (de novo or from a library), or
-       a reference spectrum too weak to identify
+3      tentative candidates: structures ranked by the predicted fingerprint (de novo, from a library or a
+       suspect list), or a reference spectrum too weak to identify
 4      no structure, but a molecular formula
 5      neither: an exact mass of interest
 =====  =====================================================================================================
@@ -47,14 +47,23 @@ def identification_level(results: Sequence[SpectrumResult]) -> IdentificationLev
     return IdentificationLevel("5", "exact mass only")
 
 
+def _feature_key(c) -> tuple[int, float]:
+    if c.identified:
+        return (0, -c.spectral.similarity)
+    if c.suspect:  # suspect-list structures of every formula, best fingerprint score first
+        score = c.fingerprint_score
+        return (1, -score if score == score else 0.0)
+    return (2, 0.0)
+
+
 def feature_ranks(results: Sequence[SpectrumResult], top: int | None = None) -> list[list[int]]:
     """For each result of one feature (its formula runs, in formula order), the feature rank of each of its first
-    ``top`` candidates: identified structures first (most similar reference first), then every other candidate
-    in formula order and, within a formula, by its rank. 1 is the feature's best answer."""
+    ``top`` candidates: identified structures first (most similar reference first), then the structures of
+    suspect lists (best fingerprint score first, whatever their formula), then every other candidate in formula
+    order and, within a formula, by its rank. 1 is the feature's best answer."""
     shown = [list(r.candidates[:top]) for r in results]
     order = [(i, j) for i, cands in enumerate(shown) for j in range(len(cands))]
-    order.sort(key=lambda ij: (0, -shown[ij[0]][ij[1]].spectral.similarity) if shown[ij[0]][ij[1]].identified
-               else (1, 0.0))  # stable: the rest keep formula and rank order
+    order.sort(key=lambda ij: _feature_key(shown[ij[0]][ij[1]]))  # stable: the rest keep formula and rank order
     ranks = [[0] * len(cands) for cands in shown]
     for k, (i, j) in enumerate(order, start=1):
         ranks[i][j] = k

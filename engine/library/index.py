@@ -99,6 +99,9 @@ class StructureLibrary:
     def __init__(self, arrays: dict[str, np.ndarray], info: dict):
         self.info = dict(info)
         self.name: str = str(self.info.get("name", ""))
+        #: A suspect list: its structures of a spectrum rank before every prediction (set by whoever opens it;
+        #: the bundled library's join the predictions by score). Not stored in the index.
+        self.suspect: bool = False
         self.text = {c: TextColumn(arrays[c], arrays[c + "_offsets"]) for c in TEXT_COLUMNS}
         for key in _ARRAYS:
             setattr(self, "_" + key, np.asarray(arrays[key]))

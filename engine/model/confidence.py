@@ -312,17 +312,20 @@ def spectrum_confidence(bundle, result) -> float | None:
 
 def why_no_confidence(bundle, result) -> str:
     """Why :func:`spectrum_confidence` gives ``result`` (drawn with ``bundle``) no confidence, in one sentence a
-    chemist can act on; "" when it gives one. The checks, in order: a confidence model at all; a finished run
+    chemist can act on; "" when it gives one. The checks, in order: library structures ranked without samples, or
+    a rank 1 a reference spectrum identifies (the model describes predictions only); a confidence model at all; a finished run
     of the κ band's queries; an ion mode the fit saw (``meta["polarities"]``, positive when absent); the fit's
     settings (κ band, M, N, decoding, ranking, sampling, adapter); a known probability of a ranked formula."""
+    if result.n_samples == 0 and not result.partial:
+        return "no candidate was drawn: these are library structures of a formula only a library proposes"
+    if result.candidates and getattr(result.candidates[0], "identified", False):
+        return ("rank 1 is identified by a reference spectrum; how often such a match is wrong is measured on "
+                "the spectral library (docs/spectral_library.md), not by the confidence model of predictions")
     model = getattr(bundle, "confidence", None)
     if model is None:
         return "this model ships no confidence model (confidence.json)"
     if result.partial:
         return "the run is not finished"
-    if result.candidates and getattr(result.candidates[0], "identified", False):
-        return ("rank 1 is identified by a reference spectrum; how often such a match is wrong is measured on "
-                "the spectral library (docs/spectral_library.md), not by the confidence model of predictions")
     if result.plan is not None:
         return "these candidates were drawn with a query plan of their own; it holds only for the κ band's queries"
     fitted_modes = model.meta.get("polarities", ["positive"])
