@@ -485,6 +485,7 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     if plan.action == "finish":  # every spectrum was done; the interrupted run only missed the rename
         return _finish_renamed(args, bundle, formula_config, journal, sink, summary, partial, libraries)
 
+    cluster = _open_cluster(args, bundle, params, formula_config, libraries)  # before OUT.partial: a bad address leaves none
     resuming = plan.action == "resume"
     info = plan.state.header["info"] if resuming else provenance(
         bundle, params, {"inputs": " ".join(args.inputs), "novelty": marker.describe()})
@@ -497,9 +498,9 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
                initial=len(done))
     todo = _todo(_features(args.inputs, args, file_errors, run_counts), done, sink, args, bundle, formula_config,
                  libraries)
-    computed = (_cluster_outcomes(todo, args, bundle, params, formula_config, libraries) if args.cluster
+    computed = (_cluster_outcomes(cluster, todo) if cluster is not None
                 else ((position, item, _elucidate_feature(item, args, bundle, params, formula_config, bar, libraries))
-                      for position, item in todo))  # lazy: nothing runs (no cluster opens) before the loop
+                      for position, item in todo))  # lazy: nothing is computed before the loop
     try:
         if resuming:
             journal.resume(plan.state)
@@ -527,7 +528,9 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
         _abort(writer, sink)
         raise
     finally:
-        computed.close()  # --cluster: cancels the futures still pending and closes the cluster
+        computed.close()
+        if cluster is not None:
+            cluster.close()  # cancels the futures still pending, closes the client (and a local:N cluster)
     bar.close()
 
     written = summary.done_before + summary.done > 0
@@ -556,29 +559,35 @@ def _todo(features: Iterator, done: set, sink: PosteriorSink | None, args, bundl
                 sink.add_spectrum(spectrum)  # the encoder alone: posteriors of the interrupted run's spectra
 
 
-def _cluster_outcomes(todo: Iterator, args, bundle, params, formula_config, libraries) -> Iterator:
-    """``(position, feature, outcomes)`` of every feature of ``todo``, computed on the Dask cluster of ``--cluster``
-    (engine.cluster) and handed back in input order; a feature that kept killing its workers is skipped."""
-    from contextlib import closing
-
+def _open_cluster(args, bundle, params, formula_config, libraries):
+    """The Dask cluster of ``--cluster`` (engine.cluster.client.ClusterRun) with this run's model loaded on every
+    worker, or None without ``--cluster``."""
+    if args.cluster is None:
+        return None
     from tqdm import tqdm
 
-    from engine.cluster.client import ClusterRun, Crashed, parse_address
+    from engine.cluster.client import ClusterRun, parse_address
     from engine.cluster.worker import ModelSpec
-    from engine.spectra.spectrum import SkippedRecord
 
-    address = parse_address(args.cluster)
     spec = ModelSpec(path=str(bundle.path.resolve()), checksum=bundle.checksum, device=args.device,
                      precision=args.precision, use_adapter=params.use_adapter, device_type=bundle.device.type,
                      dtype=str(bundle.dtype), threads=args.threads, default=args.model is None)
     shared = {"args": args, "params": params, "formula_config": formula_config, "libraries": tuple(libraries)}
-    with closing(ClusterRun(address, spec, shared, notify=lambda line: tqdm.write(line, file=sys.stderr),
-                            ship=args.ship_model)) as run:
-        for (position, item), outcome in run.map_ordered(_feature_task, todo):
-            if isinstance(outcome, Crashed):
-                spectrum = getattr(item, "spectrum", item)
-                outcome = [SkippedRecord(spectrum.source, item.index, getattr(item, "id", spectrum.id), outcome.message)]
-            yield position, item, outcome
+    return ClusterRun(parse_address(args.cluster), spec, shared, ship=args.ship_model,
+                      notify=lambda line: tqdm.write(line, file=sys.stderr))
+
+
+def _cluster_outcomes(cluster, todo: Iterator) -> Iterator:
+    """``(position, feature, outcomes)`` of every feature of ``todo``, computed on the cluster and handed back in input
+    order; a feature that kept killing its workers is skipped, saying so."""
+    from engine.cluster.client import Crashed
+    from engine.spectra.spectrum import SkippedRecord
+
+    for (position, item), outcome in cluster.map_ordered(_feature_task, todo):
+        if isinstance(outcome, Crashed):
+            spectrum = getattr(item, "spectrum", item)
+            outcome = [SkippedRecord(spectrum.source, item.index, getattr(item, "id", spectrum.id), outcome.message)]
+        yield position, item, outcome
 
 
 def _feature_task(bundle, item: tuple, args, params, formula_config, libraries) -> list:
