@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.elucidation.pipeline import QueryParams
+from engine.elucidation.pipeline import EFFORTS, QueryParams
 from engine.errors import ConfigError
 from engine.model.querying import KAPPA_LIMITS
 from engine.model.sampling import DECODING_MODES
@@ -68,6 +68,9 @@ class ParamsPanel(QWidget):
         self.ranking = QComboBox()
         self.ranking.addItems(list(RANKINGS))
         self.ranking.setToolTip(tooltips.RANKING)
+        self.effort = QComboBox()
+        self.effort.addItems(list(EFFORTS))
+        self.effort.setToolTip(tooltips.EFFORT)
         self.adapter = QCheckBox("Use adapter")
         self.adapter_wanted = True  # the user's choice, kept while a model without an adapter is loaded
         self.set_adapter_available(False)
@@ -104,6 +107,8 @@ class ParamsPanel(QWidget):
         row.addWidget(self.decoding)
         row.addWidget(label("Ranking", tooltips.RANKING))
         row.addWidget(self.ranking)
+        row.addWidget(label("Effort", tooltips.EFFORT))
+        row.addWidget(self.effort)
         row.addSpacing(12)
         row.addWidget(self.adapter)
         row.addWidget(self.error, 1)
@@ -117,6 +122,7 @@ class ParamsPanel(QWidget):
         self.adapter.toggled.connect(self._adapter_toggled)
         self.decoding.currentTextChanged.connect(self._emit)
         self.ranking.currentTextChanged.connect(self._emit)
+        self.effort.currentTextChanged.connect(self._emit)
 
     @staticmethod
     def _kappa_box(lo: float, hi: float, tip: str) -> QDoubleSpinBox:
@@ -145,7 +151,7 @@ class ParamsPanel(QWidget):
 
     def set_params(self, p: QueryParams) -> None:
         widgets = (self.kappa_min, self.kappa_max, self.groups, self.pool, self.seed, self.adapter, self.decoding,
-                   self.ranking)
+                   self.ranking, self.effort)
         for w in widgets:
             w.blockSignals(True)
         self.kappa_min.setValue(p.kappa_min)
@@ -159,6 +165,7 @@ class ParamsPanel(QWidget):
         self.adapter.setChecked(p.use_adapter and self.adapter.isEnabled())
         self.decoding.setCurrentText(p.decoding)
         self.ranking.setCurrentText(p.ranking)
+        self.effort.setCurrentText(p.effort)
         for w in widgets:
             w.blockSignals(False)
         self._update_label()
@@ -180,6 +187,7 @@ class ParamsPanel(QWidget):
             use_adapter=self.adapter.isEnabled() and self.adapter.isChecked(),
             decoding=self.decoding.currentText(),
             ranking=self.ranking.currentText(),
+            effort=self.effort.currentText(),
         )
 
     # -- reactions

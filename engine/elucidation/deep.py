@@ -151,7 +151,8 @@ class DeepSearch:
                 for sid in req.sample_ids:
                     self.query_of[sid] = qi
                 done += len(strings)
-                yield SamplesDrawn(index, done, max(total, budget))
+                # counted on from the standard pool's samples, so a progress bar never runs backwards
+                yield SamplesDrawn(index, base.new_samples + done, base.new_samples + max(total, budget))
             yield RankingUpdated(index, self._result(base, params, done, t0, partial=True))
             after = {c.inchikey14 for c in self.pool.rank(None, params.ranking)[0]}
             if phase > 0 and not after - before:

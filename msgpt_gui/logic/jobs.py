@@ -24,6 +24,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.elucidation.deep import run_session
 from engine.elucidation.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
 from engine.errors import Cancelled, MsgptError
 from engine.files.export import CandidateWriter
@@ -286,12 +287,12 @@ def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession
     t0 = time.perf_counter()
     stages = [params]
     if preview and params.samples_per_group > 1:
-        stages.insert(0, dataclasses.replace(params, samples_per_group=1))
+        stages.insert(0, dataclasses.replace(params, samples_per_group=1, effort="standard"))
     new = 0
     result = None
     for n_stage, stage in enumerate(stages):
         final = n_stage == len(stages) - 1
-        gen = session.run(stage, cancel)
+        gen = run_session(session, stage, cancel)  # deep effort: the standard pool, then the deep rounds
         offset = new
         while True:
             try:

@@ -62,6 +62,12 @@ RANKING = (
     "spectrum predicts (the fingerprint score). <i>combined</i>: that plus the log of how often the model "
     "proposed it. <i>frequency</i>: the original MS-GPT ranking by generation count. Changing the ranking re-ranks the drawn structures; nothing is drawn again."
 )
+EFFORT = (
+    "<b>Effort</b> — <i>standard</i>: the pool of B drawn structures. <i>deep</i>: then the search refines "
+    "the best candidates: it keeps all but one or two of their fragments and lets the generator redraw the "
+    "rest, and draws more for the queries whose candidates score best. It takes about 5–10 times as long "
+    "and finds the true structure more often when a close isomer was drawn (docs/deep_search.md)."
+)
 
 TIPS = {
     "columns": {

@@ -33,7 +33,9 @@ def test_deep_grows_a_copy_of_the_standard_pool(tiny_bundle):
     assert {c.inchikey14 for c in standard.candidates} <= {c.inchikey14 for c in deep.candidates}
     assert any(i >= DEEP_ID_BASE for (i, _), _ in search.pool.items())  # refinement samples were drawn
     drawn = [e for e in events if isinstance(e, SamplesDrawn)]
-    assert drawn and drawn[-1].done == deep.n_samples - 100
+    assert drawn and drawn[-1].done == deep.n_samples - 100  # the standard pool was drawn before
+    deep_drawn = [e.done for e in drawn]
+    assert deep_drawn == sorted(deep_drawn)  # progress never runs backwards
     # the session keeps its standard pool: standard effort gives the same result after a deep search
     again = run_to_end(session.run(PARAMS))
     assert again.n_samples == 100 and [c.inchikey14 for c in again.candidates] == [c.inchikey14 for c in standard.candidates]

@@ -1,0 +1,38 @@
+"""The effort setting (issue #39): deep search from the app, with its progress, and back to standard."""
+
+from __future__ import annotations
+
+SITAGLIPTIN = "MSBNK-Eawag-EA290310"
+
+
+def test_deep_effort_runs_and_standard_comes_back(qtbot, make_window, write_mgf):
+    window = make_window()
+    panel = window.params_panel
+    assert panel.effort.currentText() == "standard" and window.query_params.effort == "standard"
+    with qtbot.waitSignal(window.file_loaded, timeout=20_000):
+        window.files.open_files([write_mgf("one.mgf", titles={SITAGLIPTIN})])
+    entry = window.spectra.entries[0]
+    window.select_entry(entry.key)
+    with qtbot.waitSignal(window.run_finished, timeout=120_000):
+        window.run_selected()
+    standard = entry.result
+    assert standard.n_samples == 100
+
+    with qtbot.waitSignal(window.run_finished, timeout=600_000):  # deep: the standard pool, then the rounds
+        panel.effort.setCurrentText("deep")
+    deep = entry.result
+    assert deep.params.effort == "deep" and deep.n_samples > 100 and not deep.partial
+    assert {c.inchikey14 for c in standard.candidates} <= {c.inchikey14 for c in deep.candidates}
+
+    with qtbot.waitSignal(window.run_finished, timeout=120_000):  # back to standard: nothing drawn again
+        panel.effort.setCurrentText("standard")
+    again = entry.result
+    assert again.n_samples == 100 and again.new_samples == 0
+    assert [c.inchikey14 for c in again.candidates] == [c.inchikey14 for c in standard.candidates]
+
+
+def test_effort_persists(qtbot, make_window):
+    window = make_window()
+    window.params_panel.effort.setCurrentText("deep")
+    window.close()
+    assert make_window().params_panel.effort.currentText() == "deep"
