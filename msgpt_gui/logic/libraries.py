@@ -172,7 +172,10 @@ def open_source(kind: str, path: str, cancel: CancelFn | None = None,
         try:
             ev = next(gen)
         except StopIteration as stop:
-            return stop.value
+            library = stop.value
+            if kind == STRUCTURE:  # a structure library the user adds is a suspect list, as in msgpt predict
+                library.suspect = path != BUNDLED_STRUCTURES
+            return library
         yield LibraryOpening(int(ev.done), int(ev.total), str(ev.text))
 
 
