@@ -17,9 +17,11 @@ from PySide6.QtCore import QItemSelectionModel, QObject, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QDoubleSpinBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QPushButton,
     QSizePolicy,
     QSpinBox,
@@ -36,12 +38,22 @@ from engine.formulas.candidates import FormulaCandidate, isotope_comparison
 from engine.spectra.isotopes import IsotopeMatch, isotope_pattern
 
 from .logic.entries import Status
-from .logic.formulas import CONFIG, DEFAULT_TOP_K, MAX_TOP_K, TERM_COLUMNS, rank_job, readiness
+from .logic.formulas import (
+    DEFAULT_ELEMENTS,
+    DEFAULT_TOP_K,
+    MAX_TOP_K,
+    TERM_COLUMNS,
+    current_config,
+    rank_job,
+    readiness,
+    set_current_config,
+)
 from .models import DISPLAY, SORT_ROLE, ColumnsModel, SortProxy
 from .logic.plotting import plot_isotopes
 from .workers import GeneratorWorker
 
 SETTINGS_TOP_K = "formulas/top_k"
+SETTINGS_PPM, SETTINGS_ELEMENTS, SETTINGS_IONS = "formulas/ppm", "formulas/elements", "formulas/ion_types"
 UNSUPPORTED_COLOR = "#9a9a9a"
 CURRENT_BACKGROUND = "#e4eefb"
 
@@ -219,6 +231,7 @@ class FormulaPanel(QWidget):
     picked = Signal(object)  # the FormulaCandidate to set on the spectrum
     run_best = Signal(int)  # k: run the best k formulas of the selected spectra
     top_k_changed = Signal(int)
+    settings_changed = Signal(float, str, str)  # ppm, elements, ion types
     shown = Signal()  # the tab became visible
 
     def __init__(self, top_k: int = DEFAULT_TOP_K, parent=None):
@@ -258,6 +271,7 @@ class FormulaPanel(QWidget):
                             "the model supports), their candidates in one list ranked formula by formula")
         self.run.clicked.connect(lambda: self.run_best.emit(self.k.value()))
         self._k_changed(self.k.value())
+        settings = self._settings_row()
         buttons = QHBoxLayout()
         buttons.setContentsMargins(0, 0, 0, 0)
         buttons.addWidget(self.use)
@@ -269,6 +283,7 @@ class FormulaPanel(QWidget):
         lay = QVBoxLayout(left)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(3)
+        lay.addLayout(settings)
         lay.addWidget(self.summary)
         lay.addWidget(self.table, 1)
         lay.addLayout(buttons)
@@ -285,6 +300,42 @@ class FormulaPanel(QWidget):
         layout.setContentsMargins(6, 4, 6, 4)
         layout.addWidget(self.splitter)
         self.show_message("Select a spectrum to see its formula candidates.")
+
+    def _settings_row(self) -> QHBoxLayout:
+        """Precursor tolerance, elements and ion types of the formula candidates (msgpt predict's --formula-ppm,
+        --elements, --ion-types)."""
+        self.ppm = QDoubleSpinBox(minimum=0.5, maximum=50.0, singleStep=0.5, decimals=1, suffix=" ppm")
+        self.ppm.setValue(current_config().ppm)
+        self.ppm.setToolTip("Precursor mass tolerance of the formula candidates (at least 1 mDa); a run that "
+                            "msgpt predict recalibrates gets one from its measured scatter")
+        self.elements = QLineEdit(DEFAULT_ELEMENTS)
+        self.elements.setToolTip("Elements formulas may hold, e.g. CHNOPSFClBrISi (C and H always)")
+        self.ion_types = QLineEdit()
+        self.ion_types.setPlaceholderText("[M+H]+ [M+Na]+ [M+NH4]+ (default)")
+        self.ion_types.setToolTip("Ion types tried for a spectrum without one, separated by spaces (empty: "
+                                  "[M+H]+ [M+Na]+ [M+NH4]+, or [M-H]- [M+Cl]- [M+HCOO]- in negative mode)")
+        self.ppm.editingFinished.connect(self._settings_edited)
+        self.elements.editingFinished.connect(self._settings_edited)
+        self.ion_types.editingFinished.connect(self._settings_edited)
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        for label, widget in (("Tolerance", self.ppm), ("Elements", self.elements), ("Ion types", self.ion_types)):
+            row.addWidget(QLabel(label))
+            row.addWidget(widget, 1 if widget is not self.ppm else 0)
+        return row
+
+    def set_settings(self, ppm: float, elements: str, ion_types: str) -> None:
+        """Show these settings (no signal)."""
+        for widget in (self.ppm, self.elements, self.ion_types):
+            widget.blockSignals(True)
+        self.ppm.setValue(ppm)
+        self.elements.setText(elements)
+        self.ion_types.setText(ion_types)
+        for widget in (self.ppm, self.elements, self.ion_types):
+            widget.blockSignals(False)
+
+    def _settings_edited(self) -> None:
+        self.settings_changed.emit(self.ppm.value(), self.elements.text().strip(), self.ion_types.text().strip())
 
     @property
     def top_k(self) -> int:
@@ -318,8 +369,8 @@ class FormulaPanel(QWidget):
         notes = "".join(f"<br><span style='color:#a15c00'>{_html(n)}</span>" for n in table.notes)
         self.summary.setText(
             f"<b>{n} formula candidate{'s' if n != 1 else ''}</b> for precursor m/z {table.precursor_mz:.4f} "
-            f"({_html(ions)}; {table.n_decompositions:,} formulas within {CONFIG.ppm:g} ppm, the best "
-            f"{CONFIG.max_scored} per ion type scored on {table.n_fragment_peaks} fragment peaks) · {evidence}{notes}")
+            f"({_html(ions)}; {table.n_decompositions:,} formulas within {current_config().ppm:g} ppm, the best "
+            f"{current_config().max_scored} per ion type scored on {table.n_fragment_peaks} fragment peaks) · {evidence}{notes}")
         row = None
         if keep is not None:
             row = next((r for r in range(self.proxy.rowCount()) if self._candidate_at(r) == keep), None)
@@ -384,7 +435,7 @@ class FormulaPanel(QWidget):
         label = f"{c.formula} {c.ion_type}"
         match = None
         try:
-            match = isotope_comparison(c, ms1, config=CONFIG) if ms1 is not None else None
+            match = isotope_comparison(c, ms1, config=current_config()) if ms1 is not None else None
         except MsgptError:
             match = None
         if match is not None:
@@ -392,7 +443,7 @@ class FormulaPanel(QWidget):
                                      title=f"MS1 isotopes · score {round(match.score, 1) + 0.0:.1f}")
             return
         try:
-            theo = theoretical_only(c, CONFIG.isotope_peaks)
+            theo = theoretical_only(c, current_config().isotope_peaks)
         except MsgptError:
             self.isotopes.show_match(None, message=f"No isotope pattern for {label}")
             return
@@ -441,6 +492,11 @@ class FormulaController(QObject):
         self.panel.picked.connect(window.edits.pick_formula)
         self.panel.run_best.connect(lambda k: window.run_menu.run_best_formulas(k))
         self.panel.top_k_changed.connect(lambda k: window.settings.set(SETTINGS_TOP_K, int(k)))
+        self._settings = None  # set below: the app's formula settings are module-wide (logic.formulas)
+        saved = (window.settings.get(SETTINGS_PPM, current_config().ppm, float),
+                 window.settings.get(SETTINGS_ELEMENTS, DEFAULT_ELEMENTS, str), window.settings.get(SETTINGS_IONS, "", str))
+        self.apply_settings(*saved, save=False)
+        self.panel.settings_changed.connect(self.apply_settings)
         self.panel.shown.connect(self.follow)
         window.candidates_shown.connect(lambda *_: self.follow())
         window.model_changed.connect(lambda *_: self.follow(force=True))
@@ -449,6 +505,27 @@ class FormulaController(QObject):
     @property
     def top_k(self) -> int:
         return self.panel.top_k
+
+    def apply_settings(self, ppm: float, elements: str, ion_types: str, save: bool = True) -> bool:
+        """Rank formulas with these settings from now on (tables of other settings are ranked again); False, and
+        the reason shown, when they are not valid (the last valid ones stay)."""
+        if (ppm, elements, ion_types) == self._settings:
+            return True
+        try:
+            set_current_config(ppm, elements, ion_types)
+        except MsgptError as e:
+            if self._settings is None:  # saved settings no longer valid: the defaults
+                return self.apply_settings(current_config().ppm, DEFAULT_ELEMENTS, "", save=False)
+            self.panel.set_settings(*self._settings)
+            self.panel.show_message(f"<span style='color:#b3261e'>Formula settings not changed: {_html(str(e))}</span>")
+            return False
+        self._settings = (ppm, elements, ion_types)
+        self.panel.set_settings(ppm, elements, ion_types)
+        if save:  # a change by the user: save it, and rank the current spectrum again
+            for key, value in zip((SETTINGS_PPM, SETTINGS_ELEMENTS, SETTINGS_IONS), self._settings):
+                self.window.settings.set(key, value)
+            self.follow(force=True)
+        return True
 
     def follow(self, force: bool = False) -> None:
         """Show the current entry's table (ranking it in the background when the tab is visible)."""

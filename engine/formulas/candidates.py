@@ -22,8 +22,12 @@ formulas and ion types its precursor m/z allows and ranks them, as SIRIUS and BU
                   peaks, and, against chance, the share the same peaks shifted by ±23 mDa would have
                   explained (large formulas explain anything);
    ``ion_type``   the ion type's frequency (log prior);
-   ``isotopes``   with a survey scan: the precursor's isotope pattern against the formula's
-                  (:mod:`engine.spectra.isotopes`; Cl/Br/S signatures), weight ``isotope_weight``;
+   ``isotopes``   with a survey scan: the precursor's isotope pattern M..M+5 against the formula's
+                  (:mod:`engine.spectra.isotopes`; Cl/Br/S signatures), weight ``isotope_weight``; one
+                  detector factor on all ratios is allowed (``isotope_ratio_sd``: a saturated M, weak M+1),
+                  so the pattern's shape decides more than the M+1 level; the ratios' absolute error
+                  follows the scan's detection limit; no isotope term when the scan has no M+1 peak
+                  or an overlapped one (the table's notes say so);
    ``adducts``    with a survey scan: ``adduct_weight`` for each other ion type of the same
                   molecule seen in it (an ``[M+Na]+`` beside an ``[M+H]+`` 21.98 Da lower).
 
@@ -101,15 +105,18 @@ class FormulaConfig:
     fragment_tol_da: float = FRAGMENT_TOL_DA
     ms1_tol_ppm: float = field(default=10.0, metadata={"help": "survey peaks (isotopes, adducts), ppm"})
     ms1_tol_da: float = field(default=0.005, metadata={"help": "survey peaks (isotopes, adducts), Da"})
-    isotope_peaks: int = field(default=4, metadata={"help": "isotope peaks compared (M .. M+3)"})
+    isotope_peaks: int = field(default=6, metadata={"help": "isotope peaks compared (M .. M+5: Cl3 and Br2 show at M+4)"})
     isotope_weight: float = field(default=1.0, metadata={"help": "weight of the isotope pattern score"})
-    isotope_ratio_sd: float = field(default=0.0, metadata={
+    isotope_abs_error: float = field(default=0.0, metadata={
+        "help": "absolute error of the isotope ratios (0: from the survey scan's detection limit)"})
+    isotope_ratio_sd: float = field(default=0.25, metadata={
         "help": "log-sd of one detector factor on all isotope ratios (0: ratios taken as measured)"})
     adduct_weight: float = field(default=2.0, metadata={"help": "score per co-detected ion type of the molecule"})
 
     def __post_init__(self):
         for name in ("ppm", "da", "fragment_tol_ppm", "fragment_tol_da", "ms1_tol_ppm", "ms1_tol_da",
-                     "isotope_weight", "adduct_weight", "max_mass", "mass_sigma_ppm", "isotope_ratio_sd"):
+                     "isotope_weight", "adduct_weight", "max_mass", "mass_sigma_ppm", "isotope_ratio_sd",
+                     "isotope_abs_error"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
                 raise ConfigError(f"`{name}` must be a number >= 0, got {value!r}.")
@@ -358,7 +365,7 @@ def _isotopes(counts: Mapping[str, int], ion_type: str, precursor_mz: float, ms1
         return None
     return match_isotopes(ion, parse_adduct(ion_type).charge, ms1.mz, ms1.intensity, precursor_mz,
                           n_peaks=config.isotope_peaks, tol_ppm=config.ms1_tol_ppm, tol_da=config.ms1_tol_da,
-                          ratio_sd=config.isotope_ratio_sd)
+                          ratio_sd=config.isotope_ratio_sd, abs_error=config.isotope_abs_error)
 
 
 def isotope_comparison(

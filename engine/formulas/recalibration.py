@@ -7,7 +7,8 @@ and fragment subformulas that explain its spectra best sit at a consistent offse
 
 :func:`recalibrate_run` (one run's precursors, each with its survey scan when there is one):
 
-1. **annotate**: each precursor's formulas are ranked with a wide window (``search_ppm``, default 25 ppm)
+1. **annotate**: each precursor up to ``max_mz`` (600; at most ``max_precursors``, 300, spread over the run)
+   has its formulas ranked with a wide window (``search_ppm``, default 25 ppm)
    and a mass term that barely counts (as if the scatter were ``search_ppm / 2``), so the error of the
    run cannot decide the formula. A precursor whose best candidate is probable (``min_probability``) and
    explains fragment intensity (``min_explained``) gives points ``(m/z, error ppm)``: its precursor, and the
@@ -15,8 +16,8 @@ and fragment subformulas that explain its spectra best sit at a consistent offse
 2. **fit** ``error = offset + slope * (m/z - 500) / 1000`` robustly (Tukey biweight from the weighted median;
    the slope only when the points span ``min_span_mz``); the precursors' residual scatter (1.4826 MAD)
    is the run's ``scatter_ppm``;
-3. **repeat** once on the corrected m/z with a tighter mass term, so the formulas picked no longer lean
-   towards a zero error.
+3. **repeat** once on the corrected m/z with a tighter window (4 x scatter, at least 10 ppm) and mass term,
+   so the formulas picked no longer lean towards a zero error.
 
 Fewer than ``min_features`` usable precursors: no recalibration (``applied`` false, the ``note`` says why).
 :func:`recalibrate_features` does all this for the features of one run as they stream (``msgpt predict
@@ -59,9 +60,12 @@ class RecalibrationConfig:
     max_scored: int = field(default=20, metadata={"help": "formulas per ion type scored in the rankings"})
     min_scatter_ppm: float = field(default=1.5, metadata={"help": "smallest scatter the mass term assumes, ppm"})
     min_ppm: float = field(default=3.0, metadata={"help": "narrowest precursor tolerance set, ppm"})
+    max_mz: float = field(default=600.0, metadata={
+        "help": "precursors above this m/z give no points (their many formulas take long to rank)"})
+    max_precursors: int = field(default=300, metadata={"help": "precursors used at most (spread over the run)"})
 
     def __post_init__(self):
-        for name in ("search_ppm", "min_span_mz", "min_scatter_ppm", "min_ppm"):
+        for name in ("search_ppm", "min_span_mz", "min_scatter_ppm", "min_ppm", "max_mz"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
                 raise ConfigError(f"`{name}` must be a number > 0, got {value!r}.")
@@ -69,7 +73,7 @@ class RecalibrationConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value <= 1):
                 raise ConfigError(f"`{name}` must be a number in [0, 1], got {value!r}.")
-        for name in ("min_features", "max_scored"):
+        for name in ("min_features", "max_scored", "max_precursors"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"`{name}` must be a whole number >= 1, got {value!r}.")
@@ -250,8 +254,9 @@ def _points(spectrum, ms1, config: FormulaConfig, rc: RecalibrationConfig, score
             np.r_[1.0, frag_w], np.r_[True, np.zeros(int(hit.sum()), dtype=bool)])
 
 
-def _estimate(items, config: FormulaConfig, rc: RecalibrationConfig, scorer, sigma: float, cancel) -> Recalibration:
-    ranked = dataclasses.replace(config, ppm=rc.search_ppm, mass_sigma_ppm=sigma, max_scored=rc.max_scored)
+def _estimate(items, config: FormulaConfig, rc: RecalibrationConfig, scorer, sigma: float, cancel,
+              window_ppm: float) -> Recalibration:
+    ranked = dataclasses.replace(config, ppm=window_ppm, mass_sigma_ppm=sigma, max_scored=rc.max_scored)
     found = []
     for spectrum, ms1 in items:
         if cancel is not None and cancel():
@@ -276,12 +281,16 @@ def recalibrate_run(
     recalibration: RecalibrationConfig = RecalibrationConfig(), cancel: Callable[[], bool] | None = None,
 ) -> Recalibration:
     """The m/z error of one run from its ``(spectrum, ms1 or None)`` precursors (module notes)."""
-    items = [(s, ms1) for s, ms1 in items if s.formula is None]
-    first = _estimate(items, config, recalibration, scorer, recalibration.search_ppm / 2, cancel)
+    rc = recalibration
+    items = [(s, ms1) for s, ms1 in items if s.formula is None and s.precursor_mz <= rc.max_mz]
+    if len(items) > rc.max_precursors:  # spread over the run
+        items = [items[i] for i in np.linspace(0, len(items) - 1, rc.max_precursors).round().astype(int)]
+    first = _estimate(items, config, rc, scorer, rc.search_ppm / 2, cancel, rc.search_ppm)
     if not first.applied:
         return first
     corrected = [(first.apply(s), first.apply_ms1(ms1)) for s, ms1 in items]
-    second = _estimate(corrected, config, recalibration, scorer, max(first.scatter_ppm, 3.0), cancel)
+    sigma = max(first.scatter_ppm, 3.0)
+    second = _estimate(corrected, config, rc, scorer, sigma, cancel, min(max(4 * sigma, 10.0), rc.search_ppm))
     if not second.applied:
         return first
     # the two corrections compose: the second was measured on m/z the first had corrected

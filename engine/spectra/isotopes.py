@@ -206,13 +206,16 @@ def match_isotopes(
     tol_da: float = 0.005,
     window_da: float = ISOTOPE_WINDOW_DA,
     ratio_sd: float = 0.0,
+    abs_error: float = 0.02,
 ) -> IsotopeMatch | None:
     """Compare the isotope pattern of an ion formula with survey peaks around ``precursor_mz``.
 
     The monoisotopic peak is the survey peak within ``max(tol_ppm, tol_da)`` of ``precursor_mz``;
     the others are read by :func:`isotope_envelope`, the same for every formula, so a peak one
     formula does not predict (a 37Cl M+2) still counts against it. ``None`` when the survey peaks
-    hold no monoisotopic peak. ``ratio_sd``: see :func:`isotope_score`.
+    hold no monoisotopic peak. ``ratio_sd``: see :func:`isotope_score`. ``abs_error`` 0 takes the absolute error
+    of the ratios from the scan: its weakest peak (the detection limit) over the monoisotopic peak, between
+    0.002 and 0.05 (a strong ion's 34S M+2 then counts; a weak one's M+1 barely).
     """
     theo_mz, theo = isotope_pattern(ion_counts, n_peaks, charge)
     anchor_mz, anchor_int = observed_pattern(mz, intensity, np.array([precursor_mz]), tol_ppm, tol_da)
@@ -222,7 +225,9 @@ def match_isotopes(
     floor = float(np.min(intensity)) if len(intensity) else 0.0
     detectable = theo * anchor_int[0] >= floor
     observed = obs_int / anchor_int[0]
-    score = isotope_score(observed, theo, detectable, ratio_sd=ratio_sd)
+    if abs_error <= 0:
+        abs_error = min(max(floor / anchor_int[0], 0.002), 0.05)
+    score = isotope_score(observed, theo, detectable, abs_error=abs_error, ratio_sd=ratio_sd)
     if not math.isfinite(score):
         score = 0.0
     return IsotopeMatch(theoretical_mz=theo_mz, theoretical=theo, observed_mz=obs_mz, observed=observed,

@@ -33,10 +33,41 @@ from engine.spectra.spectrum import Spectrum, precursor_precision_da
 
 DEFAULT_TOP_K = 3
 MAX_TOP_K = 20
-CONFIG = FormulaConfig()
+CONFIG = FormulaConfig()  # the defaults; the app's settings make the current one (current_config)
+DEFAULT_ELEMENTS = "".join(CONFIG.decomposition.elements)
+_current = {"config": CONFIG, "key": (CONFIG.ppm, DEFAULT_ELEMENTS, None)}
+
+
+def make_config(ppm: float, elements: str, ion_types: str) -> FormulaConfig:
+    """The formula settings of the app as a FormulaConfig: ``ppm`` precursor tolerance, ``elements`` like
+    ``CHNOPSFClBrISi`` (C and H always), ``ion_types`` space- or comma-separated (empty: the defaults).
+    Raises ConfigError naming the bad value."""
+    import re
+
+    from engine.errors import ConfigError
+    from engine.formulas.decompose import DecompositionConfig
+
+    symbols = re.findall(r"[A-Z][a-z]?", elements)
+    if "".join(symbols) != elements.replace(" ", "").replace(",", ""):
+        raise ConfigError(f"Elements {elements!r}: write element symbols one after another, e.g. CHNOPSFClBr.")
+    ions = tuple(i for i in re.split(r"[\s,;]+", ion_types.strip()) if i)
+    return FormulaConfig(ppm=float(ppm), ion_types=ions or None,
+                         decomposition=DecompositionConfig(elements=tuple(dict.fromkeys(["C", "H", *symbols]))))
+
+
+def set_current_config(ppm: float, elements: str, ion_types: str) -> FormulaConfig:
+    """Make ``make_config(...)`` the one tables are ranked with (tables ranked before no longer count)."""
+    config = make_config(ppm, elements, ion_types)
+    _current["config"], _current["key"] = config, (config.ppm, "".join(config.decomposition.elements), config.ion_types)
+    return config
+
+
+def current_config() -> FormulaConfig:
+    return _current["config"]
 #: Column titles of the score terms (engine.formulas.candidates.TERMS) and what each says.
 TERM_COLUMNS = (
-    ("mass", "Mass", "precursor mass error: −w·(ppm/10)²"),
+    ("mass", "Mass", "precursor mass error: −w·(ppm/10 · 3/σ)², σ the scatter assumed (3 ppm, or the run's measured "
+                     "scatter after recalibration)"),
     ("prior", "Prior", "how ordinary the formula is in the molecule corpus (element pattern and counts, "
                        "H/C, N/C, O/C, RDBE/C, corpus structures with this formula)"),
     ("fragments", "Fragments", "fragment intensity explained by subformulas, against the share shifted peaks "
@@ -65,17 +96,17 @@ def formula_base(spectrum: Spectrum, original: Spectrum | None = None) -> Spectr
 
 def table_key(base: Spectrum) -> tuple:
     """What a table depends on, besides the peaks and MS1 evidence of the entry (which never change)."""
-    return base.precursor_mz, base.formula, base.adduct, base.polarity
+    return base.precursor_mz, base.formula, base.adduct, base.polarity, _current["key"]
 
 
 def readiness(spectrum: Spectrum, supported_adducts: Sequence[str] | None = None) -> str | None:
     """None when formula candidates can be ranked for ``spectrum`` and some are of an ion type the model supports
     (``supported_adducts``; None: not judged); else why not, in a few words a user can act on."""
-    if precursor_precision_da(spectrum) > CONFIG.tolerance(spectrum.precursor_mz):
+    if precursor_precision_da(spectrum) > current_config().tolerance(spectrum.precursor_mz):
         return (f"the precursor m/z {spectrum.precursor_mz:g} is written to the unit, too coarse for formula "
                 "candidates")
     try:
-        ions = default_ion_types(spectrum, CONFIG)
+        ions = default_ion_types(spectrum, current_config())
     except SpectrumError as e:
         return str(e)
     if supported_adducts is not None and not set(ions) & set(supported_adducts):
@@ -88,7 +119,7 @@ def rank_job(spectrum: Spectrum, ms1=None, cancel: Callable[[], bool] | None = N
              ) -> Generator[None, None, FormulaTable]:
     """The formula table of ``spectrum`` (and its MS1 evidence), as a job: cancellable, no progress events."""
     check_cancel(cancel)
-    table = rank_formulas(spectrum, ms1=ms1, config=CONFIG, cancel=cancel)
+    table = rank_formulas(spectrum, ms1=ms1, config=current_config(), cancel=cancel)
     check_cancel(cancel)
     return table
     yield  # a generator, so GeneratorWorker runs it like every other job
@@ -103,7 +134,7 @@ def formula_spectra(base: Spectrum, table: FormulaTable, supported_adducts: Sequ
 
 def no_candidate_reason(table: FormulaTable, supported_adducts: Sequence[str] | None) -> str:
     """Why ``table`` gives Run nothing to elucidate (:meth:`FormulaTable.why_none_runnable`) and what to do."""
-    return f"{table.why_none_runnable(supported_adducts or (), CONFIG.ppm)}: type the formula and adduct"
+    return f"{table.why_none_runnable(supported_adducts or (), current_config().ppm)}: type the formula and adduct"
 
 
 def formula_note(spectrum: Spectrum) -> tuple[str, str]:

@@ -290,3 +290,26 @@ def test_cancelling_a_formula_run_keeps_nothing_partial_and_retuning_redraws_eve
         window.params_panel.pool.setValue(140)
     assert all(r.result is not b and r.result.params.pool_size == 140 for r, b in zip(runs, before))
     assert all(r.result.n_samples == 140 and r.previous is b for r, b in zip(runs, before))
+
+
+def test_formula_settings_are_set_in_the_app_and_kept(qtbot, make_window, run):
+    from msgpt_gui.formulas_view import SETTINGS_ELEMENTS
+    from msgpt_gui.logic.formulas import DEFAULT_ELEMENTS, current_config, set_current_config
+
+    window = make_window()
+    caffeine, _ = loaded(qtbot, window, run)
+    panel = show_formulas(qtbot, window, caffeine)
+    try:
+        assert row_of(panel, CAFFEINE) is not None
+        panel.ppm.setValue(5.0)
+        panel.elements.setText("CHNO")
+        panel._settings_edited()
+        qtbot.waitUntil(lambda: "within 5 ppm" in panel.summary.text() and panel.model.rowCount() > 0, timeout=60_000)
+        formulas = [panel.proxy.index(r, FormulaTableModel.FORMULA).data() for r in range(panel.proxy.rowCount())]
+        assert CAFFEINE in formulas and not any(e in f for f in formulas for e in ("S", "P", "Cl", "F", "Br", "Si"))
+        assert window.settings.get(SETTINGS_ELEMENTS, "", str) == "CHNO" and current_config().ppm == 5.0
+        panel.elements.setText("CHNO Xx")
+        panel._settings_edited()
+        assert "Formula settings not changed" in panel.summary.text() and panel.elements.text() == "CHNO"
+    finally:
+        set_current_config(10.0, DEFAULT_ELEMENTS, "")

@@ -120,7 +120,7 @@ def test_nominal_precursor_without_formula_is_refused(scorer):
 
 
 def ms1_for(ion_formula: str, precursor: float, extra: list[tuple[float, float]] = ()) -> MS1Evidence:
-    masses, abundances = isotope_pattern(ion_formula, 4, charge=1)
+    masses, abundances = isotope_pattern(ion_formula, 6, charge=1)
     mz = np.concatenate([masses, [m for m, _ in extra], [precursor - 30.0]])
     intensity = np.concatenate([abundances * 1e6, [i for _, i in extra], [1e3]])  # a weak peak: the detection limit
     order = np.argsort(mz)
