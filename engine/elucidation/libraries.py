@@ -115,8 +115,19 @@ def is_identification(matches: SpectralMatches, hit: SpectralHit, adduct: str | 
     query is another molecule)."""
     if matches.answer(threshold) is not hit:
         return False
-    ref_adduct = hit.reference.adduct
-    return not (adduct and ref_adduct and ref_adduct != adduct)
+    return not (adduct and hit.reference.adduct and _ion_type(hit.reference.adduct) != _ion_type(adduct))
+
+
+def _ion_type(text: str) -> str:
+    """An ion type's canonical name (``M+H`` and ``[M+H]1+`` are ``[M+H]+``); the text itself when unreadable."""
+    from engine.chem.adducts import parse_adduct_or_none
+    from engine.errors import MsgptError
+
+    try:
+        parsed = parse_adduct_or_none(text)
+    except MsgptError:
+        return text
+    return parsed.name if parsed is not None else text
 
 
 def _structure(hit: SpectralHit) -> tuple[str, str, str] | None:
@@ -162,7 +173,9 @@ def identified_formulas(matches: SpectralMatches | None, threshold: AnswerThresh
         return []
     hit = matches.answer(threshold)
     structure = None if hit is None else _structure(hit)
-    return [] if structure is None else [(structure[2], hit.reference.adduct)]
+    if structure is None:
+        return []
+    return [(structure[2], _ion_type(hit.reference.adduct) if hit.reference.adduct else "")]
 
 
 def identified_formula_spectra(spectrum, matches: SpectralMatches | None, have: Sequence,
