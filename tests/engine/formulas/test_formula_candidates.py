@@ -269,3 +269,15 @@ def test_masses_above_the_limit_are_not_decomposed(scorer):
     table = rank_formulas(s, scorer=scorer)
     assert not table.candidates and "above 1000 Da (1317.8 Da as [M+H]+)" in table.notes[-1] and "give the formula" in table.notes[-1]
     assert rank_formulas(s, config=FormulaConfig(max_mass=1400.0, max_scored=2), scorer=scorer).n_decompositions > 0
+
+
+def test_a_pattern_without_m1_is_not_used_and_the_table_says_why(scorer):
+    s = spectrum("C9H8ClNO", [])
+    full = ms1_for("C9H9ClNO", s.precursor_mz)
+    keep = np.abs(full.mz - (s.precursor_mz + 1.00335)) > 0.02  # the M+1 peak trimmed away
+    trimmed = MS1Evidence(scan_id="ms1", retention_time=10.0, precursor_mz=s.precursor_mz, precursor_intensity=1e6,
+                          mz=full.mz[keep], intensity=full.intensity[keep])
+    table = rank_formulas(s, ms1=trimmed, scorer=scorer)
+    assert {c.terms["isotopes"] for c in table.candidates} == {0.0}
+    assert any(n.startswith("isotopes not used: no M+1 peak in the survey scan") for n in table.notes)
+    assert not any(n.startswith("isotopes not used") for n in rank_formulas(s, ms1=full, scorer=scorer).notes)
