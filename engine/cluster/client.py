@@ -102,8 +102,10 @@ class ClusterRun:
         try:
             if address.local:
                 with dask.config.set({"distributed.scheduler.allowed-failures": self.allowed_failures}):
+                    # memory_limit=0: no nanny kills a worker at 1/N of this machine's memory (that would look like
+                    # a crash of its feature); the operating system's limit is the one left
                     self._cluster = LocalCluster(n_workers=address.n_workers, threads_per_worker=1, processes=True,
-                                                 dashboard_address=None, silence_logs=logging.ERROR)
+                                                 memory_limit=0, dashboard_address=None, silence_logs=logging.ERROR)
                 self.client = Client(self._cluster)
             else:
                 try:
@@ -133,6 +135,9 @@ class ClusterRun:
         self.notify(f"Cluster {address.describe()}: {len(self._workers)} workers, "
                     f"{sum(self.client.nthreads().values())} threads; the model is loaded on each "
                     f"(ready in {self.seconds_to_open:.1f} s).")
+        if not self._workers:
+            self.notify(f"No worker is connected to {address.describe()} yet: the features wait until one joins "
+                        f"(dask worker {address.describe()}).")
 
     def _on_event(self, event) -> None:
         """The scheduler's events (run in the client's event loop): a line per worker that joins or leaves."""
