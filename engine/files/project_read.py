@@ -18,7 +18,7 @@ import numpy as np
 
 from engine import __version__
 from engine.elucidation.pipeline import QueryParams, SpectrumResult
-from engine.elucidation.ranking import Candidate
+from engine.elucidation.ranking import Candidate, SpectralEvidence
 from engine.errors import ConfigError, InputFileError, MsgptError
 from engine.files.project import (
     ARRAYS,
@@ -250,6 +250,7 @@ class _Reader:
                     fingerprint_score=_float(c.get("fingerprint_score", "nan"), f"{w}.fingerprint_score"),
                     score=_float(c.get("score", "nan"), f"{w}.score"),
                     **{k: str(c[k]) for k in ("origin", "library", "library_id", "compound_name") if k in c},
+                    suspect=bool(c.get("suspect", False)), spectral=_evidence(c.get("spectral"), w),
                 ))
             except (KeyError, TypeError, ValueError) as e:
                 raise _Damaged(f"{w}: {type(e).__name__} {e}") from None
@@ -373,3 +374,15 @@ def _libraries(raw) -> list[LibraryRef]:
 def load_project(path: str | os.PathLike) -> Project:
     """:func:`read_project` without progress."""
     return run_to_end(read_project(path))
+
+
+def _evidence(d, where: str) -> SpectralEvidence | None:
+    """A candidate's reference-spectrum match as a project keeps it (projects before spectral libraries: none)."""
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise _Damaged(f"{where}.spectral must be a reference match, got {d!r}")
+    names = {f.name for f in fields(SpectralEvidence)}
+    return SpectralEvidence(**{k: str(v) for k, v in d.items() if k in names} | {
+        "similarity": _float(d["similarity"], f"{where}.spectral.similarity"),
+        "matched_peaks": int(d["matched_peaks"]), "identified": bool(d["identified"])})

@@ -163,3 +163,19 @@ def test_predict_identifies_from_a_spectral_library_and_writes_the_evidence(tiny
     assert float(top["spectral_similarity"]) > 0.99 and int(top["matched_peaks"]) >= 3
     others = {r["spectrum_id"] for r in rows if r["identification_level"] == "2a"}
     assert others == {TITLE}  # the other spectra match no reference
+
+
+def test_a_project_keeps_the_reference_match_and_the_suspect_flag(tiny_bundle, spectrum, home):
+    from engine.files.project import Project, ProjectEntry, save_project
+    from engine.files.project_read import load_project
+
+    refs = load_spectral_library(reference_mgf(home / "refs.mgf", ISOMER))
+    suspects = load_library(suspect_csv(home / "s.csv", [("S1", "the reference", REFERENCE)]))
+    suspects.suspect = True
+    result = run(tiny_bundle, spectrum, [refs, suspects])
+    save_project(home / "p.msgpt", Project(entries=[ProjectEntry(spectrum=spectrum, result=result)]))
+    back = load_project(home / "p.msgpt").entries[0].result
+    assert [(c.inchikey14, c.origin, c.suspect, c.spectral) for c in back.candidates] == \
+        [(c.inchikey14, c.origin, c.suspect, c.spectral) for c in result.candidates]
+    assert back.identified is not None and identification_level([back]).code == "2a"
+    assert back.candidates[1].suspect and back.candidates[1].inchikey14 == chem.inchikey14(REFERENCE)
