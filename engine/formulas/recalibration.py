@@ -14,8 +14,9 @@ and fragment subformulas that explain its spectra best sit at a consistent offse
    explains fragment intensity (``min_explained``) gives points ``(m/z, error ppm)``: its precursor, and the
    fragment peaks its subformulas annotate within ``search_ppm``;
 2. **fit** ``error = offset + slope * (m/z - 500) / 1000`` robustly (Tukey biweight from the weighted median;
-   the slope only when the points span ``min_span_mz``); the precursors' residual scatter (1.4826 MAD)
-   is the run's ``scatter_ppm``;
+   the slope only when the points span ``min_span_mz``, and only between their 2nd and 98th percentile
+   m/z: beyond, the error at the nearer end, never an extrapolated line); the precursors' residual
+   scatter (1.4826 MAD) is the run's ``scatter_ppm``;
 3. **repeat** once on the corrected m/z with a tighter window (4 x scatter, at least 10 ppm) and mass term,
    so the formulas picked no longer lean towards a zero error.
 
@@ -95,6 +96,7 @@ class Recalibration:
     note: str = ""
     min_ppm: float = 3.0
     min_scatter_ppm: float = 1.5
+    mz_range: tuple[float, float] = (0.0, math.inf)  # the slope holds here; beyond, the error at the nearer end
 
     @classmethod
     def fixed(cls, offset_ppm: float, slope_ppm: float = 0.0, scatter_ppm: float | None = None) -> Recalibration:
@@ -115,7 +117,8 @@ class Recalibration:
         """The run's m/z error at ``mz`` (0 when not applied)."""
         if not self.applied:
             return np.zeros_like(np.asarray(mz, dtype=np.float64))
-        return self.offset_ppm + self.slope_ppm * (np.asarray(mz, dtype=np.float64) - 500.0) / 1000.0
+        mz = np.clip(np.asarray(mz, dtype=np.float64), *self.mz_range)
+        return self.offset_ppm + self.slope_ppm * (mz - 500.0) / 1000.0
 
     def correct(self, mz: np.ndarray) -> np.ndarray:
         """``mz`` with the run's error taken out."""
@@ -271,9 +274,10 @@ def _estimate(items, config: FormulaConfig, rc: RecalibrationConfig, scorer, sig
     lo, hi = np.percentile(mz, [10, 90])
     offset, slope, resid = robust_line(mz, ppm, w, fit_slope=hi - lo >= rc.min_span_mz)
     scatter = 1.4826 * float(np.median(np.abs(resid[is_prec])))
+    span = (float(np.percentile(mz, 2)), float(np.percentile(mz, 98))) if slope else (0.0, math.inf)
     return Recalibration(offset_ppm=offset, slope_ppm=slope, scatter_ppm=scatter, n_features=len(found),
                          points_mz=mz, points_ppm=ppm, points_precursor=is_prec, applied=True,
-                         min_ppm=rc.min_ppm, min_scatter_ppm=rc.min_scatter_ppm)
+                         min_ppm=rc.min_ppm, min_scatter_ppm=rc.min_scatter_ppm, mz_range=span)
 
 
 def recalibrate_run(
@@ -294,9 +298,12 @@ def recalibrate_run(
     if not second.applied:
         return first
     # the two corrections compose: the second was measured on m/z the first had corrected
-    total = first.ppm(first.points_mz) + second.ppm(first.correct(first.points_mz))
-    design = np.stack([np.ones_like(first.points_mz), (first.points_mz - 500.0) / 1000.0], axis=1)
+    x = first.points_mz
+    total = first.ppm(x) + second.ppm(first.correct(x))
+    design = np.stack([np.ones_like(x), (x - 500.0) / 1000.0], axis=1)
     offset, slope = np.linalg.lstsq(design, total, rcond=None)[0] if len(total) > 1 else (total[0], 0.0)
-    return dataclasses.replace(second, offset_ppm=float(offset), slope_ppm=float(slope),
-                               points_mz=first.points_mz, points_ppm=first.points_ppm,
-                               points_precursor=first.points_precursor)
+    fitted_slope = first.slope_ppm or second.slope_ppm
+    span = (float(np.percentile(x, 2)), float(np.percentile(x, 98))) if fitted_slope else (0.0, math.inf)
+    return dataclasses.replace(second, offset_ppm=float(offset), slope_ppm=float(slope) if fitted_slope else 0.0,
+                               points_mz=x, points_ppm=first.points_ppm, points_precursor=first.points_precursor,
+                               mz_range=span)

@@ -126,3 +126,9 @@ def test_settings_and_features_of_a_run(scorer):
     assert run_formula_config(features[0].spectrum, FormulaConfig()) == FormulaConfig()
     kept = list(recalibrate_features(features, parse_setting("off"), scorer=scorer))
     assert [f.spectrum for f in kept] == [f.spectrum for f in features]
+
+
+def test_the_slope_is_not_extrapolated_beyond_the_points():
+    recal = dataclasses.replace(Recalibration.fixed(2.0, 10.0), mz_range=(100.0, 600.0))
+    assert recal.ppm(600.0) == pytest.approx(3.0) and recal.ppm(1000.0) == pytest.approx(3.0)
+    assert recal.ppm(50.0) == recal.ppm(100.0) == pytest.approx(-2.0)
