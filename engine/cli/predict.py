@@ -608,6 +608,7 @@ def _finish_renamed(args, bundle, formula_config, journal, sink: PosteriorSink |
     """End a run whose interrupted predecessor finished every spectrum and only missed the rename: OUT.partial
     becomes OUT, the journal goes, the posteriors asked for are computed (the encoder alone)."""
     from engine.files.export import fsync_directory
+    from engine.spectra.spectrum import SkippedRecord
 
     output = Path(args.output)
     if partial.is_file():
@@ -616,7 +617,8 @@ def _finish_renamed(args, bundle, formula_config, journal, sink: PosteriorSink |
     journal.remove()
     if sink is not None:
         for _, item in _features(args.inputs, args, [], []):
-            for spectrum in _spectra_of_feature(item, args, bundle, formula_config, libraries) if hasattr(item, "spectrum") else ():
+            todo = _spectra_of_feature(item, args, bundle, formula_config, libraries) if hasattr(item, "spectrum") else ()
+            for spectrum in () if isinstance(todo, SkippedRecord) else todo:
                 sink.add_spectrum(spectrum)
         sink.close()
     summary.report(args.output, 0.0, written=True)
@@ -628,9 +630,12 @@ def _elucidate_feature(item, args, bundle, params, formula_config, bar, librarie
     its own or one per formula candidate."""
     from engine.spectra.spectrum import SkippedRecord
 
-    todo = item if isinstance(item, SkippedRecord) else _spectra_of_feature(item, args, bundle, formula_config, libraries)
+    todo = item if isinstance(item, SkippedRecord) else _spectra_of_feature(item, args, bundle, formula_config,
+                                                                             libraries)
     # one feature: its spectrum, or one per formula candidate; their candidates are ranked on in one list
-    return [todo] if isinstance(todo, SkippedRecord) else [_elucidate_one(bundle, s, params, bar, libraries) for s in todo]
+    if isinstance(todo, SkippedRecord):
+        return [todo]
+    return [_elucidate_one(bundle, s, params, bar, libraries) for s in todo]
 
 
 def _write_feature(position: int, item, outcomes: list, writer, sink: PosteriorSink | None,

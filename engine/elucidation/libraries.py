@@ -4,8 +4,11 @@ of spectral libraries join its candidate pool, and the prior that ranks them bes
 A run's ``libraries`` is one sequence holding :class:`~engine.library.StructureLibrary` and
 :class:`~engine.spectral_library.SpectralLibrary` objects alike (:func:`split_libraries` tells them apart).
 
-* A spectrum of known formula gets every structure of that formula from every structure library
-  (:func:`library_structures`).
+* A spectrum gets every structure of its formula from every structure library (:func:`library_structures`);
+  a spectrum without a given formula also gets, for each formula a library holds within the tolerance of its
+  precursor that the formula ranking did not propose, a run of those structures alone (the mass track,
+  :func:`mass_track_spectra`). Structures of a suspect list (``StructureLibrary.suspect``) rank before the
+  predictions.
 * Its MS/MS spectrum is searched in every spectral library (:func:`search_spectrum`, identity search: precursor
   within 0.01 Da, entropy similarity). The structure of each hit of the pool's formula joins the pool with the
   match as evidence (:func:`spectral_structures`); a rank-1 hit that passes the shipped, calibrated threshold
@@ -16,7 +19,7 @@ A run's ``libraries`` is one sequence holding :class:`~engine.library.StructureL
 All of them join the pool's one ranking (:meth:`CandidatePool.add_known`), scored by the same fingerprint score
 as the samples plus :data:`LIBRARY_PRIOR`, the log-odds that a structure someone has catalogued is the answer
 rather than a look-alike the decoder made up to match the predicted fingerprint. It is 0: measured on FOLD=train
-spectra the encoder never saw (``training/retrieval.py``, docs/retrieval.md), every positive prior that raised
+spectra the encoder never saw (``training/retrieval.py``, docs/known_compounds.md), every positive prior that raised
 the library's Hit@1 also pushed de novo answers of structures in no library down (crowding).
 """
 
@@ -29,7 +32,7 @@ from engine.chem import molecules as chem
 from engine.chem.formula import normalize_formula
 from engine.elucidation.ranking import KnownStructure, SpectralEvidence
 from engine.library import StructureLibrary
-from engine.spectral_library import SpectralLibrary, SpectralMatches, default_threshold, search
+from engine.spectral_library import SpectralLibrary, SpectralMatches, search
 from engine.spectral_library.search import AnswerThreshold, SearchParams, SpectralHit
 
 #: Log-odds bonus of a library structure in the fingerprint rankings (QueryParams.library_prior).
@@ -159,8 +162,9 @@ def spectral_structures(matches: SpectralMatches | None, adduct: str | None,
             library=ref.library, identified=is_identification(matches, hit, adduct, threshold),
             reference_name=ref.name, adduct=ref.adduct, collision_energy=ref.collision_energy,
             instrument_type=ref.instrument_type, license=ref.license, contributor=ref.contributor)
-        out.append(KnownStructure(smiles=smiles, inchikey14=key, formula=formula, bits=chem.morgan_bits_from_smiles(smiles),
-                                  library=ref.library, identifier=ref.accession, name=ref.name, spectral=evidence))
+        out.append(KnownStructure(smiles=smiles, inchikey14=key, formula=formula,
+                                  bits=chem.morgan_bits_from_smiles(smiles), library=ref.library,
+                                  identifier=ref.accession, name=ref.name, spectral=evidence))
     return out
 
 
@@ -203,5 +207,6 @@ def identified_formula_spectra(spectrum, matches: SpectralMatches | None, have: 
     return out
 
 
-__all__ = ["LIBRARY_PRIOR", "MASS_TRACK", "mass_track_spectra", "SPECTRAL_HITS", "default_threshold", "identified_formula_spectra", "identified_formulas", "is_identification",
-           "library_structures", "search_spectrum", "spectral_structures", "split_libraries"]
+__all__ = ["LIBRARY_PRIOR", "MASS_TRACK", "SPECTRAL_HITS", "identified_formula_spectra", "identified_formulas",
+           "is_identification", "library_structures", "mass_track_spectra", "search_spectrum", "spectral_structures",
+           "split_libraries"]
