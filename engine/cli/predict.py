@@ -617,7 +617,8 @@ def _finish_renamed(args, bundle, formula_config, journal, sink: PosteriorSink |
     journal.remove()
     if sink is not None:
         for _, item in _features(args.inputs, args, [], []):
-            todo = _spectra_of_feature(item, args, bundle, formula_config, libraries) if hasattr(item, "spectrum") else ()
+            todo = (_spectra_of_feature(item, args, bundle, formula_config, libraries)
+                    if hasattr(item, "spectrum") else ())
             for spectrum in () if isinstance(todo, SkippedRecord) else todo:
                 sink.add_spectrum(spectrum)
         sink.close()
