@@ -9,8 +9,9 @@ model unless ``--model`` names another, fp32, one torch thread per process, no s
 ``--libraries`` to keep the bundled ones). Set OMP_NUM_THREADS=1.
 
 ``throughput``: one run in one process, then one per ``local:N``. The figure per run is features per second of the
-computing part: the time the command reports for the batch, less the cluster's start (worker processes, model
-loading), which it reports as "ready in X s"; the start is printed beside it. Prints ``local:2 / local:1`` as a ratio.
+computing part: the time the command reports for the batch ("Processed N spectra in X s"), which starts once the
+cluster is up; the cluster's start (worker processes, model loading, "ready in X s") is printed beside it. Prints
+``local:2 / local:1`` as a ratio.
 
 ``fault``: the issue's check with a real scheduler. Starts ``dask scheduler`` on loopback and two ``dask worker``
 processes (one thread each, no nanny, so a killed worker stays dead), runs the batch on them, kills one worker
@@ -72,8 +73,8 @@ def throughput(args) -> None:
         rates = {}
         for label, extra in [("one process", [])] + [(f"local:{n}", ["--cluster", f"local:{n}"]) for n in args.workers]:
             n, seconds, start = run_timed(predict_command(mgf, tmp / f"{label.replace(' ', '_')}.csv", args, *extra))
-            rates[label] = n / (seconds - start)
-            print(f"{label:>12}: {n} features in {seconds - start:6.1f} s computing = {rates[label]:.3f} features/s"
+            rates[label] = n / seconds
+            print(f"{label:>12}: {n} features in {seconds:6.1f} s computing = {rates[label]:.3f} features/s"
                   + (f" (cluster start {start:.1f} s, not counted)" if start else ""), flush=True)
         if "local:1" in rates and "local:2" in rates:
             print(f"local:2 / local:1 throughput: {rates['local:2'] / rates['local:1']:.2f}")

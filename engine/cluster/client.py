@@ -124,7 +124,7 @@ class ClusterRun:
                 spec = replace(spec, threads=max(1, (os.cpu_count() or 1) // address.n_workers))
             self.run_id = uuid.uuid4().hex[:12]
             self.plugin_name = f"msgpt-model-{self.run_id}"
-            self._workers = set(self.client.scheduler_info(n_workers=-1)["workers"])
+            self._workers = set(self.client.nthreads())  # every worker (scheduler_info lists only a few in newer versions)
             self.client.subscribe_topic("all", self._on_event)
             self._subscribed = True
             self.client.register_plugin(ModelPlugin(self.run_id, spec, shared))
