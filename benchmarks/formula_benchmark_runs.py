@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from formula_benchmark import select  # noqa: I001 (benchmarks/ is the script folder)
+from formula_benchmark import select  # benchmarks/ is the script folder
 from realistic_runs import INSTRUMENTS, perturb_run
+
 from engine.chem.formula import formula_mass, parse_formula
 from engine.formulas.candidates import FormulaConfig, rank_formulas
 from engine.formulas.recalibration import recalibrate_run

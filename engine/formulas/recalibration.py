@@ -44,7 +44,7 @@ from engine.formulas.evidence import fragment_peaks
 from engine.formulas.scorer import FormulaScorer
 from engine.spectra.annotate import annotate_peaks
 
-
+DEFAULT_CONFIG = FormulaConfig()
 RECALIBRATED_KEY = "recalibrated_ppm"  # spectrum metadata: the correction taken out at its precursor m/z
 SCATTER_KEY = "mz_scatter_ppm"  # spectrum metadata: the run's measured precursor scatter
 
@@ -191,7 +191,7 @@ def parse_setting(text: str) -> Recalibration | None:
 
 
 def recalibrate_features(
-    items: Iterable, setting: Recalibration | None = None, *, config: FormulaConfig = FormulaConfig(),
+    items: Iterable, setting: Recalibration | None = None, *, config: FormulaConfig = DEFAULT_CONFIG,
     scorer: FormulaScorer | None = None, max_features: int = 2000, report: Callable[[Recalibration], None] | None = None,
 ) -> Iterator:
     """The features (and skipped records) of one run, their m/z corrected (:meth:`Recalibration.apply`).
@@ -281,7 +281,7 @@ def _estimate(items, config: FormulaConfig, rc: RecalibrationConfig, scorer, sig
 
 
 def recalibrate_run(
-    items: Sequence[tuple], *, config: FormulaConfig = FormulaConfig(), scorer: FormulaScorer | None = None,
+    items: Sequence[tuple], *, config: FormulaConfig = DEFAULT_CONFIG, scorer: FormulaScorer | None = None,
     recalibration: RecalibrationConfig = RecalibrationConfig(), cancel: Callable[[], bool] | None = None,
 ) -> Recalibration:
     """The m/z error of one run from its ``(spectrum, ms1 or None)`` precursors (module notes)."""

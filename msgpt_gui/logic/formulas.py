@@ -66,8 +66,8 @@ def current_config() -> FormulaConfig:
     return _current["config"]
 #: Column titles of the score terms (engine.formulas.candidates.TERMS) and what each says.
 TERM_COLUMNS = (
-    ("mass", "Mass", "precursor mass error: −w·(ppm/10 · 3/σ)², σ the scatter assumed (3 ppm, or the run's measured "
-                     "scatter after recalibration)"),
+    ("mass", "Mass", ("precursor mass error: −w·(ppm/10 · 3/σ)², σ the scatter assumed (3 ppm, or the run's "
+                      "measured scatter after recalibration)")),
     ("prior", "Prior", "how ordinary the formula is in the molecule corpus (element pattern and counts, "
                        "H/C, N/C, O/C, RDBE/C, corpus structures with this formula)"),
     ("fragments", "Fragments", "fragment intensity explained by subformulas, against the share shifted peaks "

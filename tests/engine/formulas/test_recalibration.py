@@ -14,7 +14,12 @@ from engine.chem.formula import formula_mass, parse_formula
 from engine.errors import ConfigError
 from engine.formulas.candidates import FormulaConfig
 from engine.formulas.prior import FormulaPrior
-from engine.formulas.recalibration import Recalibration, RecalibrationConfig, recalibrate_run, robust_line
+from engine.formulas.recalibration import (
+    Recalibration,
+    RecalibrationConfig,
+    recalibrate_run,
+    robust_line,
+)
 from engine.formulas.scorer import FormulaScorer
 from engine.spectra.features import MS1Evidence
 from engine.spectra.spectrum import Spectrum
@@ -56,7 +61,7 @@ def test_robust_line_recovers_offset_and_slope_despite_outliers():
     mz = rng.uniform(100, 900, 200)
     ppm = 6.0 + 4.0 * (mz - 500) / 1000 + rng.normal(0, 1.0, mz.size)
     ppm[:30] = rng.uniform(-25, 25, 30)  # wrong annotations
-    offset, slope, resid = robust_line(mz, ppm, np.ones(mz.size), fit_slope=True)
+    offset, slope, _ = robust_line(mz, ppm, np.ones(mz.size), fit_slope=True)
     assert offset == pytest.approx(6.0, abs=0.4) and slope == pytest.approx(4.0, abs=1.0)
     offset_only, slope0, _ = robust_line(mz, ppm, np.ones(mz.size), fit_slope=False)
     assert slope0 == 0.0 and offset_only == pytest.approx(6.0, abs=0.6)
@@ -109,7 +114,11 @@ def test_bad_settings_are_refused():
 
 
 def test_settings_and_features_of_a_run(scorer):
-    from engine.formulas.recalibration import parse_setting, recalibrate_features, run_formula_config
+    from engine.formulas.recalibration import (
+        parse_setting,
+        recalibrate_features,
+        run_formula_config,
+    )
     from engine.spectra.features import library_feature
 
     assert parse_setting("auto") is None and not parse_setting("OFF").applied
