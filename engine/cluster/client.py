@@ -101,7 +101,10 @@ class ClusterRun:
         logging.getLogger("distributed.scheduler").setLevel(logging.CRITICAL)  # "marked as failed": Crashed says it
         try:
             if address.local:
-                with dask.config.set({"distributed.scheduler.allowed-failures": self.allowed_failures}):
+                # the workers' statistical profiler samples every thread's stack 100 times a second, which takes the
+                # GIL from the sampling loop; nobody reads those profiles here
+                with dask.config.set({"distributed.scheduler.allowed-failures": self.allowed_failures,
+                                      "distributed.worker.profile.enabled": False}):
                     # memory_limit=0: no nanny kills a worker at 1/N of this machine's memory (that would look like
                     # a crash of its feature); the operating system's limit is the one left
                     self._cluster = LocalCluster(n_workers=address.n_workers, threads_per_worker=1, processes=True,
@@ -208,10 +211,10 @@ class ClusterRun:
                 self._futures.discard(future)
                 try:
                     ready[seq] = future.result()
-                except KilledWorker as e:
+                except KilledWorker:
                     ready[seq] = Crashed(self.allowed_failures + 1,
-                                         f"its worker died {self.allowed_failures + 1} times while computing it "
-                                         f"(a crash this feature causes, e.g. memory); skipped ({e})")
+                                         f"its worker died {self.allowed_failures + 1} times while computing it (a "
+                                         "crash or out-of-memory this feature causes; the workers' logs say more)")
                 future.release()
                 while written in ready:
                     yield items_by_seq.pop(written), ready.pop(written)

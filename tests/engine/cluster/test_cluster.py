@@ -7,6 +7,7 @@ the run itself.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 from pathlib import Path
@@ -95,7 +96,7 @@ def test_a_killed_worker_loses_nothing_and_a_crashing_feature_is_skipped(tmp_pat
     capsys.readouterr()
 
     # the workers import the crashing task by name, and read which features crash from their environment
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in [str(HERE), os.environ.get("PYTHONPATH")] if p))
     monkeypatch.syspath_prepend(str(HERE))
     monkeypatch.setenv("MSGPT_TEST_CRASH_DIR", str(tmp_path))
     monkeypatch.setenv("MSGPT_TEST_CRASH_ONCE", CRASH_ONCE)
@@ -140,6 +141,7 @@ def test_ctrl_c_cancels_the_cluster_run_and_resume_goes_on(tmp_path, tiny_bundle
     assert predict(out, tiny_bundle_dir, "--cluster", "local:2") == 130
     stderr = capsys.readouterr().err
     assert "Run the same command with --resume" in stderr and "Traceback" not in stderr
+    assert not multiprocessing.active_children()  # the local cluster's worker processes are gone
     monkeypatch.undo()
     assert out.with_name(out.name + ".journal").exists() and not out.exists()
     assert predict(out, tiny_bundle_dir, "--resume") == 0
