@@ -143,6 +143,11 @@ def test_feature_ranks_put_identifications_then_suspects_then_formula_order(tiny
     assert sorted(r for rs in ranks for r in rs) == list(range(1, sum(map(len, ranks)) + 1))
     ranks = feature_ranks([plain, with_suspect], top=1)
     assert ranks == [[2], [1]]
+    worse = dataclasses.replace(plain, candidates=tuple(dataclasses.replace(c, score=c.score - 100.0)
+                                                        for c in plain.candidates))
+    ranks = feature_ranks([worse, plain])  # the rest by score, whatever the formula's place
+    assert ranks[1] == list(range(1, len(plain.candidates) + 1))
+    assert ranks[0] == list(range(len(plain.candidates) + 1, 2 * len(plain.candidates) + 1))
 
 
 def test_predict_identifies_from_a_spectral_library_and_writes_the_evidence(tiny_bundle_dir, home, capsys):
