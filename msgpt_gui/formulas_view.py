@@ -567,7 +567,11 @@ class FormulaController(QObject):
 
     def _start(self, e) -> None:
         base = e.formula_base()
-        worker = GeneratorWorker(rank_job, base, e.ms1, name=f"ranking formulas of {e.display_id}")
+        run_items = None
+        if e.feature is not None and base.source:  # a run's feature: its siblings measure the run's m/z error
+            run_items = [(x.feature.spectrum, x.ms1) for x in self.window.spectra.entries
+                         if x.feature is not None and x.feature.spectrum.source == base.source]
+        worker = GeneratorWorker(rank_job, base, e.ms1, run_items=run_items, name=f"ranking formulas of {e.display_id}")
         self.worker, self._worker_entry, self._wanted = worker, e, None
         worker.returned.connect(lambda table: self._ranked(e, base, table))
         worker.errored.connect(lambda msg: self._failed(e, msg))

@@ -28,6 +28,7 @@ from engine.formulas.candidates import (
     rank_formulas,
     with_formula_candidate,
 )
+from engine.formulas.recalibration import Recalibration, recalibrate_run
 from engine.progress import check_cancel
 from engine.spectra.spectrum import Spectrum, precursor_precision_da
 
@@ -115,11 +116,34 @@ def readiness(spectrum: Spectrum, supported_adducts: Sequence[str] | None = None
     return None
 
 
-def rank_job(spectrum: Spectrum, ms1=None, cancel: Callable[[], bool] | None = None
+_recalibrations: dict[tuple, Recalibration] = {}  # (source file, settings) -> the run's m/z recalibration
+
+
+def run_recalibration(source: str, run_items: Sequence[tuple] | None = None,
+                      cancel: Callable[[], bool] | None = None) -> Recalibration | None:
+    """The m/z recalibration of the run ``source`` under the current settings: measured once from ``run_items``
+    (its features' ``(spectrum, ms1)``) and kept; None when not measured and no items are given."""
+    key = (source, _current["key"])
+    if key not in _recalibrations and run_items is not None:
+        _recalibrations[key] = recalibrate_run(run_items, config=current_config(), cancel=cancel)
+    return _recalibrations.get(key)
+
+
+def rank_job(spectrum: Spectrum, ms1=None, cancel: Callable[[], bool] | None = None, run_items=None
              ) -> Generator[None, None, FormulaTable]:
-    """The formula table of ``spectrum`` (and its MS1 evidence), as a job: cancellable, no progress events."""
+    """The formula table of ``spectrum`` (and its MS1 evidence), as a job: cancellable, no progress events.
+
+    A spectrum of an LC-MS run is ranked with the run's m/z recalibration (``msgpt predict``'s default):
+    measured from ``run_items`` (the run's features as ``(spectrum, ms1)``) the first time, then kept per
+    file; the table's first note says what it is."""
     check_cancel(cancel)
-    table = rank_formulas(spectrum, ms1=ms1, config=current_config(), cancel=cancel)
+    config = current_config()
+    recal = run_recalibration(spectrum.source, run_items, cancel) if spectrum.source else None
+    if recal is not None and recal.applied:
+        spectrum, ms1, config = recal.apply(spectrum), recal.apply_ms1(ms1), recal.formula_config(config)
+    table = rank_formulas(spectrum, ms1=ms1, config=config, cancel=cancel)
+    if recal is not None:
+        table = dataclasses.replace(table, notes=(recal.describe(), *table.notes))
     check_cancel(cancel)
     return table
     yield  # a generator, so GeneratorWorker runs it like every other job

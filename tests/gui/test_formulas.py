@@ -183,3 +183,25 @@ def test_a_skipped_record_is_not_a_feature():
     entry = SpectrumEntry.from_item(0, record)
     assert entry.n_scans is None and entry.rt_range is None and not entry.needs_formulas
     assert entry.cached_formulas() is None and entry.formula_base() is None
+
+
+def test_a_runs_spectra_are_ranked_with_its_recalibration_measured_once(bare, monkeypatch):
+    import msgpt_gui.logic.formulas as logic
+    from engine.formulas.recalibration import Recalibration
+
+    calls = []
+
+    def fake(items, config, cancel=None):
+        calls.append(len(items))
+        return Recalibration.fixed(4.0, 0.0, scatter_ppm=1.0)
+
+    monkeypatch.setattr(logic, "recalibrate_run", fake)
+    monkeypatch.setattr(logic, "_recalibrations", {})
+    spectrum = dataclasses.replace(bare, source="/runs/a.mzML")
+    _, table = drain(logic.rank_job(spectrum, None, None, run_items=[(spectrum, None)] * 6))
+    assert table.notes[0].startswith("m/z recalibration: +4.0 ppm") and calls == [6]
+    assert table.precursor_mz == pytest.approx(bare.precursor_mz / (1 + 4e-6))
+    _, again = drain(logic.rank_job(spectrum, None, None))  # the Run path: the run's recalibration is kept
+    assert again.notes[0] == table.notes[0] and calls == [6]
+    _, other = drain(logic.rank_job(dataclasses.replace(bare, source="/runs/b.mzML"), None, None))
+    assert not any(n.startswith("m/z recalibration") for n in other.notes)  # not measured for that run

@@ -301,6 +301,7 @@ def test_formula_settings_are_set_in_the_app_and_kept(qtbot, make_window, run):
     panel = show_formulas(qtbot, window, caffeine)
     try:
         assert row_of(panel, CAFFEINE) is not None
+        assert "m/z recalibration: none (" in panel.summary.text()  # the run's two features: too few to measure
         panel.ppm.setValue(5.0)
         panel.elements.setText("CHNO")
         panel._settings_edited()
