@@ -194,6 +194,7 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
     and the formulas of structure-library structures within the tolerance of the precursor that they lack
     (:func:`engine.elucidation.libraries.mass_track_spectra`, ranked without sampling).
     """
+    from engine.chem.adducts import parse_adduct
     from engine.elucidation.libraries import identified_formula_spectra, mass_track_spectra, search_spectrum
     from engine.elucidation.pipeline import apply_overrides
     from engine.errors import AdductError, FormulaError, SpectrumError
@@ -215,7 +216,9 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
     chosen = [with_formula_candidate(spectrum, c) for c in table.runnable(args.formulas, bundle.supported_adducts)]
     chosen += identified_formula_spectra(spectrum, search_spectrum(libraries, spectrum), chosen,
                                          bundle.supported_adducts)
-    chosen += mass_track_spectra(libraries, spectrum, chosen, bundle.supported_adducts, config.ppm)
+    allowed = None if not config.ion_types else {parse_adduct(a).name for a in config.ion_types}
+    ion_types = [a for a in bundle.supported_adducts if allowed is None or parse_adduct(a).name in allowed]
+    chosen += mass_track_spectra(libraries, spectrum, chosen, ion_types, config.ppm)
     if not chosen:
         reason = table.why_none_runnable(bundle.supported_adducts, args.formula_ppm)
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, reason)

@@ -70,7 +70,7 @@ def captured(monkeypatch):
     return seen
 
 
-FAST = ["--groups", "2", "--pool-size", "4", "-q"]
+FAST = ["--groups", "2", "--pool-size", "4", "-q", "--no-libraries"]  # libraries: tests/engine/elucidation
 
 
 def read_rows(path: Path) -> list[dict]:

@@ -184,3 +184,36 @@ def test_a_project_keeps_the_reference_match_and_the_suspect_flag(tiny_bundle, s
         [(c.inchikey14, c.origin, c.suspect, c.spectral) for c in result.candidates]
     assert back.identified is not None and identification_level([back]).code == "2a"
     assert back.candidates[1].suspect and back.candidates[1].inchikey14 == chem.inchikey14(REFERENCE)
+
+
+def test_the_mass_track_keeps_to_the_ion_types_asked_for(tiny_bundle_dir, home, captured_spectra):
+    """--ion-types limits the library's mass track as it limits the formula candidates."""
+    from engine.cli import main
+
+    lib = suspect_csv(home / "lib.csv", [("L1", "an isomer", ISOMER)])
+    mgf = home / "one.mgf"
+    block = FIXTURE.read_text().split("END IONS")[0]
+    lines = [line for line in block.splitlines() if not line.startswith(("FORMULA=", "ADDUCT="))]
+    mgf.write_text("\n".join(lines) + "\nEND IONS\n")
+    argv = ["predict", str(mgf), "-o", str(home / "o.csv"), "--model", str(tiny_bundle_dir), "--groups", "2",
+            "--pool-size", "4", "-q", "--no-bundled-libraries", "--structure-library", str(lib), "--formulas", "1"]
+    assert main(argv) == 0
+    assert any(s.metadata.get("formula_source") == MASS_TRACK or s.formula == "C14H28N2O6" for s in captured_spectra)
+    captured_spectra.clear()
+    main(argv + ["--ion-types", "[M+NH4]+"])
+    assert not captured_spectra  # no [M+NH4]+ run is possible, and the mass track adds none of another ion type
+
+
+@pytest.fixture
+def captured_spectra(monkeypatch):
+    from engine.cli import predict as cli
+
+    seen = []
+    real = cli._elucidate_one
+
+    def spy(bundle, spectrum, params, bar, libraries=()):
+        seen.append(spectrum)
+        return real(bundle, spectrum, params, bar, libraries)
+
+    monkeypatch.setattr(cli, "_elucidate_one", spy)
+    return seen
