@@ -39,21 +39,27 @@ from engine.spectra.isotopes import IsotopeMatch, isotope_pattern
 
 from .logic.entries import Status
 from .logic.formulas import (
+    AUTO_RECALIBRATION,
     DEFAULT_ELEMENTS,
     DEFAULT_TOP_K,
     MAX_TOP_K,
     TERM_COLUMNS,
+    RecalibrationChoice,
     current_config,
+    current_recalibration,
     rank_job,
     readiness,
+    run_recalibration,
     set_current_config,
 )
 from .models import DISPLAY, SORT_ROLE, ColumnsModel, SortProxy
 from .logic.plotting import plot_isotopes
+from .recalibration_view import RecalibrationCanvas, RecalibrationSettings
 from .workers import GeneratorWorker
 
 SETTINGS_TOP_K = "formulas/top_k"
 SETTINGS_PPM, SETTINGS_ELEMENTS, SETTINGS_IONS = "formulas/ppm", "formulas/elements", "formulas/ion_types"
+SETTINGS_RECAL = ("formulas/recalibration", "formulas/recalibration_ppm", "formulas/recalibration_slope")
 UNSUPPORTED_COLOR = "#9a9a9a"
 CURRENT_BACKGROUND = "#e4eefb"
 
@@ -231,7 +237,7 @@ class FormulaPanel(QWidget):
     picked = Signal(object)  # the FormulaCandidate to set on the spectrum
     run_best = Signal(int)  # k: run the best k formulas of the selected spectra
     top_k_changed = Signal(int)
-    settings_changed = Signal(float, str, str)  # ppm, elements, ion types
+    settings_changed = Signal(float, str, str, object)  # ppm, elements, ion types, RecalibrationChoice
     shown = Signal()  # the tab became visible
 
     def __init__(self, top_k: int = DEFAULT_TOP_K, parent=None):
@@ -284,15 +290,21 @@ class FormulaPanel(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(3)
         lay.addLayout(settings)
+        lay.addWidget(self.recal_settings)
         lay.addWidget(self.summary)
         lay.addWidget(self.table, 1)
         lay.addLayout(buttons)
         self.isotopes = IsotopeCanvas()
         self.isotopes.setToolTip("MS1 isotope peaks of the precursor (blue: the survey scan where it is most "
                                  "intense) beside those of the selected formula and ion type (red)")
+        self.recalibration = RecalibrationCanvas()
+        plots = QSplitter(Qt.Orientation.Vertical, objectName="formulas_plots_splitter")
+        plots.addWidget(self.isotopes)
+        plots.addWidget(self.recalibration)
+        plots.setChildrenCollapsible(False)
         self.splitter = QSplitter(Qt.Orientation.Horizontal, objectName="formulas_splitter")
         self.splitter.addWidget(left)
-        self.splitter.addWidget(self.isotopes)
+        self.splitter.addWidget(plots)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setChildrenCollapsible(False)
@@ -306,8 +318,8 @@ class FormulaPanel(QWidget):
         --elements, --ion-types)."""
         self.ppm = QDoubleSpinBox(minimum=0.5, maximum=50.0, singleStep=0.5, decimals=1, suffix=" ppm")
         self.ppm.setValue(current_config().ppm)
-        self.ppm.setToolTip("Precursor mass tolerance of the formula candidates (at least 1 mDa); a run that "
-                            "msgpt predict recalibrates gets one from its measured scatter")
+        self.ppm.setToolTip("Precursor mass tolerance of the formula candidates (at least 1 mDa); a run whose "
+                            "m/z recalibration is measured (auto) gets one from its measured scatter")
         self.elements = QLineEdit(DEFAULT_ELEMENTS)
         self.elements.setToolTip("Elements formulas may hold, e.g. CHNOPSFClBrISi (C and H always)")
         self.ion_types = QLineEdit()
@@ -317,6 +329,8 @@ class FormulaPanel(QWidget):
         self.ppm.editingFinished.connect(self._settings_edited)
         self.elements.editingFinished.connect(self._settings_edited)
         self.ion_types.editingFinished.connect(self._settings_edited)
+        self.recal_settings = RecalibrationSettings()  # on a row of its own below
+        self.recal_settings.changed.connect(self._settings_edited)
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         for label, widget in (("Tolerance", self.ppm), ("Elements", self.elements), ("Ion types", self.ion_types)):
@@ -324,8 +338,10 @@ class FormulaPanel(QWidget):
             row.addWidget(widget, 1 if widget is not self.ppm else 0)
         return row
 
-    def set_settings(self, ppm: float, elements: str, ion_types: str) -> None:
+    def set_settings(self, ppm: float, elements: str, ion_types: str,
+                     recalibration: RecalibrationChoice = AUTO_RECALIBRATION) -> None:
         """Show these settings (no signal)."""
+        self.recal_settings.set_choice(recalibration)
         for widget in (self.ppm, self.elements, self.ion_types):
             widget.blockSignals(True)
         self.ppm.setValue(ppm)
@@ -335,7 +351,8 @@ class FormulaPanel(QWidget):
             widget.blockSignals(False)
 
     def _settings_edited(self) -> None:
-        self.settings_changed.emit(self.ppm.value(), self.elements.text().strip(), self.ion_types.text().strip())
+        self.settings_changed.emit(self.ppm.value(), self.elements.text().strip(), self.ion_types.text().strip(),
+                                   self.recal_settings.choice())
 
     @property
     def top_k(self) -> int:
@@ -352,6 +369,7 @@ class FormulaPanel(QWidget):
         self.model.set_table(None)
         self.summary.setText(html)
         self.isotopes.show_match(None, message="")
+        self.recalibration.show_recalibration(None)
         self._update_buttons()
 
     def show_table(self, entry, table, supported) -> None:
@@ -367,6 +385,8 @@ class FormulaPanel(QWidget):
                                                                  if ms1.retention_time is not None else "")
                     if ms1 is not None else "no MS1 survey scan (isotopes and adducts not scored)")
         notes = "".join(f"<br><span style='color:#a15c00'>{_html(n)}</span>" for n in table.notes)
+        source = entry.spectrum.source if entry.spectrum is not None else ""
+        self.recalibration.show_recalibration(run_recalibration(source) if source else None)
         self.summary.setText(
             f"<b>{n} formula candidate{'s' if n != 1 else ''}</b> for precursor m/z {table.precursor_mz:.4f} "
             f"({_html(ions)}; {table.n_decompositions:,} formulas within {current_config().ppm:g} ppm, the best "
@@ -495,34 +515,45 @@ class FormulaController(QObject):
         self._settings = None  # set below: the app's formula settings are module-wide (logic.formulas)
         saved = (window.settings.get(SETTINGS_PPM, current_config().ppm, float),
                  window.settings.get(SETTINGS_ELEMENTS, DEFAULT_ELEMENTS, str), window.settings.get(SETTINGS_IONS, "", str))
-        self.apply_settings(*saved, save=False)
+        self.apply_settings(*saved, self._saved_recalibration(), save=False)
         self.panel.settings_changed.connect(self.apply_settings)
         self.panel.shown.connect(self.follow)
         window.candidates_shown.connect(lambda *_: self.follow())
         window.model_changed.connect(lambda *_: self.follow(force=True))
+        window.file_loaded.connect(lambda *_: self.follow())
         window.runs.entry_updated.connect(self._entry_updated)
 
     @property
     def top_k(self) -> int:
         return self.panel.top_k
 
-    def apply_settings(self, ppm: float, elements: str, ion_types: str, save: bool = True) -> bool:
-        """Rank formulas with these settings from now on (tables of other settings are ranked again); False, and
-        the reason shown, when they are not valid (the last valid ones stay)."""
-        if (ppm, elements, ion_types) == self._settings:
+    def _saved_recalibration(self) -> RecalibrationChoice:
+        get = self.window.settings.get
+        try:
+            return RecalibrationChoice(get(SETTINGS_RECAL[0], "auto", str), get(SETTINGS_RECAL[1], 0.0, float),
+                                       get(SETTINGS_RECAL[2], 0.0, float))
+        except (MsgptError, TypeError):  # no longer valid: the default
+            return RecalibrationChoice()
+
+    def apply_settings(self, ppm: float, elements: str, ion_types: str,
+                       recalibration: RecalibrationChoice = AUTO_RECALIBRATION, save: bool = True) -> bool:
+        """Rank formulas with these settings (and this m/z recalibration) from now on (tables of other settings are
+        ranked again); False, and the reason shown, when they are not valid (the last valid ones stay)."""
+        if (ppm, elements, ion_types, recalibration) == self._settings:
             return True
         try:
-            set_current_config(ppm, elements, ion_types)
+            set_current_config(ppm, elements, ion_types, recalibration)
         except MsgptError as e:
             if self._settings is None:  # saved settings no longer valid: the defaults
-                return self.apply_settings(current_config().ppm, DEFAULT_ELEMENTS, "", save=False)
+                return self.apply_settings(current_config().ppm, DEFAULT_ELEMENTS, "", recalibration, save=False)
             self.panel.set_settings(*self._settings)
             self.panel.show_message(f"<span style='color:#b3261e'>Formula settings not changed: {_html(str(e))}</span>")
             return False
-        self._settings = (ppm, elements, ion_types)
-        self.panel.set_settings(ppm, elements, ion_types)
+        self._settings = (ppm, elements, ion_types, recalibration)
+        self.panel.set_settings(*self._settings)
         if save:  # a change by the user: save it, and rank the current spectrum again
-            for key, value in zip((SETTINGS_PPM, SETTINGS_ELEMENTS, SETTINGS_IONS), self._settings):
+            values = (ppm, elements, ion_types, recalibration.mode, recalibration.offset_ppm, recalibration.slope_ppm)
+            for key, value in zip((SETTINGS_PPM, SETTINGS_ELEMENTS, SETTINGS_IONS, *SETTINGS_RECAL), values):
                 self.window.settings.set(key, value)
             self.follow(force=True)
         return True
@@ -552,6 +583,10 @@ class FormulaController(QObject):
             else:
                 panel.refresh_runs(e)
             return
+        if e.feature is not None and current_recalibration().mode == "auto" and self.window.runs.reading(base.source):
+            panel.show_message("Formula candidates are ranked once the run is read: its m/z recalibration is "
+                               "measured from all its features.", e)
+            return  # file_loaded follows again
         panel.show_message("Ranking formula candidates…" if panel.isVisible() else
                            "Formula candidates are ranked when this tab is shown.", e)
         if panel.isVisible():

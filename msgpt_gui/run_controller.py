@@ -115,6 +115,12 @@ class RunController(QObject):
         self.load_queue.extend(Path(p) for p in paths)
         self._next_load()
 
+    def reading(self, path: str) -> bool:
+        """Whether the file ``path`` is being read or waits to be (its features are not all listed yet)."""
+        target = Path(path).resolve()
+        now = [self._loading["path"]] if self.loader is not None and self._loading else []
+        return any(Path(p).resolve() == target for p in (*now, *self.load_queue))
+
     def forget_files(self) -> None:
         """The list was cleared: the same files may be opened again."""
         self.open_paths.clear()

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 
 from engine.elucidation.pipeline import SpectrumResult
-from engine.errors import SpectrumError
+from engine.errors import ConfigError, SpectrumError
 from engine.formulas.candidates import (
     FormulaCandidate,
     FormulaConfig,
@@ -28,7 +29,7 @@ from engine.formulas.candidates import (
     rank_formulas,
     with_formula_candidate,
 )
-from engine.formulas.recalibration import Recalibration, recalibrate_run
+from engine.formulas.recalibration import Recalibration, parse_setting, recalibrate_run
 from engine.progress import check_cancel
 from engine.spectra.spectrum import Spectrum, precursor_precision_da
 
@@ -36,7 +37,35 @@ DEFAULT_TOP_K = 3
 MAX_TOP_K = 20
 CONFIG = FormulaConfig()  # the defaults; the app's settings make the current one (current_config)
 DEFAULT_ELEMENTS = "".join(CONFIG.decomposition.elements)
-_current = {"config": CONFIG, "key": (CONFIG.ppm, DEFAULT_ELEMENTS, None)}
+RECALIBRATION_MODES = ("auto", "off", "fixed")
+
+
+@dataclass(frozen=True)
+class RecalibrationChoice:
+    """The app's m/z recalibration setting: ``auto`` (measured per run from its features), ``off``, or ``fixed``
+    (``offset_ppm`` at m/z 500 and ``slope_ppm`` per 1000 m/z, for every spectrum), as ``msgpt predict
+    --recalibrate auto|off|OFFSET[,SLOPE]``. Raises ConfigError naming the bad value."""
+
+    mode: str = "auto"
+    offset_ppm: float = 0.0
+    slope_ppm: float = 0.0
+
+    def __post_init__(self):
+        if self.mode not in RECALIBRATION_MODES:
+            raise ConfigError(f"m/z recalibration `mode` {self.mode!r}: choose one of {', '.join(RECALIBRATION_MODES)}.")
+        self.setting()  # a fixed correction out of range says so now
+
+    def text(self) -> str:
+        """The setting as ``msgpt predict --recalibrate`` takes it."""
+        return self.mode if self.mode != "fixed" else f"{self.offset_ppm:g},{self.slope_ppm:g}"
+
+    def setting(self) -> Recalibration | None:
+        """None for auto (measured per run), else the Recalibration used for every spectrum."""
+        return parse_setting(self.text())
+
+
+AUTO_RECALIBRATION = RecalibrationChoice()  # the default
+_current = {"config": CONFIG, "key": (CONFIG.ppm, DEFAULT_ELEMENTS, None), "recalibration": AUTO_RECALIBRATION}
 
 
 def make_config(ppm: float, elements: str, ion_types: str) -> FormulaConfig:
@@ -45,7 +74,6 @@ def make_config(ppm: float, elements: str, ion_types: str) -> FormulaConfig:
     Raises ConfigError naming the bad value."""
     import re
 
-    from engine.errors import ConfigError
     from engine.formulas.decompose import DecompositionConfig
 
     symbols = re.findall(r"[A-Z][a-z]?", elements)
@@ -56,11 +84,18 @@ def make_config(ppm: float, elements: str, ion_types: str) -> FormulaConfig:
                          decomposition=DecompositionConfig(elements=tuple(dict.fromkeys(["C", "H", *symbols]))))
 
 
-def set_current_config(ppm: float, elements: str, ion_types: str) -> FormulaConfig:
-    """Make ``make_config(...)`` the one tables are ranked with (tables ranked before no longer count)."""
+def set_current_config(ppm: float, elements: str, ion_types: str,
+                       recalibration: RecalibrationChoice = AUTO_RECALIBRATION) -> FormulaConfig:
+    """Make ``make_config(...)`` the one tables are ranked with, and ``recalibration`` the m/z recalibration of
+    their spectra (tables ranked before no longer count)."""
     config = make_config(ppm, elements, ion_types)
     _current["config"], _current["key"] = config, (config.ppm, "".join(config.decomposition.elements), config.ion_types)
+    _current["recalibration"] = recalibration
     return config
+
+
+def current_recalibration() -> RecalibrationChoice:
+    return _current["recalibration"]
 
 
 def current_config() -> FormulaConfig:
@@ -97,7 +132,7 @@ def formula_base(spectrum: Spectrum, original: Spectrum | None = None) -> Spectr
 
 def table_key(base: Spectrum) -> tuple:
     """What a table depends on, besides the peaks and MS1 evidence of the entry (which never change)."""
-    return base.precursor_mz, base.formula, base.adduct, base.polarity, _current["key"]
+    return base.precursor_mz, base.formula, base.adduct, base.polarity, _current["key"], _current["recalibration"].text()
 
 
 def readiness(spectrum: Spectrum, supported_adducts: Sequence[str] | None = None) -> str | None:
@@ -121,8 +156,12 @@ _recalibrations: dict[tuple, Recalibration] = {}  # (source file, settings) -> t
 
 def run_recalibration(source: str, run_items: Sequence[tuple] | None = None,
                       cancel: Callable[[], bool] | None = None) -> Recalibration | None:
-    """The m/z recalibration of the run ``source`` under the current settings: measured once from ``run_items``
-    (its features' ``(spectrum, ms1)``) and kept; None when not measured and no items are given."""
+    """The m/z recalibration of the run ``source`` under the current settings: the one set (off or fixed: the same
+    for every spectrum), else (auto) measured once from ``run_items`` (its features' ``(spectrum, ms1)``) and kept;
+    None when auto, not measured and no items are given."""
+    setting = _current["recalibration"].setting()
+    if setting is not None:
+        return setting
     key = (source, _current["key"])
     if key not in _recalibrations and run_items is not None:
         _recalibrations[key] = recalibrate_run(run_items, config=current_config(), cancel=cancel)
@@ -135,7 +174,8 @@ def rank_job(spectrum: Spectrum, ms1=None, cancel: Callable[[], bool] | None = N
 
     A spectrum of an LC-MS run is ranked with the run's m/z recalibration (``msgpt predict``'s default):
     measured from ``run_items`` (the run's features as ``(spectrum, ms1)``) the first time, then kept per
-    file; the table's first note says what it is."""
+    file; or the one the settings fix (off, or a correction for every spectrum). The table's first note says
+    what it is."""
     check_cancel(cancel)
     config = current_config()
     recal = run_recalibration(spectrum.source, run_items, cancel) if spectrum.source else None

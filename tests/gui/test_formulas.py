@@ -205,3 +205,97 @@ def test_a_runs_spectra_are_ranked_with_its_recalibration_measured_once(bare, mo
     assert again.notes[0] == table.notes[0] and calls == [6]
     _, other = drain(logic.rank_job(dataclasses.replace(bare, source="/runs/b.mzML"), None, None))
     assert not any(n.startswith("m/z recalibration") for n in other.notes)  # not measured for that run
+
+
+@pytest.fixture
+def restore_formula_settings():
+    from msgpt_gui.logic.formulas import DEFAULT_ELEMENTS, set_current_config
+
+    yield
+    set_current_config(10.0, DEFAULT_ELEMENTS, "")
+
+
+def test_the_recalibration_setting_decides_what_the_ranking_takes_out(bare, monkeypatch, restore_formula_settings):
+    import msgpt_gui.logic.formulas as logic
+    from msgpt_gui.logic.formulas import DEFAULT_ELEMENTS, RecalibrationChoice, set_current_config, table_key
+
+    def never(*args, **kwargs):
+        raise AssertionError("a run is not measured when the setting fixes its recalibration")
+
+    monkeypatch.setattr(logic, "recalibrate_run", never)
+    monkeypatch.setattr(logic, "_recalibrations", {})
+    spectrum = dataclasses.replace(bare, source="/runs/a.mzML")
+    key_auto = table_key(spectrum)
+    set_current_config(10.0, DEFAULT_ELEMENTS, "", RecalibrationChoice("fixed", 4.0, -2.0))
+    assert table_key(spectrum) != key_auto  # tables ranked with auto are ranked again
+    _, table = drain(logic.rank_job(spectrum, None, None, run_items=[(spectrum, None)] * 6))
+    assert table.notes[0] == ("m/z recalibration: +4.0 ppm at m/z 500, slope -2.0 ppm per 1000 m/z "
+                              "(set by the user)")
+    shift = 4.0 - 2.0 * (bare.precursor_mz - 500.0) / 1000.0
+    assert table.precursor_mz == pytest.approx(bare.precursor_mz / (1 + shift * 1e-6))
+    _, again = drain(logic.rank_job(spectrum, None, None))  # the Run path (no run items): the same correction
+    assert again.notes[0] == table.notes[0] and again.precursor_mz == table.precursor_mz
+    set_current_config(10.0, DEFAULT_ELEMENTS, "", RecalibrationChoice("off", 4.0, -2.0))
+    _, off = drain(logic.rank_job(spectrum, None, None, run_items=[(spectrum, None)] * 6))
+    assert off.notes[0] == "m/z recalibration: none (turned off)" and off.precursor_mz == bare.precursor_mz
+    assert RecalibrationChoice("off", 4.0).text() == "off" and RecalibrationChoice("fixed", 4.0, -2.0).text() == "4,-2"
+
+
+def test_a_recalibration_choice_out_of_range_says_what_is_allowed():
+    from engine.errors import ConfigError
+    from msgpt_gui.logic.formulas import RecalibrationChoice
+
+    with pytest.raises(ConfigError, match="`offset_ppm` must be a number between -200 and 200"):
+        RecalibrationChoice("fixed", 500.0)
+    with pytest.raises(ConfigError, match="choose one of auto, off, fixed"):
+        RecalibrationChoice("sometimes")
+    assert RecalibrationChoice("auto", 500.0).setting() is None  # the numbers count only when fixed
+
+
+def _recalibration_with_points():
+    from engine.formulas.recalibration import Recalibration
+
+    return Recalibration(offset_ppm=3.0, slope_ppm=-2.0, scatter_ppm=1.2, n_features=2, applied=True,
+                         points_mz=np.array([200.0, 300.0, 450.0, 600.0]), points_ppm=np.array([3.5, 4.0, 2.9, 2.0]),
+                         points_precursor=np.array([True, False, True, False]), mz_range=(250.0, 550.0))
+
+
+def _line(ax, label):
+    return next(line for line in ax.lines if line.get_label() == label)
+
+
+def test_the_recalibration_plot_draws_the_points_and_the_fitted_line():
+    from matplotlib.figure import Figure
+
+    from msgpt_gui.logic.plotting import plot_recalibration
+
+    recal = _recalibration_with_points()
+    ax = Figure().add_subplot()
+    assert plot_recalibration(recal, ax=ax) is ax
+    fragments, precursors = ax.collections
+    assert precursors.get_offsets().tolist() == [[200.0, 3.5], [450.0, 2.9]]
+    assert fragments.get_offsets().tolist() == [[300.0, 4.0], [600.0, 2.0]]
+    x, y = _line(ax, "fitted line").get_data()
+    assert x.min() < 200.0 and x.max() > 600.0 and y == pytest.approx(recal.ppm(x))
+    assert y[0] == pytest.approx(3.5) and y[-1] == pytest.approx(2.9)  # flat beyond the m/z the slope holds on
+    caption = ax.texts[0].get_text()
+    assert caption.startswith("4 points: 2 precursors, 2 fragment peaks") and "scatter 1.2 ppm" in caption
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fragment peaks", "precursors", "fitted line"]
+
+
+@pytest.mark.parametrize("setting, label, at_500, caption", [
+    ("5,1", "set by the user", 5.0, "no points: set by the user\n+5.0 ppm at m/z 500, +1.0 ppm per 1000 m/z"),
+    ("off", "no correction", 0.0, "no points: turned off"),
+])
+def test_a_recalibration_without_points_draws_the_line_alone_and_says_why(setting, label, at_500, caption):
+    from matplotlib.figure import Figure
+
+    from engine.formulas.recalibration import parse_setting
+    from msgpt_gui.logic.plotting import plot_recalibration
+
+    ax = Figure().add_subplot()
+    assert plot_recalibration(parse_setting(setting), ax=ax, mz_range=(100.0, 900.0)) is ax
+    assert not ax.collections  # no scatter
+    x, y = _line(ax, label).get_data()
+    assert (x.min(), x.max()) == (100.0, 900.0) and np.interp(500.0, x, y) == pytest.approx(at_500)
+    assert ax.texts[0].get_text() == caption and ax.get_legend() is None  # the caption says what the line is

@@ -314,3 +314,43 @@ def test_formula_settings_are_set_in_the_app_and_kept(qtbot, make_window, run):
         assert "Formula settings not changed" in panel.summary.text() and panel.elements.text() == "CHNO"
     finally:
         set_current_config(10.0, DEFAULT_ELEMENTS, "")
+
+
+def test_the_recalibration_setting_re_ranks_with_it_plots_it_and_is_kept(qtbot, make_window, run):
+    from msgpt_gui.logic.formulas import DEFAULT_ELEMENTS, RecalibrationChoice, current_recalibration, set_current_config
+
+    from pathlib import Path
+
+    window = make_window()
+    caffeine, _ = loaded(qtbot, window, run)
+    panel = window.formulas.panel
+    window.runs.load_queue.append(Path(run))  # as if the run were still being read: auto waits for all its features
+    window.insights.tabs.setCurrentWidget(panel)
+    window.select_entry(caffeine.key)
+    assert "ranked once the run is read" in panel.summary.text() and panel.model.rowCount() == 0
+    window.runs.load_queue.clear()
+    window.file_loaded.emit(str(run))
+    panel = show_formulas(qtbot, window, caffeine)
+    try:
+        ppm_cell = panel.proxy.index(row_of(panel, CAFFEINE), FormulaTableModel.PPM)
+        assert ppm_cell.data() in ("+0.0", "-0.0")  # the synthetic run's m/z are exact
+        measured = panel.recalibration.recalibration  # auto: measured, too few precursors; the plot says why
+        assert measured.source == "off" and panel.recalibration.isVisibleTo(panel)
+        assert panel.recalibration.ax.texts[0].get_text().startswith("no points: ")
+        assert not panel.recal_settings.offset.isEnabled()
+        settings = panel.recal_settings
+        settings.mode.setCurrentText("fixed")
+        settings.offset.setValue(5.0)
+        settings.mode.activated.emit(settings.mode.currentIndex())  # as a user's pick
+        qtbot.waitUntil(lambda: "(set by the user)" in panel.summary.text() and panel.model.rowCount() > 0,
+                        timeout=60_000)
+        assert current_recalibration() == RecalibrationChoice("fixed", 5.0, 0.0) and settings.offset.isEnabled()
+        assert "m/z recalibration: +5.0 ppm at m/z 500" in panel.summary.text()
+        assert panel.proxy.index(row_of(panel, CAFFEINE), FormulaTableModel.PPM).data() == "-5.0"
+        plotted = panel.recalibration.recalibration
+        assert plotted.source == "set by the user" and not panel.recalibration.ax.collections  # the line alone
+        window.settings.sync()
+        again = make_window()  # the setting is kept
+        assert again.formulas.panel.recal_settings.choice() == RecalibrationChoice("fixed", 5.0, 0.0)
+    finally:
+        set_current_config(10.0, DEFAULT_ELEMENTS, "")
