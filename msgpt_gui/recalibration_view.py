@@ -113,5 +113,5 @@ class RecalibrationCanvas(QWidget):
         if recal is None:
             return
         self.ax.clear()
-        plot_recalibration(recal, ax=self.ax, title=title or "m/z recalibration", fontsize=7.5)
+        plot_recalibration(recal, ax=self.ax, title=title or "m/z recalibration", fontsize=7.0, legend=False)
         self.canvas.draw_idle()

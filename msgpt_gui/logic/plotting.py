@@ -286,19 +286,20 @@ FRAGMENT_POINT_COLOR = "#8c8c8c"
 
 
 def plot_recalibration(recal, ax=None, *, mz_range: tuple[float, float] = (100.0, 1000.0), title: str | None = None,
-                       fontsize: float = 8.0):
+                       fontsize: float = 8.0, legend: bool = True):
     """A run's m/z error (ppm) against m/z: the points it was measured from (precursors red, fragment peaks grey)
-    and the line taken out (``recal.ppm``: flat beyond the m/z the slope was fitted on), with the number of points
-    and the fit in the corner. ``recal`` is an :class:`engine.formulas.recalibration.Recalibration`; one without
+    and the line taken out (``recal.ppm``: flat beyond the m/z the slope was fitted on); the number of points and
+    the fit are said under ``title``. ``recal`` is an :class:`engine.formulas.recalibration.Recalibration`; one without
     points (set by the user, turned off, or too few confident precursors) draws the line alone over ``mz_range``
-    and says why there are no points. Returns ``ax``."""
+    and says why there are no points. ``legend`` False leaves out the legend of the points and line (a narrow plot
+    whose colours are said elsewhere). Returns ``ax``."""
     ax = _axes(ax)
     mz = np.asarray(recal.points_mz, dtype=float)
     ppm = np.asarray(recal.points_ppm, dtype=float)
     is_prec = np.asarray(recal.points_precursor, dtype=bool)
     if mz.size:
         ax.scatter(mz[~is_prec], ppm[~is_prec], s=6, color=FRAGMENT_POINT_COLOR, alpha=0.5, linewidths=0,
-                   zorder=2, label="fragment peaks")
+                   zorder=2, label="fragments")
         ax.scatter(mz[is_prec], ppm[is_prec], s=14, color=PRECURSOR_COLOR, linewidths=0, zorder=3,
                    label="precursors")
         pad = max((mz.max() - mz.min()) * 0.04, 5.0)
@@ -313,22 +314,22 @@ def plot_recalibration(recal, ax=None, *, mz_range: tuple[float, float] = (100.0
     ax.set_xlim(lo, hi)
     y = np.concatenate([ppm, line, [0.0]])
     span = max(float(y.max() - y.min()), 2.0)
-    ax.set_ylim(float(y.min()) - 0.15 * span, float(y.max()) + 0.6 * span)  # room for the caption above
+    ax.set_ylim(float(y.min()) - (0.3 if mz.size else 0.15) * span, float(y.max()) + 0.15 * span)  # the legend below
     ax.set_xlabel("m/z")
     ax.set_ylabel("m/z error (ppm)")
     ax.spines[["top", "right"]].set_visible(False)
     ax.grid(color="#e6e6e6", linewidth=0.6)
     ax.set_axisbelow(True)
-    lines = ([f"{mz.size} points: {int(is_prec.sum())} precursors, {int((~is_prec).sum())} fragment peaks"]
+    lines = ([f"{mz.size} points: {int(is_prec.sum())} precursors, {int((~is_prec).sum())} fragments"]
              if mz.size else [f"no points: {recal.note or recal.source}"])
     if recal.applied:
-        lines.append(f"{recal.offset_ppm:+.1f} ppm at m/z 500, {recal.slope_ppm:+.1f} ppm per 1000 m/z")
+        lines.append(f"{recal.offset_ppm:+.1f} ppm at m/z 500, {recal.slope_ppm:+.1f} ppm/1000 m/z")
     if recal.scatter_ppm is not None:
         lines.append(f"scatter {recal.scatter_ppm:.1f} ppm")
-    ax.text(0.01, 0.98, "\n".join(lines), transform=ax.transAxes, ha="left", va="top", fontsize=fontsize,
-            color="#333333", wrap=True)
-    if title:
-        ax.set_title(title, fontsize=fontsize + 1, loc="left")
-    if mz.size:  # the line alone needs no legend: the caption says what it is
-        ax.legend(loc="lower right", fontsize=fontsize, frameon=False, handlelength=1.2)
+    # the caption above the axes (under the title), so that it never hides a point
+    ax.set_title("\n".join([title] * bool(title) + lines), fontsize=fontsize, loc="left", color="#333333",
+                 wrap=True)
+    if mz.size and legend:  # the line alone needs no legend: the caption says what it is
+        ax.legend(loc="lower center", ncol=3, fontsize=fontsize, frameon=False, handlelength=1.0,
+                  handletextpad=0.3, columnspacing=0.8, borderaxespad=0.2, markerscale=1.5)
     return ax

@@ -217,7 +217,12 @@ def restore_formula_settings():
 
 def test_the_recalibration_setting_decides_what_the_ranking_takes_out(bare, monkeypatch, restore_formula_settings):
     import msgpt_gui.logic.formulas as logic
-    from msgpt_gui.logic.formulas import DEFAULT_ELEMENTS, RecalibrationChoice, set_current_config, table_key
+    from msgpt_gui.logic.formulas import (
+        DEFAULT_ELEMENTS,
+        RecalibrationChoice,
+        set_current_config,
+        table_key,
+    )
 
     def never(*args, **kwargs):
         raise AssertionError("a run is not measured when the setting fixes its recalibration")
@@ -278,13 +283,15 @@ def test_the_recalibration_plot_draws_the_points_and_the_fitted_line():
     x, y = _line(ax, "fitted line").get_data()
     assert x.min() < 200.0 and x.max() > 600.0 and y == pytest.approx(recal.ppm(x))
     assert y[0] == pytest.approx(3.5) and y[-1] == pytest.approx(2.9)  # flat beyond the m/z the slope holds on
-    caption = ax.texts[0].get_text()
-    assert caption.startswith("4 points: 2 precursors, 2 fragment peaks") and "scatter 1.2 ppm" in caption
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fragment peaks", "precursors", "fitted line"]
+    assert ax.get_title(loc="left") == "4 points: 2 precursors, 2 fragments\n+3.0 ppm at m/z 500, -2.0 ppm/1000 m/z\nscatter 1.2 ppm"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fragments", "precursors", "fitted line"]
+    titled = plot_recalibration(recal, ax=Figure().add_subplot(), title="run a")
+    assert titled.get_title(loc="left").startswith("run a\n4 points")
+    assert plot_recalibration(recal, ax=Figure().add_subplot(), legend=False).get_legend() is None
 
 
 @pytest.mark.parametrize("setting, label, at_500, caption", [
-    ("5,1", "set by the user", 5.0, "no points: set by the user\n+5.0 ppm at m/z 500, +1.0 ppm per 1000 m/z"),
+    ("5,1", "set by the user", 5.0, "no points: set by the user\n+5.0 ppm at m/z 500, +1.0 ppm/1000 m/z"),
     ("off", "no correction", 0.0, "no points: turned off"),
 ])
 def test_a_recalibration_without_points_draws_the_line_alone_and_says_why(setting, label, at_500, caption):
@@ -298,4 +305,4 @@ def test_a_recalibration_without_points_draws_the_line_alone_and_says_why(settin
     assert not ax.collections  # no scatter
     x, y = _line(ax, label).get_data()
     assert (x.min(), x.max()) == (100.0, 900.0) and np.interp(500.0, x, y) == pytest.approx(at_500)
-    assert ax.texts[0].get_text() == caption and ax.get_legend() is None  # the caption says what the line is
+    assert ax.get_title(loc="left") == caption and ax.get_legend() is None  # the caption says what the line is
