@@ -99,22 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--known", metavar="FILE",
                     help="your list of known structures (SMILES/InChIKeys, one per row, or an SDF): candidates in it "
                     "are marked 'user list' in the novelty column")
-    pr.add_argument("--structure-library", action="append", default=[], metavar="FILE",
-                    help="a suspect list or structure library (CSV/TSV with a SMILES or InChI column, e.g. a "
-                    "PubChemLite or NORMAN export; SDF; one SMILES per line): its structures of each spectrum's "
-                    "formula, and of its precursor mass when the formula is not given, rank before the predictions "
-                    "(origin column); the bundled library's join them by score; repeatable")
-    pr.add_argument("--spectral-library", action="append", default=[], metavar="FILE",
-                    help="a reference spectral library (MSP: NIST, MoNA, MS-DIAL; MGF: GNPS, MassBank): each "
-                    "spectrum is searched in it beside the bundled MassBank subset; an identity match passing the "
-                    "calibrated threshold is rank 1 (docs/spectral_library.md); repeatable")
-    pr.add_argument("--no-bundled-libraries", action="store_true",
-                    help="leave out the bundled structure and spectral libraries (keep only the ones given)")
-    pr.add_argument("--no-libraries", action="store_true",
-                    help="no structure or spectral library at all: de novo candidates only")
-    pr.add_argument("--library-prior", type=float, default=None, metavar="LOGODDS",
-                    help="log-odds bonus of a library structure in the fingerprint rankings (default: the "
-                    "measured one, docs/how_it_works.md)")
+    _add_library_arguments(pr)
     pr.add_argument("--cluster", metavar="ADDRESS",
                     help="run the features on a Dask cluster: local:N (N worker processes on this machine) or a "
                     "running scheduler's tcp://HOST:PORT; the output is the same as in one process "
@@ -132,6 +117,26 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--model", help="model bundle folder (default: the bundled model)")
     info.set_defaults(func=cmd_info)
     return p
+
+
+def _add_library_arguments(pr: argparse.ArgumentParser) -> None:
+    """The flags of the libraries of known compounds (docs/known_compounds.md)."""
+    pr.add_argument("--structure-library", action="append", default=[], metavar="FILE",
+                    help="a suspect list or structure library (CSV/TSV with a SMILES or InChI column, e.g. a "
+                    "PubChemLite or NORMAN export; SDF; one SMILES per line): its structures of each spectrum's "
+                    "formula, and of its precursor mass when the formula is not given, rank before the predictions "
+                    "(origin column); the bundled library's join them by score; repeatable")
+    pr.add_argument("--spectral-library", action="append", default=[], metavar="FILE",
+                    help="a reference spectral library (MSP: NIST, MoNA, MS-DIAL; MGF: GNPS, MassBank): each "
+                    "spectrum is searched in it beside the bundled MassBank subset; an identity match passing the "
+                    "calibrated threshold is rank 1 (docs/spectral_library.md); repeatable")
+    pr.add_argument("--no-bundled-libraries", action="store_true",
+                    help="leave out the bundled structure and spectral libraries (keep only the ones given)")
+    pr.add_argument("--no-libraries", action="store_true",
+                    help="no structure or spectral library at all: de novo candidates only")
+    pr.add_argument("--library-prior", type=float, default=None, metavar="LOGODDS",
+                    help="log-odds bonus of a library structure in the fingerprint rankings (default: the "
+                    "measured one, 0: docs/known_compounds.md)")
 
 
 def _feature_config(args: argparse.Namespace):
