@@ -34,7 +34,7 @@ from realistic_runs import INSTRUMENTS, perturb_run
 
 from engine.chem.formula import formula_mass, parse_formula
 from engine.formulas.candidates import FormulaConfig, rank_formulas
-from engine.formulas.recalibration import recalibrate_run
+from engine.formulas.recalibration import RecalibrationConfig, recalibrate_run
 from engine.formulas.scorer import default_scorer
 
 METHODS = ("no_ms1", "ms1", "recalibrated")
@@ -48,13 +48,14 @@ def rank_of(table, formula: str, adduct: str) -> int | None:
 
 
 def run_instrument(spectra, instrument, run_size: int, seed: int, config: FormulaConfig, scorer,
-                   methods=METHODS) -> list[dict]:
+                   methods=METHODS, recalibration: RecalibrationConfig | None = None) -> list[dict]:
     rng = np.random.default_rng(seed)
     rows = []
     for start in range(0, len(spectra), run_size):
         calibration, items = perturb_run(spectra[start:start + run_size], instrument, rng)
         t0 = time.perf_counter()
-        recal = recalibrate_run([(it.spectrum.with_adduct(None), it.ms1) for it in items], config=config, scorer=scorer)
+        recal = recalibrate_run([(it.spectrum.with_adduct(None), it.ms1) for it in items], config=config, scorer=scorer,
+                                recalibration=recalibration or RecalibrationConfig())
         t_recal = time.perf_counter() - t0
         print(f"  {instrument.name} run {start // run_size + 1}: true {calibration.offset_ppm:+.1f} ppm "
               f"{calibration.slope_ppm:+.1f} ppm/1000; {recal.describe()}", file=sys.stderr, flush=True)
@@ -91,16 +92,17 @@ def summarise(rows: list[dict]) -> dict:
     return entry
 
 
-def formula_config(settings: list[str]) -> FormulaConfig:
-    """FormulaConfig() with ``FIELD=VALUE`` changes (numbers as float or int, as the field's default)."""
-    changes = {}
+def formula_config(settings: list[str], base=None, flag: str = "--set"):
+    """``base`` (FormulaConfig(), or RecalibrationConfig()) with ``FIELD=VALUE`` changes (numbers as float or
+    int, as the field's default)."""
+    base, changes = FormulaConfig() if base is None else base, {}
     for item in settings:
         name, _, value = item.partition("=")
-        default = getattr(FormulaConfig(), name, None)
+        default = getattr(base, name, None)
         if not value or default is None or not isinstance(default, (int, float)):
-            raise SystemExit(f"--set {item!r}: give FIELD=VALUE for a numeric FormulaConfig field.")
+            raise SystemExit(f"{flag} {item!r}: give FIELD=VALUE for a numeric {type(base).__name__} field.")
         changes[name] = type(default)(value)
-    return dataclasses.replace(FormulaConfig(), **changes)
+    return dataclasses.replace(base, **changes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,18 +118,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), help="rankings compared")
     p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                    help="FormulaConfig fields to change from the defaults, e.g. isotope_peaks=6 (for tuning on train)")
+    p.add_argument("--recalibration", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="RecalibrationConfig fields to change from the defaults, e.g. fragment_weight=0 (for tuning on train)")
     args = p.parse_args(argv)
     chosen, _ = select(args.mgf, args.fold, args.seed, None)
     spectra = [s for s in chosen if formula_mass(parse_formula(s.formula)) < args.max_mass][: args.max_structures]
     print(f"{len(spectra)} FOLD={args.fold} [M+H]+ structures below {args.max_mass:g} Da, runs of {args.run_size}; "
           f"machine: {platform.processor() or platform.machine()}", flush=True)
     config, scorer = formula_config(args.set), default_scorer()
-    report = {"fold": args.fold, "config": args.set, "max_mass": args.max_mass, "run_size": args.run_size, "seed": args.seed, "runs": {}}
+    recalibration = formula_config(args.recalibration, RecalibrationConfig(), "--recalibration")
+    report = {"fold": args.fold, "config": args.set, "recalibration": args.recalibration, "max_mass": args.max_mass, "run_size": args.run_size, "seed": args.seed, "runs": {}}
     print("| instrument | n (with MS1) | no MS1 Top-1 / Top-5 | MS1, as measured | MS1, recalibrated | "
           "runs recalibrated % | calibration error, median ppm | s / spectrum |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name in args.instruments:
-        rows = run_instrument(spectra, INSTRUMENTS[name], args.run_size, args.seed, config, scorer, args.methods)
+        rows = run_instrument(spectra, INSTRUMENTS[name], args.run_size, args.seed, config, scorer, args.methods,
+                              recalibration)
         e = summarise(rows)
         report["runs"][name] = {"summary": e, "rows": rows}
         if args.out:

@@ -64,12 +64,17 @@ class RecalibrationConfig:
     max_mz: float = field(default=600.0, metadata={
         "help": "precursors above this m/z give no points (their many formulas take long to rank)"})
     max_precursors: int = field(default=300, metadata={"help": "precursors used at most (spread over the run)"})
+    fragment_weight: float = field(default=1.0, metadata={
+        "help": "weight of a precursor's fragment points together, its precursor weighs 1 (0: precursors alone)"})
 
     def __post_init__(self):
         for name in ("search_ppm", "min_span_mz", "min_scatter_ppm", "min_ppm", "max_mz"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
                 raise ConfigError(f"`{name}` must be a number > 0, got {value!r}.")
+        if isinstance(self.fragment_weight, bool) or not isinstance(self.fragment_weight, (int, float)) or not (
+                0 <= self.fragment_weight < math.inf):
+            raise ConfigError(f"`fragment_weight` must be a number >= 0, got {self.fragment_weight!r}.")
         for name in ("min_probability", "min_explained"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value <= 1):
@@ -252,7 +257,7 @@ def _points(spectrum, ms1, config: FormulaConfig, rc: RecalibrationConfig, score
     mz, weight = fragment_peaks(spectrum)
     annotation = annotate_peaks(mz, weight, best.formula, best.ion_type, tol_ppm=rc.search_ppm, tol_da=1e-9)
     hit = annotation.matched
-    frag_w = weight[hit] / max(float(weight[hit].sum()), 1e-12)  # the fragments of a precursor weigh 1 together
+    frag_w = rc.fragment_weight * weight[hit] / max(float(weight[hit].sum()), 1e-12)  # together fragment_weight
     return (np.r_[spectrum.precursor_mz, mz[hit]], np.r_[best.ppm_error, annotation.error_ppm[hit]],
             np.r_[1.0, frag_w], np.r_[True, np.zeros(int(hit.sum()), dtype=bool)])
 
@@ -271,10 +276,12 @@ def _estimate(items, config: FormulaConfig, rc: RecalibrationConfig, scorer, sig
         return Recalibration.off(f"{len(found)} of {len(items)} precursors explained confidently, "
                                  f"{rc.min_features} needed")
     mz, ppm, w, is_prec = (np.concatenate(a) for a in zip(*found))
-    lo, hi = np.percentile(mz, [10, 90])
-    offset, slope, resid = robust_line(mz, ppm, w, fit_slope=hi - lo >= rc.min_span_mz)
+    fit = is_prec | (rc.fragment_weight > 0)  # fragment_weight 0: the fragments are shown, not fitted
+    lo, hi = np.percentile(mz[fit], [10, 90])
+    offset, slope, _ = robust_line(mz[fit], ppm[fit], w[fit], fit_slope=hi - lo >= rc.min_span_mz)
+    resid = ppm - offset - slope * (mz - 500.0) / 1000.0
     scatter = 1.4826 * float(np.median(np.abs(resid[is_prec])))
-    span = (float(np.percentile(mz, 2)), float(np.percentile(mz, 98))) if slope else (0.0, math.inf)
+    span = (float(np.percentile(mz[fit], 2)), float(np.percentile(mz[fit], 98))) if slope else (0.0, math.inf)
     return Recalibration(offset_ppm=offset, slope_ppm=slope, scatter_ppm=scatter, n_features=len(found),
                          points_mz=mz, points_ppm=ppm, points_precursor=is_prec, applied=True,
                          min_ppm=rc.min_ppm, min_scatter_ppm=rc.min_scatter_ppm, mz_range=span)
@@ -298,12 +305,12 @@ def recalibrate_run(
     if not second.applied:
         return first
     # the two corrections compose: the second was measured on m/z the first had corrected
-    x = first.points_mz
+    x = first.points_mz if rc.fragment_weight > 0 else first.points_mz[first.points_precursor]
     total = first.ppm(x) + second.ppm(first.correct(x))
     design = np.stack([np.ones_like(x), (x - 500.0) / 1000.0], axis=1)
     offset, slope = np.linalg.lstsq(design, total, rcond=None)[0] if len(total) > 1 else (total[0], 0.0)
     fitted_slope = first.slope_ppm or second.slope_ppm
     span = (float(np.percentile(x, 2)), float(np.percentile(x, 98))) if fitted_slope else (0.0, math.inf)
     return dataclasses.replace(second, offset_ppm=float(offset), slope_ppm=float(slope) if fitted_slope else 0.0,
-                               points_mz=x, points_ppm=first.points_ppm, points_precursor=first.points_precursor,
+                               points_mz=first.points_mz, points_ppm=first.points_ppm, points_precursor=first.points_precursor,
                                mz_range=span)

@@ -46,10 +46,12 @@ def ion_mz(formula: str) -> float:
     return precursor_mz_from_neutral(formula_mass(parse_formula(formula)), "[M+H]+")
 
 
-def shifted_run(offset_ppm: float) -> list[tuple[Spectrum, None]]:
+def shifted_run(offset_ppm: float, fragment_offset_ppm: float | None = None) -> list[tuple[Spectrum, None]]:
+    """The run's precursors off by ``offset_ppm``, its fragments by ``fragment_offset_ppm`` (default the same)."""
+    fragment_offset_ppm = offset_ppm if fragment_offset_ppm is None else fragment_offset_ppm
     items = []
     for i, (formula, fragments) in enumerate(RUN.items()):
-        mz = np.array([ion_mz(f) for f in fragments]) * (1 + offset_ppm * 1e-6)
+        mz = np.array([ion_mz(f) for f in fragments]) * (1 + fragment_offset_ppm * 1e-6)
         precursor = ion_mz(formula) * (1 + offset_ppm * 1e-6)
         items.append((Spectrum(id=f"s{i}", precursor_mz=precursor, mz=mz, intensity=[100.0, 80.0, 60.0, 40.0],
                                adduct="[M+H]+"), None))
@@ -76,6 +78,18 @@ def test_a_shifted_run_is_measured_and_corrected(scorer):
     fixed = recal.apply(items[0][0])
     assert (fixed.precursor_mz - ion_mz("C8H10N4O2")) / ion_mz("C8H10N4O2") * 1e6 == pytest.approx(0.0, abs=1.0)
     assert fixed.metadata["recalibrated_ppm"].startswith("8") or fixed.metadata["recalibrated_ppm"].startswith("7")
+
+
+def test_fragment_weight_sets_how_much_the_fragments_pull_the_line(scorer):
+    # fragments read 0 ppm (closest subformula, or MS2 calibrated apart), precursors +8 ppm
+    items = shifted_run(8.0, fragment_offset_ppm=0.0)
+    alone = recalibrate_run(items, scorer=scorer, recalibration=RecalibrationConfig(min_features=4, fragment_weight=0))
+    both = recalibrate_run(items, scorer=scorer, recalibration=RecalibrationConfig(min_features=4))
+    assert alone.applied and alone.ppm(300.0) == pytest.approx(8.0, abs=0.5)
+    assert both.applied and both.ppm(300.0) < 6.0  # the fragments' robust majority pulls the line off the precursors
+    assert len(alone.points_mz) == len(alone.points_ppm) == len(both.points_mz)  # fragments still shown
+    with pytest.raises(ConfigError, match="`fragment_weight` must be a number >= 0"):
+        RecalibrationConfig(fragment_weight=-1.0)
 
 
 def test_too_few_confident_precursors_leave_the_run_as_measured(scorer):
