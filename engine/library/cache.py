@@ -19,8 +19,6 @@ opened the same way by :func:`open_bundled_library`.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 from collections.abc import Generator, Sequence
@@ -28,6 +26,7 @@ from pathlib import Path
 
 from engine import paths
 from engine.progress import CancelFn, run_to_end
+from engine.stamps import read_stamp, same_file, still_stamped, unchanged, write_stamp
 
 from .build import LibraryProgress, build_library
 from .index import StructureLibrary
@@ -56,46 +55,10 @@ def index_path(sha256: str, trust_keys: bool = False, folder: Path | None = None
     return (folder or library_cache_dir()) / f"{sha256}{'-k' if trust_keys else ''}.npz"
 
 
-def _stamp_path(folder: Path, source: Path) -> Path:
-    digest = hashlib.sha256(str(source).encode("utf-8", errors="surrogateescape")).hexdigest()[:24]
-    return folder / "stamps" / f"{digest}.json"
-
-
-def _read_stamp(folder: Path, source: Path) -> dict:
-    try:
-        stamp = json.loads(_stamp_path(folder, source).read_text(encoding="utf-8"))
-        return stamp if isinstance(stamp, dict) and stamp.get("path") == str(source) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_stamp(folder: Path, source: Path, stat: os.stat_result, sha256: str) -> None:
-    path = _stamp_path(folder, source)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"path": str(source), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                                   "sha256": sha256}), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as e:  # only a shortcut for next time: hash the file again then
-        log.warning("cannot write %s (%s)", path, e)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _forget_index(folder: Path, sha256: str, trust_keys: bool) -> None:
     """Delete an index no stamp points to any more (its source was edited)."""
-    for stamp_file in (folder / "stamps").glob("*.json"):
-        try:
-            if json.loads(stamp_file.read_text(encoding="utf-8")).get("sha256") == sha256:
-                return
-        except (OSError, ValueError, AttributeError):
-            continue
-    index_path(sha256, trust_keys, folder).unlink(missing_ok=True)
-
-
-def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
-    return a.st_size == b.st_size and a.st_mtime_ns == b.st_mtime_ns
+    if not still_stamped(folder, sha256):
+        index_path(sha256, trust_keys, folder).unlink(missing_ok=True)
 
 
 def open_library(path: str | os.PathLike, name: str | None = None, *, trust_keys: bool = False,
@@ -112,8 +75,8 @@ def open_library(path: str | os.PathLike, name: str | None = None, *, trust_keys
         stat = source.stat()
     except OSError as e:
         raise LibraryError(source, f"cannot be opened ({e.strerror or e}); check the path.") from e
-    stamp = _read_stamp(folder, source)
-    if _same_file_stamp(stamp, stat) and stamp.get("sha256"):
+    stamp = read_stamp(folder, source)
+    if unchanged(stamp, stat) and stamp.get("sha256"):
         sha256 = str(stamp["sha256"])
     else:
         hashing = hash_file(source, cancel)
@@ -132,8 +95,8 @@ def open_library(path: str | os.PathLike, name: str | None = None, *, trust_keys
             log.warning("%s; indexing %s again", e, source)
         else:
             if library.checksum == sha256:
-                if stamp.get("sha256") != sha256 or not _same_file_stamp(stamp, stat):
-                    _write_stamp(folder, source, stat, sha256)
+                if stamp.get("sha256") != sha256 or not unchanged(stamp, stat):
+                    write_stamp(folder, source, stat, sha256)
                 library.name = label
                 return library
     library = yield from build_library(source, label, trust_keys=trust_keys, checksum=sha256, cancel=cancel)
@@ -141,15 +104,11 @@ def open_library(path: str | os.PathLike, name: str | None = None, *, trust_keys
     return library
 
 
-def _same_file_stamp(stamp: dict, stat: os.stat_result) -> bool:
-    return stamp.get("size") == stat.st_size and stamp.get("mtime_ns") == stat.st_mtime_ns
-
-
 def _keep(library: StructureLibrary, source: Path, stat: os.stat_result, index: Path, folder: Path,
           stamp: dict, trust_keys: bool) -> Generator[LibraryProgress, None, None]:
     """Write a freshly built index and its stamp, unless the source changed while it was read."""
     try:
-        changed = not _same_file(stat, source.stat())
+        changed = not same_file(stat, source.stat())
     except OSError:
         changed = True
     if changed:
@@ -162,7 +121,7 @@ def _keep(library: StructureLibrary, source: Path, stat: os.stat_result, index: 
         library.info["cache_error"] = f"cannot write {index} ({e.strerror or e})"
         log.warning("%s; the library is indexed again next time", library.info["cache_error"])
         return
-    _write_stamp(folder, source, stat, library.checksum)
+    write_stamp(folder, source, stat, library.checksum)
     old = stamp.get("sha256")
     if old and old != library.checksum:
         _forget_index(folder, str(old), trust_keys)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import hashlib
 import io
 import os
 import re
@@ -36,7 +35,8 @@ from pathlib import Path
 
 from engine.chem import molecules as chem
 from engine.errors import InputFileError
-from engine.progress import CancelFn, check_cancel, run_to_end
+from engine.progress import CancelFn, run_to_end
+from engine.stamps import sha256_chunks
 
 TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t", ".tab": "\t"}
 SDF_SUFFIXES = (".sdf", ".sd", ".mol")
@@ -290,18 +290,10 @@ def hash_file(path: str | os.PathLike, cancel: CancelFn | None = None,
               chunk: int = 1 << 22) -> Generator[int, None, str]:
     """SHA-256 (hex) of a file's bytes, as a generator that yields the bytes read so far every ``chunk`` (and
     checks ``cancel`` there)."""
-    h = hashlib.sha256()
-    done = 0
     try:
-        with open(path, "rb") as fh:
-            while block := fh.read(chunk):
-                check_cancel(cancel)
-                h.update(block)
-                done += len(block)
-                yield done
+        return (yield from sha256_chunks(path, cancel, chunk))
     except OSError as e:
         raise LibraryError(path, f"cannot be read ({e.strerror or e}); check that it exists and may be read.") from e
-    return h.hexdigest()
 
 
 def file_sha256(path: str | os.PathLike, cancel: CancelFn | None = None) -> str:

@@ -20,15 +20,14 @@ opened the same way by :func:`open_bundled_spectral_library`.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 from collections.abc import Generator, Sequence
 from pathlib import Path
 
 from engine import paths
-from engine.progress import CancelFn, check_cancel, run_to_end
+from engine.progress import CancelFn, run_to_end
+from engine.stamps import read_stamp, same_file, sha256_chunks, still_stamped, unchanged, write_stamp
 
 from .index import (
     IndexMismatch,
@@ -64,67 +63,23 @@ def index_paths(sha256: str, folder: Path | None = None) -> tuple[Path, Path]:
 
 def hash_file(path: Path, cancel: CancelFn | None = None, chunk: int = 1 << 22) -> Generator[int, None, str]:
     """SHA-256 (hex) of a file's bytes, as a generator of the bytes read so far (checking ``cancel``)."""
-    h = hashlib.sha256()
-    done = 0
     try:
-        with open(path, "rb") as fh:
-            while block := fh.read(chunk):
-                check_cancel(cancel)
-                h.update(block)
-                done += len(block)
-                yield done
+        return (yield from sha256_chunks(path, cancel, chunk))
     except OSError as e:
         raise SpectralLibraryError(path, f"cannot be read ({e.strerror or e}); check that it exists and may be "
                                          "read.") from e
-    return h.hexdigest()
-
-
-def _stamp_path(folder: Path, source: Path) -> Path:
-    digest = hashlib.sha256(str(source).encode("utf-8", errors="surrogateescape")).hexdigest()[:24]
-    return folder / "stamps" / f"{digest}.json"
-
-
-def _read_stamp(folder: Path, source: Path) -> dict:
-    try:
-        stamp = json.loads(_stamp_path(folder, source).read_text(encoding="utf-8"))
-        return stamp if isinstance(stamp, dict) and stamp.get("path") == str(source) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_stamp(folder: Path, source: Path, stat: os.stat_result, sha256: str) -> None:
-    path = _stamp_path(folder, source)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"path": str(source), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                                   "sha256": sha256}), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as e:  # only a shortcut for next time: the file is hashed again then
-        log.warning("cannot write %s (%s)", path, e)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _same(stamp: dict, stat: os.stat_result) -> bool:
-    return stamp.get("size") == stat.st_size and stamp.get("mtime_ns") == stat.st_mtime_ns
 
 
 def _forget_index(folder: Path, sha256: str) -> None:
     """Delete an index no stamp points to any more (its source was edited)."""
-    for stamp_file in (folder / "stamps").glob("*.json"):
-        try:
-            if json.loads(stamp_file.read_text(encoding="utf-8")).get("sha256") == sha256:
-                return
-        except (OSError, ValueError, AttributeError):
-            continue
-    for path in index_paths(sha256, folder):
-        path.unlink(missing_ok=True)
+    if not still_stamped(folder, sha256):
+        for path in index_paths(sha256, folder):
+            path.unlink(missing_ok=True)
 
 
 def _checksum(source: Path, stat: os.stat_result, stamp: dict, label: str, cancel: CancelFn | None,
               ) -> Generator[SpectralLibraryProgress, None, str]:
-    if _same(stamp, stat) and stamp.get("sha256"):
+    if unchanged(stamp, stat) and stamp.get("sha256"):
         return str(stamp["sha256"])
     hashing = hash_file(source, cancel)
     while True:
@@ -152,7 +107,7 @@ def open_spectral_library(path: str | os.PathLike, name: str | None = None, *, c
         raise SpectralLibraryError(source, f"cannot be opened ({e.strerror or e}); check the path.") from e
     if not source.is_file():
         raise SpectralLibraryError(source, "is not a file; choose an MSP or MGF file.")
-    stamp = _read_stamp(folder, source)
+    stamp = read_stamp(folder, source)
     sha256 = yield from _checksum(source, stat, stamp, label, cancel)
     npz, meta = index_paths(sha256, folder)
     if npz.is_file() and meta.is_file():
@@ -162,8 +117,8 @@ def open_spectral_library(path: str | os.PathLike, name: str | None = None, *, c
             log.warning("%s; indexing %s again", e, source)
         else:
             if library.checksum == sha256:
-                if stamp.get("sha256") != sha256 or not _same(stamp, stat):
-                    _write_stamp(folder, source, stat, sha256)
+                if stamp.get("sha256") != sha256 or not unchanged(stamp, stat):
+                    write_stamp(folder, source, stat, sha256)
                 library.name = label
                 return library
     library = yield from build_library(source, label, sha256, cancel)
@@ -175,7 +130,7 @@ def _keep(library: SpectralLibrary, source: Path, stat: os.stat_result, folder: 
           stamp: dict) -> Generator[SpectralLibraryProgress, None, None]:
     """Write a freshly built index and its stamp, unless the source changed while it was read."""
     try:
-        changed = not _same({"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}, source.stat())
+        changed = not same_file(stat, source.stat())
     except OSError:
         changed = True
     if changed:
@@ -189,7 +144,7 @@ def _keep(library: SpectralLibrary, source: Path, stat: os.stat_result, folder: 
         library.info["cache_error"] = f"cannot write {npz} ({e.strerror or e})"
         log.warning("%s; the library is indexed again next time", library.info["cache_error"])
         return
-    _write_stamp(folder, source, stat, library.checksum)
+    write_stamp(folder, source, stat, library.checksum)
     old = stamp.get("sha256")
     if old and old != library.checksum:
         _forget_index(folder, str(old))

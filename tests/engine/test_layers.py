@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from import_graph import ROOT, imports, module_name
 
-LAYERS = ("errors progress paths", "chem", "spectra", "formulas", "library", "spectral_library", "model", "elucidation",
+LAYERS = ("errors progress paths stamps", "chem", "spectra", "formulas", "library", "spectral_library", "model", "elucidation",
           "insight", "files", "cluster", "cli")
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names.split()}
 QT = ("PySide6", "PyQt5", "PyQt6", "shiboken6", "superqt", "qtpy", "msgpt_gui")
