@@ -74,3 +74,19 @@ def tiny_bundle(tiny_bundle_dir):
     from engine.model.bundle import load_bundle
 
     return load_bundle(tiny_bundle_dir, device="cpu", precision="fp32")
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The spectra ``msgpt predict`` hands to the model, in order."""
+    from engine.cli import predict as cli
+
+    seen = []
+    real = cli._elucidate_one
+
+    def spy(bundle, spectrum, params, bar, libraries=()):
+        seen.append(spectrum)
+        return real(bundle, spectrum, params, bar, libraries)
+
+    monkeypatch.setattr(cli, "_elucidate_one", spy)
+    return seen

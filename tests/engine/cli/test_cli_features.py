@@ -56,20 +56,6 @@ def run(tmp_path) -> Path:
     return write_mzml(tmp_path / "run.mzML", scans)
 
 
-@pytest.fixture
-def captured(monkeypatch):
-    """The spectra the CLI hands to the model, in order."""
-    seen = []
-    real = cli._elucidate_one
-
-    def spy(bundle, spectrum, params, bar, libraries=()):
-        seen.append(spectrum)
-        return real(bundle, spectrum, params, bar, libraries)
-
-    monkeypatch.setattr(cli, "_elucidate_one", spy)
-    return seen
-
-
 FAST = ["--groups", "2", "--pool-size", "4", "-q", "--no-libraries"]  # libraries: tests/engine/elucidation
 
 

@@ -186,7 +186,7 @@ def test_a_project_keeps_the_reference_match_and_the_suspect_flag(tiny_bundle, s
     assert back.candidates[1].suspect and back.candidates[1].inchikey14 == chem.inchikey14(REFERENCE)
 
 
-def test_the_mass_track_keeps_to_the_ion_types_asked_for(tiny_bundle_dir, home, captured_spectra):
+def test_the_mass_track_keeps_to_the_ion_types_asked_for(tiny_bundle_dir, home, captured):
     """--ion-types limits the library's mass track as it limits the formula candidates."""
     from engine.cli import main
 
@@ -198,22 +198,8 @@ def test_the_mass_track_keeps_to_the_ion_types_asked_for(tiny_bundle_dir, home, 
     argv = ["predict", str(mgf), "-o", str(home / "o.csv"), "--model", str(tiny_bundle_dir), "--groups", "2",
             "--pool-size", "4", "-q", "--no-bundled-libraries", "--structure-library", str(lib), "--formulas", "1"]
     assert main(argv) == 0
-    assert any(s.metadata.get("formula_source") == MASS_TRACK or s.formula == "C14H28N2O6" for s in captured_spectra)
-    captured_spectra.clear()
+    assert any(s.metadata.get("formula_source") == MASS_TRACK or s.formula == "C14H28N2O6" for s in captured)
+    captured.clear()
     main(argv + ["--ion-types", "[M+NH4]+"])
-    assert not captured_spectra  # no [M+NH4]+ run is possible, and the mass track adds none of another ion type
+    assert not captured  # no [M+NH4]+ run is possible, and the mass track adds none of another ion type
 
-
-@pytest.fixture
-def captured_spectra(monkeypatch):
-    from engine.cli import predict as cli
-
-    seen = []
-    real = cli._elucidate_one
-
-    def spy(bundle, spectrum, params, bar, libraries=()):
-        seen.append(spectrum)
-        return real(bundle, spectrum, params, bar, libraries)
-
-    monkeypatch.setattr(cli, "_elucidate_one", spy)
-    return seen
