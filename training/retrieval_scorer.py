@@ -1,0 +1,628 @@
+"""Can another structure score rank a known true structure above its isomers better than the fingerprint score?
+
+Issue #36 asks the truth at rank 1 among its library isomers (and the de novo candidates) for ≥55% of
+spectra; the fingerprint score (:class:`engine.model.scoring.FingerprintScorer`, the Bernoulli
+log-likelihood of a candidate's 4096 Morgan bits under the recalibrated posterior ``q``) gets 41.6% among the
+library alone on FOLD=val (``python -m training.retrieval``, docs/known_compounds.md). This module scores the
+same cached candidate pools (``runs/retrieval/v10/pools.jsonl``: 150 FOLD=train spectra of structures the
+encoder never trained on, "train-unseen", and 150 FOLD=val spectra) with other scores and measures them with
+:mod:`training.retrieval`'s own metrics (:func:`~training.retrieval.evaluate_pools`,
+:func:`~training.retrieval.crowding_summary`)::
+
+    python -m training.retrieval_scorer --mgf ../shared/data/massbank_dev.mgf.gz \\
+        --corpus ../shared/data/molecules.tsv.gz --pools runs/retrieval/v10 --out runs/retrieval_scorer/v10
+
+Since the fingerprint score of a candidate with active bits ``y`` is ``const + Σ_{b∈y} logit(q_b)``, a
+temperature on the logits never changes a ranking; the scores measured are
+
+* closed forms: cosine(q, y), expected Tanimoto Σ_y q / (|y| + Σq − Σ_y q), the mean gain per active bit
+  (log-likelihood normalised by |y|), the raw (uncalibrated) posterior's log-likelihood, and two one- and
+  two-weight families chosen on train-unseen: ``Σ_y logit q + β·|y|`` (a price per active bit) and
+  ``Σ_y (logit q − λ·logit f_b) + β·|y|`` (a likelihood ratio against each bit's frequency ``f`` among
+  training structures);
+* a learned per-bit score ``Σ_y ((a + δa_b)·logit q_b + β + γ·(−logit f_b) + δb_b)`` trained listwise (softmax
+  over a spectrum's candidates, the truth the positive) with an L2 penalty on δa, δb (toward the
+  log-likelihood), on FOLD=train spectra of structures the encoder never trained on
+  (:func:`training.noise.unseen_structures`), the 150 pool train-unseen structures left out; negatives are
+  corpus structures of the truth's formula (:func:`training.retrieval.track_rows`). The penalty is chosen
+  on the 150 pool train-unseen spectra, never on val.
+
+Every choice is made on train-unseen: the best mean joint Hit@1 over both tracks among settings that keep de
+novo Top-1/Top-10 (library off, and on with the truth removed from it) at least at today's. Posteriors are
+recomputed with the bundle's encoder (as :func:`engine.elucidation.pipeline.compute_posterior`); the run
+checks that today's score recomputed from them equals the cached one. Outputs: ``<out>/data.npz`` (the cache
+of posteriors and candidate bits), ``metrics.json`` and ``report.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from engine.chem import molecules as chem
+
+from .retrieval import (
+    CROWDING_KS,
+    HIT_KS,
+    TRACKS,
+    Pool,
+    Variant,
+    crowding_summary,
+    evaluate_pools,
+    open_corpus,
+    read_jsonl,
+    strip_private,
+    track_rows,
+)
+
+TODAY = Variant("fingerprint")
+
+
+@dataclass
+class ScorerConfig:
+    mgf: str
+    corpus: str
+    pools: str = "runs/retrieval/v10"  # a training.retrieval output folder (pools.jsonl, selection.json)
+    out: str = "runs/retrieval_scorer/v10"
+    model: str = ""
+    home: str | None = "runs/retrieval/home"  # MSGPT_HOME holding the corpus index
+    seed: int = 0
+    per_structure: int = 10  # training spectra per unseen structure
+    negatives: int = 127  # corpus isomers per training structure
+    threads: int = 1
+    l2: tuple[float, ...] = (10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0)  # penalty on δa, δb (on the summed loss)
+    epochs: int = 40
+    command: str = ""
+
+
+# -- sparse candidate fingerprints ------------------------------------------------------------------------
+@dataclass
+class Bits:
+    """Active bits of many structures (CSR): structure ``i`` has ``idx[off[i]:off[i+1]]``."""
+
+    idx: np.ndarray
+    off: np.ndarray
+
+    @classmethod
+    def of(cls, bit_lists: Sequence[np.ndarray]) -> Bits:
+        off = np.zeros(len(bit_lists) + 1, dtype=np.int64)
+        off[1:] = np.cumsum([len(b) for b in bit_lists])
+        idx = np.concatenate([np.asarray(b, dtype=np.int32) for b in bit_lists]) if bit_lists else np.zeros(0, np.int32)
+        return cls(idx, off)
+
+    def __len__(self) -> int:
+        return len(self.off) - 1
+
+    def rows(self, lo: int, hi: int) -> Bits:
+        return Bits(self.idx[self.off[lo] : self.off[hi]], self.off[lo : hi + 1] - self.off[lo])
+
+    def sums(self, weights: np.ndarray) -> np.ndarray:
+        """Σ over each structure's active bits of ``weights`` (n_bits,); each structure summed on its own, so
+        that equal fingerprints get equal sums (ties stay ties)."""
+        vals = np.append(np.asarray(weights, dtype=np.float64)[self.idx], 0.0)
+        out = np.add.reduceat(vals, self.off[:-1]) if len(self) else np.zeros(0)
+        out[self.off[1:] == self.off[:-1]] = 0.0
+        return out
+
+    def counts(self) -> np.ndarray:
+        return np.diff(self.off).astype(np.float64)
+
+
+def smiles_bits(smiles: str, n_bits: int) -> np.ndarray:
+    mol = chem.mol_from_smiles(smiles)
+    return np.zeros(0, np.int64) if mol is None else chem.morgan_bits(mol, n_bits)
+
+
+# -- data ------------------------------------------------------------------------------------------------
+def posteriors(model, spectra) -> np.ndarray:
+    """The encoder's posterior of each spectrum (as the app computes it, one at a time), (n, n_bits) float32."""
+    from engine.elucidation.pipeline import compute_posterior
+
+    return np.stack([compute_posterior(model, s) for s in spectra]).astype(np.float32)
+
+
+def calibrated(model, post: np.ndarray, polarity: str | None) -> np.ndarray:
+    """``q`` of :class:`~engine.model.scoring.FingerprintScorer` for one posterior."""
+    from engine.model.scoring import EPS
+
+    cal = model.calibration.for_polarity(polarity).bits
+    if cal is not None and cal.n_bits == post.size:
+        return cal.probabilities(post)
+    return np.clip(post.astype(np.float64), EPS, 1 - EPS)
+
+
+def pool_spectra(pools_dir: Path) -> tuple[dict, dict]:
+    """The cached pool records and their spectra (``selection.json`` of the retrieval run), by key."""
+    from engine.spectra.spectrum import Spectrum
+
+    from .evaluate import spectrum_key
+
+    records = read_jsonl(pools_dir / "pools.jsonl")
+    sel = json.loads((pools_dir / "selection.json").read_text(encoding="utf-8"))
+    spectra = {}
+    for d in sel["choose"] + sel["report"]:
+        s = Spectrum(**d)
+        spectra[spectrum_key(s)] = s
+    return records, spectra
+
+
+def training_spectra(model, mgf: str, exclude: set[str], per_structure: int, seed: int) -> list:
+    """(Spectrum, Reference) of FOLD=train spectra whose structure the encoder never trained on
+    (:func:`training.noise.unseen_structures`, the licences the bundle records), up to ``per_structure`` per
+    structure (seeded), structures in ``exclude`` (InChIKey first blocks) left out."""
+    import random
+
+    from .evaluate import EvalConfig, select_spectra
+    from .noise import encoder_licenses, unseen_structures
+    from .retrieval import mgf_labels
+
+    trained = encoder_licenses(model.config, str(model.path))
+    sel = select_spectra(model, EvalConfig(model=str(model.path), mgf=str(mgf), out="", folds=("train",),
+                                           variants=(), kappa_sweep=False))
+    fold, lic, keys = mgf_labels(mgf)
+    unseen = set(keys[unseen_structures(fold, lic, keys, trained)].tolist()) - exclude
+    groups: dict[str, list] = defaultdict(list)
+    for s, r in sel.eligible:
+        if r.inchikey14 in unseen:
+            groups[r.inchikey14].append((s, r))
+    rng = random.Random(seed)
+    out = []
+    for key in sorted(groups):
+        g = groups[key]
+        out += rng.sample(g, min(per_structure, len(g)))
+    return out, sel.eligible
+
+
+def build_data(cfg: ScorerConfig, model, path: Path) -> dict:
+    """Posteriors and candidate bits of the pool spectra and of the training spectra, cached in ``path``."""
+    from .evaluate import spectrum_key
+
+    key = json.dumps({"pools": str(Path(cfg.pools).resolve()), "mgf": str(Path(cfg.mgf).resolve()),
+                      "corpus": str(Path(cfg.corpus).resolve()), "model": model.checksum, "seed": cfg.seed,
+                      "per_structure": cfg.per_structure, "negatives": cfg.negatives}, sort_keys=True)
+    if path.exists():
+        data = dict(np.load(path, allow_pickle=False))
+        if str(data.get("key")) == key:
+            return data
+    n_bits = model.decoder.config.fp_bits
+    records, spectra = pool_spectra(Path(cfg.pools))
+    keys = list(records)
+    t = time.time()
+    pool_post = posteriors(model, [spectra[k] for k in keys])
+    print(f"pool posteriors: {time.time() - t:.0f} s", file=sys.stderr)
+    cand_bits, n_cand = [], []
+    for k in keys:
+        cands = records[k]["candidates"]
+        n_cand.append(len(cands))
+        cand_bits += [smiles_bits(c["s"], n_bits) for c in cands]
+    pool_b = Bits.of(cand_bits)
+    print(f"pool candidate bits: {time.time() - t:.0f} s", file=sys.stderr)
+
+    exclude = {r["truth"]["inchikey14"] for r in records.values()}
+    train, eligible = training_spectra(model, cfg.mgf, exclude, cfg.per_structure, cfg.seed)
+    print(f"{len(train)} training spectra of {len({r.inchikey14 for _, r in train})} structures "
+          f"({time.time() - t:.0f} s)", file=sys.stderr)
+    # bit frequency among FOLD=train structures (pool structures left out), for the likelihood-ratio scores
+    seen_keys, freq, n_struct = set(), np.zeros(n_bits), 0
+    for _, r in eligible:
+        if r.inchikey14 not in seen_keys and r.inchikey14 not in exclude:
+            seen_keys.add(r.inchikey14)
+            freq[r.query_bits] += 1
+            n_struct += 1
+    library = open_corpus(cfg.corpus, cfg.home)
+    struct_index: dict[str, int] = {}
+    struct_bits, struct_n = [], []
+    for s, r in train:
+        if r.inchikey14 in struct_index:
+            continue
+        rng = np.random.default_rng([cfg.seed, zlib.crc32(r.inchikey14.encode())])
+        rows, _ = track_rows(library, r.inchikey14, chem.mol_formula(r.mol), 0.0, rng, size=cfg.negatives, ppm=0.0)
+        negs = [library.bits(int(row)) for row in rows]
+        struct_index[r.inchikey14] = len(struct_n)
+        struct_bits += [r.query_bits] + negs
+        struct_n.append(1 + len(negs))
+    sb = Bits.of(struct_bits)
+    print(f"training candidates: {len(sb)} ({time.time() - t:.0f} s)", file=sys.stderr)
+    train_post = posteriors(model, [s for s, _ in train])
+    print(f"training posteriors: {time.time() - t:.0f} s", file=sys.stderr)
+    data = {"pool_keys": np.array(keys), "pool_post": pool_post, "pool_n": np.array(n_cand),
+            "pool_idx": pool_b.idx, "pool_off": pool_b.off,
+            "pool_neg": np.array([spectra[k].polarity == "negative" for k in keys]),
+            "train_keys": np.array([spectrum_key(s) for s, _ in train]), "train_post": train_post,
+            "train_struct": np.array([struct_index[r.inchikey14] for _, r in train]),
+            "train_neg": np.array([s.polarity == "negative" for s, _ in train]),
+            "struct_n": np.array(struct_n), "struct_idx": sb.idx, "struct_off": sb.off,
+            "freq": freq, "n_freq_structures": np.array(n_struct), "key": np.array(key)}
+    np.savez_compressed(path, **data)
+    return data
+
+
+# -- scores ----------------------------------------------------------------------------------------------
+@dataclass
+class Context:
+    """One spectrum's posterior (raw and recalibrated as the app's score reads it) and candidate bits."""
+
+    post: np.ndarray
+    q: np.ndarray
+    bits: Bits
+
+    @property
+    def gain(self) -> np.ndarray:
+        return np.log(self.q) - np.log1p(-self.q)
+
+
+def _logit(x: np.ndarray) -> np.ndarray:
+    return np.log(x) - np.log1p(-x)
+
+
+def loglik(c: Context) -> np.ndarray:
+    """Today's fingerprint score (base included)."""
+    return float(np.log1p(-c.q).sum()) + c.bits.sums(c.gain)
+
+
+def loglik_raw(c: Context) -> np.ndarray:
+    from engine.model.scoring import EPS
+
+    p = np.clip(c.post.astype(np.float64), EPS, 1 - EPS)
+    return c.bits.sums(_logit(p))
+
+
+def cosine(c: Context) -> np.ndarray:
+    return c.bits.sums(c.q) / (np.linalg.norm(c.q) * np.sqrt(np.maximum(c.bits.counts(), 1.0)))
+
+
+def expected_tanimoto(c: Context) -> np.ndarray:
+    inter = c.bits.sums(c.q)
+    return inter / np.maximum(c.bits.counts() + c.q.sum() - inter, 1e-9)
+
+
+def mean_gain(c: Context) -> np.ndarray:
+    return c.bits.sums(c.gain) / np.maximum(c.bits.counts(), 1.0)
+
+
+@dataclass(frozen=True)
+class LinearBitScore:
+    """``Σ_{b∈y} (slope_b · logit q_b + offset_b)``: the log-likelihood (slope 1, offset 0) up to a constant;
+    a price per active bit is a constant offset, a likelihood ratio against bit frequencies an offset
+    ``−λ·logit f_b``."""
+
+    slope: np.ndarray | float = 1.0
+    offset: np.ndarray | float = 0.0
+
+    def __call__(self, c: Context) -> np.ndarray:
+        w = np.asarray(self.slope) * c.gain + np.asarray(self.offset)
+        return c.bits.sums(np.broadcast_to(w, c.q.shape))
+
+
+# -- measuring -------------------------------------------------------------------------------------------
+def rescore(pools: Sequence[Pool], ctxs: Sequence[Context], score: Callable[[Context], np.ndarray]) -> list[Pool]:
+    """The pools with ``score`` in place of the fingerprint score (every ranking of training.retrieval reads it)."""
+    return [replace(p, fingerprint=np.asarray(score(c), dtype=np.float64)) for p, c in zip(pools, ctxs)]
+
+
+def measure(pools: Sequence[Pool], today: dict) -> dict:
+    """Hit@k per track and setting and the crowding check of rescored pools (``today``: evaluate_pools of the
+    fingerprint score on the same pools)."""
+    res = evaluate_pools(TODAY, pools)
+    out = strip_private(res)
+    out["crowding"] = crowding_summary(res, today)
+    out["today_crowded"] = {t: {f"top{k}": today[t]["crowded"][f"hit{k}"] for k in CROWDING_KS} for t in TRACKS}
+    out["n"] = len(pools)
+    return out
+
+
+def selection_key(m: dict, tolerance: float = 0.0) -> tuple:
+    """(no de novo loss, mean joint Hit@1, mean joint Hit@5): the loss is the largest drop, on any track, of
+    de novo Top-1/Top-10 against the fingerprint score's, with the library off and with it on (truth out)."""
+    loss = de_novo_loss(m)
+    h1 = float(np.mean([m[t]["joint"]["hit1"] for t in TRACKS]))
+    h5 = float(np.mean([m[t]["joint"]["hit5"] for t in TRACKS]))
+    return (loss <= tolerance + 1e-9, round(h1, 9), round(h5, 9))
+
+
+def de_novo_loss(m: dict) -> float:
+    losses = []
+    for t in TRACKS:
+        c = m["crowding"][t]
+        for k in CROWDING_KS:
+            losses.append(c[f"today_top{k}"] - c[f"off_top{k}"])
+            losses.append(m["today_crowded"][t][f"top{k}"] - c[f"on_top{k}"])
+    return float(max(losses))
+
+
+# -- the learned per-bit score -----------------------------------------------------------------------------
+@dataclass
+class TrainSet:
+    """Training spectra: ``gain`` (n, n_bits) logit q of each; ``struct`` the candidate group of each (truth
+    first, then corpus isomers) in ``bits`` (groups of ``group_n`` consecutive rows from ``group_off``)."""
+
+    gain: np.ndarray
+    struct: np.ndarray
+    bits: Bits
+    group_off: np.ndarray
+
+    def batch(self, spectra: np.ndarray):
+        """Flattened (nnz) bit index, candidate index, spectrum row; and (candidate → spectrum, position)."""
+        idx, cand, spec, cand_spec, cand_pos = [], [], [], [], []
+        n_cand = 0
+        for j, s in enumerate(spectra):
+            g = self.struct[s]
+            lo, hi = self.group_off[g], self.group_off[g + 1]
+            sub = self.bits.rows(lo, hi)
+            k = hi - lo
+            idx.append(sub.idx)
+            cand.append(np.repeat(np.arange(n_cand, n_cand + k), np.diff(sub.off)))
+            spec.append(np.full(len(sub.idx), s))
+            cand_spec.append(np.full(k, j))
+            cand_pos.append(np.arange(k))
+            n_cand += k
+        return (np.concatenate(idx).astype(np.int64), np.concatenate(cand), np.concatenate(spec),
+                np.concatenate(cand_spec), np.concatenate(cand_pos))
+
+
+@dataclass
+class LearnedBitScore:
+    """Trained :class:`LinearBitScore`: slope ``a + δa_b``, offset ``β + γ·g_b + δb_b`` (``g = −logit f``)."""
+
+    slope: np.ndarray
+    offset: np.ndarray
+    info: dict = field(default_factory=dict)
+
+    def linear(self) -> LinearBitScore:
+        return LinearBitScore(self.slope, self.offset)
+
+
+PER_BIT = ("both", "slope", "offset")  # which per-bit deviations are learned (δa and δb, δa alone, δb alone)
+
+
+def train_listwise(ts: TrainSet, g: np.ndarray, l2: float, *, per_bit: str = "both", epochs: int = 40,
+                   batch: int = 64, lr: float = 0.02, seed: int = 0, log: Callable[[str], None] | None = None
+                   ) -> LearnedBitScore:
+    """Listwise softmax (truth the positive) of ``Σ_y ((a + δa)·logit q + β + γ·g + δb)`` with
+    ``l2``·(‖δa‖² + ‖δb‖²) (summed over the training spectra), Adam. ``per_bit``: ``both``, ``slope`` (δa
+    alone: a per-bit reliability of the posterior), ``offset`` (δb alone: a per-bit prior on structures,
+    whatever the spectrum), ``none`` (a, β, γ only). Scores are those of the last epoch."""
+    import torch
+
+    n_bits = ts.gain.shape[1]
+    gain = torch.from_numpy(ts.gain.astype(np.float32))
+    gt = torch.from_numpy(g.astype(np.float32))
+    a = torch.ones(1, requires_grad=True)
+    beta = torch.zeros(1, requires_grad=True)
+    gamma = torch.zeros(1, requires_grad=True)
+    da = torch.zeros(n_bits, requires_grad=per_bit in ("both", "slope"))
+    db = torch.zeros(n_bits, requires_grad=per_bit in ("both", "offset"))
+    params = [a, beta, gamma] + [x for x in (da, db) if x.requires_grad]
+    opt = torch.optim.Adam(params, lr=lr)
+    rng = np.random.default_rng(seed)
+    n = len(ts.struct)
+    history = []
+    for epoch in range(epochs):
+        order = rng.permutation(n)
+        total = 0.0
+        for lo in range(0, n, batch):
+            sel = order[lo : lo + batch]
+            idx, cand, spec, cspec, cpos = (torch.from_numpy(x) for x in ts.batch(sel))
+            val = (a + da[idx]) * gain[spec, idx] + beta + gamma * gt[idx] + db[idx]
+            s = torch.zeros(len(cspec)).index_add(0, cand, val)
+            mat = torch.full((len(sel), int(cpos.max()) + 1), -torch.inf)
+            mat[cspec, cpos] = s
+            ce = -(torch.log_softmax(mat, dim=1)[:, 0]).sum()
+            reg = l2 * len(sel) / n * ((da ** 2).sum() + (db ** 2).sum())
+            loss = (ce + reg) / len(sel)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(ce.detach())
+        history.append(total / n)
+        if log and (epoch % 10 == 0 or epoch == epochs - 1):
+            log(f"    epoch {epoch}: listwise loss {total / n:.4f}; a={float(a):.3f} β={float(beta):.3f} "
+                f"γ={float(gamma):.3f} |δa|={float(da.norm()):.2f} |δb|={float(db.norm()):.2f}")
+    slope = (a + da).detach().double().numpy()
+    offset = (beta + gamma * gt + db).detach().double().numpy()
+    info = {"l2": l2, "per_bit": per_bit, "epochs": epochs, "a": float(a), "beta": float(beta), "gamma": float(gamma),
+            "delta_a_norm": float(da.norm()), "delta_b_norm": float(db.norm()), "loss": history}
+    return LearnedBitScore(slope, offset, info)
+
+
+# -- the run ---------------------------------------------------------------------------------------------
+PRICES = tuple(float(x) for x in np.arange(-4.0, 4.01, 0.5))
+RATIO_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
+
+
+def contexts(model, data: dict, prefix: str, rows_of: Callable[[int], Bits]) -> list[Context]:
+    post, neg = data[f"{prefix}_post"], data[f"{prefix}_neg"]
+    return [Context(post[i], calibrated(model, post[i], "negative" if neg[i] else "positive"), rows_of(i))
+            for i in range(len(post))]
+
+
+def run(cfg: ScorerConfig, log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict:
+    import torch
+
+    from engine.model.bundle import load_bundle
+    from engine.paths import default_model_dir
+
+    from .evaluate import code_version, machine
+
+    started = time.time()
+    torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = load_bundle(cfg.model or default_model_dir(), device="cpu", precision="auto")
+    data = build_data(cfg, model, out / "data.npz")
+    records = read_jsonl(Path(cfg.pools) / "pools.jsonl")
+    keys = [str(k) for k in data["pool_keys"]]
+    pool_bits = Bits(data["pool_idx"], data["pool_off"])
+    starts = np.concatenate([[0], np.cumsum(data["pool_n"])])
+    ctxs = contexts(model, data, "pool", lambda i: pool_bits.rows(starts[i], starts[i + 1]))
+    pools = [Pool.from_record(records[k]) for k in keys]
+    diff = max(float(np.abs(loglik(c) - p.fingerprint).max()) for c, p in zip(ctxs, pools))
+    log(f"today's score recomputed from the posteriors: largest difference from the cached {diff:.4f} nats")
+    sets = {name: [i for i, k in enumerate(keys) if records[k]["fold"] == fold]
+            for name, fold in (("choose", "train"), ("report", "val"))}
+    today = {s: evaluate_pools(TODAY, [pools[i] for i in rows]) for s, rows in sets.items()}
+    freq = (data["freq"] + 0.5) / (float(data["n_freq_structures"]) + 1.0)
+    g = -_logit(freq)  # large for rare bits
+
+    def measure_score(score) -> dict:
+        return {s: measure(rescore([pools[i] for i in rows], [ctxs[i] for i in rows], score), today[s])
+                for s, rows in sets.items()}
+
+    variants: dict[str, dict] = {}
+
+    def add(name: str, score, weights: dict | None = None, choice: dict | None = None) -> None:
+        variants[name] = {"weights": weights or {}, **measure_score(score), **({"choice": choice} if choice else {})}
+        m = variants[name]
+        log(f"  {name}: train-unseen joint H1 {100 * np.mean([m['choose'][t]['joint']['hit1'] for t in TRACKS]):.1f}"
+            f", val {100 * np.mean([m['report'][t]['joint']['hit1'] for t in TRACKS]):.1f}; "
+            f"de novo loss {100 * de_novo_loss(m['choose']):.1f} / {100 * de_novo_loss(m['report']):.1f}")
+
+    def choose_grid(name: str, grid: dict[str, Callable], weights: dict[str, dict]) -> None:
+        keyed = {}
+        for label, score in grid.items():
+            m = measure(rescore([pools[i] for i in sets["choose"]], [ctxs[i] for i in sets["choose"]], score),
+                        today["choose"])
+            keyed[label] = (selection_key(m), m)
+        best = max(keyed, key=lambda k: keyed[k][0])
+        info = {"chosen": best, "grid": {k: {"key": list(v[0]), "de_novo_loss": de_novo_loss(v[1])}
+                                         for k, v in keyed.items()}}
+        add(name, grid[best], weights[best], info)
+
+    log("closed-form scores")
+    add("fingerprint score (today)", loglik)
+    add("raw posterior log-likelihood", loglik_raw)
+    add("cosine(q, y)", cosine)
+    add("expected Tanimoto", expected_tanimoto)
+    add("mean gain per active bit", mean_gain)
+    grid = {f"β={b:g}": LinearBitScore(1.0, b) for b in PRICES}
+    choose_grid("log-likelihood + β·|y|", grid, {f"β={b:g}": {"beta": b} for b in PRICES})
+    grid, w = {}, {}
+    for lam in RATIO_WEIGHTS:
+        for b in PRICES:
+            grid[f"λ={lam:g}, β={b:g}"] = LinearBitScore(1.0, b + lam * g)
+            w[f"λ={lam:g}, β={b:g}"] = {"lambda": lam, "beta": b}
+    choose_grid("log-likelihood ratio vs bit frequency + β·|y|", grid, w)
+
+    log("learned per-bit score")
+    gain = np.stack([c.gain for c in contexts(model, data, "train", lambda i: Bits.of([]))]).astype(np.float32)
+    ts = TrainSet(gain, data["train_struct"], Bits(data["struct_idx"], data["struct_off"]),
+                  np.concatenate([[0], np.cumsum(data["struct_n"])]))
+    keep = data["struct_n"][ts.struct] > 1  # a structure alone of its formula teaches nothing
+    ts = replace(ts, gain=ts.gain[keep], struct=ts.struct[keep])
+    log(f"  {len(ts.struct)} training spectra ({int((~keep).sum())} without isomers left out)")
+    learned: dict[str, LearnedBitScore] = {}
+    t = time.time()
+    glob = train_listwise(ts, g, 0.0, per_bit="none", epochs=cfg.epochs, seed=cfg.seed, log=log)
+    for mode in PER_BIT:
+        for l2 in cfg.l2:
+            log(f"  {mode}, l2={l2:g}")
+            learned[f"{mode}, l2={l2:g}"] = train_listwise(ts, g, l2, per_bit=mode, epochs=cfg.epochs, seed=cfg.seed,
+                                                          log=log)
+    train_seconds = time.time() - t
+
+    def info(v: LearnedBitScore) -> dict:
+        return {k: x for k, x in v.info.items() if k != "loss"}
+
+    add("learned a, β, γ (3 weights, listwise)", glob.linear(), info(glob))
+    names = {"both": "δa and δb", "slope": "δa alone (reliability)", "offset": "δb alone (structure prior)"}
+    for mode in PER_BIT:
+        mine = {k: v for k, v in learned.items() if k.startswith(mode + ",")}
+        choose_grid(f"learned per-bit {names[mode]}, L2 chosen", {k: v.linear() for k, v in mine.items()},
+                    {k: info(v) for k, v in mine.items()})
+    for k, v in learned.items():
+        add(f"  learned per-bit {k}", v.linear(), info(v))
+
+    metrics = {"run": {"model": f"{model.name} [{model.checksum[:12]}]", "pools": cfg.pools, "config": asdict(cfg),
+                       "machine": machine(model), "code_version": code_version(), "command": cfg.command,
+                       "seconds": time.time() - started, "train_seconds": train_seconds,
+                       "training_spectra": len(ts.struct), "training_structures": len(set(ts.struct.tolist())),
+                       "recomputed_fingerprint_max_diff": diff,
+                       "n": {s: len(r) for s, r in sets.items()}},
+               "variants": variants}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    (out / "report.md").write_text(report_text(metrics))
+    return metrics
+
+
+# -- the report ------------------------------------------------------------------------------------------
+def _pct(x: float) -> str:
+    return "–" if x is None or not math.isfinite(x) else f"{100 * x:.1f}"
+
+
+def tables(variants: dict, set_name: str) -> str:
+    lines = ["| score | formula: library | formula: + de novo | mass: library | mass: + de novo |",
+             "| --- | --- | --- | --- | --- |"]
+    for name, m in variants.items():
+        r = m[set_name]
+        cells = [" / ".join(_pct(r[t][s][f"hit{k}"]) for k in HIT_KS) for t in TRACKS for s in ("library", "joint")]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", ("De novo Top-1 / Top-10: libraries off (the score ranking the de novo candidates alone), and with "
+              "the library on with the truth taken out of it (crowding); today's (fingerprint score) in brackets."),
+              "", "| score | formula: off | formula: on, truth out | mass: on, truth out |", "| --- | --- | --- | --- |"]
+    for name, m in variants.items():
+        r = m[set_name]
+        c, tc = r["crowding"], r["today_crowded"]
+        off = f"{_pct(c['formula']['off_top1'])} / {_pct(c['formula']['off_top10'])} " \
+              f"({_pct(c['formula']['today_top1'])} / {_pct(c['formula']['today_top10'])})"
+        on = [f"{_pct(c[t]['on_top1'])} / {_pct(c[t]['on_top10'])} ({_pct(tc[t]['top1'])} / {_pct(tc[t]['top10'])})"
+              for t in TRACKS]
+        lines.append(f"| {name} | {off} | " + " | ".join(on) + " |")
+    return "\n".join(lines)
+
+
+def report_text(metrics: dict) -> str:
+    v, n = metrics["variants"], metrics["run"]["n"]
+    chosen = [f"- {k}: chosen {m['choice']['chosen']}" for k, m in v.items() if "choice" in m]
+    return "\n".join([
+        f"# Structure scores on the retrieval pools ({metrics['run']['model']})", "",
+        ("Hit@1 / Hit@5 / Hit@20 (%) of the truth among its library track alone and with the de novo candidates "
+        f"joined. Learned on {metrics['run']['training_spectra']} FOLD=train spectra of "
+        f"{metrics['run']['training_structures']} structures the encoder never trained on (the pool structures "
+        "left out); every weight chosen on the train-unseen pools."), "",
+        f"## FOLD=val, {n['report']} spectra (reported)", "", tables(v, "report"), "",
+        f"## FOLD=train, structures the encoder never trained on, {n['choose']} spectra (choices made here)", "",
+        tables(v, "choose"), "", "## Choices", "", *chosen, "",
+        f"Command: `{metrics['run']['command']}`; {metrics['run']['seconds']:.0f} s", ""])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m training.retrieval_scorer", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mgf", required=True, help="labelled MGF with FOLD and LICENSE (massbank_dev.mgf.gz)")
+    p.add_argument("--corpus", required=True, help="structure table of training.retrieval (the decoys)")
+    p.add_argument("--pools", default=ScorerConfig.pools, help="the training.retrieval output folder to rescore")
+    p.add_argument("--out", default=ScorerConfig.out)
+    p.add_argument("--model", default="", help="model bundle folder (default: the bundled model)")
+    p.add_argument("--home", default=ScorerConfig.home, help="MSGPT_HOME holding the corpus index")
+    p.add_argument("--per-structure", type=int, default=ScorerConfig.per_structure)
+    p.add_argument("--negatives", type=int, default=ScorerConfig.negatives)
+    p.add_argument("--l2", type=float, nargs="+", default=list(ScorerConfig.l2))
+    p.add_argument("--epochs", type=int, default=ScorerConfig.epochs)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = build_parser().parse_args(argv)
+    cfg = ScorerConfig(mgf=a.mgf, corpus=a.corpus, pools=a.pools, out=a.out, model=a.model, home=a.home,
+                       seed=a.seed, per_structure=a.per_structure, negatives=a.negatives, threads=a.threads,
+                       l2=tuple(a.l2), epochs=a.epochs, command="python -m training.retrieval_scorer " + " ".join(argv))
+    metrics = run(cfg)
+    print(report_text(metrics))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
