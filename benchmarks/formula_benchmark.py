@@ -42,19 +42,21 @@ from engine.spectra.io import iter_spectra
 from engine.spectra.spectrum import SkippedRecord
 
 
-def select(mgf: str, fold: str, seed: int, max_structures: int | None):
-    by_structure: dict[str, list] = defaultdict(list)
+def select(mgf: str, fold: str, seed: int, max_structures: int | None, adducts: tuple[str, ...] = ("[M+H]+",)):
+    """One seeded spectrum per structure (first InChIKey block) and ion type of ``adducts`` in ``fold``, with a
+    formula and a precursor m/z within 10 ppm of it; and how many structures had only low-resolution records."""
+    by_structure: dict[tuple[str, str], list] = defaultdict(list)
     n_low_res = set()
     for item in iter_spectra(mgf):
-        if isinstance(item, SkippedRecord) or item.metadata.get("fold") != fold or item.adduct != "[M+H]+":
+        if isinstance(item, SkippedRecord) or item.metadata.get("fold") != fold or item.adduct not in adducts:
             continue
         if not item.formula or not item.inchikey:
             continue
         theo = precursor_mz_from_neutral(formula_mass(parse_formula(item.formula)), item.adduct)
         if abs(item.precursor_mz - theo) / theo * 1e6 > 10:
-            n_low_res.add(item.inchikey[:14])
+            n_low_res.add((item.inchikey[:14], item.adduct))
             continue
-        by_structure[item.inchikey[:14]].append(item)
+        by_structure[item.inchikey[:14], item.adduct].append(item)
     rng = np.random.default_rng(seed)
     keys = sorted(by_structure)
     rng.shuffle(keys)

@@ -5,12 +5,21 @@
     OMP_NUM_THREADS=1 python benchmarks/formula_benchmark_runs.py --mgf ../shared/data/massbank_dev.mgf.gz \\
         --fold val --instruments qtof orbitrap --out runs/formula_benchmark_runs.json
 
-The spectra of ``benchmarks/formula_benchmark.py`` (FOLD=val ``[M+H]+``, one seeded spectrum per structure,
-below ``--max-mass`` neutral mass) are cut into simulated runs of ``--run-size`` spectra; each run gets one
-instrument type's perturbations (``benchmarks/realistic_runs.py``: a run-level m/z offset and slope with
-per-peak scatter, a survey scan with the formula's isotope pattern under detector and trimming errors, MS2
-noise peaks). Formula and ion type are hidden: ``[M+H]+``, ``[M+Na]+`` and ``[M+NH4]+`` are all possible, as
-for a user with a run and nothing else (a hit needs both formula and ion type). Rankings compared:
+The spectra of ``benchmarks/formula_benchmark.py`` (FOLD=val, one seeded spectrum per structure and ion type of
+``--adducts``, default ``[M+H]+``, neutral mass from ``--min-mass`` to below ``--max-mass``) are cut into
+simulated runs of ``--run-size`` spectra of one polarity; each run gets one instrument type's perturbations
+(``benchmarks/realistic_runs.py``: a run-level m/z offset and slope with per-peak scatter, a survey scan with the
+formula's isotope pattern under detector and trimming errors, MS2 noise peaks). Formula and ion type are hidden:
+``[M+H]+``, ``[M+Na]+`` and ``[M+NH4]+`` are all possible (``[M-H]-``, ``[M+Cl]-`` and ``[M+HCOO]-`` in negative
+mode), as for a user with a run and nothing else (a hit needs both formula and ion type). Heavier or other ion
+types, e.g.::
+
+    OMP_NUM_THREADS=1 python benchmarks/formula_benchmark_runs.py --mgf ../shared/data/massbank_dev.mgf.gz \
+        --fold val --adducts "[M+Na]+" "[M+NH4]+" "[M-H]-" --out runs/formula_benchmark_runs_adducts.json
+    OMP_NUM_THREADS=1 python benchmarks/formula_benchmark_runs.py --mgf ../shared/data/massbank_dev.mgf.gz \
+        --fold val --min-mass 500 --max-mass 1000 --out runs/formula_benchmark_runs_heavy.json
+
+Rankings compared:
 
 * ``no MS1``: :func:`~engine.formulas.candidates.rank_formulas` without the survey scan;
 * ``MS1, as measured``: with the survey scan, the run's m/z as they are;
@@ -32,6 +41,7 @@ import numpy as np
 from formula_benchmark import select  # benchmarks/ is the script folder
 from realistic_runs import INSTRUMENTS, perturb_run
 
+from engine.chem.adducts import parse_adduct
 from engine.chem.formula import formula_mass, parse_formula
 from engine.formulas.candidates import FormulaConfig, rank_formulas
 from engine.formulas.recalibration import RecalibrationConfig, recalibrate_run
@@ -51,17 +61,19 @@ def run_instrument(spectra, instrument, run_size: int, seed: int, config: Formul
                    methods=METHODS, recalibration: RecalibrationConfig | None = None) -> list[dict]:
     rng = np.random.default_rng(seed)
     rows = []
-    for start in range(0, len(spectra), run_size):
-        calibration, items = perturb_run(spectra[start:start + run_size], instrument, rng)
+    groups = ([s for s in spectra if parse_adduct(s.adduct).charge > 0], [s for s in spectra if parse_adduct(s.adduct).charge < 0])
+    runs = [group[i:i + run_size] for group in groups for i in range(0, len(group), run_size)]  # one polarity each
+    for number, run in enumerate(runs, 1):
+        calibration, items = perturb_run(run, instrument, rng)
         t0 = time.perf_counter()
         recal = recalibrate_run([(it.spectrum.with_adduct(None), it.ms1) for it in items], config=config, scorer=scorer,
                                 recalibration=recalibration or RecalibrationConfig())
         t_recal = time.perf_counter() - t0
-        print(f"  {instrument.name} run {start // run_size + 1}: true {calibration.offset_ppm:+.1f} ppm "
+        print(f"  {instrument.name} run {number}: true {calibration.offset_ppm:+.1f} ppm "
               f"{calibration.slope_ppm:+.1f} ppm/1000; {recal.describe()}", file=sys.stderr, flush=True)
         for it in items:
             query = it.spectrum.with_adduct(None)
-            row = {"id": query.id, "formula": it.formula, "has_ms1": it.ms1 is not None,
+            row = {"id": query.id, "formula": it.formula, "adduct": it.adduct, "has_ms1": it.ms1 is not None,
                    "true_offset_ppm": float(calibration.ppm(query.precursor_mz)),
                    "estimated_offset_ppm": float(recal.ppm(query.precursor_mz)) if recal.applied else None,
                    "recalibration_seconds": t_recal / len(items)}
@@ -81,6 +93,9 @@ def run_instrument(spectra, instrument, run_size: int, seed: int, config: Formul
 
 def summarise(rows: list[dict]) -> dict:
     entry = {"n": len(rows), "with_ms1": sum(r["has_ms1"] for r in rows)}
+    adducts = sorted({r["adduct"] for r in rows})
+    if len(adducts) > 1:
+        entry["by_adduct"] = {a: summarise([r for r in rows if r["adduct"] == a]) for a in adducts}
     for method in METHODS:
         for k in (1, 5):
             hits = [r[method] is not None and r[method] <= k for r in rows if method in r]
@@ -100,8 +115,13 @@ def formula_config(settings: list[str], base=None, flag: str = "--set"):
         name, _, value = item.partition("=")
         default = getattr(base, name, None)
         if not value or default is None or not isinstance(default, (int, float)):
-            raise SystemExit(f"{flag} {item!r}: give FIELD=VALUE for a numeric {type(base).__name__} field.")
-        changes[name] = type(default)(value)
+            raise SystemExit(f"{flag} {item!r}: give FIELD=VALUE for a numeric or yes/no {type(base).__name__} field.")
+        if isinstance(default, bool):
+            if value.lower() not in ("0", "1", "false", "true", "no", "yes"):
+                raise SystemExit(f"{flag} {item!r}: {name} is yes/no; give {name}=true or {name}=false.")
+            changes[name] = value.lower() in ("1", "true", "yes")
+        else:
+            changes[name] = type(default)(value)
     return dataclasses.replace(base, **changes)
 
 
@@ -112,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--instruments", nargs="+", choices=sorted(INSTRUMENTS), default=["qtof", "orbitrap"])
     p.add_argument("--run-size", type=int, default=25, help="spectra per simulated run")
     p.add_argument("--max-mass", type=float, default=500.0, help="neutral masses at or above this are left out, Da")
+    p.add_argument("--min-mass", type=float, default=0.0, help="neutral masses below this are left out, Da")
+    p.add_argument("--adducts", nargs="+", default=["[M+H]+"], help="ion types of the spectra chosen (one per structure each)")
     p.add_argument("--max-structures", type=int)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the per-spectrum ranks and the summary as JSON")
@@ -121,13 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recalibration", nargs="*", default=[], metavar="FIELD=VALUE",
                    help="RecalibrationConfig fields to change from the defaults, e.g. fragment_weight=0 (for tuning on train)")
     args = p.parse_args(argv)
-    chosen, _ = select(args.mgf, args.fold, args.seed, None)
-    spectra = [s for s in chosen if formula_mass(parse_formula(s.formula)) < args.max_mass][: args.max_structures]
-    print(f"{len(spectra)} FOLD={args.fold} [M+H]+ structures below {args.max_mass:g} Da, runs of {args.run_size}; "
+    chosen, _ = select(args.mgf, args.fold, args.seed, None, tuple(args.adducts))
+    spectra = [s for s in chosen if args.min_mass <= formula_mass(parse_formula(s.formula)) < args.max_mass]
+    spectra = spectra[: args.max_structures]
+    print(f"{len(spectra)} FOLD={args.fold} spectra ({', '.join(args.adducts)}; one per structure and ion type) of "
+          f"{args.min_mass:g} to below {args.max_mass:g} Da, runs of {args.run_size}; "
           f"machine: {platform.processor() or platform.machine()}", flush=True)
     config, scorer = formula_config(args.set), default_scorer()
     recalibration = formula_config(args.recalibration, RecalibrationConfig(), "--recalibration")
-    report = {"fold": args.fold, "config": args.set, "recalibration": args.recalibration, "max_mass": args.max_mass, "run_size": args.run_size, "seed": args.seed, "runs": {}}
+    report = {"fold": args.fold, "config": args.set, "recalibration": args.recalibration, "adducts": args.adducts,
+              "min_mass": args.min_mass, "max_mass": args.max_mass, "run_size": args.run_size, "seed": args.seed,
+              "runs": {}}
     print("| instrument | n (with MS1) | no MS1 Top-1 / Top-5 | MS1, as measured | MS1, recalibrated | "
           "runs recalibrated % | calibration error, median ppm | s / spectrum |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -143,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{e['ms1_top1']:.1f} / {e['ms1_top5']:.1f} | {e['recalibrated_top1']:.1f} / {e['recalibrated_top5']:.1f} | "
               f"{e['recalibrated_share']:.0f} | {e['calibration_error_ppm_median']:.2f} | {e['seconds_per_spectrum']:.2f} |",
               flush=True)
+        for adduct, a in e.get("by_adduct", {}).items():
+            print(f"| {name}: {adduct} | {a['n']} ({a['with_ms1']}) | {a['no_ms1_top1']:.1f} / {a['no_ms1_top5']:.1f} | "
+                  f"{a['ms1_top1']:.1f} / {a['ms1_top5']:.1f} | {a['recalibrated_top1']:.1f} / {a['recalibrated_top5']:.1f} | "
+                  f"{a['recalibrated_share']:.0f} | {a['calibration_error_ppm_median']:.2f} | {a['seconds_per_spectrum']:.2f} |",
+                  flush=True)
     return 0
 
 

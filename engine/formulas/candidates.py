@@ -34,8 +34,10 @@ formulas and ion types its precursor m/z allows and ranks them, as SIRIUS and BU
    The weights of ``mass``, ``prior`` and ``fragments`` were learned by a conditional logit on
    FOLD=train MassBank spectra (``python -m training.formula_scorer``; never FOLD=val) and ship in
    ``resources/formula_scorer.json``, with the corpus statistics. Ranking runs in two stages: all
-   formulas by mass, prior and ion type, then the best ``max_scored`` per ion type (default 60)
-   also by their fragments (and MS1); the table holds the latter.
+   formulas by mass, prior and ion type, then the best ``max_scored`` per ion type
+   (default 60) also by their fragments (and MS1); the table holds the latter. Its notes say what the
+   isotopes and diagnostic fragments show (:mod:`engine.formulas.elements`: Cl or Br present or absent; an
+   HCl loss, a PO3- ion).
 4. The candidates' probabilities are a softmax of the total scores over the table.
 
 :func:`rank_formulas` gives a :class:`FormulaTable` (what the app shows and the CLI runs the top
@@ -50,7 +52,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.chem.adducts import neutral_mass_from_precursor, parse_adduct, precursor_mz_from_neutral
+from engine.chem.adducts import (
+    neutral_mass_from_precursor,
+    parse_adduct,
+    precursor_mz_from_neutral,
+)
 from engine.chem.formula import (
     ELEMENTS,
     format_formula,
@@ -64,13 +70,22 @@ from engine.formulas.decompose import (
     decompose_mass,
     rdbe_of,
 )
+from engine.formulas.elements import ElementEvidence, combine, fragment_elements, isotope_elements
 from engine.formulas.evidence import fragment_features_many, fragment_peaks
 from engine.formulas.prior import element_mass_array
 from engine.formulas.scorer import FormulaScorer, default_scorer, fragment_terms
 from engine.spectra.annotate import DEFAULT_TOL_DA as FRAGMENT_TOL_DA
 from engine.spectra.annotate import DEFAULT_TOL_PPM as FRAGMENT_TOL_PPM
 from engine.spectra.annotate import ION_TYPES, get_ion_type
-from engine.spectra.isotopes import IsotopeMatch, isotope_envelope, match_isotopes, observed_pattern
+from engine.spectra.isotopes import (
+    IsotopeMatch,
+    isotope_envelope,
+    isotope_patterns_many,
+    isotope_scores_many,
+    match_isotopes,
+    observed_isotopes,
+    observed_pattern,
+)
 from engine.spectra.spectrum import Spectrum, precursor_precision_da
 
 DEFAULT_ION_TYPES = {
@@ -112,6 +127,8 @@ class FormulaConfig:
     isotope_ratio_sd: float = field(default=0.25, metadata={
         "help": "log-sd of one detector factor on all isotope ratios (0: ratios taken as measured)"})
     adduct_weight: float = field(default=2.0, metadata={"help": "score per co-detected ion type of the molecule"})
+    element_evidence: bool = field(default=True, metadata={
+        "help": "note what the isotope pattern and diagnostic fragments show about Cl, Br, F, P, S and I"})
 
     def __post_init__(self):
         for name in ("ppm", "da", "fragment_tol_ppm", "fragment_tol_da", "ms1_tol_ppm", "ms1_tol_da",
@@ -176,6 +193,7 @@ class FormulaTable:
     has_ms1: bool
     n_fragment_peaks: int
     notes: tuple[str, ...] = ()
+    elements: ElementEvidence = field(default_factory=ElementEvidence)  # what isotopes and fragments show (engine.formulas.elements)
 
     def runnable(self, k: int, supported_adducts: Sequence[str] | None = None) -> tuple[FormulaCandidate, ...]:
         """The ``k`` best candidates of ion types the model can run: those of ``supported_adducts`` when given, else
@@ -232,6 +250,46 @@ def _partners(neutral_mass: float, ion_type: str, polarity: str, ms1, config: Fo
     return found
 
 
+@dataclass(frozen=True, eq=False)
+class _Stage1:
+    """One ion type's formulas within tolerance, their mass + prior score and (for the element notes) isotope score."""
+
+    ion_type: str
+    vectors: np.ndarray  # (N, 14)
+    masses: np.ndarray
+    theo_mz: np.ndarray
+    ppm: np.ndarray
+    features: dict
+    stage1: np.ndarray
+    isotopes: np.ndarray | None  # the isotope score of each formula (unweighted)
+
+
+def _stage1(spectrum: Spectrum, ion_type: str, neutral: float, tol: float, config: FormulaConfig, scorer: FormulaScorer,
+            observed) -> _Stage1:
+    """Every formula of ``ion_type`` (the spectrum's own, or the decompositions of ``neutral``) scored by mass and
+    prior, and by its isotopes when a usable survey pattern is ``observed`` (what :mod:`engine.formulas.elements`
+    reads the elements from)."""
+    if spectrum.formula:
+        v = formula_vector(parse_formula(spectrum.formula))[None, :]
+        masses = v @ element_mass_array()
+        keep = np.abs(masses - neutral) <= tol
+        vectors, masses = v[keep], masses[keep]
+    else:
+        vectors, masses = decompose_mass(neutral, tol, config.decomposition)
+    adduct = parse_adduct(ion_type)
+    theo_mz = (adduct.n_molecules * masses + adduct.mass_delta) / abs(adduct.charge)  # precursor_mz_from_neutral
+    ppm = (spectrum.precursor_mz - theo_mz) / theo_mz * 1e6
+    features = scorer.prior.features(vectors, masses)
+    features["mass_error"] = (ppm / 10.0 * SCORER_SIGMA_PPM / config.mass_sigma_ppm) ** 2
+    terms = scorer.linear(scorer.stage1, features, len(vectors))
+    stage1 = terms["mass"] + terms["prior"]
+    isotopes = None
+    if observed is not None and len(vectors):
+        isotopes = isotope_scores_many(isotope_patterns_many(vectors, ion_type, config.isotope_peaks), observed,
+                                       config.isotope_ratio_sd)
+    return _Stage1(ion_type, vectors, masses, theo_mz, ppm, features, stage1, isotopes)
+
+
 def rank_formulas(
     spectrum: Spectrum,
     *,
@@ -266,37 +324,33 @@ def rank_formulas(
     isotope_problem = None if ms1 is None else unusable_isotopes(ms1, spectrum.precursor_mz, config)
     if isotope_problem:
         notes.append(f"isotopes not used: {isotope_problem}")
-    rows = []  # (ion_type, vector, mass, stage-1 terms, features)
+    shown = ElementEvidence()
+    if config.element_evidence:
+        shown = fragment_elements(spectrum.mz, spectrum.intensity, spectrum.precursor_mz, polarity,
+                                  config.fragment_tol_ppm, config.fragment_tol_da)
+    observed = None
+    if config.element_evidence and ms1 is not None and not isotope_problem:
+        observed = observed_isotopes(ms1, spectrum.precursor_mz, 1 if polarity == "positive" else -1,
+                                     config.isotope_peaks, config.ms1_tol_ppm, config.ms1_tol_da, config.isotope_abs_error)
     too_heavy: list[str] = []
-    n_decompositions = 0
+    stages = []
     for ion_type in ion_types:
         neutral = neutral_mass_from_precursor(spectrum.precursor_mz, ion_type)
-        if spectrum.formula:
-            v = formula_vector(parse_formula(spectrum.formula))[None, :]
-            masses = v @ element_mass_array()
-            keep = np.abs(masses - neutral) <= tol
-            vectors, masses = v[keep], masses[keep]
-        elif neutral <= 0:
-            continue
-        elif neutral > config.max_mass:
+        if not spectrum.formula and neutral > config.max_mass:
             too_heavy.append(f"{neutral:.1f} Da as {ion_type}")
-            continue
-        else:
-            vectors, masses = decompose_mass(neutral, tol, config.decomposition)
-        n_decompositions += len(vectors)
-        if not len(vectors):
-            continue
-        adduct = parse_adduct(ion_type)
-        theo_mz = (adduct.n_molecules * masses + adduct.mass_delta) / abs(adduct.charge)  # precursor_mz_from_neutral
-        ppm = (spectrum.precursor_mz - theo_mz) / theo_mz * 1e6
-        features = scorer.prior.features(vectors, masses)
-        features["mass_error"] = (ppm / 10.0 * SCORER_SIGMA_PPM / config.mass_sigma_ppm) ** 2
-        terms = scorer.linear(scorer.stage1, features, len(vectors))
-        stage1 = terms["mass"] + terms["prior"]
-        best = np.argsort(-stage1, kind="stable")[: config.max_scored]
-        for i in best:
-            rows.append((ion_type, vectors[i], float(masses[i]), float(theo_mz[i]), float(ppm[i]),
-                         {k: float(np.asarray(f)[i]) for k, f in features.items()}))
+        elif spectrum.formula or neutral > 0:
+            stages.append(_stage1(spectrum, ion_type, neutral, tol, config, scorer, observed))
+    n_decompositions = sum(len(st.vectors) for st in stages)
+    with_iso = [st for st in stages if st.isotopes is not None]
+    if with_iso:
+        shown = combine(isotope_elements(np.vstack([st.vectors for st in with_iso]),
+                                         np.concatenate([st.isotopes for st in with_iso]), observed), shown)
+    rows = []  # (ion_type, vector, mass, theoretical m/z, ppm, stage-1 features)
+    for st in stages:
+        for i in np.argsort(-st.stage1, kind="stable")[: config.max_scored]:
+            rows.append((st.ion_type, st.vectors[i], float(st.masses[i]), float(st.theo_mz[i]), float(st.ppm[i]),
+                         {k: float(np.asarray(f)[i]) for k, f in st.features.items()}))
+    notes.extend(shown.notes)
     if too_heavy:
         notes.append(f"neutral mass above {config.max_mass:g} Da ({', '.join(too_heavy)}), where formulas are too many "
                      f"to rank; give the formula")
@@ -336,7 +390,7 @@ def rank_formulas(
         notes.append(f"no formula within {tol:.4g} Da of the neutral mass for {', '.join(ion_types)}")
     return FormulaTable(spectrum_id=spectrum.id, precursor_mz=spectrum.precursor_mz, ion_types=ion_types,
                         candidates=table, n_decompositions=n_decompositions, has_ms1=ms1 is not None,
-                        n_fragment_peaks=int(frag_mz.size), notes=tuple(notes))
+                        n_fragment_peaks=int(frag_mz.size), notes=tuple(notes), elements=shown)
 
 
 def unusable_isotopes(ms1, precursor_mz: float, config: FormulaConfig = FormulaConfig()) -> str | None:

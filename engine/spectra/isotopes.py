@@ -19,6 +19,10 @@ ion well above the noise agree to a few percent). A missing peak counts as ``o_k
 theoretical peak would be above the scan's weakest recorded peak (the detection limit), and is
 passed over otherwise. A chlorine (M+2 ~ 32 %) or bromine (M+2 ~ 97 %) formula against a scan
 without that M+2 peak thus loses several units; one that predicts it gains on those that do not.
+
+:func:`isotope_patterns_many` and :func:`isotope_scores_many` do the same for thousands of formulas at once (the
+patterns through a power series of the elements' isotope polynomials: log, weighted sum, exp), so the
+isotope pattern can help choose which formulas are scored in full (:mod:`engine.formulas.elements`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from engine.chem.formula import ELECTRON_MASS, parse_formula
+from engine.chem.adducts import parse_adduct
+from engine.chem.formula import ELECTRON_MASS, ELEMENTS, parse_formula
 from engine.errors import ConfigError
 
 NEUTRON_SHIFT = 1.0033548378  # 13C - 12C, the spacing of isotope peaks of charge 1
@@ -232,3 +237,81 @@ def match_isotopes(
         score = 0.0
     return IsotopeMatch(theoretical_mz=theo_mz, theoretical=theo, observed_mz=obs_mz, observed=observed,
                         detectable=detectable, score=score)
+
+
+# --- many formulas at once (the formula shortlist, engine.formulas.elements) ---------------------------------------
+
+
+@lru_cache(maxsize=256)
+def _log_series(symbol: str, n: int) -> np.ndarray:
+    """Coefficients 1..n-1 of ln q(x), q the element's isotope polynomial relative to its lightest isotope."""
+    q = np.zeros(n)
+    isotopes = _element_isotopes(symbol)
+    base = isotopes[0][1]
+    for shift, abundance, _ in isotopes:
+        if shift < n:
+            q[shift] += abundance / base
+    c = np.zeros(n)
+    for k in range(1, n):  # ln of a series with q0 = 1
+        c[k] = q[k] - sum(j * c[j] * q[k - j] for j in range(1, k)) / k
+    return c
+
+
+def isotope_patterns_many(vectors: np.ndarray, ion_type: str, n_peaks: int) -> np.ndarray:
+    """(N, n_peaks) isotope abundances M, M+1, ... relative to M of the ions of neutral formula ``vectors``.
+
+    The same numbers as :func:`isotope_pattern` of each ion's counts (up to rounding).
+    """
+    vectors = np.asarray(vectors, dtype=np.float64).reshape(-1, len(ELEMENTS))
+    adduct = parse_adduct(ion_type)
+    logs = np.array([_log_series(e, n_peaks) for e in ELEMENTS])  # (14, n)
+    series = adduct.n_molecules * vectors @ logs  # (N, n): ln of the pattern's generating function
+    for e, count in adduct.net_counts.items():
+        series = series + count * _log_series(e, n_peaks)[None, :]
+    out = np.zeros_like(series)
+    out[:, 0] = 1.0
+    for k in range(1, n_peaks):  # exp of a series with zero constant term
+        out[:, k] = sum(j * series[:, j] * out[:, k - j] for j in range(1, k + 1)) / k
+    return np.maximum(out, 0.0)
+
+
+@dataclass(frozen=True)
+class ObservedPattern:
+    """The survey scan's M, M+1, ... of a precursor, relative to M, as the isotope term reads it."""
+
+    ratios: np.ndarray  # (n,), ratios[0] = 1
+    floor: float  # weakest survey peak over M: what a ratio below it cannot show
+    abs_error: float  # the ratios' absolute error
+
+
+def observed_isotopes(ms1, precursor_mz: float, charge: int, n_peaks: int, tol_ppm: float, tol_da: float,
+                      abs_error: float = 0.0) -> ObservedPattern | None:
+    """The pattern :func:`match_isotopes` compares (None without a precursor peak)."""
+    anchor_mz, anchor = observed_pattern(ms1.mz, ms1.intensity, np.array([precursor_mz]), tol_ppm, tol_da)
+    if not anchor[0] > 0:
+        return None
+    _, envelope = isotope_envelope(ms1.mz, ms1.intensity, float(anchor_mz[0]), n_peaks, abs(charge) or 1)
+    floor = float(np.min(ms1.intensity)) / anchor[0] if len(ms1.intensity) else 0.0
+    if abs_error <= 0:
+        abs_error = min(max(floor, 0.002), 0.05)
+    return ObservedPattern(ratios=envelope / anchor[0], floor=floor, abs_error=abs_error)
+
+
+def isotope_scores_many(theoretical: np.ndarray, observed: ObservedPattern, ratio_sd: float,
+                        rel_error: float = 0.10, chunk: int = 4096) -> np.ndarray:
+    """(N,) :func:`isotope_score` of each theoretical pattern (N, n) against ``observed``."""
+    theoretical = np.asarray(theoretical, dtype=np.float64)
+    o = observed.ratios[1:]
+    out = np.empty(len(theoretical))
+    for start in range(0, len(theoretical), chunk):
+        t = theoretical[start:start + chunk, 1:]
+        use = (t >= observed.floor) | (o > 0)[None, :]  # detectable, or seen
+        if ratio_sd <= 0:
+            sigma = observed.abs_error + rel_error * t
+            out[start:start + chunk] = -0.5 * np.sum(np.where(use, ((o - t) / sigma) ** 2, 0.0), axis=1)
+            continue
+        tb = t[:, None, :] * RATIO_GRID[None, :, None]  # (B, G, n)
+        sigma = observed.abs_error + rel_error * tb
+        chi = np.sum(np.where(use[:, None, :], ((o[None, None, :] - tb) / sigma) ** 2, 0.0), axis=2)  # (B, G)
+        out[start:start + chunk] = np.max(-0.5 * chi - 0.5 * (np.log(RATIO_GRID) / ratio_sd)[None, :] ** 2, axis=1)
+    return np.where(np.isfinite(out), out, 0.0)
