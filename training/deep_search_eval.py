@@ -6,12 +6,13 @@
 **Spectra.** One seeded spectrum per structure, ``[M+H]+`` only (:func:`training.evaluate.select_spectra` with
 ``--one-per-structure``, seed 0, as ``msgpt-eval``): ``--set val`` is FOLD=val (report), ``--set train-unseen``
 the FOLD=train spectra whose structure the bundle's encoder never trained on (tuning,
-:func:`training.noise.unseen_structures`). No structure or spectral library is used.
+:func:`training.noise.unseen_structures`). No library joins the pools (deep search only borrows analogs' fragments).
 
 **Methods**, each from a fresh :class:`~engine.elucidation.pipeline.SpectrumSession` with the posterior computed
 once per spectrum (its time is added to every method): ``standard`` (B=100, the app's default), ``B=500`` and
 ``B=1500`` (more blind samples, M=20), ``deep`` (:class:`engine.elucidation.deep.DeepSearch`, default
-:class:`~engine.elucidation.deep.DeepConfig`). All methods of one spectrum run one after the other in the same
+:class:`~engine.elucidation.deep.DeepConfig`; analogs from the bundled structure library with the spectrum's own
+structure left out, ``--analogs none`` for none). All methods of one spectrum run one after the other in the same
 process, so their time ratio is measured under the same load.
 
 **Output.** ``<out>/results.jsonl``, one line per (spectrum, method), written as it goes (the same command again
@@ -72,8 +73,8 @@ def select(model, mgf: str, which: str, n: int, cache: Path) -> list:
     return chosen
 
 
-def run_method(model, spectrum, posterior, method: str, params, deep_config):
-    """(result, seconds) of one method on a fresh session."""
+def run_method(model, spectrum, posterior, method: str, params, deep_config, analogs=None, exclude=frozenset()):
+    """(result, seconds) of one method on a fresh session (deep: ``analogs`` sources, ``exclude`` never analogs)."""
     from engine.elucidation.deep import DeepSearch
     from engine.elucidation.pipeline import SpectrumSession
     from engine.progress import run_to_end
@@ -81,7 +82,7 @@ def run_method(model, spectrum, posterior, method: str, params, deep_config):
     session = SpectrumSession(model, spectrum, posterior=posterior)
     t = time.perf_counter()
     if method == "deep":
-        result = run_to_end(DeepSearch(session, deep_config).run(params))
+        result = run_to_end(DeepSearch(session, deep_config, analogs=analogs or [], exclude=exclude).run(params))
     elif method == "standard":
         result = run_to_end(session.run(params))
     else:
@@ -147,6 +148,9 @@ def main(argv=None) -> int:
                    help="standard, deep and/or B=<pool size> (a multiple of 20)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--deep-config", default="{}", help="JSON overrides of DeepConfig fields")
+    p.add_argument("--analogs", choices=("bundled", "none"), default="bundled",
+                   help="where deep search looks for analogs: the bundled structure library (each spectrum's true "
+                        "structure left out) or nowhere")
     p.add_argument("--summary-only", action="store_true")
     args = p.parse_args(argv)
 
@@ -169,13 +173,20 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     model = load_bundle(args.model or default_model_dir())
     deep_config = DeepConfig(**json.loads(args.deep_config))
+    analogs = []
+    if args.analogs == "bundled" and "deep" in args.methods and deep_config.analogs:
+        from engine.elucidation.analogs import open_analog_index
+        from engine.library.cache import open_bundled_library
+        from engine.progress import run_to_end
+
+        analogs = [run_to_end(open_analog_index(run_to_end(open_bundled_library())))]
     params = QueryParams()
     for m in args.methods:
         if m not in ("standard", "deep") and not (m.startswith("B=") and m[2:].isdigit() and int(m[2:]) % 20 == 0):
             raise SystemExit(f"unknown method {m!r}: use standard, deep or B=<multiple of 20>")
     pairs = select(model, args.mgf, args.set, args.max_spectra, out / "selection.json")
     run_info = {"model": model.name, "checksum": model.checksum, "set": args.set, "methods": args.methods,
-                "deep_config": asdict(deep_config), "threads": args.threads, "machine": platform.processor() or
+                "deep_config": asdict(deep_config), "analogs": args.analogs, "threads": args.threads, "machine": platform.processor() or
                 platform.machine(), "python": platform.python_version(), "torch": torch.__version__}
     (out / "run.json").write_text(json.dumps(run_info, indent=1))
     done = set()
@@ -191,7 +202,8 @@ def main(argv=None) -> int:
             posterior = compute_posterior(model, spectrum)
             posterior_seconds = time.perf_counter() - t
             for m in todo:
-                result, seconds = run_method(model, spectrum, posterior, m, params, deep_config)
+                result, seconds = run_method(model, spectrum, posterior, m, params, deep_config, analogs,
+                                             frozenset({ref.inchikey14}))
                 fh.write(json.dumps(record(key, m, ref, result, seconds, posterior_seconds)) + "\n")
                 fh.flush()
                 print(f"{n + 1}/{len(pairs)} {spectrum.id} {m}: rank {result.reference_rank} "

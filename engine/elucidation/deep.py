@@ -11,7 +11,12 @@ that the fingerprint score already likes, so deep search starts from the standar
    that drew the candidate. SAFE fragments can stand in any order, so any subset of them is a valid prefix;
    the decoder regenerates the rest (a substituent moved, a ring rebuilt, a linker changed). A candidate
    the slicer cannot cut keeps the first part of its string instead.
-3. Rounds stop when the sample budget is spent or a round adds no new candidate.
+3. **Analog seeding** (with an :class:`~engine.elucidation.analogs.AnalogIndex`, e.g. of the bundled structure
+   library): the ``analogs`` library structures whose fingerprints the posterior scores best, whatever their
+   formula, are cut the same way, and their kept fragment sets (and each fragment alone, largest first) that
+   the formula still allows become prefixes too, drawn with the first allocation. A relative in a library (the
+   same scaffold, another substituent) thus lends its fragments to the spectrum's own formula.
+4. Rounds stop when the sample budget is spent or a round adds no new candidate.
 
 The search works on a copy of the session's pool, so the session (and standard effort) is unchanged; deep
 samples get identities ``(i, j)`` with ``i >= DEEP_ID_BASE``, so their random numbers never collide with
@@ -27,14 +32,18 @@ from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 
 from engine.chem.formula import formula_vector, parse_formula
+from engine.elucidation.analogs import AnalogIndex
 from engine.elucidation.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
 from engine.elucidation.ranking import CandidatePool, decode_safe, reference_rank
 from engine.errors import ConfigError
 from engine.model.confidence import spectrum_confidence
+from engine.model.constraints import FormulaConstraint
+from engine.model.safe_grammar import SafeGrammar
 from engine.model.sampling import QueryRequest, sample_queries
 from engine.progress import CancelFn, check_cancel
 
 DEEP_ID_BASE = 1_000_000  # threshold index of the first deep sample identity (band indices are < M)
+ANALOG_PHASE = 9  # the identities of analog-seeded samples: DEEP_ID_BASE + 9 * 100_000 + ... (rounds are 1..8)
 
 
 @dataclass(frozen=True)
@@ -48,18 +57,25 @@ class DeepConfig:
     prefixes_per_parent: int = field(default=6, metadata={"help": "kept-fragment prefixes per refined candidate"})
     samples_per_prefix: int = field(default=4, metadata={"help": "completions drawn per prefix"})
     max_new_samples: int = field(default=800, metadata={"help": "budget: samples drawn beyond the standard pool"})
+    analogs: int = field(default=10, metadata={
+        "help": "library structures the posterior scores best (any formula) whose fragments seed prefixes (0: none)"})
     truncate_fractions: tuple[float, ...] = field(default=(0.5, 0.7), metadata={
         "help": "share of the tokens kept from a candidate the slicer cannot cut into fragments"})
 
     def __post_init__(self):
         for name in ("extra_queries", "extra_per_query", "rounds", "parents", "prefixes_per_parent",
-                     "samples_per_prefix", "max_new_samples"):
+                     "samples_per_prefix", "max_new_samples", "analogs"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"`{name}` must be a non-negative integer, got {v!r}.")
         for name in ("parents", "prefixes_per_parent", "samples_per_prefix"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"`{name}` must be at least 1, got {getattr(self, name)!r}.")
+        if self.rounds >= ANALOG_PHASE:
+            raise ConfigError(f"`rounds` must be below {ANALOG_PHASE}, got {self.rounds!r}.")
+        if self.parents > 1000 or self.prefixes_per_parent > 100 or self.analogs > 1000:
+            raise ConfigError("`parents` and `analogs` must be at most 1000 and `prefixes_per_parent` at most 100 "
+                              "(sample identities are numbered by them).")
         if any(not 0 < f < 1 for f in self.truncate_fractions):
             raise ConfigError(f"`truncate_fractions` must lie in (0, 1), got {self.truncate_fractions!r}.")
 
@@ -103,6 +119,46 @@ def prefixes_of(frag_lists: list[list[str]], tokenize, limit: int, fractions: tu
     return out[:limit]
 
 
+def prefix_fits(grammar: SafeGrammar, formula_vec, prefix: tuple[int, ...], max_new_tokens: int) -> bool:
+    """Whether the formula masks let a row start with ``prefix`` (as :func:`engine.model.sampling.sample_queries`
+    forces it): a prefix with more atoms of an element than the formula holds would end every row at once."""
+    if len(prefix) >= max_new_tokens:
+        return False
+    constraint = FormulaConstraint(grammar, formula_vec, 1)
+    for step, token in enumerate(prefix):
+        if not bool(constraint.allowed(max_new_tokens - step)[0, token]):
+            return False
+        constraint.advance([token])
+    return True
+
+
+def analog_prefixes(smiles: str, tokenize, limit: int) -> list[str]:
+    """Prefixes from an analog: its kept fragment sets (:func:`prefixes_of`), then each fragment alone, largest
+    first (an analog may share one scaffold and nothing else); the caller keeps those the formula allows."""
+    frag_lists = fragmentations(smiles, [])
+    out = prefixes_of(frag_lists, tokenize, 4 * limit, ())
+    singles = sorted({f for frags in frag_lists if len(frags) > 1 for f in frags}, key=lambda f: (-len(f), f))
+    return list(dict.fromkeys(out + [f + "." for f in singles]))
+
+
+def analog_sources(libraries) -> list[AnalogIndex]:
+    """The :class:`AnalogIndex` of each structure library among ``libraries`` (kept on the library object, so a
+    run computes it once; a lazy library's bits are computed on first use and cached in the data folder)."""
+    from engine.elucidation.analogs import open_analog_index
+    from engine.library.index import StructureLibrary
+    from engine.progress import run_to_end
+
+    out = []
+    for lib in libraries:
+        if isinstance(lib, StructureLibrary) and len(lib):
+            index = getattr(lib, "_analog_index", None)
+            if index is None:
+                index = run_to_end(open_analog_index(lib))
+                lib._analog_index = index
+            out.append(index)
+    return out
+
+
 def run_session(session: SpectrumSession, params: QueryParams, cancel: CancelFn | None = None,
                 config: DeepConfig | None = None) -> Generator[object, None, SpectrumResult]:
     """One spectrum at ``params.effort``: :meth:`SpectrumSession.run` (standard) or :class:`DeepSearch` (deep); the
@@ -115,9 +171,14 @@ def run_session(session: SpectrumSession, params: QueryParams, cancel: CancelFn 
 class DeepSearch:
     """The deep search of one :class:`SpectrumSession` (its standard pool is drawn first if missing)."""
 
-    def __init__(self, session: SpectrumSession, config: DeepConfig = DeepConfig()):
+    def __init__(self, session: SpectrumSession, config: DeepConfig = DeepConfig(),
+                 analogs: list[AnalogIndex] | None = None, exclude: frozenset[str] = frozenset()):
+        """``analogs``: where analogs are looked for (default: the session's structure libraries); ``exclude``:
+        InChIKey first blocks never taken as analogs (an evaluation leaves out the true structure)."""
         self.session = session
         self.config = config
+        self.analogs = analogs
+        self.exclude = frozenset(exclude)
         self.pool: CandidatePool | None = None
         self.refined: set[str] = set()  # InChIKey first blocks already refined
         self.query_of: dict[tuple[int, int], int] = {}  # sample identity -> index of its query
@@ -138,6 +199,8 @@ class DeepSearch:
         index = s.index
         # 1. adaptive allocation: extra blind samples for the queries that drew the best candidates
         requests = self._extra_requests(params, min(budget, cfg.extra_queries * cfg.extra_per_query))
+        used = sum(len(r.sample_ids) for r, _ in requests)
+        requests += self._analog_requests(params, requests, budget - used)
         for phase in range(cfg.rounds + 1):
             if phase > 0:
                 requests = self._refine_requests(params, phase, budget - done)
@@ -180,6 +243,50 @@ class DeepSearch:
             i = q.threshold_indices[0]
             ids = tuple((i, j) for j in range(params.samples_per_group, params.samples_per_group + per))
             out.append((QueryRequest(fp_bits=q.bits, sample_ids=ids), qi))
+        return out
+
+    def _analog_requests(self, params: QueryParams, first: list[tuple[QueryRequest, int]],
+                         left: int) -> list[tuple[QueryRequest, int]]:
+        """Prefixes from the library analogs the posterior scores best, under the best query (module notes)."""
+        cfg, s = self.config, self.session
+        if cfg.analogs == 0 or left <= 0:
+            return []
+        sources = analog_sources(s.libraries) if self.analogs is None else self.analogs
+        if not sources:
+            return []
+        scorer = self.pool.scorer
+        found = []  # (score, smiles, key) over every source
+        for index in sources:
+            for row, score in index.nearest(scorer, cfg.analogs, self.exclude):
+                found.append((score, index.library.smiles(row), index.library.inchikey14(row)))
+        seen, analogs = set(), []
+        for _, smiles, key in sorted(found, key=lambda f: -f[0]):
+            if key not in seen:
+                seen.add(key)
+                analogs.append(smiles)
+        qi = first[0][1] if first else 0
+        tok = s.bundle.tokenizer
+        grammar = SafeGrammar.of(tok) if params.decoding == "formula" else None
+        formula_vec = formula_vector(parse_formula(s.formula))
+        block = s.bundle.decoder.config.block_size - 1
+        max_new = min(params.max_new_tokens or block, block)  # as engine.model.sampling.sample_queries
+        out: list[tuple[QueryRequest, int]] = []
+        for slot, smiles in enumerate(analogs[: cfg.analogs]):
+            kept = 0
+            for p in analog_prefixes(smiles, tok.tokenize, cfg.prefixes_per_parent):
+                if kept == cfg.prefixes_per_parent:
+                    break
+                n = min(cfg.samples_per_prefix, left)
+                if n <= 0:
+                    return out
+                ptoks = tuple(tok.encode(p, add_special=False))
+                if tok.unk_id in ptoks or len(ptoks) >= max_new or (
+                        grammar is not None and not prefix_fits(grammar, formula_vec, ptoks, max_new)):
+                    continue
+                ids = tuple((DEEP_ID_BASE + ANALOG_PHASE * 100_000 + slot * 100 + kept, j) for j in range(n))
+                out.append((QueryRequest(fp_bits=s._queries[qi].bits, sample_ids=ids, prefix=ptoks), qi))
+                kept += 1
+                left -= n
         return out
 
     def _refine_requests(self, params: QueryParams, phase: int, left: int) -> list[tuple[QueryRequest, int]]:

@@ -1,0 +1,117 @@
+"""Analog seeding for deep search (issue #39): every library structure scored at once, the nearest analogs, their
+prefixes under the formula masks, and the deep search drawing them."""
+
+import csv
+
+import numpy as np
+import pytest
+from tiny_bundle import fixture_spectra
+
+from engine.chem import molecules as chem
+from engine.chem.formula import formula_vector, parse_formula
+from engine.elucidation.analogs import AnalogIndex, analog_bits_path, open_analog_index
+from engine.elucidation.deep import (
+    ANALOG_PHASE,
+    DEEP_ID_BASE,
+    DeepConfig,
+    DeepSearch,
+    analog_prefixes,
+    prefix_fits,
+)
+from engine.elucidation.pipeline import QueryParams, SpectrumSession
+from engine.library.cache import load_library
+from engine.model.safe_grammar import SafeGrammar
+from engine.model.scoring import FingerprintScorer
+from engine.progress import run_to_end
+
+ROWS = [("A", "aspirin", "CC(=O)Oc1ccccc1C(=O)O"), ("B", "salicylic acid", "O=C(O)c1ccccc1O"),
+        ("C", "ethanol", "CCO"), ("D", "caffeine", "Cn1cnc2c1c(=O)n(C)c(=O)n2C"),
+        ("E", "a diamide", "O=C(CCCCCC(=O)N(CCO)CCO)N(CCO)CO")]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("MSGPT_HOME", str(tmp_path / "home"))
+    return tmp_path
+
+
+def library_file(path):
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["Identifier", "CompoundName", "SMILES"])
+        w.writerows(ROWS)
+    return path
+
+
+def a_scorer(seed=0):
+    rng = np.random.default_rng(seed)
+    return FingerprintScorer(rng.uniform(0.01, 0.99, chem.N_BITS))
+
+
+@pytest.mark.parametrize("trust_keys", [False, True])
+def test_every_structure_scores_as_one_at_a_time(home, trust_keys):
+    library = load_library(library_file(home / "lib.csv"), "mine", trust_keys=trust_keys)
+    assert library.lazy_bits == trust_keys
+    events = []
+    gen = open_analog_index(library, folder=home / "cache")
+    while True:
+        try:
+            events.append(next(gen))
+        except StopIteration as stop:
+            index = stop.value
+            break
+    assert (bool(events) and events[-1].done == events[-1].total == len(ROWS)) == trust_keys  # lazy: computed now
+    assert analog_bits_path(library, home / "cache").is_file() == trust_keys  # ... and kept
+    scorer = a_scorer()
+    np.testing.assert_allclose(index.scores(scorer), [scorer.score(library.bits(r)) for r in range(len(library))],
+                               rtol=1e-12)
+    ranked = index.nearest(scorer, 3)
+    assert [s for _, s in ranked] == sorted(index.scores(scorer), reverse=True)[:3]
+    best_key = library.inchikey14(ranked[0][0])
+    assert best_key not in {library.inchikey14(r) for r, _ in index.nearest(scorer, 5, exclude={best_key})}
+    if trust_keys:  # the second opening reads the cached bits
+        again = run_to_end(open_analog_index(library, folder=home / "cache"))
+        assert np.array_equal(again.bits, index.bits) and np.array_equal(again.offsets, index.offsets)
+
+
+def test_bits_that_do_not_fit_the_library_are_refused(home):
+    library = load_library(library_file(home / "lib.csv"), "mine")
+    with pytest.raises(ValueError, match="delete the cached file"):
+        AnalogIndex(library, np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.uint16))
+
+
+def test_analog_prefixes_and_which_the_formula_allows(tiny_bundle):
+    tok = tiny_bundle.tokenizer
+    prefixes = analog_prefixes("CC(=O)Oc1ccccc1C(=O)O", tok.tokenize, 6)
+    assert prefixes and all(p.endswith(".") for p in prefixes)
+    singles = [p for p in prefixes if p.count(".") == 1]
+    assert len(singles) >= 2 and singles == sorted(singles, key=lambda p: -len(p))  # each fragment alone, largest first
+    grammar = SafeGrammar.of(tok)
+    encoded = [tuple(tok.encode(p, add_special=False)) for p in prefixes]
+    encoded = [p for p in encoded if tok.unk_id not in p]
+    assert encoded
+    aspirin = formula_vector(parse_formula("C9H8O4"))
+    assert all(prefix_fits(grammar, aspirin, p, 255) for p in encoded)  # aspirin's fragments fit aspirin
+    assert not any(prefix_fits(grammar, formula_vector(parse_formula("C3H8")), p, 255) for p in encoded)  # O, 6 C
+    assert not prefix_fits(grammar, aspirin, encoded[0], len(encoded[0]))  # no room left after the prefix
+
+
+def test_deep_search_draws_analog_prefixes(tiny_bundle, home):
+    library = load_library(library_file(home / "lib.csv"), "mine")
+    spectrum = fixture_spectra()[0]
+    config = DeepConfig(extra_queries=1, extra_per_query=2, rounds=1, parents=1, prefixes_per_parent=2,
+                        samples_per_prefix=2, max_new_samples=40, analogs=3)
+    index = run_to_end(open_analog_index(library, folder=home / "cache"))
+    params = QueryParams(ranking="frequency")
+    search = DeepSearch(SpectrumSession(tiny_bundle, spectrum), config, analogs=[index])
+    run_to_end(search.run(params))
+    seeded = [sid for sid, _ in search.pool.items() if sid[0] >= DEEP_ID_BASE + ANALOG_PHASE * 100_000]
+    assert seeded and len(seeded) <= 3 * 2 * 2
+    none = DeepSearch(SpectrumSession(tiny_bundle, spectrum), DeepConfig(**{**config.__dict__, "analogs": 0}),
+                      analogs=[index])
+    run_to_end(none.run(params))
+    assert not [sid for sid, _ in none.pool.items() if sid[0] >= DEEP_ID_BASE + ANALOG_PHASE * 100_000]
+    # without analog sources given, the session's structure libraries are the sources (none here)
+    bare = DeepSearch(SpectrumSession(tiny_bundle, spectrum), config)
+    run_to_end(bare.run(params))
+    assert not [sid for sid, _ in bare.pool.items() if sid[0] >= DEEP_ID_BASE + ANALOG_PHASE * 100_000]
