@@ -50,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write only the K best candidates per spectrum (per formula when several are tried)")
     pr.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same result")
     pr.add_argument("--effort", choices=("standard", "deep"), default="standard",
-                    help="standard: the pool of B samples; deep: then refine its best candidates (about 5-10x "
-                    "the time, docs/deep_search.md)")
+                    help="standard: the pool of B samples; deep: then refine its best candidates and borrow the "
+                    "fragments of the structure libraries' closest analogs (about 5-10x the time, docs/deep_search.md)")
     pr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
     pr.add_argument("--top-k", type=int, default=50, help="top-k sampling (default 50)")
     pr.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
@@ -442,6 +442,11 @@ def _open_libraries(args: argparse.Namespace) -> list:
             problems = f", {lib.n_problems} rows unreadable (first: {lib.problems[0]})" if lib.n_problems else ""
             err(f"Structure library {lib.name}: {len(lib):,} structures{problems}.")
             libraries.append(lib)
+            if args.effort == "deep":  # deep search borrows analogs' fragments: their bits, computed once
+                from engine.elucidation.analogs import open_analog_index
+
+                _open_one(open_analog_index(lib), "Analog fingerprints", source, ValueError, args.quiet,
+                          unit="structure")
     for source in dict.fromkeys(bundled + args.spectral_library):
         lib = _open_one(open_bundled_spectral_library() if source == "bundled" else open_spectral_library(source),
                         "Spectral library", source, SpectralLibraryError, args.quiet)
@@ -451,11 +456,11 @@ def _open_libraries(args: argparse.Namespace) -> list:
     return libraries
 
 
-def _open_one(job, kind: str, source: str, error: type[Exception], quiet: bool):
+def _open_one(job, kind: str, source: str, error: type[Exception], quiet: bool, unit: str = "B"):
     """Run a library's opening generator with a progress bar; ``None`` (reported) when it cannot be read."""
     from tqdm import tqdm
 
-    with tqdm(total=None, unit="B", unit_scale=True, desc=f"{kind} {source}", disable=quiet, file=sys.stderr,
+    with tqdm(total=None, unit=unit, unit_scale=True, desc=f"{kind} {source}", disable=quiet, file=sys.stderr,
               leave=False) as bar:
         try:
             while True:

@@ -16,6 +16,7 @@ Imports engine.library, engine.model.scoring, engine.progress and engine.chem on
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Collection, Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,11 @@ import numpy as np
 from engine.chem.molecules import morgan_bits_from_smiles
 from engine.library.index import StructureLibrary
 from engine.model.scoring import FingerprintScorer
-from engine.progress import CancelFn, check_cancel
+from engine.progress import CancelFn, check_cancel, run_to_end
 
 FORMAT = "msgpt-analog-bits/1"
 PROGRESS_EVERY = 5000  # structures between progress events while bits are computed
+_OPENED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # library -> its AnalogIndex, once opened
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,23 @@ def analog_bits_path(library: StructureLibrary, folder: Path) -> Path:
 
 def open_analog_index(library: StructureLibrary, folder: str | Path | None = None, cancel: CancelFn | None = None,
                       ) -> Generator[AnalogProgress, None, AnalogIndex]:
-    """The :class:`AnalogIndex` of ``library``: its stored bits, the cached file, or computed now (and cached)."""
+    """The :class:`AnalogIndex` of ``library``: its stored bits, the cached file, or computed now (and cached); kept
+    for :func:`analog_index_of` as long as the library lives."""
+    index = yield from _open(library, folder, cancel)
+    _OPENED[library] = index
+    return index
+
+
+def analog_index_of(library: StructureLibrary) -> AnalogIndex:
+    """The :class:`AnalogIndex` opened for ``library`` before (``msgpt predict --effort deep`` opens it with a
+    progress bar), or opened now without progress."""
+    index = _OPENED.get(library)
+    if index is None:
+        index = run_to_end(open_analog_index(library))
+    return index
+
+
+def _open(library: StructureLibrary, folder, cancel) -> Generator[AnalogProgress, None, AnalogIndex]:
     if not library.lazy_bits:
         return AnalogIndex(library, library._bits_offsets, library._bits)
     from engine.library.cache import library_cache_dir

@@ -142,21 +142,12 @@ def analog_prefixes(smiles: str, tokenize, limit: int) -> list[str]:
 
 
 def analog_sources(libraries) -> list[AnalogIndex]:
-    """The :class:`AnalogIndex` of each structure library among ``libraries`` (kept on the library object, so a
-    run computes it once; a lazy library's bits are computed on first use and cached in the data folder)."""
-    from engine.elucidation.analogs import open_analog_index
+    """The :class:`AnalogIndex` of each structure library among ``libraries`` (opened once per library: a lazy
+    library's bits are computed on first use, about a minute for the bundled one, and cached in the data folder)."""
+    from engine.elucidation.analogs import analog_index_of
     from engine.library.index import StructureLibrary
-    from engine.progress import run_to_end
 
-    out = []
-    for lib in libraries:
-        if isinstance(lib, StructureLibrary) and len(lib):
-            index = getattr(lib, "_analog_index", None)
-            if index is None:
-                index = run_to_end(open_analog_index(lib))
-                lib._analog_index = index
-            out.append(index)
-    return out
+    return [analog_index_of(lib) for lib in libraries if isinstance(lib, StructureLibrary) and len(lib)]
 
 
 def run_session(session: SpectrumSession, params: QueryParams, cancel: CancelFn | None = None,

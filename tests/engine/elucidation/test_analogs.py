@@ -5,7 +5,7 @@ import csv
 
 import numpy as np
 import pytest
-from tiny_bundle import fixture_spectra
+from tiny_bundle import FIXTURE, fixture_spectra
 
 from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector, parse_formula
@@ -115,3 +115,31 @@ def test_deep_search_draws_analog_prefixes(tiny_bundle, home):
     bare = DeepSearch(SpectrumSession(tiny_bundle, spectrum), config)
     run_to_end(bare.run(params))
     assert not [sid for sid, _ in bare.pool.items() if sid[0] >= DEEP_ID_BASE + ANALOG_PHASE * 100_000]
+
+
+def test_predict_effort_deep_opens_the_libraries_analogs_with_progress(tiny_bundle_dir, home, capsys, monkeypatch):
+    import engine.elucidation.analogs as analogs
+    from engine.cli import main
+
+    opened = []
+    real = analogs.open_analog_index
+
+    def spy(library, *args, **kwargs):
+        opened.append(library.name)
+        return (yield from real(library, *args, **kwargs))
+
+    monkeypatch.setattr(analogs, "open_analog_index", spy)
+    lib = library_file(home / "mine.csv")
+    out = home / "out.csv"
+    one = home / "one.mgf"
+    text = FIXTURE.read_text()
+    one.write_text(text[: text.index("END IONS") + len("END IONS")] + "\n")
+    argv = ["predict", str(one), "-o", str(out), "--model", str(tiny_bundle_dir), "--groups", "2",
+            "--samples-per-group", "2", "--band", "0.95", "1.5", "--formulas", "0", "--no-bundled-libraries",
+            "--structure-library", str(lib), "--effort", "deep"]
+    assert main(argv) == 0
+    assert opened == ["mine.csv"]  # once, before the spectra, by the CLI (the search then reuses it)
+    assert out.is_file() and "1 spectra" in capsys.readouterr().err
+    opened.clear()
+    assert main(argv[:-2] + ["--effort", "standard"]) == 0
+    assert opened == []  # standard effort needs no analogs
