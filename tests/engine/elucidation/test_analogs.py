@@ -118,7 +118,7 @@ def test_deep_search_draws_analog_prefixes(tiny_bundle, home):
 
 
 def test_predict_effort_deep_opens_the_libraries_analogs_with_progress(tiny_bundle_dir, home, capsys, monkeypatch):
-    import engine.elucidation.analogs as analogs
+    from engine.elucidation import analogs
     from engine.cli import main
 
     opened = []
