@@ -118,8 +118,8 @@ def test_deep_search_draws_analog_prefixes(tiny_bundle, home):
 
 
 def test_predict_effort_deep_opens_the_libraries_analogs_with_progress(tiny_bundle_dir, home, capsys, monkeypatch):
-    from engine.elucidation import analogs
     from engine.cli import main
+    from engine.elucidation import analogs
 
     opened = []
     real = analogs.open_analog_index
