@@ -218,7 +218,8 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
         table = rank_formulas(spectrum, ms1=feature.ms1, config=config, supported_adducts=bundle.supported_adducts)
     except (SpectrumError, FormulaError, AdductError) as e:
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
-    chosen = [with_formula_candidate(spectrum, c) for c in table.runnable(args.formulas, bundle.supported_adducts)]
+    chosen = [with_formula_candidate(spectrum, c, table.elements)
+              for c in table.runnable(args.formulas, bundle.supported_adducts)]
     chosen += identified_formula_spectra(spectrum, search_spectrum(libraries, spectrum), chosen,
                                          bundle.supported_adducts)
     allowed = None if not config.ion_types else {parse_adduct(a).name for a in config.ion_types}

@@ -38,6 +38,7 @@ CSV_COLUMNS = (
     "adduct",
     "formula_rank",
     "formula_score",
+    "formula_evidence",
     "precursor_mz",
     "retention_time_s",
     "count",
@@ -97,7 +98,8 @@ def candidate_rows(
 
     ``rank_offset`` continues the ranks of an earlier result of the same spectrum (``msgpt predict``
     runs a spectrum without a formula for its best formula candidates, one after the other);
-    ``formula_rank`` / ``formula_score`` are those of the formula candidate, empty for a given formula.
+    ``formula_rank`` / ``formula_score`` are those of the formula candidate, empty for a given formula;
+    ``formula_evidence`` what its table's isotopes and fragments showed of the elements (empty: nothing).
     ``feature_ranks``: each shown candidate's rank over the whole feature
     (:func:`engine.insight.identification.feature_ranks`; default: ``rank``); ``level``: the feature's
     identification level (:func:`engine.insight.identification.identification_level`).
@@ -122,6 +124,7 @@ def candidate_rows(
             "adduct": s.adduct or "",
             "formula_rank": s.metadata.get("formula_rank", ""),
             "formula_score": s.metadata.get("formula_score", ""),
+            "formula_evidence": s.metadata.get("formula_evidence", ""),
             "precursor_mz": f"{s.precursor_mz:.5f}",
             "retention_time_s": "" if s.retention_time is None else f"{s.retention_time:.2f}",
             "count": c.count,
@@ -305,6 +308,7 @@ class CandidateWriter:
             "adduct": row["adduct"],
             "formula_rank": row["formula_rank"],
             "formula_score": row["formula_score"],
+            "formula_evidence": row["formula_evidence"],
             "precursor_mz": row["precursor_mz"],
             "retention_time_s": row["retention_time_s"],
             "count": row["count"],

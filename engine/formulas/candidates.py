@@ -437,11 +437,15 @@ def isotope_comparison(
     return _isotopes(parse_formula(formula), get_ion_type(ion_type).name, mz, ms1, config)
 
 
-def with_formula_candidate(spectrum: Spectrum, candidate: FormulaCandidate) -> Spectrum:
-    """A copy of ``spectrum`` with the candidate's formula and ion type, and its rank and score noted."""
+def with_formula_candidate(spectrum: Spectrum, candidate: FormulaCandidate,
+                           elements: ElementEvidence | None = None) -> Spectrum:
+    """A copy of ``spectrum`` with the candidate's formula and ion type, and its rank and score noted (and what the
+    table's isotopes and fragments showed of the elements, ``formula_evidence``, when ``elements`` is given)."""
     import dataclasses
 
     metadata = {**spectrum.metadata, "formula_rank": str(candidate.rank),
                 "formula_score": f"{candidate.probability:.4f}", "formula_source": "ranked candidates"}
+    if elements is not None and elements.notes:
+        metadata["formula_evidence"] = "; ".join(elements.notes)
     new = dataclasses.replace(spectrum, metadata=metadata).with_adduct(candidate.ion_type, check=False)
     return new.with_formula(candidate.formula, check=False)

@@ -193,7 +193,7 @@ def formula_spectra(base: Spectrum, table: FormulaTable, supported_adducts: Sequ
                     k: int) -> list[tuple[FormulaCandidate, Spectrum]]:
     """The spectra Run elucidates for the best ``k`` formulas: ``base`` with each candidate's formula and ion type,
     its rank and score noted (exports write them)."""
-    return [(c, with_formula_candidate(base, c)) for c in table.runnable(k, supported_adducts)]
+    return [(c, with_formula_candidate(base, c, table.elements)) for c in table.runnable(k, supported_adducts)]
 
 
 def no_candidate_reason(table: FormulaTable, supported_adducts: Sequence[str] | None) -> str:

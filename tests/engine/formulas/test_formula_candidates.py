@@ -11,6 +11,7 @@ from engine.chem.adducts import precursor_mz_from_neutral
 from engine.chem.formula import formula_mass, parse_formula
 from engine.errors import ConfigError, SpectrumError
 from engine.formulas.candidates import TERMS, FormulaConfig, isotope_comparison, rank_formulas, with_formula_candidate
+from engine.formulas.elements import ElementEvidence
 from engine.formulas.evidence import FRAGMENT_FEATURES
 from engine.formulas.prior import FormulaPrior
 from engine.formulas.scorer import STAGE2_FEATURES, FormulaScorer
@@ -167,6 +168,11 @@ def test_with_formula_candidate(scorer):
     assert (chosen.formula, chosen.adduct) == ("C8H10N4O2", "[M+H]+")
     assert chosen.metadata["formula_rank"] == "1" and float(chosen.metadata["formula_score"]) == pytest.approx(best.probability, abs=1e-4)
     assert s.formula is None and "formula_rank" not in s.metadata
+    assert "formula_evidence" not in chosen.metadata
+    noted = with_formula_candidate(s, best, ElementEvidence(present=(("Cl",),), notes=("fragments: Cl (HCl loss)",
+                                                                                         "isotopes: no Cl or Br")))
+    assert noted.metadata["formula_evidence"] == "fragments: Cl (HCl loss); isotopes: no Cl or Br"
+    assert "formula_evidence" not in with_formula_candidate(s, best, ElementEvidence()).metadata
 
 
 # ---------------------------------------------------------------------------------------------
