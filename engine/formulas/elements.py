@@ -39,6 +39,8 @@ MIN_DIAGNOSTIC_SHARE = 0.05
 #: without it (or the other way round) before the isotope pattern is said to show it.
 ISOTOPE_MARGIN = 6.0
 HALOGENS = ("Cl", "Br")
+MIN_FRAGMENT_MZ = 40.0  # a loss leaving less than this is not looked for (below most scan ranges)
+
 
 def _mass(counts: Mapping[str, int]) -> float:
     return sum(element_mass(e) * n for e, n in counts.items())
@@ -117,10 +119,10 @@ def fragment_elements(mz: np.ndarray, intensity: np.ndarray, precursor_mz: float
             continue
         if kind == "loss":
             target = precursor_mz - _mass(counts)
+            if target < MIN_FRAGMENT_MZ:
+                continue
         else:
             target = _mass(counts) - sign * ELECTRON_MASS  # an anion carries an electron
-        if target < 40.0:
-            continue
         tol = max(tol_ppm * 1e-6 * target, tol_da)
         hit = np.abs(mz - target) <= tol
         if hit.any():

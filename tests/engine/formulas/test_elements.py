@@ -103,6 +103,10 @@ def test_diagnostic_losses_and_ions_show_elements():
     bromide = 78.918337 + ELECTRON_MASS
     mz, intensity = fragment_spectrum(precursor, {bromide: 80.0, 96.969618 + ELECTRON_MASS: 30.0})
     assert fragment_elements(mz, intensity, precursor, "negative", 10.0, 0.002).present == (("Br",), ("P",))
+    chloride = fragment_spectrum(precursor, {34.968853 + ELECTRON_MASS: 50.0})  # below m/z 40: an ion still counts
+    assert fragment_elements(*chloride, precursor, "negative", 10.0, 0.002).present == (("Cl",),)
+    tiny = fragment_spectrum(50.0, {50.0 - 20.006228: 50.0})  # an HF loss leaving m/z 30: not looked for
+    assert fragment_elements(*tiny, 50.0, "positive", 10.0, 0.002) == ElementEvidence()
     assert fragment_elements(mz, intensity, precursor, "positive", 10.0, 0.002).present == ()
     off = fragment_elements(mz + 0.01, intensity, precursor, "negative", 10.0, 0.002)  # 10 mDa off: nothing
     assert off == ElementEvidence()
