@@ -21,8 +21,8 @@ passed over otherwise. A chlorine (M+2 ~ 32 %) or bromine (M+2 ~ 97 %) formula a
 without that M+2 peak thus loses several units; one that predicts it gains on those that do not.
 
 :func:`isotope_patterns_many` and :func:`isotope_scores_many` do the same for thousands of formulas at once (the
-patterns through a power series of the elements' isotope polynomials: log, weighted sum, exp), so the
-isotope pattern can help choose which formulas are scored in full (:mod:`engine.formulas.elements`).
+patterns through a power series of the elements' isotope polynomials: log, weighted sum, exp), so every formula
+within tolerance can be weighed against the survey pattern (:mod:`engine.formulas.elements`: Cl or Br present).
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def match_isotopes(
                         detectable=detectable, score=score)
 
 
-# --- many formulas at once (the formula shortlist, engine.formulas.elements) ---------------------------------------
+# --- many formulas at once (what engine.formulas.elements reads the elements from) ---------------------------------
 
 
 @lru_cache(maxsize=256)
