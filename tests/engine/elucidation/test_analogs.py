@@ -5,6 +5,7 @@ import csv
 
 import numpy as np
 import pytest
+from progress_events import drain
 from tiny_bundle import FIXTURE, fixture_spectra
 
 from engine.chem import molecules as chem
@@ -52,14 +53,7 @@ def a_scorer(seed=0):
 def test_every_structure_scores_as_one_at_a_time(home, trust_keys):
     library = load_library(library_file(home / "lib.csv"), "mine", trust_keys=trust_keys)
     assert library.lazy_bits == trust_keys
-    events = []
-    gen = open_analog_index(library, folder=home / "cache")
-    while True:
-        try:
-            events.append(next(gen))
-        except StopIteration as stop:
-            index = stop.value
-            break
+    events, index = drain(open_analog_index(library, folder=home / "cache"))
     assert (bool(events) and events[-1].done == events[-1].total == len(ROWS)) == trust_keys  # lazy: computed now
     assert analog_bits_path(library, home / "cache").is_file() == trust_keys  # ... and kept
     scorer = a_scorer()

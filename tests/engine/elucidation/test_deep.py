@@ -2,25 +2,29 @@
 untouched, is seeded, reports progress and stops when cancelled."""
 
 import pytest
+from progress_events import drain
 from tiny_bundle import fixture_spectra
 
-from engine.elucidation.deep import DEEP_ID_BASE, DeepConfig, DeepSearch, prefixes_of, run_session
-from engine.elucidation.pipeline import QueryParams, SamplesDrawn, SpectrumFinished, SpectrumSession, elucidate
+from engine.elucidation.deep import (
+    DEEP_ID_BASE,
+    DeepConfig,
+    DeepSearch,
+    prefixes_of,
+    run_session,
+)
+from engine.elucidation.pipeline import (
+    QueryParams,
+    SamplesDrawn,
+    SpectrumFinished,
+    SpectrumSession,
+    elucidate,
+)
 from engine.errors import Cancelled, ConfigError
 from engine.progress import run_to_end
 
 SMALL = DeepConfig(extra_queries=2, extra_per_query=4, rounds=2, parents=3, prefixes_per_parent=3,
                    samples_per_prefix=2, max_new_samples=60)
 PARAMS = QueryParams(ranking="frequency")  # the tiny bundle's encoder is random: its posterior says nothing
-
-
-def drain(gen):
-    events = []
-    while True:
-        try:
-            events.append(next(gen))
-        except StopIteration as stop:
-            return events, stop.value
 
 
 def test_deep_grows_a_copy_of_the_standard_pool(tiny_bundle):

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from progress_events import drain
 from tiny_bundle import fixture_spectra
 
 from engine.elucidation.pipeline import (
@@ -16,15 +17,6 @@ from engine.elucidation.pipeline import (
 )
 from engine.errors import Cancelled, ConfigError
 from engine.spectra.spectrum import SkippedRecord
-
-
-def drain(gen):
-    events = []
-    while True:
-        try:
-            events.append(next(gen))
-        except StopIteration as stop:
-            return events, stop.value
 
 
 def test_end_to_end_finds_the_reference_structures(tiny_bundle):
