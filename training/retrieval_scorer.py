@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 import zlib
@@ -60,6 +59,7 @@ from .retrieval import (
     TRACKS,
     Pool,
     Variant,
+    _pct,
     ci95,
     crowding_summary,
     evaluate_pools,
@@ -565,10 +565,6 @@ def run(cfg: ScorerConfig, log: Callable[[str], None] = lambda m: print(m, file=
 
 
 # -- the report ------------------------------------------------------------------------------------------
-def _pct(x: float) -> str:
-    return "–" if x is None or not math.isfinite(x) else f"{100 * x:.1f}"
-
-
 def tables(variants: dict, set_name: str) -> str:
     lines = ["| score | formula: library | formula: + de novo | mass: library | mass: + de novo |",
              "| --- | --- | --- | --- | --- |"]
