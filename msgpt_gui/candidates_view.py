@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.elucidation.pipeline import SpectrumResult
-from engine.insight.plausibility import plausibility_note
+from engine.chem.plausibility import plausibility_note
 
 from .columns import FillColumn
 from .logic import tooltips

@@ -12,7 +12,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QIcon
 from PySide6.QtWidgets import QApplication, QStyle
 
 from engine.elucidation.pipeline import SpectrumResult
-from engine.insight.plausibility import plausibility_note
+from engine.chem.plausibility import plausibility_note
 from engine.spectra.spectrum import NO_FRAGMENTS_NOTE
 
 from .logic.confidence import missing_confidence
@@ -36,7 +36,7 @@ _STATUS_COLORS = {
 }
 BLOCKED_COLOR = "#a15c00"  # needs formula / adduct / m/z, ion not supported
 WARNING_MARK = " ⚠"
-IMPLAUSIBLE = "Unlikely structure"  # the tooltip's word for a candidate engine.insight.plausibility flags
+IMPLAUSIBLE = "Unlikely structure"  # the tooltip's word for a candidate engine.chem.plausibility flags
 NOTES_MARK = " ✎"  # after the ID of a spectrum with notes
 
 
@@ -395,7 +395,7 @@ def format_confidence(p: float) -> str:
 
 
 def _warning_icon() -> QIcon:
-    """The style's warning sign: the mark of an implausible candidate (engine.insight.plausibility)."""
+    """The style's warning sign: the mark of an implausible candidate (engine.chem.plausibility)."""
     return QApplication.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning)
 
 

@@ -64,12 +64,19 @@ class AnalogIndex:
         sums = np.where(np.diff(self.offsets) > 0, sums, 0.0)  # reduceat repeats a value for empty rows
         return scorer.base + sums
 
-    def nearest(self, scorer: FingerprintScorer, k: int, exclude: Collection[str] = ()) -> list[tuple[int, float]]:
+    def nearest(self, scorer: FingerprintScorer, k: int, exclude: Collection[str] = (),
+                formula: str | None = None) -> list[tuple[int, float]]:
         """``(row, score)`` of the ``k`` structures the posterior scores best, best first, leaving out those whose
-        InChIKey first block is in ``exclude`` (an evaluation leaves out the true structure)."""
+        InChIKey first block is in ``exclude`` (an evaluation leaves out the true structure) and those of
+        ``formula`` (the spectrum's own: an analog lends fragments; a structure of the formula itself would be an
+        answer, which is the structure library's job, not deep search's)."""
         scores = self.scores(scorer)
+        if formula is not None:
+            scores[self.library.rows_of_formula(formula)] = -np.inf
         out: list[tuple[int, float]] = []
         for row in np.argsort(-scores, kind="stable"):
+            if not np.isfinite(scores[row]):
+                break
             if self.library.inchikey14(int(row)) not in exclude:
                 out.append((int(row), float(scores[row])))
                 if len(out) == k:

@@ -17,6 +17,11 @@ that the fingerprint score already likes, so deep search starts from the standar
    the formula still allows become prefixes too, drawn with the first allocation. A relative in a library (the
    same scaffold, another substituent) thus lends its fragments to the spectrum's own formula.
 4. Rounds stop when the sample budget is spent or a round adds no new candidate.
+5. **Edits** (:mod:`engine.elucidation.edits`, no decoder): the best candidates not yet edited give every isomer
+   one formula-preserving move away (a substituent moved to another atom, two atoms of different elements
+   swapped); the fingerprint score picks the best few, which join the pool (with count 0: no sample drew
+   them), and the next round edits the new best, so two or three moves compound (a methyl walked from one
+   N-alkyl chain to the other).
 
 The search works on a copy of the session's pool, so the session (and standard effort) is unchanged; deep
 samples get identities ``(i, j)`` with ``i >= DEEP_ID_BASE``, so their random numbers never collide with
@@ -31,8 +36,10 @@ import time
 from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 
+from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector, parse_formula
 from engine.elucidation.analogs import AnalogIndex
+from engine.elucidation.edits import isomer_edits
 from engine.elucidation.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
 from engine.elucidation.ranking import CandidatePool, decode_safe, reference_rank
 from engine.errors import ConfigError
@@ -61,10 +68,16 @@ class DeepConfig:
         "help": "library structures the posterior scores best (any formula) whose fragments seed prefixes (0: none)"})
     truncate_fractions: tuple[float, ...] = field(default=(0.5, 0.7), metadata={
         "help": "share of the tokens kept from a candidate the slicer cannot cut into fragments"})
+    edit_rounds: int = field(default=3, metadata={
+        "help": "rounds of formula-preserving edits (a substituent moved, two atoms swapped) of the best candidates "
+                "(0: none)"})
+    edit_parents: int = field(default=5, metadata={"help": "best not-yet-edited candidates edited per round"})
+    edit_keep: int = field(default=20, metadata={
+        "help": "edits per round that join the pool: those the fingerprint score ranks best"})
 
     def __post_init__(self):
         for name in ("extra_queries", "extra_per_query", "rounds", "parents", "prefixes_per_parent",
-                     "samples_per_prefix", "max_new_samples", "analogs"):
+                     "samples_per_prefix", "max_new_samples", "analogs", "edit_rounds", "edit_parents", "edit_keep"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"`{name}` must be a non-negative integer, got {v!r}.")
@@ -172,6 +185,7 @@ class DeepSearch:
         self.exclude = frozenset(exclude)
         self.pool: CandidatePool | None = None
         self.refined: set[str] = set()  # InChIKey first blocks already refined
+        self.edited: set[str] = set()  # InChIKey first blocks already edited
         self.query_of: dict[tuple[int, int], int] = {}  # sample identity -> index of its query
 
     def run(self, params: QueryParams, cancel: CancelFn | None = None) -> Generator[object, None, SpectrumResult]:
@@ -213,8 +227,33 @@ class DeepSearch:
                 break  # new samples stopped adding candidates
             if done >= budget:
                 break
+        # 5. edits: the isomers one move away from the best candidates, the best of them by fingerprint score
+        for _ in range(cfg.edit_rounds):
+            if not self._edit_round(params, cancel):
+                break
+            yield RankingUpdated(index, self._result(base, params, done, t0, partial=True))
         check_cancel(cancel)
         return self._result(base, params, done, t0, partial=False)
+
+    def _edit_round(self, params: QueryParams, cancel: CancelFn | None) -> int:
+        """Offers the pool the ``edit_keep`` best-scoring new edits of the best ``edit_parents`` not-yet-edited
+        candidates (:meth:`CandidatePool.add_edits`: count 0, no sample); returns how many."""
+        cfg = self.config
+        if self.pool.scorer is None:  # no posterior to score edits by
+            return 0
+        candidates, _ = self.pool.rank(None, params.ranking)
+        have = {c.smiles for c in candidates}
+        parents = [c for c in candidates if c.inchikey14 not in self.edited][: cfg.edit_parents]
+        scored: dict[str, float] = {}
+        for c in parents:
+            check_cancel(cancel)
+            self.edited.add(c.inchikey14)
+            for smiles in isomer_edits(c.smiles):
+                if smiles not in have and smiles not in scored:
+                    scored[smiles] = self.pool.scorer.score(chem.morgan_bits(chem.mol_from_smiles(smiles)))
+        best = sorted(scored, key=lambda x: (-scored[x], x))[: cfg.edit_keep]
+        self.pool.add_edits(best)
+        return len(best)
 
     # -- requests -----------------------------------------------------------------------------------------
     def _extra_requests(self, params: QueryParams, n: int) -> list[tuple[QueryRequest, int]]:
@@ -248,7 +287,7 @@ class DeepSearch:
         scorer = self.pool.scorer
         found = []  # (score, smiles, key) over every source
         for index in sources:
-            for row, score in index.nearest(scorer, cfg.analogs, self.exclude):
+            for row, score in index.nearest(scorer, cfg.analogs, self.exclude, formula=s.formula):
                 found.append((score, index.library.smiles(row), index.library.inchikey14(row)))
         seen, analogs = set(), []
         for _, smiles, key in sorted(found, key=lambda f: -f[0]):

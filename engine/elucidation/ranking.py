@@ -168,6 +168,7 @@ class CandidatePool:
         self.query_bits = [np.asarray(b, dtype=np.int64) for b in query_bits]
         self.scorer = scorer
         self._samples: dict[SampleId, str] = {}
+        self._edits: dict[str, None] = {}  # structures made by editing candidates (deep search), not drawn
         self._bits_cache: dict[str, np.ndarray] = {}
         self._sim_cache: dict[str, float] = {}
         self._score_cache: dict[str, float] = {}
@@ -201,6 +202,17 @@ class CandidatePool:
             have = self._known.get(s.inchikey14)
             if have is None or (have.spectral is not None and s.spectral is None):
                 self._known[s.inchikey14] = s  # a structure library's entry names it before a reference's
+
+    def add_edits(self, smiles: Iterable[str]) -> None:
+        """Offer structures made from candidates rather than drawn (deep search's edits,
+        :mod:`engine.elucidation.edits`): each of the pool's formula joins the ranking once, with count 0 (no
+        sample drew it) and origin ``de_novo``; the sample counts are unchanged."""
+        for s in smiles:
+            self._edits.setdefault(s, None)
+
+    @property
+    def n_edits(self) -> int:
+        return len(self._edits)
 
     @property
     def n_known(self) -> int:
@@ -245,6 +257,15 @@ class CandidatePool:
             bits = self._bits(smiles)
             fp_score = self._fingerprint_score(smiles, bits)
             rows.append((sum(smiles_counts.values()), self._similarity(smiles, bits), k14, smiles, bits, fp_score))
+        for s in self._edits:
+            d = decode_safe(s)
+            if d.inchikey14 is None or d.formula != self.formula or d.inchikey14 in groups or d.inchikey14 in keys:
+                continue
+            keys[d.inchikey14] = d
+            if d.inchikey14 not in self._known:  # a library structure is listed below, with its origin
+                bits = self._bits(d.smiles)
+                rows.append((0, self._similarity(d.smiles, bits), d.inchikey14, d.smiles, bits,
+                             self._fingerprint_score(d.smiles, bits)))
         for k14, known in self._known.items():
             if k14 not in groups:
                 bits = np.asarray(known.bits, dtype=np.int64)

@@ -63,6 +63,10 @@ def test_every_structure_scores_as_one_at_a_time(home, trust_keys):
     assert [s for _, s in ranked] == sorted(index.scores(scorer), reverse=True)[:3]
     best_key = library.inchikey14(ranked[0][0])
     assert best_key not in {library.inchikey14(r) for r, _ in index.nearest(scorer, 5, exclude={best_key})}
+    formula = library.record(ranked[0][0]).formula  # the spectrum's own formula: its structures are answers
+    others = index.nearest(scorer, len(ROWS), formula=formula)
+    assert others and all(library.record(r).formula != formula for r, _ in others)
+    assert len(others) == len(ROWS) - len(library.rows_of_formula(formula))
     if trust_keys:  # the second opening reads the cached bits
         again = run_to_end(open_analog_index(library, folder=home / "cache"))
         assert np.array_equal(again.bits, index.bits) and np.array_equal(again.offsets, index.offsets)

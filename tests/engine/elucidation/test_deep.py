@@ -1,6 +1,8 @@
 """Deep search (issue #39) on the tiny bundle: it grows a copy of the standard pool, leaves standard effort
 untouched, is seeded, reports progress and stops when cancelled."""
 
+from dataclasses import replace
+
 import pytest
 from progress_events import drain
 from tiny_bundle import fixture_spectra
@@ -76,6 +78,20 @@ def test_effort_deep_through_elucidate_and_cancel(tiny_bundle):
     with pytest.raises(Cancelled):
         drain(DeepSearch(session).run(PARAMS, cancel_after_standard))
     assert calls["n"] == 3  # cancelled at the deep rounds' first check, not by session.run
+
+
+def test_edits_join_the_deep_pool_without_samples(tiny_bundle):
+    spectrum = fixture_spectra()[0]
+    runs = {}
+    for rounds in (0, 2):
+        config = replace(SMALL, edit_rounds=rounds, edit_parents=2, edit_keep=5)
+        runs[rounds] = run_to_end(DeepSearch(SpectrumSession(tiny_bundle, spectrum), config).run(PARAMS))
+    assert runs[2].n_samples == runs[0].n_samples  # edits are no samples: the same draws either way
+    before = {c.inchikey14 for c in runs[0].candidates}
+    new = [c for c in runs[2].candidates if c.inchikey14 not in before]
+    assert 0 < len(new) <= 2 * 5 and before <= {c.inchikey14 for c in runs[2].candidates}
+    formula = runs[0].candidates[0].formula
+    assert all(c.count == 0 and c.formula == formula and c.origin == "de_novo" for c in new)
 
 
 def test_prefixes_keep_all_but_one_then_all_but_two_fragments():

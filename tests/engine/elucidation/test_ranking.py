@@ -100,3 +100,15 @@ def test_reference_rank():
 def test_empty_pool_ranks_nothing():
     candidates, counts = CandidatePool("C2H6O", [np.array([1, 2])]).rank()
     assert candidates == [] and counts == {"samples": 0, "valid": 0, "formula_consistent": 0}
+
+
+def test_edits_join_with_count_zero_and_leave_the_sample_counts():
+    pool = pool_with(["CCO", "CCO"])
+    # a new isomer, one drawn already, one of another formula, a repeat written another way
+    pool.add_edits(["COC", "OCC", "CCCO", "C(O)C"])
+    candidates, counts = pool.rank()
+    assert counts == {"samples": 2, "valid": 2, "formula_consistent": 2}
+    by_smiles = {c.smiles: c for c in candidates}
+    assert set(by_smiles) == {"CCO", "COC"} and pool.n_edits == 4
+    assert by_smiles["CCO"].count == 2
+    assert by_smiles["COC"].count == 0 and by_smiles["COC"].origin == "de_novo" and by_smiles["COC"].library == ""

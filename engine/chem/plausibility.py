@@ -3,11 +3,12 @@
 The decoder writes any structure the formula allows, and now and then ranks one with a motif a chemist would
 never expect in a sample: a strained or antiaromatic three-membered ring, an aminal that falls apart in water,
 a halogen on a carbon that carries an amine. :func:`implausible` names such motifs, one short reason each, so
-the app can mark the candidate; it changes no score, no rank and no export.
+the app can mark the candidate; it changes no score, no rank and no export (deep search's edits,
+:mod:`engine.elucidation.edits`, never propose a structure it flags).
 
 The rules are few and conservative: each is a SMARTS pattern (RDKit), matched on the structure as written
 (implicit hydrogens, no stereo needed), and each fires on textbook unstable motifs while common drugs,
-metabolites and pesticides do not fire (tests/engine/insight/test_plausibility.py checks both). A plain
+metabolites and pesticides do not fire (tests/engine/chem/test_plausibility.py checks both). A plain
 amine nitrogen below is ``[NX3]`` (aliphatic, three connections) that is not bonded to an aromatic atom, to
 another N or O, or to a C, S or P doubly bonded to O, S or N (amides, ureas, carbamates, sulfonamides,
 amidines, phosphoramides are excluded: they stabilise the motifs).

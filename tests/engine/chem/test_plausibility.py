@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rdkit import Chem
 
-from engine.insight.plausibility import RULES, implausible, plausibility_note
+from engine.chem.plausibility import RULES, implausible, plausibility_note
 
 FIRES = {  # rule name -> structures that show its motif
     "2H-azirine": ["CC1=NC1", "OC(=O)C1N=C1C"],

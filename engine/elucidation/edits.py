@@ -1,0 +1,139 @@
+"""Formula-preserving structure edits: the isomers one move away from a candidate (deep search's last phase).
+
+Many de novo misses are close isomers of a candidate the fingerprint score already likes: a substituent on the
+neighbouring carbon (the triazole of cyproconazole on the carbinol carbon instead of the next one), a methyl on
+the other N-alkyl chain, a ring nitrogen one position round. The decoder reaches such an isomer only by chance;
+a chemist would simply try the move. :func:`isomer_edits` makes every such move at once, each a new structure of
+exactly the same formula:
+
+* **migrate**: cut a single acyclic bond ``a-b`` whose ``b`` side holds at most ``max_group`` heavy atoms and
+  bond ``b`` to another atom ``c`` of ``a``'s side that carries a hydrogen (``c`` gives one up, ``a`` takes
+  one): a substituent, a methyl or a whole side chain moves to another position. Cutting one bond and
+  making one leaves the ring count unchanged, so no new ring (and no strained one) appears;
+* **swap**: exchange the elements of two heavy atoms that differ (a ring N walks round the ring, an ether O
+  trades places with a CH2, a thioether S with an O).
+
+Every result is sanitised by RDKit (valences the element allows, hydrogens recomputed), must keep the formula
+and one connected component, and is returned once, as stereo-free canonical SMILES. Structures that
+:func:`engine.chem.plausibility.implausible` flags (textbook unstable motifs) are dropped: the fingerprint
+score alone would not stop them.
+
+Pure RDKit, no model: :class:`engine.elucidation.deep.DeepSearch` scores the edits under the posterior and
+keeps the best. May import :mod:`engine.chem` and :mod:`engine.insight`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from rdkit import Chem, rdBase
+from rdkit.Chem import rdMolDescriptors
+
+from engine.chem.molecules import canonical_smiles
+from engine.chem.plausibility import implausible
+
+MAX_ATOMS = 80  # heavy atoms above which a molecule is not edited (the moves grow as atoms squared)
+
+
+def _editable(smiles: str) -> Chem.Mol | None:
+    """A Kekulé form of ``smiles`` whose hydrogens RDKit recomputes after each edit; None when it cannot be."""
+    with rdBase.BlockLogs():
+        mol = Chem.MolFromSmiles(smiles)
+        if mol is None or mol.GetNumAtoms() > MAX_ATOMS or len(Chem.GetMolFrags(mol)) != 1:
+            return None
+        Chem.RemoveStereochemistry(mol)
+        try:
+            Chem.Kekulize(mol, clearAromaticFlags=True)
+        except Exception:  # noqa: BLE001 - RDKit raises KekulizeException and others
+            return None
+    for atom in mol.GetAtoms():
+        atom.SetNoImplicit(False)
+        atom.SetNumExplicitHs(0)
+    with rdBase.BlockLogs():
+        try:
+            Chem.SanitizeMol(mol)
+        except Exception:  # noqa: BLE001
+            return None
+    # the hydrogens recomputed must be the molecule's own (a radical or an odd valence would change them)
+    if rdMolDescriptors.CalcMolFormula(mol) != rdMolDescriptors.CalcMolFormula(Chem.MolFromSmiles(smiles)):
+        return None
+    return mol
+
+
+def _side(mol: Chem.Mol, start: int, blocked: int) -> set[int]:
+    """The atoms reached from ``start`` without crossing to ``blocked`` (one side of an acyclic bond)."""
+    seen, stack = {start}, [start]
+    while stack:
+        for nb in mol.GetAtomWithIdx(stack.pop()).GetNeighbors():
+            i = nb.GetIdx()
+            if i != blocked and i not in seen:
+                seen.add(i)
+                stack.append(i)
+    return seen
+
+
+def _migrations(mol: Chem.Mol, max_group: int) -> Iterator[Chem.RWMol]:
+    hydrogens = [a.GetTotalNumHs() for a in mol.GetAtoms()]
+    for bond in mol.GetBonds():
+        if bond.IsInRing() or bond.GetBondType() != Chem.BondType.SINGLE:
+            continue
+        ends = (bond.GetBeginAtomIdx(), bond.GetEndAtomIdx())
+        for a, b in (ends, ends[::-1]):
+            group = _side(mol, b, a)
+            if len(group) > max_group:
+                continue
+            for c in range(mol.GetNumAtoms()):
+                if c == a or c in group or hydrogens[c] == 0:
+                    continue
+                new = Chem.RWMol(mol)
+                new.RemoveBond(a, b)
+                new.AddBond(c, b, Chem.BondType.SINGLE)
+                yield new
+
+
+def _swaps(mol: Chem.Mol) -> Iterator[Chem.RWMol]:
+    atoms = list(mol.GetAtoms())
+    for i, x in enumerate(atoms):
+        if x.GetFormalCharge():
+            continue
+        for y in atoms[i + 1:]:
+            if y.GetAtomicNum() == x.GetAtomicNum() or y.GetFormalCharge():
+                continue
+            new = Chem.RWMol(mol)
+            new.GetAtomWithIdx(x.GetIdx()).SetAtomicNum(y.GetAtomicNum())
+            new.GetAtomWithIdx(y.GetIdx()).SetAtomicNum(x.GetAtomicNum())
+            yield new
+
+
+def isomer_edits(smiles: str, max_group: int = 8, swaps: bool = True) -> list[str]:
+    """Every isomer one move (migrate, swap; module notes) away from ``smiles``, as stereo-free canonical SMILES,
+    in a stable order; ``smiles`` itself is not among them. Empty when the structure cannot be edited (it does
+    not parse, is disconnected, or has more than :data:`MAX_ATOMS` heavy atoms)."""
+    mol = _editable(smiles)
+    if mol is None:
+        return []
+    formula = rdMolDescriptors.CalcMolFormula(mol)
+    own = canonical_smiles(smiles)
+    moves = _migrations(mol, max_group)
+    out: dict[str, None] = {}
+    with rdBase.BlockLogs():
+        for new in (*moves, *(_swaps(mol) if swaps else ())):
+            try:
+                Chem.SanitizeMol(new)
+            except Exception:  # noqa: BLE001 - an edit that breaks a valence or an aromatic system
+                continue
+            if rdMolDescriptors.CalcMolFormula(new) != formula:
+                continue
+            s = Chem.MolToSmiles(new)
+            if "." not in s:
+                out[s] = None
+    # canonical again from the string: aromaticity perceived as a fresh parse would (the key that decodes agree on)
+    result: dict[str, None] = {}
+    for s in out:
+        m = Chem.MolFromSmiles(s)
+        if m is None or implausible(m):
+            continue
+        c = Chem.MolToSmiles(m)
+        if c != own:
+            result.setdefault(c, None)
+    return list(result)
