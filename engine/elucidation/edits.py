@@ -50,9 +50,7 @@ def _editable(smiles: str) -> Chem.Mol | None:
         atom.SetNoImplicit(False)
         atom.SetNumExplicitHs(0)
     with rdBase.BlockLogs():
-        try:
-            Chem.SanitizeMol(mol)
-        except Exception:  # noqa: BLE001
+        if Chem.SanitizeMol(mol, catchErrors=True) != Chem.SanitizeFlags.SANITIZE_NONE:
             return None
     # the hydrogens recomputed must be the molecule's own (a radical or an odd valence would change them)
     if rdMolDescriptors.CalcMolFormula(mol) != rdMolDescriptors.CalcMolFormula(Chem.MolFromSmiles(smiles)):
@@ -118,10 +116,8 @@ def isomer_edits(smiles: str, max_group: int = 8, swaps: bool = True) -> list[st
     out: dict[str, None] = {}
     with rdBase.BlockLogs():
         for new in (*moves, *(_swaps(mol) if swaps else ())):
-            try:
-                Chem.SanitizeMol(new)
-            except Exception:  # noqa: BLE001 - an edit that breaks a valence or an aromatic system
-                continue
+            if Chem.SanitizeMol(new, catchErrors=True) != Chem.SanitizeFlags.SANITIZE_NONE:
+                continue  # the edit broke a valence or an aromatic system
             if rdMolDescriptors.CalcMolFormula(new) != formula:
                 continue
             s = Chem.MolToSmiles(new)

@@ -4,8 +4,8 @@ input, the moves a chemist would try are there, they can be undone, and nothing 
 import pytest
 
 from engine.chem import molecules as chem
-from engine.elucidation.edits import MAX_ATOMS, isomer_edits
 from engine.chem.plausibility import implausible
+from engine.elucidation.edits import MAX_ATOMS, isomer_edits
 
 CYPROCONAZOLE = "CC(C1CC1)C(O)(Cn1cncn1)c1ccc(Cl)cc1"
 DISULFIRAM = "CCN(CC)C(=S)SSC(=S)N(CC)CC"
