@@ -50,8 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write only the K best candidates per spectrum (per formula when several are tried)")
     pr.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same result")
     pr.add_argument("--effort", choices=("standard", "deep"), default="standard",
-                    help="standard: the pool of B samples; deep: then refine its best candidates and borrow the "
-                    "fragments of the structure libraries' closest analogs (about 5-10x the time, docs/deep_search.md)")
+                    help="standard: the pool of B samples; deep: then refine its best candidates, borrow the "
+                    "fragments of the structure libraries' closest analogs (the bundled library's when libraries are "
+                    "off; never a structure of the spectrum's formula) and try the isomers one move away from the "
+                    "best (about 5-10x the time, docs/deep_search.md)")
     pr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
     pr.add_argument("--top-k", type=int, default=50, help="top-k sampling (default 50)")
     pr.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
@@ -427,11 +429,12 @@ def _open_libraries(args: argparse.Namespace) -> list:
     """The structure and spectral libraries of the run: the bundled ones (unless ``--no-bundled-libraries``) and
     those of ``--structure-library`` / ``--spectral-library`` (none with ``--no-libraries``), indexed into the
     data folder on first use with a progress bar. A library that cannot be read is reported and left out."""
-    from engine.library import open_bundled_library, open_library
+    from engine.library import StructureLibrary, open_bundled_library, open_library
     from engine.library.read import LibraryError
     from engine.spectral_library import SpectralLibraryError, open_bundled_spectral_library, open_spectral_library
 
     if args.no_libraries:
+        _open_bundled_analogs(args)
         return []
     bundled = [] if args.no_bundled_libraries else ["bundled"]
     libraries = []
@@ -454,7 +457,23 @@ def _open_libraries(args: argparse.Namespace) -> list:
         if lib is not None:
             err(f"Spectral library {lib.summary()}")
             libraries.append(lib)
+    if not any(isinstance(lib, StructureLibrary) for lib in libraries):
+        _open_bundled_analogs(args)
     return libraries
+
+
+def _open_bundled_analogs(args: argparse.Namespace) -> None:
+    """Deep search without structure libraries borrows fragments from the bundled one
+    (:func:`engine.elucidation.deep.bundled_analogs`): its bits are computed once, here, with a progress bar."""
+    if args.effort != "deep":
+        return
+    from engine.elucidation.analogs import open_analog_index
+    from engine.library import open_bundled_library
+    from engine.library.read import LibraryError
+
+    lib = _open_one(open_bundled_library(), "Structure library", "bundled", LibraryError, args.quiet)
+    if lib is not None:
+        _open_one(open_analog_index(lib), "Analog fingerprints", "bundled", ValueError, args.quiet, unit="structure")
 
 
 def _open_one(job, kind: str, source: str, error: type[Exception], quiet: bool, unit: str = "B"):

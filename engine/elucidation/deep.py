@@ -31,7 +31,9 @@ band samples. The whole search is seeded: the same spectrum, settings and seed g
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
+import logging
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field, replace
@@ -48,6 +50,8 @@ from engine.model.constraints import FormulaConstraint
 from engine.model.safe_grammar import SafeGrammar
 from engine.model.sampling import QueryRequest, sample_queries
 from engine.progress import CancelFn, check_cancel
+
+log = logging.getLogger(__name__)
 
 DEEP_ID_BASE = 1_000_000  # threshold index of the first deep sample identity (band indices are < M)
 ANALOG_PHASE = 9  # the identities of analog-seeded samples: DEEP_ID_BASE + 9 * 100_000 + ... (rounds are 1..8)
@@ -161,6 +165,23 @@ def analog_sources(libraries) -> list[AnalogIndex]:
     from engine.library.index import StructureLibrary
 
     return [analog_index_of(lib) for lib in libraries if isinstance(lib, StructureLibrary) and len(lib)]
+
+
+@functools.lru_cache(maxsize=1)
+def bundled_analogs() -> AnalogIndex | None:
+    """The bundled structure library's :class:`AnalogIndex`, for a run without structure libraries
+    (``--no-libraries``): its structures still lend fragments, and since no analog has the spectrum's own
+    formula, none of them becomes a candidate. None when the bundled library is missing or unreadable."""
+    from engine.elucidation.analogs import analog_index_of
+    from engine.library.cache import open_bundled_library
+    from engine.library.read import LibraryError
+    from engine.progress import run_to_end
+
+    try:
+        return analog_index_of(run_to_end(open_bundled_library()))
+    except (LibraryError, OSError, ValueError) as e:
+        log.warning("deep search runs without analogs: the bundled structure library cannot be opened (%s)", e)
+        return None
 
 
 def run_session(session: SpectrumSession, params: QueryParams, cancel: CancelFn | None = None,
@@ -281,7 +302,9 @@ class DeepSearch:
         cfg, s = self.config, self.session
         if cfg.analogs == 0 or left <= 0:
             return []
-        sources = analog_sources(s.libraries) if self.analogs is None else self.analogs
+        sources = self.analogs
+        if sources is None:  # the run's structure libraries; with none, the bundled one (fragments only)
+            sources = analog_sources(s.libraries) or [x for x in (bundled_analogs(),) if x is not None]
         if not sources:
             return []
         scorer = self.pool.scorer

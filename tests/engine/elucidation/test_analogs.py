@@ -94,7 +94,9 @@ def test_analog_prefixes_and_which_the_formula_allows(tiny_bundle):
     assert not prefix_fits(grammar, aspirin, encoded[0], len(encoded[0]))  # no room left after the prefix
 
 
-def test_deep_search_draws_analog_prefixes(tiny_bundle, home):
+def test_deep_search_draws_analog_prefixes(tiny_bundle, home, monkeypatch):
+    from engine.elucidation import deep
+
     library = load_library(library_file(home / "lib.csv"), "mine")
     spectrum = fixture_spectra()[0]
     config = DeepConfig(extra_queries=1, extra_per_query=2, rounds=1, parents=1, prefixes_per_parent=2,
@@ -109,10 +111,13 @@ def test_deep_search_draws_analog_prefixes(tiny_bundle, home):
                       analogs=[index])
     run_to_end(none.run(params))
     assert not [sid for sid, _ in none.pool.items() if sid[0] >= DEEP_ID_BASE + ANALOG_PHASE * 100_000]
-    # without analog sources given, the session's structure libraries are the sources (none here)
-    bare = DeepSearch(SpectrumSession(tiny_bundle, spectrum), config)
-    run_to_end(bare.run(params))
-    assert not [sid for sid, _ in bare.pool.items() if sid[0] >= DEEP_ID_BASE + ANALOG_PHASE * 100_000]
+    # without analog sources given: the session's structure libraries; a session with none (libraries off) borrows
+    # from the bundled library (here the small one stands in for it), and with no bundled library there are none
+    for bundled, drawn in ((index, True), (None, False)):
+        monkeypatch.setattr(deep, "bundled_analogs", lambda b=bundled: b)
+        bare = DeepSearch(SpectrumSession(tiny_bundle, spectrum), config)
+        run_to_end(bare.run(params))
+        assert bool([sid for sid, _ in bare.pool.items() if sid[0] >= DEEP_ID_BASE + ANALOG_PHASE * 100_000]) == drawn
 
 
 def test_predict_effort_deep_opens_the_libraries_analogs_with_progress(tiny_bundle_dir, home, capsys, monkeypatch):
@@ -141,3 +146,16 @@ def test_predict_effort_deep_opens_the_libraries_analogs_with_progress(tiny_bund
     opened.clear()
     assert main(argv[:-2] + ["--effort", "standard"]) == 0
     assert opened == []  # standard effort needs no analogs
+    # libraries off: deep search borrows from the bundled library, whose bits the CLI opens first (a stand-in here)
+    import engine.library
+    from engine.elucidation import deep
+
+    def stand_in(*args, **kwargs):
+        return load_library(lib, "bundled")
+        yield  # a generator, as open_bundled_library
+
+    monkeypatch.setattr(engine.library, "open_bundled_library", stand_in)
+    monkeypatch.setattr(deep, "bundled_analogs", lambda: None)
+    no_libraries = [a for a in argv if a not in ("--no-bundled-libraries", "--structure-library", str(lib))]
+    assert main(no_libraries + ["--no-libraries"]) == 0
+    assert opened == ["bundled"]

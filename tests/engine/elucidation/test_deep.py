@@ -29,6 +29,15 @@ SMALL = DeepConfig(extra_queries=2, extra_per_query=4, rounds=2, parents=3, pref
 PARAMS = QueryParams(ranking="frequency")  # the tiny bundle's encoder is random: its posterior says nothing
 
 
+@pytest.fixture(autouse=True)
+def no_bundled_analogs(monkeypatch):
+    """Sessions here have no structure library; analog seeding (tested in test_analogs.py) would otherwise open the
+    bundled library and compute its 179k fingerprints."""
+    from engine.elucidation import deep
+
+    monkeypatch.setattr(deep, "bundled_analogs", lambda: None)
+
+
 def test_deep_grows_a_copy_of_the_standard_pool(tiny_bundle):
     spectrum = fixture_spectra()[0]
     session = SpectrumSession(tiny_bundle, spectrum)
