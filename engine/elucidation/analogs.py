@@ -1,5 +1,5 @@
-"""Analogs for deep search: the library structures whose fingerprints a spectrum's posterior likes best, whatever
-their formula (issue #39, "analog seeding").
+"""Analogs for deep search: the library structures whose fingerprints a spectrum's posterior likes best, of any
+formula but the spectrum's own (issue #39, "analog seeding").
 
 A spectrum's true structure is often in no library, but a library often holds its relatives: the same scaffold
 with another substituent, the same side chain on another ring. Their SAFE fragments are prefixes the decoder can

@@ -11,11 +11,12 @@ that the fingerprint score already likes, so deep search starts from the standar
    that drew the candidate. SAFE fragments can stand in any order, so any subset of them is a valid prefix;
    the decoder regenerates the rest (a substituent moved, a ring rebuilt, a linker changed). A candidate
    the slicer cannot cut keeps the first part of its string instead.
-3. **Analog seeding** (with an :class:`~engine.elucidation.analogs.AnalogIndex`, e.g. of the bundled structure
-   library): the ``analogs`` library structures whose fingerprints the posterior scores best, whatever their
-   formula, are cut the same way, and their kept fragment sets (and each fragment alone, largest first) that
-   the formula still allows become prefixes too, drawn with the first allocation. A relative in a library (the
-   same scaffold, another substituent) thus lends its fragments to the spectrum's own formula.
+3. **Analog seeding** (with an :class:`~engine.elucidation.analogs.AnalogIndex` of each of the run's structure
+   libraries; of the bundled one when the run has none): the ``analogs`` library structures of other formulas
+   whose fingerprints the posterior scores best are cut the same way, and their kept fragment sets (and each
+   fragment alone, largest first) that the formula still allows become prefixes too, drawn with the first
+   allocation. A relative in a library (the same scaffold, another substituent) thus lends its fragments to the
+   spectrum's own formula; a structure of that formula itself would be an answer, not an analog.
 4. Rounds stop when the sample budget is spent or a round adds no new candidate.
 5. **Edits** (:mod:`engine.elucidation.edits`, no decoder): the best candidates not yet edited give every isomer
    one formula-preserving move away (a substituent moved to another atom, two atoms of different elements
@@ -69,7 +70,8 @@ class DeepConfig:
     samples_per_prefix: int = field(default=4, metadata={"help": "completions drawn per prefix"})
     max_new_samples: int = field(default=800, metadata={"help": "budget: samples drawn beyond the standard pool"})
     analogs: int = field(default=10, metadata={
-        "help": "library structures the posterior scores best (any formula) whose fragments seed prefixes (0: none)"})
+        "help": "library structures the posterior scores best (any formula but the spectrum's) whose fragments seed "
+                "prefixes (0: none)"})
     truncate_fractions: tuple[float, ...] = field(default=(0.5, 0.7), metadata={
         "help": "share of the tokens kept from a candidate the slicer cannot cut into fragments"})
     edit_rounds: int = field(default=3, metadata={
