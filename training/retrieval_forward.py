@@ -1,0 +1,376 @@
+"""Does the forward model's spectrum score, added to the fingerprint score, rank a known true structure higher?
+
+Issue #36 ranks a spectrum's library isomers together with its de novo candidates by the fingerprint score
+(the log-likelihood of a candidate's Morgan bits under the encoder's posterior). This module measures a
+second, spectrum-based score on the same cached pools as :mod:`training.retrieval_scorer`
+(``runs/retrieval/v10/pools.jsonl``: 150 FOLD=train spectra of structures the encoder never trained on,
+"train-unseen", and 150 FOLD=val spectra): the **forward score** of :mod:`benchmarks.forward_rerank`, the
+log-likelihood of the spectrum's peak formulas under the fragment-level forward model of
+:mod:`training.forward` (trained on FOLD=train spectra of the encoder's licences, so it never saw a pool
+truth: the run checks that)::
+
+    Σ over the candidate's bond-cleavage fragment formulas f of [o_f log q_f + (1 − o_f) log(1 − q_f)]
+    + (observed peak formulas no fragment explains) · log eps
+
+The observed peak formulas are the encoder's peak tokens (:func:`engine.model.featurize.featurize_annotation`,
+the forward model's training annotation settings) of the spectrum annotated with the *candidate's own*
+formula (the same for every formula-track and de novo candidate; mass-track isomers of another formula get
+their own annotation, so no candidate reads the truth's formula). A candidate the forward model cannot score
+(an element the fragmenter does not support) takes the lowest forward score of its pool.
+
+**Ranking.** Per track and setting (:func:`training.retrieval.setting_rows`: library alone, library + de
+novo, de novo alone, library with the truth removed + de novo), the first ``K`` candidates by fingerprint
+score are re-ranked by ``fingerprint + w · forward`` above the rest, which keep their fingerprint order
+(:class:`training.retrieval.Variant` with the forward score in its fragment slot). ``w`` is chosen on
+train-unseen only: the best mean joint Hit@1 over both tracks (then Hit@5, then the smaller ``w``) among the
+weights that keep de novo Top-1/Top-10, libraries off and library on with the truth removed, at least at
+``w = 0`` on both tracks (:func:`training.retrieval_scorer.selection_key`); it is then reported on FOLD=val
+with a paired bootstrap 95% interval of the Hit@1 gain over ``w = 0``. The shortlist re-ranked
+by the forward score alone is reported beside the grid, never chosen. Forward scores are cached in
+``<out>/forward_scores.jsonl`` (one line per pool and pass); a rerun, or a longer shortlist, computes only
+what is missing::
+
+    OMP_NUM_THREADS=1 python -m training.retrieval_forward --forward runs/forward \\
+        --pools runs/retrieval/v10 --out runs/retrieval_forward/v10 --shortlists 20 50
+
+Outputs: ``<out>/metrics.json`` and ``<out>/report.md`` (also printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from engine.chem import molecules as chem
+from engine.errors import MsgptError
+
+from .retrieval import (
+    CROWDING_KS,
+    HIT_KS,
+    SETTINGS,
+    TRACKS,
+    Pool,
+    Variant,
+    _pct,
+    ci95,
+    crowding_summary,
+    evaluate_pools,
+    setting_rows,
+    shortlist_mask,
+    strip_private,
+)
+from .retrieval_scorer import de_novo_loss, pool_spectra, selection_key
+
+WEIGHTS = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+ALONE = "forward alone"  # a reference row: the shortlist re-ranked by the forward score alone (never chosen)
+FIELD = "fragment_weight"  # the Variant slot the forward score fills
+SETS = (("choose", "train", "train-unseen"), ("report", "val", "FOLD=val"))
+
+
+# -- the forward score ------------------------------------------------------------------------------------
+class ForwardScorer:
+    """Forward scores of candidate structures against one spectrum (one ``spectrum`` per instance)."""
+
+    def __init__(self, model, spectrum, eps: float = 0.01):
+        from training.forward import encoder_features
+
+        self.model, self.spectrum, self.eps = model, spectrum, eps
+        self.features = encoder_features()
+        self.settings = model.config.candidate_settings()
+        self.polarity = 1 if spectrum.polarity == "positive" else -1
+        self._observed: dict[str, set[bytes] | None] = {}
+
+    def observed(self, formula: str) -> set[bytes] | None:
+        """The spectrum's peak-token formulas (neutral, root excluded) annotated with ``formula``."""
+        if formula not in self._observed:
+            from engine.model.featurize import featurize_annotation
+            from engine.spectra.annotate import annotate_peaks
+
+            s, f = self.spectrum, self.features
+            try:
+                ann = annotate_peaks(s.mz, s.intensity, formula, s.adduct, tol_ppm=f.tol_ppm, tol_da=f.tol_da,
+                                     min_rdbe=f.min_rdbe, precursor_mz=s.precursor_mz)
+                tokens = featurize_annotation(ann, max_peaks=f.max_peaks).formulas[1:]
+                self._observed[formula] = {np.asarray(t, dtype=np.int64).tobytes() for t in tokens}
+            except MsgptError:
+                self._observed[formula] = None
+        return self._observed[formula]
+
+    def score(self, smiles: str) -> float | None:
+        """The candidate's forward score (module docstring); None when it cannot be computed."""
+        from benchmarks.forward_rerank import forward_score
+        from training.forward import candidates
+
+        mol = chem.mol_from_smiles(smiles)
+        if mol is None:
+            return None
+        observed = self.observed(chem.mol_formula(mol))
+        if observed is None:
+            return None
+        try:
+            cand = candidates(chem.remove_stereo(mol), self.polarity, self.settings)
+        except MsgptError:
+            return None
+        if len(cand) == 0:
+            return float(len(observed) * np.log(self.eps))
+        q, _ = self.model.predict(cand)
+        hit = np.array([np.asarray(f, dtype=np.int64).tobytes() in observed for f in cand.formulas], dtype=np.float64)
+        return forward_score(q, hit, len(observed), self.eps)
+
+
+def shortlist_rows(pool: Pool, k: int) -> np.ndarray:
+    """Pool rows any first-``k`` shortlist by fingerprint score can hold (every track and setting)."""
+    need = np.zeros(len(pool.fingerprint), dtype=bool)
+    for track in TRACKS:
+        for setting in SETTINGS:
+            rows, _, _ = setting_rows(pool, track, setting)
+            need[rows[shortlist_mask(pool.fingerprint[rows], k)]] = True
+    return np.flatnonzero(need)
+
+
+def compute_scores(model, records: dict, spectra: dict, keys: Sequence[str], k: int, path: Path,
+                   eps: float) -> dict[str, dict]:
+    """Forward scores by pool key (candidate InChIKey first block -> score or None) of every candidate a
+    first-``k`` shortlist can hold, appended to the jsonl ``path`` as they are done (what it holds is reused)."""
+    import torch
+    from tqdm import tqdm
+
+    cache: dict[str, dict] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by an interrupted run
+            c = cache.setdefault(rec["key"], {"fw": {}, "seconds": 0.0})
+            c["fw"].update(rec["fw"])
+            c["seconds"] += rec["seconds"]
+    torch.set_num_threads(1)
+    with torch.no_grad():
+        for key in tqdm(keys, desc=f"forward scores (top {k})", unit="pool", file=sys.stderr, dynamic_ncols=True):
+            rec = records[key]
+            pool = Pool.from_record(rec)
+            have = cache.get(key, {"fw": {}})["fw"]
+            todo = [rec["candidates"][i] for i in shortlist_rows(pool, k) if rec["candidates"][i]["k"] not in have]
+            if not todo:
+                continue
+            scorer = ForwardScorer(model, spectra[key], eps)
+            t = time.perf_counter()
+            fw = {}
+            for c in todo:
+                s = scorer.score(c["s"])
+                fw[c["k"]] = None if s is None else round(s, 4)
+            line = {"key": key, "k": k, "fw": fw, "seconds": time.perf_counter() - t}
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line) + "\n")
+            c = cache.setdefault(key, {"fw": {}, "seconds": 0.0})
+            c["fw"].update(fw)
+            c["seconds"] += line["seconds"]
+    return cache
+
+
+def with_forward(pool: Pool, rec: dict, fw: dict) -> Pool:
+    """The pool with the forward score in its fragment slot; ``scored`` marks the candidates that have one
+    (the Variant refuses a shortlist holding another). Uncomputable ones take the pool's lowest score."""
+    keys = [c["k"] for c in rec["candidates"]]
+    have = np.array([k in fw for k in keys])
+    vals = np.array([np.nan if fw.get(k) is None else fw[k] for k in keys], dtype=np.float64)
+    finite = np.isfinite(vals)
+    low = float(vals[finite].min()) if finite.any() else 0.0
+    vals[have & ~finite] = low
+    return replace(pool, fragments=vals, scored=have)
+
+
+# -- measuring --------------------------------------------------------------------------------------------
+def measure(variant: Variant, pools: Sequence[Pool], today_res: dict, adducts: Sequence[str]) -> dict:
+    """Hit@k per track and setting, the crowding check and the paired Hit@1 gain over ``today_res`` (the
+    ``w = 0`` ranking's :func:`~training.retrieval.evaluate_pools` on the same pools), as
+    :func:`training.retrieval_scorer.measure` lays them out; and, per precursor ion type (``adducts``, one
+    per pool), the mean joint Hit@1 over the tracks and the de novo Top-1 with the libraries off."""
+    res = evaluate_pools(variant, pools)
+    out = strip_private(res)
+    out["crowding"] = crowding_summary(res, today_res)
+    out["today_crowded"] = {t: {f"top{k}": today_res[t]["crowded"][f"hit{k}"] for k in CROWDING_KS} for t in TRACKS}
+    gains = {t: {s: np.subtract(res[t][s]["_top1"], today_res[t][s]["_top1"]) for s in ("library", "joint")}
+             for t in TRACKS}
+    out["hit1_gain_ci95"] = {t: {s: ci95(g) for s, g in gs.items()} for t, gs in gains.items()}
+    mean_joint = np.mean([gains[t]["joint"] for t in TRACKS], axis=0)
+    out["mean_joint_hit1_gain_ci95"] = ci95(mean_joint)
+    out["spectra_up_down"] = {t: [int((gains[t]["joint"] > 0).sum()), int((gains[t]["joint"] < 0).sum())]
+                              for t in TRACKS}
+    out["mean_joint_hit1"] = float(np.mean([out[t]["joint"]["hit1"] for t in TRACKS]))
+    out["de_novo_loss"] = de_novo_loss(out)
+    out["n"] = len(pools)
+    ion = np.asarray(adducts)
+    out["by_adduct"] = {a: {"n": int((ion == a).sum()),
+                            "joint_hit1": float(np.mean([np.asarray(res[t]["joint"]["_top1"])[ion == a]
+                                                         for t in TRACKS])),
+                            "denovo_off_top1": float(np.mean(np.asarray(res["formula"]["denovo"]["_top1"])[ion == a]))}
+                        for a in sorted(set(adducts))}
+    return out
+
+
+def run_shortlist(k: int, weights: Sequence[float], sets: dict[str, list[Pool]], adducts: dict[str, list[str]]) -> dict:
+    """The weight grid at shortlist ``k`` on both sets, and the weight chosen on train-unseen."""
+    base = Variant(f"fingerprint + w·forward, top {k}", shortlist=k)
+    today = {s: evaluate_pools(Variant("fingerprint"), pools) for s, pools in sets.items()}
+    grid = {f"{w:g}": {s: measure(replace(base, **{FIELD: float(w)}), pools, today[s], adducts[s])
+                       for s, pools in sets.items()} for w in weights}
+    keyed = {w: selection_key(m["choose"]) + (-float(w),) for w, m in grid.items()}
+    chosen = max(keyed, key=keyed.get)
+    alone = replace(base, fp_weight=0.0, **{FIELD: 1.0})
+    grid[ALONE] = {s: measure(alone, pools, today[s], adducts[s]) for s, pools in sets.items()}
+    return {"shortlist": k, "grid": grid, "chosen": chosen, "chosen_crowding_ok": bool(keyed[chosen][0])}
+
+
+def forward_training_overlap(forward_dir: str, mgf: str | None, truths: set[str]) -> int | None:
+    """How many pool truths have a spectrum the forward model trained on (FOLD=train, its licences)."""
+    if not mgf:
+        return None
+    from .retrieval import mgf_labels
+
+    cfg = json.loads((Path(forward_dir) / "config.json").read_text(encoding="utf-8"))
+    licenses = ((cfg.get("training") or {}).get("metrics") or {}).get("config", {}).get("licenses")
+    fold, lic, keys = mgf_labels(mgf)
+    seen = (fold == "train") & (np.isin(lic, list(licenses)) if licenses else True)
+    return len(truths & set(keys[seen].tolist()))
+
+
+# -- the report -------------------------------------------------------------------------------------------
+def _hits(r: dict, track: str, setting: str) -> str:
+    return " / ".join(_pct(r[track][setting][f"hit{k}"]) for k in HIT_KS)
+
+
+def _crowd(r: dict, track: str, which: str) -> str:
+    c = r["crowding"][track]
+    return f"{_pct(c[which + '_top1'])} / {_pct(c[which + '_top10'])}"
+
+
+def _ci(ci: Sequence[float]) -> str:
+    return f"{100 * ci[0]:+.1f} … {100 * ci[1]:+.1f}"
+
+
+def grid_table(result: dict, set_name: str) -> str:
+    lines = [("| w | formula: library | formula: + de novo | mass: library | mass: + de novo | mean joint Hit@1 "
+             "| joint Hit@1 gain vs w=0, 95% CI (formula; mass) | de novo off, formula | de novo on, truth out: "
+             "formula | mass |"), "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for w, m in result["grid"].items():
+        r = m[set_name]
+        mark = " (chosen)" if w == result["chosen"] else ""
+        cis = "; ".join(_ci(r["hit1_gain_ci95"][t]["joint"]) for t in TRACKS)
+        lines.append(f"| {w}{mark} | " + " | ".join(_hits(r, t, s) for t in TRACKS for s in ("library", "joint"))
+                     + f" | {_pct(r['mean_joint_hit1'])} | {cis} | {_crowd(r, 'formula', 'off')} | "
+                     + " | ".join(_crowd(r, t, "on") for t in TRACKS) + " |")
+    return "\n".join(lines)
+
+
+def adduct_table(result: dict, set_name: str) -> str:
+    """Mean joint Hit@1 over the tracks and de novo Top-1 (libraries off), per precursor ion type."""
+    first = next(iter(result["grid"].values()))[set_name]["by_adduct"]
+    lines = ["| w | " + " | ".join(f"{a} ({v['n']}): joint Hit@1, de novo Top-1" for a, v in first.items()) + " |",
+             "| --- |" + " --- |" * len(first)]
+    for w, m in result["grid"].items():
+        b = m[set_name]["by_adduct"]
+        lines.append(f"| {w} | " + " | ".join(f"{_pct(b[a]['joint_hit1'])}, {_pct(b[a]['denovo_off_top1'])}"
+                                             for a in first) + " |")
+    return "\n".join(lines)
+
+
+def report_text(metrics: dict) -> str:
+    run = metrics["run"]
+    out = [(f"# Forward score on the retrieval pools ({run['n']['choose']} train-unseen, {run['n']['report']} "
+           "FOLD=val spectra)"), "",
+           ("Cells: Hit@1 / Hit@5 / Hit@20 (%) of the truth among its library track alone and with the de novo "
+            "candidates; de novo Top-1 / Top-10 (%) with the libraries off and with the library on, truth removed. "
+            "w = weight of the forward score added to the fingerprint score inside the top-K shortlist; w chosen "
+            "on train-unseen."), ""]
+    for res in metrics["shortlists"]:
+        k = res["shortlist"]
+        for set_name, _, label in SETS[::-1]:
+            out += [f"## Top {k}, {label}", "", grid_table(res, set_name), "", adduct_table(res, set_name), ""]
+        ch = res["grid"][res["chosen"]]["report"]
+        out += [f"Chosen on train-unseen: w = {res['chosen']} (crowding kept: {res['chosen_crowding_ok']}); FOLD=val "
+                f"mean joint Hit@1 gain {_ci(ch['mean_joint_hit1_gain_ci95'])} points (95% CI); joint Hit@1 up/down "
+                f"spectra: " + "; ".join(f"{t} {u}/{d}" for t, (u, d) in ch["spectra_up_down"].items()), ""]
+    t = run["timing"]
+    out += [(f"Forward score: {t['candidates']} candidates in {t['seconds']:.0f} s, {1000 * t['per_candidate']:.0f} ms "
+            f"per candidate ({t['failed']} not computable), {run['machine']}, one thread. Pool truths among the "
+            f"forward model's training structures: {run['truths_in_forward_training']}."), "",
+            f"Command: `{run['command']}`", ""]
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(prog="python -m training.retrieval_forward", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--forward", default="runs/forward", help="forward model folder (python -m training.forward fit)")
+    p.add_argument("--pools", default="runs/retrieval/v10", help="training.retrieval output folder")
+    p.add_argument("--out", default="runs/retrieval_forward/v10")
+    p.add_argument("--shortlists", type=int, nargs="+", default=[20], help="shortlist lengths K")
+    p.add_argument("--weights", type=float, nargs="+", default=list(WEIGHTS), help="forward-score weights w")
+    p.add_argument("--n", type=int, default=0, help="first N pools of each set (0: all)")
+    p.add_argument("--eps", type=float, default=0.01, help="probability of an observed peak no fragment explains")
+    p.add_argument("--mgf", help="labelled MGF, to check that no pool truth trained the forward model")
+    a = p.parse_args(argv)
+    if 0.0 not in a.weights:
+        p.error("--weights must include 0 (the fingerprint ranking the others are measured against)")
+
+    from training.forward import ForwardModel
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = ForwardModel.load(a.forward)
+    records, spectra = pool_spectra(Path(a.pools))
+    keys = {name: [k for k, r in records.items() if r["fold"] == fold] for name, fold, _ in SETS}
+    if a.n:
+        keys = {name: ks[: a.n] for name, ks in keys.items()}
+    order = [k for pair in zip(*keys.values()) for k in pair]  # interleaved: an interrupted run stays balanced
+    order += [k for ks in keys.values() for k in ks[len(order) // 2 :]]
+    cache: dict = {}
+    for k in sorted(a.shortlists):
+        cache = compute_scores(model, records, spectra, order, k, out / "forward_scores.jsonl", a.eps)
+    sets = {name: [with_forward(Pool.from_record(records[k]), records[k], cache[k]["fw"]) for k in ks]
+            for name, ks in keys.items()}
+    adducts = {name: [records[k]["adduct"] for k in ks] for name, ks in keys.items()}
+    shortlists = [run_shortlist(k, a.weights, sets, adducts) for k in a.shortlists]
+    used = [cache[k] for k in order]
+    n_cand = sum(len(c["fw"]) for c in used)
+    seconds = sum(c["seconds"] for c in used)
+    metrics = {
+        "run": {"command": "OMP_NUM_THREADS=1 python -m training.retrieval_forward " + " ".join(argv),
+                "forward": a.forward, "pools": a.pools, "eps": a.eps, "n": {s: len(v) for s, v in sets.items()},
+                "machine": f"{platform.processor() or platform.machine()}, {_cpu_name()}",
+                "truths_in_forward_training": forward_training_overlap(
+                    a.forward, a.mgf, {records[k]["truth"]["inchikey14"] for k in order}),
+                "timing": {"candidates": n_cand, "seconds": seconds, "per_candidate": seconds / max(n_cand, 1),
+                           "failed": sum(v is None for c in used for v in c["fw"].values())}},
+        "shortlists": shortlists,
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1), encoding="utf-8")
+    text = report_text(metrics)
+    (out / "report.md").write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
