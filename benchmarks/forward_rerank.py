@@ -35,20 +35,11 @@ import numpy as np
 
 from engine.chem import molecules as chem
 from engine.progress import run_to_end
-from training.forward import ForwardModel, candidates, encoder_features
+from training.forward import ForwardModel, candidates, encoder_features, forward_score
 from training.loop import torch_threads
 from training.spectra import iter_load_labelled_spectra
 
 RANKINGS = ("fingerprint", "forward", "fingerprint + forward")
-
-
-def forward_score(q: np.ndarray, observed: np.ndarray, n_observed: int, eps: float) -> float:
-    """The log-likelihood of the module docstring from a candidate's fragment probabilities ``q`` and
-    whether each fragment formula is observed (``observed``, 0/1), given ``n_observed`` peak formulas."""
-    q = np.clip(np.asarray(q, dtype=np.float64), 1e-4, 1 - 1e-4)
-    o = np.asarray(observed, dtype=np.float64)
-    explained = int(o.sum())
-    return float((o * np.log(q) + (1 - o) * np.log1p(-q)).sum() + (n_observed - explained) * np.log(eps))
 
 
 def rank_of(reference: str, keys: list[str], scores: list[float]) -> int | None:

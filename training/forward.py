@@ -289,6 +289,17 @@ class ForwardConfig(TrainingConfig):
         return CandidateSettings(max_breaks=self.max_breaks, h_shift=self.h_shift, n_bits=self.n_bits)
 
 
+def forward_score(q: np.ndarray, observed: np.ndarray, n_observed: int, eps: float) -> float:
+    """How well a candidate's fragments predict a spectrum's peak formulas (``benchmarks/forward_rerank.py``,
+    ``training/retrieval_forward.py``): Σ_f [o_f log q_f + (1 − o_f) log(1 − q_f)] over the candidate's fragment
+    formulas (``q``: the model's peak probabilities; ``observed`` o_f: 0/1) + (peaks no fragment explains) · log
+    ``eps``, with ``n_observed`` peak formulas in the spectrum."""
+    q = np.clip(np.asarray(q, dtype=np.float64), 1e-4, 1 - 1e-4)
+    o = np.asarray(observed, dtype=np.float64)
+    explained = int(o.sum())
+    return float((o * np.log(q) + (1 - o) * np.log1p(-q)).sum() + (n_observed - explained) * np.log(eps))
+
+
 class ForwardModel(nn.Module):
     """Candidate features -> (logit of appearing as a peak, intensity feature of the peak)."""
 

@@ -4,7 +4,7 @@ Issue #36 ranks a spectrum's library isomers together with its de novo candidate
 (the log-likelihood of a candidate's Morgan bits under the encoder's posterior). This module measures a
 second, spectrum-based score on the same cached pools as :mod:`training.retrieval_scorer`
 (``runs/retrieval/v10/pools.jsonl``: 150 FOLD=train spectra of structures the encoder never trained on,
-"train-unseen", and 150 FOLD=val spectra): the **forward score** of :mod:`benchmarks.forward_rerank`, the
+"train-unseen", and 150 FOLD=val spectra): the **forward score** of :func:`training.forward.forward_score` (as ``benchmarks/forward_rerank.py``), the
 log-likelihood of the spectrum's peak formulas under the fragment-level forward model of
 :mod:`training.forward` (trained on FOLD=train spectra of the encoder's licences, so it never saw a pool
 truth: the run checks that)::
@@ -106,8 +106,7 @@ class ForwardScorer:
 
     def score(self, smiles: str) -> float | None:
         """The candidate's forward score (module docstring); None when it cannot be computed."""
-        from benchmarks.forward_rerank import forward_score
-        from training.forward import candidates
+        from training.forward import candidates, forward_score
 
         mol = chem.mol_from_smiles(smiles)
         if mol is None:
