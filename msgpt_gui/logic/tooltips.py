@@ -65,8 +65,10 @@ RANKING = (
 EFFORT = (
     "<b>Effort</b> — <i>standard</i>: the pool of B drawn structures. <i>deep</i>: then the search refines "
     "the best candidates: it keeps all but one or two of their fragments and lets the generator redraw the "
-    "rest, and draws more for the queries whose candidates score best. It takes about 5–10 times as long "
-    "and finds the true structure more often when a close isomer was drawn (docs/deep_search.md)."
+    "rest, draws more for the queries whose candidates score best, borrows fragments from the closest library "
+    "structures of other formulas, and tries the isomers one move away from the best (a substituent moved, two "
+    "atoms swapped). It takes about 5–10 times as long and finds the true structure about twice as often "
+    "(docs/deep_search.md)."
 )
 
 TIPS = {
