@@ -24,6 +24,7 @@ keeps the best. May import :mod:`engine.chem` and :mod:`engine.insight`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 from rdkit import Chem, rdBase
@@ -112,10 +113,10 @@ def isomer_edits(smiles: str, max_group: int = 8, swaps: bool = True) -> list[st
         return []
     formula = rdMolDescriptors.CalcMolFormula(mol)
     own = canonical_smiles(smiles)
-    moves = _migrations(mol, max_group)
+    moves = itertools.chain(_migrations(mol, max_group), _swaps(mol) if swaps else ())
     out: dict[str, None] = {}
     with rdBase.BlockLogs():
-        for new in (*moves, *(_swaps(mol) if swaps else ())):
+        for new in moves:  # one edited copy at a time
             if Chem.SanitizeMol(new, catchErrors=True) != Chem.SanitizeFlags.SANITIZE_NONE:
                 continue  # the edit broke a valence or an aromatic system
             if rdMolDescriptors.CalcMolFormula(new) != formula:
