@@ -7,6 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from progress_events import drain
 from synthetic_run import write_mzml
 
 from engine.elucidation.pipeline import QueryParams
@@ -36,15 +37,6 @@ from msgpt_gui.logic.jobs import (
 
 ADDUCTS = ("[M+H]+", "[M+Na]+")
 FAST = QueryParams(groups=2, samples_per_group=2)
-
-
-def drain(gen):
-    events = []
-    while True:
-        try:
-            events.append(next(gen))
-        except StopIteration as stop:
-            return events, stop.value
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import gzip
 import os
 
 import pytest
+from progress_events import drain
 
 from engine.chem import molecules as chem
 from engine.errors import Cancelled
@@ -39,22 +40,12 @@ def source(tmp_path):
     return path
 
 
-def events(gen):
-    """(events, result) of a generator of progress events."""
-    seen = []
-    while True:
-        try:
-            seen.append(next(gen))
-        except StopIteration as stop:
-            return seen, stop.value
-
-
 def indexes():
     return sorted(p.name for p in library_cache_dir().glob("*.npz"))
 
 
 def test_first_open_builds_and_keeps_the_index_in_the_data_folder(source, home):
-    seen, lib = events(open_library(source))
+    seen, lib = drain(open_library(source))
     assert len(lib) == len(ROWS) and lib.name == "mine.csv"
     assert all(isinstance(e, LibraryProgress) and 0 <= e.done <= e.total for e in seen)
     texts = " | ".join(e.text for e in seen)
@@ -67,7 +58,7 @@ def test_an_unchanged_file_is_opened_from_its_index_without_reading_it(source, m
     first = load_library(source)
     monkeypatch.setattr(cache_module, "build_library", None)  # building again would fail
     monkeypatch.setattr(cache_module, "hash_file", None)  # so would hashing it
-    seen, again = events(open_library(source, name="My list"))
+    seen, again = drain(open_library(source, name="My list"))
     assert seen == []
     assert again.name == "My list" and again.checksum == first.checksum and len(again) == len(first)
 
@@ -76,10 +67,10 @@ def test_a_touched_but_unchanged_file_is_hashed_not_rebuilt(source, monkeypatch)
     first = load_library(source)
     os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 5_000_000_000))
     monkeypatch.setattr(cache_module, "build_library", None)
-    seen, again = events(open_library(source))
+    seen, again = drain(open_library(source))
     assert [e.text for e in seen] == ["Checking mine.csv"]
     assert again.checksum == first.checksum
-    seen, _ = events(open_library(source))  # the stamp was renewed
+    seen, _ = drain(open_library(source))  # the stamp was renewed
     assert seen == []
 
 
@@ -140,7 +131,7 @@ def test_a_failed_write_leaves_no_partial_file(source, monkeypatch):
 def test_open_libraries_reports_a_failing_one_and_keeps_the_others(source, tmp_path):
     (tmp_path / "junk.smi").write_text("xx(\n")
     missing = tmp_path / "missing.csv"
-    _, (libs, failures) = events(open_libraries([missing, source, tmp_path / "junk.smi"]))
+    _, (libs, failures) = drain(open_libraries([missing, source, tmp_path / "junk.smi"]))
     assert [lib.name for lib in libs] == ["mine.csv"]
     assert [type(e) for e in failures] == [LibraryError, LibraryError]
     assert "missing.csv" in str(failures[0]) and "junk.smi" in str(failures[1])

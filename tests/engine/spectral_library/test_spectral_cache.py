@@ -8,6 +8,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from progress_events import drain
 
 from engine.errors import Cancelled
 from engine.spectral_library import (
@@ -47,21 +48,12 @@ def source(tmp_path):
     return path
 
 
-def events(gen):
-    seen = []
-    while True:
-        try:
-            seen.append(next(gen))
-        except StopIteration as stop:
-            return seen, stop.value
-
-
 def index_files(folder):
     return sorted(p.name for p in folder.glob("*") if p.is_file())
 
 
 def test_indexed_once_then_reused(source, monkeypatch):
-    seen, library = events(open_spectral_library(source))
+    seen, library = drain(open_spectral_library(source))
     assert all(isinstance(e, SpectralLibraryProgress) for e in seen) and seen[-1].text.startswith("Saving")
     assert len(library) == 30 and library.name == "mine.mgf"
     folder = spectral_cache_dir()
@@ -76,7 +68,7 @@ def test_indexed_once_then_reused(source, monkeypatch):
         raise AssertionError("indexed again")
 
     monkeypatch.setattr(cache_module, "build_library", no_build)
-    seen, again = events(open_spectral_library(source, name="Mine"))
+    seen, again = drain(open_spectral_library(source, name="Mine"))
     assert seen == [] and again.name == "Mine" and again.checksum == library.checksum
     assert again.columns == library.columns
     query = library.record(4)
@@ -92,7 +84,7 @@ def test_indexed_once_then_reused(source, monkeypatch):
     assert a.hits[0].row == 4
 
     os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))  # touched, not changed
-    seen, touched = events(open_spectral_library(source))
+    seen, touched = drain(open_spectral_library(source))
     assert [e.text for e in seen] == ["Checking mine.mgf"] and touched.checksum == library.checksum
 
 
@@ -134,7 +126,7 @@ def test_cancel_leaves_no_partial_file(tmp_path):
         return len(calls) > 3
 
     with pytest.raises(Cancelled):
-        events(open_spectral_library(path, cancel=cancel))
+        drain(open_spectral_library(path, cancel=cancel))
     folder = spectral_cache_dir()
     assert not folder.exists() or [p for p in folder.rglob("*") if p.is_file()] == []
 
@@ -151,7 +143,7 @@ def test_unwritable_data_folder_still_gives_the_library(source, monkeypatch):
 def test_several_files_one_failing(source, tmp_path):
     bad = tmp_path / "bad.msp"
     bad.write_text("no records here\n")
-    libraries, failures = events(open_spectral_libraries([source, bad]))[1]
+    libraries, failures = drain(open_spectral_libraries([source, bad]))[1]
     assert [lib.name for lib in libraries] == ["mine.mgf"]
     assert len(failures) == 1 and isinstance(failures[0], SpectralLibraryError) and "bad.msp" in str(failures[0])
 
