@@ -91,7 +91,14 @@ class Pieces:
 
 def fragment_pieces(mol: chem.Mol, max_breaks: int = 2, max_states: int = MAX_STATES) -> tuple[Pieces, bool]:
     """Every distinct connected piece (atom set) left by cutting up to ``max_breaks`` bonds of ``mol``,
-    breadth first (so each comes with its fewest cuts), and whether the enumeration was complete."""
+    breadth first (so each comes with its fewest cuts), and whether the enumeration was complete.
+
+    A state is a piece and the cut bonds inside it; from each state of the frontier, every bond inside it
+    not yet cut is cut in turn (in bond order), and each piece that leaves (in the order of its lowest atom)
+    is a state of the next depth unless seen before. Past ``max_states`` states the enumeration stops after
+    the state being expanded, so which pieces a capped molecule returns depends on this order: keep it.
+    The splitting itself is :class:`_BondGraph`'s (integer bit sets, precomputed bridges and ring systems).
+    """
     n = mol.GetNumAtoms()
     vec = np.zeros((n, len(ELEMENTS)), dtype=np.int64)
     for atom in mol.GetAtoms():
@@ -100,27 +107,7 @@ def fragment_pieces(mol: chem.Mol, max_breaks: int = 2, max_states: int = MAX_ST
             raise ConfigError(f"Element {symbol} is not supported for fragments; supported are {', '.join(ELEMENTS)}.")
         vec[atom.GetIdx(), ELEMENT_INDEX[symbol]] += 1
         vec[atom.GetIdx(), ELEMENT_INDEX["H"]] += atom.GetTotalNumHs()
-    bonds = [(b.GetBeginAtomIdx(), b.GetEndAtomIdx()) for b in mol.GetBonds()]
-    adjacency: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    for k, (a, b) in enumerate(bonds):
-        adjacency[a].append((b, k))
-        adjacency[b].append((a, k))
-
-    def pieces(atoms: int, removed: int) -> list[int]:
-        out, left = [], atoms
-        while left:
-            start = (left & -left).bit_length() - 1
-            comp, stack = 1 << start, [start]
-            while stack:
-                a = stack.pop()
-                for b, k in adjacency[a]:
-                    if not (comp >> b) & 1 and (atoms >> b) & 1 and not (removed >> k) & 1:
-                        comp |= 1 << b
-                        stack.append(b)
-            out.append(comp)
-            left &= ~comp
-        return out
-
+    graph = _BondGraph(n, [(b.GetBeginAtomIdx(), b.GetEndAtomIdx()) for b in mol.GetBonds()])
     full = (1 << n) - 1
     seen = {(full, 0)}
     frontier = [(full, 0)]
@@ -129,17 +116,15 @@ def fragment_pieces(mol: chem.Mol, max_breaks: int = 2, max_states: int = MAX_ST
     for depth in range(1, max_breaks + 1):
         new = []
         for atoms, removed in frontier:
-            for k, (a, b) in enumerate(bonds):
-                if (removed >> k) & 1 or not ((atoms >> a) & 1 and (atoms >> b) & 1):
-                    continue
-                cut = removed | (1 << k)
-                for comp in pieces(atoms, cut):
-                    inside = cut & _bonds_within(comp, bonds)
-                    state = (comp, inside)
+            todo = graph.within(atoms) & ~removed
+            while todo:
+                low = todo & -todo
+                todo ^= low
+                for state in graph.cut(atoms, removed, low.bit_length() - 1):
                     if state not in seen:
                         seen.add(state)
                         new.append(state)
-                        atom_sets.setdefault(comp, depth)
+                        atom_sets.setdefault(state[0], depth)
             if len(seen) > max_states:
                 complete = False
                 break
@@ -147,17 +132,167 @@ def fragment_pieces(mol: chem.Mol, max_breaks: int = 2, max_states: int = MAX_ST
         if not complete:
             break
     atoms = tuple(atom_sets)
-    formulas = np.array([vec[[i for i in range(n) if (s >> i) & 1]].sum(0) for s in atoms], dtype=np.int64)
+    width = max(1, (n + 7) // 8)
+    packed = np.frombuffer(b"".join(s.to_bytes(width, "little") for s in atoms), dtype=np.uint8)
+    members = np.unpackbits(packed.reshape(len(atoms), width), axis=1, bitorder="little")[:, :n]
+    formulas = members.astype(np.int64) @ vec
     breaks = np.array(list(atom_sets.values()), dtype=np.int64)
     return Pieces(atoms, breaks, formulas.reshape(-1, len(ELEMENTS))), complete
 
 
-def _bonds_within(atoms: int, bonds: list[tuple[int, int]]) -> int:
-    mask = 0
-    for k, (a, b) in enumerate(bonds):
-        if (atoms >> a) & 1 and (atoms >> b) & 1:
-            mask |= 1 << k
-    return mask
+class _BondGraph:
+    """A molecule's bonds as integer bit sets, for splitting pieces fast (:func:`fragment_pieces`).
+
+    Atom sets are bit sets of atom indices, bond sets bit sets of bond indices. A piece of a state is
+    connected once its cut bonds are left out (it is a connected component of a cut), so cutting one more
+    bond leaves it whole or splits it in two. Which, and the two halves, come from the whole molecule's
+    structure, computed once:
+
+    * a bridge (a bond on no ring) always splits; its halves are the piece's atoms on either side of it
+      in the whole molecule;
+    * a ring bond can only be reconnected inside its ring system (the atoms joined by ring bonds: a
+      path between two of them that leaves the system has to come back over the same bridge), so a
+      search from one end over the system's atoms in the piece tells whether the other end is still
+      reached; if not, that end's half is the atoms reached plus everything hanging off them over bridges.
+
+    The whole molecule, when it is in several parts (a salt), is the one state that is not connected; it
+    is split by a plain search (:meth:`components`).
+    """
+
+    def __init__(self, n: int, bonds: list[tuple[int, int]]):
+        self.full = (1 << n) - 1
+        self.ends = bonds
+        self.bond_atoms = [(1 << a) | (1 << b) for a, b in bonds]
+        self.neighbours = [0] * n  # atom -> bit set of its neighbours
+        self.incident = [0] * n  # atom -> bit set of its bonds
+        for k, (a, b) in enumerate(bonds):
+            self.neighbours[a] |= 1 << b
+            self.neighbours[b] |= 1 << a
+            self.incident[a] |= 1 << k
+            self.incident[b] |= 1 << k
+        self.all_bonds = (1 << len(bonds)) - 1
+        self._within: dict[int, int] = {}
+        self.connected = n == 0 or self._reach(self.full, 1, 0) == self.full
+        # Bridges: the two sides of each; the other bonds lie on rings.
+        self.sides: list[tuple[int, int] | None] = []
+        hanging = [0] * n  # atom -> the atoms on the far side of its bridges
+        for k, (a, b) in enumerate(bonds):
+            side_a = self._reach(self.full, 1 << a, 1 << k)
+            if (side_a >> b) & 1:
+                self.sides.append(None)
+            else:
+                side_b = self._reach(self.full, 1 << b, 1 << k)
+                self.sides.append((side_a, side_b))
+                hanging[a] |= side_b
+                hanging[b] |= side_a
+        self.hanging = hanging
+        ring_bonds = 0
+        for k, sides in enumerate(self.sides):
+            if sides is None:
+                ring_bonds |= 1 << k
+        # Ring systems: atoms joined by ring bonds; each ring bond -> the atoms and the bonds of its system.
+        self.system = [0] * len(bonds)
+        self.system_bonds = [0] * len(bonds)
+        for k, sides in enumerate(self.sides):
+            if sides is None and not self.system[k]:
+                system = self._reach(self.full, self.bond_atoms[k], self.all_bonds & ~ring_bonds)
+                members = [j for j in range(len(bonds)) if (ring_bonds >> j) & 1 and self.bond_atoms[j] & system]
+                system_bonds = sum(1 << j for j in members)
+                for j in members:
+                    self.system[j], self.system_bonds[j] = system, system_bonds
+
+    def _reach(self, atoms: int, start: int, removed: int) -> int:
+        """The atoms of ``atoms`` reached from the atom set ``start`` over bonds not in ``removed``."""
+        blocked = self._blocked(removed)
+        reach = todo = start
+        while todo:
+            low = todo & -todo
+            todo ^= low
+            x = low.bit_length() - 1
+            step = self.neighbours[x] & atoms & ~reach & ~blocked.get(x, 0)
+            reach |= step
+            todo |= step
+        return reach
+
+    def _blocked(self, removed: int) -> dict[int, int]:
+        """Atom -> the neighbours it is no longer bonded to once the bonds ``removed`` are cut."""
+        blocked: dict[int, int] = {}
+        while removed:
+            low = removed & -removed
+            removed ^= low
+            a, b = self.ends[low.bit_length() - 1]
+            blocked[a] = blocked.get(a, 0) | (1 << b)
+            blocked[b] = blocked.get(b, 0) | (1 << a)
+        return blocked
+
+    def within(self, atoms: int) -> int:
+        """The bonds with both ends in ``atoms`` (cached: states share pieces)."""
+        mask = self._within.get(atoms)
+        if mask is None:
+            outside, touching = self.full & ~atoms, 0
+            while outside:
+                low = outside & -outside
+                outside ^= low
+                touching |= self.incident[low.bit_length() - 1]
+            mask = self._within[atoms] = self.all_bonds & ~touching
+        return mask
+
+    def inside(self, atoms: int, cut: int) -> int:
+        """The bonds of ``cut`` with both ends in ``atoms``."""
+        out, todo = 0, cut
+        while todo:
+            low = todo & -todo
+            todo ^= low
+            ends = self.bond_atoms[low.bit_length() - 1]
+            if atoms & ends == ends:
+                out |= low
+        return out
+
+    def components(self, atoms: int, cut: int) -> list[int]:
+        """The connected parts of ``atoms`` once the bonds ``cut`` are cut, in the order of their lowest atom."""
+        out, left = [], atoms
+        while left:
+            comp = self._reach(atoms, left & -left, cut)
+            out.append(comp)
+            left &= ~comp
+        return out
+
+    def cut(self, atoms: int, removed: int, k: int) -> list[tuple[int, int]]:
+        """The states (piece, cut bonds inside it) left by cutting bond ``k`` of the state ``(atoms, removed)``,
+        in the order of each piece's lowest atom."""
+        cut = removed | (1 << k)
+        if atoms == self.full and not self.connected:
+            return [(comp, self.inside(comp, cut)) for comp in self.components(atoms, cut)]
+        sides = self.sides[k]
+        if sides is not None:
+            first, second = atoms & sides[0], atoms & sides[1]
+        else:
+            system = self.system[k]
+            if not system & ~atoms and not removed & self.system_bonds[k]:
+                return [(atoms, cut)]  # a whole ring system, uncut, stays whole after one cut
+            a, b = self.ends[k]
+            system &= atoms
+            blocked = self._blocked(cut)
+            neighbours = self.neighbours
+            reach = todo = 1 << a
+            while todo:
+                low = todo & -todo
+                todo ^= low
+                x = low.bit_length() - 1
+                step = neighbours[x] & system & ~reach & ~blocked.get(x, 0)
+                if (step >> b) & 1:
+                    return [(atoms, cut)]  # the ring is still closed elsewhere: one piece
+                reach |= step
+                todo |= step
+            first = reach
+            while reach:
+                low = reach & -reach
+                reach ^= low
+                first |= self.hanging[low.bit_length() - 1] & atoms
+            second = atoms & ~first
+        if (second & -second) < (first & -first):
+            first, second = second, first
+        return [(first, self.inside(first, removed)), (second, self.inside(second, removed))]
 
 
 def explain_peaks(
