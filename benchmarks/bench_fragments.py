@@ -8,7 +8,7 @@ implementations against the fast ones, on the same molecules in the same run.
 ``--pools`` takes the middle candidate of each of the first ``--n`` spectra of a retrieval run's pools (typical
 candidate structures). Per molecule (stereo removed), the work of the forward model's ``candidates()``:
 :func:`engine.spectra.fragments.fragment_pieces` at ``--max-breaks`` cuts, then
-:func:`training.substructures.piece_fingerprint` (512 bits, radius 2) of each piece a candidate takes (per
+:func:`engine.spectra.fragments.piece_fingerprint` (512 bits, radius 2) of each piece a candidate takes (per
 neutral formula with up to ``--h-shift`` hydrogens moved, the piece with the smallest shift, then the fewest
 cuts, then the first reached). The old and the new code run one after the other on each molecule; their
 results are compared (they must be identical) and the times summed. Prints milliseconds per molecule for
@@ -33,8 +33,7 @@ sys.path.insert(0, str(ROOT))
 from engine.chem import molecules as chem
 from engine.chem.formula import ELEMENT_INDEX
 from engine.errors import ConfigError
-from engine.spectra.fragments import MAX_STATES, fragment_pieces
-from training.substructures import piece_fingerprint
+from engine.spectra.fragments import MAX_STATES, fragment_pieces, piece_fingerprint
 
 REFERENCE = ROOT / "tests" / "engine" / "spectra" / "test_fragments_equivalence.py"
 _H = ELEMENT_INDEX["H"]

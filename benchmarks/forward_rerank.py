@@ -8,7 +8,7 @@
 For each spectrum and variant of the results (their top 10 candidates, in the run's fingerprint-score
 order), every candidate gets a **forward score**: the log-likelihood of the spectrum's peak formulas (the
 encoder's peak tokens: annotated neutral subformulas, at most ``max_peaks``) under the forward model of
-``training/forward.py`` (:func:`training.forward.candidates`: bond-cleavage pieces, ±2 H):
+``training/forward.py`` (:func:`engine.model.forward.candidates`: bond-cleavage pieces, ±2 H):
 
     Σ over the candidate's fragment formulas f of [o_f log q_f + (1 − o_f) log(1 − q_f)]
     + (observed peaks no fragment of the candidate explains) · log eps
@@ -35,7 +35,8 @@ import numpy as np
 
 from engine.chem import molecules as chem
 from engine.progress import run_to_end
-from training.forward import ForwardModel, candidates, encoder_features, forward_score
+from engine.model.forward import ForwardModel, candidates, forward_score
+from training.forward import encoder_features
 from training.loop import torch_threads
 from training.spectra import iter_load_labelled_spectra
 

@@ -171,6 +171,7 @@ class DetailPane(QWidget):
         self.scores.setText(
             f"Generated {c.count}× (frequency {c.frequency:.3f}) · posterior similarity {c.posterior_similarity:.3f}"
             + ("" if c.fingerprint_score != c.fingerprint_score else f" · fingerprint score {c.fingerprint_score:.1f}")
+            + ("" if c.fragment_score != c.fragment_score else f" · fragment score {c.fragment_score:.1f}")
             + (f"\n⚠ {IMPLAUSIBLE}: {note}" if note else "")
         )
         self._draw()

@@ -1,10 +1,13 @@
-"""A fragment-level forward model, and simulated spectra of corpus molecules for encoder training.
+"""Training the fragment-level forward model, and simulated spectra of corpus molecules for encoder training.
+
+The model, its candidates and its score live in :mod:`engine.model.forward` (the app ranks with it); this
+module builds its training targets, fits it, measures it and simulates spectra with it.
 
 MIST mixes spectra simulated by a forward model into its encoder's training data (the largest lever
 reported for unseen structures, ``../shared/docs/accuracy-notes.md``). This is our own, small one,
 trained on the ``FOLD=train`` spectra only, in the encoder's own token space (neutral subformulas):
 
-* **candidates** (:func:`candidates`): the bond-cleavage pieces of the structure
+* **candidates** (:func:`engine.model.forward.candidates`): the bond-cleavage pieces of the structure
   (:func:`engine.spectra.fragments.fragment_pieces`, up to ``max_breaks`` cuts), each with its hydrogens
   shifted by up to ``h_shift`` (rearrangements); one candidate per distinct neutral formula, explained
   by the piece with the smallest hydrogen shift, then the fewest cuts (the rule of
@@ -43,29 +46,34 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
-from torch import nn
 
 from engine.chem import molecules as chem
-from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, element_masses, formula_vector
+from engine.chem.formula import ELEMENTS, element_masses, formula_vector
 from engine.errors import ConfigError, MsgptError
 from engine.model.encoder import EncoderConfig
-from engine.spectra.annotate import rdbe
-from engine.spectra.fragments import MAX_STATES, fragment_pieces
+from engine.model.forward import (
+    FEATURE_ELEMENTS,
+    MAX_SHIFT,
+    Candidates,
+    CandidateSettings,
+    ForwardConfig,
+    ForwardModel,
+    candidates,
+)
 
 from .checkpoint import write_json_atomic
 from .corpus import open_text, read_mgf_headers
 from .loop import TrainingConfig, int_at_least, torch_threads
-from .spectra import SHIPPABLE_LICENSES, FeatureSettings, LabelledSpectra, load_labelled_spectra, structure_folds
-from .substructures import FragmentLabels, piece_fingerprint, structures_of
+from .spectra import (
+    SHIPPABLE_LICENSES,
+    FeatureSettings,
+    LabelledSpectra,
+    load_labelled_spectra,
+    structure_folds,
+)
+from .substructures import FragmentLabels, structures_of
 
-FORMAT_VERSION = 1
-_H = ELEMENT_INDEX["H"]
 _HEAVY = np.array([e != "H" for e in ELEMENTS])
-# Element columns of the scalar features (the rest of ELEMENTS are rare in MS/MS standards).
-_FEATURE_ELEMENTS = np.array([ELEMENT_INDEX[e] for e in ("C", "H", "N", "O", "S", "P", "F", "Cl", "Br", "I")])
-MAX_SHIFT = 4
-N_SCALARS = (2 * MAX_SHIFT + 1) + 4 + 2 * len(_FEATURE_ELEMENTS) + 6
 POLARITY_ADDUCT = {1: "[M+H]+", -1: "[M-H]-"}
 
 
@@ -76,106 +84,6 @@ RECIPE_ADDUCTS = ("[M+H]+", "[M+Na]+", "[M-H]-")
 def encoder_features() -> FeatureSettings:
     """The annotation settings of the small encoder preset, for the recipe's adducts."""
     return FeatureSettings.for_encoder(EncoderConfig.from_preset("small"), adducts=RECIPE_ADDUCTS)
-
-
-# ----------------------------------------------------------------------------------------------
-# Candidates
-
-
-@dataclass(frozen=True)
-class CandidateSettings:
-    max_breaks: int = 2
-    h_shift: int = 2
-    n_bits: int = 512  # the piece fingerprints: also the substructure labels of simulated peaks
-    radius: int = 2
-
-    def __post_init__(self):
-        if not isinstance(self.max_breaks, int) or not 1 <= self.max_breaks <= 3:
-            raise ConfigError(f"`max_breaks` must be 1, 2 or 3 bond cuts, got {self.max_breaks!r}.")
-        if not isinstance(self.h_shift, int) or not 0 <= self.h_shift <= MAX_SHIFT:
-            raise ConfigError(f"`h_shift` must be an integer in [0, {MAX_SHIFT}], got {self.h_shift!r}.")
-        if not isinstance(self.n_bits, int) or self.n_bits < 8:
-            raise ConfigError(f"`n_bits` must be an integer >= 8, got {self.n_bits!r}.")
-
-
-@dataclass(frozen=True, eq=False)
-class Candidates:
-    """The candidate peaks of one structure in one ion mode (``k`` rows)."""
-
-    formulas: np.ndarray  # (k, 14) int64 neutral subformulas, distinct
-    scalars: np.ndarray  # (k, N_SCALARS) float32
-    fingerprints: list[np.ndarray]  # k sorted int64 bit arrays of the explaining pieces
-    complete: bool  # whether the piece enumeration finished (very large molecules stop at a cap)
-
-    def __len__(self) -> int:
-        return len(self.formulas)
-
-    def dense_fingerprints(self, n_bits: int) -> np.ndarray:
-        out = np.zeros((len(self), n_bits), dtype=np.float32)
-        for i, bits in enumerate(self.fingerprints):
-            out[i, bits] = 1.0
-        return out
-
-
-def candidates(mol: chem.Mol, polarity: int, settings: CandidateSettings = CandidateSettings()) -> Candidates:
-    """Every neutral subformula a piece of ``mol`` explains (see the module docstring), with its features.
-
-    ``mol`` is used as given (remove its stereo first, as the fingerprints of the training targets do).
-    Raises ConfigError for an element the fragmenter does not support.
-    """
-    if polarity not in (1, -1):
-        raise ConfigError(f"`polarity` must be +1 or -1, got {polarity!r}.")
-    pieces, complete = fragment_pieces(mol, settings.max_breaks, MAX_STATES)
-    whole = pieces.formulas[0]
-    best: dict[bytes, tuple[tuple[int, int, int], int, int]] = {}  # formula -> (rank, piece, shift)
-    multiplicity: dict[bytes, int] = {}
-    for i, f in enumerate(pieces.formulas):
-        heavy_key = f[_HEAVY].tobytes()
-        multiplicity[heavy_key] = multiplicity.get(heavy_key, 0) + 1
-        for shift in range(-settings.h_shift, settings.h_shift + 1):
-            h = int(f[_H]) + shift
-            if h < 0:
-                continue
-            g = f.copy()
-            g[_H] = h
-            key = g.tobytes()
-            rank = (abs(shift), int(pieces.breaks[i]), i)
-            if key not in best or rank < best[key][0]:
-                best[key] = (rank, i, shift)
-    keys = list(best)
-    formulas = np.array([np.frombuffer(k, dtype=np.int64) for k in keys]).reshape(-1, len(ELEMENTS))
-    piece_idx = np.array([best[k][1] for k in keys], dtype=np.int64)
-    shifts = np.array([best[k][2] for k in keys], dtype=np.int64)
-    fps: dict[int, np.ndarray] = {}
-    for i in np.unique(piece_idx):
-        fps[int(i)] = piece_fingerprint(mol, pieces.atom_indices(int(i)), settings.n_bits, settings.radius)
-    mult = np.array([multiplicity[f[_HEAVY].tobytes()] for f in formulas], dtype=np.float32)
-    scalars = candidate_scalars(formulas, whole, shifts, pieces.breaks[piece_idx], mult, polarity)
-    return Candidates(formulas, scalars, [fps[int(i)] for i in piece_idx], complete)
-
-
-def candidate_scalars(formulas: np.ndarray, whole: np.ndarray, shifts: np.ndarray, breaks: np.ndarray,
-                      multiplicity: np.ndarray, polarity: int) -> np.ndarray:  # fmt: skip
-    """The ``(k, N_SCALARS)`` scalar features of candidates (pure; see the module docstring)."""
-    k = len(formulas)
-    shift_1h = np.zeros((k, 2 * MAX_SHIFT + 1), dtype=np.float32)
-    shift_1h[np.arange(k), np.clip(shifts, -MAX_SHIFT, MAX_SHIFT) + MAX_SHIFT] = 1.0
-    breaks_1h = np.zeros((k, 4), dtype=np.float32)
-    breaks_1h[np.arange(k), np.clip(breaks, 0, 3)] = 1.0
-    loss = whole[None, :] - formulas
-    heavy_whole = max(int(whole[_HEAVY].sum()), 1)
-    masses = element_masses()
-    mass_whole = float(whole @ masses)
-    rest = np.column_stack([
-        formulas[:, _HEAVY].sum(1) / heavy_whole,
-        (formulas @ masses) / max(mass_whole, 1.0),
-        rdbe(formulas) / 10.0,
-        np.log1p(multiplicity),
-        np.full(k, float(polarity)),
-        np.full(k, mass_whole / 1000.0),
-    ]).astype(np.float32)  # fmt: skip
-    counts = np.hstack([formulas[:, _FEATURE_ELEMENTS], np.maximum(loss[:, _FEATURE_ELEMENTS], -5)]) / 10.0
-    return np.hstack([shift_1h, breaks_1h, counts.astype(np.float32), rest]).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -266,88 +174,7 @@ def build_table(data: LabelledSpectra, smiles: dict[str, str], settings: Candida
 
 
 # ----------------------------------------------------------------------------------------------
-# The model
-
-
-@dataclass
-class ForwardConfig(TrainingConfig):
-    """The forward model's architecture and candidate settings (saved as ``config.json`` beside its weights)."""
-
-    hidden: int = field(default=256, metadata={"help": "Width of the two hidden layers."})
-    dropout: float = field(default=0.1, metadata={"help": "Dropout after each hidden layer."})
-    max_breaks: int = field(default=2, metadata={"help": "Bond cuts of the candidate pieces (1-3)."})
-    h_shift: int = field(default=2, metadata={"help": "Hydrogen shifts of a piece that are candidates too."})
-    n_bits: int = field(default=512, metadata={"help": "Bits of the piece fingerprints (and substructure labels)."})
-
-    def __post_init__(self):
-        self.require(("hidden",), int_at_least(1), "a positive integer")
-        if not 0 <= self.dropout < 1:
-            raise ConfigError(f"`dropout` must be in [0, 1), got {self.dropout!r}.")
-        self.candidate_settings()
-
-    def candidate_settings(self) -> CandidateSettings:
-        return CandidateSettings(max_breaks=self.max_breaks, h_shift=self.h_shift, n_bits=self.n_bits)
-
-
-def forward_score(q: np.ndarray, observed: np.ndarray, n_observed: int, eps: float) -> float:
-    """How well a candidate's fragments predict a spectrum's peak formulas (``benchmarks/forward_rerank.py``,
-    ``training/retrieval_forward.py``): Σ_f [o_f log q_f + (1 − o_f) log(1 − q_f)] over the candidate's fragment
-    formulas (``q``: the model's peak probabilities; ``observed`` o_f: 0/1) + (peaks no fragment explains) · log
-    ``eps``, with ``n_observed`` peak formulas in the spectrum."""
-    q = np.clip(np.asarray(q, dtype=np.float64), 1e-4, 1 - 1e-4)
-    o = np.asarray(observed, dtype=np.float64)
-    explained = int(o.sum())
-    return float((o * np.log(q) + (1 - o) * np.log1p(-q)).sum() + (n_observed - explained) * np.log(eps))
-
-
-class ForwardModel(nn.Module):
-    """Candidate features -> (logit of appearing as a peak, intensity feature of the peak)."""
-
-    def __init__(self, config: ForwardConfig):
-        super().__init__()
-        self.config = config
-        d = config.n_bits + N_SCALARS
-        self.net = nn.Sequential(
-            nn.Linear(d, config.hidden), nn.GELU(), nn.Dropout(config.dropout),
-            nn.Linear(config.hidden, config.hidden), nn.GELU(), nn.Dropout(config.dropout),
-            nn.Linear(config.hidden, 2),
-        )  # fmt: skip
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.net(x)
-        return out[:, 0], torch.sigmoid(out[:, 1])
-
-    @torch.no_grad()
-    def predict(self, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
-        """Peak probabilities and intensity features of ``cand``."""
-        self.eval()
-        x = torch.from_numpy(np.hstack([cand.dense_fingerprints(self.config.n_bits), cand.scalars]))
-        logit, intensity = self(x)
-        return torch.sigmoid(logit).numpy(), intensity.numpy()
-
-    def save(self, folder: str | Path, extra: dict | None = None) -> None:
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / "forward.safetensors"))
-        write_json_atomic(folder / "config.json", {"format_version": FORMAT_VERSION, **self.config.to_dict(),
-                                                   **({"training": extra} if extra else {})})  # fmt: skip
-
-    @classmethod
-    def load(cls, folder: str | Path) -> ForwardModel:
-        folder = Path(folder)
-        path = folder / "config.json"
-        if not path.is_file():
-            raise ConfigError(f"{folder} holds no forward model (no config.json); train one with "
-                              f"`python -m training.forward fit`.")  # fmt: skip
-        data = json.loads(path.read_text())
-        if data.get("format_version") != FORMAT_VERSION:
-            raise ConfigError(f"{path} has format {data.get('format_version')!r}, this program reads "
-                              f"{FORMAT_VERSION}; retrain the forward model.")  # fmt: skip
-        config = ForwardConfig.from_dict({k: v for k, v in data.items() if k not in ("format_version", "training")})
-        model = cls(config)
-        model.load_state_dict(load_file(str(folder / "forward.safetensors")))
-        model.eval()
-        return model
+# The loss and the model's measures
 
 
 def forward_loss(model: ForwardModel, table: CandidateTable, rows: np.ndarray,
@@ -388,7 +215,7 @@ def baseline_scores(table: CandidateTable) -> np.ndarray:
     """A rule without learning: fewer cuts first, then smaller hydrogen shifts, then heavier pieces."""
     shift = np.abs(np.argmax(table.scalars[:, : 2 * MAX_SHIFT + 1], axis=1) - MAX_SHIFT)
     breaks = np.argmax(table.scalars[:, 2 * MAX_SHIFT + 1: 2 * MAX_SHIFT + 5], axis=1)
-    heavy_share = table.scalars[:, 2 * MAX_SHIFT + 5 + 2 * len(_FEATURE_ELEMENTS)]
+    heavy_share = table.scalars[:, 2 * MAX_SHIFT + 5 + 2 * len(FEATURE_ELEMENTS)]
     return -(breaks * 10.0 + shift) + heavy_share
 
 
@@ -433,7 +260,7 @@ def predict_table(model: ForwardModel, table: CandidateTable, batch: int = 8192)
 
 
 @dataclass(kw_only=True)
-class FitConfig(ForwardConfig):
+class FitConfig(ForwardConfig, TrainingConfig):
     """A ``fit`` run: the model's settings (inherited from :class:`ForwardConfig`) and the training's."""
 
     mgf: str = field(metadata={"help": "Labelled MGF (FOLD, LICENSE, SMILES per record)."})

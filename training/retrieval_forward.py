@@ -4,7 +4,7 @@ Issue #36 ranks a spectrum's library isomers together with its de novo candidate
 (the log-likelihood of a candidate's Morgan bits under the encoder's posterior). This module measures a
 second, spectrum-based score on the same cached pools as :mod:`training.retrieval_scorer`
 (``runs/retrieval/v10/pools.jsonl``: 150 FOLD=train spectra of structures the encoder never trained on,
-"train-unseen", and 150 FOLD=val spectra): the **forward score** of :func:`training.forward.forward_score` (as ``benchmarks/forward_rerank.py``), the
+"train-unseen", and 150 FOLD=val spectra): the **forward score** of :class:`engine.model.forward.ForwardScorer` (as ``benchmarks/forward_rerank.py``), the
 log-likelihood of the spectrum's peak formulas under the fragment-level forward model of
 :mod:`training.forward` (trained on FOLD=train spectra of the encoder's licences, so it never saw a pool
 truth: the run checks that)::
@@ -49,9 +49,6 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.chem import molecules as chem
-from engine.errors import MsgptError
-
 from .retrieval import (
     CROWDING_KS,
     HIT_KS,
@@ -76,53 +73,14 @@ SETS = (("choose", "train", "train-unseen"), ("report", "val", "FOLD=val"))
 
 
 # -- the forward score ------------------------------------------------------------------------------------
-class ForwardScorer:
-    """Forward scores of candidate structures against one spectrum (one ``spectrum`` per instance)."""
+def forward_scorer(model, spectrum, eps: float):
+    """:class:`engine.model.forward.ForwardScorer` of ``spectrum``, annotated as the forward model's training
+    spectra were (the small encoder preset's settings)."""
+    from engine.model.forward import ForwardScorer, PeakSettings
+    from training.forward import encoder_features
 
-    def __init__(self, model, spectrum, eps: float = 0.01):
-        from training.forward import encoder_features
-
-        self.model, self.spectrum, self.eps = model, spectrum, eps
-        self.features = encoder_features()
-        self.settings = model.config.candidate_settings()
-        self.polarity = 1 if spectrum.polarity == "positive" else -1
-        self._observed: dict[str, set[bytes] | None] = {}
-
-    def observed(self, formula: str) -> set[bytes] | None:
-        """The spectrum's peak-token formulas (neutral, root excluded) annotated with ``formula``."""
-        if formula not in self._observed:
-            from engine.model.featurize import featurize_annotation
-            from engine.spectra.annotate import annotate_peaks
-
-            s, f = self.spectrum, self.features
-            try:
-                ann = annotate_peaks(s.mz, s.intensity, formula, s.adduct, tol_ppm=f.tol_ppm, tol_da=f.tol_da,
-                                     min_rdbe=f.min_rdbe, precursor_mz=s.precursor_mz)
-                tokens = featurize_annotation(ann, max_peaks=f.max_peaks).formulas[1:]
-                self._observed[formula] = {np.asarray(t, dtype=np.int64).tobytes() for t in tokens}
-            except MsgptError:
-                self._observed[formula] = None
-        return self._observed[formula]
-
-    def score(self, smiles: str) -> float | None:
-        """The candidate's forward score (module docstring); None when it cannot be computed."""
-        from training.forward import candidates, forward_score
-
-        mol = chem.mol_from_smiles(smiles)
-        if mol is None:
-            return None
-        observed = self.observed(chem.mol_formula(mol))
-        if observed is None:
-            return None
-        try:
-            cand = candidates(chem.remove_stereo(mol), self.polarity, self.settings)
-        except MsgptError:
-            return None
-        if len(cand) == 0:
-            return float(len(observed) * np.log(self.eps))
-        q, _ = self.model.predict(cand)
-        hit = np.array([np.asarray(f, dtype=np.int64).tobytes() in observed for f in cand.formulas], dtype=np.float64)
-        return forward_score(q, hit, len(observed), self.eps)
+    f = encoder_features()
+    return ForwardScorer(model, spectrum, PeakSettings(f.tol_ppm, f.tol_da, f.min_rdbe, f.max_peaks), eps)
 
 
 def shortlist_rows(pool: Pool, k: int) -> np.ndarray:
@@ -161,7 +119,7 @@ def compute_scores(model, records: dict, spectra: dict, keys: Sequence[str], k: 
             todo = [rec["candidates"][i] for i in shortlist_rows(pool, k) if rec["candidates"][i]["k"] not in have]
             if not todo:
                 continue
-            scorer = ForwardScorer(model, spectra[key], eps)
+            scorer = forward_scorer(model, spectra[key], eps)
             t = time.perf_counter()
             fw = {}
             for c in todo:
@@ -225,9 +183,17 @@ def run_shortlist(k: int, weights: Sequence[float], sets: dict[str, list[Pool]],
                        for s, pools in sets.items()} for w in weights}
     keyed = {w: selection_key(m["choose"]) + (-float(w),) for w, m in grid.items()}
     chosen = max(keyed, key=keyed.get)
+    library = {w: library_key(m["choose"]) + (-float(w),) for w, m in grid.items()}
     alone = replace(base, fp_weight=0.0, **{FIELD: 1.0})
     grid[ALONE] = {s: measure(alone, pools, today[s], adducts[s]) for s, pools in sets.items()}
-    return {"shortlist": k, "grid": grid, "chosen": chosen, "chosen_crowding_ok": bool(keyed[chosen][0])}
+    return {"shortlist": k, "grid": grid, "chosen": chosen, "chosen_crowding_ok": bool(keyed[chosen][0]),
+            "chosen_library": max(library, key=library.get)}
+
+
+def library_key(m: dict) -> tuple:
+    """(mean library-alone Hit@1, then Hit@5, over the tracks): the rule for ranking a suspect list's own
+    structures, which rank before every prediction, so de novo answers are not at stake."""
+    return tuple(round(float(np.mean([m[t]["library"][f"hit{k}"] for t in TRACKS])), 9) for k in (1, 5))
 
 
 def forward_training_overlap(forward_dir: str, mgf: str | None, truths: set[str]) -> int | None:
@@ -299,6 +265,11 @@ def report_text(metrics: dict) -> str:
         out += [f"Chosen on train-unseen: w = {res['chosen']} (crowding kept: {res['chosen_crowding_ok']}); FOLD=val "
                 f"mean joint Hit@1 gain {_ci(ch['mean_joint_hit1_gain_ci95'])} points (95% CI); joint Hit@1 up/down "
                 f"spectra: " + "; ".join(f"{t} {u}/{d}" for t, (u, d) in ch["spectra_up_down"].items()), ""]
+        if "chosen_library" in res:
+            lib = res["grid"][res["chosen_library"]]["report"]
+            out += [f"Chosen on train-unseen for the library alone (a suspect list's own order): w = "
+                    f"{res['chosen_library']}; FOLD=val library Hit@1 gain over w = 0, 95% CI: "
+                    + "; ".join(f"{t} {_ci(lib['hit1_gain_ci95'][t]['library'])}" for t in TRACKS), ""]
     t = run["timing"]
     out += [(f"Forward score: {t['candidates']} candidates in {t['seconds']:.0f} s, {1000 * t['per_candidate']:.0f} ms "
             f"per candidate ({t['failed']} not computable), {run['machine']}, one thread. Pool truths among the "
@@ -323,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if 0.0 not in a.weights:
         p.error("--weights must include 0 (the fingerprint ranking the others are measured against)")
 
-    from training.forward import ForwardModel
+    from engine.model.forward import ForwardModel
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

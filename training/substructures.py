@@ -26,19 +26,21 @@ import json
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
-from rdkit import Chem, rdBase
-from rdkit.Chem import rdmolops
 
 from engine import paths
 from engine.chem import molecules as chem
 from engine.chem.formula import ELEMENT_INDEX, ELEMENTS
 from engine.errors import ConfigError
-from engine.spectra.fragments import MAX_STATES, Pieces, fragment_pieces
+from engine.spectra.fragments import (
+    MAX_STATES,
+    Pieces,
+    fragment_pieces,
+    piece_fingerprint,
+)
 from engine.spectra.io import iter_spectra
 
 from .spectra import LabelledSpectra, file_sha256
@@ -63,65 +65,6 @@ class SubstructureSettings:
             raise ConfigError(f"`h_shift` must be an integer number of hydrogens in [0, 4], got {self.h_shift!r}.")
         if not isinstance(self.radius, int) or self.radius < 0:
             raise ConfigError(f"`radius` must be a non-negative integer, got {self.radius!r}.")
-
-
-def piece_fingerprint(mol: chem.Mol, atoms: list[int], n_bits: int, radius: int = 2) -> np.ndarray:
-    """Sorted Morgan bits (``int64``) of the piece ``atoms`` of ``mol`` taken as a molecule of its own.
-
-    The piece is not sanitised (a ring cut open keeps its aromatic flags); its atoms' hydrogen counts are
-    recomputed, so a cut bond becomes a hydrogen on the atom that kept it. The bits are read as a dense
-    array: the same bits as :func:`engine.chem.molecules.morgan_bits`, faster (this is the hot path of the
-    forward model's candidates, hundreds of pieces per structure).
-    """
-    keep = set(atoms)
-    if not keep or not keep <= _atom_range(mol.GetNumAtoms()):
-        raise ConfigError(f"piece atoms {sorted(keep)} are not a non-empty subset of the molecule's "
-                          f"{mol.GetNumAtoms()} atoms")  # fmt: skip
-    piece = _piece_mol(mol, sorted(map(int, keep)))
-    with rdBase.BlockLogs():
-        piece.UpdatePropertyCache(strict=False)
-        Chem.FastFindRings(piece)
-    dense = chem.morgan_generator(radius, n_bits).GetFingerprintAsNumPy(piece)
-    return np.flatnonzero(dense).astype(np.int64, copy=False)
-
-
-def _piece_mol(mol: chem.Mol, keep: list[int]) -> chem.Mol:
-    """The atoms ``keep`` (sorted indices) of ``mol`` and the bonds between them, as a molecule.
-
-    Atoms and bonds keep their order and are copied with their flags (aromaticity, charges, explicit
-    hydrogens); nothing is sanitised or recomputed. RDKit's ``CopyMolSubset`` (2025 on) copies the subset in
-    one call; without it, every other atom is removed from a copy, last first: the same molecule, but the
-    rest are renumbered after each removal (most of the old cost of this function).
-    tests/engine/spectra/test_fragments_equivalence.py checks both against the removal.
-    """
-    if _PIECE_SUBSET is not None:
-        return rdmolops.CopyMolSubset(mol, keep, _PIECE_SUBSET)
-    inside = set(keep)
-    rw = Chem.RWMol(mol)
-    for i in range(mol.GetNumAtoms() - 1, -1, -1):
-        if i not in inside:
-            rw.RemoveAtom(i)
-    return rw.GetMol()
-
-
-def _subset_options():
-    if not hasattr(rdmolops, "CopyMolSubset"):
-        return None
-    options = rdmolops.SubsetOptions()
-    options.method = rdmolops.SubsetMethod.BONDS_BETWEEN_ATOMS  # the atoms given and every bond between them
-    options.sanitize = False
-    options.clearComputedProps = False
-    options.copyAsQuery = False
-    options.copyCoordinates = False  # a fingerprint needs no coordinates
-    return options
-
-
-_PIECE_SUBSET = _subset_options()
-
-
-@lru_cache(maxsize=64)
-def _atom_range(n: int) -> frozenset[int]:
-    return frozenset(range(n))
 
 
 def assign_pieces(pieces: Pieces, formulas: np.ndarray, h_shift: int) -> np.ndarray:

@@ -384,7 +384,7 @@ class DeepSearch:
 
     # -- result -------------------------------------------------------------------------------------------
     def _result(self, base: SpectrumResult, params: QueryParams, new: int, t0: float, partial: bool) -> SpectrumResult:
-        self.pool.library_prior = params.library_prior
+        self.session.configure_ranking(self.pool, params)
         candidates, counts = self.pool.rank(None, params.ranking)
         result = replace(
             base, candidates=tuple(candidates), n_samples=counts["samples"], n_valid=counts["valid"],

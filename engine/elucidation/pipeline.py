@@ -25,11 +25,12 @@ import torch
 from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector, parse_formula
 from engine.elucidation.libraries import LIBRARY_PRIOR, library_structures, search_spectrum, spectral_structures
-from engine.elucidation.ranking import Candidate, CandidatePool, reference_rank
+from engine.elucidation.ranking import Candidate, CandidatePool, FragmentRerank, reference_rank
 from engine.errors import ConfigError, MsgptError, SpectrumError
 from engine.model.bundle import ModelBundle
 from engine.model.confidence import spectrum_confidence
 from engine.model.featurize import collate, featurize_spectrum
+from engine.model.forward import ForwardScorer, PeakSettings
 from engine.model.querying import QueryPlan, band_thresholds, build_queries, check_kappa
 from engine.model.sampling import DECODING_MODES, QueryRequest, sample_queries
 from engine.model.scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking
@@ -38,6 +39,7 @@ from engine.spectra.spectrum import SkippedRecord, Spectrum, check_formula_match
 from engine.spectral_library import SpectralMatches
 
 
+RANKING_ONLY = ("ranking", "library_prior", "effort", "fragment_score")  # settings that never change the samples
 EFFORTS = ("standard", "deep")  # deep: engine.elucidation.deep refines the standard pool (about 5-10x the time)
 
 
@@ -63,6 +65,8 @@ class QueryParams:
         "help": "log-odds bonus of a structure a library holds in the fingerprint rankings"})
     effort: str = field(default="standard", metadata={
         "help": "standard: B samples; deep: then refine the best candidates (engine.elucidation.deep)"})
+    fragment_score: bool = field(default=True, metadata={
+        "help": "add the bundle's forward-model fragment score to the ranking, as its measurement chose"})
 
     def __post_init__(self):
         check_kappa(self.kappa_min, "kappa_min")
@@ -113,14 +117,14 @@ class QueryParams:
     def sampling_key(self) -> tuple:
         """Everything that decides which samples exist, except N: equal keys share samples."""
         d = asdict(self)
-        for name in ("samples_per_group", "ranking", "library_prior", "effort"):
+        for name in ("samples_per_group", *RANKING_ONLY):
             d.pop(name)
         return tuple(sorted(d.items()))
 
     def plan_sampling_key(self, plan: QueryPlan) -> tuple:
         """The same for samples drawn from ``plan`` (the band settings do not matter then)."""
         d = asdict(self)
-        for name in ("samples_per_group", "kappa_min", "kappa_max", "groups", "ranking", "library_prior", "effort"):
+        for name in ("samples_per_group", "kappa_min", "kappa_max", "groups", *RANKING_ONLY):
             d.pop(name)
         return ("plan", plan.key(), tuple(sorted(d.items())))
 
@@ -131,6 +135,7 @@ class QueryParams:
             f"seed={self.seed} adapter={'on' if self.use_adapter else 'off'} decoding={self.decoding} "
             f"ranking={self.ranking}" + (f" library_prior={self.library_prior:g}" if self.library_prior else "")
             + (f" effort={self.effort}" if self.effort != "standard" else "")
+            + ("" if self.fragment_score else " fragment_score=off")
         )
 
 
@@ -268,6 +273,7 @@ class SpectrumSession:
         self._thresholds = np.zeros(0)
         self._plan: QueryPlan | None = None
         self.pool: CandidatePool | None = None
+        self._fragments = fragment_rerank(bundle, spectrum)
 
     @property
     def posterior(self) -> np.ndarray:
@@ -364,8 +370,13 @@ class SpectrumSession:
         self._prepare(params, None)
         return self._result(params, 0, t0, partial=False)
 
+    def configure_ranking(self, pool: CandidatePool, params: QueryParams) -> None:
+        """Give ``pool`` the ranking settings of ``params`` (the library prior, the fragment score)."""
+        pool.library_prior = params.library_prior
+        pool.fragments = self._fragments if params.fragment_score else None
+
     def _result(self, params: QueryParams, new_samples: int, t0: float, partial: bool) -> SpectrumResult:
-        self.pool.library_prior = params.library_prior
+        self.configure_ranking(self.pool, params)
         candidates, counts = self.pool.rank(params.samples_per_group, params.ranking)
         fidelity = None
         if self.reference_bits is not None:
@@ -392,6 +403,17 @@ class SpectrumSession:
         )
         confidence = spectrum_confidence(self.bundle, result)
         return result if confidence is None else replace(result, confidence=confidence)
+
+
+def fragment_rerank(bundle: ModelBundle, spectrum: Spectrum) -> FragmentRerank | None:
+    """The bundle's forward score of ``spectrum`` as a ranking term (:class:`FragmentRerank`), None when the bundle
+    has no forward model or its measurement chose weight 0."""
+    model = bundle.forward
+    if model is None or model.ranking.weight <= 0:
+        return None
+    scorer = ForwardScorer(model, spectrum, PeakSettings.of_encoder(bundle.encoder.config))
+    r = model.ranking
+    return FragmentRerank(scorer.score, r.weight, r.shortlist, r.scope)
 
 
 def _reference(spectrum: Spectrum, n_bits: int = chem.N_BITS) -> tuple[np.ndarray | None, str | None]:

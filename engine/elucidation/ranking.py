@@ -18,13 +18,19 @@ the pool's ``library_prior``, a log-odds bonus for being known (:mod:`engine.elu
 whose reference spectrum matched the query (:class:`SpectralEvidence`) carries the match; an identity match that
 passes the calibrated threshold (an identification) ranks first, before every predicted candidate; then come
 the structures of suspect lists (libraries the user gave as such), then the rest by score.
+
+A :class:`FragmentRerank` (the bundle's forward model, :mod:`engine.model.forward`) adds a second, spectrum-based
+term: within the groups it covers, the first ``shortlist`` candidates by score get ``weight ·`` their forward
+score (how well their fragments explain the spectrum's peaks), and the rest the lowest forward score of that
+shortlist, so they stay below it.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -93,6 +99,7 @@ class Candidate:
     compound_name: str = ""  # its name in the (first) library
     spectral: SpectralEvidence | None = None  # its best reference-spectrum match, if any
     suspect: bool = False  # a suspect list holds it: ranked before every prediction, after identifications
+    fragment_score: float = float("nan")  # forward score of its fragments against the spectrum (nan: not scored)
 
     @property
     def identified(self) -> bool:
@@ -120,6 +127,40 @@ class KnownStructure:
     name: str = ""
     spectral: SpectralEvidence | None = None  # set when the structure comes from a spectral library hit
     suspect: bool = False  # from a suspect list: ranks before every prediction (after identifications)
+
+
+FRAGMENT_SCOPES = ("suspects", "all")  # which rank groups a FragmentRerank covers
+
+
+@dataclass(frozen=True)
+class FragmentRerank:
+    """The forward score as a second ranking term (module docstring).
+
+    ``scorer`` gives a structure's forward score from its SMILES (None: it cannot be scored);
+    ``scope``: ``suspects`` re-ranks the structures of suspect lists among themselves (they rank before every
+    prediction, so de novo answers are not touched), ``all`` also the predictions and library structures.
+    """
+
+    scorer: Callable[[str], float | None]
+    weight: float
+    shortlist: int = 20
+    scope: str = "suspects"
+
+    def __post_init__(self):
+        if not (math.isfinite(self.weight) and self.weight >= 0):
+            raise ConfigError(f"the fragment score's `weight` must be a number >= 0, got {self.weight!r}.")
+        if not isinstance(self.shortlist, int) or isinstance(self.shortlist, bool) or self.shortlist < 1:
+            raise ConfigError(f"the fragment score's `shortlist` must be a positive integer, got {self.shortlist!r}.")
+        if self.scope not in FRAGMENT_SCOPES:
+            raise ConfigError(f"the fragment score's `scope` must be one of {', '.join(FRAGMENT_SCOPES)}, "
+                              f"got {self.scope!r}.")  # fmt: skip
+
+    def groups(self) -> tuple[int, ...]:
+        """The rank groups of :meth:`CandidatePool._identification_key` it covers (1 suspects, 2 the rest)."""
+        return (1,) if self.scope == "suspects" else (1, 2)
+
+    def __deepcopy__(self, memo) -> FragmentRerank:
+        return self  # immutable settings and a scorer whose cache copies (deep search's pool) may share
 
 
 @lru_cache(maxsize=200_000)
@@ -156,11 +197,13 @@ class CandidatePool:
     """Samples of one spectrum, by identity, with the formula they must match."""
 
     def __init__(self, formula: str, query_bits: Sequence[np.ndarray], scorer: FingerprintScorer | None = None,
-                 library_prior: float = 0.0):
+                 library_prior: float = 0.0, fragments: FragmentRerank | None = None):
         """``scorer`` gives fingerprint scores; without one only the ``frequency`` ranking is possible.
-        ``library_prior``: the log-odds bonus of a structure a library holds (:meth:`add_known`)."""
+        ``library_prior``: the log-odds bonus of a structure a library holds (:meth:`add_known`);
+        ``fragments``: the forward score as a second term of the fingerprint rankings (None: none)."""
         self.formula = formula
         self.library_prior = float(library_prior)
+        self.fragments = fragments
         self._known: dict[str, KnownStructure] = {}
         self._known_libraries: dict[str, list[str]] = {}  # structure libraries holding a structure
         self._spectral: dict[str, SpectralEvidence] = {}  # the best reference-spectrum match of a structure
@@ -274,6 +317,12 @@ class CandidatePool:
         prior = {k14: self.library_prior for k14 in self._known}
         rows.sort(key=lambda r: (*self._identification_key(r[2]),
                                  *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
+        forward: dict[str, float] = {}
+        if self.fragments is not None and self.fragments.weight > 0 and ranking != "frequency":
+            forward, terms = self._fragment_terms(rows)
+            prior = {k14: prior.get(k14, 0.0) + terms.get(k14, 0.0) for k14 in set(prior) | set(terms)}
+            rows.sort(key=lambda r: (*self._identification_key(r[2]),
+                                     *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         n = max(len(samples), 1)
         candidates = [
             Candidate(
@@ -288,11 +337,36 @@ class CandidatePool:
                 bits=bits,
                 fingerprint_score=fp_score,
                 score=ranking_score(ranking, count, fp_score, prior.get(k14, 0.0)),
+                fragment_score=forward.get(k14, float("nan")),
                 **self._origin(k14, count),
             )
             for r, (count, sim, k14, smiles, bits, fp_score) in enumerate(rows)
         ]
         return candidates, {"samples": len(samples), "valid": n_valid, "formula_consistent": n_ok}
+
+    def _fragment_terms(self, rows: list[tuple]) -> tuple[dict[str, float], dict[str, float]]:
+        """For ``rows`` in today's order: the forward scores of each covered group's shortlist, and every covered
+        row's term ``weight · forward`` (outside the shortlist, or not scorable: the shortlist's lowest)."""
+        frag = self.fragments
+        members: dict[int, list[tuple]] = {}
+        for r in rows:
+            group = self._identification_key(r[2])[0]
+            if group in frag.groups():
+                members.setdefault(group, []).append(r)
+        forward: dict[str, float] = {}
+        terms: dict[str, float] = {}
+        for group_rows in members.values():
+            scored = {r[2]: frag.scorer(r[3]) for r in group_rows[: frag.shortlist]}
+            finite = [v for v in scored.values() if v is not None and math.isfinite(v)]
+            if not finite:
+                continue
+            low = min(finite)
+            for r in group_rows:
+                v = scored.get(r[2])
+                if v is not None and math.isfinite(v):
+                    forward[r[2]] = v
+                terms[r[2]] = frag.weight * forward.get(r[2], low)
+        return forward, terms
 
     def _identification_key(self, inchikey14: str) -> tuple[int, float]:
         """Sorts identified structures first (the most similar reference first), then those of suspect lists."""

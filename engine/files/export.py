@@ -45,6 +45,7 @@ CSV_COLUMNS = (
     "frequency",
     "posterior_similarity",
     "fingerprint_score",
+    "fragment_score",
     "score",
     "novelty",
     "is_reference",
@@ -131,6 +132,7 @@ def candidate_rows(
             "frequency": f"{c.frequency:.4f}",
             "posterior_similarity": f"{c.posterior_similarity:.4f}",
             "fingerprint_score": _num(c.fingerprint_score, 3),
+            "fragment_score": _num(c.fragment_score, 3),
             "score": _num(c.score, 3),
             "novelty": label,
             "is_reference": "" if not result.reference_inchikey14 else
@@ -317,6 +319,7 @@ class CandidateWriter:
             "frequency": row["frequency"],
             "posterior_similarity": row["posterior_similarity"],
             "fingerprint_score": row["fingerprint_score"],
+            "fragment_score": row["fragment_score"],
             "is_reference": row["is_reference"],
             "spectrum_fidelity": row["spectrum_fidelity"],
             "spectrum_confidence": row["spectrum_confidence"],

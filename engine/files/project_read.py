@@ -249,6 +249,7 @@ class _Reader:
                     bits=np.array(bits, dtype=np.int64),
                     fingerprint_score=_float(c.get("fingerprint_score", "nan"), f"{w}.fingerprint_score"),
                     score=_float(c.get("score", "nan"), f"{w}.score"),
+                    fragment_score=_float(c.get("fragment_score", "nan"), f"{w}.fragment_score"),
                     **{k: str(c[k]) for k in ("origin", "library", "library_id", "compound_name") if k in c},
                     suspect=bool(c.get("suspect", False)), spectral=_evidence(c.get("spectral"), w),
                 ))

@@ -13,6 +13,8 @@
       bit_legend.json.gz     optional: atom environments behind each fingerprint bit (engine.model.bitlegend)
       known_structures.npz   optional: hashes of the training corpus's structures (engine.model.known)
       confidence.json        optional: P(rank 1 is right) per spectrum (engine.model.confidence)
+      forward.json           optional, with forward.safetensors: the forward model (engine.model.forward), its
+                             fragment score a second ranking term, with the weight its measurement chose
       MODEL_CARD.md          optional, shown to users
 
 Optional files are checked against their checksum in config.json when it records one (bundles made
@@ -44,6 +46,7 @@ from engine.model.tokenizer import SafeTokenizer
 if TYPE_CHECKING:  # RDKit-backed modules, loaded only when a bundle ships the files: pretraining on a machine
     from engine.model.bitlegend import BitLegend  # without RDKit (an accelerator) imports this module too
     from engine.model.confidence import ConfidenceModel
+    from engine.model.forward import ForwardModel
     from engine.model.known import KnownStructures
 
 log = logging.getLogger(__name__)
@@ -52,7 +55,8 @@ BUNDLE_FORMAT = "msgpt-bundle"
 BUNDLE_FORMAT_VERSION = 1
 REQUIRED_FILES = ("config.json", "decoder.safetensors", "encoder.safetensors", "tokenizer.json", "calibration.json")
 CHECKSUMMED_FILES = REQUIRED_FILES[1:]
-OPTIONAL_FILES = ("bit_legend.json.gz", "known_structures.npz", "confidence.json")  # loaded when present
+OPTIONAL_FILES = ("bit_legend.json.gz", "known_structures.npz", "confidence.json", "forward.json",
+                  "forward.safetensors")  # loaded when present
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
 
 
@@ -121,6 +125,7 @@ class ModelBundle:
     bit_legend: BitLegend | None = None  # bit_legend.json.gz, when the bundle ships one
     known_structures: KnownStructures | None = None  # known_structures.npz: the training corpus's structures
     confidence: ConfidenceModel | None = None  # confidence.json: P(rank 1 is right) from a ranked pool
+    forward: ForwardModel | None = None  # forward.json + forward.safetensors: the fragment score
     _base_state: dict | None = field(default=None, repr=False)
     _merged_state: dict | None = field(default=None, repr=False)
 
@@ -229,7 +234,7 @@ def load_bundle(
     dec_cfg, enc_cfg = _model_configs(path, config)
     tokenizer = _load_tokenizer(path, config, dec_cfg)
     calibration = _load_part(Calibration.load, path / "calibration.json")
-    bit_legend, known, confidence = _load_optional(path, recorded, dec_cfg.fp_bits)
+    bit_legend, known, confidence, forward = _load_optional(path, recorded, dec_cfg.fp_bits)
 
     dev, _ = resolve_device(device)
     dtype = resolve_precision(precision, dev)
@@ -252,6 +257,7 @@ def load_bundle(
         bit_legend=bit_legend,
         known_structures=known,
         confidence=confidence,
+        forward=forward,
     )
     if (path / "adapter").is_dir():
         _attach_adapter(bundle, path / "adapter")  # merged in float32, then cast below
@@ -347,8 +353,8 @@ def _load_tokenizer(path: Path, config: dict, dec_cfg: DecoderConfig) -> SafeTok
 
 
 def _load_optional(path: Path, recorded: dict, n_bits: int):
-    """The optional files that are present (bit legend, known structures, confidence model), each checked
-    against its recorded checksum."""
+    """The optional files that are present (bit legend, known structures, confidence model, forward model),
+    each checked against its recorded checksum."""
     for name in OPTIONAL_FILES:
         file = path / name
         if name in recorded and not file.is_file():
@@ -372,7 +378,15 @@ def _load_optional(path: Path, recorded: dict, n_bits: int):
         from engine.model.confidence import ConfidenceModel
 
         confidence = ConfidenceModel.load(path / "confidence.json")
-    return legend, known, confidence
+    forward = None
+    if (path / "forward.json").is_file():
+        from engine.model.forward import ForwardModel
+
+        try:
+            forward = ForwardModel.load(path, config_file="forward.json")
+        except ConfigError as e:
+            raise BundleError(f"{path}: {e} (or remove forward.json and forward.safetensors: they are optional)") from e
+    return legend, known, confidence, forward
 
 
 def add_bundle_file(bundle_dir: str | os.PathLike, file: str | os.PathLike) -> Path:

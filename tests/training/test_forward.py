@@ -14,24 +14,26 @@ from test_train_encoder import VAL_MOLECULES, tiny_config, write_labelled_mgf
 from engine.chem import molecules as chem
 from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, element_masses
 from engine.errors import ConfigError
-from engine.spectra.fragments import fragment_pieces
-from training import forward
-from training.forward import (
+from engine.model.forward import (
     MAX_SHIFT,
     N_SCALARS,
     Candidates,
     CandidateSettings,
-    FitConfig,
     ForwardConfig,
     ForwardModel,
+    candidates,
+)
+from engine.spectra.fragments import fragment_pieces, piece_fingerprint
+from training import forward
+from training.forward import (
+    FitConfig,
     SimulateConfig,
     auroc,
-    candidates,
     load_simulated,
     simulate_tokens,
 )
 from training.spectra import FeatureSettings, LabelledSpectra, load_labelled_spectra
-from training.substructures import FragmentLabels, concatenate_labels, piece_fingerprint
+from training.substructures import FragmentLabels, concatenate_labels
 from training.train_encoder import add_simulated
 
 H = ELEMENT_INDEX["H"]

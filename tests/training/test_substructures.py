@@ -11,14 +11,13 @@ from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, parse_formula
 from engine.chem.molecules import mol_from_smiles, morgan_bits
 from engine.errors import ConfigError
 from engine.model.encoder import EncoderConfig, SpectrumEncoder
-from engine.spectra.fragments import fragment_pieces
+from engine.spectra.fragments import fragment_pieces, piece_fingerprint
 from training.spectra import FeatureSettings, load_labelled_spectra
 from training.substructures import (
     SubstructureSettings,
     assign_pieces,
     fragment_labels,
     labels_cache_path,
-    piece_fingerprint,
     structure_labels,
 )
 from training.train_encoder import substructure_loss

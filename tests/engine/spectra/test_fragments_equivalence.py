@@ -1,4 +1,4 @@
-"""The fast :func:`engine.spectra.fragments.fragment_pieces` and :func:`training.substructures.piece_fingerprint`
+"""The fast :func:`engine.spectra.fragments.fragment_pieces` and :func:`engine.spectra.fragments.piece_fingerprint`
 give exactly what their first, plain versions gave (copied below as the reference).
 
 Same pieces in the same order (the order decides which pieces a molecule that hits ``max_states`` keeps), the
@@ -19,9 +19,13 @@ from rdkit import Chem, rdBase
 from engine.chem import molecules as chem
 from engine.chem.formula import ELEMENT_INDEX, ELEMENTS
 from engine.errors import ConfigError
-from engine.spectra.fragments import MAX_STATES, Pieces, fragment_pieces
-from training import substructures
-from training.substructures import piece_fingerprint
+from engine.spectra import fragments
+from engine.spectra.fragments import (
+    MAX_STATES,
+    Pieces,
+    fragment_pieces,
+    piece_fingerprint,
+)
 
 # ---- the reference: the first implementations, verbatim but for their names ----------------------------------
 
@@ -213,7 +217,7 @@ def test_piece_fingerprints_are_the_reference_bits(smiles):
 
 def test_piece_fingerprints_without_copy_mol_subset_are_the_reference_bits(monkeypatch):
     """Older RDKit has no CopyMolSubset: the piece is cut out of a copy, as before."""
-    monkeypatch.setattr(substructures, "_PIECE_SUBSET", None)
+    monkeypatch.setattr(fragments, "_PIECE_SUBSET", None)
     for smiles in ("CC(=O)Nc1ccc(O)cc1", "CN1CCC23c4c5ccc(O)c4OC2C(O)C=CC3C1C5", "CC(=O)[O-].C[N+](C)(C)C"):
         mol = mol_of(smiles)
         pieces, _ = fragment_pieces(mol, 2)

@@ -1,0 +1,117 @@
+"""The forward model's fragment score as a second ranking term (engine.elucidation.ranking.FragmentRerank)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engine.chem import molecules as chem
+from engine.elucidation.ranking import CandidatePool, FragmentRerank, KnownStructure
+from engine.errors import ConfigError
+
+# Isomers of C3H8O: what the fingerprint score and the forward score of each are, in the tests below.
+PROPANOL, ISOPROPANOL, METHOXYETHANE = "CCCO", "CC(C)O", "CCOC"
+
+
+def key(smiles: str) -> str:
+    return chem.inchikey(chem.mol_from_smiles(smiles))[:14]
+
+
+def bits(smiles: str) -> np.ndarray:
+    return chem.morgan_bits(chem.mol_from_smiles(smiles))
+
+
+class StubScorer:
+    """Fingerprint scores by structure (the pool asks with a structure's bits)."""
+
+    def __init__(self, scores: dict[str, float]):
+        self.by_bits = {tuple(bits(s).tolist()): v for s, v in scores.items()}
+
+    def score(self, b: np.ndarray) -> float:
+        return self.by_bits[tuple(np.asarray(b).tolist())]
+
+
+class Forward:
+    """Forward scores by SMILES, counting the calls."""
+
+    def __init__(self, scores: dict[str, float | None]):
+        self.scores, self.calls = scores, []
+
+    def __call__(self, smiles: str) -> float | None:
+        self.calls.append(smiles)
+        return self.scores[smiles]
+
+
+def pool(fp: dict[str, float], suspects=(), samples=(), fragments=None) -> CandidatePool:
+    p = CandidatePool("C3H8O", [bits(PROPANOL)], StubScorer(fp), fragments=fragments)
+    p.add_known(KnownStructure(s, key(s), "C3H8O", bits(s), "mine", suspect=True) for s in suspects)
+    p.add([(0, j) for j in range(len(samples))], list(samples))
+    return p
+
+
+def order(p: CandidatePool, ranking: str = "fingerprint") -> list[str]:
+    return [c.smiles for c in p.rank(ranking=ranking)[0]]
+
+
+FP = {PROPANOL: -1.0, ISOPROPANOL: -2.0, METHOXYETHANE: -3.0}
+
+
+def test_suspects_are_reordered_by_fingerprint_plus_weighted_forward_score():
+    fw = Forward({PROPANOL: -10.0, ISOPROPANOL: -1.0, METHOXYETHANE: -5.0})
+    p = pool(FP, suspects=FP, fragments=FragmentRerank(fw, weight=1.0, shortlist=2))
+    candidates, _ = p.rank(ranking="fingerprint")
+    # shortlist (first two by fingerprint score): propanol -1 - 10 = -11, isopropanol -2 - 1 = -3;
+    # methoxyethane is outside it and takes the shortlist's lowest forward score: -3 - 10 = -13
+    assert [c.smiles for c in candidates] == [ISOPROPANOL, PROPANOL, METHOXYETHANE]
+    assert [c.score for c in candidates] == pytest.approx([-3.0, -11.0, -13.0])
+    assert candidates[0].fragment_score == -1.0 and candidates[1].fragment_score == -10.0
+    assert math.isnan(candidates[2].fragment_score)  # not scored: outside the shortlist
+    assert [c.fingerprint_score for c in candidates] == [-2.0, -1.0, -3.0]  # the fingerprint score is kept
+    assert sorted(fw.calls) == sorted([PROPANOL, ISOPROPANOL])  # only the shortlist is scored
+
+
+def test_suspect_scope_leaves_the_predictions_alone():
+    fw = Forward({PROPANOL: -10.0, ISOPROPANOL: -1.0, METHOXYETHANE: -5.0})
+    fragments = FragmentRerank(fw, weight=1.0, shortlist=5, scope="suspects")
+    p = pool(FP, suspects=[METHOXYETHANE], samples=[PROPANOL, ISOPROPANOL], fragments=fragments)
+    assert order(p) == [METHOXYETHANE, PROPANOL, ISOPROPANOL]  # de novo: by fingerprint score alone
+    assert fw.calls == [METHOXYETHANE]
+    ranked, _ = p.rank(ranking="fingerprint")
+    assert all(math.isnan(c.fragment_score) for c in ranked[1:])
+
+
+def test_scope_all_reorders_the_predictions_too_but_never_above_a_suspect():
+    fw = Forward({PROPANOL: -10.0, ISOPROPANOL: -1.0, METHOXYETHANE: -50.0})
+    fragments = FragmentRerank(fw, weight=1.0, shortlist=5, scope="all")
+    p = pool(FP, suspects=[METHOXYETHANE], samples=[PROPANOL, ISOPROPANOL], fragments=fragments)
+    assert order(p) == [METHOXYETHANE, ISOPROPANOL, PROPANOL]
+
+
+def test_no_rerank_for_frequency_ranking_weight_zero_or_nothing_scorable():
+    fw = Forward({PROPANOL: -10.0, ISOPROPANOL: -1.0, METHOXYETHANE: -5.0})
+    p = pool(FP, samples=[ISOPROPANOL, PROPANOL, PROPANOL], fragments=FragmentRerank(fw, 1.0, 5, "all"))
+    assert order(p, "frequency") == [PROPANOL, ISOPROPANOL]
+    assert fw.calls == []
+    p = pool(FP, suspects=FP, fragments=FragmentRerank(fw, weight=0.0))
+    assert order(p) == [PROPANOL, ISOPROPANOL, METHOXYETHANE]
+    none = Forward(dict.fromkeys(FP))
+    p = pool(FP, suspects=FP, fragments=FragmentRerank(none, weight=1.0))
+    assert order(p) == [PROPANOL, ISOPROPANOL, METHOXYETHANE]
+
+
+def test_an_unscorable_shortlist_member_takes_the_lowest_score_of_the_shortlist():
+    fw = Forward({PROPANOL: None, ISOPROPANOL: -1.0, METHOXYETHANE: -4.0})
+    p = pool(FP, suspects=FP, fragments=FragmentRerank(fw, weight=1.0, shortlist=3))
+    # propanol -1 - 4 = -5; isopropanol -2 - 1 = -3; methoxyethane -3 - 4 = -7
+    assert order(p) == [ISOPROPANOL, PROPANOL, METHOXYETHANE]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"weight": -1.0}, "weight"), ({"weight": float("nan")}, "weight"),
+    ({"weight": 1.0, "shortlist": 0}, "shortlist"), ({"weight": 1.0, "scope": "everything"}, "scope"),
+])
+def test_bad_settings_are_refused_by_name(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        FragmentRerank(lambda s: 0.0, **kwargs)

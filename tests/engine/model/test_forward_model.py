@@ -1,0 +1,151 @@
+"""The forward model as a bundle part and a ranking term (engine.model.forward); its training: tests/training."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from engine.errors import BundleError, ConfigError
+from engine.model import forward as fw
+from engine.model.bundle import add_bundle_file, load_bundle
+from engine.model.forward import (
+    ForwardConfig,
+    ForwardModel,
+    ForwardRanking,
+    ForwardScorer,
+    PeakSettings,
+)
+
+PEAKS = PeakSettings(tol_ppm=10.0, tol_da=0.002, min_rdbe=-0.5, max_peaks=60)
+
+
+def small_model(seed: int = 0, ranking: ForwardRanking = ForwardRanking()) -> ForwardModel:
+    torch.manual_seed(seed)
+    return ForwardModel(ForwardConfig(hidden=16, n_bits=64), ranking).eval()
+
+
+def test_forward_score_is_the_bernoulli_log_likelihood_plus_unexplained_peaks():
+    q, o = np.array([0.5, 0.25]), np.array([1.0, 0.0])
+    expected = math.log(0.5) + math.log(0.75) + 2 * math.log(0.01)  # 3 observed peaks, 1 explained
+    assert fw.forward_score(q, o, 3) == pytest.approx(expected)
+    assert fw.forward_score(np.array([1.0]), np.array([0.0]), 0) == pytest.approx(math.log(1e-4))  # clipped
+
+
+def test_save_and_load_rebuild_the_same_model_and_its_ranking(tmp_path):
+    model = small_model(ranking=ForwardRanking(weight=2.0, shortlist=7, scope="all"))
+    model.save(tmp_path, extra={"note": "test"}, config_file="forward.json")
+    saved = json.loads((tmp_path / "forward.json").read_text())
+    assert saved["ranking"] == {"weight": 2.0, "shortlist": 7, "scope": "all"} and saved["training"]["note"] == "test"
+    back = ForwardModel.load(tmp_path, config_file="forward.json")
+    assert back.ranking == model.ranking and back.config == model.config
+    x = torch.randn(3, 64 + fw.N_SCALARS)
+    assert torch.equal(back(x)[0], model(x)[0])
+
+
+def test_load_says_what_is_wrong_and_what_to_do(tmp_path):
+    with pytest.raises(ConfigError, match="no config.json.*training.forward fit"):
+        ForwardModel.load(tmp_path)
+    small_model().save(tmp_path)
+    data = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**data, "hidden": 32}))
+    with pytest.raises(ConfigError, match="forward.safetensors does not hold the weights"):
+        ForwardModel.load(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**data, "format_version": 99}))
+    with pytest.raises(ConfigError, match="format 99"):
+        ForwardModel.load(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**data, "ranking": {"weight": -1}}))
+    with pytest.raises(ConfigError, match="weight"):
+        ForwardModel.load(tmp_path)
+
+
+@pytest.mark.parametrize("kwargs", [{"weight": -0.5}, {"shortlist": 0}, {"scope": "library"}, {"weight": "1"}])
+def test_bad_ranking_settings_are_refused(kwargs):
+    with pytest.raises(ConfigError):
+        ForwardRanking(**kwargs)
+
+
+def test_the_scorer_reads_the_spectrum_under_each_structures_formula(make_spectrum):
+    model = small_model()
+    scorer = ForwardScorer(model, make_spectrum(), PEAKS)
+    mellein = "CC1CC2=C(C(=O)O1)C(O)=CC=C2"  # C10H10O3, the spectrum's formula
+    value = scorer.score(mellein)
+    assert value is not None and math.isfinite(value) and value < 0
+    assert scorer.observed("C10H10O3")  # its peaks annotate under the formula
+    assert scorer.score("not a smiles") is None
+    assert scorer.score(mellein) == value  # cached, and deterministic
+
+
+def test_a_structure_that_explains_the_peaks_scores_higher(make_spectrum):
+    # with every candidate equally likely (q = 0.5), the score counts what the structure's fragments leave
+    # unexplained: mellein's losses (H2O, CO + H2O, ...) explain peaks an isomer's need not
+    model = small_model()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    scorer = ForwardScorer(model, make_spectrum(), PEAKS)
+    observed = scorer.observed("C10H10O3")
+    assert observed
+    mellein = scorer.score("CC1CC2=C(C(=O)O1)C(O)=CC=C2")
+    cand = fw.candidates(fw_mol("CC1CC2=C(C(=O)O1)C(O)=CC=C2"), 1)
+    hits = sum(f.tobytes() in observed for f in cand.formulas)
+    assert mellein == pytest.approx(len(cand) * math.log(0.5) + (len(observed) - hits) * math.log(0.01))
+
+
+def fw_mol(smiles: str):
+    from engine.chem import molecules as chem
+
+    return chem.remove_stereo(chem.mol_from_smiles(smiles))
+
+
+def test_a_bundle_loads_its_forward_model_checked_by_checksum(tiny_bundle_dir, tmp_path):
+    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "bundle")
+    small_model(ranking=ForwardRanking(weight=1.0)).save(tmp_path / "fw", config_file="forward.json")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.safetensors")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.json")
+    bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
+    assert bundle.forward is not None and bundle.forward.ranking.weight == 1.0
+    (bundle_dir / "forward.json").write_text((bundle_dir / "forward.json").read_text() + " ")
+    with pytest.raises(BundleError, match="forward.json .*checksum"):
+        load_bundle(bundle_dir, device="cpu", precision="fp32")
+
+
+def test_without_a_forward_model_a_bundle_ranks_as_before(tiny_bundle):
+    assert tiny_bundle.forward is None
+
+
+def test_a_run_ranks_suspects_with_the_fragment_score_the_bundle_chose(tiny_bundle_dir, tmp_path, monkeypatch):
+    from tiny_bundle import fixture_spectra
+
+    from engine.elucidation.pipeline import QueryParams, SpectrumSession
+    from engine.library import load_library
+    from engine.progress import run_to_end
+
+    monkeypatch.setenv("MSGPT_HOME", str(tmp_path / "home"))
+    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "bundle")
+    ranking = ForwardRanking(weight=1.0, shortlist=5, scope="suspects")
+    small_model(ranking=ranking).save(tmp_path / "fw", config_file="forward.json")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.safetensors")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.json")
+    bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
+    spectrum = fixture_spectra()[0]  # C14H28N2O6; its structure and an isomer are the suspects
+    path = tmp_path / "suspects.csv"
+    path.write_text("Identifier,SMILES\nS1,O=C(CCCCC(=O)N(CCO)CCO)N(CCO)CCO\nS2,O=C(CCCCCC(=O)N(CCO)CCO)N(CCO)CO\n")
+    suspects = load_library(path)
+    suspects.suspect = True
+    session = SpectrumSession(bundle, spectrum, libraries=[suspects])
+    params = QueryParams(groups=2, samples_per_group=2, seed=0)
+    ranked = run_to_end(session.run(params)).candidates
+    scored = [c for c in ranked if c.suspect]
+    assert len(scored) == 2 and all(math.isfinite(c.fragment_score) for c in scored)
+    assert all(math.isnan(c.fragment_score) for c in ranked if not c.suspect)  # predictions: out of its scope
+    for c in scored:
+        assert c.score == pytest.approx(c.fingerprint_score + c.fragment_score)
+    assert [c.score for c in scored] == sorted((c.score for c in scored), reverse=True)
+    off = run_to_end(session.run(dataclasses.replace(params, fragment_score=False))).candidates
+    assert all(math.isnan(c.fragment_score) for c in off)
