@@ -17,7 +17,7 @@ memory. No assertion on time: the numbers depend on the machine.
 
     python benchmarks/bench_library_scoring.py --mgf ../shared/data/massbank_dev.mgf.gz --spectra 30
     python benchmarks/bench_library_scoring.py --mgf ../shared/data/massbank_dev.mgf.gz --spectra 30 \\
-        --library ../shared/data/molecules.tsv.gz --library-rows 500000
+        --library ../shared/data/molecules.tsv.gz --library-rows 500000 [--as-suspect-list]
 """
 
 from __future__ import annotations
@@ -57,8 +57,10 @@ def held_out(mgf: Path, n: int, adducts) -> list:
     return out
 
 
-def user_library(path: Path, rows: int, folder: Path):
-    """The first ``rows`` rows of a table (``smiles`` column), indexed in ``folder`` (timed: the one-time cost)."""
+def user_library(path: Path, rows: int, folder: Path, suspect: bool = False):
+    """The first ``rows`` rows of a table (``smiles`` column), indexed in ``folder`` (timed: the one-time cost);
+    ``suspect``: taken as a suspect list (its structures rank first, re-ranked by the fragment score when the
+    bundle's forward model covers suspects), as ``msgpt predict --structure-library`` takes it."""
     from engine.library import load_library
 
     table = folder / f"user_{rows}.tsv"
@@ -71,7 +73,7 @@ def user_library(path: Path, rows: int, folder: Path):
     t0 = time.perf_counter()
     lib = load_library(table, folder=folder / "index")
     print(f"user library: {len(lib):,} structures indexed in {time.perf_counter() - t0:.0f} s (once)", file=sys.stderr)
-    lib.suspect = False
+    lib.suspect = suspect
     return lib
 
 
@@ -101,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spectra", type=int, default=30)
     p.add_argument("--library", type=Path, help="a table with a smiles column to index as a user library")
     p.add_argument("--library-rows", type=int, default=500_000)
+    p.add_argument("--as-suspect-list", action="store_true",
+                   help="take --library as a suspect list, as msgpt predict --structure-library does (default: "
+                   "ranked with the predictions, as the bundled library)")
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -115,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         libraries = [load_library(bundled_library_path(), trust_keys=True), load_bundled_spectral_library()]
         print(f"bundled libraries opened (first time here) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         if a.library:
-            libraries.append(user_library(a.library, a.library_rows, Path(tmp)))
+            libraries.append(user_library(a.library, a.library_rows, Path(tmp), a.as_suspect_list))
         spectra = held_out(a.mgf, a.spectra, bundle.supported_adducts)
         params = QueryParams()
         rows = [time_spectrum(bundle, s, params, libraries) for s in spectra]
@@ -124,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     ratio = sum(extra) / sum(denovo)
     print(f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, {a.threads} thread(s)")
     print(f"data: {a.mgf.name} FOLD=val, {len(rows)} spectra (formula given), default settings (B=100)")
-    print(f"libraries: {', '.join(f'{type(lib).__name__} {lib.name} ({len(lib):,})' for lib in libraries)}")
+    print(f"libraries: {', '.join(f'{type(lib).__name__} {lib.name} ({len(lib):,})' for lib in libraries)}"
+          + (" (the last as a suspect list)" if a.as_suspect_list and a.library else ""))
+    fw = bundle.forward
+    print("fragment score: " + (f"{fw.ranking}" if fw is not None and fw.ranking.weight > 0 else "none"))
     print(f"de novo: mean {statistics.mean(denovo):.2f} s/spectrum; libraries add: mean {statistics.mean(extra):.3f} s, "
           f"max {max(extra):.3f} s")
     print(f"ratio libraries / de novo: {ratio:.3f} (target <= 0.20)")

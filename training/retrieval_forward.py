@@ -290,7 +290,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=0, help="first N pools of each set (0: all)")
     p.add_argument("--eps", type=float, default=0.01, help="probability of an observed peak no fragment explains")
     p.add_argument("--mgf", help="labelled MGF, to check that no pool truth trained the forward model")
+    p.add_argument("--install", metavar="BUNDLE",
+                   help="put the forward model into this model bundle (forward.json + forward.safetensors) with the "
+                   "ranking chosen here: scope all at the weight the de novo rule chose, else scope suspects at the "
+                   "weight the library-alone rule chose; nothing when both chose 0")
+    p.add_argument("--install-shortlist", type=int, metavar="K",
+                   help="the shortlist whose choices --install uses (one of --shortlists; default the first)")
     a = p.parse_args(argv)
+    if a.install_shortlist is not None and a.install_shortlist not in a.shortlists:
+        p.error(f"--install-shortlist {a.install_shortlist} is not one of --shortlists {a.shortlists}")
     if 0.0 not in a.weights:
         p.error("--weights must include 0 (the fingerprint ranking the others are measured against)")
 
@@ -329,7 +337,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = report_text(metrics)
     (out / "report.md").write_text(text, encoding="utf-8")
     print(text)
+    if a.install:
+        k = a.install_shortlist or a.shortlists[0]
+        print(install(model, next(r for r in shortlists if r["shortlist"] == k), a.install, metrics["run"]))
     return 0
+
+
+def chosen_ranking(result: dict):
+    """The :class:`~engine.model.forward.ForwardRanking` one shortlist's choices give (see ``--install``), or None."""
+    from engine.model.forward import ForwardRanking
+
+    if float(result["chosen"]) > 0:
+        return ForwardRanking(weight=float(result["chosen"]), shortlist=result["shortlist"], scope="all")
+    if float(result["chosen_library"]) > 0:
+        return ForwardRanking(weight=float(result["chosen_library"]), shortlist=result["shortlist"], scope="suspects")
+    return None
+
+
+def install(model, result: dict, bundle: str, run: dict) -> str:
+    """Write the forward model with its chosen ranking into ``bundle`` and record both files' checksums."""
+    import tempfile
+
+    from engine.model.bundle import add_bundle_file
+
+    ranking = chosen_ranking(result)
+    if ranking is None:
+        return f"not installed: both rules chose w = 0 at top {result['shortlist']}"
+    model.ranking = ranking
+    training = json.loads((Path(run["forward"]) / "config.json").read_text(encoding="utf-8")).get("training")
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save(tmp, extra={"fit": training, "ranking_chosen_by": run["command"]}, config_file="forward.json")
+        add_bundle_file(bundle, Path(tmp) / "forward.safetensors")
+        add_bundle_file(bundle, Path(tmp) / "forward.json")
+    return f"installed into {bundle}: {ranking}"
 
 
 def _cpu_name() -> str:

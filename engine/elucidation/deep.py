@@ -218,6 +218,7 @@ class DeepSearch:
         base = yield from self.session.run(params, cancel)
         s, cfg = self.session, self.config
         self.pool = copy.deepcopy(s.pool)
+        self.pool.fragments = None  # the search chooses by the fingerprint score; the final ranking adds fragments
         queries = s._queries
         for qi, q in enumerate(queries):
             for i in q.threshold_indices:
@@ -384,7 +385,7 @@ class DeepSearch:
 
     # -- result -------------------------------------------------------------------------------------------
     def _result(self, base: SpectrumResult, params: QueryParams, new: int, t0: float, partial: bool) -> SpectrumResult:
-        self.session.configure_ranking(self.pool, params)
+        self.session.configure_ranking(self.pool, params, partial)
         candidates, counts = self.pool.rank(None, params.ranking)
         result = replace(
             base, candidates=tuple(candidates), n_samples=counts["samples"], n_valid=counts["valid"],

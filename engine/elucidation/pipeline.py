@@ -370,13 +370,15 @@ class SpectrumSession:
         self._prepare(params, None)
         return self._result(params, 0, t0, partial=False)
 
-    def configure_ranking(self, pool: CandidatePool, params: QueryParams) -> None:
-        """Give ``pool`` the ranking settings of ``params`` (the library prior, the fragment score)."""
+    def configure_ranking(self, pool: CandidatePool, params: QueryParams, partial: bool = False) -> None:
+        """Give ``pool`` the ranking settings of ``params`` (the library prior, the fragment score). A partial
+        ranking (shown while samples are drawn) goes without the fragment score: its shortlist changes with every
+        batch, and each newcomer would be fragmented; the final ranking has it."""
         pool.library_prior = params.library_prior
-        pool.fragments = self._fragments if params.fragment_score else None
+        pool.fragments = self._fragments if params.fragment_score and not partial else None
 
     def _result(self, params: QueryParams, new_samples: int, t0: float, partial: bool) -> SpectrumResult:
-        self.configure_ranking(self.pool, params)
+        self.configure_ranking(self.pool, params, partial)
         candidates, counts = self.pool.rank(params.samples_per_group, params.ranking)
         fidelity = None
         if self.reference_bits is not None:

@@ -122,7 +122,7 @@ def test_without_a_forward_model_a_bundle_ranks_as_before(tiny_bundle):
 def test_a_run_ranks_suspects_with_the_fragment_score_the_bundle_chose(tiny_bundle_dir, tmp_path, monkeypatch):
     from tiny_bundle import fixture_spectra
 
-    from engine.elucidation.pipeline import QueryParams, SpectrumSession
+    from engine.elucidation.pipeline import QueryParams, RankingUpdated, SpectrumSession
     from engine.library import load_library
     from engine.progress import run_to_end
 
@@ -140,7 +140,17 @@ def test_a_run_ranks_suspects_with_the_fragment_score_the_bundle_chose(tiny_bund
     suspects.suspect = True
     session = SpectrumSession(bundle, spectrum, libraries=[suspects])
     params = QueryParams(groups=2, samples_per_group=2, seed=0)
-    ranked = run_to_end(session.run(params)).candidates
+    events = session.run(params)
+    partial = []
+    while True:
+        try:
+            event = next(events)
+        except StopIteration as stop:
+            ranked = stop.value.candidates
+            break
+        if isinstance(event, RankingUpdated) and event.result.partial:
+            partial.append(event.result)
+    assert partial and all(math.isnan(c.fragment_score) for r in partial for c in r.candidates)  # final only
     scored = [c for c in ranked if c.suspect]
     assert len(scored) == 2 and all(math.isfinite(c.fragment_score) for c in scored)
     assert all(math.isnan(c.fragment_score) for c in ranked if not c.suspect)  # predictions: out of its scope
