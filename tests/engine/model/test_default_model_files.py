@@ -40,3 +40,18 @@ def test_the_shipped_known_structures_hold_the_training_corpus():
     known = KnownStructures.load(MODEL / KNOWN)
     assert len(known) > 100_000 and known.source
     assert recorded(KNOWN) == sha256_file(MODEL / KNOWN)
+
+
+@needs("forward.json")
+def test_the_shipped_forward_model_is_checked_trained_on_shippable_spectra_and_has_a_measured_ranking():
+    from engine.model.forward import ForwardModel
+
+    forward = ForwardModel.load(MODEL, config_file="forward.json")
+    for name in ("forward.json", "forward.safetensors"):
+        assert recorded(name) == sha256_file(MODEL / name)
+    assert forward.ranking.weight > 0 and forward.ranking.shortlist >= 1
+    saved = json.loads((MODEL / "forward.json").read_text())
+    fit = saved["training"]["fit"]["metrics"]["config"]
+    assert set(fit["licenses"]) <= {"CC0", "CC BY", "CC BY-SA", "dl-de/by-2-0"}  # redistributable spectra only
+    assert "training.retrieval_forward" in saved["training"]["ranking_chosen_by"]
+    assert (MODEL / "forward.safetensors").stat().st_size < 2_000_000

@@ -1,0 +1,129 @@
+"""A suspect list's own order through the app's pipeline: the truth among its formula's isomers, fragment score on/off.
+
+Issue #36's retrieval target ranks each held-out spectrum's true structure among up to 255 corpus structures
+of its formula. A library a user gives is a suspect list: its structures rank before every prediction, so
+what decides the answer is the order within the list. This script measures that order the way ``msgpt
+predict --structure-library`` produces it (:class:`engine.elucidation.pipeline.SpectrumSession` with the
+list as a suspect library; :meth:`~engine.elucidation.pipeline.SpectrumSession.rank_known`, since drawn
+candidates rank after the suspects and cannot change their order), once with the bundle's fragment score
+(``QueryParams.fragment_score``, the bundle's ``forward.json``) and once without, and prints Hit@1/5/20 of
+the truth among the suspects.
+
+Spectra and isomers come from a ``python -m training.retrieval`` run folder: its FOLD=val spectra
+(``selection.json``) and each one's formula-track library (the truth plus up to 255 corpus structures of its
+formula, ``pools.jsonl``, the candidates marked ``fl``). All of them go into one suspect CSV, indexed once, so
+a spectrum whose formula another spectrum shares has that spectrum's isomers in its list too (the script says
+how many)::
+
+    python benchmarks/suspect_ranking.py --pools runs/retrieval/v10_c600 [--n 150]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine.elucidation.pipeline import QueryParams, SpectrumSession
+from engine.model.bundle import load_bundle
+from engine.paths import default_model_dir
+from engine.spectra.spectrum import Spectrum
+
+KS = (1, 5, 20)
+
+
+def val_sets(pools: Path, n: int) -> list[tuple[Spectrum, str, list[str]]]:
+    """(spectrum, truth InChIKey first block, formula-track SMILES) of the run's first ``n`` FOLD=val pools."""
+    sel = json.loads((pools / "selection.json").read_text(encoding="utf-8"))
+    spectra = {f"{Path(d['source']).name}#{d['index']}:{d['id']}": Spectrum(**d) for d in sel["report"]}
+    out = []
+    for line in (pools / "pools.jsonl").read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by an interrupted run
+        if rec.get("fold") != "val" or rec["key"] not in spectra:
+            continue
+        isomers = [c["s"] for c in rec["candidates"] if c.get("fl")]
+        out.append((spectra[rec["key"]], rec["truth"]["inchikey14"], isomers))
+        if len(out) == n:
+            break
+    return out
+
+
+def truth_rank(result, truth: str) -> int | None:
+    suspects = [c for c in result.candidates if c.suspect]
+    return next((i + 1 for i, c in enumerate(suspects) if c.inchikey14 == truth), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--pools", required=True, type=Path, help="a training.retrieval output folder")
+    p.add_argument("--n", type=int, default=150, help="FOLD=val spectra (the run's first N)")
+    p.add_argument("--model", type=Path, default=None, help="model bundle (default: the bundled model)")
+    a = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    bundle = load_bundle(a.model or default_model_dir(), device="cpu")
+    fw = bundle.forward
+    if fw is None or fw.ranking.weight <= 0:
+        print("this bundle has no fragment score (forward.json); both runs would be the same", file=sys.stderr)
+        return 2
+    sets = val_sets(a.pools, a.n)
+    from engine.library import load_library
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["MSGPT_HOME"] = tmp
+        table = Path(tmp) / "suspects.csv"
+        with open(table, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["Identifier", "SMILES"])
+            seen: set[str] = set()
+            for _, _, isomers in sets:
+                for smiles in isomers:
+                    if smiles not in seen:
+                        seen.add(smiles)
+                        w.writerow([f"S{len(seen)}", smiles])
+        t0 = time.perf_counter()
+        suspects = load_library(table)
+        suspects.suspect = True
+        print(f"suspect list: {len(suspects):,} structures indexed in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        ranks: dict[str, list[int | None]] = {"fingerprint score": [], "+ fragment score": []}
+        seconds = {name: 0.0 for name in ranks}
+        sizes = []
+        for spectrum, truth, isomers in sets:
+            session = SpectrumSession(bundle, spectrum, libraries=[suspects])
+            for name, on in (("fingerprint score", False), ("+ fragment score", True)):
+                t0 = time.perf_counter()
+                result = session.rank_known(QueryParams(fragment_score=on))
+                seconds[name] += time.perf_counter() - t0
+                ranks[name].append(truth_rank(result, truth))
+            sizes.append(sum(c.suspect for c in result.candidates))
+    n = len(sets)
+    print(f"machine: {platform.processor() or platform.machine()}, one thread; bundle {bundle.describe()}")
+    print(f"fragment score: {fw.ranking}")
+    print(f"spectra: the first {n} FOLD=val pools of {a.pools} ({sum(s > len(i) for s, (_, _, i) in zip(sizes, sets))} "
+          f"with more suspects of their formula than their own track; median list {sorted(sizes)[n // 2]})")
+    print("| ranking of the suspects | " + " | ".join(f"Hit@{k}" for k in KS) + " | s / spectrum |")
+    print("| --- |" + " ---: |" * (len(KS) + 1))
+    for name, r in ranks.items():
+        hits = [100 * sum(x is not None and x <= k for x in r) / n for k in KS]
+        print(f"| {name} | " + " | ".join(f"{h:.1f}" for h in hits) + f" | {seconds[name] / n:.3f} |")
+    missing = sum(x is None for x in ranks["fingerprint score"])
+    if missing:
+        print(f"{missing} truths were not among the ranked suspects (a structure the library could not read)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
