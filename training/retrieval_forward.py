@@ -34,6 +34,12 @@ what is missing::
         --pools runs/retrieval/v10 --out runs/retrieval_forward/v10 --shortlists 20 50
 
 Outputs: ``<out>/metrics.json`` and ``<out>/report.md`` (also printed).
+
+A second rule, for a suspect list's own order (its structures rank before every prediction, so de novo answers
+are not at stake), chooses the weight of the best mean library-alone Hit@1 over both tracks. ``--install
+BUNDLE`` writes the forward model into a model bundle with what was chosen (``forward.json`` +
+``forward.safetensors``, :class:`engine.model.forward.ForwardRanking`): scope ``all`` at the first rule's weight
+when it is above 0, else scope ``suspects`` at the second rule's; nothing when both chose 0.
 """
 
 from __future__ import annotations
