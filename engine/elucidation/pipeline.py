@@ -414,8 +414,7 @@ def fragment_rerank(bundle: ModelBundle, spectrum: Spectrum) -> FragmentRerank |
     if model is None or model.ranking.weight <= 0:
         return None
     scorer = ForwardScorer(model, spectrum, PeakSettings.of_encoder(bundle.encoder.config))
-    r = model.ranking
-    return FragmentRerank(scorer.score, r.weight, r.shortlist, r.scope)
+    return FragmentRerank(scorer.score, model.ranking)
 
 
 def _reference(spectrum: Spectrum, n_bits: int = chem.N_BITS) -> tuple[np.ndarray | None, str | None]:

@@ -39,6 +39,7 @@ import numpy as np
 from engine.chem import molecules as chem
 from engine.errors import ConfigError
 from engine.model.constraints import DEAD_END
+from engine.model.forward import ForwardRanking
 from engine.model.scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking, ranking_score, sort_key
 
 log = logging.getLogger(__name__)
@@ -129,35 +130,19 @@ class KnownStructure:
     suspect: bool = False  # from a suspect list: ranks before every prediction (after identifications)
 
 
-FRAGMENT_SCOPES = ("suspects", "all")  # which rank groups a FragmentRerank covers
-
-
 @dataclass(frozen=True)
 class FragmentRerank:
-    """The forward score as a second ranking term (module docstring).
-
-    ``scorer`` gives a structure's forward score from its SMILES (None: it cannot be scored);
-    ``scope``: ``suspects`` re-ranks the structures of suspect lists among themselves (they rank before every
-    prediction, so de novo answers are not touched), ``all`` also the predictions and library structures.
-    """
+    """The forward score as a second ranking term (module docstring): ``scorer`` gives a structure's forward
+    score from its SMILES (None: it cannot be scored); ``ranking`` the weight, shortlist and scope (``suspects``:
+    the structures of suspect lists among themselves, which rank before every prediction, so de novo answers are
+    not touched; ``all``: also the predictions and the other library structures)."""
 
     scorer: Callable[[str], float | None]
-    weight: float
-    shortlist: int = 20
-    scope: str = "suspects"
-
-    def __post_init__(self):
-        if not (math.isfinite(self.weight) and self.weight >= 0):
-            raise ConfigError(f"the fragment score's `weight` must be a number >= 0, got {self.weight!r}.")
-        if not isinstance(self.shortlist, int) or isinstance(self.shortlist, bool) or self.shortlist < 1:
-            raise ConfigError(f"the fragment score's `shortlist` must be a positive integer, got {self.shortlist!r}.")
-        if self.scope not in FRAGMENT_SCOPES:
-            raise ConfigError(f"the fragment score's `scope` must be one of {', '.join(FRAGMENT_SCOPES)}, "
-                              f"got {self.scope!r}.")  # fmt: skip
+    ranking: ForwardRanking
 
     def groups(self) -> tuple[int, ...]:
         """The rank groups of :meth:`CandidatePool._identification_key` it covers (1 suspects, 2 the rest)."""
-        return (1,) if self.scope == "suspects" else (1, 2)
+        return (1,) if self.ranking.scope == "suspects" else (1, 2)
 
     def __deepcopy__(self, memo) -> FragmentRerank:
         return self  # immutable settings and a scorer whose cache copies (deep search's pool) may share
@@ -318,7 +303,7 @@ class CandidatePool:
         rows.sort(key=lambda r: (*self._identification_key(r[2]),
                                  *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         forward: dict[str, float] = {}
-        if self.fragments is not None and self.fragments.weight > 0 and ranking != "frequency":
+        if self.fragments is not None and self.fragments.ranking.weight > 0 and ranking != "frequency":
             forward, terms = self._fragment_terms(rows)
             prior = {k14: prior.get(k14, 0.0) + terms.get(k14, 0.0) for k14 in set(prior) | set(terms)}
             rows.sort(key=lambda r: (*self._identification_key(r[2]),
@@ -345,9 +330,10 @@ class CandidatePool:
         return candidates, {"samples": len(samples), "valid": n_valid, "formula_consistent": n_ok}
 
     def _fragment_terms(self, rows: list[tuple]) -> tuple[dict[str, float], dict[str, float]]:
-        """For ``rows`` in today's order: the forward scores of each covered group's shortlist, and every covered
-        row's term ``weight · forward`` (outside the shortlist, or not scorable: the shortlist's lowest)."""
-        frag = self.fragments
+        """For ``rows`` in the ranking's order without it: the forward scores of each covered group's shortlist, and
+        every covered row's term ``weight · forward`` (outside the shortlist, or not scorable: the shortlist's
+        lowest)."""
+        frag, settings = self.fragments, self.fragments.ranking
         members: dict[int, list[tuple]] = {}
         for r in rows:
             group = self._identification_key(r[2])[0]
@@ -356,7 +342,7 @@ class CandidatePool:
         forward: dict[str, float] = {}
         terms: dict[str, float] = {}
         for group_rows in members.values():
-            scored = {r[2]: frag.scorer(r[3]) for r in group_rows[: frag.shortlist]}
+            scored = {r[2]: frag.scorer(r[3]) for r in group_rows[: settings.shortlist]}
             finite = [v for v in scored.values() if v is not None and math.isfinite(v)]
             if not finite:
                 continue
@@ -365,7 +351,7 @@ class CandidatePool:
                 v = scored.get(r[2])
                 if v is not None and math.isfinite(v):
                     forward[r[2]] = v
-                terms[r[2]] = frag.weight * forward.get(r[2], low)
+                terms[r[2]] = settings.weight * forward.get(r[2], low)
         return forward, terms
 
     def _identification_key(self, inchikey14: str) -> tuple[int, float]:

@@ -9,7 +9,7 @@ import pytest
 
 from engine.chem import molecules as chem
 from engine.elucidation.ranking import CandidatePool, FragmentRerank, KnownStructure
-from engine.errors import ConfigError
+from engine.model.forward import ForwardRanking
 
 # Isomers of C3H8O: what the fingerprint score and the forward score of each are, in the tests below.
 PROPANOL, ISOPROPANOL, METHOXYETHANE = "CCCO", "CC(C)O", "CCOC"
@@ -60,7 +60,7 @@ FP = {PROPANOL: -1.0, ISOPROPANOL: -2.0, METHOXYETHANE: -3.0}
 
 def test_suspects_are_reordered_by_fingerprint_plus_weighted_forward_score():
     fw = Forward({PROPANOL: -10.0, ISOPROPANOL: -1.0, METHOXYETHANE: -5.0})
-    p = pool(FP, suspects=FP, fragments=FragmentRerank(fw, weight=1.0, shortlist=2))
+    p = pool(FP, suspects=FP, fragments=FragmentRerank(fw, ForwardRanking(weight=1.0, shortlist=2)))
     candidates, _ = p.rank(ranking="fingerprint")
     # shortlist (first two by fingerprint score): propanol -1 - 10 = -11, isopropanol -2 - 1 = -3;
     # methoxyethane is outside it and takes the shortlist's lowest forward score: -3 - 10 = -13
@@ -74,7 +74,7 @@ def test_suspects_are_reordered_by_fingerprint_plus_weighted_forward_score():
 
 def test_suspect_scope_leaves_the_predictions_alone():
     fw = Forward({PROPANOL: -10.0, ISOPROPANOL: -1.0, METHOXYETHANE: -5.0})
-    fragments = FragmentRerank(fw, weight=1.0, shortlist=5, scope="suspects")
+    fragments = FragmentRerank(fw, ForwardRanking(weight=1.0, shortlist=5, scope="suspects"))
     p = pool(FP, suspects=[METHOXYETHANE], samples=[PROPANOL, ISOPROPANOL], fragments=fragments)
     assert order(p) == [METHOXYETHANE, PROPANOL, ISOPROPANOL]  # de novo: by fingerprint score alone
     assert fw.calls == [METHOXYETHANE]
@@ -84,34 +84,25 @@ def test_suspect_scope_leaves_the_predictions_alone():
 
 def test_scope_all_reorders_the_predictions_too_but_never_above_a_suspect():
     fw = Forward({PROPANOL: -10.0, ISOPROPANOL: -1.0, METHOXYETHANE: -50.0})
-    fragments = FragmentRerank(fw, weight=1.0, shortlist=5, scope="all")
+    fragments = FragmentRerank(fw, ForwardRanking(weight=1.0, shortlist=5, scope="all"))
     p = pool(FP, suspects=[METHOXYETHANE], samples=[PROPANOL, ISOPROPANOL], fragments=fragments)
     assert order(p) == [METHOXYETHANE, ISOPROPANOL, PROPANOL]
 
 
 def test_no_rerank_for_frequency_ranking_weight_zero_or_nothing_scorable():
     fw = Forward({PROPANOL: -10.0, ISOPROPANOL: -1.0, METHOXYETHANE: -5.0})
-    p = pool(FP, samples=[ISOPROPANOL, PROPANOL, PROPANOL], fragments=FragmentRerank(fw, 1.0, 5, "all"))
+    p = pool(FP, samples=[ISOPROPANOL, PROPANOL, PROPANOL], fragments=FragmentRerank(fw, ForwardRanking(1.0, 5, "all")))
     assert order(p, "frequency") == [PROPANOL, ISOPROPANOL]
     assert fw.calls == []
-    p = pool(FP, suspects=FP, fragments=FragmentRerank(fw, weight=0.0))
+    p = pool(FP, suspects=FP, fragments=FragmentRerank(fw, ForwardRanking(weight=0.0)))
     assert order(p) == [PROPANOL, ISOPROPANOL, METHOXYETHANE]
     none = Forward(dict.fromkeys(FP))
-    p = pool(FP, suspects=FP, fragments=FragmentRerank(none, weight=1.0))
+    p = pool(FP, suspects=FP, fragments=FragmentRerank(none, ForwardRanking(weight=1.0)))
     assert order(p) == [PROPANOL, ISOPROPANOL, METHOXYETHANE]
 
 
 def test_an_unscorable_shortlist_member_takes_the_lowest_score_of_the_shortlist():
     fw = Forward({PROPANOL: None, ISOPROPANOL: -1.0, METHOXYETHANE: -4.0})
-    p = pool(FP, suspects=FP, fragments=FragmentRerank(fw, weight=1.0, shortlist=3))
+    p = pool(FP, suspects=FP, fragments=FragmentRerank(fw, ForwardRanking(weight=1.0, shortlist=3)))
     # propanol -1 - 4 = -5; isopropanol -2 - 1 = -3; methoxyethane -3 - 4 = -7
     assert order(p) == [ISOPROPANOL, PROPANOL, METHOXYETHANE]
-
-
-@pytest.mark.parametrize("kwargs, message", [
-    ({"weight": -1.0}, "weight"), ({"weight": float("nan")}, "weight"),
-    ({"weight": 1.0, "shortlist": 0}, "shortlist"), ({"weight": 1.0, "scope": "everything"}, "scope"),
-])
-def test_bad_settings_are_refused_by_name(kwargs, message):
-    with pytest.raises(ConfigError, match=message):
-        FragmentRerank(lambda s: 0.0, **kwargs)
