@@ -64,13 +64,7 @@ from engine.model.forward import (
 from .checkpoint import write_json_atomic
 from .corpus import open_text, read_mgf_headers
 from .loop import TrainingConfig, int_at_least, torch_threads
-from .spectra import (
-    SHIPPABLE_LICENSES,
-    FeatureSettings,
-    LabelledSpectra,
-    load_labelled_spectra,
-    structure_folds,
-)
+from .spectra import SHIPPABLE_LICENSES, FeatureSettings, LabelledSpectra, load_labelled_spectra, structure_folds
 from .substructures import FragmentLabels, structures_of
 
 _HEAVY = np.array([e != "H" for e in ELEMENTS])

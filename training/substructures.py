@@ -35,12 +35,7 @@ from engine import paths
 from engine.chem import molecules as chem
 from engine.chem.formula import ELEMENT_INDEX, ELEMENTS
 from engine.errors import ConfigError
-from engine.spectra.fragments import (
-    MAX_STATES,
-    Pieces,
-    fragment_pieces,
-    piece_fingerprint,
-)
+from engine.spectra.fragments import MAX_STATES, Pieces, fragment_pieces, piece_fingerprint
 from engine.spectra.io import iter_spectra
 
 from .spectra import LabelledSpectra, file_sha256

@@ -25,20 +25,9 @@ from rdkit import Chem, rdBase
 from rdkit.Chem import rdmolops
 
 from engine.chem import molecules as chem
-from engine.chem.formula import (
-    ELECTRON_MASS,
-    ELEMENT_INDEX,
-    ELEMENTS,
-    element_mass,
-    element_masses,
-)
+from engine.chem.formula import ELECTRON_MASS, ELEMENT_INDEX, ELEMENTS, element_mass, element_masses
 from engine.errors import ConfigError
-from engine.spectra.annotate import (
-    DEFAULT_TOL_DA,
-    DEFAULT_TOL_PPM,
-    get_ion_type,
-    ion_formula,
-)
+from engine.spectra.annotate import DEFAULT_TOL_DA, DEFAULT_TOL_PPM, get_ion_type, ion_formula
 
 MAX_STATES = 20_000  # fragment states explored per structure (a cap for very large molecules)
 
