@@ -2,9 +2,9 @@
 
 Issue #36 ranks a spectrum's library isomers together with its de novo candidates by the fingerprint score
 (the log-likelihood of a candidate's Morgan bits under the encoder's posterior). This module measures a
-second, spectrum-based score on the same cached pools as :mod:`training.retrieval_scorer`
-(``runs/retrieval/v10/pools.jsonl``: 150 FOLD=train spectra of structures the encoder never trained on,
-"train-unseen", and 150 FOLD=val spectra): the **forward score** of :class:`engine.model.forward.ForwardScorer` (as ``benchmarks/forward_rerank.py``), the
+second, spectrum-based score on the cached pools of a :mod:`training.retrieval` run (``<pools>/pools.jsonl``:
+FOLD=train spectra of structures the encoder never trained on, "train-unseen", 600 in the shipped choice, and
+150 FOLD=val spectra): the **forward score** of :class:`engine.model.forward.ForwardScorer`, the
 log-likelihood of the spectrum's peak formulas under the fragment-level forward model of
 :mod:`training.forward` (trained on FOLD=train spectra of the encoder's licences, so it never saw a pool
 truth: the run checks that)::

@@ -1,0 +1,52 @@
+"""training.retrieval_forward's two choices and --install: which ranking a bundle gets from a measurement."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from engine.model.forward import ForwardConfig, ForwardModel, ForwardRanking
+from training import retrieval_forward as rf
+
+
+def metrics(library_hit1: dict[str, float], library_hit5: float = 0.5) -> dict:
+    return {t: {"library": {"hit1": library_hit1[t], "hit5": library_hit5}} for t in ("formula", "mass")}
+
+
+def test_the_library_rule_takes_the_best_mean_library_hit1_over_both_tracks():
+    assert rf.library_key(metrics({"formula": 0.4, "mass": 0.2})) == pytest.approx((0.3, 0.5))
+    keys = {"0": rf.library_key(metrics({"formula": 0.30, "mass": 0.30})),
+            "8": rf.library_key(metrics({"formula": 0.40, "mass": 0.25})),
+            "16": rf.library_key(metrics({"formula": 0.45, "mass": 0.10}))}
+    assert max(keys, key=keys.get) == "8"
+
+
+@pytest.mark.parametrize("chosen, library, expected", [
+    ("0", "8", ForwardRanking(weight=8.0, shortlist=10, scope="suspects")),
+    ("2", "8", ForwardRanking(weight=2.0, shortlist=10, scope="all")),  # the de novo rule decides when above 0
+    ("0", "0", None),
+])
+def test_install_writes_the_de_novo_rules_weight_else_the_suspect_rules(chosen, library, expected):
+    assert rf.chosen_ranking({"shortlist": 10, "chosen": chosen, "chosen_library": library}) == expected
+
+
+def test_install_puts_the_model_and_its_ranking_into_a_bundle(tiny_bundle_dir, tmp_path):
+    import shutil
+
+    from engine.model.bundle import load_bundle
+
+    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "bundle")
+    torch.manual_seed(0)
+    ForwardModel(ForwardConfig(hidden=8, n_bits=32)).save(tmp_path / "fit", extra={"metrics": {"auroc": 0.9}})
+    model = ForwardModel.load(tmp_path / "fit")
+    run = {"forward": str(tmp_path / "fit"), "command": "python -m training.retrieval_forward --install x"}
+    message = rf.install(model, {"shortlist": 10, "chosen": "0", "chosen_library": "8"}, str(bundle_dir), run)
+    assert "installed" in message
+    bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
+    assert bundle.forward.ranking == ForwardRanking(weight=8.0, shortlist=10, scope="suspects")
+    saved = json.loads((bundle_dir / "forward.json").read_text())
+    assert saved["training"]["fit"] == {"metrics": {"auroc": 0.9}} and "--install" in saved["training"]["ranking_chosen_by"]
+    nothing = rf.install(model, {"shortlist": 10, "chosen": "0", "chosen_library": "0"}, str(bundle_dir), run)
+    assert nothing.startswith("not installed")
