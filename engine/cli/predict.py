@@ -754,6 +754,14 @@ def cmd_info(args: argparse.Namespace) -> int:
         fit, val = conf.meta.get("fit", {}), conf.meta.get("val", {})
         checked = f"; on FOLD=val ECE {val['ece']:.3f} over {val['n']} spectra" if val else ""
         print(f"  confidence (P rank 1 is right): fitted on {fit.get('spectra', '?')} out-of-fold spectra{checked}")
+    fw = bundle.forward
+    if fw is None or fw.ranking.weight <= 0:
+        print("  fragment score (forward model): none")
+    else:
+        r = fw.ranking
+        print(f"  fragment score (forward model): first {r.shortlist} of "
+              f"{'each suspect list' if r.scope == 'suspects' else 'every ranking'} by fingerprint + {r.weight:g} × "
+              "fragment score")
     return 0
 
 

@@ -161,6 +161,7 @@ def test_cli_info(tiny_bundle_dir, capsys):
     assert main(["info", "--model", str(tiny_bundle_dir)]) == 0
     out = capsys.readouterr().out
     assert "D_enc=" in out and "decoder total" in out
+    assert "fragment score (forward model): none" in out  # the tiny bundle ships no forward model
 
 
 def test_console_entry_point_runs(tmp_path, tiny_bundle_dir):
