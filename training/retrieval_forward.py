@@ -82,11 +82,10 @@ SETS = (("choose", "train", "train-unseen"), ("report", "val", "FOLD=val"))
 def forward_scorer(model, spectrum, eps: float):
     """:class:`engine.model.forward.ForwardScorer` of ``spectrum``, annotated as the forward model's training
     spectra were (the small encoder preset's settings)."""
+    from engine.model.encoder import EncoderConfig
     from engine.model.forward import ForwardScorer, PeakSettings
-    from training.forward import encoder_features
 
-    f = encoder_features()
-    return ForwardScorer(model, spectrum, PeakSettings(f.tol_ppm, f.tol_da, f.min_rdbe, f.max_peaks), eps)
+    return ForwardScorer(model, spectrum, PeakSettings.of_encoder(EncoderConfig.from_preset("small")), eps)
 
 
 def shortlist_rows(pool: Pool, k: int) -> np.ndarray:
