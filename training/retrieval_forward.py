@@ -295,6 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=0, help="first N pools of each set (0: all)")
     p.add_argument("--eps", type=float, default=0.01, help="probability of an observed peak no fragment explains")
     p.add_argument("--mgf", help="labelled MGF, to check that no pool truth trained the forward model")
+    p.add_argument("--shard", metavar="I/N",
+                   help="only compute the forward scores of every N-th pool from the I-th (0-based) into the shared "
+                   "cache, then stop: run N shards side by side, then once without --shard for the report")
     p.add_argument("--install", metavar="BUNDLE",
                    help="put the forward model into this model bundle (forward.json + forward.safetensors) with the "
                    "ranking chosen here: scope all at the weight the de novo rule chose, else scope suspects at the "
@@ -306,6 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--install-shortlist {a.install_shortlist} is not one of --shortlists {a.shortlists}")
     if 0.0 not in a.weights:
         p.error("--weights must include 0 (the fingerprint ranking the others are measured against)")
+    shard = parse_shard(a.shard) if a.shard else None
+    if a.shard and shard is None:
+        p.error(f"--shard must be I/N with 0 <= I < N, got {a.shard!r}")
 
     from engine.model.forward import ForwardModel
 
@@ -320,7 +326,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     order += [k for ks in keys.values() for k in ks[len(order) // 2 :]]
     cache: dict = {}
     for k in sorted(a.shortlists):
-        cache = compute_scores(model, records, spectra, order, k, out / "forward_scores.jsonl", a.eps)
+        todo = order if shard is None else order[shard[0] :: shard[1]]
+        cache = compute_scores(model, records, spectra, todo, k, out / "forward_scores.jsonl", a.eps)
+    if shard is not None:
+        print(f"shard {a.shard}: forward scores of {len(order[shard[0] :: shard[1]])} pools in {out}")
+        return 0
     sets = {name: [with_forward(Pool.from_record(records[k]), records[k], cache[k]["fw"]) for k in ks]
             for name, ks in keys.items()}
     adducts = {name: [records[k]["adduct"] for k in ks] for name, ks in keys.items()}
@@ -346,6 +356,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         k = a.install_shortlist or a.shortlists[0]
         print(install(model, next(r for r in shortlists if r["shortlist"] == k), a.install, metrics["run"]))
     return 0
+
+
+def parse_shard(text: str) -> tuple[int, int] | None:
+    """``"I/N"`` -> ``(I, N)`` with ``0 <= I < N``; None when it is not that."""
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        return None
+    return (i, n) if 0 <= i < n else None
 
 
 def chosen_ranking(result: dict):

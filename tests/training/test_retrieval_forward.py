@@ -50,3 +50,9 @@ def test_install_puts_the_model_and_its_ranking_into_a_bundle(tiny_bundle_dir, t
     assert saved["training"]["fit"] == {"metrics": {"auroc": 0.9}} and "--install" in saved["training"]["ranking_chosen_by"]
     nothing = rf.install(model, {"shortlist": 10, "chosen": "0", "chosen_library": "0"}, str(bundle_dir), run)
     assert nothing.startswith("not installed")
+
+
+@pytest.mark.parametrize("text, expected", [("0/2", (0, 2)), ("1/2", (1, 2)), ("2/2", None), ("-1/2", None),
+                                            ("1", None), ("a/b", None), ("1/2/3", None)])
+def test_a_shard_is_i_of_n(text, expected):
+    assert rf.parse_shard(text) == expected
