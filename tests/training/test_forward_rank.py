@@ -70,3 +70,12 @@ def test_the_ranking_loss_has_gradients_for_the_model(model, structures):
     grads = [p.grad for p in model.parameters()]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
     model.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("bad", [["--decoys", "0"], ["--epochs", "0"], ["--lr", "0"], ["--peak-weight", "-1"],
+                                 ["--spectra-per-structure", "0"], ["--part", "val"]])
+def test_bad_settings_are_refused_before_any_work(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        fr.main(["--init", "nowhere", "--out", "nowhere", "--mgf", "x.mgf", "--corpus", "x.tsv", *bad])
+    assert e.value.code == 2
+    assert bad[0] in capsys.readouterr().err
