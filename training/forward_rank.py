@@ -97,9 +97,9 @@ def build(args, settings: CandidateSettings, log=print) -> tuple[list[Structure]
     """The training spectra of ``training.forward fit`` with their truths and decoys (see the module docstring)."""
     from .retrieval import open_corpus
 
-    data = load_labelled_spectra(args.mgf, encoder_features(), cache_dir=args.cache_dir)
-    data = data.subset(np.flatnonzero(np.isin(data.adduct, list(args.adducts))))
     fit = json.loads((Path(args.init) / "config.json").read_text(encoding="utf-8"))["training"]["metrics"]["config"]
+    data = load_labelled_spectra(args.mgf, encoder_features(), cache_dir=args.cache_dir)
+    data = data.subset(np.flatnonzero(np.isin(data.adduct, list(fit["adducts"]))))
     train = data.select(("train",), licenses=fit["licenses"])
     folds = structure_folds(train.inchikey14, fit["held_out_share"], fit["seed"])
     train = train.subset(np.flatnonzero((folds == 0) if args.part == "held_out" else (folds != 0)))
@@ -185,7 +185,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--mgf", required=True, help="labelled MGF the forward model was fitted on")
     p.add_argument("--corpus", required=True, help="structure corpus of the decoys (molecules.tsv.gz)")
     p.add_argument("--home", help="folder of the corpus index (MSGPT_HOME), as training.retrieval's --home")
-    p.add_argument("--adducts", nargs="+", default=["[M+H]+", "[M-H]-"])
     p.add_argument("--part", choices=("train", "held_out"), default="train",
                    help="the fit's own training structures, or the structures it held out (never learnt from)")
     p.add_argument("--decoys", type=int, default=4, help="corpus isomers per training structure")
