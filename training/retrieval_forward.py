@@ -28,7 +28,8 @@ weights that keep de novo Top-1/Top-10, libraries off and library on with the tr
 with a paired bootstrap 95% interval of the Hit@1 gain over ``w = 0``. The shortlist re-ranked
 by the forward score alone is reported beside the grid, never chosen. Forward scores are cached in
 ``<out>/forward_scores.jsonl`` (one line per pool and pass); a rerun, or a longer shortlist, computes only
-what is missing::
+what is missing (so ``--shard I/N`` lets N processes fill it side by side, and a run without it then reports; a
+line cut short is computed again)::
 
     OMP_NUM_THREADS=1 python -m training.retrieval_forward --forward runs/forward \\
         --pools runs/retrieval/v10 --out runs/retrieval_forward/v10 --shortlists 20 50
@@ -312,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     shard = parse_shard(a.shard) if a.shard else None
     if a.shard and shard is None:
         p.error(f"--shard must be I/N with 0 <= I < N, got {a.shard!r}")
+    if shard and a.install:
+        p.error("--shard only computes scores; --install goes with the run without --shard that reports")
 
     from engine.model.forward import ForwardModel
 

@@ -56,3 +56,9 @@ def test_install_puts_the_model_and_its_ranking_into_a_bundle(tiny_bundle_dir, t
                                             ("1", None), ("a/b", None), ("1/2/3", None)])
 def test_a_shard_is_i_of_n(text, expected):
     assert rf.parse_shard(text) == expected
+
+
+def test_a_shard_run_refuses_to_install(capsys):
+    with pytest.raises(SystemExit) as e:
+        rf.main(["--shard", "0/2", "--install", "somewhere"])
+    assert e.value.code == 2 and "--shard only computes scores" in capsys.readouterr().err
