@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.chem import molecules as chem
-from engine.errors import MsgptError
+from engine.errors import ConfigError, MsgptError
 from engine.model.forward import (
     UNEXPLAINED_EPS,
     CandidateSettings,
@@ -94,7 +94,7 @@ class Example:
 
 
 def build(args, settings: CandidateSettings, log=print) -> tuple[list[Structure], list[Example]]:
-    """The training spectra of ``training.forward fit`` with their truths and decoys (see the module docstring)."""
+    """The spectra of ``args.part`` of the fit at ``args.init``, with their truths and decoys (module docstring)."""
     from .retrieval import open_corpus
 
     fit = json.loads((Path(args.init) / "config.json").read_text(encoding="utf-8"))["training"]["metrics"]["config"]
@@ -126,6 +126,8 @@ def build(args, settings: CandidateSettings, log=print) -> tuple[list[Structure]
         jobs.append((smiles[key], polarity, settings))
         jobs += [(library.smiles(int(r)), polarity, settings) for r in chosen]
         members.append((first, len(jobs), spectra))
+    if not members:
+        raise ConfigError(f"No {args.part} structure of {args.mgf} has an isomer in {args.corpus}: nothing to rank.")
     if args.groups:
         members = members[: args.groups]
         jobs = jobs[: members[-1][1]]
@@ -210,9 +212,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     t0 = time.monotonic()
     torch.set_num_threads(1)
-    model = ForwardModel.load(args.init)
+    try:
+        model = ForwardModel.load(args.init)
+    except MsgptError as e:
+        log(f"error: {e}")
+        return 1
     n_bits = model.config.n_bits
-    structures, examples = build(args, model.config.candidate_settings(), log)
+    try:
+        structures, examples = build(args, model.config.candidate_settings(), log)
+    except MsgptError as e:
+        log(f"error: {e}")
+        return 1
     log(f"{len(examples)} training spectra, {time.monotonic() - t0:.0f} s")
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)

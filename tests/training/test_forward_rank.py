@@ -79,3 +79,11 @@ def test_bad_settings_are_refused_before_any_work(bad, capsys):
         fr.main(["--init", "nowhere", "--out", "nowhere", "--mgf", "x.mgf", "--corpus", "x.tsv", *bad])
     assert e.value.code == 2
     assert bad[0] in capsys.readouterr().err
+
+
+def test_a_missing_starting_model_is_named(tmp_path, capsys):
+    code = fr.main(["--init", str(tmp_path / "none"), "--out", str(tmp_path / "out"), "--mgf", "x.mgf",
+                    "--corpus", "x.tsv"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "none" in err and "training.forward fit" in err
