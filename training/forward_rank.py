@@ -95,11 +95,11 @@ class Example:
     structures: tuple[int, ...]  # indices into the structure list, truth first
 
 
-def build(args, settings: CandidateSettings, log=print) -> tuple[list[Structure], list[Example]]:
-    """The spectra of ``args.part`` of the fit at ``args.init``, with their truths and decoys (module docstring)."""
+def build(args, fit: dict, settings: CandidateSettings, log=print) -> tuple[list[Structure], list[Example]]:
+    """The spectra of ``args.part`` of the fit at ``args.init`` (``fit``: its training config), with their truths
+    and decoys (module docstring)."""
     from .retrieval import open_corpus
 
-    fit = json.loads((Path(args.init) / "config.json").read_text(encoding="utf-8"))["training"]["metrics"]["config"]
     data = load_labelled_spectra(args.mgf, encoder_features(), cache_dir=args.cache_dir)
     data = data.subset(np.flatnonzero(np.isin(data.adduct, list(fit["adducts"]))))
     train = data.select(("train",), licenses=fit["licenses"])
@@ -221,7 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     n_bits = model.config.n_bits
     try:
-        structures, examples = build(args, model.config.candidate_settings(), log)
+        fit_metrics = json.loads((Path(args.init) / "config.json").read_text(encoding="utf-8"))["training"]["metrics"]
+        structures, examples = build(args, fit_metrics["config"], model.config.candidate_settings(), log)
     except MsgptError as e:
         log(f"error: {e}")
         return 1
@@ -252,11 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                "truth_first_while_training": tot["first"] / len(order)}  # fmt: skip
         history.append(row)
         log(json.dumps(row))
-    init = json.loads((Path(args.init) / "config.json").read_text(encoding="utf-8"))
     metrics = {"minutes": round((time.monotonic() - t0) / 60, 2), "args": vars(args), "history": history,
                "structures": len(structures), "spectra": len(examples),
                # training.retrieval_forward reads the fit's licences from here to check for overlap
-               "metrics": init["training"]["metrics"]}  # fmt: skip
+               "metrics": fit_metrics}  # fmt: skip
     model.eval()
     model.save(args.out, metrics)
     write_json_atomic(Path(args.out) / "metrics.json", metrics)
