@@ -30,6 +30,10 @@ and observed spectra, against a baseline that ranks by cuts and shift alone); ``
 simulate --model runs/forward --molecules ../shared/data/molecules.tsv.gz --n 12000 --out
 runs/simulated.npz`` writes simulated spectra of corpus molecules that have no spectrum in the file
 (neither fold), which ``train_encoder --simulated`` adds to the training spectra.
+
+``python -m training.forward ensemble --members runs/forward_k4_0 ... --out runs/forward_k4`` joins fitted
+models (for instance one per ``--held-out-fold`` of a ``--held-out-share N`` split) into one
+:class:`engine.model.forward.ForwardEnsemble` that averages their peak probabilities.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from engine.model.forward import (
     Candidates,
     CandidateSettings,
     ForwardConfig,
+    ForwardEnsemble,
     ForwardModel,
     candidates,
 )
@@ -269,6 +274,9 @@ class FitConfig(ForwardConfig, TrainingConfig):
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
     positive_weight: float = field(default=3.0, metadata={"help": "Loss weight of observed candidates."})
     held_out_share: int = field(default=10, metadata={"help": "1/N of the train structures held out for scoring."})
+    held_out_fold: int = field(default=0, metadata={
+        "help": "Which fold of that N-way split by structure is held out (0 to N-1): N fits, one per fold, "
+                "partition the structures between them."})
     seed: int = field(default=0, metadata={"help": "Seed of initialisation and data order."})
     threads: int = field(default=1, metadata={"help": "torch CPU threads."})
     cache_dir: str | None = field(default=None, metadata={"help": "Labelled-spectra cache folder."})
@@ -280,6 +288,9 @@ class FitConfig(ForwardConfig, TrainingConfig):
         self.licenses = None if self.licenses is None else tuple(self.licenses)
         self.require(("epochs", "batch_size", "threads", "held_out_share"), int_at_least(1),
                      "a positive integer")
+        if not (isinstance(self.held_out_fold, int) and 0 <= self.held_out_fold < max(self.held_out_share, 1)):
+            raise ConfigError(f"`held_out_fold` must be an integer from 0 to held_out_share - 1 = "
+                              f"{self.held_out_share - 1}, got {self.held_out_fold!r}.")  # fmt: skip
         if not (self.lr > 0 and self.weight_decay >= 0 and self.positive_weight > 0):
             raise ConfigError(f"`lr` and `positive_weight` must be > 0 and `weight_decay` >= 0; got {self.lr}, "
                               f"{self.positive_weight}, {self.weight_decay}.")  # fmt: skip
@@ -304,7 +315,8 @@ class FitDone:
 
 
 def fit(config: FitConfig) -> Iterator[TableProgress | FitStep | FitDone]:
-    """Train the forward model on ``FOLD=train`` (minus 1/``held_out_share`` of its structures, scored),
+    """Train the forward model on ``FOLD=train`` (minus fold ``held_out_fold`` of a ``held_out_share``-way split
+    of its structures, scored),
     score it on ``FOLD=val``; yields progress, ends with :class:`FitDone`."""
     with torch_threads(config.threads):
         yield from _fit(config)
@@ -320,8 +332,9 @@ def _fit(config: FitConfig) -> Iterator[TableProgress | FitStep | FitDone]:
     val = data.select(("val",), licenses=config.licenses)
     folds = structure_folds(train.inchikey14, config.held_out_share, config.seed)
     tables = {}
-    for name, part in (("train", train.subset(np.flatnonzero(folds != 0))),
-                       ("held_out", train.subset(np.flatnonzero(folds == 0))), ("val", val)):  # fmt: skip
+    held = folds == config.held_out_fold
+    for name, part in (("train", train.subset(np.flatnonzero(~held))),
+                       ("held_out", train.subset(np.flatnonzero(held))), ("val", val)):  # fmt: skip
         if len(part) or name == "train":
             tables[name] = yield from build_table(part, smiles, settings)
     table = tables["train"]
@@ -594,11 +607,28 @@ def load_simulated(path: str | Path) -> tuple[LabelledSpectra, FragmentLabels]:
 # Command line
 
 
+def ensemble(members: Sequence[str], out: str) -> str:
+    """Join the forward models saved in the folders ``members`` into one ensemble saved in ``out``; each
+    member's training record is kept (``training.members``). Returns what was written."""
+    if len(members) < 2:
+        raise ConfigError(f"an ensemble needs at least 2 member folders, got {len(members)}.")
+    if len(set(map(str, members))) != len(members):
+        raise ConfigError("a member folder is given twice; give each fitted model once.")
+    models = [ForwardModel.load(m) for m in members]
+    records = [{"folder": str(m), **(json.loads((Path(m) / "config.json").read_text(encoding="utf-8"))
+                                     .get("training") or {})} for m in members]  # fmt: skip
+    ForwardEnsemble.of(models).save(out, {"members": records})
+    return f"wrote an ensemble of {len(models)} forward models to {out}"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training.forward", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     FitConfig.add_arguments(sub.add_parser("fit", help="train the forward model and score it"))
     SimulateConfig.add_arguments(sub.add_parser("simulate", help="simulate spectra of corpus molecules"))
+    e = sub.add_parser("ensemble", help="join fitted forward models into one that averages them")
+    e.add_argument("--members", nargs="+", required=True, help="folders of fitted (or rank-tuned) forward models")
+    e.add_argument("--out", required=True, help="output folder: forward.safetensors and config.json")
     return p
 
 
@@ -608,7 +638,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = vars(_parser().parse_args(argv))
     command = args.pop("command")
     try:
-        if command == "fit":
+        if command == "ensemble":
+            print(ensemble(args["members"], args["out"]))
+        elif command == "fit":
             config = FitConfig(**args)
             bar = None
             for event in fit(config):

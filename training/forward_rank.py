@@ -104,7 +104,8 @@ def build(args, fit: dict, settings: CandidateSettings, log=print) -> tuple[list
     data = data.subset(np.flatnonzero(np.isin(data.adduct, list(fit["adducts"]))))
     train = data.select(("train",), licenses=fit["licenses"])
     folds = structure_folds(train.inchikey14, fit["held_out_share"], fit["seed"])
-    train = train.subset(np.flatnonzero((folds == 0) if args.part == "held_out" else (folds != 0)))
+    held = folds == fit.get("held_out_fold", 0)  # fits saved before the option held out fold 0
+    train = train.subset(np.flatnonzero(held if args.part == "held_out" else ~held))
     smiles = structures_of(args.mgf, set(train.inchikey14.astype(str).tolist()))
     library = open_corpus(args.corpus, args.home)
     rng = np.random.default_rng(args.seed)

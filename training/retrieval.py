@@ -196,7 +196,10 @@ class Pool:
                    np.array([c.get("n", 0) for c in cands], dtype=np.int64), frag)
 
     def decoder_mean(self, query_indices: Sequence[int]) -> np.ndarray:
-        """Mean decoder log-probability over the stored queries ``query_indices``."""
+        """Mean decoder log-probability over the stored queries ``query_indices`` (nan: none stored, as in
+        library-only pools)."""
+        if self.decoder.shape[1] == 0:
+            return np.full(len(self.decoder), np.nan)
         return self.decoder[:, list(query_indices)].mean(axis=1)
 
 
@@ -510,7 +513,7 @@ def _entries(library, spectrum, ref, result, formula_rows, mass_rows, n_bits: in
         entries[library.inchikey14(row)].fl = True
     for row in mass_rows:
         entries[library.inchikey14(row)].ml = True
-    for c in result.candidates:
+    for c in [] if result is None else result.candidates:
         if c.inchikey14 in entries:
             entries[c.inchikey14].count = c.count
         else:
@@ -532,10 +535,11 @@ def rescore_keys(entries: dict[str, _Entry], truth_key: str, size: int = SHORTLI
 
 
 def score_pool(model, spectrum, ref, library, params, *, seed: int = 0,
-               positions: Sequence[float] = QUERY_POSITIONS) -> dict:
+               positions: Sequence[float] = QUERY_POSITIONS, library_only: bool = False) -> dict:
     """One spectrum: the de novo search as the app runs it, both library tracks, every candidate's
     fingerprint score and the decoder scores of those a shortlist can hold (:func:`rescore_keys`); a
-    JSON-ready record with the seconds each part took."""
+    JSON-ready record with the seconds each part took. ``library_only``: both tracks alone (the encoder runs,
+    no de novo search and no decoder scores), for measures of the library's own order."""
     from engine.elucidation.pipeline import SpectrumSession
     from engine.library.build import neutral_mass
     from engine.model.querying import band_thresholds, build_queries
@@ -547,7 +551,7 @@ def score_pool(model, spectrum, ref, library, params, *, seed: int = 0,
     key = spectrum_key(spectrum)
     t0 = time.perf_counter()
     session = SpectrumSession(model, spectrum)
-    result = run_to_end(session.run(params))
+    result = None if library_only else run_to_end(session.run(params))
     seconds = {"denovo": time.perf_counter() - t0}
     cal = model.calibration.for_polarity(spectrum.polarity)
     rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
@@ -559,13 +563,15 @@ def score_pool(model, spectrum, ref, library, params, *, seed: int = 0,
     for e in entries.values():
         e.fp = scorer.score(e.bits)
     seconds["fingerprint"] = time.perf_counter() - t
-    rescored = rescore_keys(entries, ref.inchikey14)
+    rescored = [] if library_only else rescore_keys(entries, ref.inchikey14)
     t = time.perf_counter()
     tok_ids = [safe_ids(model.tokenizer, entries[k].smiles, model.decoder.config.block_size) for k in rescored]
     seconds["safe"] = time.perf_counter() - t
     thresholds = band_thresholds(cal, params.kappa_min, params.kappa_max, params.groups)
     queries = build_queries(session.posterior, thresholds)
     chosen = query_indices(queries, len(thresholds), positions)
+    if library_only:
+        chosen = []
     dec, seconds["decoder"] = {}, []
     for qi in chosen:
         t = time.perf_counter()
@@ -587,7 +593,8 @@ def score_pool(model, spectrum, ref, library, params, *, seed: int = 0,
         "formula": spectrum.formula, "mass": mass, "truth": {"smiles": ref.smiles, "inchikey14": ref.inchikey14},
         "queries": [{"position": p, "query": qi, "bits": len(queries[qi].bits)} for p, qi in zip(positions, chosen)],
         "n_formula_track": len(formula_rows) + 1, "n_mass_track": len(mass_rows) + 1,
-        "n_denovo": len(result.candidates), "denovo_rank": result.reference_rank, "n_rescored": len(rescored),
+        "n_denovo": 0 if result is None else len(result.candidates),
+        "denovo_rank": None if result is None else result.reference_rank, "n_rescored": len(rescored),
         "n_decoder_scorable": sum(i is not None for i in tok_ids), "seconds": seconds, "candidates": cands,
     }
 
@@ -710,6 +717,7 @@ class RetrievalConfig:
     licenses: tuple[str, ...] | None = None
     tolerance: float = 0.0
     choose_outside_corpus: bool = False  # True: as FOLD=val, the decoder never saw the truth (only the decoys)
+    library_only: bool = False  # pools of the library tracks alone, no analysis (see build_parser)
     command: str = ""
 
     def run_key(self, model, library) -> dict:
@@ -719,7 +727,7 @@ class RetrievalConfig:
                 "model_checksum": model.checksum, "params": QueryParams().describe(), "library_size": LIBRARY_SIZE,
                 "mass_ppm": MASS_PPM, "query_positions": list(QUERY_POSITIONS), "shortlist": SHORTLIST,
                 "format_version": FORMAT_VERSION,
-                "precision": str(model.dtype)}
+                "precision": str(model.dtype), **({"library_only": True} if self.library_only else {})}
 
 
 def read_jsonl(path: Path) -> dict[str, dict]:
@@ -755,7 +763,7 @@ def compute_pools(cfg: RetrievalConfig, model, library, sets: Sets, out: Path) -
     for name, pairs in (("choose", sets.choose), ("report", sets.report)):
         todo = [(s, r) for s, r in pairs if spectrum_key(s) not in pools]
         for s, ref in tqdm(todo, desc=f"pools ({name})", unit="spectrum", file=sys.stderr, dynamic_ncols=True):
-            rec = score_pool(model, s, ref, library, params, seed=cfg.seed)
+            rec = score_pool(model, s, ref, library, params, seed=cfg.seed, library_only=cfg.library_only)
             pools[rec["key"]] = rec
             _append(pools_path, rec)
         todo = [(s, r) for s, r in pairs[: cfg.fragment_spectra] if spectrum_key(s) not in frags]
@@ -1039,6 +1047,9 @@ def run(cfg: RetrievalConfig) -> dict:
     from .evaluate import code_version, machine
 
     started = time.time()
+    if cfg.library_only and cfg.fragment_spectra:
+        raise ConfigError("--library-only pools have no decoder shortlist to give fragment shares to; "
+                          "leave out --fragment-spectra")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
@@ -1059,6 +1070,11 @@ def run(cfg: RetrievalConfig) -> dict:
     sets = cached_sets(model, cfg.mgf, cfg.choose_spectra, cfg.report_spectra, cfg.seed, cfg.licenses,
                        out / "selection.json", in_corpus, "in corpus" if in_corpus else "")
     pools, frags = compute_pools(cfg, model, library, sets, out)
+    if cfg.library_only:
+        print(f"library-only pools of {len(pools)} spectra in {out / 'pools.jsonl'}; rank them with "
+              f"`python -m training.retrieval_forward --pools {out}` (no analysis: it needs de novo pools)",
+              file=sys.stderr)
+        return {"run": {"library_only": True, "pools": len(pools), "seconds": time.time() - started}}
     choose_p, report_p = _pools_of(sets.choose, pools, frags), _pools_of(sets.report, pools, frags)
     fc, fr = (_pools_of(sets.choose, pools, frags, True), _pools_of(sets.report, pools, frags, True))
     print("choosing weights ...", file=sys.stderr)
@@ -1107,6 +1123,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "never finds those, so the crowding limit would not bind")
     p.add_argument("--crowding-tolerance", type=float, default=0.0, metavar="SHARE",
                    help="allowed loss of de novo Top-1/Top-10 against today's ranking when choosing (default 0)")
+    p.add_argument("--library-only", action="store_true",
+                   help="pools of the library tracks alone: the encoder runs, the de novo search and the decoder "
+                        "scores do not (about 30x faster), and nothing is analysed; for measures of a library's "
+                        "own order, such as training.retrieval_forward's suspect-list rule")
     return p
 
 
@@ -1118,7 +1138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report_spectra=args.report_spectra, fragment_spectra=args.fragment_spectra, seed=args.seed,
         threads=args.threads, device=args.device, precision=args.precision, home=args.home,
         licenses=tuple(args.trained_licenses) if args.trained_licenses else None, tolerance=args.crowding_tolerance,
-        choose_outside_corpus=args.choose_outside_corpus,
+        choose_outside_corpus=args.choose_outside_corpus, library_only=args.library_only,
         command="python -m training.retrieval " + " ".join(argv))
     try:
         metrics = run(cfg)
@@ -1128,7 +1148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MsgptError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(report_text(metrics))
+    if not cfg.library_only:
+        print(report_text(metrics))
     return 0
 
 

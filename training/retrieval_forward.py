@@ -209,7 +209,10 @@ def forward_training_overlap(forward_dir: str, mgf: str | None, truths: set[str]
     from .retrieval import mgf_labels
 
     cfg = json.loads((Path(forward_dir) / "config.json").read_text(encoding="utf-8"))
-    licenses = ((cfg.get("training") or {}).get("metrics") or {}).get("config", {}).get("licenses")
+    training = cfg.get("training") or {}
+    members = training.get("members") or [training]  # an ensemble keeps each member's record
+    per_member = [((m.get("metrics") or {}).get("config") or {}).get("licenses") for m in members]
+    licenses = None if any(v is None for v in per_member) else sorted({x for v in per_member for x in v})
     fold, lic, keys = mgf_labels(mgf)
     seen = (fold == "train") & (np.isin(lic, list(licenses)) if licenses else True)
     return len(truths & set(keys[seen].tolist()))
@@ -263,12 +266,16 @@ def report_text(metrics: dict) -> str:
             "candidates; de novo Top-1 / Top-10 (%) with the libraries off and with the library on, truth removed. "
             "w = weight of the forward score added to the fingerprint score inside the top-K shortlist; w chosen "
             "on train-unseen."), ""]
+    if run.get("library_only"):
+        out += [("**Library-only pools** (`training.retrieval --library-only`): no de novo candidates, so the "
+                 "\"+ de novo\" cells repeat the library alone, the de novo cells are empty and the de novo rule is "
+                 "not measured; only the library rule (a suspect list's own order) applies."), ""]
     for res in metrics["shortlists"]:
         k = res["shortlist"]
         for set_name, _, label in SETS[::-1]:
             out += [f"## Top {k}, {label}", "", grid_table(res, set_name), "", adduct_table(res, set_name), ""]
         ch = res["grid"][res["chosen"]]["report"]
-        out += [f"Chosen on train-unseen: w = {res['chosen']} (crowding kept: {res['chosen_crowding_ok']}); FOLD=val "
+        out += [] if run.get("library_only") else [f"Chosen on train-unseen: w = {res['chosen']} (crowding kept: {res['chosen_crowding_ok']}); FOLD=val "
                 f"mean joint Hit@1 gain {_ci(ch['mean_joint_hit1_gain_ci95'])} points (95% CI); joint Hit@1 up/down "
                 f"spectra: " + "; ".join(f"{t} {u}/{d}" for t, (u, d) in ch["spectra_up_down"].items()), ""]
         if "chosen_library" in res:
@@ -316,11 +323,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shard and a.install:
         p.error("--shard only computes scores; --install goes with the run without --shard that reports")
 
-    from engine.model.forward import ForwardModel
+    from engine.model.forward import load_forward
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    model = ForwardModel.load(a.forward)
+    model = load_forward(a.forward)
     records, spectra = pool_spectra(Path(a.pools))
     keys = {name: [k for k, r in records.items() if r["fold"] == fold] for name, fold, _ in SETS}
     if a.n:
@@ -344,6 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = {
         "run": {"command": "OMP_NUM_THREADS=1 python -m training.retrieval_forward " + " ".join(argv),
                 "forward": a.forward, "pools": a.pools, "eps": a.eps, "n": {s: len(v) for s, v in sets.items()},
+                "library_only": library_only_pools(Path(a.pools)),
                 "machine": f"{platform.processor() or platform.machine()}, {_cpu_name()}",
                 "truths_in_forward_training": forward_training_overlap(
                     a.forward, a.mgf, {records[k]["truth"]["inchikey14"] for k in order}),
@@ -370,11 +378,20 @@ def parse_shard(text: str) -> tuple[int, int] | None:
     return (i, n) if 0 <= i < n else None
 
 
-def chosen_ranking(result: dict):
-    """The :class:`~engine.model.forward.ForwardRanking` one shortlist's choices give (see ``--install``), or None."""
+def library_only_pools(pools_dir: Path) -> bool:
+    """Whether ``pools_dir`` holds pools of the library tracks alone (``training.retrieval --library-only``)."""
+    path = pools_dir / "run.json"
+    if not path.is_file():
+        return False
+    return bool(json.loads(path.read_text(encoding="utf-8")).get("run_key", {}).get("library_only"))
+
+
+def chosen_ranking(result: dict, library_only: bool = False):
+    """The :class:`~engine.model.forward.ForwardRanking` one shortlist's choices give (see ``--install``), or None.
+    ``library_only`` pools measure no de novo answers, so only the library rule counts there."""
     from engine.model.forward import ForwardRanking
 
-    if float(result["chosen"]) > 0:
+    if float(result["chosen"]) > 0 and not library_only:
         return ForwardRanking(weight=float(result["chosen"]), shortlist=result["shortlist"], scope="all")
     if float(result["chosen_library"]) > 0:
         return ForwardRanking(weight=float(result["chosen_library"]), shortlist=result["shortlist"], scope="suspects")
@@ -387,7 +404,7 @@ def install(model, result: dict, bundle: str, run: dict) -> str:
 
     from engine.model.bundle import add_bundle_file
 
-    ranking = chosen_ranking(result)
+    ranking = chosen_ranking(result, bool(run.get("library_only")))
     if ranking is None:
         return f"not installed: both rules chose w = 0 at top {result['shortlist']}"
     model.ranking = ranking

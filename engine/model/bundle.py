@@ -46,7 +46,7 @@ from engine.model.tokenizer import SafeTokenizer
 if TYPE_CHECKING:  # RDKit-backed modules, loaded only when a bundle ships the files: pretraining on a machine
     from engine.model.bitlegend import BitLegend  # without RDKit (an accelerator) imports this module too
     from engine.model.confidence import ConfidenceModel
-    from engine.model.forward import ForwardModel
+    from engine.model.forward import ForwardEnsemble, ForwardModel
     from engine.model.known import KnownStructures
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class ModelBundle:
     bit_legend: BitLegend | None = None  # bit_legend.json.gz, when the bundle ships one
     known_structures: KnownStructures | None = None  # known_structures.npz: the training corpus's structures
     confidence: ConfidenceModel | None = None  # confidence.json: P(rank 1 is right) from a ranked pool
-    forward: ForwardModel | None = None  # forward.json + forward.safetensors: the fragment score
+    forward: ForwardModel | ForwardEnsemble | None = None  # forward.json + forward.safetensors: the fragment score
     _base_state: dict | None = field(default=None, repr=False)
     _merged_state: dict | None = field(default=None, repr=False)
 
@@ -380,10 +380,10 @@ def _load_optional(path: Path, recorded: dict, n_bits: int):
         confidence = ConfidenceModel.load(path / "confidence.json")
     forward = None
     if (path / "forward.json").is_file():
-        from engine.model.forward import ForwardModel
+        from engine.model.forward import load_forward
 
         try:
-            forward = ForwardModel.load(path, config_file="forward.json")
+            forward = load_forward(path, config_file="forward.json")
         except ConfigError as e:
             raise BundleError(f"{path}: {e} (or remove forward.json and forward.safetensors: they are optional)") from e
     return legend, known, confidence, forward

@@ -12,7 +12,8 @@ encoder is what it is compared with:
   neutral loss as element counts, the share of the precursor's heavy atoms and mass, ring-plus-double-bond
   equivalents, how many pieces share the heavy atoms, the ion mode and the precursor's mass;
 * **model** (:class:`ForwardModel`): features -> logit that the candidate is a peak, and the peak's intensity
-  feature (``sqrt(I / I_max)``);
+  feature (``sqrt(I / I_max)``); :class:`ForwardEnsemble` averages the peak probabilities of several models,
+  each trained on another part of the structures, and :func:`load_forward` reads either;
 * **score** (:func:`forward_score`, :class:`ForwardScorer`): the log-likelihood of a spectrum's observed peak
   formulas under a structure's predicted peaks, ``Σ_f [o_f log q_f + (1 − o_f) log(1 − q_f)]`` over the
   structure's candidate formulas ``f`` (``o_f``: the spectrum has a peak token of that formula), plus
@@ -241,43 +242,100 @@ class ForwardModel(nn.Module):
 
     def save(self, folder: str | Path, extra: dict | None = None, config_file: str = "config.json") -> None:
         """Write ``forward.safetensors`` and ``config_file`` (architecture, ``ranking``, ``training``: ``extra``)."""
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / WEIGHTS_FILE))
-        data = {"format_version": FORMAT_VERSION, **self.config.to_dict(), "ranking": asdict(self.ranking),
-                **({"training": extra} if extra else {})}  # fmt: skip
-        tmp = folder / (config_file + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-        tmp.replace(folder / config_file)
+        _save(self, folder, {}, extra, config_file)
 
     @classmethod
     def load(cls, folder: str | Path, config_file: str = "config.json") -> ForwardModel:
-        """The model saved in ``folder`` (``config_file`` + ``forward.safetensors``; a model bundle names its
-        config ``forward.json``)."""
-        from safetensors.torch import load_file
-
-        folder = Path(folder)
-        path = folder / config_file
-        if not path.is_file():
-            raise ConfigError(f"{folder} holds no forward model (no {config_file}); train one with "
-                              f"`python -m training.forward fit`.")  # fmt: skip
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ConfigError(f"{path} cannot be read as the forward model's config ({e}); copy it again.") from e
-        if data.get("format_version") != FORMAT_VERSION:
-            raise ConfigError(f"{path} has format {data.get('format_version')!r}, this program reads "
-                              f"{FORMAT_VERSION}; retrain the forward model.")  # fmt: skip
-        model = cls(ForwardConfig.architecture(data), ForwardRanking.from_dict(data.get("ranking")))
-        try:
-            model.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
-        except (OSError, RuntimeError) as e:
-            raise ConfigError(f"{folder / WEIGHTS_FILE} does not hold the weights {path.name} describes ({e}); "
-                              f"copy the forward model again.") from e  # fmt: skip
-        model.eval()
+        """The single model saved in ``folder`` (:func:`load_forward` also reads an ensemble)."""
+        model = load_forward(folder, config_file)
+        if not isinstance(model, cls):
+            raise ConfigError(f"{Path(folder) / config_file} holds an ensemble of {len(model.members)} forward "
+                              f"models, not one; train or fine-tune a single member.")  # fmt: skip
         return model
+
+
+class ForwardEnsemble(nn.Module):
+    """Forward models of one architecture whose peak probabilities are averaged: each member is trained on
+    another part of the structures (``training.forward fit --held-out-fold``), so the average depends less on
+    which structures one fit happened to see. Saved like one model (``members`` in its config, the weights
+    under ``members.<i>.``); :func:`load_forward` reads either."""
+
+    def __init__(self, config: ForwardConfig, n_members: int, ranking: ForwardRanking = ForwardRanking()):
+        super().__init__()
+        if not isinstance(n_members, int) or isinstance(n_members, bool) or n_members < 2:
+            raise ConfigError(f"an ensemble needs an integer >= 2 of members, got {n_members!r}.")
+        self.config = config
+        self.ranking = ranking
+        self.members = nn.ModuleList(ForwardModel(config) for _ in range(n_members))
+
+    @classmethod
+    def of(cls, models: list[ForwardModel], ranking: ForwardRanking = ForwardRanking()) -> ForwardEnsemble:
+        """The ensemble of trained ``models`` (same architecture and candidate settings)."""
+        configs = {json.dumps(m.config.to_dict(), sort_keys=True) for m in models}
+        if len(configs) != 1:
+            raise ConfigError(f"ensemble members must share one architecture, got {len(configs)} different ones: "
+                              f"{'; '.join(sorted(configs))}.")  # fmt: skip
+        out = cls(models[0].config, len(models), ranking)
+        for member, model in zip(out.members, models):
+            member.load_state_dict(model.state_dict())
+        out.eval()
+        return out
+
+    @torch.no_grad()
+    def predict(self, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
+        """Peak probabilities and intensity features of ``cand``, averaged over the members."""
+        self.eval()
+        x = torch.from_numpy(np.hstack([cand.dense_fingerprints(self.config.n_bits), cand.scalars]))
+        outs = [m(x) for m in self.members]
+        q = torch.stack([torch.sigmoid(logit) for logit, _ in outs]).mean(0)
+        intensity = torch.stack([i for _, i in outs]).mean(0)
+        return q.numpy(), intensity.numpy()
+
+    def save(self, folder: str | Path, extra: dict | None = None, config_file: str = "config.json") -> None:
+        """As :meth:`ForwardModel.save`, with ``members`` in the config."""
+        _save(self, folder, {"members": len(self.members)}, extra, config_file)
+
+
+def load_forward(folder: str | Path, config_file: str = "config.json") -> ForwardModel | ForwardEnsemble:
+    """The forward model or ensemble saved in ``folder`` (``config_file`` + ``forward.safetensors``; a model
+    bundle names its config ``forward.json``)."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    path = folder / config_file
+    if not path.is_file():
+        raise ConfigError(f"{folder} holds no forward model (no {config_file}); train one with "
+                          f"`python -m training.forward fit`.")  # fmt: skip
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path} cannot be read as the forward model's config ({e}); copy it again.") from e
+    if data.get("format_version") != FORMAT_VERSION:
+        raise ConfigError(f"{path} has format {data.get('format_version')!r}, this program reads "
+                          f"{FORMAT_VERSION}; retrain the forward model.")  # fmt: skip
+    config, ranking = ForwardConfig.architecture(data), ForwardRanking.from_dict(data.get("ranking"))
+    members = data.get("members", 1)
+    model = ForwardModel(config, ranking) if members == 1 else ForwardEnsemble(config, members, ranking)
+    try:
+        model.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
+    except (OSError, RuntimeError) as e:
+        raise ConfigError(f"{folder / WEIGHTS_FILE} does not hold the weights {path.name} describes ({e}); "
+                          f"copy the forward model again.") from e  # fmt: skip
+    model.eval()
+    return model
+
+
+def _save(model: nn.Module, folder: str | Path, head: dict, extra: dict | None, config_file: str) -> None:
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / WEIGHTS_FILE))
+    data = {"format_version": FORMAT_VERSION, **head, **model.config.to_dict(), "ranking": asdict(model.ranking),
+            **({"training": extra} if extra else {})}  # fmt: skip
+    tmp = folder / (config_file + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    tmp.replace(folder / config_file)
 
 
 # -- scoring a structure against a spectrum ------------------------------------------------------------

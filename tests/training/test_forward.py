@@ -290,3 +290,41 @@ def test_a_fit_config_carries_the_model_settings_it_saves():
         FitConfig(mgf="x.mgf", out="o", n_bits=4)
     with pytest.raises(ConfigError, match="hidden"):
         FitConfig(mgf="x.mgf", out="o", hidden=0)
+
+
+def test_a_held_out_fold_is_one_of_the_split_and_is_checked():
+    assert FitConfig(mgf="x.mgf", out="o", held_out_share=4, held_out_fold=3).held_out_fold == 3
+    for bad in (4, -1, 1.5):
+        with pytest.raises(ConfigError, match="held_out_fold.*0 to held_out_share - 1 = 3"):
+            FitConfig(mgf="x.mgf", out="o", held_out_share=4, held_out_fold=bad)
+
+
+def test_held_out_folds_partition_the_structures_between_fits(tmp_path):
+    mgf = write_labelled_mgf(tmp_path / "labelled.mgf", inchikeys=True)
+    held = []
+    for fold in (0, 1):
+        events = list(forward.fit(FitConfig(mgf=str(mgf), out=str(tmp_path / f"f{fold}"), epochs=1, hidden=8,
+                                            held_out_share=2, held_out_fold=fold, cache_dir=str(tmp_path / "c"))))
+        held.append(events[-1].metrics["held_out"]["model"]["groups"])
+    train = load_labelled_spectra(mgf, forward.encoder_features(), cache_dir=str(tmp_path / "c")).select(
+        ("train",), licenses=forward.SHIPPABLE_LICENSES)
+    train = train.subset(np.flatnonzero(np.isin(train.adduct, ["[M+H]+", "[M-H]-"])))
+    groups = {(k, p) for k, p in zip(train.inchikey14.tolist(), train.polarity.tolist())}
+    assert held[0] > 0 and held[1] > 0 and held[0] + held[1] == len(groups)  # each structure held out once
+
+
+def test_fitted_models_join_into_an_ensemble_that_keeps_their_records(tmp_path, capsys):
+    from engine.model.forward import ForwardEnsemble, load_forward
+
+    for i in range(2):
+        torch.manual_seed(i)
+        ForwardModel(ForwardConfig(hidden=8, n_bits=32)).save(tmp_path / f"m{i}", {"metrics": {"fold": i}})
+    members = [str(tmp_path / "m0"), str(tmp_path / "m1")]
+    assert forward.main(["ensemble", "--members", *members, "--out", str(tmp_path / "ens")]) == 0
+    assert "ensemble of 2 forward models" in capsys.readouterr().out
+    ens = load_forward(tmp_path / "ens")
+    assert isinstance(ens, ForwardEnsemble) and len(ens.members) == 2
+    saved = json.loads((tmp_path / "ens" / "config.json").read_text())["training"]["members"]
+    assert saved == [{"folder": members[0], "metrics": {"fold": 0}}, {"folder": members[1], "metrics": {"fold": 1}}]
+    assert forward.main(["ensemble", "--members", members[0], "--out", str(tmp_path / "one")]) == 2
+    assert "at least 2 member folders" in capsys.readouterr().err

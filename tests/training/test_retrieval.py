@@ -302,3 +302,32 @@ def test_main_reports_errors(tmp_path, capsys):
     rc = rt.main(["--mgf", str(tmp_path / "missing.mgf"), "--corpus", str(tmp_path / "missing.tsv"),
                   "--out", str(tmp_path / "out"), "--model", str(tmp_path / "no_model")])
     assert rc == 1 and "error:" in capsys.readouterr().err
+
+
+def test_library_only_pools_hold_the_same_library_candidates_without_the_search(tiny_bundle_dir, data_dir, tmp_path,
+                                                                                monkeypatch):
+    monkeypatch.setenv("MSGPT_HOME", str(tmp_path / "home"))
+    mgf = _fixture_with_train_records(data_dir, tmp_path / "spectra.mgf")
+    common = dict(mgf=str(mgf), corpus=str(write_corpus(tmp_path / "corpus.tsv")), model=str(tiny_bundle_dir),
+                  choose_spectra=2, report_spectra=2, licenses=("CC0",), precision="fp32")
+    rt.run(rt.RetrievalConfig(out=str(tmp_path / "full"), **common))
+    summary = rt.run(rt.RetrievalConfig(out=str(tmp_path / "lib"), library_only=True, **common))
+    assert summary["run"]["library_only"] and summary["run"]["pools"] == 4
+    assert not (tmp_path / "lib" / "metrics.json").exists()  # nothing analysed: it needs de novo pools
+    full = rt.read_jsonl(tmp_path / "full" / "pools.jsonl")
+    lib = rt.read_jsonl(tmp_path / "lib" / "pools.jsonl")
+    assert set(full) == set(lib)
+    for key, rec in lib.items():
+        assert rec["n_denovo"] == 0 and rec["queries"] == [] and all("n" not in c and "dec" not in c
+                                                                   for c in rec["candidates"])
+        in_library = {c["k"]: c for c in full[key]["candidates"] if c.get("fl") or c.get("ml")}
+        assert {c["k"]: c["fp"] for c in rec["candidates"]} == {k: c["fp"] for k, c in in_library.items()}
+        pool = rt.Pool.from_record(rec)
+        assert np.isnan(pool.decoder_mean([0])).all()  # no stored query: no decoder term, not an error
+        rows, known, truth = rt.setting_rows(pool, "formula", "library")
+        assert truth is not None and rt.pool_hits(rt.Variant("fingerprint"), pool, "formula", "library")[1] in (0, 1)
+    run_key = json.loads((tmp_path / "lib" / "run.json").read_text())["run_key"]
+    assert run_key["library_only"] is True and "library_only" not in json.loads(
+        (tmp_path / "full" / "run.json").read_text())["run_key"]  # fmt: skip
+    with pytest.raises(ConfigError, match="leave out --fragment-spectra"):
+        rt.run(rt.RetrievalConfig(out=str(tmp_path / "lib2"), library_only=True, fragment_spectra=1, **common))

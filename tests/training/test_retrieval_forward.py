@@ -32,6 +32,40 @@ def test_install_writes_the_de_novo_rules_weight_else_the_suspect_rules(chosen, 
     assert rf.chosen_ranking({"shortlist": 10, "chosen": chosen, "chosen_library": library}) == expected
 
 
+def test_library_only_pools_install_only_the_suspect_rules_weight(tmp_path):
+    assert not rf.library_only_pools(tmp_path)  # no run.json: pools of an older run, with de novo candidates
+    (tmp_path / "run.json").write_text(json.dumps({"run_key": {"seed": 0}}))
+    assert not rf.library_only_pools(tmp_path)
+    (tmp_path / "run.json").write_text(json.dumps({"run_key": {"seed": 0, "library_only": True}}))
+    assert rf.library_only_pools(tmp_path)
+    result = {"shortlist": 10, "chosen": "2", "chosen_library": "8"}
+    assert rf.chosen_ranking(result, library_only=True) == ForwardRanking(weight=8.0, shortlist=10, scope="suspects")
+    assert rf.chosen_ranking({**result, "chosen_library": "0"}, library_only=True) is None
+
+
+def _mgf_with_folds(path, records):
+    blocks = [f"BEGIN IONS\nFOLD={fold}\nLICENSE={lic}\nINCHIKEY={key}-AAAAAAAAAA-N\nPEPMASS=100\n50 1\nEND IONS\n"
+              for fold, lic, key in records]
+    path.write_text("".join(blocks))
+    return path
+
+
+def test_the_overlap_check_reads_every_members_licences(tmp_path):
+    from engine.model.forward import ForwardEnsemble
+
+    a, b = "A" * 14, "B" * 14
+    mgf = _mgf_with_folds(tmp_path / "x.mgf", [("train", "CC0", a), ("train", "CC BY-NC", b), ("val", "CC0", "C" * 14)])
+    torch.manual_seed(0)
+    m = ForwardModel(ForwardConfig(hidden=8, n_bits=32))
+    members = []
+    for name, lic in (("m0", ["CC0"]), ("m1", ["CC BY-NC"])):
+        m.save(tmp_path / name, extra={"metrics": {"config": {"licenses": lic}}})
+        members.append(json.loads((tmp_path / name / "config.json").read_text())["training"])
+    assert rf.forward_training_overlap(str(tmp_path / "m0"), str(mgf), {a, b, "C" * 14}) == 1
+    ForwardEnsemble.of([m, m]).save(tmp_path / "ens", extra={"members": members})
+    assert rf.forward_training_overlap(str(tmp_path / "ens"), str(mgf), {a, b, "C" * 14}) == 2
+
+
 def test_install_puts_the_model_and_its_ranking_into_a_bundle(tiny_bundle_dir, tmp_path):
     import shutil
 

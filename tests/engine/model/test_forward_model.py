@@ -16,10 +16,12 @@ from engine.model import forward as fw
 from engine.model.bundle import add_bundle_file, load_bundle
 from engine.model.forward import (
     ForwardConfig,
+    ForwardEnsemble,
     ForwardModel,
     ForwardRanking,
     ForwardScorer,
     PeakSettings,
+    load_forward,
 )
 
 PEAKS = PeakSettings(tol_ppm=10.0, tol_da=0.002, min_rdbe=-0.5, max_peaks=60)
@@ -62,6 +64,41 @@ def test_load_says_what_is_wrong_and_what_to_do(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**data, "ranking": {"weight": -1}}))
     with pytest.raises(ConfigError, match="weight"):
         ForwardModel.load(tmp_path)
+
+
+def _toy_candidates(k: int = 5, n_bits: int = 64) -> fw.Candidates:
+    rng = np.random.default_rng(0)
+    bits = [np.sort(rng.choice(n_bits, 6, replace=False)).astype(np.int64) for _ in range(k)]
+    return fw.Candidates(np.zeros((k, 14), np.int64), rng.normal(size=(k, fw.N_SCALARS)).astype(np.float32), bits,
+                         True)
+
+
+def test_an_ensemble_averages_its_members_peak_probabilities_and_reloads(tmp_path):
+    members = [small_model(seed) for seed in (0, 1, 2)]
+    ens = ForwardEnsemble.of(members, ForwardRanking(weight=4.0, shortlist=10))
+    cand = _toy_candidates()
+    q = ens.predict(cand)[0]
+    by_member = np.stack([m.predict(cand)[0] for m in members])
+    np.testing.assert_allclose(q, by_member.mean(0), rtol=1e-6)
+    assert not np.allclose(by_member[0], by_member[1])  # the members differ, so the average is not one of them
+    ens.save(tmp_path, extra={"members": ["a", "b", "c"]}, config_file="forward.json")
+    saved = json.loads((tmp_path / "forward.json").read_text())
+    assert saved["members"] == 3 and saved["hidden"] == 16 and saved["ranking"]["weight"] == 4.0
+    back = load_forward(tmp_path, config_file="forward.json")
+    assert isinstance(back, ForwardEnsemble) and back.ranking == ens.ranking and len(back.members) == 3
+    np.testing.assert_array_equal(back.predict(cand)[0], q)
+    single = tmp_path / "single"
+    members[0].save(single)
+    assert type(load_forward(single)) is ForwardModel  # a config without `members` is one model, as before
+    with pytest.raises(ConfigError, match="ensemble of 3 forward models, not one"):
+        ForwardModel.load(tmp_path, config_file="forward.json")
+
+
+def test_an_ensemble_needs_two_members_of_one_architecture():
+    with pytest.raises(ConfigError, match="one architecture"):
+        ForwardEnsemble.of([small_model(), ForwardModel(ForwardConfig(hidden=8, n_bits=64))])
+    with pytest.raises(ConfigError, match="integer >= 2 of members"):
+        ForwardEnsemble(ForwardConfig(hidden=8, n_bits=64), 1)
 
 
 @pytest.mark.parametrize("kwargs", [{"weight": -0.5}, {"shortlist": 0}, {"scope": "library"}, {"weight": "1"}])
@@ -113,6 +150,18 @@ def test_a_bundle_loads_its_forward_model_checked_by_checksum(tiny_bundle_dir, t
     (bundle_dir / "forward.json").write_text((bundle_dir / "forward.json").read_text() + " ")
     with pytest.raises(BundleError, match="forward.json .*checksum"):
         load_bundle(bundle_dir, device="cpu", precision="fp32")
+
+
+def test_a_bundle_loads_an_ensemble_and_scores_with_it(tiny_bundle_dir, tmp_path, make_spectrum):
+    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "bundle")
+    ens = ForwardEnsemble.of([small_model(0), small_model(1)], ForwardRanking(weight=2.0))
+    ens.save(tmp_path / "fw", config_file="forward.json")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.safetensors")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.json")
+    bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
+    assert isinstance(bundle.forward, ForwardEnsemble) and bundle.forward.ranking.weight == 2.0
+    value = ForwardScorer(bundle.forward, make_spectrum(), PEAKS).score("CC1CC2=C(C(=O)O1)C(O)=CC=C2")
+    assert value is not None and math.isfinite(value) and value < 0
 
 
 def test_without_a_forward_model_a_bundle_ranks_as_before(tiny_bundle):
