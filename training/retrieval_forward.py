@@ -80,13 +80,14 @@ SETS = (("choose", "train", "train-unseen"), ("report", "val", "FOLD=val"))
 
 
 # -- the forward score ------------------------------------------------------------------------------------
-def forward_scorer(model, spectrum, eps: float):
+def forward_scorer(model, spectrum, eps: float, intensity_weight: float = 0.0):
     """:class:`engine.model.forward.ForwardScorer` of ``spectrum``, annotated as the forward model's training
     spectra were (the small encoder preset's settings)."""
     from engine.model.encoder import EncoderConfig
     from engine.model.forward import ForwardScorer, PeakSettings
 
-    return ForwardScorer(model, spectrum, PeakSettings.of_encoder(EncoderConfig.from_preset("small")), eps)
+    peaks = PeakSettings.of_encoder(EncoderConfig.from_preset("small"))
+    return ForwardScorer(model, spectrum, peaks, eps, intensity_weight)
 
 
 def shortlist_rows(pool: Pool, k: int) -> np.ndarray:
@@ -100,7 +101,7 @@ def shortlist_rows(pool: Pool, k: int) -> np.ndarray:
 
 
 def compute_scores(model, records: dict, spectra: dict, keys: Sequence[str], k: int, path: Path,
-                   eps: float) -> dict[str, dict]:
+                   eps: float, intensity_weight: float = 0.0) -> dict[str, dict]:
     """Forward scores by pool key (candidate InChIKey first block -> score or None) of every candidate a
     first-``k`` shortlist can hold, appended to the jsonl ``path`` as they are done (what it holds is reused)."""
     import torch
@@ -125,7 +126,7 @@ def compute_scores(model, records: dict, spectra: dict, keys: Sequence[str], k: 
             todo = [rec["candidates"][i] for i in shortlist_rows(pool, k) if rec["candidates"][i]["k"] not in have]
             if not todo:
                 continue
-            scorer = forward_scorer(model, spectra[key], eps)
+            scorer = forward_scorer(model, spectra[key], eps, intensity_weight)
             t = time.perf_counter()
             fw = {}
             for c in todo:
@@ -302,6 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--weights", type=float, nargs="+", default=list(WEIGHTS), help="forward-score weights w")
     p.add_argument("--n", type=int, default=0, help="first N pools of each set (0: all)")
     p.add_argument("--eps", type=float, default=0.01, help="probability of an observed peak no fragment explains")
+    p.add_argument("--intensity-weight", type=float, default=0.0, metavar="A",
+                   help="weigh each observed peak formula's term by 1 + A·sqrt(I/I_max) (default 0: every peak once; "
+                        "a cache in --out holds the scores of one A only)")
     p.add_argument("--mgf", help="labelled MGF, to check that no pool truth trained the forward model")
     p.add_argument("--shard", metavar="I/N",
                    help="only compute the forward scores of every N-th pool from the I-th (0-based) into the shared "
@@ -334,10 +338,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         keys = {name: ks[: a.n] for name, ks in keys.items()}
     order = [k for pair in zip(*keys.values()) for k in pair]  # interleaved: an interrupted run stays balanced
     order += [k for ks in keys.values() for k in ks[len(order) // 2 :]]
+    from engine.errors import ConfigError
+
+    try:
+        check_score_settings(out, {"eps": a.eps, "intensity_weight": a.intensity_weight})
+    except ConfigError as e:
+        p.error(str(e))
     cache: dict = {}
     for k in sorted(a.shortlists):
         todo = order if shard is None else order[shard[0] :: shard[1]]
-        cache = compute_scores(model, records, spectra, todo, k, out / "forward_scores.jsonl", a.eps)
+        cache = compute_scores(model, records, spectra, todo, k, out / "forward_scores.jsonl", a.eps,
+                               a.intensity_weight)
     if shard is not None:
         print(f"shard {a.shard}: forward scores of {len(order[shard[0] :: shard[1]])} pools in {out}")
         return 0
@@ -350,7 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = sum(c["seconds"] for c in used)
     metrics = {
         "run": {"command": "OMP_NUM_THREADS=1 python -m training.retrieval_forward " + " ".join(argv),
-                "forward": a.forward, "pools": a.pools, "eps": a.eps, "n": {s: len(v) for s, v in sets.items()},
+                "forward": a.forward, "pools": a.pools, "eps": a.eps, "intensity_weight": a.intensity_weight,
+                "n": {s: len(v) for s, v in sets.items()},
                 "library_only": library_only_pools(Path(a.pools)),
                 "machine": f"{platform.processor() or platform.machine()}, {_cpu_name()}",
                 "truths_in_forward_training": forward_training_overlap(
@@ -367,6 +379,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         k = a.install_shortlist or a.shortlists[0]
         print(install(model, next(r for r in shortlists if r["shortlist"] == k), a.install, metrics["run"]))
     return 0
+
+
+def check_score_settings(out: Path, settings: dict) -> None:
+    """Record the settings the score cache in ``out`` is computed with; refuse other settings there (the cached
+    scores would be of another score)."""
+    from engine.errors import ConfigError
+
+    path = out / "score_settings.json"
+    if path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        if old != settings:
+            raise ConfigError(f"{out} caches forward scores computed with {old}, not {settings}; use a new --out.")
+    elif not (out / "forward_scores.jsonl").is_file() or settings == {"eps": 0.01, "intensity_weight": 0.0}:
+        path.write_text(json.dumps(settings), encoding="utf-8")  # a cache from before this file used the defaults
+    else:
+        raise ConfigError(f"{out} caches forward scores of unrecorded settings (the defaults); use a new --out "
+                          f"for {settings}.")  # fmt: skip
 
 
 def parse_shard(text: str) -> tuple[int, int] | None:

@@ -339,15 +339,18 @@ def _save(model: nn.Module, folder: str | Path, head: dict, extra: dict | None, 
 
 
 # -- scoring a structure against a spectrum ------------------------------------------------------------
-def forward_score(q: np.ndarray, observed: np.ndarray, n_observed: int, eps: float = UNEXPLAINED_EPS) -> float:
+def forward_score(q: np.ndarray, observed: np.ndarray, n_observed: int, eps: float = UNEXPLAINED_EPS,
+                  weight: np.ndarray | None = None, unexplained_weight: float | None = None) -> float:
     """How well a structure's fragments predict a spectrum's peak formulas: Σ_f [o_f log q_f + (1 − o_f)
     log(1 − q_f)] over its candidate formulas (``q``: the model's peak probabilities; ``observed`` o_f: 0/1),
     plus (peak formulas no fragment explains) · log ``eps``, with ``n_observed`` peak formulas in the
-    spectrum. Nats, higher is better."""
+    spectrum. Nats, higher is better. ``weight`` (one per candidate) multiplies the observed terms, and
+    ``unexplained_weight`` replaces the count of unexplained peak formulas (both for intensity weights)."""
     q = np.clip(np.asarray(q, dtype=np.float64), 1e-4, 1 - 1e-4)
     o = np.asarray(observed, dtype=np.float64)
-    explained = int(o.sum())
-    return float((o * np.log(q) + (1 - o) * np.log1p(-q)).sum() + (n_observed - explained) * np.log(eps))
+    ow = o if weight is None else o * np.asarray(weight, dtype=np.float64)
+    missed = n_observed - int(o.sum()) if unexplained_weight is None else unexplained_weight
+    return float((ow * np.log(q) + (1 - o) * np.log1p(-q)).sum() + missed * np.log(eps))
 
 
 @dataclass(frozen=True)
@@ -371,18 +374,24 @@ class ForwardScorer:
     The spectrum is annotated once per formula (its peak tokens as neutral subformulas of that formula,
     the root left out); a structure is scored against the annotation under its own formula. Structures the
     fragmenter cannot handle (an unsupported element), and formulas the spectrum cannot be annotated with,
-    score None.
+    score None. ``intensity_weight`` a > 0 weighs each observed peak formula's term by 1 + a·sqrt(I / I_max)
+    (0, the default, counts every peak formula once; measured in docs/known_compounds.md, not adopted).
     """
 
-    def __init__(self, model: ForwardModel, spectrum, peaks: PeakSettings, eps: float = UNEXPLAINED_EPS):
+    def __init__(self, model: ForwardModel | ForwardEnsemble, spectrum, peaks: PeakSettings,
+                 eps: float = UNEXPLAINED_EPS, intensity_weight: float = 0.0):  # fmt: skip
+        if not (np.isfinite(intensity_weight) and intensity_weight >= 0):
+            raise ConfigError(f"`intensity_weight` must be a number >= 0, got {intensity_weight!r}.")
         self.model, self.spectrum, self.peaks, self.eps = model, spectrum, peaks, eps
+        self.intensity_weight = float(intensity_weight)
         self.settings = model.config.candidate_settings()
         self.polarity = -1 if getattr(spectrum, "polarity", "positive") == "negative" else 1
-        self._observed: dict[str, set[bytes] | None] = {}
+        self._observed: dict[str, dict[bytes, float] | None] = {}
         self._scores: dict[str, float | None] = {}
 
-    def observed(self, formula: str) -> set[bytes] | None:
-        """The spectrum's peak-token formulas (neutral, root excluded) annotated with ``formula``."""
+    def observed(self, formula: str) -> dict[bytes, float] | None:
+        """The spectrum's peak-token formulas (neutral, root excluded) annotated with ``formula``, each with its
+        intensity feature ``sqrt(I / I_max)``."""
         if formula not in self._observed:
             from engine.model.featurize import featurize_annotation
             from engine.spectra.annotate import annotate_peaks
@@ -391,8 +400,9 @@ class ForwardScorer:
             try:
                 ann = annotate_peaks(s.mz, s.intensity, formula, s.adduct, tol_ppm=p.tol_ppm, tol_da=p.tol_da,
                                      min_rdbe=p.min_rdbe, precursor_mz=s.precursor_mz)
-                tokens = featurize_annotation(ann, max_peaks=p.max_peaks).formulas[1:]
-                self._observed[formula] = {np.asarray(t, dtype=np.int64).tobytes() for t in tokens}
+                feat = featurize_annotation(ann, max_peaks=p.max_peaks)
+                self._observed[formula] = {np.asarray(t, dtype=np.int64).tobytes(): float(r)
+                                           for t, r in zip(feat.formulas[1:], feat.intensities[1:])}
             except MsgptError:
                 self._observed[formula] = None
         return self._observed[formula]
@@ -417,8 +427,16 @@ class ForwardScorer:
             cand = candidates(chem.remove_stereo(mol), self.polarity, self.settings)
         except MsgptError:
             return None
+        a = self.intensity_weight
         if len(cand) == 0:
-            return float(len(observed) * np.log(self.eps))
+            missed = len(observed) + a * sum(observed.values())
+            return float(missed * np.log(self.eps))
         q, _ = self.model.predict(cand)
-        hit = np.array([f.tobytes() in observed for f in cand.formulas], dtype=np.float64)
-        return forward_score(q, hit, len(observed), self.eps)
+        keys = [f.tobytes() for f in cand.formulas]
+        hit = np.array([k in observed for k in keys], dtype=np.float64)
+        if not a:
+            return forward_score(q, hit, len(observed), self.eps)
+        explained = {k for k in keys if k in observed}
+        weight = 1 + a * np.array([observed.get(k, 0.0) for k in keys])
+        missed = sum(1 + a * r for k, r in observed.items() if k not in explained)
+        return forward_score(q, hit, len(observed), self.eps, weight, missed)

@@ -92,6 +92,22 @@ def test_a_shard_is_i_of_n(text, expected):
     assert rf.parse_shard(text) == expected
 
 
+def test_a_score_cache_is_kept_to_the_settings_it_was_computed_with(tmp_path):
+    from engine.errors import ConfigError
+
+    rf.check_score_settings(tmp_path, {"eps": 0.01, "intensity_weight": 2.0})  # a new folder records them
+    rf.check_score_settings(tmp_path, {"eps": 0.01, "intensity_weight": 2.0})
+    with pytest.raises(ConfigError, match="computed with .*intensity_weight': 2.0.*use a new --out"):
+        rf.check_score_settings(tmp_path, {"eps": 0.01, "intensity_weight": 0.0})
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "forward_scores.jsonl").write_text("")  # a cache from before the record: the default settings
+    with pytest.raises(ConfigError, match="unrecorded settings"):
+        rf.check_score_settings(old, {"eps": 0.01, "intensity_weight": 1.0})
+    rf.check_score_settings(old, {"eps": 0.01, "intensity_weight": 0.0})
+    assert json.loads((old / "score_settings.json").read_text())["intensity_weight"] == 0.0
+
+
 def test_a_shard_run_refuses_to_install(capsys):
     with pytest.raises(SystemExit) as e:
         rf.main(["--shard", "0/2", "--install", "somewhere"])

@@ -134,6 +134,28 @@ def test_a_structure_that_explains_the_peaks_scores_higher(make_spectrum):
     assert mellein == pytest.approx(len(cand) * math.log(0.5) + (len(observed) - hits) * math.log(0.01))
 
 
+def test_an_intensity_weight_counts_intense_peaks_more(make_spectrum):
+    model = small_model()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()  # q = 0.5 for every candidate: the score is the weighted count of explained and missed peaks
+    smiles = "CC1CC2=C(C(=O)O1)C(O)=CC=C2"
+    plain = ForwardScorer(model, make_spectrum(), PEAKS)
+    weighted = ForwardScorer(model, make_spectrum(), PEAKS, intensity_weight=2.0)
+    observed = weighted.observed("C10H10O3")
+    assert all(0 < r <= 1 for r in observed.values()) and max(observed.values()) == pytest.approx(1.0)
+    keys = {f.tobytes() for f in fw.candidates(fw_mol(smiles), 1).formulas}
+    hit = sum(1 + 2.0 * r for k, r in observed.items() if k in keys)
+    missed = sum(1 + 2.0 * r for k, r in observed.items() if k not in keys)
+    n_hits = sum(k in keys for k in observed)
+    expected = (hit + len(keys) - n_hits) * math.log(0.5) + missed * math.log(0.01)
+    assert weighted.score(smiles) == pytest.approx(expected)
+    assert ForwardScorer(model, make_spectrum(), PEAKS, intensity_weight=0.0).score(smiles) == plain.score(smiles)
+    assert weighted.score(smiles) < plain.score(smiles)  # every weight is >= 1, and every term is <= 0
+    with pytest.raises(ConfigError, match="intensity_weight"):
+        ForwardScorer(model, make_spectrum(), PEAKS, intensity_weight=-1.0)
+
+
 def fw_mol(smiles: str):
     from engine.chem import molecules as chem
 
