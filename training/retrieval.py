@@ -29,7 +29,9 @@ log-probability under a few band queries (teacher-forced, conditioned on its own
 :func:`engine.insight.structure_score.decoder_log_probs`; each query timed apart) and, for the first
 ``--fragment-spectra`` spectra, the share of intensity its fragments explain
 (:func:`engine.spectra.fragments.explain_peaks`). Pools are cached in ``<out>/pools.jsonl`` as they are done,
-so a rerun (or a larger ``--*-spectra``) costs only what is new.
+so a rerun (or a larger ``--*-spectra``) costs only what is new. ``--library-only`` pools hold the library
+tracks alone (the encoder runs, nothing is drawn or decoder-scored, nothing is analysed): what
+:mod:`training.retrieval_forward`'s suspect-list rule needs, in seconds.
 
 **Rankings** (:func:`evaluate_pools`): Hit@1/5/20 of the truth ranked among the library alone and among the
 library plus the de novo candidates, per track; ties are broken at random in expectation
@@ -1125,8 +1127,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allowed loss of de novo Top-1/Top-10 against today's ranking when choosing (default 0)")
     p.add_argument("--library-only", action="store_true",
                    help="pools of the library tracks alone: the encoder runs, the de novo search and the decoder "
-                        "scores do not (about 30x faster), and nothing is analysed; for measures of a library's "
-                        "own order, such as training.retrieval_forward's suspect-list rule")
+                        "scores do not (750 pools in seconds instead of hours), and nothing is analysed; for "
+                        "measures of a library's own order, such as training.retrieval_forward's suspect-list rule")
     return p
 
 

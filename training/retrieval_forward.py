@@ -37,7 +37,11 @@ line cut short is computed again)::
 Outputs: ``<out>/metrics.json`` and ``<out>/report.md`` (also printed).
 
 A second rule, for a suspect list's own order (its structures rank before every prediction, so de novo answers
-are not at stake), chooses the weight of the best mean library-alone Hit@1 over both tracks. ``--install
+are not at stake), chooses the weight of the best mean library-alone Hit@1 over both tracks. That rule needs
+no de novo candidates: on pools of ``training.retrieval --library-only`` (the same library candidates and
+fingerprint scores, made in seconds) the report says so and ``--install`` only writes the suspect rule's
+weight. ``--forward`` may name an ensemble (``training.forward ensemble``); ``--intensity-weight`` weighs the
+observed peak formulas by their intensity (:class:`engine.model.forward.ForwardScorer`). ``--install
 BUNDLE`` writes the forward model into a model bundle with what was chosen (``forward.json`` +
 ``forward.safetensors``, :class:`engine.model.forward.ForwardRanking`): scope ``all`` at the first rule's weight
 when it is above 0, else scope ``suspects`` at the second rule's; nothing when both chose 0.
@@ -203,14 +207,21 @@ def library_key(m: dict) -> tuple:
     return tuple(round(float(np.mean([m[t]["library"][f"hit{k}"] for t in TRACKS])), 9) for k in (1, 5))
 
 
+def config_file(forward_dir: str | Path) -> str:
+    """The forward model's config in ``forward_dir``: ``forward.json`` in a model bundle (whose ``config.json``
+    is the bundle's), else ``config.json`` (a ``training.forward`` output folder)."""
+    return "forward.json" if (Path(forward_dir) / "forward.json").is_file() else "config.json"
+
+
 def forward_training_overlap(forward_dir: str, mgf: str | None, truths: set[str]) -> int | None:
     """How many pool truths have a spectrum the forward model trained on (FOLD=train, its licences)."""
     if not mgf:
         return None
     from .retrieval import mgf_labels
 
-    cfg = json.loads((Path(forward_dir) / "config.json").read_text(encoding="utf-8"))
+    cfg = json.loads((Path(forward_dir) / config_file(forward_dir)).read_text(encoding="utf-8"))
     training = cfg.get("training") or {}
+    training = training.get("fit", training)  # a bundle's forward.json keeps the fit's record under "fit"
     members = training.get("members") or [training]  # an ensemble keeps each member's record
     per_member = [((m.get("metrics") or {}).get("config") or {}).get("licenses") for m in members]
     licenses = None if any(v is None for v in per_member) else sorted({x for v in per_member for x in v})
@@ -296,7 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="python -m training.retrieval_forward", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--forward", default="runs/forward", help="forward model folder (python -m training.forward fit)")
+    p.add_argument("--forward", default="runs/forward",
+                   help="forward model folder (python -m training.forward fit or ensemble), or a model bundle "
+                        "(its forward.json)")
     p.add_argument("--pools", default="runs/retrieval/v10", help="training.retrieval output folder")
     p.add_argument("--out", default="runs/retrieval_forward/v10")
     p.add_argument("--shortlists", type=int, nargs="+", default=[20], help="shortlist lengths K")
@@ -331,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    model = load_forward(a.forward)
+    model = load_forward(a.forward, config_file(a.forward))
     records, spectra = pool_spectra(Path(a.pools))
     keys = {name: [k for k, r in records.items() if r["fold"] == fold] for name, fold, _ in SETS}
     if a.n:
@@ -437,7 +450,9 @@ def install(model, result: dict, bundle: str, run: dict) -> str:
     if ranking is None:
         return f"not installed: both rules chose w = 0 at top {result['shortlist']}"
     model.ranking = ranking
-    training = json.loads((Path(run["forward"]) / "config.json").read_text(encoding="utf-8")).get("training")
+    training = json.loads((Path(run["forward"]) / config_file(run["forward"])).read_text(encoding="utf-8")).get(
+        "training")  # fmt: skip
+    training = (training or {}).get("fit", training)  # from a bundle: its fit's record, not the old choice
     with tempfile.TemporaryDirectory() as tmp:
         model.save(tmp, extra={"fit": training, "ranking_chosen_by": run["command"]}, config_file="forward.json")
         add_bundle_file(bundle, Path(tmp) / "forward.safetensors")

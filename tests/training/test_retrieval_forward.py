@@ -64,6 +64,11 @@ def test_the_overlap_check_reads_every_members_licences(tmp_path):
     assert rf.forward_training_overlap(str(tmp_path / "m0"), str(mgf), {a, b, "C" * 14}) == 1
     ForwardEnsemble.of([m, m]).save(tmp_path / "ens", extra={"members": members})
     assert rf.forward_training_overlap(str(tmp_path / "ens"), str(mgf), {a, b, "C" * 14}) == 2
+    bundle = tmp_path / "bundle"  # a model bundle: its config.json is the bundle's, the forward model's is forward.json
+    m.save(bundle, extra={"fit": members[0], "ranking_chosen_by": "x"}, config_file="forward.json")
+    (bundle / "config.json").write_text(json.dumps({"format_version": 1, "name": "a bundle"}))
+    assert rf.config_file(bundle) == "forward.json" and rf.config_file(tmp_path / "m0") == "config.json"
+    assert rf.forward_training_overlap(str(bundle), str(mgf), {a, b, "C" * 14}) == 1
 
 
 def test_install_puts_the_model_and_its_ranking_into_a_bundle(tiny_bundle_dir, tmp_path):
