@@ -287,9 +287,11 @@ def report_text(metrics: dict) -> str:
         for set_name, _, label in SETS[::-1]:
             out += [f"## Top {k}, {label}", "", grid_table(res, set_name), "", adduct_table(res, set_name), ""]
         ch = res["grid"][res["chosen"]]["report"]
-        out += [] if run.get("library_only") else [f"Chosen on train-unseen: w = {res['chosen']} (crowding kept: {res['chosen_crowding_ok']}); FOLD=val "
-                f"mean joint Hit@1 gain {_ci(ch['mean_joint_hit1_gain_ci95'])} points (95% CI); joint Hit@1 up/down "
-                f"spectra: " + "; ".join(f"{t} {u}/{d}" for t, (u, d) in ch["spectra_up_down"].items()), ""]
+        if not run.get("library_only"):  # library-only pools measure no de novo answers: no de novo rule
+            out += [f"Chosen on train-unseen: w = {res['chosen']} (crowding kept: {res['chosen_crowding_ok']}); "
+                    f"FOLD=val mean joint Hit@1 gain {_ci(ch['mean_joint_hit1_gain_ci95'])} points (95% CI); joint "
+                    f"Hit@1 up/down spectra: " + "; ".join(f"{t} {u}/{d}" for t, (u, d) in ch["spectra_up_down"].items()),
+                    ""]  # fmt: skip
         if "chosen_library" in res:
             lib = res["grid"][res["chosen_library"]]["report"]
             out += [f"Chosen on train-unseen for the library alone (a suspect list's own order): w = "
@@ -340,10 +342,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shard and a.install:
         p.error("--shard only computes scores; --install goes with the run without --shard that reports")
 
+    from engine.errors import ConfigError
     from engine.model.forward import load_forward
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        check_score_settings(out, {"eps": a.eps, "intensity_weight": a.intensity_weight})
+    except ConfigError as e:
+        p.error(str(e))
     model = load_forward(a.forward, config_file(a.forward))
     records, spectra = pool_spectra(Path(a.pools))
     keys = {name: [k for k, r in records.items() if r["fold"] == fold] for name, fold, _ in SETS}
@@ -351,12 +358,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         keys = {name: ks[: a.n] for name, ks in keys.items()}
     order = [k for pair in zip(*keys.values()) for k in pair]  # interleaved: an interrupted run stays balanced
     order += [k for ks in keys.values() for k in ks[len(order) // 2 :]]
-    from engine.errors import ConfigError
-
-    try:
-        check_score_settings(out, {"eps": a.eps, "intensity_weight": a.intensity_weight})
-    except ConfigError as e:
-        p.error(str(e))
     cache: dict = {}
     for k in sorted(a.shortlists):
         todo = order if shard is None else order[shard[0] :: shard[1]]

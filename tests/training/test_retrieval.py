@@ -308,8 +308,8 @@ def test_library_only_pools_hold_the_same_library_candidates_without_the_search(
                                                                                 monkeypatch):
     monkeypatch.setenv("MSGPT_HOME", str(tmp_path / "home"))
     mgf = _fixture_with_train_records(data_dir, tmp_path / "spectra.mgf")
-    common = dict(mgf=str(mgf), corpus=str(write_corpus(tmp_path / "corpus.tsv")), model=str(tiny_bundle_dir),
-                  choose_spectra=2, report_spectra=2, licenses=("CC0",), precision="fp32")
+    common = {"mgf": str(mgf), "corpus": str(write_corpus(tmp_path / "corpus.tsv")), "model": str(tiny_bundle_dir),
+              "choose_spectra": 2, "report_spectra": 2, "licenses": ("CC0",), "precision": "fp32"}
     rt.run(rt.RetrievalConfig(out=str(tmp_path / "full"), **common))
     summary = rt.run(rt.RetrievalConfig(out=str(tmp_path / "lib"), library_only=True, **common))
     assert summary["run"]["library_only"] and summary["run"]["pools"] == 4
@@ -324,7 +324,7 @@ def test_library_only_pools_hold_the_same_library_candidates_without_the_search(
         assert {c["k"]: c["fp"] for c in rec["candidates"]} == {k: c["fp"] for k, c in in_library.items()}
         pool = rt.Pool.from_record(rec)
         assert np.isnan(pool.decoder_mean([0])).all()  # no stored query: no decoder term, not an error
-        rows, known, truth = rt.setting_rows(pool, "formula", "library")
+        _, _, truth = rt.setting_rows(pool, "formula", "library")
         assert truth is not None and rt.pool_hits(rt.Variant("fingerprint"), pool, "formula", "library")[1] in (0, 1)
     run_key = json.loads((tmp_path / "lib" / "run.json").read_text())["run_key"]
     assert run_key["library_only"] is True and "library_only" not in json.loads(
