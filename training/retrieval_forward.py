@@ -177,6 +177,7 @@ def measure(variant: Variant, pools: Sequence[Pool], today_res: dict, adducts: S
     out["mean_joint_hit1"] = float(np.mean([out[t]["joint"]["hit1"] for t in TRACKS]))
     out["de_novo_loss"] = de_novo_loss(out)
     out["n"] = len(pools)
+    out["_library_top1"] = np.mean([res[t]["library"]["_top1"] for t in TRACKS], axis=0)  # dropped after use
     ion = np.asarray(adducts)
     out["by_adduct"] = {a: {"n": int((ion == a).sum()),
                             "joint_hit1": float(np.mean([np.asarray(res[t]["joint"]["_top1"])[ion == a]
@@ -197,8 +198,13 @@ def run_shortlist(k: int, weights: Sequence[float], sets: dict[str, list[Pool]],
     library = {w: library_key(m["choose"]) + (-float(w),) for w, m in grid.items()}
     alone = replace(base, fp_weight=0.0, **{FIELD: 1.0})
     grid[ALONE] = {s: measure(alone, pools, today[s], adducts[s]) for s, pools in sets.items()}
+    chosen_library = max(library, key=library.get)
+    base = {s: grid[chosen_library][s]["_library_top1"] for s in sets}
+    for m in grid.values():  # how sure the library rule's choice is: every row paired against it
+        for s in sets:
+            m[s]["library_hit1_vs_chosen_ci95"] = ci95(m[s].pop("_library_top1") - base[s])
     return {"shortlist": k, "grid": grid, "chosen": chosen, "chosen_crowding_ok": bool(keyed[chosen][0]),
-            "chosen_library": max(library, key=library.get)}
+            "chosen_library": chosen_library}
 
 
 def library_key(m: dict) -> tuple:
@@ -258,6 +264,23 @@ def grid_table(result: dict, set_name: str) -> str:
     return "\n".join(lines)
 
 
+def library_table(result: dict) -> str:
+    """The library rule's measure (mean library-alone Hit@1 over the tracks) per weight on both sets, with the
+    paired 95% interval of its difference from the weight the rule chose."""
+    lines = ["| w | " + " | ".join(f"{label}: mean library Hit@1, vs chosen w (95% CI)" for _, _, label in SETS)
+             + " |", "| --- |" + " --- |" * len(SETS)]
+    for w, m in result["grid"].items():
+        mark = " (chosen for suspects)" if w == result["chosen_library"] else ""
+        cells = []
+        for set_name, _, _ in SETS:
+            r = m[set_name]
+            mean = float(np.mean([r[t]["library"]["hit1"] for t in TRACKS]))
+            ci = r.get("library_hit1_vs_chosen_ci95")
+            cells.append(_pct(mean) + (f", {_ci(ci)}" if ci is not None and not mark else ""))
+        lines.append(f"| {w}{mark} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def adduct_table(result: dict, set_name: str) -> str:
     """Mean joint Hit@1 over the tracks and de novo Top-1 (libraries off), per precursor ion type."""
     first = next(iter(result["grid"].values()))[set_name]["by_adduct"]
@@ -293,6 +316,7 @@ def report_text(metrics: dict) -> str:
                     f"Hit@1 up/down spectra: " + "; ".join(f"{t} {u}/{d}" for t, (u, d) in ch["spectra_up_down"].items()),
                     ""]  # fmt: skip
         if "chosen_library" in res:
+            out += [f"## Top {k}, the suspect rule", "", library_table(res), ""]
             lib = res["grid"][res["chosen_library"]]["report"]
             out += [f"Chosen on train-unseen for the library alone (a suspect list's own order): w = "
                     f"{res['chosen_library']}; FOLD=val library Hit@1 gain over w = 0, 95% CI: "

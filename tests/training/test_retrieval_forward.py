@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -117,3 +118,30 @@ def test_a_shard_run_refuses_to_install(capsys):
     with pytest.raises(SystemExit) as e:
         rf.main(["--shard", "0/2", "--install", "somewhere"])
     assert e.value.code == 2 and "--shard only computes scores" in capsys.readouterr().err
+
+
+def _library_pool(fp, fw, key):
+    """A library-only pool, truth at row 0, with forward scores in the fragment slot."""
+    from training.retrieval import Pool
+
+    n = len(fp)
+    return Pool(key, 0, np.asarray(fp, float), np.zeros((n, 0)), np.ones(n, bool),
+                {"formula": np.ones(n, bool), "mass": np.ones(n, bool)}, np.zeros(n, np.int64),
+                np.asarray(fw, float))
+
+
+def test_the_suspect_rule_reports_how_sure_its_choice_is():
+    # the fingerprint puts a decoy first in both pools; the forward score lifts the truth when weighted enough
+    pools = [_library_pool([-2.0, -1.0, -3.0], [0.0, -1.5, -3.0], "a"),
+             _library_pool([-2.0, -1.0, -3.0], [0.0, -0.5, -3.0], "b")]
+    sets = {"choose": pools, "report": pools}
+    res = rf.run_shortlist(10, [0.0, 1.0, 4.0], sets, {"choose": ["[M+H]+"] * 2, "report": ["[M+H]+"] * 2})
+    assert res["chosen_library"] == "4"  # both truths first at w = 4, one at w = 1, none at w = 0
+    grid = res["grid"]
+    assert grid["4"]["choose"]["library_hit1_vs_chosen_ci95"] == [0.0, 0.0]
+    assert grid["0"]["choose"]["library_hit1_vs_chosen_ci95"] == [-1.0, -1.0]  # both lost, in every resample
+    low, high = grid["1"]["report"]["library_hit1_vs_chosen_ci95"]
+    assert -1.0 <= low <= -0.5 <= high <= 0.0  # one of two lost
+    assert all(not k.startswith("_") for m in grid.values() for s in m.values() for k in s)  # none in metrics.json
+    table = rf.library_table(res)
+    assert "| 4 (chosen for suspects) | 100.0 | 100.0 |" in table and "| 0 | 0.0, -100.0 … -100.0 |" in table
