@@ -77,6 +77,7 @@ def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, supported_
     samples drawn), so a library structure of the right mass is not lost when the formula ranking missed its
     formula. Ion types are the model's supported ones of the spectrum's polarity."""
     from engine.chem.adducts import neutral_mass_from_precursor, parse_adduct
+    from engine.chem.formula import parse_formula
     from engine.errors import MsgptError
 
     structures = split_libraries(libraries)[0]
@@ -95,6 +96,7 @@ def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, supported_
                 continue
             seen.add((formula, a.name))
             try:
+                a.ion_counts(parse_formula(formula))  # a formula that cannot form the ion (C4F8 as [M-H]-)
                 new = spectrum.with_adduct(a.name, check=False).with_formula(formula)
             except MsgptError:
                 continue

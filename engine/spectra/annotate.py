@@ -372,6 +372,12 @@ def annotate_peaks(
             f"{ion_type.name}: it must contain {format_formula({e: -n for e, n in ion_type.core_delta})}."
         )
     cand = _candidates(tuple(int(n) for n in core), ion_type, min_rdbe)
+    if len(cand.mz) == 0:  # e.g. [M-H]- of a molecule without hydrogen (C4F8): no ion of it can form
+        raise FormulaError(
+            f"Formula {format_formula(vector_to_counts(_as_vector(formula)))} cannot form a {ion_type.name} ion "
+            f"(no fragment or precursor of it has the atoms the ion type adds or removes); check the formula or "
+            f"the ion type."
+        )
 
     # Closest candidate: compare the neighbours on either side of the insertion point.
     right = np.clip(np.searchsorted(cand.mz, mz), 0, len(cand.mz) - 1)  # (N,)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 
+import numpy as np
 import pytest
 from tiny_bundle import FIXTURE, fixture_spectra
 
@@ -25,6 +26,7 @@ from engine.insight.identification import feature_ranks, identification_level
 from engine.library import load_library
 from engine.model.confidence import why_no_confidence
 from engine.progress import run_to_end
+from engine.spectra.spectrum import Spectrum
 from engine.spectral_library import load_spectral_library
 
 REFERENCE = "O=C(CCCCC(=O)N(CCO)CCO)N(CCO)CCO"  # the first fixture spectrum's structure, C14H28N2O6
@@ -129,6 +131,17 @@ def test_the_mass_track_ranks_library_structures_of_a_formula_nobody_proposed(ti
     result = SpectrumSession(tiny_bundle, extra[0], libraries=[lib]).rank_known(PARAMS)
     assert result.n_samples == 0 and [c.inchikey14 for c in result.candidates] == [chem.inchikey14(ISOMER)]
     assert "no candidate was drawn" in why_no_confidence(tiny_bundle, result)
+
+
+def test_the_mass_track_leaves_out_formulas_that_cannot_form_the_ion(home):
+    # 4-chlorophthalic acid [M-H]- at m/z 198.9804; octafluorocyclobutane (C4F8) has the same mass within
+    # 10 ppm but no hydrogen to lose: running it as [M-H]- crashed the annotation before
+    lib = load_library(suspect_csv(home / "lib.csv", [("P1", "octafluorocyclobutane", "FC1(F)C(F)(F)C(F)(F)C1(F)F"),
+                                                      ("P2", "4-chlorophthalic acid", "O=C(O)c1ccc(Cl)cc1C(=O)O")]))
+    query = Spectrum(id="q", precursor_mz=198.980359907, mz=np.array([111.0007, 154.9905]),
+                     intensity=np.array([100.0, 73.8]), adduct="[M-H]-", charge=-1, polarity="negative")
+    extra = mass_track_spectra([lib], query, [], ["[M-H]-"], ppm=10)
+    assert [(s.formula, s.adduct) for s in extra] == [("C8H5ClO4", "[M-H]-")]
 
 
 def test_feature_ranks_put_identifications_then_suspects_then_formula_order(tiny_bundle, spectrum, home):

@@ -187,6 +187,14 @@ def test_formula_too_small_for_the_ion_type():
         annotate_peaks([100.0], [1.0], "C6H6", "[M-H2O+H]+")
 
 
+def test_a_formula_that_cannot_form_the_ion_is_a_clear_error_not_a_crash():
+    # [M-H]- needs a hydrogen to lose: octafluorocyclobutane has none, so no ion of it can form
+    with pytest.raises(FormulaError, match="C4F8 cannot form a \\[M-H\\]- ion"):
+        annotate_peaks(np.array([130.99, 180.99]), np.array([1.0, 1.0]), "C4F8", "[M-H]-")
+    ann = annotate_peaks(np.array([130.99]), np.array([1.0]), "C4F8", "[M+H]+")  # a proton it can take
+    assert len(ann.mz) == 1
+
+
 @pytest.mark.parametrize(
     ("mz", "intensity", "message"),
     [
