@@ -453,15 +453,18 @@ def library_only_pools(pools_dir: Path) -> bool:
     return bool(json.loads(path.read_text(encoding="utf-8")).get("run_key", {}).get("library_only"))
 
 
-def chosen_ranking(result: dict, library_only: bool = False):
+def chosen_ranking(result: dict, library_only: bool = False, intensity_weight: float = 0.0):
     """The :class:`~engine.model.forward.ForwardRanking` one shortlist's choices give (see ``--install``), or None.
-    ``library_only`` pools measure no de novo answers, so only the library rule counts there."""
+    ``library_only`` pools measure no de novo answers, so only the library rule counts there; the score's
+    ``intensity_weight`` is the one the run measured."""
     from engine.model.forward import ForwardRanking
 
+    k, a = result["shortlist"], float(intensity_weight)
     if float(result["chosen"]) > 0 and not library_only:
-        return ForwardRanking(weight=float(result["chosen"]), shortlist=result["shortlist"], scope="all")
+        return ForwardRanking(weight=float(result["chosen"]), shortlist=k, scope="all", intensity_weight=a)
     if float(result["chosen_library"]) > 0:
-        return ForwardRanking(weight=float(result["chosen_library"]), shortlist=result["shortlist"], scope="suspects")
+        return ForwardRanking(weight=float(result["chosen_library"]), shortlist=k, scope="suspects",
+                              intensity_weight=a)  # fmt: skip
     return None
 
 
@@ -471,7 +474,7 @@ def install(model, result: dict, bundle: str, run: dict) -> str:
 
     from engine.model.bundle import add_bundle_file
 
-    ranking = chosen_ranking(result, bool(run.get("library_only")))
+    ranking = chosen_ranking(result, bool(run.get("library_only")), run.get("intensity_weight", 0.0))
     if ranking is None:
         return f"not installed: both rules chose w = 0 at top {result['shortlist']}"
     model.ranking = ranking

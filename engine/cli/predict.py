@@ -761,7 +761,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         r = fw.ranking
         print(f"  fragment score (forward model): first {r.shortlist} of "
               f"{'each suspect list' if r.scope == 'suspects' else 'every ranking'} by fingerprint + {r.weight:g} × "
-              "fragment score")
+              "fragment score"
+              + (f" (peaks weighted 1 + {r.intensity_weight:g} × sqrt(I / I_max))" if r.intensity_weight else ""))
     return 0
 
 

@@ -413,7 +413,8 @@ def fragment_rerank(bundle: ModelBundle, spectrum: Spectrum) -> FragmentRerank |
     model = bundle.forward
     if model is None or model.ranking.weight <= 0:
         return None
-    scorer = ForwardScorer(model, spectrum, PeakSettings.of_encoder(bundle.encoder.config))
+    scorer = ForwardScorer(model, spectrum, PeakSettings.of_encoder(bundle.encoder.config),
+                           intensity_weight=model.ranking.intensity_weight)
     return FragmentRerank(scorer.score, model.ranking)
 
 

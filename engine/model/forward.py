@@ -192,16 +192,22 @@ RANKING_SCOPES = ("suspects", "all")
 class ForwardRanking:
     """How the forward score joins a ranking (the ``ranking`` block of a bundle's ``forward.json``, written by the
     measurement that chose it): ``weight`` · forward score is added to the first ``shortlist`` candidates'
-    score; ``scope``: ``suspects`` re-ranks the structures of suspect lists only, ``all`` every candidate.
-    Weight 0 (a model saved without a choice) leaves rankings as they are."""
+    score; ``scope``: ``suspects`` re-ranks the structures of suspect lists only, ``all`` every candidate;
+    ``intensity_weight``: the forward score's observed peak formulas weigh 1 + that · sqrt(I / I_max)
+    (:class:`ForwardScorer`; 0, as in files written before it, counts each once). Weight 0 (a model saved
+    without a choice) leaves rankings as they are."""
 
     weight: float = 0.0
     shortlist: int = 20
     scope: str = "suspects"
+    intensity_weight: float = 0.0
 
     def __post_init__(self):
-        if not (isinstance(self.weight, (int, float)) and np.isfinite(self.weight) and self.weight >= 0):
-            raise ConfigError(f"the forward ranking's `weight` must be a number >= 0, got {self.weight!r}.")
+        for name in ("weight", "intensity_weight"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
+                    and value >= 0):
+                raise ConfigError(f"the forward ranking's `{name}` must be a number >= 0, got {value!r}.")
         if not isinstance(self.shortlist, int) or isinstance(self.shortlist, bool) or self.shortlist < 1:
             raise ConfigError(f"the forward ranking's `shortlist` must be a positive integer, got {self.shortlist!r}.")
         if self.scope not in RANKING_SCOPES:

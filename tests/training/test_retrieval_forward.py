@@ -42,6 +42,8 @@ def test_library_only_pools_install_only_the_suspect_rules_weight(tmp_path):
     result = {"shortlist": 10, "chosen": "2", "chosen_library": "8"}
     assert rf.chosen_ranking(result, library_only=True) == ForwardRanking(weight=8.0, shortlist=10, scope="suspects")
     assert rf.chosen_ranking({**result, "chosen_library": "0"}, library_only=True) is None
+    assert rf.chosen_ranking(result, library_only=True, intensity_weight=4.0) == ForwardRanking(
+        weight=8.0, shortlist=10, scope="suspects", intensity_weight=4.0)  # the score the run measured
 
 
 def _mgf_with_folds(path, records):

@@ -43,7 +43,8 @@ def test_save_and_load_rebuild_the_same_model_and_its_ranking(tmp_path):
     model = small_model(ranking=ForwardRanking(weight=2.0, shortlist=7, scope="all"))
     model.save(tmp_path, extra={"note": "test"}, config_file="forward.json")
     saved = json.loads((tmp_path / "forward.json").read_text())
-    assert saved["ranking"] == {"weight": 2.0, "shortlist": 7, "scope": "all"} and saved["training"]["note"] == "test"
+    assert saved["ranking"] == {"weight": 2.0, "shortlist": 7, "scope": "all", "intensity_weight": 0.0}
+    assert saved["training"]["note"] == "test"
     back = ForwardModel.load(tmp_path, config_file="forward.json")
     assert back.ranking == model.ranking and back.config == model.config
     x = torch.randn(3, 64 + fw.N_SCALARS)
@@ -101,7 +102,9 @@ def test_an_ensemble_needs_two_members_of_one_architecture():
         ForwardEnsemble(ForwardConfig(hidden=8, n_bits=64), 1)
 
 
-@pytest.mark.parametrize("kwargs", [{"weight": -0.5}, {"shortlist": 0}, {"scope": "library"}, {"weight": "1"}])
+@pytest.mark.parametrize("kwargs", [{"weight": -0.5}, {"shortlist": 0}, {"scope": "library"}, {"weight": "1"},
+                                    {"intensity_weight": -1.0}, {"intensity_weight": float("inf")},
+                                    {"intensity_weight": True}])
 def test_bad_ranking_settings_are_refused(kwargs):
     with pytest.raises(ConfigError):
         ForwardRanking(**kwargs)
@@ -184,6 +187,25 @@ def test_a_bundle_loads_an_ensemble_and_scores_with_it(tiny_bundle_dir, tmp_path
     assert isinstance(bundle.forward, ForwardEnsemble) and bundle.forward.ranking.weight == 2.0
     value = ForwardScorer(bundle.forward, make_spectrum(), PEAKS).score("CC1CC2=C(C(=O)O1)C(O)=CC=C2")
     assert value is not None and math.isfinite(value) and value < 0
+
+
+def test_a_bundle_scores_with_the_intensity_weight_its_ranking_records(tiny_bundle_dir, tmp_path, make_spectrum):
+    from engine.elucidation.pipeline import fragment_rerank
+
+    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "bundle")
+    ranking = ForwardRanking(weight=4.0, shortlist=10, intensity_weight=4.0)
+    small_model(ranking=ranking).save(tmp_path / "fw", config_file="forward.json")
+    assert json.loads((tmp_path / "fw" / "forward.json").read_text())["ranking"]["intensity_weight"] == 4.0
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.safetensors")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.json")
+    bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
+    assert bundle.forward.ranking == ranking
+    spectrum, mellein = make_spectrum(), "CC1CC2=C(C(=O)O1)C(O)=CC=C2"
+    term = fragment_rerank(bundle, spectrum)
+    weighted = ForwardScorer(bundle.forward, spectrum, PEAKS, intensity_weight=4.0).score(mellein)
+    plain = ForwardScorer(bundle.forward, spectrum, PEAKS).score(mellein)
+    assert term.scorer(mellein) == pytest.approx(weighted) and weighted != pytest.approx(plain)
+    assert ForwardRanking.from_dict({"weight": 8.0}).intensity_weight == 0.0  # files from before it: counts once
 
 
 def test_without_a_forward_model_a_bundle_ranks_as_before(tiny_bundle):
