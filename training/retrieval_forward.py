@@ -111,16 +111,7 @@ def compute_scores(model, records: dict, spectra: dict, keys: Sequence[str], k: 
     import torch
     from tqdm import tqdm
 
-    cache: dict[str, dict] = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by an interrupted run
-            c = cache.setdefault(rec["key"], {"fw": {}, "seconds": 0.0})
-            c["fw"].update(rec["fw"])
-            c["seconds"] += rec["seconds"]
+    cache = read_score_cache(path)
     torch.set_num_threads(1)
     with torch.no_grad():
         for key in tqdm(keys, desc=f"forward scores (top {k})", unit="pool", file=sys.stderr, dynamic_ncols=True):
@@ -143,6 +134,27 @@ def compute_scores(model, records: dict, spectra: dict, keys: Sequence[str], k: 
             c["fw"].update(fw)
             c["seconds"] += line["seconds"]
     return cache
+
+
+def read_score_cache(path: Path) -> dict[str, dict]:
+    """A ``forward_scores.jsonl`` by pool key: ``{"fw": {candidate key: score or None}, "seconds": ...}``."""
+    cache: dict[str, dict] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by an interrupted run
+            c = cache.setdefault(rec["key"], {"fw": {}, "seconds": 0.0})
+            c["fw"].update(rec["fw"])
+            c["seconds"] += rec["seconds"]
+    return cache
+
+
+def library_hit1(pools: Sequence[Pool], k: int, w: float) -> dict[str, np.ndarray]:
+    """Per track, each pool's library-alone Hit@1 (expected over ties) at shortlist ``k`` and weight ``w``."""
+    res = evaluate_pools(replace(Variant("x", shortlist=k), **{FIELD: float(w)}), pools)
+    return {t: np.asarray(res[t]["library"]["_top1"]) for t in TRACKS}
 
 
 def with_forward(pool: Pool, rec: dict, fw: dict) -> Pool:
@@ -343,8 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=0, help="first N pools of each set (0: all)")
     p.add_argument("--eps", type=float, default=0.01, help="probability of an observed peak no fragment explains")
     p.add_argument("--intensity-weight", type=float, default=0.0, metavar="A",
-                   help="weigh each observed peak formula's term by 1 + A·sqrt(I/I_max) (default 0: every peak once; "
-                        "a cache in --out holds the scores of one A only)")
+                   help="weigh each observed peak formula's term by 1 + A·sqrt(I/I_max) (default 0: every peak once, "
+                        "whatever the model's saved ranking says; --install records A; a cache in --out holds the "
+                        "scores of one A only)")
     p.add_argument("--mgf", help="labelled MGF, to check that no pool truth trained the forward model")
     p.add_argument("--shard", metavar="I/N",
                    help="only compute the forward scores of every N-th pool from the I-th (0-based) into the shared "
