@@ -381,7 +381,8 @@ class ForwardScorer:
     the root left out); a structure is scored against the annotation under its own formula. Structures the
     fragmenter cannot handle (an unsupported element), and formulas the spectrum cannot be annotated with,
     score None. ``intensity_weight`` a > 0 weighs each observed peak formula's term by 1 + a·sqrt(I / I_max)
-    (0, the default, counts every peak formula once; measured in docs/known_compounds.md, not adopted).
+    (0, the default, counts every peak formula once; a bundle's ranking says which it was chosen with,
+    docs/known_compounds.md).
     """
 
     def __init__(self, model: ForwardModel | ForwardEnsemble, spectrum, peaks: PeakSettings,
