@@ -569,11 +569,11 @@ def score_pool(model, spectrum, ref, library, params, *, seed: int = 0,
     t = time.perf_counter()
     tok_ids = [safe_ids(model.tokenizer, entries[k].smiles, model.decoder.config.block_size) for k in rescored]
     seconds["safe"] = time.perf_counter() - t
-    thresholds = band_thresholds(cal, params.kappa_min, params.kappa_max, params.groups)
-    queries = build_queries(session.posterior, thresholds)
-    chosen = query_indices(queries, len(thresholds), positions)
-    if library_only:
-        chosen = []
+    queries, chosen = [], []  # library-only pools: no decoder scores, so no queries
+    if not library_only:
+        thresholds = band_thresholds(cal, params.kappa_min, params.kappa_max, params.groups)
+        queries = build_queries(session.posterior, thresholds)
+        chosen = query_indices(queries, len(thresholds), positions)
     dec, seconds["decoder"] = {}, []
     for qi in chosen:
         t = time.perf_counter()
