@@ -1,13 +1,16 @@
-"""A suspect list's own order through the app's pipeline: the truth among its formula's isomers, fragment score on/off.
+"""A suspect list's own order through the app's pipeline: the truth among its formula's isomers, by each term of it.
 
 Issue #36's retrieval target ranks each held-out spectrum's true structure among up to 255 corpus structures
 of its formula. A library a user gives is a suspect list: its structures rank before every prediction, so
 what decides the answer is the order within the list. This script measures that order the way ``msgpt
 predict --structure-library`` produces it (:class:`engine.elucidation.pipeline.SpectrumSession` with the
-list as a suspect library; :meth:`~engine.elucidation.pipeline.SpectrumSession.rank_known`, since drawn
-candidates rank after the suspects and cannot change their order), once with the bundle's fragment score
-(``QueryParams.fragment_score``, the bundle's ``forward.json``) and once without, and prints Hit@1/5/20 of
-the truth among the suspects.
+list as a suspect library and the bundled spectral library, as ``msgpt predict`` has it by default;
+:meth:`~engine.elucidation.pipeline.SpectrumSession.rank_known`, since drawn candidates rank after the suspects
+and cannot change their order): by the fingerprint score alone, with the bundle's fragment score
+(``QueryParams.fragment_score``), and with its analog score too (``QueryParams.analog_score``: likeness to the
+compounds of the spectrum's analog hits in the spectral library; both settings in the bundle's
+``forward.json``), and prints Hit@1/5/20 of the truth among the suspects. FOLD=val structures have no spectrum
+in the bundled spectral library (FOLD=train spectra); the script counts any identity or analog hit of a truth.
 
 Spectra and isomers come from a ``python -m training.retrieval`` run folder: its FOLD=val spectra
 (``selection.json``) and each one's formula-track library (the truth plus up to 255 corpus structures of its
@@ -33,10 +36,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from engine.elucidation.libraries import search_analogs
 from engine.elucidation.pipeline import QueryParams, SpectrumSession
 from engine.model.bundle import load_bundle
 from engine.paths import default_model_dir
 from engine.spectra.spectrum import Spectrum
+from engine.spectral_library import load_bundled_spectral_library
 
 KS = (1, 5, 20)
 
@@ -98,20 +103,38 @@ def main(argv: list[str] | None = None) -> int:
         suspects = load_library(table)
         suspects.suspect = True
         print(f"suspect list: {len(suspects):,} structures indexed in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-        ranks: dict[str, list[int | None]] = {"fingerprint score": [], "+ fragment score": []}
+        t0 = time.perf_counter()
+        spectral = load_bundled_spectral_library()
+        print(f"spectral library: {len(spectral):,} spectra indexed in {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr)
+        runs = {"fingerprint score": QueryParams(fragment_score=False, analog_score=False),
+                "+ fragment score": QueryParams(analog_score=False),
+                "+ fragment and analog scores (shipped)": QueryParams()}
+        ranks: dict[str, list[int | None]] = {name: [] for name in runs}
         seconds = {name: 0.0 for name in ranks}
         sizes = []
+        truths_found = 0
+        identified = 0
         for spectrum, truth, isomers in sets:
-            session = SpectrumSession(bundle, spectrum, libraries=[suspects])
-            for name, on in (("fingerprint score", False), ("+ fragment score", True)):
+            first = SpectrumSession(bundle, spectrum, libraries=[suspects, spectral])
+            posterior, matches = first.posterior, first.spectral_matches  # shared: each run times its ranking
+            for name, params in runs.items():
+                session = SpectrumSession(bundle, spectrum, posterior=posterior, libraries=[suspects, spectral],
+                                          spectral_matches=matches)
                 t0 = time.perf_counter()
-                result = session.rank_known(QueryParams(fragment_score=on))
+                result = session.rank_known(params)
                 seconds[name] += time.perf_counter() - t0
                 ranks[name].append(truth_rank(result, truth))
             sizes.append(sum(c.suspect for c in result.candidates))
+            identified += any(c.suspect and c.identified for c in result.candidates)
+            analogs = search_analogs([spectral], spectrum, fw.ranking.analog_hits)
+            truths_found += (any(c.inchikey14 == truth and c.spectral is not None for c in result.candidates)
+                             or any(h.reference.inchikey14 == truth for h in analogs.hits))
     n = len(sets)
     print(f"machine: {platform.processor() or platform.machine()}, one thread; bundle {bundle.describe()}")
-    print(f"fragment score: {fw.ranking}")
+    print(f"suspect order: {fw.ranking}; truths with a spectral-library hit: {truths_found}; spectra whose "
+          f"suspects hold a structure identified by a reference spectrum (ranked first; never the truth here): "
+          f"{identified}")
     print(f"spectra: the first {n} FOLD=val pools of {a.pools} ({sum(s > len(i) for s, (_, _, i) in zip(sizes, sets))} "
           f"with more suspects of their formula than their own track; median list {sorted(sizes)[n // 2]})")
     print("| ranking of the suspects | " + " | ".join(f"Hit@{k}" for k in KS) + " | s / spectrum |")

@@ -172,6 +172,8 @@ class DetailPane(QWidget):
             f"Generated {c.count}× (frequency {c.frequency:.3f}) · posterior similarity {c.posterior_similarity:.3f}"
             + ("" if c.fingerprint_score != c.fingerprint_score else f" · fingerprint score {c.fingerprint_score:.1f}")
             + ("" if c.fragment_score != c.fragment_score else f" · fragment score {c.fragment_score:.1f}")
+            + ("" if c.analog_score != c.analog_score else f" · analog score {c.analog_score:.2f}"
+               + (f" (like {c.analog_reference})" if c.analog_reference else ""))
             + (f"\n⚠ {IMPLAUSIBLE}: {note}" if note else "")
         )
         self._draw()

@@ -490,6 +490,8 @@ def install(model, result: dict, bundle: str, run: dict) -> str:
     ranking = chosen_ranking(result, bool(run.get("library_only")), run.get("intensity_weight", 0.0))
     if ranking is None:
         return f"not installed: both rules chose w = 0 at top {result['shortlist']}"
+    old = json.loads((Path(bundle) / "forward.json").read_text(encoding="utf-8")).get("ranking", {}) if (
+        Path(bundle) / "forward.json").is_file() else {}
     model.ranking = ranking
     training = json.loads((Path(run["forward"]) / config_file(run["forward"])).read_text(encoding="utf-8")).get(
         "training")  # fmt: skip
@@ -498,7 +500,11 @@ def install(model, result: dict, bundle: str, run: dict) -> str:
         model.save(tmp, extra={"fit": training, "ranking_chosen_by": run["command"]}, config_file="forward.json")
         add_bundle_file(bundle, Path(tmp) / "forward.safetensors")
         add_bundle_file(bundle, Path(tmp) / "forward.json")
-    return f"installed into {bundle}: {ranking}"
+    note = ""
+    if float(old.get("analog_weight", 0.0)) > 0:  # chosen on top of the old forward ranking: choose it again
+        note = ("; the analog weight chosen with the old ranking is dropped: run python -m training.retrieval_analogs "
+                f"--install {bundle} again")
+    return f"installed into {bundle}: {ranking}{note}"
 
 
 def _cpu_name() -> str:

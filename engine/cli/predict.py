@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--no-fragment-score", action="store_true",
                     help="leave the forward model's fragment score out of the ranking (by default it re-ranks "
                     "where its measurement chose: docs/known_compounds.md)")
+    pr.add_argument("--no-analog-score", action="store_true",
+                    help="order suspect-list structures without their likeness to the compounds of the spectrum's "
+                    "analog hits in the spectral libraries (on by default: docs/known_compounds.md)")
     pr.add_argument("--resume", action="store_true",
                     help="go on with an interrupted run of the same command: spectra already in OUTPUT.partial "
                     "(listed in OUTPUT.journal) are passed over")
@@ -387,7 +390,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         kappa_min=args.band[0], kappa_max=args.band[1], groups=args.groups,
         samples_per_group=n or 5, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
         seed=args.seed, use_adapter=not args.no_adapter, decoding=args.decoding, ranking=args.ranking,
-        effort=args.effort, fragment_score=not args.no_fragment_score,
+        effort=args.effort, fragment_score=not args.no_fragment_score, analog_score=not args.no_analog_score,
         **({} if args.library_prior is None else {"library_prior": args.library_prior}),
     )
     if args.top is not None and args.top < 1:

@@ -15,6 +15,10 @@ A run's ``libraries`` is one sequence holding :class:`~engine.library.StructureL
   (:func:`engine.spectral_library.default_threshold`) and is of the query's ion type is an identification and
   ranks first. :func:`identified_formulas` gives the formulas of such hits, so a caller that ranks formula
   candidates can make sure the identified structure's formula is among those run.
+* Its spectrum is also searched for analogs (:func:`search_analogs`, Flash entropy's hybrid search: fragments
+  and neutral losses, any precursor). The structures of the first hits (:func:`analog_references`) order the
+  suspect lists' structures: one like the compounds whose spectra resemble the query's ranks higher
+  (:class:`~engine.elucidation.ranking.AnalogRerank`).
 
 All of them join the pool's one ranking (:meth:`CandidatePool.add_known`), scored by the same fingerprint score
 as the samples plus :data:`LIBRARY_PRIOR`, the log-odds that a structure someone has catalogued is the answer
@@ -30,7 +34,7 @@ from dataclasses import replace
 
 from engine.chem import molecules as chem
 from engine.chem.formula import normalize_formula
-from engine.elucidation.ranking import KnownStructure, SpectralEvidence
+from engine.elucidation.ranking import AnalogReference, KnownStructure, SpectralEvidence
 from engine.library import StructureLibrary
 from engine.spectral_library import SpectralLibrary, SpectralMatches, search
 from engine.spectral_library.search import AnswerThreshold, SearchParams, SpectralHit
@@ -111,6 +115,25 @@ def search_spectrum(libraries: Sequence, spectrum) -> SpectralMatches | None:
     if not spectral:
         return None
     return search(spectral, spectrum, SearchParams(mode="identity", top_k=SPECTRAL_HITS))
+
+
+def search_analogs(libraries: Sequence, spectrum, hits: int) -> SpectralMatches | None:
+    """Analog search of ``spectrum`` (hybrid: fragments and neutral losses, any precursor) in the spectral libraries
+    among ``libraries``, its first ``hits`` hits (``None`` without any library)."""
+    spectral = split_libraries(libraries)[1]
+    if not spectral:
+        return None
+    return search(spectral, spectrum, SearchParams(mode="hybrid", top_k=hits))
+
+
+def analog_references(hits: Sequence[SpectralHit]) -> tuple[AnalogReference, ...]:
+    """The analog hits whose reference gives a readable structure, with its Morgan bits, in their order."""
+    out = []
+    for hit in hits:
+        bits = chem.morgan_bits_from_smiles(hit.reference.smiles) if hit.reference.smiles else None
+        if bits is not None:
+            out.append(AnalogReference(float(hit.similarity), bits, hit.reference.accession, hit.reference.name))
+    return tuple(out)
 
 
 def is_identification(matches: SpectralMatches, hit: SpectralHit, adduct: str | None,
@@ -209,6 +232,6 @@ def identified_formula_spectra(spectrum, matches: SpectralMatches | None, have: 
     return out
 
 
-__all__ = ["LIBRARY_PRIOR", "MASS_TRACK", "SPECTRAL_HITS", "identified_formula_spectra", "identified_formulas",
-           "is_identification", "library_structures", "mass_track_spectra", "search_spectrum", "spectral_structures",
-           "split_libraries"]
+__all__ = ["LIBRARY_PRIOR", "MASS_TRACK", "SPECTRAL_HITS", "analog_references", "identified_formula_spectra",
+           "identified_formulas", "is_identification", "library_structures", "mass_track_spectra", "search_analogs",
+           "search_spectrum", "spectral_structures", "split_libraries"]

@@ -24,8 +24,15 @@ import torch
 
 from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector, parse_formula
-from engine.elucidation.libraries import LIBRARY_PRIOR, library_structures, search_spectrum, spectral_structures
-from engine.elucidation.ranking import Candidate, CandidatePool, FragmentRerank, reference_rank
+from engine.elucidation.libraries import (
+    LIBRARY_PRIOR,
+    analog_references,
+    library_structures,
+    search_analogs,
+    search_spectrum,
+    spectral_structures,
+)
+from engine.elucidation.ranking import AnalogRerank, Candidate, CandidatePool, FragmentRerank, reference_rank
 from engine.errors import ConfigError, MsgptError, SpectrumError
 from engine.model.bundle import ModelBundle
 from engine.model.confidence import spectrum_confidence
@@ -39,7 +46,8 @@ from engine.spectra.spectrum import SkippedRecord, Spectrum, check_formula_match
 from engine.spectral_library import SpectralMatches
 
 
-RANKING_ONLY = ("ranking", "library_prior", "effort", "fragment_score")  # settings that never change the samples
+# settings that never change the samples
+RANKING_ONLY = ("ranking", "library_prior", "effort", "fragment_score", "analog_score")
 EFFORTS = ("standard", "deep")  # deep: engine.elucidation.deep refines the standard pool (about 5-10x the time)
 
 
@@ -67,6 +75,9 @@ class QueryParams:
         "help": "standard: B samples; deep: then refine the best candidates (engine.elucidation.deep)"})
     fragment_score: bool = field(default=True, metadata={
         "help": "add the bundle's forward-model fragment score to the ranking, as its measurement chose"})
+    analog_score: bool = field(default=True, metadata={
+        "help": "order suspect-list structures also by their likeness to the compounds of the spectrum's analog "
+                "hits in the spectral libraries, as the bundle's measurement chose"})
 
     def __post_init__(self):
         check_kappa(self.kappa_min, "kappa_min")
@@ -136,6 +147,7 @@ class QueryParams:
             f"ranking={self.ranking}" + (f" library_prior={self.library_prior:g}" if self.library_prior else "")
             + (f" effort={self.effort}" if self.effort != "standard" else "")
             + ("" if self.fragment_score else " fragment_score=off")
+            + ("" if self.analog_score else " analog_score=off")
         )
 
 
@@ -274,6 +286,7 @@ class SpectrumSession:
         self._plan: QueryPlan | None = None
         self.pool: CandidatePool | None = None
         self._fragments = fragment_rerank(bundle, spectrum)
+        self._analogs: AnalogRerank | None | bool = False  # False: not searched yet (only a suspect list needs it)
 
     @property
     def posterior(self) -> np.ndarray:
@@ -376,6 +389,11 @@ class SpectrumSession:
         batch, and each newcomer would be fragmented; the final ranking has it."""
         pool.library_prior = params.library_prior
         pool.fragments = self._fragments if params.fragment_score and not partial else None
+        pool.analogs = None
+        if params.analog_score and not partial and pool.has_suspects:
+            if self._analogs is False:
+                self._analogs = analog_rerank(self.bundle, self.libraries, self.spectrum)
+            pool.analogs = self._analogs
 
     def _result(self, params: QueryParams, new_samples: int, t0: float, partial: bool) -> SpectrumResult:
         self.configure_ranking(self.pool, params, partial)
@@ -416,6 +434,18 @@ def fragment_rerank(bundle: ModelBundle, spectrum: Spectrum) -> FragmentRerank |
     scorer = ForwardScorer(model, spectrum, PeakSettings.of_encoder(bundle.encoder.config),
                            intensity_weight=model.ranking.intensity_weight)
     return FragmentRerank(scorer.score, model.ranking)
+
+
+def analog_rerank(bundle: ModelBundle, libraries: Sequence, spectrum: Spectrum) -> AnalogRerank | None:
+    """The analog score of ``spectrum`` as a term of the suspect lists' order (:class:`AnalogRerank`): its analog
+    hits in the spectral libraries among ``libraries``, at the bundle's chosen weight; None when the bundle chose
+    none or no hit gives a structure."""
+    model = bundle.forward
+    if model is None or model.ranking.analog_weight <= 0:
+        return None
+    matches = search_analogs(libraries, spectrum, model.ranking.analog_hits)
+    references = analog_references(matches.hits) if matches is not None else ()
+    return AnalogRerank(references, model.ranking.analog_weight) if references else None
 
 
 def _reference(spectrum: Spectrum, n_bits: int = chem.N_BITS) -> tuple[np.ndarray | None, str | None]:

@@ -22,7 +22,9 @@ the structures of suspect lists (libraries the user gave as such), then the rest
 A :class:`FragmentRerank` (the bundle's forward model, :mod:`engine.model.forward`) adds a second, spectrum-based
 term: within the groups it covers, the first ``shortlist`` candidates by score get ``weight ·`` their forward
 score (how well their fragments explain the spectrum's peaks), and the rest the lowest forward score of that
-shortlist, so they stay below it.
+shortlist, so they stay below it. An :class:`AnalogRerank` (the query's analog-search hits in the run's spectral
+libraries) adds ``weight ·`` each suspect-list structure's analog score: its highest similarity × Tanimoto to the
+compounds whose reference spectra resemble the query's.
 """
 
 from __future__ import annotations
@@ -101,6 +103,8 @@ class Candidate:
     spectral: SpectralEvidence | None = None  # its best reference-spectrum match, if any
     suspect: bool = False  # a suspect list holds it: ranked before every prediction, after identifications
     fragment_score: float = float("nan")  # forward score of its fragments against the spectrum (nan: not scored)
+    analog_score: float = float("nan")  # highest similarity × Tanimoto to an analog's structure (nan: not scored)
+    analog_reference: str = ""  # the reference spectrum giving it: "accession name"
 
     @property
     def identified(self) -> bool:
@@ -148,6 +152,44 @@ class FragmentRerank:
         return self  # immutable settings and a scorer whose cache copies (deep search's pool) may share
 
 
+@dataclass(frozen=True)
+class AnalogReference:
+    """A reference spectrum the query resembles (an analog-search hit,
+    :func:`engine.elucidation.libraries.analog_references`) and its compound's Morgan bits."""
+
+    similarity: float  # entropy similarity of the hybrid (fragment and neutral-loss) search, 0-1
+    bits: np.ndarray  # Morgan active bits of its structure
+    accession: str = ""
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        return " ".join(v for v in (self.accession, self.name) if v)
+
+
+@dataclass(frozen=True)
+class AnalogRerank:
+    """The analog score as a ranking term of the suspect lists' structures: a structure's analog score is its
+    highest ``similarity × Tanimoto`` to the structures of ``references`` (a suspect like the compounds whose
+    spectra resemble the query's is likelier), and ``weight ·`` that joins its score. The weight is the one
+    ``training.retrieval_analogs`` chose (:class:`engine.model.forward.ForwardRanking`)."""
+
+    references: tuple[AnalogReference, ...]
+    weight: float
+
+    def best(self, bits: np.ndarray) -> tuple[float, AnalogReference | None]:
+        """The analog score of a structure's Morgan ``bits`` and the reference that gives it (0, None: none)."""
+        if not self.references:
+            return 0.0, None
+        values = chem.tanimoto_many(bits, [r.bits for r in self.references]) * np.array(
+            [r.similarity for r in self.references])
+        i = int(np.argmax(values))
+        return float(values[i]), self.references[i]
+
+    def __deepcopy__(self, memo) -> AnalogRerank:
+        return self  # immutable
+
+
 @lru_cache(maxsize=200_000)
 def decode_safe(safe_str: str) -> DecodedSample:
     """SAFE → canonical stereo-free SMILES, InChIKey and formula; cached (samples repeat a lot)."""
@@ -182,13 +224,16 @@ class CandidatePool:
     """Samples of one spectrum, by identity, with the formula they must match."""
 
     def __init__(self, formula: str, query_bits: Sequence[np.ndarray], scorer: FingerprintScorer | None = None,
-                 library_prior: float = 0.0, fragments: FragmentRerank | None = None):
+                 library_prior: float = 0.0, fragments: FragmentRerank | None = None,
+                 analogs: AnalogRerank | None = None):
         """``scorer`` gives fingerprint scores; without one only the ``frequency`` ranking is possible.
         ``library_prior``: the log-odds bonus of a structure a library holds (:meth:`add_known`);
-        ``fragments``: the forward score as a second term of the fingerprint rankings (None: none)."""
+        ``fragments``: the forward score as a second term of the fingerprint rankings (None: none);
+        ``analogs``: the analog score as a term of the suspect lists' order (None: none)."""
         self.formula = formula
         self.library_prior = float(library_prior)
         self.fragments = fragments
+        self.analogs = analogs
         self._known: dict[str, KnownStructure] = {}
         self._known_libraries: dict[str, list[str]] = {}  # structure libraries holding a structure
         self._spectral: dict[str, SpectralEvidence] = {}  # the best reference-spectrum match of a structure
@@ -245,6 +290,10 @@ class CandidatePool:
     @property
     def n_known(self) -> int:
         return len(self._known)
+
+    @property
+    def has_suspects(self) -> bool:
+        return bool(self._suspects)
 
     def items(self) -> list[tuple[SampleId, str]]:
         """Every sample drawn so far: ((i, j), SAFE string), in the order they were added."""
@@ -308,6 +357,14 @@ class CandidatePool:
             prior = {k14: prior.get(k14, 0.0) + terms.get(k14, 0.0) for k14 in set(prior) | set(terms)}
             rows.sort(key=lambda r: (*self._identification_key(r[2]),
                                      *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
+        analog: dict[str, tuple[float, AnalogReference | None]] = {}
+        if self.analogs is not None and self.analogs.weight > 0 and ranking != "frequency":
+            # after the fragment term, whose shortlist is the fingerprint order's: as measured
+            analog = {r[2]: self.analogs.best(r[4]) for r in rows if self._identification_key(r[2])[0] == 1}
+            for k14, (value, _) in analog.items():
+                prior[k14] = prior.get(k14, 0.0) + self.analogs.weight * value
+            rows.sort(key=lambda r: (*self._identification_key(r[2]),
+                                     *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         n = max(len(samples), 1)
         candidates = [
             Candidate(
@@ -323,6 +380,8 @@ class CandidatePool:
                 fingerprint_score=fp_score,
                 score=ranking_score(ranking, count, fp_score, prior.get(k14, 0.0)),
                 fragment_score=forward.get(k14, float("nan")),
+                analog_score=analog[k14][0] if k14 in analog else float("nan"),
+                analog_reference=analog[k14][1].label if analog.get(k14, (0, None))[1] is not None else "",
                 **self._origin(k14, count),
             )
             for r, (count, sim, k14, smiles, bits, fp_score) in enumerate(rows)

@@ -195,21 +195,31 @@ class ForwardRanking:
     score; ``scope``: ``suspects`` re-ranks the structures of suspect lists only, ``all`` every candidate;
     ``intensity_weight``: the forward score's observed peak formulas weigh 1 + that · sqrt(I / I_max)
     (:class:`ForwardScorer`; 0, as in files written before it, counts each once). Weight 0 (a model saved
-    without a choice) leaves rankings as they are."""
+    without a choice) leaves rankings as they are.
+
+    The suspect lists' order has a second, chosen term beside it, kept here because it was chosen on top of
+    this one (``training.retrieval_analogs``): ``analog_weight`` · the **analog score** of a suspect, its
+    highest similarity × Tanimoto to the structures of the query's first ``analog_hits`` analog-search hits in
+    the run's spectral libraries (:class:`engine.elucidation.ranking.AnalogRerank`). 0 (files written before
+    it) leaves the order to the fingerprint and forward scores."""
 
     weight: float = 0.0
     shortlist: int = 20
     scope: str = "suspects"
     intensity_weight: float = 0.0
+    analog_weight: float = 0.0
+    analog_hits: int = 20
 
     def __post_init__(self):
-        for name in ("weight", "intensity_weight"):
+        for name in ("weight", "intensity_weight", "analog_weight"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
                     and value >= 0):
                 raise ConfigError(f"the forward ranking's `{name}` must be a number >= 0, got {value!r}.")
-        if not isinstance(self.shortlist, int) or isinstance(self.shortlist, bool) or self.shortlist < 1:
-            raise ConfigError(f"the forward ranking's `shortlist` must be a positive integer, got {self.shortlist!r}.")
+        for name in ("shortlist", "analog_hits"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"the forward ranking's `{name}` must be a positive integer, got {value!r}.")
         if self.scope not in RANKING_SCOPES:
             raise ConfigError(f"the forward ranking's `scope` must be one of {', '.join(RANKING_SCOPES)}, "
                               f"got {self.scope!r}.")  # fmt: skip

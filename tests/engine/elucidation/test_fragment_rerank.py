@@ -1,4 +1,5 @@
-"""The forward model's fragment score as a second ranking term (engine.elucidation.ranking.FragmentRerank)."""
+"""The suspect order's terms beside the fingerprint score: the forward model's fragment score
+(engine.elucidation.ranking.FragmentRerank) and the analog score (AnalogRerank)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.chem import molecules as chem
-from engine.elucidation.ranking import CandidatePool, FragmentRerank, KnownStructure
+from engine.elucidation.ranking import AnalogReference, AnalogRerank, CandidatePool, FragmentRerank, KnownStructure
 from engine.model.forward import ForwardRanking
 
 # Isomers of C3H8O: what the fingerprint score and the forward score of each are, in the tests below.
@@ -106,3 +107,50 @@ def test_an_unscorable_shortlist_member_takes_the_lowest_score_of_the_shortlist(
     p = pool(FP, suspects=FP, fragments=FragmentRerank(fw, ForwardRanking(weight=1.0, shortlist=3)))
     # propanol -1 - 4 = -5; isopropanol -2 - 1 = -3; methoxyethane -3 - 4 = -7
     assert order(p) == [ISOPROPANOL, PROPANOL, METHOXYETHANE]
+
+
+# -- the analog score: likeness to the structures of the spectrum's analog hits ------------------------------
+def analogs(weight: float, *refs: tuple[str, float]) -> AnalogRerank:
+    return AnalogRerank(tuple(AnalogReference(s, bits(smiles), f"R{i}", smiles) for i, (smiles, s) in enumerate(refs)),
+                        weight)
+
+
+def test_the_analog_score_is_the_best_similarity_times_tanimoto():
+    term = analogs(1.0, (ISOPROPANOL, 0.5), (METHOXYETHANE, 0.9))
+    value, ref = term.best(bits(METHOXYETHANE))
+    assert value == pytest.approx(0.9) and ref.accession == "R1" and ref.label == f"R1 {METHOXYETHANE}"
+    t = chem.tanimoto(bits(PROPANOL), bits(ISOPROPANOL))
+    u = chem.tanimoto(bits(PROPANOL), bits(METHOXYETHANE))
+    assert term.best(bits(PROPANOL))[0] == pytest.approx(max(0.5 * t, 0.9 * u))
+    assert analogs(1.0).best(bits(PROPANOL)) == (0.0, None)
+
+
+def test_suspects_gain_weight_times_their_analog_score_and_predictions_keep_their_order():
+    p = pool(FP, suspects=[ISOPROPANOL, METHOXYETHANE], samples=[PROPANOL])
+    p.analogs = analogs(10.0, (METHOXYETHANE, 0.5))
+    ranked, _ = p.rank(ranking="fingerprint")
+    # methoxyethane -3 + 10 · 0.5 = 2 before isopropanol -2 + 10 · 0.5 · T; the prediction comes after both
+    assert [c.smiles for c in ranked] == [METHOXYETHANE, ISOPROPANOL, PROPANOL]
+    assert ranked[0].score == pytest.approx(2.0) and ranked[0].analog_score == pytest.approx(0.5)
+    assert ranked[0].analog_reference == f"R0 {METHOXYETHANE}"
+    t = chem.tanimoto(bits(ISOPROPANOL), bits(METHOXYETHANE))
+    assert ranked[1].score == pytest.approx(-2.0 + 5.0 * t)
+    assert math.isnan(ranked[2].analog_score) and ranked[2].score == -1.0  # the prediction is not scored
+
+
+def test_the_fragment_shortlist_is_the_fingerprint_order_and_the_analog_term_comes_on_top():
+    fw = Forward({PROPANOL: -1.0, ISOPROPANOL: -2.0, METHOXYETHANE: -3.0})
+    p = pool(FP, suspects=FP, fragments=FragmentRerank(fw, ForwardRanking(weight=1.0, shortlist=1)))
+    p.analogs = analogs(100.0, (METHOXYETHANE, 1.0))
+    ranked, _ = p.rank(ranking="fingerprint")
+    assert fw.calls == [PROPANOL]  # the first by fingerprint score, not by the analog term
+    assert ranked[0].smiles == METHOXYETHANE and ranked[0].score == pytest.approx(-3.0 - 1.0 + 100.0)
+    assert ranked[0].fragment_score != ranked[0].fragment_score  # outside the shortlist: nan, takes its lowest
+
+
+def test_no_analog_term_for_the_frequency_ranking_or_weight_zero():
+    p = pool(FP, suspects=FP)
+    p.analogs = analogs(100.0, (METHOXYETHANE, 1.0))
+    assert all(math.isnan(c.analog_score) for c in p.rank(ranking="frequency")[0])
+    p.analogs = analogs(0.0, (METHOXYETHANE, 1.0))
+    assert order(p) == [PROPANOL, ISOPROPANOL, METHOXYETHANE]

@@ -40,10 +40,12 @@ def test_forward_score_is_the_bernoulli_log_likelihood_plus_unexplained_peaks():
 
 
 def test_save_and_load_rebuild_the_same_model_and_its_ranking(tmp_path):
-    model = small_model(ranking=ForwardRanking(weight=2.0, shortlist=7, scope="all"))
+    model = small_model(ranking=ForwardRanking(weight=2.0, shortlist=7, scope="all", analog_weight=3.0,
+                                               analog_hits=4))
     model.save(tmp_path, extra={"note": "test"}, config_file="forward.json")
     saved = json.loads((tmp_path / "forward.json").read_text())
-    assert saved["ranking"] == {"weight": 2.0, "shortlist": 7, "scope": "all", "intensity_weight": 0.0}
+    assert saved["ranking"] == {"weight": 2.0, "shortlist": 7, "scope": "all", "intensity_weight": 0.0,
+                                "analog_weight": 3.0, "analog_hits": 4}
     assert saved["training"]["note"] == "test"
     back = ForwardModel.load(tmp_path, config_file="forward.json")
     assert back.ranking == model.ranking and back.config == model.config
@@ -104,7 +106,8 @@ def test_an_ensemble_needs_two_members_of_one_architecture():
 
 @pytest.mark.parametrize("kwargs", [{"weight": -0.5}, {"shortlist": 0}, {"scope": "library"}, {"weight": "1"},
                                     {"intensity_weight": -1.0}, {"intensity_weight": float("inf")},
-                                    {"intensity_weight": True}])
+                                    {"intensity_weight": True}, {"analog_weight": -1.0},
+                                    {"analog_weight": float("nan")}, {"analog_hits": 0}, {"analog_hits": 2.5}])
 def test_bad_ranking_settings_are_refused(kwargs):
     with pytest.raises(ConfigError):
         ForwardRanking(**kwargs)
@@ -252,3 +255,47 @@ def test_a_run_ranks_suspects_with_the_fragment_score_the_bundle_chose(tiny_bund
     assert [c.score for c in scored] == sorted((c.score for c in scored), reverse=True)
     off = run_to_end(session.run(dataclasses.replace(params, fragment_score=False))).candidates
     assert all(math.isnan(c.fragment_score) for c in off)
+
+
+def test_a_run_orders_suspects_by_their_likeness_to_the_spectrums_analogs(tiny_bundle_dir, tmp_path, monkeypatch):
+    from tiny_bundle import fixture_spectra
+
+    from engine.chem import molecules as chem
+    from engine.elucidation.pipeline import QueryParams, SpectrumSession
+    from engine.library import load_library
+    from engine.spectral_library import ReferenceSpectrum, library_from_references
+
+    monkeypatch.setenv("MSGPT_HOME", str(tmp_path / "home"))
+    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "bundle")
+    ranking = ForwardRanking(weight=1.0, shortlist=5, scope="suspects", analog_weight=100.0, analog_hits=3)
+    small_model(ranking=ranking).save(tmp_path / "fw", config_file="forward.json")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.safetensors")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.json")
+    bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
+    spectrum = fixture_spectra()[0]
+    s1, s2 = "O=C(CCCCC(=O)N(CCO)CCO)N(CCO)CCO", "O=C(CCCCCC(=O)N(CCO)CCO)N(CCO)CO"
+    path = tmp_path / "suspects.csv"
+    path.write_text(f"Identifier,SMILES\nS1,{s1}\nS2,{s2}\n")
+    suspects = load_library(path)
+    suspects.suspect = True
+    # an analog: the query's fragments at another precursor (so no identity hit), measured of S2's structure
+    analog = ReferenceSpectrum(0, 1, spectrum.precursor_mz + 50.0, 1, np.asarray(spectrum.mz, dtype=np.float64),
+                               np.asarray(spectrum.intensity, dtype=np.float64), accession="REF1",
+                               name="the analog", adduct="[M+H]+", polarity="positive", smiles=s2)
+    spectral = library_from_references([analog], "refs")
+    params = QueryParams(groups=2, samples_per_group=2, seed=0)
+    ranked = SpectrumSession(bundle, spectrum, libraries=[suspects, spectral]).rank_known(params).candidates
+    scored = {c.library_id: c for c in ranked if c.suspect}
+    assert len(scored) == 2 and all(0 < c.analog_score <= 1 for c in scored.values())
+    assert all(c.analog_reference == "REF1 the analog" for c in scored.values())
+    bits = [chem.morgan_bits_from_smiles(s) for s in (s1, s2)]
+    similarity = scored["S2"].analog_score  # Tanimoto 1 to the analog's own structure
+    assert scored["S1"].analog_score == pytest.approx(similarity * chem.tanimoto(*bits))
+    for c in scored.values():
+        assert c.score == pytest.approx(c.fingerprint_score + c.fragment_score + 100.0 * c.analog_score)
+    assert all(math.isnan(c.analog_score) for c in ranked if not c.suspect)  # predictions: out of its scope
+    session = SpectrumSession(bundle, spectrum, libraries=[suspects, spectral])
+    off = session.rank_known(dataclasses.replace(params, analog_score=False)).candidates
+    assert all(math.isnan(c.analog_score) for c in off)
+    alone = SpectrumSession(bundle, spectrum, libraries=[suspects]).rank_known(params).candidates  # no spectra
+    assert all(math.isnan(c.analog_score) for c in alone)

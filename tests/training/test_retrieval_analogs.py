@@ -1,0 +1,81 @@
+"""training.retrieval_analogs: the suspect order it measures, its choice and --install."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from engine.model.forward import ForwardConfig, ForwardModel, ForwardRanking
+from training import retrieval_analogs as ra
+
+
+def record(fps: list[float], truth: int = 0, mass_only: tuple[int, ...] = ()) -> dict:
+    smiles = ["CCCO", "CC(C)O", "CCOC", "CCCCO", "CCC(C)O"]
+    cands = [{"k": f"K{i}", "s": smiles[i], "fp": fp, "fl": int(i not in mass_only), "ml": 1}
+             for i, fp in enumerate(fps)]
+    return {"key": "x", "fold": "val", "truth": {"inchikey14": f"K{truth}", "smiles": smiles[truth]},
+            "candidates": cands}
+
+
+def test_hit_at_k_is_expected_over_ties():
+    mask = np.ones(4, dtype=bool)
+    score = np.array([1.0, 1.0, 0.0, 2.0])
+    assert ra.hit_at(score, 0, mask, 1) == 0.0  # one is better
+    assert ra.hit_at(score, 0, mask, 2) == pytest.approx(0.5)  # tied with another for place 2
+    assert ra.hit_at(score, 0, mask, 3) == 1.0
+    assert ra.hit_at(score, 0, np.array([True, True, True, False]), 1) == pytest.approx(0.5)  # the 4th is not listed
+
+
+def test_the_shipped_order_scores_the_fingerprint_shortlist_and_gives_the_rest_its_lowest_forward_score():
+    rec = record([-1.0, -2.0, -3.0])
+    fw = {"K0": -10.0, "K1": None}  # K1 cannot be scored
+    base = ra.base_scores(rec, fw, 2.0, 2)
+    # shortlist K0, K1 (by fingerprint); lowest finite forward score -10 for K1 and K2
+    assert base["formula"] == pytest.approx([-21.0, -22.0, -23.0])
+    assert ra.covers(rec, fw, 2) and not ra.covers(rec, fw, 3)
+    assert ra.base_scores(rec, {}, 0.0, 2)["formula"] == pytest.approx([-1.0, -2.0, -3.0])
+
+
+def test_the_analog_score_of_a_pool_is_the_engines():
+    rec = record([-1.0, -2.0, -3.0])
+    hits = [{"s": 0.5, "smiles": "CCOC", "accession": "A"}, {"s": 0.9, "smiles": "not a smiles", "accession": "B"}]
+    scores = ra.analog_scores(rec, hits, 2)
+    assert scores[2] == pytest.approx(0.5) and 0 <= scores[0] < 0.5  # an unreadable structure is passed over
+    assert ra.analog_scores(rec, hits, 0).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_the_choice_is_the_best_mean_hit1_then_hit5_then_the_smaller_weight():
+    def table(f1, m1, f5=0.5):
+        return {"formula": np.array([[f1, f5, 1.0]]), "mass": np.array([[m1, f5, 1.0]])}
+
+    grid = {(10, 0.0): table(0.3, 0.3), (10, 80.0): table(0.5, 0.3), (20, 80.0): table(0.3, 0.5),
+            (20, 160.0): table(0.4, 0.3)}
+    assert ra.choose(grid) == (10, 80.0)  # tied with (20, 80) on Hit@1 and Hit@5: the smaller H
+    grid[(20, 80.0)] = table(0.3, 0.5, f5=0.9)
+    assert ra.choose(grid) == (20, 80.0)
+
+
+def test_install_writes_the_analog_setting_and_keeps_the_forward_ranking(tiny_bundle_dir, tmp_path):
+    from engine.model.bundle import add_bundle_file, load_bundle
+
+    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "bundle")
+    torch.manual_seed(0)
+    ranking = ForwardRanking(weight=4.0, shortlist=10, scope="suspects", intensity_weight=4.0)
+    ForwardModel(ForwardConfig(hidden=8, n_bits=32), ranking).save(
+        tmp_path / "fw", extra={"fit": {"auroc": 0.9}, "ranking_chosen_by": "x"}, config_file="forward.json")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.safetensors")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.json")
+    weights = (bundle_dir / "forward.safetensors").read_bytes()
+    message = ra.install(str(bundle_dir), 30, 1280.0, "python -m training.retrieval_analogs --install x")
+    assert "installed" in message
+    bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
+    assert bundle.forward.ranking == ForwardRanking(weight=4.0, shortlist=10, scope="suspects", intensity_weight=4.0,
+                                                    analog_weight=1280.0, analog_hits=30)
+    saved = json.loads((bundle_dir / "forward.json").read_text())
+    assert saved["training"]["fit"] == {"auroc": 0.9} and saved["training"]["ranking_chosen_by"] == "x"
+    assert "--install" in saved["training"]["analogs_chosen_by"]
+    assert (bundle_dir / "forward.safetensors").read_bytes() == weights  # the model itself is unchanged

@@ -1,0 +1,346 @@
+"""Does likeness to the compounds of a spectrum's analog hits order a suspect list better?
+
+A suspect list's structures rank before every prediction, so its own order decides the answer
+(docs/known_compounds.md). The shipped order is the fingerprint score plus the bundle's fragment score
+(``forward.json``'s ``ranking``, chosen by :mod:`training.retrieval_forward`). This module measures a third term
+on the same cached pools of a :mod:`training.retrieval` run: the **analog score** of
+:class:`engine.elucidation.ranking.AnalogRerank`,
+
+    max over the query's first H analog hits i of similarity_i × Tanimoto(candidate, structure_i)
+
+where the hits are the spectrum's Flash entropy hybrid search (fragments and neutral losses, any precursor;
+:func:`engine.elucidation.libraries.search_analogs`) in the bundled spectral library (46,679 FOLD=train MassBank
+spectra). A pool's own true structure is taken out of its hits (the benchmark asks about a structure with no
+reference spectrum; one with a reference would be identified by the identity search), so the score says how
+much a suspect looks like the *other* compounds whose spectra resemble the query's.
+
+**Ranking**, as the app does it (:meth:`engine.elucidation.ranking.CandidatePool.rank`): per track (formula:
+the truth among up to 255 corpus structures of its formula; mass: those within 10 ppm), the first ``shortlist``
+structures by fingerprint score get ``w ·`` their forward score and the others ``w ·`` the lowest of those
+(the bundle's ``w`` and shortlist; the forward scores come from a ``training.retrieval_forward`` run at the
+bundle's intensity weight), then every structure gets ``v ·`` its analog score. Hit@k is expected over ties.
+
+**Choice.** ``(H, v)`` is the best mean library-alone Hit@1 over both tracks on train-unseen (FOLD=train spectra
+of structures the encoder never trained on), then Hit@5, then the smaller ``v`` and ``H``: the rule
+:mod:`training.retrieval_forward` uses for a suspect list's order. FOLD=val is reported, with the paired
+bootstrap 95% interval of the gain over ``v = 0``, and, as a control, the same setting with each spectrum given
+the hits of another spectrum of its set (a gain there would be a prior on structures, not evidence from the
+spectrum)::
+
+    python -m training.retrieval_analogs --pools runs/retrieval/v10_lib_all \\
+        --scores runs/retrieval_forward/all_int4 --out runs/retrieval_analogs/v10 \\
+        --install resources/default_model
+
+Outputs: ``<out>/metrics.json`` and ``<out>/report.md`` (also printed); the hits of every pool are cached in
+``<out>/hits.json``. ``--install BUNDLE`` writes ``analog_weight`` and ``analog_hits`` into the bundle's
+``forward.json`` ranking (nothing when the rule chose ``v = 0``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from .retrieval import TRACKS, ci95
+from .retrieval_forward import SETS, _cpu_name, config_file, read_score_cache
+from .retrieval_scorer import pool_spectra
+
+HITS = (5, 10, 20, 30)
+WEIGHTS = (0.0, 80.0, 160.0, 320.0, 640.0, 1280.0, 2560.0, 5120.0)
+KS = (1, 5, 20)
+
+
+# -- the hits and the analog score ------------------------------------------------------------------------
+def pool_hits(libraries: Sequence, records: dict, spectra: dict, n: int, path: Path
+              ) -> tuple[dict[str, list[dict]], float]:
+    """Per pool, its first ``n`` analog hits without its own true structure (``{"s": similarity, "smiles",
+    "accession"}``), and the seconds one search took; cached in ``path`` (recomputed when it holds fewer hits
+    than asked)."""
+    from engine.chem import molecules as chem
+    from engine.elucidation.libraries import search_analogs
+
+    if path.is_file():
+        cached = json.loads(path.read_text(encoding="utf-8"))
+        if cached.get("n", 0) >= n and set(records) <= set(cached["hits"]):
+            return {k: v[:n] for k, v in cached["hits"].items()}, cached["seconds_per_spectrum"]
+    out = {}
+    t0 = time.perf_counter()
+    for i, (key, rec) in enumerate(records.items()):
+        truth = rec["truth"]["inchikey14"]
+        matches = search_analogs(libraries, spectra[key], n + 10)
+        kept = []
+        for hit in matches.hits if matches is not None else ():
+            ref = hit.reference
+            key14 = ref.inchikey14 or (chem.inchikey14(ref.smiles) if ref.smiles else None)
+            if key14 == truth:
+                continue
+            kept.append({"s": float(hit.similarity), "smiles": ref.smiles, "accession": ref.accession})
+        out[key] = kept[:n]
+        if i % 200 == 0:
+            print(f"analog search {i}/{len(records)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    seconds = (time.perf_counter() - t0) / max(len(records), 1)
+    path.write_text(json.dumps({"n": n, "seconds_per_spectrum": seconds, "hits": out}), encoding="utf-8")
+    return out, seconds
+
+
+def analog_scores(rec: dict, hits: list[dict], n: int) -> np.ndarray:
+    """Each candidate's analog score under the first ``n`` hits (:class:`AnalogRerank`, the engine's own code)."""
+    from engine.chem import molecules as chem
+    from engine.elucidation.ranking import AnalogReference, AnalogRerank
+
+    refs = []
+    for h in hits[:n]:
+        bits = chem.morgan_bits_from_smiles(h["smiles"]) if h["smiles"] else None
+        if bits is not None:
+            refs.append(AnalogReference(h["s"], bits, h["accession"]))
+    rerank = AnalogRerank(tuple(refs), 1.0)
+    out = np.zeros(len(rec["candidates"]))
+    for j, c in enumerate(rec["candidates"]):
+        bits = _bits(c["s"])
+        if bits is not None:
+            out[j] = rerank.best(bits)[0]
+    return out
+
+
+_BITS: dict[str, np.ndarray | None] = {}
+
+
+def _bits(smiles: str) -> np.ndarray | None:
+    from engine.chem import molecules as chem
+
+    if smiles not in _BITS:
+        _BITS[smiles] = chem.morgan_bits_from_smiles(smiles)
+    return _BITS[smiles]
+
+
+# -- ranking ----------------------------------------------------------------------------------------------
+def hit_at(score: np.ndarray, truth: int, mask: np.ndarray, k: int) -> float:
+    """Whether the truth is among the first ``k`` of ``mask``'s rows by ``score``, expected over ties."""
+    sc = score[mask]
+    t = score[truth]
+    better = int((sc > t).sum())
+    tied = int((sc == t).sum())  # the truth included
+    return float(np.clip((k - better) / tied, 0.0, 1.0))
+
+
+def shortlists(rec: dict, shortlist: int) -> dict[str, np.ndarray]:
+    """Per track, the rows of the first ``shortlist`` candidates by fingerprint score."""
+    fp = np.array([c["fp"] for c in rec["candidates"]], dtype=np.float64)
+    out = {}
+    for t in TRACKS:
+        idx = np.flatnonzero([bool(c.get(t[0] + "l")) for c in rec["candidates"]])
+        out[t] = idx[np.argsort(-fp[idx], kind="stable")][:shortlist]
+    return out
+
+
+def covers(rec: dict, fw: dict, shortlist: int) -> bool:
+    """Whether ``fw`` (a pool's cached forward scores) holds every structure of its shortlists."""
+    return all(rec["candidates"][i]["k"] in fw for rows in shortlists(rec, shortlist).values() for i in rows)
+
+
+def base_scores(rec: dict, fw: dict, weight: float, shortlist: int) -> dict[str, np.ndarray]:
+    """Per track, the shipped suspect order's score: fingerprint, plus ``weight ·`` the forward score for the
+    first ``shortlist`` by fingerprint score (unscorable ones and the rest: the lowest of them)."""
+    cands = rec["candidates"]
+    fp = np.array([c["fp"] for c in cands], dtype=np.float64)
+    out = {}
+    for t, order in shortlists(rec, shortlist).items():
+        vals = np.array([np.nan if fw.get(cands[i]["k"]) is None else fw[cands[i]["k"]] for i in order])
+        finite = np.isfinite(vals)
+        score = fp.copy()
+        if weight > 0 and finite.any():
+            low = vals[finite].min()
+            score = fp + weight * low
+            score[order] = fp[order] + weight * np.where(finite, vals, low)
+        out[t] = score
+    return out
+
+
+def hits_table(base: dict, analog: dict, records: dict, keys: Sequence[str], v: float) -> dict[str, np.ndarray]:
+    """``{track: (pools, len(KS)) array}`` of library-alone Hit@k at analog weight ``v``."""
+    out = {}
+    for t in TRACKS:
+        rows = []
+        for k in keys:
+            rec = records[k]
+            cands = rec["candidates"]
+            truth = [c["k"] for c in cands].index(rec["truth"]["inchikey14"])
+            mask = np.array([bool(c.get(t[0] + "l")) for c in cands])
+            score = base[k][t] + v * analog[k]
+            rows.append([hit_at(score, truth, mask, kk) for kk in KS])
+        out[t] = np.asarray(rows)
+    return out
+
+
+def mean_hit1(table: dict) -> float:
+    return float(np.mean([table[t][:, 0].mean() for t in TRACKS]))
+
+
+def choose(grid: dict) -> tuple[int, float]:
+    """The ``(H, v)`` of the best mean Hit@1 over both tracks, then Hit@5, then the smaller v and H."""
+    def key(item):
+        (n, v), table = item
+        return (-round(mean_hit1(table), 10), -round(float(np.mean([table[t][:, 1].mean() for t in TRACKS])), 10),
+                v, n)
+    return min(grid.items(), key=key)[0]
+
+
+def paired(a: dict, b: dict, col: int = 0) -> dict:
+    """Per track and for the mean of both: B − A of Hit@KS[col] with its paired bootstrap 95% interval."""
+    out = {}
+    for name, diff in [*((t, b[t][:, col] - a[t][:, col]) for t in TRACKS),
+                       ("mean", np.mean([b[t][:, col] - a[t][:, col] for t in TRACKS], axis=0))]:
+        lo, hi = ci95(diff)
+        out[name] = [100 * float(diff.mean()), 100 * lo, 100 * hi]
+    return out
+
+
+# -- report -----------------------------------------------------------------------------------------------
+def _cell(table: dict, t: str) -> str:
+    return " / ".join(f"{100 * table[t][:, i].mean():.1f}" for i in range(len(KS)))
+
+
+def report_text(m: dict) -> str:
+    run = m["run"]
+    out = ["# Analog score for a suspect list's order", "",
+           f"Pools `{run['pools']}` ({', '.join(f'{s}: {n}' for s, n in run['n'].items())}); forward scores "
+           f"`{run['scores']}` at w = {run['forward_weight']:g}, shortlist {run['shortlist']}, intensity weight "
+           f"{run['intensity_weight']:g}; spectral libraries: {', '.join(run['libraries'])}; {run['machine']}.",
+           "",
+           f"Chosen on train-unseen: **H = {m['chosen']['hits']}, v = {m['chosen']['weight']:g}**.", "",
+           "Library-alone Hit@1 / Hit@5 / Hit@20 (%), formula | mass track:", "",
+           "| set | H | v | formula | mass | mean Hit@1 |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for s in m["sets"]:
+        for row in s["grid"]:
+            out.append(f"| {s['label']} | {row['hits']} | {row['weight']:g} | {row['formula']} | {row['mass']} | "
+                       f"{row['mean_hit1']:.1f} |")
+    out += ["", "Chosen setting against v = 0, paired bootstrap 95% interval of the Hit@1 gain (points):", ""]
+    for s in m["sets"]:
+        for part in s["gains"]:
+            cells = "; ".join(f"{t} {g[0]:+.1f} ({g[1]:+.1f} … {g[2]:+.1f})" for t, g in part["hit1"].items())
+            out.append(f"- {s['label']}, {part['label']}: {cells}")
+        c = s["control"]
+        out.append(f"- {s['label']}, control (another spectrum's hits): formula {c['formula']}, mass {c['mass']}")
+    out += ["", f"Analog search: {run['search_seconds_per_spectrum'] * 1000:.0f} ms per spectrum (H + 10 hits).",
+            "", f"Command: `{run['command']}`", ""]
+    return "\n".join(out)
+
+
+def install(bundle: str, hits: int, weight: float, command: str) -> str:
+    """Write ``analog_hits`` and ``analog_weight`` into the forward ranking of ``bundle``'s ``forward.json``."""
+    import tempfile
+
+    from engine.model.bundle import add_bundle_file
+    from engine.model.forward import load_forward
+
+    model = load_forward(bundle, "forward.json")
+    training = json.loads((Path(bundle) / "forward.json").read_text(encoding="utf-8")).get("training") or {}
+    model.ranking = replace(model.ranking, analog_weight=float(weight), analog_hits=int(hits))
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save(tmp, extra={**training, "analogs_chosen_by": command}, config_file="forward.json")
+        add_bundle_file(bundle, Path(tmp) / "forward.safetensors")
+        add_bundle_file(bundle, Path(tmp) / "forward.json")
+    return f"installed into {bundle}: {model.ranking}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(prog="python -m training.retrieval_analogs", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pools", required=True, help="training.retrieval output folder (--library-only is enough)")
+    p.add_argument("--scores", required=True,
+                   help="training.retrieval_forward output folder whose forward_scores.jsonl covers the pools, "
+                        "computed at the bundle's intensity weight")
+    p.add_argument("--bundle", default="resources/default_model",
+                   help="model bundle whose forward ranking (w, shortlist) the analog term joins")
+    p.add_argument("--spectral-library", action="append", default=[], metavar="FILE",
+                   help="search these spectral libraries (MSP/MGF) instead of the bundled one (repeatable)")
+    p.add_argument("--out", default="runs/retrieval_analogs/v10")
+    p.add_argument("--hits", type=int, nargs="+", default=list(HITS), help="analog hits H")
+    p.add_argument("--weights", type=float, nargs="+", default=list(WEIGHTS), help="analog-score weights v")
+    p.add_argument("--fresh", type=int, default=0, help="also report the FOLD=val pools after the first N")
+    p.add_argument("--seed", type=int, default=0, help="seed of the control's shuffle and of nothing else")
+    p.add_argument("--install", metavar="BUNDLE", help="write the chosen H and v into this bundle's forward.json")
+    a = p.parse_args(argv)
+    if 0.0 not in a.weights:
+        p.error("--weights must include 0 (the shipped order the others are measured against)")
+
+    from engine.model.forward import load_forward
+    from engine.spectral_library import load_bundled_spectral_library, load_spectral_library
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ranking = load_forward(a.bundle, config_file(a.bundle)).ranking
+    settings_path = Path(a.scores) / "score_settings.json"
+    settings = json.loads(settings_path.read_text(encoding="utf-8")) if settings_path.is_file() else {}
+    if float(settings.get("intensity_weight", 0.0)) != ranking.intensity_weight:
+        p.error(f"{a.scores} holds forward scores at intensity weight {settings.get('intensity_weight', 0.0)}, the "
+                f"bundle ranks with {ranking.intensity_weight}; run training.retrieval_forward --intensity-weight "
+                f"{ranking.intensity_weight:g} into another --out first")
+    records, spectra = pool_spectra(Path(a.pools))
+    cache = read_score_cache(Path(a.scores) / "forward_scores.jsonl")
+    missing = [k for k, rec in records.items() if not covers(rec, cache.get(k, {}).get("fw", {}), ranking.shortlist)]
+    if missing:
+        p.error(f"{a.scores} lacks forward scores (shortlist {ranking.shortlist}) of {len(missing)} pools; run "
+                f"training.retrieval_forward --pools {a.pools} --out {a.scores} first")
+    libraries = ([load_spectral_library(f) for f in a.spectral_library] if a.spectral_library
+                 else [load_bundled_spectral_library()])
+    hits, search_seconds = pool_hits(libraries, records, spectra, max(a.hits), out / "hits.json")
+    base = {k: base_scores(rec, cache[k]["fw"], ranking.weight, ranking.shortlist) for k, rec in records.items()}
+    analog = {n: {k: analog_scores(rec, hits[k], n) for k, rec in records.items()} for n in a.hits}
+    keys = {label: [k for k, r in records.items() if r["fold"] == fold] for _, fold, label in SETS}
+    grids = {label: {(n, v): hits_table(base, analog[n], records, ks, v) for n in a.hits for v in a.weights}
+             for label, ks in keys.items()}
+    choose_label, report_label = (label for _, _, label in SETS)
+    n_best, v_best = choose(grids[choose_label])
+    rng = random.Random(a.seed)
+    sets = []
+    for label, ks in keys.items():
+        grid = grids[label]
+        rows = [{"hits": n, "weight": v, "formula": _cell(grid[(n, v)], "formula"), "mass": _cell(grid[(n, v)], "mass"),
+                 "mean_hit1": 100 * mean_hit1(grid[(n, v)])}
+                for (n, v) in [*((n_best, v) for v in a.weights), *((n, v_best) for n in a.hits if n != n_best)]]
+        parts = [("all", slice(None))]
+        if label == report_label and a.fresh:
+            parts.append((f"after the first {a.fresh}", slice(a.fresh, None)))
+        gains = [{"label": f"{name} ({len(ks[sel])})",
+                  "hit1": paired({t: grid[(n_best, 0.0)][t][sel] for t in TRACKS},
+                                 {t: grid[(n_best, v_best)][t][sel] for t in TRACKS})} for name, sel in parts]
+        other = ks[:]
+        rng.shuffle(other)
+        shuffled = {k: analog_scores(records[k], hits[o], n_best) for k, o in zip(ks, other)}
+        control = hits_table(base, shuffled, records, ks, v_best)
+        sets.append({"label": label, "grid": rows, "gains": gains,
+                     "control": {t: _cell(control, t) for t in TRACKS}})
+    metrics = {
+        "run": {"command": "python -m training.retrieval_analogs " + " ".join(argv), "pools": a.pools,
+                "scores": a.scores, "bundle": a.bundle, "forward_weight": ranking.weight,
+                "shortlist": ranking.shortlist, "intensity_weight": ranking.intensity_weight,
+                "libraries": [f"{lib.name} ({len(lib)} spectra)" for lib in libraries],
+                "n": {label: len(ks) for label, ks in keys.items()},
+                "machine": f"{platform.processor() or platform.machine()}, {_cpu_name()}",
+                "search_seconds_per_spectrum": search_seconds},
+        "chosen": {"hits": n_best, "weight": v_best},
+        "sets": sets,
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1), encoding="utf-8")
+    text = report_text(metrics)
+    (out / "report.md").write_text(text, encoding="utf-8")
+    print(text)
+    if a.install:
+        print(install(a.install, n_best, v_best, metrics["run"]["command"]) if v_best > 0
+              else "not installed: the rule chose v = 0")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
