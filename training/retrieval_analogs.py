@@ -15,10 +15,11 @@ reference spectrum; one with a reference would be identified by the identity sea
 much a suspect looks like the *other* compounds whose spectra resemble the query's.
 
 **Ranking**, as the app does it (:meth:`engine.elucidation.ranking.CandidatePool.rank`): per track (formula:
-the truth among up to 255 corpus structures of its formula; mass: those within 10 ppm), the first ``shortlist``
-structures by fingerprint score get ``w ·`` their forward score and the others ``w ·`` the lowest of those
-(the bundle's ``w`` and shortlist; the forward scores come from a ``training.retrieval_forward`` run at the
-bundle's intensity weight), then every structure gets ``v ·`` its analog score. Hit@k is expected over ties.
+the truth among up to 255 corpus structures of its formula; mass: those within 10 ppm), every structure gets
+its fingerprint score plus ``v ·`` its analog score; then the first ``shortlist`` by that get ``w ·`` their
+forward score and the others ``w ·`` the lowest of those (the bundle's ``w``, shortlist and intensity weight).
+Forward scores are reused from a ``training.retrieval_forward`` run (``--scores``) and the missing ones computed
+into ``<out>/forward_scores.jsonl`` (each ``v`` shortlists other structures). Hit@k is expected over ties.
 
 **Choice.** ``(H, v)`` is the best mean library-alone Hit@1 over both tracks on train-unseen (FOLD=train spectra
 of structures the encoder never trained on), then Hit@5, then the smaller ``v`` and ``H``: the rule
@@ -28,7 +29,7 @@ the hits of another spectrum of its set (a gain there would be a prior on struct
 spectrum)::
 
     python -m training.retrieval_analogs --pools runs/retrieval/v10_lib_all \\
-        --scores runs/retrieval_forward/all_int4 --out runs/retrieval_analogs/v10 \\
+        --scores runs/retrieval_forward/all_int4 --out runs/retrieval_analogs/v10 --fresh 150 \\
         --install resources/default_model
 
 Outputs: ``<out>/metrics.json`` and ``<out>/report.md`` (also printed); the hits of every pool are cached in
@@ -51,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from .retrieval import TRACKS, ci95
-from .retrieval_forward import SETS, _cpu_name, config_file, read_score_cache
+from .retrieval_forward import SETS, _cpu_name, check_score_settings, config_file, read_score_cache
 from .retrieval_scorer import pool_spectra
 
 HITS = (5, 10, 20, 30)
@@ -122,7 +123,7 @@ def _bits(smiles: str) -> np.ndarray | None:
     return _BITS[smiles]
 
 
-# -- ranking ----------------------------------------------------------------------------------------------
+# -- ranking ---------------------------------------------------------------------------------------------
 def hit_at(score: np.ndarray, truth: int, mask: np.ndarray, k: int) -> float:
     """Whether the truth is among the first ``k`` of ``mask``'s rows by ``score``, expected over ties."""
     sc = score[mask]
@@ -132,41 +133,74 @@ def hit_at(score: np.ndarray, truth: int, mask: np.ndarray, k: int) -> float:
     return float(np.clip((k - better) / tied, 0.0, 1.0))
 
 
-def shortlists(rec: dict, shortlist: int) -> dict[str, np.ndarray]:
-    """Per track, the rows of the first ``shortlist`` candidates by fingerprint score."""
-    fp = np.array([c["fp"] for c in rec["candidates"]], dtype=np.float64)
+def shortlists(rec: dict, shortlist: int, before: np.ndarray) -> dict[str, np.ndarray]:
+    """Per track, the rows of the first ``shortlist`` candidates by the score ``before`` the fragment term."""
     out = {}
     for t in TRACKS:
         idx = np.flatnonzero([bool(c.get(t[0] + "l")) for c in rec["candidates"]])
-        out[t] = idx[np.argsort(-fp[idx], kind="stable")][:shortlist]
+        out[t] = idx[np.argsort(-before[idx], kind="stable")][:shortlist]
     return out
 
 
-def covers(rec: dict, fw: dict, shortlist: int) -> bool:
-    """Whether ``fw`` (a pool's cached forward scores) holds every structure of its shortlists."""
-    return all(rec["candidates"][i]["k"] in fw for rows in shortlists(rec, shortlist).values() for i in rows)
+def fingerprint(rec: dict) -> np.ndarray:
+    return np.array([c["fp"] for c in rec["candidates"]], dtype=np.float64)
 
 
-def base_scores(rec: dict, fw: dict, weight: float, shortlist: int) -> dict[str, np.ndarray]:
-    """Per track, the shipped suspect order's score: fingerprint, plus ``weight ·`` the forward score for the
-    first ``shortlist`` by fingerprint score (unscorable ones and the rest: the lowest of them)."""
-    cands = rec["candidates"]
-    fp = np.array([c["fp"] for c in cands], dtype=np.float64)
+def missing(rec: dict, fw: dict, shortlist: int, before: np.ndarray) -> set[str]:
+    """The structures of ``rec``'s shortlists under ``before`` whose forward score ``fw`` lacks."""
+    return {rec["candidates"][i]["k"] for rows in shortlists(rec, shortlist, before).values() for i in rows
+            if rec["candidates"][i]["k"] not in fw}
+
+
+def suspect_scores(rec: dict, fw: dict, weight: float, shortlist: int, analog: np.ndarray, v: float
+                   ) -> dict[str, np.ndarray]:
+    """Per track, the suspect order's score as :meth:`CandidatePool.rank` computes it: fingerprint + ``v ·``
+    analog score; then ``weight ·`` the forward score for the first ``shortlist`` by that, the lowest of theirs
+    for the rest and for an unscorable one."""
+    before = fingerprint(rec) + v * analog
     out = {}
-    for t, order in shortlists(rec, shortlist).items():
-        vals = np.array([np.nan if fw.get(cands[i]["k"]) is None else fw[cands[i]["k"]] for i in order])
+    for t, order in shortlists(rec, shortlist, before).items():
+        vals = np.array([np.nan if fw.get(rec["candidates"][i]["k"]) is None else fw[rec["candidates"][i]["k"]]
+                         for i in order])
         finite = np.isfinite(vals)
-        score = fp.copy()
+        score = before.copy()
         if weight > 0 and finite.any():
             low = vals[finite].min()
-            score = fp + weight * low
-            score[order] = fp[order] + weight * np.where(finite, vals, low)
+            score = before + weight * low
+            score[order] = before[order] + weight * np.where(finite, vals, low)
         out[t] = score
     return out
 
 
-def hits_table(base: dict, analog: dict, records: dict, keys: Sequence[str], v: float) -> dict[str, np.ndarray]:
-    """``{track: (pools, len(KS)) array}`` of library-alone Hit@k at analog weight ``v``."""
+def complete_scores(model, records: dict, spectra: dict, need: dict[str, set[str]], path: Path, eps: float,
+                    intensity_weight: float) -> None:
+    """Compute the forward scores ``need`` names (pool key -> structure keys) and append them to ``path``, in
+    ``training.retrieval_forward``'s ``forward_scores.jsonl`` format."""
+    import torch
+
+    from .retrieval_forward import forward_scorer
+
+    need = {k: v for k, v in need.items() if v}
+    if not need:
+        return
+    print(f"forward scores of {sum(map(len, need.values()))} structures of {len(need)} pools", flush=True)
+    torch.set_num_threads(1)
+    with torch.no_grad():
+        for key, todo in need.items():
+            scorer = forward_scorer(model, spectra[key], eps, intensity_weight)
+            smiles = {c["k"]: c["s"] for c in records[key]["candidates"]}
+            t0 = time.perf_counter()
+            fw = {}
+            for k in sorted(todo):
+                s = scorer.score(smiles[k])
+                fw[k] = None if s is None else round(s, 4)
+            line = {"key": key, "k": 0, "fw": fw, "seconds": time.perf_counter() - t0}
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line) + "\n")
+
+
+def hits_table(scores: dict, records: dict, keys: Sequence[str]) -> dict[str, np.ndarray]:
+    """``{track: (pools, len(KS)) array}`` of library-alone Hit@k under ``scores`` (pool key -> track -> score)."""
     out = {}
     for t in TRACKS:
         rows = []
@@ -175,8 +209,7 @@ def hits_table(base: dict, analog: dict, records: dict, keys: Sequence[str], v: 
             cands = rec["candidates"]
             truth = [c["k"] for c in cands].index(rec["truth"]["inchikey14"])
             mask = np.array([bool(c.get(t[0] + "l")) for c in cands])
-            score = base[k][t] + v * analog[k]
-            rows.append([hit_at(score, truth, mask, kk) for kk in KS])
+            rows.append([hit_at(scores[k][t], truth, mask, kk) for kk in KS])
         out[t] = np.asarray(rows)
     return out
 
@@ -212,9 +245,9 @@ def _cell(table: dict, t: str) -> str:
 def report_text(m: dict) -> str:
     run = m["run"]
     out = ["# Analog score for a suspect list's order", "",
-           f"Pools `{run['pools']}` ({', '.join(f'{s}: {n}' for s, n in run['n'].items())}); forward scores "
-           f"`{run['scores']}` at w = {run['forward_weight']:g}, shortlist {run['shortlist']}, intensity weight "
-           f"{run['intensity_weight']:g}; spectral libraries: {', '.join(run['libraries'])}; {run['machine']}.",
+           (f"Pools `{run['pools']}` ({', '.join(f'{s}: {n}' for s, n in run['n'].items())}); the bundle's "
+            f"forward score at w = {run['forward_weight']:g}, shortlist {run['shortlist']}, intensity weight "
+            f"{run['intensity_weight']:g}; spectral libraries: {', '.join(run['libraries'])}; {run['machine']}."),
            "",
            f"Chosen on train-unseen: **H = {m['chosen']['hits']}, v = {m['chosen']['weight']:g}**.", "",
            "Library-alone Hit@1 / Hit@5 / Hit@20 (%), formula | mass track:", "",
@@ -257,9 +290,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.retrieval_analogs", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pools", required=True, help="training.retrieval output folder (--library-only is enough)")
-    p.add_argument("--scores", required=True,
-                   help="training.retrieval_forward output folder whose forward_scores.jsonl covers the pools, "
-                        "computed at the bundle's intensity weight")
+    p.add_argument("--scores",
+                   help="a training.retrieval_forward output folder at the bundle's intensity weight: its forward "
+                        "scores are reused (the ones missing are computed into --out)")
     p.add_argument("--bundle", default="resources/default_model",
                    help="model bundle whose forward ranking (w, shortlist) the analog term joins")
     p.add_argument("--spectral-library", action="append", default=[], metavar="FILE",
@@ -274,35 +307,71 @@ def main(argv: Sequence[str] | None = None) -> int:
     if 0.0 not in a.weights:
         p.error("--weights must include 0 (the shipped order the others are measured against)")
 
-    from engine.model.forward import load_forward
+    from engine.errors import ConfigError
+    from engine.model.forward import UNEXPLAINED_EPS, load_forward
     from engine.spectral_library import load_bundled_spectral_library, load_spectral_library
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    ranking = load_forward(a.bundle, config_file(a.bundle)).ranking
-    settings_path = Path(a.scores) / "score_settings.json"
-    settings = json.loads(settings_path.read_text(encoding="utf-8")) if settings_path.is_file() else {}
-    if float(settings.get("intensity_weight", 0.0)) != ranking.intensity_weight:
-        p.error(f"{a.scores} holds forward scores at intensity weight {settings.get('intensity_weight', 0.0)}, the "
-                f"bundle ranks with {ranking.intensity_weight}; run training.retrieval_forward --intensity-weight "
-                f"{ranking.intensity_weight:g} into another --out first")
+    model = load_forward(a.bundle, config_file(a.bundle))
+    ranking = model.ranking
+    settings = {"eps": UNEXPLAINED_EPS, "intensity_weight": ranking.intensity_weight}
+    caches = [out / "forward_scores.jsonl"]
+    try:
+        check_score_settings(out, settings)
+        if a.scores:
+            check_score_settings(Path(a.scores), settings)
+            caches.append(Path(a.scores) / "forward_scores.jsonl")
+    except ConfigError as e:
+        p.error(f"{e} (the bundle ranks with {settings})")
     records, spectra = pool_spectra(Path(a.pools))
-    cache = read_score_cache(Path(a.scores) / "forward_scores.jsonl")
-    missing = [k for k, rec in records.items() if not covers(rec, cache.get(k, {}).get("fw", {}), ranking.shortlist)]
-    if missing:
-        p.error(f"{a.scores} lacks forward scores (shortlist {ranking.shortlist}) of {len(missing)} pools; run "
-                f"training.retrieval_forward --pools {a.pools} --out {a.scores} first")
     libraries = ([load_spectral_library(f) for f in a.spectral_library] if a.spectral_library
                  else [load_bundled_spectral_library()])
     hits, search_seconds = pool_hits(libraries, records, spectra, max(a.hits), out / "hits.json")
-    base = {k: base_scores(rec, cache[k]["fw"], ranking.weight, ranking.shortlist) for k, rec in records.items()}
     analog = {n: {k: analog_scores(rec, hits[k], n) for k, rec in records.items()} for n in a.hits}
     keys = {label: [k for k, r in records.items() if r["fold"] == fold] for _, fold, label in SETS}
-    grids = {label: {(n, v): hits_table(base, analog[n], records, ks, v) for n in a.hits for v in a.weights}
-             for label, ks in keys.items()}
+    rng = random.Random(a.seed)
+    shuffled = {}  # the control: each pool scored with the hits of another pool of its set
+    for ks in keys.values():
+        other = ks[:]
+        rng.shuffle(other)
+        shuffled.update({k: o for k, o in zip(ks, other)})
+
+    def forward_scores() -> dict[str, dict]:
+        merged: dict[str, dict] = {k: {} for k in records}
+        for path in reversed(caches):
+            for k, c in read_score_cache(path).items():
+                if k in merged:
+                    merged[k].update(c["fw"])
+        return merged
+
+    fw = forward_scores()
+    need = {k: set() for k in records}
+    for n in a.hits:
+        for v in a.weights:
+            for k, rec in records.items():
+                need[k] |= missing(rec, fw[k], ranking.shortlist, fingerprint(rec) + v * analog[n][k])
+    complete_scores(model, records, spectra, need, caches[0], UNEXPLAINED_EPS, ranking.intensity_weight)
+    fw = forward_scores()
+
+    def scores_at(n: int, v: float, analogs: dict[str, np.ndarray]) -> dict[str, dict]:
+        return {k: suspect_scores(rec, fw[k], ranking.weight, ranking.shortlist, analogs[k], v)
+                for k, rec in records.items()}
+
+    grids = {label: {} for label in keys}
+    for n in a.hits:
+        for v in a.weights:
+            scores = scores_at(n, v, analog[n])
+            for label, ks in keys.items():
+                grids[label][(n, v)] = hits_table(scores, records, ks)
     choose_label, report_label = (label for _, _, label in SETS)
     n_best, v_best = choose(grids[choose_label])
-    rng = random.Random(a.seed)
+    control = {k: analog_scores(records[k], hits[o], n_best) for k, o in shuffled.items()}
+    need = {k: missing(rec, fw[k], ranking.shortlist, fingerprint(rec) + v_best * control[k])
+            for k, rec in records.items()}
+    complete_scores(model, records, spectra, need, caches[0], UNEXPLAINED_EPS, ranking.intensity_weight)
+    fw = forward_scores()
+    control_scores = scores_at(n_best, v_best, control)
     sets = []
     for label, ks in keys.items():
         grid = grids[label]
@@ -315,12 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         gains = [{"label": f"{name} ({len(ks[sel])})",
                   "hit1": paired({t: grid[(n_best, 0.0)][t][sel] for t in TRACKS},
                                  {t: grid[(n_best, v_best)][t][sel] for t in TRACKS})} for name, sel in parts]
-        other = ks[:]
-        rng.shuffle(other)
-        shuffled = {k: analog_scores(records[k], hits[o], n_best) for k, o in zip(ks, other)}
-        control = hits_table(base, shuffled, records, ks, v_best)
-        sets.append({"label": label, "grid": rows, "gains": gains,
-                     "control": {t: _cell(control, t) for t in TRACKS}})
+        table = hits_table(control_scores, records, ks)
+        sets.append({"label": label, "grid": rows, "gains": gains, "control": {t: _cell(table, t) for t in TRACKS}})
     metrics = {
         "run": {"command": "python -m training.retrieval_analogs " + " ".join(argv), "pools": a.pools,
                 "scores": a.scores, "bundle": a.bundle, "forward_weight": ranking.weight,

@@ -19,12 +19,12 @@ whose reference spectrum matched the query (:class:`SpectralEvidence`) carries t
 passes the calibrated threshold (an identification) ranks first, before every predicted candidate; then come
 the structures of suspect lists (libraries the user gave as such), then the rest by score.
 
-A :class:`FragmentRerank` (the bundle's forward model, :mod:`engine.model.forward`) adds a second, spectrum-based
-term: within the groups it covers, the first ``shortlist`` candidates by score get ``weight ·`` their forward
-score (how well their fragments explain the spectrum's peaks), and the rest the lowest forward score of that
-shortlist, so they stay below it. An :class:`AnalogRerank` (the query's analog-search hits in the run's spectral
-libraries) adds ``weight ·`` each suspect-list structure's analog score: its highest similarity × Tanimoto to the
-compounds whose reference spectra resemble the query's.
+An :class:`AnalogRerank` (the query's analog-search hits in the run's spectral libraries) adds ``weight ·`` each
+suspect-list structure's analog score: its highest similarity × Tanimoto to the compounds whose reference spectra
+resemble the query's. A :class:`FragmentRerank` (the bundle's forward model, :mod:`engine.model.forward`) then adds
+a spectrum-based term: within the groups it covers, the first ``shortlist`` candidates by score so far get
+``weight ·`` their forward score (how well their fragments explain the spectrum's peaks), and the rest the lowest
+forward score of that shortlist, so they stay below it.
 """
 
 from __future__ import annotations
@@ -351,18 +351,18 @@ class CandidatePool:
         prior = {k14: self.library_prior for k14 in self._known}
         rows.sort(key=lambda r: (*self._identification_key(r[2]),
                                  *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
+        analog: dict[str, tuple[float, AnalogReference | None]] = {}
+        if self.analogs is not None and self.analogs.weight > 0 and ranking != "frequency":
+            # before the fragment term: its shortlist is the first by fingerprint + analog score, as measured
+            analog = {r[2]: self.analogs.best(r[4]) for r in rows if self._identification_key(r[2])[0] == 1}
+            for k14, (value, _) in analog.items():
+                prior[k14] = prior.get(k14, 0.0) + self.analogs.weight * value
+            rows.sort(key=lambda r: (*self._identification_key(r[2]),
+                                     *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         forward: dict[str, float] = {}
         if self.fragments is not None and self.fragments.ranking.weight > 0 and ranking != "frequency":
             forward, terms = self._fragment_terms(rows)
             prior = {k14: prior.get(k14, 0.0) + terms.get(k14, 0.0) for k14 in set(prior) | set(terms)}
-            rows.sort(key=lambda r: (*self._identification_key(r[2]),
-                                     *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
-        analog: dict[str, tuple[float, AnalogReference | None]] = {}
-        if self.analogs is not None and self.analogs.weight > 0 and ranking != "frequency":
-            # after the fragment term, whose shortlist is the fingerprint order's: as measured
-            analog = {r[2]: self.analogs.best(r[4]) for r in rows if self._identification_key(r[2])[0] == 1}
-            for k14, (value, _) in analog.items():
-                prior[k14] = prior.get(k14, 0.0) + self.analogs.weight * value
             rows.sort(key=lambda r: (*self._identification_key(r[2]),
                                      *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         n = max(len(samples), 1)

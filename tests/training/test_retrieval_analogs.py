@@ -30,14 +30,20 @@ def test_hit_at_k_is_expected_over_ties():
     assert ra.hit_at(score, 0, np.array([True, True, True, False]), 1) == pytest.approx(0.5)  # the 4th is not listed
 
 
-def test_the_shipped_order_scores_the_fingerprint_shortlist_and_gives_the_rest_its_lowest_forward_score():
+def test_the_suspect_order_shortlists_by_fingerprint_and_analog_score_and_gives_the_rest_the_lowest():
     rec = record([-1.0, -2.0, -3.0])
     fw = {"K0": -10.0, "K1": None}  # K1 cannot be scored
-    base = ra.base_scores(rec, fw, 2.0, 2)
+    none = np.zeros(3)
     # shortlist K0, K1 (by fingerprint); lowest finite forward score -10 for K1 and K2
-    assert base["formula"] == pytest.approx([-21.0, -22.0, -23.0])
-    assert ra.covers(rec, fw, 2) and not ra.covers(rec, fw, 3)
-    assert ra.base_scores(rec, {}, 0.0, 2)["formula"] == pytest.approx([-1.0, -2.0, -3.0])
+    assert ra.suspect_scores(rec, fw, 2.0, 2, none, 0.0)["formula"] == pytest.approx([-21.0, -22.0, -23.0])
+    fp = ra.fingerprint(rec)
+    assert ra.missing(rec, fw, 2, fp) == set() and ra.missing(rec, fw, 3, fp) == {"K2"}
+    analog = np.array([0.0, 0.0, 1.0])  # lifts K2 into the shortlist: its forward score is needed
+    assert ra.missing(rec, fw, 2, ra.fingerprint(rec) + 10 * analog) == {"K2"}
+    fw["K2"] = -1.0
+    # before the fragment term: -1, -2, 7; shortlist K2, K0; lowest forward score -10 for K1
+    assert ra.suspect_scores(rec, fw, 2.0, 2, analog, 10.0)["formula"] == pytest.approx([-21.0, -22.0, 5.0])
+    assert ra.suspect_scores(rec, {}, 0.0, 2, none, 0.0)["formula"] == pytest.approx([-1.0, -2.0, -3.0])
 
 
 def test_the_analog_score_of_a_pool_is_the_engines():

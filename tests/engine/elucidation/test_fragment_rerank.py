@@ -138,14 +138,18 @@ def test_suspects_gain_weight_times_their_analog_score_and_predictions_keep_thei
     assert math.isnan(ranked[2].analog_score) and ranked[2].score == -1.0  # the prediction is not scored
 
 
-def test_the_fragment_shortlist_is_the_fingerprint_order_and_the_analog_term_comes_on_top():
-    fw = Forward({PROPANOL: -1.0, ISOPROPANOL: -2.0, METHOXYETHANE: -3.0})
+def test_the_fragment_shortlist_is_the_first_by_fingerprint_and_analog_score():
+    fw = Forward({PROPANOL: -1.0, ISOPROPANOL: -2.0, METHOXYETHANE: -30.0})
     p = pool(FP, suspects=FP, fragments=FragmentRerank(fw, ForwardRanking(weight=1.0, shortlist=1)))
     p.analogs = analogs(100.0, (METHOXYETHANE, 1.0))
     ranked, _ = p.rank(ranking="fingerprint")
-    assert fw.calls == [PROPANOL]  # the first by fingerprint score, not by the analog term
-    assert ranked[0].smiles == METHOXYETHANE and ranked[0].score == pytest.approx(-3.0 - 1.0 + 100.0)
-    assert ranked[0].fragment_score != ranked[0].fragment_score  # outside the shortlist: nan, takes its lowest
+    assert fw.calls == [METHOXYETHANE]  # first once the analog term is in, not by fingerprint score alone
+    assert ranked[0].smiles == METHOXYETHANE and ranked[0].score == pytest.approx(-3.0 + 100.0 - 30.0)
+    assert ranked[0].fragment_score == -30.0
+    # the others are outside the shortlist: they take its lowest forward score and keep their order
+    assert all(math.isnan(c.fragment_score) for c in ranked[1:])
+    for c in ranked[1:]:
+        assert c.score == pytest.approx(c.fingerprint_score + 100.0 * c.analog_score - 30.0)
 
 
 def test_no_analog_term_for_the_frequency_ranking_or_weight_zero():
