@@ -51,8 +51,19 @@ from pathlib import Path
 
 import numpy as np
 
-from .retrieval import TRACKS, ci95
-from .retrieval_forward import SETS, _cpu_name, check_score_settings, config_file, read_score_cache
+from .retrieval import TRACKS, Pool, ci95
+from .retrieval_forward import (
+    ALONE,
+    SETS,
+    _cpu_name,
+    check_score_settings,
+    config_file,
+    grid_table,
+    library_only_pools,
+    read_score_cache,
+    run_shortlist,
+    with_forward,
+)
 from .retrieval_scorer import pool_spectra
 
 HITS = (5, 10, 20, 30)
@@ -263,13 +274,24 @@ def report_text(m: dict) -> str:
             out.append(f"- {s['label']}, {part['label']}: {cells}")
         c = s["control"]
         out.append(f"- {s['label']}, control (another spectrum's hits): formula {c['formula']}, mass {c['mass']}")
+    if m.get("others"):
+        o = m["others"]
+        kept = "" if o["crowding_ok"] else " (no weight keeps the de novo answers)"
+        out += ["", (f"## Every other candidate (the bundled library's, the predictions): v = {o['chosen']:g} chosen "
+                     f"by the de novo rule{kept}"), "",
+                ("Hit@1 / Hit@5 / Hit@20 (%) of the truth, its library track alone and with the de novo candidates; "
+                 "de novo Top-1 / Top-10 with the structure libraries off (the spectral library on) and on (truth "
+                 "out), against the fingerprint score with no library at v = 0:")]
+        for label, table in o["tables"].items():
+            out += ["", f"{label}:", "", table]
     out += ["", f"Analog search: {run['search_seconds_per_spectrum'] * 1000:.0f} ms per spectrum (H + 10 hits).",
             "", f"Command: `{run['command']}`", ""]
     return "\n".join(out)
 
 
-def install(bundle: str, hits: int, weight: float, command: str) -> str:
-    """Write ``analog_hits`` and ``analog_weight`` into the forward ranking of ``bundle``'s ``forward.json``."""
+def install(bundle: str, hits: int, weight: float, command: str, others_weight: float | None = None) -> str:
+    """Write ``analog_hits`` and ``analog_weight`` (and ``analog_weight_others`` when measured) into the forward
+    ranking of ``bundle``'s ``forward.json``."""
     import tempfile
 
     from engine.model.bundle import add_bundle_file
@@ -278,11 +300,36 @@ def install(bundle: str, hits: int, weight: float, command: str) -> str:
     model = load_forward(bundle, "forward.json")
     training = json.loads((Path(bundle) / "forward.json").read_text(encoding="utf-8")).get("training") or {}
     model.ranking = replace(model.ranking, analog_weight=float(weight), analog_hits=int(hits))
+    if others_weight is not None:
+        model.ranking = replace(model.ranking, analog_weight_others=float(others_weight))
     with tempfile.TemporaryDirectory() as tmp:
         model.save(tmp, extra={**training, "analogs_chosen_by": command}, config_file="forward.json")
         add_bundle_file(bundle, Path(tmp) / "forward.safetensors")
         add_bundle_file(bundle, Path(tmp) / "forward.json")
     return f"installed into {bundle}: {model.ranking}"
+
+
+ALL = 10**9  # a shortlist longer than any pool: the analog score is every candidate's
+
+
+def others_rule(records: dict, analog: dict[str, np.ndarray], weights: Sequence[float]) -> dict:
+    """The analog weight of every candidate that is not a suspect (the bundled library's, the predictions), by
+    :mod:`training.retrieval_forward`'s de novo rule on pools with de novo candidates: the best mean joint Hit@1
+    over both tracks among the weights that lower no de novo Top-1/Top-10 (with the structure libraries off and
+    with them on, the truth taken out) below the fingerprint score's. The analog score fills the forward score's
+    slot of those pools for every candidate; "libraries off" there still has the spectral library (the analog
+    score's source), and the fingerprint score it is held against is ranking with no library at all."""
+    sets = {}
+    adducts = {}
+    for name, fold, _ in SETS:
+        ks = [k for k, r in records.items() if r["fold"] == fold]
+        sets[name] = [with_forward(Pool.from_record(records[k]), records[k],
+                                   {c["k"]: float(v) for c, v in zip(records[k]["candidates"], analog[k])}) for k in ks]
+        adducts[name] = [records[k]["adduct"] for k in ks]
+    result = run_shortlist(ALL, weights, sets, adducts)
+    result["grid"].pop(ALONE, None)
+    return {"chosen": float(result["chosen"]), "crowding_ok": result["chosen_crowding_ok"],
+            "tables": {label: grid_table(result, name) for name, _, label in SETS}}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -386,6 +433,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  {t: grid[(n_best, v_best)][t][sel] for t in TRACKS})} for name, sel in parts]
         table = hits_table(control_scores, records, ks)
         sets.append({"label": label, "grid": rows, "gains": gains, "control": {t: _cell(table, t) for t in TRACKS}})
+    others = None
+    if not library_only_pools(Path(a.pools)):  # pools with de novo candidates: the weight of every other candidate
+        others = others_rule(records, analog[n_best], a.weights)
     metrics = {
         "run": {"command": "python -m training.retrieval_analogs " + " ".join(argv), "pools": a.pools,
                 "scores": a.scores, "bundle": a.bundle, "forward_weight": ranking.weight,
@@ -396,13 +446,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "search_seconds_per_spectrum": search_seconds},
         "chosen": {"hits": n_best, "weight": v_best},
         "sets": sets,
+        "others": others,
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1), encoding="utf-8")
     text = report_text(metrics)
     (out / "report.md").write_text(text, encoding="utf-8")
     print(text)
     if a.install:
-        print(install(a.install, n_best, v_best, metrics["run"]["command"]) if v_best > 0
+        others_weight = others["chosen"] if others is not None else None
+        print(install(a.install, n_best, v_best, metrics["run"]["command"], others_weight) if v_best > 0
               else "not installed: the rule chose v = 0")
     return 0
 

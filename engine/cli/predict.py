@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="leave the forward model's fragment score out of the ranking (by default it re-ranks "
                     "where its measurement chose: docs/known_compounds.md)")
     pr.add_argument("--no-analog-score", action="store_true",
-                    help="order suspect-list structures without their likeness to the compounds of the spectrum's "
+                    help="rank without the analog score, each candidate's likeness to the compounds of the spectrum's "
                     "analog hits in the spectral libraries (on by default: docs/known_compounds.md)")
     pr.add_argument("--resume", action="store_true",
                     help="go on with an interrupted run of the same command: spectra already in OUTPUT.partial "

@@ -76,8 +76,8 @@ class QueryParams:
     fragment_score: bool = field(default=True, metadata={
         "help": "add the bundle's forward-model fragment score to the ranking, as its measurement chose"})
     analog_score: bool = field(default=True, metadata={
-        "help": "order suspect-list structures also by their likeness to the compounds of the spectrum's analog "
-                "hits in the spectral libraries, as the bundle's measurement chose"})
+        "help": "add the analog score (likeness to the compounds of the spectrum's analog hits in the spectral "
+                "libraries) to the ranking, as the bundle's measurement chose"})
 
     def __post_init__(self):
         check_kappa(self.kappa_min, "kappa_min")
@@ -286,7 +286,7 @@ class SpectrumSession:
         self._plan: QueryPlan | None = None
         self.pool: CandidatePool | None = None
         self._fragments = fragment_rerank(bundle, spectrum)
-        self._analogs: AnalogRerank | None | bool = False  # False: not searched yet (only a suspect list needs it)
+        self._analogs: AnalogRerank | None | bool = False  # False: not searched yet
 
     @property
     def posterior(self) -> np.ndarray:
@@ -384,14 +384,15 @@ class SpectrumSession:
         return self._result(params, 0, t0, partial=False)
 
     def configure_ranking(self, pool: CandidatePool, params: QueryParams, partial: bool = False) -> None:
-        """Give ``pool`` the ranking settings of ``params`` (the library prior, the fragment score). A partial
-        ranking (shown while samples are drawn) goes without the fragment score: its shortlist changes with every
-        batch, and each newcomer would be fragmented; the final ranking has it."""
+        """Give ``pool`` the ranking settings of ``params`` (the library prior, the analog and fragment scores). A
+        partial ranking (shown while samples are drawn) goes without the fragment score: its shortlist changes with
+        every batch, and each newcomer would be fragmented; the final ranking has it. The analog score is in both
+        (one analog search per spectrum, then a Tanimoto per candidate)."""
         pool.library_prior = params.library_prior
         pool.fragments = self._fragments if params.fragment_score and not partial else None
         pool.analogs = None
-        if params.analog_score and not partial and pool.has_suspects:
-            if self._analogs is False:
+        if params.analog_score and analog_weights(self.bundle, pool.has_suspects):
+            if self._analogs is False:  # searched once, when a ranking first needs it
                 self._analogs = analog_rerank(self.bundle, self.libraries, self.spectrum)
             pool.analogs = self._analogs
 
@@ -436,16 +437,24 @@ def fragment_rerank(bundle: ModelBundle, spectrum: Spectrum) -> FragmentRerank |
     return FragmentRerank(scorer.score, model.ranking)
 
 
+def analog_weights(bundle: ModelBundle, suspects: bool = True) -> bool:
+    """Whether the bundle chose an analog term for a pool (with or without ``suspects``)."""
+    ranking = bundle.forward.ranking if bundle.forward is not None else None
+    return ranking is not None and (ranking.analog_weight_others > 0 or (suspects and ranking.analog_weight > 0))
+
+
 def analog_rerank(bundle: ModelBundle, libraries: Sequence, spectrum: Spectrum) -> AnalogRerank | None:
-    """The analog score of ``spectrum`` as a term of the suspect lists' order (:class:`AnalogRerank`): its analog
-    hits in the spectral libraries among ``libraries``, at the bundle's chosen weight; None when the bundle chose
-    none or no hit gives a structure."""
-    model = bundle.forward
-    if model is None or model.ranking.analog_weight <= 0:
+    """The analog score of ``spectrum`` as a ranking term (:class:`AnalogRerank`): its analog hits in the spectral
+    libraries among ``libraries``, at the bundle's chosen weights; None when the bundle chose none or no hit gives
+    a structure."""
+    if not analog_weights(bundle):
         return None
-    matches = search_analogs(libraries, spectrum, model.ranking.analog_hits)
+    ranking = bundle.forward.ranking
+    matches = search_analogs(libraries, spectrum, ranking.analog_hits)
     references = analog_references(matches.hits) if matches is not None else ()
-    return AnalogRerank(references, model.ranking.analog_weight) if references else None
+    if not references:
+        return None
+    return AnalogRerank(references, ranking.analog_weight, ranking.analog_weight_others)
 
 
 def _reference(spectrum: Spectrum, n_bits: int = chem.N_BITS) -> tuple[np.ndarray | None, str | None]:

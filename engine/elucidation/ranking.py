@@ -20,8 +20,8 @@ passes the calibrated threshold (an identification) ranks first, before every pr
 the structures of suspect lists (libraries the user gave as such), then the rest by score.
 
 An :class:`AnalogRerank` (the query's analog-search hits in the run's spectral libraries) adds ``weight ·`` each
-suspect-list structure's analog score: its highest similarity × Tanimoto to the compounds whose reference spectra
-resemble the query's. A :class:`FragmentRerank` (the bundle's forward model, :mod:`engine.model.forward`) then adds
+suspect-list structure's analog score, its highest similarity × Tanimoto to the compounds whose reference spectra
+resemble the query's, and ``others_weight ·`` that of every other candidate except identifications. A :class:`FragmentRerank` (the bundle's forward model, :mod:`engine.model.forward`) then adds
 a spectrum-based term: within the groups it covers, the first ``shortlist`` candidates by score so far get
 ``weight ·`` their forward score (how well their fragments explain the spectrum's peaks), and the rest the lowest
 forward score of that shortlist, so they stay below it.
@@ -169,13 +169,19 @@ class AnalogReference:
 
 @dataclass(frozen=True)
 class AnalogRerank:
-    """The analog score as a ranking term of the suspect lists' structures: a structure's analog score is its
-    highest ``similarity × Tanimoto`` to the structures of ``references`` (a suspect like the compounds whose
-    spectra resemble the query's is likelier), and ``weight ·`` that joins its score. The weight is the one
+    """The analog score as a ranking term: a structure's analog score is its highest ``similarity × Tanimoto`` to
+    the structures of ``references`` (a candidate like the compounds whose spectra resemble the query's is
+    likelier); ``weight ·`` that joins the score of a suspect-list structure, ``others_weight ·`` that of any
+    other candidate (not of an identification, which ranks first anyway). The weights are those
     ``training.retrieval_analogs`` chose (:class:`engine.model.forward.ForwardRanking`)."""
 
     references: tuple[AnalogReference, ...]
     weight: float
+    others_weight: float = 0.0
+
+    def weight_of(self, group: int) -> float:
+        """The weight in a rank group of :meth:`CandidatePool._identification_key` (1 suspects, 2 the rest)."""
+        return {1: self.weight, 2: self.others_weight}.get(group, 0.0)
 
     def best(self, bits: np.ndarray) -> tuple[float, AnalogReference | None]:
         """The analog score of a structure's Morgan ``bits`` and the reference that gives it (0, None: none)."""
@@ -229,7 +235,7 @@ class CandidatePool:
         """``scorer`` gives fingerprint scores; without one only the ``frequency`` ranking is possible.
         ``library_prior``: the log-odds bonus of a structure a library holds (:meth:`add_known`);
         ``fragments``: the forward score as a second term of the fingerprint rankings (None: none);
-        ``analogs``: the analog score as a term of the suspect lists' order (None: none)."""
+        ``analogs``: the analog score as a term of the ranking (None: none)."""
         self.formula = formula
         self.library_prior = float(library_prior)
         self.fragments = fragments
@@ -352,11 +358,13 @@ class CandidatePool:
         rows.sort(key=lambda r: (*self._identification_key(r[2]),
                                  *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         analog: dict[str, tuple[float, AnalogReference | None]] = {}
-        if self.analogs is not None and self.analogs.weight > 0 and ranking != "frequency":
+        if self.analogs is not None and ranking != "frequency":
             # before the fragment term: its shortlist is the first by fingerprint + analog score, as measured
-            analog = {r[2]: self.analogs.best(r[4]) for r in rows if self._identification_key(r[2])[0] == 1}
-            for k14, (value, _) in analog.items():
-                prior[k14] = prior.get(k14, 0.0) + self.analogs.weight * value
+            for r in rows:
+                w = self.analogs.weight_of(self._identification_key(r[2])[0])
+                if w > 0:
+                    analog[r[2]] = self.analogs.best(r[4])
+                    prior[r[2]] = prior.get(r[2], 0.0) + w * analog[r[2]][0]
             rows.sort(key=lambda r: (*self._identification_key(r[2]),
                                      *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         forward: dict[str, float] = {}

@@ -197,11 +197,12 @@ class ForwardRanking:
     (:class:`ForwardScorer`; 0, as in files written before it, counts each once). Weight 0 (a model saved
     without a choice) leaves rankings as they are.
 
-    The suspect lists' order has a second, chosen term beside it, kept here because it was chosen on top of
-    this one (``training.retrieval_analogs``): ``analog_weight`` · the **analog score** of a suspect, its
-    highest similarity × Tanimoto to the structures of the query's first ``analog_hits`` analog-search hits in
-    the run's spectral libraries (:class:`engine.elucidation.ranking.AnalogRerank`). 0 (files written before
-    it) leaves the order to the fingerprint and forward scores."""
+    The ranking has a second, chosen term beside it, kept here because the suspects' weight was chosen on top of
+    this one (``training.retrieval_analogs``): the **analog score** of a candidate, its highest similarity ×
+    Tanimoto to the structures of the query's first ``analog_hits`` analog-search hits in the run's spectral
+    libraries (:class:`engine.elucidation.ranking.AnalogRerank`), times ``analog_weight`` for the structures of
+    suspect lists and ``analog_weight_others`` for every other candidate (the bundled library's structures, the
+    reference hits' and the predictions). 0 (files written before it) leaves a ranking as it was."""
 
     weight: float = 0.0
     shortlist: int = 20
@@ -209,9 +210,10 @@ class ForwardRanking:
     intensity_weight: float = 0.0
     analog_weight: float = 0.0
     analog_hits: int = 20
+    analog_weight_others: float = 0.0
 
     def __post_init__(self):
-        for name in ("weight", "intensity_weight", "analog_weight"):
+        for name in ("weight", "intensity_weight", "analog_weight", "analog_weight_others"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
                     and value >= 0):

@@ -158,3 +158,16 @@ def test_no_analog_term_for_the_frequency_ranking_or_weight_zero():
     assert all(math.isnan(c.analog_score) for c in p.rank(ranking="frequency")[0])
     p.analogs = analogs(0.0, (METHOXYETHANE, 1.0))
     assert order(p) == [PROPANOL, ISOPROPANOL, METHOXYETHANE]
+
+
+def test_the_other_candidates_take_the_others_weight():
+    p = pool(FP, suspects=[METHOXYETHANE], samples=[PROPANOL, ISOPROPANOL])
+    p.analogs = AnalogRerank(analogs(1.0, (ISOPROPANOL, 1.0)).references, weight=0.0, others_weight=10.0)
+    ranked, _ = p.rank(ranking="fingerprint")
+    # the suspect still ranks first, unscored at weight 0; the predictions: isopropanol -2 + 10 · 1 = 8 before
+    # propanol -1 + 10 · T(propanol, isopropanol)
+    assert [c.smiles for c in ranked] == [METHOXYETHANE, ISOPROPANOL, PROPANOL]
+    assert math.isnan(ranked[0].analog_score)
+    assert ranked[1].score == pytest.approx(8.0) and ranked[1].analog_score == pytest.approx(1.0)
+    t = chem.tanimoto(bits(PROPANOL), bits(ISOPROPANOL))
+    assert ranked[2].score == pytest.approx(-1.0 + 10.0 * t)

@@ -41,11 +41,11 @@ def test_forward_score_is_the_bernoulli_log_likelihood_plus_unexplained_peaks():
 
 def test_save_and_load_rebuild_the_same_model_and_its_ranking(tmp_path):
     model = small_model(ranking=ForwardRanking(weight=2.0, shortlist=7, scope="all", analog_weight=3.0,
-                                               analog_hits=4))
+                                               analog_hits=4, analog_weight_others=0.5))
     model.save(tmp_path, extra={"note": "test"}, config_file="forward.json")
     saved = json.loads((tmp_path / "forward.json").read_text())
     assert saved["ranking"] == {"weight": 2.0, "shortlist": 7, "scope": "all", "intensity_weight": 0.0,
-                                "analog_weight": 3.0, "analog_hits": 4}
+                                "analog_weight": 3.0, "analog_hits": 4, "analog_weight_others": 0.5}
     assert saved["training"]["note"] == "test"
     back = ForwardModel.load(tmp_path, config_file="forward.json")
     assert back.ranking == model.ranking and back.config == model.config
@@ -107,7 +107,8 @@ def test_an_ensemble_needs_two_members_of_one_architecture():
 @pytest.mark.parametrize("kwargs", [{"weight": -0.5}, {"shortlist": 0}, {"scope": "library"}, {"weight": "1"},
                                     {"intensity_weight": -1.0}, {"intensity_weight": float("inf")},
                                     {"intensity_weight": True}, {"analog_weight": -1.0},
-                                    {"analog_weight": float("nan")}, {"analog_hits": 0}, {"analog_hits": 2.5}])
+                                    {"analog_weight": float("nan")}, {"analog_hits": 0}, {"analog_hits": 2.5},
+                                    {"analog_weight_others": -1.0}])
 def test_bad_ranking_settings_are_refused(kwargs):
     with pytest.raises(ConfigError):
         ForwardRanking(**kwargs)
@@ -299,3 +300,42 @@ def test_a_run_orders_suspects_by_their_likeness_to_the_spectrums_analogs(tiny_b
     assert all(math.isnan(c.analog_score) for c in off)
     alone = SpectrumSession(bundle, spectrum, libraries=[suspects]).rank_known(params).candidates  # no spectra
     assert all(math.isnan(c.analog_score) for c in alone)
+
+
+def test_the_predictions_take_the_analog_score_at_the_others_weight(tiny_bundle_dir, tmp_path, monkeypatch):
+    from tiny_bundle import fixture_spectra
+
+    from engine.elucidation.pipeline import QueryParams, RankingUpdated, SpectrumSession
+    from engine.progress import run_to_end
+    from engine.spectral_library import ReferenceSpectrum, library_from_references
+
+    monkeypatch.setenv("MSGPT_HOME", str(tmp_path / "home"))
+    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "bundle")
+    ranking = ForwardRanking(weight=1.0, shortlist=5, scope="suspects", analog_weight=100.0, analog_hits=3,
+                             analog_weight_others=50.0)
+    small_model(ranking=ranking).save(tmp_path / "fw", config_file="forward.json")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.safetensors")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.json")
+    bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
+    spectrum = fixture_spectra()[0]
+    analog = ReferenceSpectrum(0, 1, spectrum.precursor_mz + 50.0, 1, np.asarray(spectrum.mz, dtype=np.float64),
+                               np.asarray(spectrum.intensity, dtype=np.float64), accession="REF1",
+                               adduct="[M+H]+", polarity="positive", smiles=spectrum.smiles)
+    spectral = library_from_references([analog], "refs")
+    params = QueryParams(groups=2, samples_per_group=2, seed=0)
+    events = SpectrumSession(bundle, spectrum, libraries=[spectral]).run(params)  # no structure library at all
+    partial = []
+    while True:
+        try:
+            event = next(events)
+        except StopIteration as stop:
+            ranked = stop.value.candidates
+            break
+        if isinstance(event, RankingUpdated) and event.result.partial:
+            partial.append(event.result)
+    assert ranked and all(0 <= c.analog_score <= 1 and c.analog_reference == "REF1" for c in ranked)
+    for c in ranked:
+        assert c.score == pytest.approx(c.fingerprint_score + 50.0 * c.analog_score)
+    assert partial and all(math.isfinite(c.analog_score) for r in partial for c in r.candidates)  # live too
+    off = SpectrumSession(bundle, spectrum, libraries=[spectral]).run(dataclasses.replace(params, analog_score=False))
+    assert all(math.isnan(c.analog_score) for c in run_to_end(off).candidates)
