@@ -85,3 +85,27 @@ def test_install_writes_the_analog_setting_and_keeps_the_forward_ranking(tiny_bu
     assert saved["training"]["fit"] == {"auroc": 0.9} and saved["training"]["ranking_chosen_by"] == "x"
     assert "--install" in saved["training"]["analogs_chosen_by"]
     assert (bundle_dir / "forward.safetensors").read_bytes() == weights  # the model itself is unchanged
+    ra.install(str(bundle_dir), 30, 1280.0, "again, with pools of de novo candidates", others_weight=160.0)
+    ranking = load_bundle(bundle_dir, device="cpu", precision="fp32").forward.ranking
+    assert (ranking.analog_weight, ranking.analog_weight_others, ranking.weight) == (1280.0, 160.0, 4.0)
+
+
+def pool_record(key: str, fold: str, fps: list[float], counts: list[int]) -> dict:
+    """The truth (K0, a library structure the decoder also drew) among library isomers and de novo-only ones."""
+    cands = [{"k": f"K{i}", "s": "C" * (i + 1), "fp": fp, "fl": int(n == 0 or i == 0), "ml": int(n == 0 or i == 0),
+              "n": n} for i, (fp, n) in enumerate(zip(fps, counts))]
+    return {"key": key, "fold": fold, "adduct": "[M+H]+", "queries": [], "candidates": cands,
+            "truth": {"inchikey14": "K0", "smiles": "C"}}
+
+
+def test_the_others_weight_is_the_de_novo_rules_choice():
+    records = {f"{fold}{i}": pool_record(f"{fold}{i}", fold, [-3.0, -1.0, -2.0, -4.0], [1, 0, 0, 2])
+               for fold in ("train", "val") for i in range(3)}
+    # the analog score lifts the truth (drawn de novo as well): from weight 2 it is first (-3 + w > -1); none crowds
+    lifts = {k: np.array([1.0, 0.0, 0.0, 0.0]) for k in records}
+    rule = ra.others_rule(records, lifts, [0.0, 1.0, 10.0, 20.0])
+    assert rule["chosen"] == 10.0 and rule["crowding_ok"]  # the smallest weight of the best Hit@1
+    assert set(rule["tables"]) == {"train-unseen", "FOLD=val"} and "| 10 (chosen) |" in rule["tables"]["FOLD=val"]
+    # an analog score that lifts the de novo decoy (K3) above the de novo truth lowers de novo Top-1: weight 0
+    decoy = {k: np.array([0.0, 0.0, 0.0, 1.0]) for k in records}
+    assert ra.others_rule(records, decoy, [0.0, 1.0, 10.0])["chosen"] == 0.0
