@@ -284,6 +284,13 @@ def report_text(m: dict) -> str:
                  "out), against the fingerprint score with no library at v = 0:")]
         for label, table in o["tables"].items():
             out += ["", f"{label}:", "", table]
+        if o.get("confidence"):
+            out += ["", "The bundle's confidence of the de novo rank 1 (B = 100, structure libraries off), by ranking:",
+                    "", "| set | ranking | spectra | Top-1 % | mean confidence % | Brier (base rate) |",
+                    "| --- | --- | ---: | ---: | ---: | ---: |"]
+            for label, by in o["confidence"].items():
+                out += [f"| {label} | {name} | {r['n']} | {r['top1']:.1f} | {r['mean_confidence']:.1f} | "
+                        f"{r['brier']:.4f} ({r['brier_base_rate']:.4f}) |" for name, r in by.items()]
     out += ["", f"Analog search: {run['search_seconds_per_spectrum'] * 1000:.0f} ms per spectrum (H + 10 hits).",
             "", f"Command: `{run['command']}`", ""]
     return "\n".join(out)
@@ -330,6 +337,36 @@ def others_rule(records: dict, analog: dict[str, np.ndarray], weights: Sequence[
     result["grid"].pop(ALONE, None)
     return {"chosen": float(result["chosen"]), "crowding_ok": result["chosen_crowding_ok"],
             "tables": {label: grid_table(result, name) for name, _, label in SETS}}
+
+
+def confidence_check(confidence, records: dict, analog: dict[str, np.ndarray], weight: float) -> dict:
+    """Does the bundle's confidence (:mod:`engine.model.confidence`, fitted on fingerprint-ranked pools) still
+    hold when the analog term reorders the de novo candidates? Per set, the rank 1 of each pool's de novo
+    candidates (B = 100) by fingerprint score and by fingerprint + ``weight ·`` analog score: Top-1, the mean
+    confidence, and the Brier score against always predicting the set's Top-1."""
+    from engine.model.confidence import confidence_features
+
+    out = {}
+    for _, fold, label in SETS:
+        rows: dict[str, list] = {"fingerprint score": [], f"+ {weight:g} · analog score": []}
+        for k, rec in records.items():
+            drawn = [i for i, c in enumerate(rec["candidates"]) if c.get("n", 0) > 0]
+            if rec["fold"] != fold or not drawn:
+                continue
+            cands = [rec["candidates"][i] for i in drawn]
+            fp = np.array([c["fp"] for c in cands])
+            counts = np.array([c["n"] for c in cands])
+            keys = np.array([c["k"] for c in cands])
+            for (name, rows_), w in zip(rows.items(), (0.0, weight)):
+                order = np.lexsort((keys, -(fp + w * analog[k][drawn])))
+                features = confidence_features(counts[order][:10], fp[order][:10], 100, int(counts.sum()), len(cands))
+                rows_.append((confidence.probability(features), keys[order[0]] == rec["truth"]["inchikey14"]))
+        out[label] = {}
+        for name, r in rows.items():
+            p, y = np.array([x[0] for x in r]), np.array([x[1] for x in r], dtype=np.float64)
+            out[label][name] = {"n": len(r), "top1": 100 * float(y.mean()), "mean_confidence": 100 * float(p.mean()),
+                                "brier": float(np.mean((p - y) ** 2)), "brier_base_rate": float(y.var())}
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -436,6 +473,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     others = None
     if not library_only_pools(Path(a.pools)):  # pools with de novo candidates: the weight of every other candidate
         others = others_rule(records, analog[n_best], a.weights)
+        from engine.model.bundle import load_bundle
+
+        confidence = load_bundle(a.bundle, device="cpu").confidence
+        if confidence is not None and others["chosen"] > 0:
+            others["confidence"] = confidence_check(confidence, records, analog[n_best], others["chosen"])
     metrics = {
         "run": {"command": "python -m training.retrieval_analogs " + " ".join(argv), "pools": a.pools,
                 "scores": a.scores, "bundle": a.bundle, "forward_weight": ranking.weight,
