@@ -32,9 +32,15 @@ spectrum)::
         --scores runs/retrieval_forward/all_int4 --out runs/retrieval_analogs/v10 --fresh 150 \\
         --install resources/default_model
 
+On pools with de novo candidates (a ``training.retrieval`` run without ``--library-only``) it also chooses the
+weight of every other candidate, the bundled library's structures and the predictions (:func:`others_rule`: the
+de novo rule of :mod:`training.retrieval_forward`, which refuses any loss of de novo answers), and checks the
+bundle's confidence on the reordered de novo rankings when that weight is above 0.
+
 Outputs: ``<out>/metrics.json`` and ``<out>/report.md`` (also printed); the hits of every pool are cached in
-``<out>/hits.json``. ``--install BUNDLE`` writes ``analog_weight`` and ``analog_hits`` into the bundle's
-``forward.json`` ranking (nothing when the rule chose ``v = 0``).
+``<out>/hits.json``. ``--install BUNDLE`` writes ``analog_weight`` and ``analog_hits`` (and, from pools with de
+novo candidates, ``analog_weight_others``) into the bundle's ``forward.json`` ranking (nothing when the suspect
+rule chose ``v = 0``).
 """
 
 from __future__ import annotations
@@ -373,7 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="python -m training.retrieval_analogs", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pools", required=True, help="training.retrieval output folder (--library-only is enough)")
+    p.add_argument("--pools", required=True,
+                   help="training.retrieval output folder (--library-only pools measure the suspects' weight only)")
     p.add_argument("--scores",
                    help="a training.retrieval_forward output folder at the bundle's intensity weight: its forward "
                         "scores are reused (the ones missing are computed into --out)")
