@@ -82,13 +82,14 @@ def pool_hits(libraries: Sequence, records: dict, spectra: dict, n: int, path: P
               ) -> tuple[dict[str, list[dict]], float]:
     """Per pool, its first ``n`` analog hits without its own true structure (``{"s": similarity, "smiles",
     "accession"}``), and the seconds one search took; cached in ``path`` (recomputed when it holds fewer hits
-    than asked)."""
+    than asked, other pools or other libraries)."""
     from engine.chem import molecules as chem
     from engine.elucidation.libraries import search_analogs
 
+    names = [f"{lib.name} {lib.checksum}" for lib in libraries]
     if path.is_file():
         cached = json.loads(path.read_text(encoding="utf-8"))
-        if cached.get("n", 0) >= n and set(records) <= set(cached["hits"]):
+        if cached.get("n", 0) >= n and set(records) <= set(cached["hits"]) and cached.get("libraries") == names:
             return {k: v[:n] for k, v in cached["hits"].items()}, cached["seconds_per_spectrum"]
     out = {}
     t0 = time.perf_counter()
@@ -106,7 +107,8 @@ def pool_hits(libraries: Sequence, records: dict, spectra: dict, n: int, path: P
         if i % 200 == 0:
             print(f"analog search {i}/{len(records)} ({time.perf_counter() - t0:.0f} s)", flush=True)
     seconds = (time.perf_counter() - t0) / max(len(records), 1)
-    path.write_text(json.dumps({"n": n, "seconds_per_spectrum": seconds, "hits": out}), encoding="utf-8")
+    path.write_text(json.dumps({"n": n, "libraries": names, "seconds_per_spectrum": seconds, "hits": out}),
+                    encoding="utf-8")
     return out, seconds
 
 
