@@ -250,3 +250,22 @@ def test_a_project_records_its_libraries_and_old_projects_read_without(qtbot, ma
     assert back.libraries == [ref]
     reopened = entries_from_project(back, [100])[0]
     assert reopened.library_refs == (ref,) and window.runs.libraries_current(reopened)
+
+
+def test_the_details_show_a_suspects_analog_score_and_its_reference(qtbot):
+    import dataclasses
+
+    from engine.elucidation.ranking import Candidate
+    from msgpt_gui.candidates_view import DetailPane, PixmapCache
+
+    pane = DetailPane(PixmapCache())
+    qtbot.addWidget(pane)
+    c = Candidate(rank=1, smiles="CCO", inchikey="LFQSCWFLJHTTHZ-UHFFFAOYSA-N", inchikey14="LFQSCWFLJHTTHZ",
+                  formula="C2H6O", count=0, frequency=0.0, posterior_similarity=0.5, bits=np.zeros(0, dtype=np.int64),
+                  fingerprint_score=-12.0, fragment_score=-3.5, analog_score=0.58,
+                  analog_reference="MSBNK-AAFC-AC000233 T-2 Toxin", suspect=True)
+    pane.show_candidate(c)
+    text = pane.scores.text()
+    assert "fragment score -3.5" in text and "analog score 0.58 (like MSBNK-AAFC-AC000233 T-2 Toxin)" in text
+    pane.show_candidate(dataclasses.replace(c, analog_score=float("nan"), analog_reference=""))
+    assert "analog score" not in pane.scores.text()  # not scored: nothing said
