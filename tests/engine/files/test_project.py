@@ -294,3 +294,24 @@ def test_sources_are_recorded_with_their_checksum_and_checked(tmp_path, monkeypa
     f.unlink()
     assert check_source(src) == SOURCE_MISSING
     assert describe_source(f) == SourceFile(str(f))
+
+
+def test_a_candidates_fragment_and_analog_scores_round_trip_and_export(ran, tiny_bundle, tmp_path):
+    import math
+
+    from engine.files.export import candidate_rows
+
+    s1, _, r1 = ran[0]
+    first = dataclasses.replace(r1.candidates[0], fragment_score=-3.25, analog_score=0.58,
+                                analog_reference="REF1 T-2 Toxin", suspect=True)
+    result = dataclasses.replace(r1, candidates=(first, *r1.candidates[1:]))
+    project = Project(entries=[ProjectEntry(s1, s1, status="done", result=result, model_checksum=tiny_bundle.checksum)],
+                      params=PARAMS, model=ModelRef.of(tiny_bundle))
+    save_project(tmp_path / "scores.msgpt", project)
+    back = load_project(tmp_path / "scores.msgpt").entries[0].result.candidates
+    assert (back[0].fragment_score, back[0].analog_score, back[0].analog_reference) == (-3.25, 0.58,
+                                                                                          "REF1 T-2 Toxin")
+    assert all(math.isnan(c.analog_score) and c.analog_reference == "" for c in back[1:])  # not scored
+    rows = list(candidate_rows(result))
+    assert (rows[0]["analog_score"], rows[0]["analog_reference"]) == ("0.5800", "REF1 T-2 Toxin")
+    assert all(r["analog_score"] == "" and r["analog_reference"] == "" for r in rows[1:])
