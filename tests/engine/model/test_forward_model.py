@@ -216,20 +216,39 @@ def test_without_a_forward_model_a_bundle_ranks_as_before(tiny_bundle):
     assert tiny_bundle.forward is None
 
 
+def bundle_ranking_with(tiny_bundle_dir, tmp_path, ranking: ForwardRanking):
+    """A copy of the tiny bundle with a small forward model that ranks by ``ranking``."""
+    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "bundle")
+    small_model(ranking=ranking).save(tmp_path / "fw", config_file="forward.json")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.safetensors")
+    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.json")
+    return load_bundle(bundle_dir, device="cpu", precision="fp32")
+
+
+def run_with_live_rankings(session, params) -> tuple[tuple, list]:
+    """The final candidates of ``session.run(params)`` and the partial results shown while it drew."""
+    from engine.elucidation.pipeline import RankingUpdated
+
+    events = session.run(params)
+    partial = []
+    while True:
+        try:
+            event = next(events)
+        except StopIteration as stop:
+            return stop.value.candidates, partial
+        if isinstance(event, RankingUpdated) and event.result.partial:
+            partial.append(event.result)
+
+
 def test_a_run_ranks_suspects_with_the_fragment_score_the_bundle_chose(tiny_bundle_dir, tmp_path, monkeypatch):
     from tiny_bundle import fixture_spectra
 
-    from engine.elucidation.pipeline import QueryParams, RankingUpdated, SpectrumSession
+    from engine.elucidation.pipeline import QueryParams, SpectrumSession
     from engine.library import load_library
     from engine.progress import run_to_end
 
     monkeypatch.setenv("MSGPT_HOME", str(tmp_path / "home"))
-    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "bundle")
-    ranking = ForwardRanking(weight=1.0, shortlist=5, scope="suspects")
-    small_model(ranking=ranking).save(tmp_path / "fw", config_file="forward.json")
-    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.safetensors")
-    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.json")
-    bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
+    bundle = bundle_ranking_with(tiny_bundle_dir, tmp_path, ForwardRanking(weight=1.0, shortlist=5, scope="suspects"))
     spectrum = fixture_spectra()[0]  # C14H28N2O6; its structure and an isomer are the suspects
     path = tmp_path / "suspects.csv"
     path.write_text("Identifier,SMILES\nS1,O=C(CCCCC(=O)N(CCO)CCO)N(CCO)CCO\nS2,O=C(CCCCCC(=O)N(CCO)CCO)N(CCO)CO\n")
@@ -237,16 +256,7 @@ def test_a_run_ranks_suspects_with_the_fragment_score_the_bundle_chose(tiny_bund
     suspects.suspect = True
     session = SpectrumSession(bundle, spectrum, libraries=[suspects])
     params = QueryParams(groups=2, samples_per_group=2, seed=0)
-    events = session.run(params)
-    partial = []
-    while True:
-        try:
-            event = next(events)
-        except StopIteration as stop:
-            ranked = stop.value.candidates
-            break
-        if isinstance(event, RankingUpdated) and event.result.partial:
-            partial.append(event.result)
+    ranked, partial = run_with_live_rankings(session, params)
     assert partial and all(math.isnan(c.fragment_score) for r in partial for c in r.candidates)  # final only
     scored = [c for c in ranked if c.suspect]
     assert len(scored) == 2 and all(math.isfinite(c.fragment_score) for c in scored)
@@ -267,12 +277,8 @@ def test_a_run_orders_suspects_by_their_likeness_to_the_spectrums_analogs(tiny_b
     from engine.spectral_library import ReferenceSpectrum, library_from_references
 
     monkeypatch.setenv("MSGPT_HOME", str(tmp_path / "home"))
-    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "bundle")
     ranking = ForwardRanking(weight=1.0, shortlist=5, scope="suspects", analog_weight=100.0, analog_hits=3)
-    small_model(ranking=ranking).save(tmp_path / "fw", config_file="forward.json")
-    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.safetensors")
-    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.json")
-    bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
+    bundle = bundle_ranking_with(tiny_bundle_dir, tmp_path, ranking)
     spectrum = fixture_spectra()[0]
     s1, s2 = "O=C(CCCCC(=O)N(CCO)CCO)N(CCO)CCO", "O=C(CCCCCC(=O)N(CCO)CCO)N(CCO)CO"
     path = tmp_path / "suspects.csv"
@@ -305,34 +311,22 @@ def test_a_run_orders_suspects_by_their_likeness_to_the_spectrums_analogs(tiny_b
 def test_the_predictions_take_the_analog_score_at_the_others_weight(tiny_bundle_dir, tmp_path, monkeypatch):
     from tiny_bundle import fixture_spectra
 
-    from engine.elucidation.pipeline import QueryParams, RankingUpdated, SpectrumSession
+    from engine.elucidation.pipeline import QueryParams, SpectrumSession
     from engine.progress import run_to_end
     from engine.spectral_library import ReferenceSpectrum, library_from_references
 
     monkeypatch.setenv("MSGPT_HOME", str(tmp_path / "home"))
-    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "bundle")
     ranking = ForwardRanking(weight=1.0, shortlist=5, scope="suspects", analog_weight=100.0, analog_hits=3,
                              analog_weight_others=50.0)
-    small_model(ranking=ranking).save(tmp_path / "fw", config_file="forward.json")
-    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.safetensors")
-    add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.json")
-    bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
+    bundle = bundle_ranking_with(tiny_bundle_dir, tmp_path, ranking)
     spectrum = fixture_spectra()[0]
     analog = ReferenceSpectrum(0, 1, spectrum.precursor_mz + 50.0, 1, np.asarray(spectrum.mz, dtype=np.float64),
                                np.asarray(spectrum.intensity, dtype=np.float64), accession="REF1",
                                adduct="[M+H]+", polarity="positive", smiles=spectrum.smiles)
     spectral = library_from_references([analog], "refs")
     params = QueryParams(groups=2, samples_per_group=2, seed=0)
-    events = SpectrumSession(bundle, spectrum, libraries=[spectral]).run(params)  # no structure library at all
-    partial = []
-    while True:
-        try:
-            event = next(events)
-        except StopIteration as stop:
-            ranked = stop.value.candidates
-            break
-        if isinstance(event, RankingUpdated) and event.result.partial:
-            partial.append(event.result)
+    session = SpectrumSession(bundle, spectrum, libraries=[spectral])  # no structure library at all
+    ranked, partial = run_with_live_rankings(session, params)
     assert ranked and all(0 <= c.analog_score <= 1 and c.analog_reference == "REF1" for c in ranked)
     for c in ranked:
         assert c.score == pytest.approx(c.fingerprint_score + 50.0 * c.analog_score)
