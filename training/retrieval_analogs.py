@@ -114,12 +114,11 @@ def pool_hits(libraries: Sequence, records: dict, spectra: dict, n: int, path: P
 
 def analog_scores(rec: dict, hits: list[dict], n: int) -> np.ndarray:
     """Each candidate's analog score under the first ``n`` hits (:class:`AnalogRerank`, the engine's own code)."""
-    from engine.chem import molecules as chem
     from engine.elucidation.ranking import AnalogReference, AnalogRerank
 
     refs = []
     for h in hits[:n]:
-        bits = chem.morgan_bits_from_smiles(h["smiles"]) if h["smiles"] else None
+        bits = _bits(h["smiles"]) if h["smiles"] else None  # cached: each H, v and the control ask again
         if bits is not None:
             refs.append(AnalogReference(h["s"], bits, h["accession"]))
     rerank = AnalogRerank(tuple(refs), 1.0)
