@@ -32,6 +32,10 @@ spectrum)::
         --scores runs/retrieval_forward/all_int4 --out runs/retrieval_analogs/v10 --fresh 150 \\
         --install resources/default_model
 
+``--fragment-weights W ... --fragment-shortlists K ...`` also chooses the fragment term's ``w`` and shortlist
+again, together with ``v`` at the chosen H, by the same rule (they were chosen before the analog term existed) and
+reports the choice against the bundle's setting with paired intervals on both sets; it never installs it.
+
 On pools with de novo candidates (a ``training.retrieval`` run without ``--library-only``) it also chooses the
 weight of every other candidate, the bundled library's structures and the predictions (:func:`others_rule`: the
 de novo rule of :mod:`training.retrieval_forward`, which refuses any loss of de novo answers), and checks the
@@ -236,13 +240,38 @@ def mean_hit1(table: dict) -> float:
     return float(np.mean([table[t][:, 0].mean() for t in TRACKS]))
 
 
+def _best(grid: dict, tiebreak) -> tuple:
+    """The key of ``grid`` with the best mean Hit@1 over both tracks, then Hit@5, then the least ``tiebreak(key)``."""
+    def key(item):
+        setting, table = item
+        return (-round(mean_hit1(table), 10), -round(float(np.mean([table[t][:, 1].mean() for t in TRACKS])), 10),
+                *tiebreak(setting))
+    return min(grid.items(), key=key)[0]
+
+
 def choose(grid: dict) -> tuple[int, float]:
     """The ``(H, v)`` of the best mean Hit@1 over both tracks, then Hit@5, then the smaller v and H."""
-    def key(item):
-        (n, v), table = item
-        return (-round(mean_hit1(table), 10), -round(float(np.mean([table[t][:, 1].mean() for t in TRACKS])), 10),
-                v, n)
-    return min(grid.items(), key=key)[0]
+    return _best(grid, lambda g: (g[1], g[0]))
+
+
+def choose_fragment(grid: dict) -> tuple[float, int, float]:
+    """The ``(w, shortlist, v)`` of the best mean Hit@1 over both tracks, then Hit@5, then the smaller v, w and
+    shortlist."""
+    return _best(grid, lambda g: (g[2], g[0], g[1]))
+
+
+def fragment_grid(records: dict, fw: dict, analog: dict[str, np.ndarray], keys: dict[str, list[str]],
+                  weights: Sequence[float], lengths: Sequence[int], vs: Sequence[float]) -> dict[str, dict]:
+    """Per set, ``{(w, shortlist, v): Hit@k table}`` of the suspect order at fragment weight ``w``, fragment
+    shortlist and analog weight ``v`` (the analog scores ``analog`` fixed: one H)."""
+    out: dict[str, dict] = {label: {} for label in keys}
+    for w in weights:
+        for n in lengths:
+            for v in vs:
+                scores = {k: suspect_scores(rec, fw[k], w, n, analog[k], v) for k, rec in records.items()}
+                for label, ks in keys.items():
+                    out[label][(w, n, v)] = hits_table(scores, records, ks)
+    return out
 
 
 def paired(a: dict, b: dict, col: int = 0) -> dict:
@@ -281,6 +310,19 @@ def report_text(m: dict) -> str:
             out.append(f"- {s['label']}, {part['label']}: {cells}")
         c = s["control"]
         out.append(f"- {s['label']}, control (another spectrum's hits): formula {c['formula']}, mass {c['mass']}")
+    if m.get("refit"):
+        r = m["refit"]
+        w, n, v = r["chosen"]
+        out += ["", "## The fragment weight and shortlist, chosen again with the analog term (reported, not installed)",
+                "", (f"The same rule over w, shortlist and v at H = {m['chosen']['hits']} chooses **w = {w:g}, "
+                     f"shortlist {n}, v = {v:g}** (every setting's mean Hit@1 in metrics.json):"), "",
+                "| set | w | shortlist | v | formula | mass | mean Hit@1 |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for s in r["sets"]:
+            out += [f"| {s['label']} | {row['setting'][0]:g} | {row['setting'][1]} | {row['setting'][2]:g} | "
+                    f"{row['formula']} | {row['mass']} | {row['mean_hit1']:.1f} |" for row in s["rows"]]
+        out += ["", "Against the bundle's, paired bootstrap 95% interval of the Hit@1 gain (points):", ""]
+        out += [f"- {s['label']}: " + "; ".join(f"{t} {g[0]:+.1f} ({g[1]:+.1f} … {g[2]:+.1f})"
+                                                for t, g in s["gain"].items()) for s in r["sets"]]
     if m.get("others"):
         o = m["others"]
         kept = "" if o["crowding_ok"] else " (no weight keeps the de novo answers)"
@@ -301,6 +343,19 @@ def report_text(m: dict) -> str:
     out += ["", f"Analog search: {run['search_seconds_per_spectrum'] * 1000:.0f} ms per spectrum (H + 10 hits).",
             "", f"Command: `{run['command']}`", ""]
     return "\n".join(out)
+
+
+def refit_report(grids: dict[str, dict], shipped: tuple[float, int, float], choose_label: str) -> dict:
+    """The re-choice of ``(w, shortlist, v)`` on ``choose_label``'s grid against ``shipped`` (the bundle's ``w``
+    and shortlist at the chosen ``v``), per set: both rows and the paired interval of the Hit@1 gain."""
+    chosen = choose_fragment(grids[choose_label])
+    sets = []
+    for label, grid in grids.items():
+        rows = [{"setting": list(g), "formula": _cell(grid[g], "formula"), "mass": _cell(grid[g], "mass"),
+                 "mean_hit1": 100 * mean_hit1(grid[g])} for g in dict.fromkeys([shipped, chosen])]
+        sets.append({"label": label, "rows": rows, "gain": paired(grid[shipped], grid[chosen])})
+    grid_rows = [{"setting": list(g), "mean_hit1": 100 * mean_hit1(t)} for g, t in grids[choose_label].items()]
+    return {"chosen": list(chosen), "shipped": list(shipped), "sets": sets, "grid": grid_rows}
 
 
 def install(bundle: str, hits: int, weight: float, command: str, others_weight: float | None = None) -> str:
@@ -395,6 +450,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--fresh", type=int, default=0, help="also report the FOLD=val pools after the first N")
     p.add_argument("--seed", type=int, default=0, help="seed of the control's shuffle and of nothing else")
     p.add_argument("--install", metavar="BUNDLE", help="write the chosen H and v into this bundle's forward.json")
+    p.add_argument("--fragment-weights", type=float, nargs="+", metavar="W",
+                   help="also re-choose the fragment weight w (these and the bundle's), its shortlist and v together, "
+                        "at the chosen H, by the same rule: reported, never installed")
+    p.add_argument("--fragment-shortlists", type=int, nargs="+", metavar="K",
+                   help="fragment shortlists of that re-choice (these and the bundle's)")
     a = p.parse_args(argv)
     if 0.0 not in a.weights:
         p.error("--weights must include 0 (the shipped order the others are measured against)")
@@ -478,6 +538,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  {t: grid[(n_best, v_best)][t][sel] for t in TRACKS})} for name, sel in parts]
         table = hits_table(control_scores, records, ks)
         sets.append({"label": label, "grid": rows, "gains": gains, "control": {t: _cell(table, t) for t in TRACKS}})
+    refit = None
+    if a.fragment_weights or a.fragment_shortlists:  # the fragment term's setting, chosen again with the analog term
+        ws = sorted({ranking.weight, *(a.fragment_weights or ())})
+        lengths = sorted({ranking.shortlist, *(a.fragment_shortlists or ())})
+        need = {k: set().union(*(missing(rec, fw[k], n, fingerprint(rec) + v * analog[n_best][k])
+                                 for n in lengths for v in a.weights)) for k, rec in records.items()}
+        complete_scores(model, records, spectra, need, caches[0], UNEXPLAINED_EPS, ranking.intensity_weight)
+        fw = forward_scores()
+        refit = refit_report(fragment_grid(records, fw, analog[n_best], keys, ws, lengths, a.weights),
+                             (ranking.weight, ranking.shortlist, v_best), choose_label)
     others = None
     if not library_only_pools(Path(a.pools)):  # pools with de novo candidates: the weight of every other candidate
         others = others_rule(records, analog[n_best], a.weights)
@@ -496,6 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "search_seconds_per_spectrum": search_seconds},
         "chosen": {"hits": n_best, "weight": v_best},
         "sets": sets,
+        "refit": refit,
         "others": others,
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1), encoding="utf-8")

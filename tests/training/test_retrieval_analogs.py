@@ -109,3 +109,32 @@ def test_the_others_weight_is_the_de_novo_rules_choice():
     # an analog score that lifts the de novo decoy (K3) above the de novo truth lowers de novo Top-1: weight 0
     decoy = {k: np.array([0.0, 0.0, 0.0, 1.0]) for k in records}
     assert ra.others_rule(records, decoy, [0.0, 1.0, 10.0])["chosen"] == 0.0
+
+
+def test_the_fragment_setting_is_chosen_again_with_the_analog_weight_and_reported_against_the_bundles():
+    # K0 is the truth; the fingerprint puts K1 first, K0's forward score is the best, K2 is only reached by a
+    # shortlist of 3 and its forward score is the worst
+    recs = {"a": {**record([-2.0, -1.0, -3.0]), "key": "a"}, "b": {**record([-2.0, -1.0, -3.0]), "key": "b"}}
+    fw = {"a": {"K0": -1.0, "K1": -2.0, "K2": -30.0}, "b": {"K0": -1.0, "K1": -2.0, "K2": -30.0}}
+    none = {k: np.zeros(3) for k in recs}
+    keys = {"train-unseen": ["a"], "FOLD=val": ["b"]}
+    grids = ra.fragment_grid(recs, fw, none, keys, [0.0, 1.0, 2.0], [1, 3], [0.0])
+    assert set(grids["train-unseen"]) == {(w, n, 0.0) for w in (0.0, 1.0, 2.0) for n in (1, 3)}
+    first = {g: t["formula"][0, 0] for g, t in grids["train-unseen"].items()}
+    assert first[(0.0, 3, 0.0)] == 0.0  # the fingerprint alone puts K1 first
+    assert first[(1.0, 3, 0.0)] == pytest.approx(0.5)  # -3 each: a tie
+    assert first[(2.0, 3, 0.0)] == 1.0 and first[(2.0, 1, 0.0)] == 0.0  # a shortlist of 1 never scores K0
+    assert ra.choose_fragment(grids["train-unseen"]) == (2.0, 3, 0.0)
+    report = ra.refit_report(grids, (1.0, 3, 0.0), "train-unseen")
+    assert report["chosen"] == [2.0, 3, 0.0] and report["shipped"] == [1.0, 3, 0.0]
+    val = next(s for s in report["sets"] if s["label"] == "FOLD=val")
+    assert [r["setting"] for r in val["rows"]] == [[1.0, 3, 0.0], [2.0, 3, 0.0]]
+    assert val["gain"]["formula"][0] == pytest.approx(50.0)  # 0.5 -> 1.0 at Hit@1, in points
+    assert len(report["grid"]) == 6
+    same = ra.refit_report(grids, (2.0, 3, 0.0), "train-unseen")  # the bundle's own setting chosen: one row
+    assert [len(s["rows"]) for s in same["sets"]] == [1, 1]
+    text = ra.report_text({"run": {"pools": "p", "n": {"train-unseen": 1}, "forward_weight": 1.0, "shortlist": 3,
+                                   "intensity_weight": 0.0, "libraries": [], "machine": "m",
+                                   "search_seconds_per_spectrum": 0.0, "command": "c"},
+                           "chosen": {"hits": 30, "weight": 0.0}, "sets": [], "refit": report, "others": None})
+    assert "w = 2, shortlist 3, v = 0" in text and "| FOLD=val | 1 | 3 | 0 |" in text
