@@ -483,7 +483,8 @@ def _open_bundled_analogs(args: argparse.Namespace) -> None:
 
 
 def _open_one(job, kind: str, source: str, error: type[Exception], quiet: bool, unit: str = "B"):
-    """Run a library's opening generator with a progress bar; ``None`` (reported) when it cannot be read."""
+    """Run a library's opening generator with a progress bar that names the step under way (checking the file,
+    indexing it, saving the index); ``None`` (reported) when it cannot be read."""
     from tqdm import tqdm
 
     with tqdm(total=None, unit=unit, unit_scale=True, desc=f"{kind} {source}", disable=quiet, file=sys.stderr,
@@ -491,6 +492,8 @@ def _open_one(job, kind: str, source: str, error: type[Exception], quiet: bool, 
         try:
             while True:
                 ev = next(job)
+                if getattr(ev, "text", None):  # each step starts again from 0: say which one it is
+                    bar.set_description_str(f"{kind}: {ev.text}", refresh=False)
                 bar.total = ev.total
                 bar.n = ev.done
                 bar.refresh()

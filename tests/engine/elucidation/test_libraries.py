@@ -133,3 +133,25 @@ def test_predict_with_a_structure_library_writes_the_origin_columns(tiny_bundle_
     assert main(argv + ["--structure-library", str(lib), "--no-libraries"]) == 0
     rows = [r for r in csv.DictReader(line for line in open(out) if not line.startswith("#"))]
     assert {r["origin"] for r in rows} == {"de_novo"} and not any(r["library"] for r in rows)
+
+
+def test_the_library_progress_bar_names_each_step(capsys):
+    from engine.cli.predict import _open_one
+    from engine.library.build import LibraryProgress
+    from engine.library.read import LibraryError
+
+    def job():
+        yield LibraryProgress(10, 10, "Checking mine.csv")
+        yield LibraryProgress(4, 10, "Indexing mine.csv")  # a second step starts again from 0
+        return "the library"
+
+    assert _open_one(job(), "Structure library", "mine.csv", LibraryError, quiet=False) == "the library"
+    err = capsys.readouterr().err
+    assert "Structure library: Checking mine.csv" in err and "Structure library: Indexing mine.csv" in err
+
+    def broken():
+        yield LibraryProgress(0, 10, "Checking bad.csv")
+        raise LibraryError("bad.csv", "no SMILES column")
+
+    assert _open_one(broken(), "Structure library", "bad.csv", LibraryError, quiet=True) is None
+    assert "Structure library left out: bad.csv: no SMILES column" in capsys.readouterr().err
