@@ -12,7 +12,11 @@ and runs ``msgpt predict`` on them three times:
 For each, by ``feature_rank`` (the rank over all formulas and origins of the spectrum): Top-1 and Top-10 of the
 true structure, spectra whose rank 1 is a spectral-library identification (level 2a: every one is false here),
 and wall time. ``default`` against ``off`` is the no-crowding check (issue #36): the bundled libraries must not
-push de novo answers down.
+push de novo answers down. It is also the confidence check: the confidence model was fitted on predictions
+alone, so the script reports, over the spectra whose rank 1 has a ``spectrum_confidence``, the mean confidence
+against the rate of rank 1 right, the Brier score against always saying that rate, and the expected
+calibration error (10 equal-width bins). ``--formula-given`` keeps each record's formula (one run per spectrum,
+the setting the confidence model's own check uses).
 
 ::
 
@@ -103,6 +107,7 @@ def score(csv_path: Path) -> dict:
     for row in rows:
         by_spectrum.setdefault(row["spectrum_id"], []).append(row)
     top1 = top10 = identified = in_pool = 0
+    rated = []  # (confidence of rank 1, rank 1 right) of the spectra whose rank 1 has a confidence
     for spectrum_rows in by_spectrum.values():
         truth = [int(r["feature_rank"]) for r in spectrum_rows if r["is_reference"] == "yes"]
         best = min(truth) if truth else None
@@ -111,8 +116,35 @@ def score(csv_path: Path) -> dict:
         top10 += best is not None and best <= 10
         first = min(spectrum_rows, key=lambda r: int(r["feature_rank"]))
         identified += first["identification_level"] == "2a"
+        if first["spectrum_confidence"]:
+            rated.append((float(first["spectrum_confidence"]), best == 1))
     return {"spectra": len(by_spectrum), "top1": top1, "top10": top10, "truth_written": in_pool,
-            "identified_rank1": identified}
+            "identified_rank1": identified, "rank1_origin": origins(by_spectrum), "confidence": calibration(rated)}
+
+
+def origins(by_spectrum: dict[str, list[dict]]) -> dict[str, int]:
+    """How many spectra's rank 1 (by ``feature_rank``) came from each origin (``de_novo;structure_library``...)."""
+    out: dict[str, int] = {}
+    for spectrum_rows in by_spectrum.values():
+        first = min(spectrum_rows, key=lambda r: int(r["feature_rank"]))
+        out[first["origin"]] = out.get(first["origin"], 0) + 1
+    return dict(sorted(out.items()))
+
+
+def calibration(rated: list[tuple[float, bool]], bins: int = 10) -> dict:
+    """Mean confidence, rate right, Brier score (and that of always saying the rate) and expected calibration
+    error over equal-width bins, of ``(confidence, right)`` pairs."""
+    if not rated:
+        return {"spectra": 0}
+    n = len(rated)
+    rate = sum(r for _, r in rated) / n
+    ece = 0.0
+    for b in range(bins):
+        inside = [(c, r) for c, r in rated if b / bins <= c < (b + 1) / bins or (b == bins - 1 and c == 1.0)]
+        if inside:
+            ece += len(inside) / n * abs(sum(c for c, _ in inside) / len(inside) - sum(r for _, r in inside) / len(inside))
+    return {"spectra": n, "mean_confidence": sum(c for c, _ in rated) / n, "rank1_right": rate,
+            "brier": sum((c - r) ** 2 for c, r in rated) / n, "brier_base_rate": rate * (1 - rate), "ece": ece}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--positive", type=int, default=60)
     p.add_argument("--negative", type=int, default=40)
     p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument("--formula-given", action="store_true",
+                   help="keep each record's formula (one run per spectrum) instead of hiding it")
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     records = select(a.mgf, a.positive, a.negative)
@@ -130,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     if overlap:
         raise SystemExit(f"{len(overlap)} selected structures are in a shipped library: not held out")
     query = a.out / "query.mgf"  # the formula hidden, as in a real run; the SMILES stays for is_reference
-    query.write_text("".join(line for r in records for line in r if not line.startswith("FORMULA=")))
+    hide = () if a.formula_given else ("FORMULA=",)
+    query.write_text("".join(line for r in records for line in r if not line.startswith(hide)))
     suspects = a.out / "suspects.csv"
     with open(suspects, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
@@ -142,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         args = [x.format(suspects=suspects) for x in CONFIGS[name]]
         results[name] = run_config(name, args, query, a.out, common)
         print(name, json.dumps(results[name]), file=sys.stderr, flush=True)
+    given = "formula given" if a.formula_given else "formula not given"
     report = {"data": f"{a.mgf.name} FOLD=val, first {a.positive} [M+H]+ and {a.negative} [M-H]- spectra "
-                      f"(one per structure, formula not given)", "spectra": len(records),
+                      f"(one per structure, {given})", "spectra": len(records),
               "machine": f"{platform.processor() or platform.machine()}, {platform.python_version()}",
               "command": " ".join(sys.argv), "results": results}
     (a.out / "report.json").write_text(json.dumps(report, indent=1))
