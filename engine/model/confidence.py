@@ -312,8 +312,9 @@ def spectrum_confidence(bundle, result) -> float | None:
 
 def why_no_confidence(bundle, result) -> str:
     """Why :func:`spectrum_confidence` gives ``result`` (drawn with ``bundle``) no confidence, in one sentence a
-    chemist can act on; "" when it gives one. The checks, in order: library structures ranked without samples, or
-    a rank 1 a reference spectrum identifies (the model describes predictions only); a confidence model at all; a finished run
+    chemist can act on; "" when it gives one. The checks, in order: library structures ranked without samples, a
+    rank 1 a reference spectrum identifies, or a rank 1 from a suspect list (the model describes predictions
+    only); a confidence model at all; a finished run
     of the κ band's queries; an ion mode the fit saw (``meta["polarities"]``, positive when absent); the fit's
     settings (κ band, M, N, decoding, ranking, sampling, adapter); a known probability of a ranked formula."""
     if result.n_samples == 0 and not result.partial:
@@ -321,6 +322,10 @@ def why_no_confidence(bundle, result) -> str:
     if result.candidates and getattr(result.candidates[0], "identified", False):
         return ("rank 1 is identified by a reference spectrum; how often such a match is wrong is measured on "
                 "the spectral library (docs/spectral_library.md), not by the confidence model of predictions")
+    if result.candidates and getattr(result.candidates[0], "suspect", False):
+        return ("rank 1 comes from your suspect list, whose structures rank before the predictions; the confidence "
+                "model describes predictions ranked by their fingerprint score, and cannot know whether the "
+                "compound is on your list (its fragment and analog scores are the evidence for it)")
     model = getattr(bundle, "confidence", None)
     if model is None:
         return "this model ships no confidence model (confidence.json)"

@@ -343,6 +343,8 @@ def test_why_no_confidence_names_the_reason_spectrum_confidence_leaves_it_out(bu
             bundle, replace(result, spectrum=SimpleNamespace(polarity="negative", metadata={}))),
         "B = 100; these candidates were ranked with B = 140": (
             bundle, replace(result, params=replace(result.params, samples_per_group=7))),
+        "rank 1 comes from your suspect list": (
+            bundle, replace(result, candidates=(replace(result.candidates[0], suspect=True), *result.candidates[1:]))),
     }
     for words, (b, r) in cases.items():
         assert words in why_no_confidence(b, r) and spectrum_confidence(b, r) is None, words
