@@ -145,6 +145,10 @@ def _add_library_arguments(pr: argparse.ArgumentParser) -> None:
     pr.add_argument("--library-prior", type=float, default=None, metavar="LOGODDS",
                     help="log-odds bonus of a library structure in the fingerprint rankings (default: the "
                     "measured one, 0: docs/known_compounds.md)")
+    pr.add_argument("--undrawn-prior", type=float, default=None, metavar="NATS",
+                    help="added to that for a library structure the decoder did not draw (not a suspect, not "
+                    "identified): how much better it must score than the predictions to rank above them "
+                    "(default: the measured one, docs/known_compounds.md; 0: scored like a prediction)")
 
 
 def _feature_config(args: argparse.Namespace):
@@ -392,6 +396,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         seed=args.seed, use_adapter=not args.no_adapter, decoding=args.decoding, ranking=args.ranking,
         effort=args.effort, fragment_score=not args.no_fragment_score, analog_score=not args.no_analog_score,
         **({} if args.library_prior is None else {"library_prior": args.library_prior}),
+        **({} if args.undrawn_prior is None else {"undrawn_prior": args.undrawn_prior}),
     )
     if args.top is not None and args.top < 1:
         raise MsgptError(f"--top must be at least 1, got {args.top}.")

@@ -26,6 +26,7 @@ from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector, parse_formula
 from engine.elucidation.libraries import (
     LIBRARY_PRIOR,
+    UNDRAWN_PRIOR,
     analog_references,
     library_structures,
     search_analogs,
@@ -47,7 +48,7 @@ from engine.spectral_library import SpectralMatches
 
 
 # settings that never change the samples
-RANKING_ONLY = ("ranking", "library_prior", "effort", "fragment_score", "analog_score")
+RANKING_ONLY = ("ranking", "library_prior", "undrawn_prior", "effort", "fragment_score", "analog_score")
 EFFORTS = ("standard", "deep")  # deep: engine.elucidation.deep refines the standard pool (about 5-10x the time)
 
 
@@ -71,6 +72,9 @@ class QueryParams:
         "help": "formula: only strings with exactly the formula's heavy atoms are drawn; free: the paper's sampling"})
     library_prior: float = field(default=LIBRARY_PRIOR, metadata={
         "help": "log-odds bonus of a structure a library holds in the fingerprint rankings"})
+    undrawn_prior: float = field(default=UNDRAWN_PRIOR, metadata={
+        "help": "added to that for a library structure no sample drew (not a suspect, not identified): how much "
+                "better than the predictions it must score to rank above them"})
     effort: str = field(default="standard", metadata={
         "help": "standard: B samples; deep: then refine the best candidates (engine.elucidation.deep)"})
     fragment_score: bool = field(default=True, metadata={
@@ -104,8 +108,9 @@ class QueryParams:
             raise ConfigError(f"`decoding` must be one of {', '.join(DECODING_MODES)}, got {self.decoding!r}.")
         if self.effort not in EFFORTS:
             raise ConfigError(f"`effort` must be one of {', '.join(EFFORTS)}, got {self.effort!r}.")
-        if not math.isfinite(self.library_prior):
-            raise ConfigError(f"`library_prior` must be a finite number, got {self.library_prior!r}.")
+        for name in ("library_prior", "undrawn_prior"):
+            if not math.isfinite(getattr(self, name)):
+                raise ConfigError(f"`{name}` must be a finite number, got {getattr(self, name)!r}.")
 
     @property
     def pool_size(self) -> int:
@@ -145,6 +150,7 @@ class QueryParams:
             f"B={self.pool_size} T={self.temperature} top_k={self.top_k} top_p={self.top_p} "
             f"seed={self.seed} adapter={'on' if self.use_adapter else 'off'} decoding={self.decoding} "
             f"ranking={self.ranking}" + (f" library_prior={self.library_prior:g}" if self.library_prior else "")
+            + (f" undrawn_prior={self.undrawn_prior:g}" if self.undrawn_prior != UNDRAWN_PRIOR else "")
             + (f" effort={self.effort}" if self.effort != "standard" else "")
             + ("" if self.fragment_score else " fragment_score=off")
             + ("" if self.analog_score else " analog_score=off")
@@ -389,6 +395,7 @@ class SpectrumSession:
         every batch, and each newcomer would be fragmented; the final ranking has it. The analog score is in both
         (one analog search per spectrum, then a Tanimoto per candidate)."""
         pool.library_prior = params.library_prior
+        pool.undrawn_prior = params.undrawn_prior
         pool.fragments = self._fragments if params.fragment_score and not partial else None
         pool.analogs = None
         if params.analog_score and analog_weights(self.bundle, pool.has_suspects):

@@ -14,7 +14,8 @@ by drawing only the missing samples.
 Structures a library holds (:class:`KnownStructure`, offered with :meth:`CandidatePool.add_known`) join
 the same ranking: one candidate per structure, generated or not, its ``origin`` saying which (``de_novo``,
 ``structure_library``, ``spectral_library``, several joined by ``;``). They are scored like the samples, plus
-the pool's ``library_prior``, a log-odds bonus for being known (:mod:`engine.elucidation.libraries`). A structure
+the pool's ``library_prior``, a log-odds bonus for being known, and, for one no sample drew (and neither a
+suspect nor an identification), the pool's ``undrawn_prior`` (:mod:`engine.elucidation.libraries`). A structure
 whose reference spectrum matched the query (:class:`SpectralEvidence`) carries the match; an identity match that
 passes the calibrated threshold (an identification) ranks first, before every predicted candidate; then come
 the structures of suspect lists (libraries the user gave as such), then the rest by score.
@@ -231,13 +232,16 @@ class CandidatePool:
 
     def __init__(self, formula: str, query_bits: Sequence[np.ndarray], scorer: FingerprintScorer | None = None,
                  library_prior: float = 0.0, fragments: FragmentRerank | None = None,
-                 analogs: AnalogRerank | None = None):
+                 analogs: AnalogRerank | None = None, undrawn_prior: float = 0.0):
         """``scorer`` gives fingerprint scores; without one only the ``frequency`` ranking is possible.
         ``library_prior``: the log-odds bonus of a structure a library holds (:meth:`add_known`);
+        ``undrawn_prior``: what is added to that for a library structure no sample drew, unless a suspect list
+        holds it or a reference spectrum identifies it;
         ``fragments``: the forward score as a second term of the fingerprint rankings (None: none);
         ``analogs``: the analog score as a term of the ranking (None: none)."""
         self.formula = formula
         self.library_prior = float(library_prior)
+        self.undrawn_prior = float(undrawn_prior)
         self.fragments = fragments
         self.analogs = analogs
         self._known: dict[str, KnownStructure] = {}
@@ -354,7 +358,8 @@ class CandidatePool:
                 bits = np.asarray(known.bits, dtype=np.int64)
                 rows.append((0, self._similarity(known.smiles, bits), k14, known.smiles, bits,
                              self._fingerprint_score(known.smiles, bits)))
-        prior = {k14: self.library_prior for k14 in self._known}
+        prior = {k14: self.library_prior + (self.undrawn_prior if self._undrawn_known(k14, groups) else 0.0)
+                 for k14 in self._known}
         rows.sort(key=lambda r: (*self._identification_key(r[2]),
                                  *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         analog: dict[str, tuple[float, AnalogReference | None]] = {}
@@ -395,6 +400,11 @@ class CandidatePool:
             for r, (count, sim, k14, smiles, bits, fp_score) in enumerate(rows)
         ]
         return candidates, {"samples": len(samples), "valid": n_valid, "formula_consistent": n_ok}
+
+    def _undrawn_known(self, k14: str, drawn) -> bool:
+        """A library structure no sample drew, neither a suspect nor identified: the ``undrawn_prior`` applies."""
+        spectral = self._spectral.get(k14)
+        return k14 not in drawn and k14 not in self._suspects and not (spectral is not None and spectral.identified)
 
     def _fragment_terms(self, rows: list[tuple]) -> tuple[dict[str, float], dict[str, float]]:
         """For ``rows`` in the ranking's order without it: the forward scores of each covered group's shortlist, and

@@ -85,8 +85,8 @@ def test_library_structures_join_the_ranking_once_with_their_origin(tiny_bundle,
 
 
 def test_the_library_prior_moves_library_structures_and_nothing_else(tiny_bundle, spectrum, library):
-    up = run(tiny_bundle, spectrum, [library], library_prior=1000.0)
-    down = run(tiny_bundle, spectrum, [library], library_prior=-1000.0)
+    up = run(tiny_bundle, spectrum, [library], library_prior=1000.0, undrawn_prior=0.0)
+    down = run(tiny_bundle, spectrum, [library], library_prior=-1000.0, undrawn_prior=0.0)
     known = {chem.inchikey14(REFERENCE), chem.inchikey14(ISOMER)}
     assert {c.inchikey14 for c in up.candidates[:2]} == known
     assert {c.inchikey14 for c in down.candidates[-2:]} == known
@@ -96,6 +96,25 @@ def test_the_library_prior_moves_library_structures_and_nothing_else(tiny_bundle
     frequency = run(tiny_bundle, spectrum, [library], ranking="frequency")
     assert all(c.count == 0 for c in frequency.candidates[-2:] if c.inchikey14 in known and STRUCTURE_LIBRARY ==
                c.origin)
+
+
+def test_the_undrawn_prior_moves_library_structures_no_sample_drew_and_no_suspect(tiny_bundle, spectrum, library,
+                                                                                    home):
+    base = run(tiny_bundle, spectrum, [library], undrawn_prior=0.0)
+    low = run(tiny_bundle, spectrum, [library], undrawn_prior=-1000.0)
+    undrawn = {c.inchikey14 for c in base.candidates if c.count == 0}
+    assert undrawn == {chem.inchikey14(ISOMER)}  # the tiny decoder draws the reference, not the isomer
+    assert low.candidates[-1].inchikey14 == chem.inchikey14(ISOMER)
+    assert low.candidates[-1].score == pytest.approx(low.candidates[-1].fingerprint_score - 1000.0)
+    drawn = lambda r: [(c.inchikey14, c.score) for c in r.candidates if c.count > 0]  # noqa: E731
+    assert drawn(low) == drawn(base)  # a library structure that was drawn (the reference) is not moved
+    suspects = load_library(write_library(home / "s.csv", [("S1", "an isomer", ISOMER)]))
+    suspects.suspect = True
+    first = run(tiny_bundle, spectrum, [suspects], undrawn_prior=-1000.0).candidates[0]
+    assert first.inchikey14 == chem.inchikey14(ISOMER) and first.count == 0
+    assert first.score == pytest.approx(first.fingerprint_score)  # a suspect's order is its own
+    with pytest.raises(Exception, match="undrawn_prior"):
+        QueryParams(undrawn_prior=float("-inf"))
 
 
 def test_exports_and_projects_carry_the_origin(tiny_bundle, spectrum, library, tmp_path):
