@@ -27,7 +27,8 @@ spectra the encoder never saw (``training/retrieval.py``, docs/known_compounds.m
 the library's Hit@1 also pushed de novo answers of structures in no library down (crowding). Even at 0 the bundled
 libraries' structures that no sample drew pushed some down; such a structure therefore also gets
 :data:`UNDRAWN_PRIOR` (−16 nats): of the penalties that left no crowding on FOLD=train spectra the encoder never
-saw, the one that kept most library structures that are the answer at rank 1 (``training/library_prior.py``). A suspect list's structures and identifications keep their own order.
+saw, the one that kept most library structures that are the answer at rank 1 (``training/library_prior.py``). A
+suspect list's structures and identifications keep their own order.
 """
 
 from __future__ import annotations
@@ -240,5 +241,5 @@ def identified_formula_spectra(spectrum, matches: SpectralMatches | None, have: 
 
 
 __all__ = ["LIBRARY_PRIOR", "MASS_TRACK", "SPECTRAL_HITS", "UNDRAWN_PRIOR", "analog_references",
-           "identified_formula_spectra", "identified_formulas", "is_identification", "library_structures", "mass_track_spectra", "search_analogs",
-           "search_spectrum", "spectral_structures", "split_libraries"]
+           "identified_formula_spectra", "identified_formulas", "is_identification", "library_structures",
+           "mass_track_spectra", "search_analogs", "search_spectrum", "spectral_structures", "split_libraries"]

@@ -358,7 +358,8 @@ class CandidatePool:
                 bits = np.asarray(known.bits, dtype=np.int64)
                 rows.append((0, self._similarity(known.smiles, bits), k14, known.smiles, bits,
                              self._fingerprint_score(known.smiles, bits)))
-        prior = {k14: self.library_prior + (self.undrawn_prior if self._undrawn_known(k14, groups) else 0.0)
+        proposed = set(keys)  # drawn, or made from drawn candidates by deep search's edits
+        prior = {k14: self.library_prior + (self.undrawn_prior if self._undrawn_known(k14, proposed) else 0.0)
                  for k14 in self._known}
         rows.sort(key=lambda r: (*self._identification_key(r[2]),
                                  *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
@@ -401,10 +402,12 @@ class CandidatePool:
         ]
         return candidates, {"samples": len(samples), "valid": n_valid, "formula_consistent": n_ok}
 
-    def _undrawn_known(self, k14: str, drawn) -> bool:
-        """A library structure no sample drew, neither a suspect nor identified: the ``undrawn_prior`` applies."""
+    def _undrawn_known(self, k14: str, proposed: set[str]) -> bool:
+        """A library structure that no sample (nor deep search's edits) proposed, neither a suspect nor identified:
+        the ``undrawn_prior`` applies."""
         spectral = self._spectral.get(k14)
-        return k14 not in drawn and k14 not in self._suspects and not (spectral is not None and spectral.identified)
+        return (k14 not in proposed and k14 not in self._suspects
+                and not (spectral is not None and spectral.identified))
 
     def _fragment_terms(self, rows: list[tuple]) -> tuple[dict[str, float], dict[str, float]]:
         """For ``rows`` in the ranking's order without it: the forward scores of each covered group's shortlist, and
