@@ -171,3 +171,13 @@ def test_the_other_candidates_take_the_others_weight():
     assert ranked[1].score == pytest.approx(8.0) and ranked[1].analog_score == pytest.approx(1.0)
     t = chem.tanimoto(bits(PROPANOL), bits(ISOPROPANOL))
     assert ranked[2].score == pytest.approx(-1.0 + 10.0 * t)
+
+
+def test_the_undrawn_prior_spares_library_structures_drawn_or_made_by_deep_search():
+    p = CandidatePool("C3H8O", [bits(PROPANOL)], StubScorer(FP), undrawn_prior=-10.0)
+    p.add_known(KnownStructure(s, key(s), "C3H8O", bits(s), "bundled") for s in FP)
+    p.add([(0, 0)], [PROPANOL])  # drawn
+    p.add_edits([ISOPROPANOL])  # made from a drawn candidate by deep search's edits
+    by = {c.smiles: c for c in p.rank()[0]}
+    assert by[PROPANOL].score == pytest.approx(-1.0) and by[ISOPROPANOL].score == pytest.approx(-2.0)
+    assert by[METHOXYETHANE].score == pytest.approx(-13.0) and by[METHOXYETHANE].count == 0
