@@ -14,8 +14,8 @@ true structure, spectra whose rank 1 is a spectral-library identification (level
 and wall time. ``default`` against ``off`` is the no-crowding check (issue #36): the bundled libraries must not
 push de novo answers down. It is also the confidence check: the confidence model was fitted on predictions
 alone, so the script reports, over the spectra whose rank 1 has a ``spectrum_confidence``, the mean confidence
-against the rate of rank 1 right, the Brier score against always saying that rate, and the expected
-calibration error (10 equal-width bins). ``--formula-given`` keeps each record's formula (one run per spectrum,
+against the rate of rank 1 right, the Brier score against always saying that rate, the expected calibration
+error and the AUROC (``engine.model.confidence.reliability``, as the confidence model's own check). ``--formula-given`` keeps each record's formula (one run per spectrum,
 the setting the confidence model's own check uses).
 
 ::
@@ -131,20 +131,17 @@ def origins(by_spectrum: dict[str, list[dict]]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def calibration(rated: list[tuple[float, bool]], bins: int = 10) -> dict:
-    """Mean confidence, rate right, Brier score (and that of always saying the rate) and expected calibration
-    error over equal-width bins, of ``(confidence, right)`` pairs."""
+def calibration(rated: list[tuple[float, bool]]) -> dict:
+    """Mean confidence, rate right, Brier score (and that of always saying the rate), expected calibration error
+    and AUROC of ``(confidence, right)`` pairs, as the confidence model's own check computes them
+    (:func:`engine.model.confidence.reliability`, its probability bins)."""
+    from engine.model.confidence import reliability
+
     if not rated:
         return {"spectra": 0}
-    n = len(rated)
-    rate = sum(r for _, r in rated) / n
-    ece = 0.0
-    for b in range(bins):
-        inside = [(c, r) for c, r in rated if b / bins <= c < (b + 1) / bins or (b == bins - 1 and c == 1.0)]
-        if inside:
-            ece += len(inside) / n * abs(sum(c for c, _ in inside) / len(inside) - sum(r for _, r in inside) / len(inside))
-    return {"spectra": n, "mean_confidence": sum(c for c, _ in rated) / n, "rank1_right": rate,
-            "brier": sum((c - r) ** 2 for c, r in rated) / n, "brier_base_rate": rate * (1 - rate), "ece": ece}
+    r = reliability([c for c, _ in rated], [right for _, right in rated])
+    return {"spectra": r["n"], "mean_confidence": r["mean_predicted"], "rank1_right": r["base_rate"],
+            "brier": r["brier"], "brier_base_rate": r["brier_base_rate"], "ece": float(r["ece"]), "auroc": r["auroc"]}
 
 
 def main(argv: list[str] | None = None) -> int:

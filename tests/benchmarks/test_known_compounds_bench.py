@@ -15,14 +15,13 @@ _spec.loader.exec_module(known_compounds)
 
 
 def test_calibration_of_confidence_against_rank1_right():
-    cal = known_compounds.calibration([(0.05, False), (0.05, False), (0.15, True), (0.95, True)])
+    cal = known_compounds.calibration([(0.05, False), (0.07, False), (0.15, True), (0.95, True)])
     assert cal["spectra"] == 4 and cal["rank1_right"] == pytest.approx(0.5)
-    assert cal["mean_confidence"] == pytest.approx(0.3)
-    assert cal["brier"] == pytest.approx((0.05**2 * 2 + 0.85**2 + 0.05**2) / 4)
-    assert cal["brier_base_rate"] == pytest.approx(0.25)
-    # bins [0, .1): 0.05 vs 0 (2 spectra); [.1, .2): 0.15 vs 1; [.9, 1]: 0.95 vs 1
-    assert cal["ece"] == pytest.approx((2 * 0.05 + 0.85 + 0.05) / 4)
-    assert known_compounds.calibration([(1.0, True)])["ece"] == pytest.approx(0.0)  # 1.0 falls in the last bin
+    assert cal["mean_confidence"] == pytest.approx(0.305)
+    assert cal["brier"] == pytest.approx((0.05**2 + 0.07**2 + 0.85**2 + 0.05**2) / 4)
+    assert cal["brier_base_rate"] == pytest.approx(0.25) and cal["auroc"] == pytest.approx(1.0)
+    # the confidence model's bins: [0.05, 0.1) holds 0.05 and 0.07 (none right), [0.1, 0.2) 0.15, [0.4, 1] 0.95
+    assert cal["ece"] == pytest.approx((0.05 + 0.07 + 0.85 + 0.05) / 4)
     assert known_compounds.calibration([]) == {"spectra": 0}
 
 
