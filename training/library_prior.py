@@ -3,8 +3,8 @@
 Issue #36's no-crowding target: with default settings, on spectra whose structures are in no library, de novo
 Top-1 and Top-10 are no lower than with the libraries off. Every ``msgpt predict`` run consults the bundled
 structure library (179,040 structures) and spectral library by default; their structures of the spectrum's
-formula join the ranking at a log-odds prior ``b`` (``QueryParams.library_prior``, 0), and an identification
-ranks first. A library structure the decoder never drew, but whose fingerprint score beats the truth's, pushes
+formula join the ranking at a log-odds prior (``QueryParams.library_prior``, 0, plus ``undrawn_prior`` for one no
+sample drew: the −16 this module chose), and an identification ranks first. A library structure the decoder never drew, but whose fingerprint score beats the truth's, pushes
 a new compound down; a prior below 0 keeps such look-alikes under the predictions unless they beat them clearly,
 at the price of a library structure that *is* the answer.
 
@@ -78,7 +78,7 @@ def collect(bundle, spectra: Sequence[tuple[str, object]], libraries: Sequence, 
     from engine.progress import run_to_end
 
     done = {json.loads(line)["key"] for line in path.read_text(encoding="utf-8").splitlines()} if path.is_file() else set()
-    params = QueryParams()
+    params = QueryParams(library_prior=0.0, undrawn_prior=0.0)  # the pool is what matters; measure ranks it again
     n = 0
     t0 = time.perf_counter()
     for fold, spectrum in spectra:
