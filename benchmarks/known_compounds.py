@@ -9,14 +9,14 @@ and runs ``msgpt predict`` on them three times:
 * ``suspects``: the default plus a suspect list of every selected spectrum's true structure (as a chemist's list
   of compounds expected in a study; the other entries are decoys of other masses or isomers).
 
-For each, by ``feature_rank`` (the rank over all formulas and origins of the spectrum): Top-1 and Top-10 of the
-true structure, spectra whose rank 1 is a spectral-library identification (level 2a: every one is false here),
-and wall time. ``default`` against ``off`` is the no-crowding check (issue #36): the bundled libraries must not
-push de novo answers down. It is also the confidence check: the confidence model was fitted on predictions
-alone, so the script reports, over the spectra whose rank 1 has a ``spectrum_confidence``, the mean confidence
-against the rate of rank 1 right, the Brier score against always saying that rate, the expected calibration
-error and the AUROC (``engine.model.confidence.reliability``, as the confidence model's own check). ``--formula-given`` keeps each record's formula (one run per spectrum,
-the setting the confidence model's own check uses).
+For each, by ``feature_rank`` (the rank over all formulas and origins of the spectrum): Top-1 and Top-10 of the true
+structure, spectra whose rank 1 is a spectral-library identification (level 2a: every one is false here), and wall
+time. ``default`` against ``off`` is the no-crowding check (issue #36): the bundled libraries must not push de novo
+answers down. It is also the confidence check: the confidence model was fitted on predictions alone, so the script
+reports, over the spectra whose rank 1 has a ``spectrum_confidence``, the mean confidence against the rate of rank 1
+right, the Brier score against always saying that rate, the expected calibration error and the AUROC
+(``engine.model.confidence.reliability``, as the confidence model's own check). ``--formula-given`` keeps each
+record's formula (one run per spectrum, the setting the confidence model's own check uses).
 
 ::
 

@@ -1,15 +1,15 @@
 """Do the bundled libraries crowd out new compounds, and which prior for a library structure keeps them from it?
 
-Issue #36's no-crowding target: with default settings, on spectra whose structures are in no library, de novo
-Top-1 and Top-10 are no lower than with the libraries off. Every ``msgpt predict`` run consults the bundled
-structure library (179,040 structures) and spectral library by default; their structures of the spectrum's
-formula join the ranking at a log-odds prior (``QueryParams.library_prior``, 0, plus ``undrawn_prior`` for one no
-sample drew: the −16 this module chose), and an identification ranks first. A library structure the decoder never drew, but whose fingerprint score beats the truth's, pushes
-a new compound down; a prior below 0 keeps such look-alikes under the predictions unless they beat them clearly,
-at the price of a library structure that *is* the answer.
+Issue #36's no-crowding target: with default settings, on spectra whose structures are in no library, de novo Top-1
+and Top-10 are no lower than with the libraries off. Every ``msgpt predict`` run consults the bundled structure
+library (179,040 structures) and spectral library by default; their structures of the spectrum's formula join the
+ranking at a log-odds prior (``QueryParams.library_prior``, 0, plus ``undrawn_prior`` for one no sample drew: the
+−16 this module chose), and an identification ranks first. A library structure the decoder never drew, but whose
+fingerprint score beats the truth's, pushes a new compound down; a prior below 0 keeps such look-alikes under the
+predictions unless they beat them clearly, at the price of a library structure that *is* the answer.
 
 This module runs the app's own pipeline (:class:`engine.elucidation.pipeline.SpectrumSession`, formula given,
-default settings, the bundled libraries) once per spectrum and keeps each candidate's count, fingerprint score
+default settings but no library prior, the bundled libraries) once per spectrum and keeps each candidate's count, fingerprint score
 and origin, and the truth's fingerprint score (``collect``). It then ranks those pools again under each prior
 (``measure``), in three settings:
 
@@ -77,7 +77,8 @@ def collect(bundle, spectra: Sequence[tuple[str, object]], libraries: Sequence, 
     from engine.model.scoring import FingerprintScorer
     from engine.progress import run_to_end
 
-    done = {json.loads(line)["key"] for line in path.read_text(encoding="utf-8").splitlines()} if path.is_file() else set()
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    done = {json.loads(line)["key"] for line in lines}
     params = QueryParams(library_prior=0.0, undrawn_prior=0.0)  # the pool is what matters; measure ranks it again
     n = 0
     t0 = time.perf_counter()

@@ -316,7 +316,8 @@ def report_text(m: dict) -> str:
         out += ["", "## The fragment weight and shortlist, chosen again with the analog term (reported, not installed)",
                 "", (f"The same rule over w, shortlist and v at H = {m['chosen']['hits']} chooses **w = {w:g}, "
                      f"shortlist {n}, v = {v:g}** (every setting's mean Hit@1 in metrics.json):"), "",
-                "| set | w | shortlist | v | formula | mass | mean Hit@1 |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                "| set | w | shortlist | v | formula | mass | mean Hit@1 |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for s in r["sets"]:
             out += [f"| {s['label']} | {row['setting'][0]:g} | {row['setting'][1]} | {row['setting'][2]:g} | "
                     f"{row['formula']} | {row['mass']} | {row['mean_hit1']:.1f} |" for row in s["rows"]]

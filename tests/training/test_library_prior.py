@@ -66,7 +66,8 @@ def test_the_choice_keeps_the_de_novo_answers_then_favours_known_truths():
     # -2 and -8 keep a's new truth first; at -2 b's known truth stays first too; a's known truth (drawn) stays
     # first only when the prior spares drawn structures
     assert chosen == ("undrawn", -2.0)
-    assert table[chosen]["known"][:, 0].tolist() == [1.0, 1.0] and table[("all", -2.0)]["known"][:, 0].tolist() == [0.0, 1.0]
+    assert table[chosen]["known"][:, 0].tolist() == [1.0, 1.0]
+    assert table[("all", -2.0)]["known"][:, 0].tolist() == [0.0, 1.0]
     assert lp.choose(lp.grid([a], [0.0]), [0.0]) is None  # nothing keeps the de novo answer
 
 
