@@ -57,7 +57,7 @@ KS = (1, 5, 10)
 
 # -- collect ----------------------------------------------------------------------------------------------
 def pool_record(result, spectrum, fold: str, truth_fp: float, truth_key: str) -> dict:
-    """What :func:`measure` needs of one spectrum's ranked pool: per candidate its first InChIKey block ``k``,
+    """What the ``measure`` step needs of one spectrum's ranked pool: per candidate its first InChIKey block ``k``,
     count ``n``, fingerprint score ``fp``, whether a library holds it (``lib``) and whether a reference spectrum
     identifies it (``id``)."""
     from engine.elucidation.ranking import SPECTRAL_LIBRARY, STRUCTURE_LIBRARY
