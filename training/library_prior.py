@@ -212,7 +212,7 @@ def report(records: dict[str, list[dict]], tables: dict[str, dict], chosen, prio
                                   "known": cell["known"].mean(axis=0).tolist()})
         metrics["sets"][label] = m
     if chosen:
-        lines += ["", "Chosen against today's prior (scope all, b = 0), paired bootstrap 95% interval (points):", ""]
+        lines += ["", "Chosen against no prior (scope all, b = 0), paired bootstrap 95% interval (points):", ""]
         for label, table in tables.items():
             parts = []
             for name, col in (("new Top-1", 0), ("new Top-10", 2)):
