@@ -108,6 +108,7 @@ def score(csv_path: Path) -> dict:
         by_spectrum.setdefault(row["spectrum_id"], []).append(row)
     top1 = top10 = identified = in_pool = 0
     rated = []  # (confidence of rank 1, rank 1 right) of the spectra whose rank 1 has a confidence
+    origins: dict[str, int] = {}  # how many spectra's rank 1 came from each origin (de_novo;structure_library...)
     for spectrum_rows in by_spectrum.values():
         truth = [int(r["feature_rank"]) for r in spectrum_rows if r["is_reference"] == "yes"]
         best = min(truth) if truth else None
@@ -116,19 +117,11 @@ def score(csv_path: Path) -> dict:
         top10 += best is not None and best <= 10
         first = min(spectrum_rows, key=lambda r: int(r["feature_rank"]))
         identified += first["identification_level"] == "2a"
+        origins[first["origin"]] = origins.get(first["origin"], 0) + 1
         if first["spectrum_confidence"]:
             rated.append((float(first["spectrum_confidence"]), best == 1))
     return {"spectra": len(by_spectrum), "top1": top1, "top10": top10, "truth_written": in_pool,
-            "identified_rank1": identified, "rank1_origin": origins(by_spectrum), "confidence": calibration(rated)}
-
-
-def origins(by_spectrum: dict[str, list[dict]]) -> dict[str, int]:
-    """How many spectra's rank 1 (by ``feature_rank``) came from each origin (``de_novo;structure_library``...)."""
-    out: dict[str, int] = {}
-    for spectrum_rows in by_spectrum.values():
-        first = min(spectrum_rows, key=lambda r: int(r["feature_rank"]))
-        out[first["origin"]] = out.get(first["origin"], 0) + 1
-    return dict(sorted(out.items()))
+            "identified_rank1": identified, "rank1_origin": dict(sorted(origins.items())), "confidence": calibration(rated)}
 
 
 def calibration(rated: list[tuple[float, bool]]) -> dict:

@@ -65,7 +65,9 @@ def pool_record(result, spectrum, fold: str, truth_fp: float, truth_key: str) ->
     cands = [{"k": c.inchikey14, "n": int(c.count), "fp": round(float(c.fingerprint_score), 4),
               "lib": int(STRUCTURE_LIBRARY in c.origin or SPECTRAL_LIBRARY in c.origin), "id": int(c.identified)}
              for c in result.candidates if math.isfinite(c.fingerprint_score)]
-    return {"key": f"{Path(spectrum.source).name}#{spectrum.index}:{spectrum.id}", "fold": fold,
+    from .evaluate import spectrum_key
+
+    return {"key": spectrum_key(spectrum), "fold": fold,
             "adduct": spectrum.adduct, "truth": truth_key, "truth_fp": round(truth_fp, 4), "candidates": cands}
 
 
@@ -77,14 +79,15 @@ def collect(bundle, spectra: Sequence[tuple[str, object]], libraries: Sequence, 
     from engine.model.scoring import FingerprintScorer
     from engine.progress import run_to_end
 
+    from .evaluate import spectrum_key
+
     lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
     done = {json.loads(line)["key"] for line in lines}
     params = QueryParams(library_prior=0.0, undrawn_prior=0.0)  # the pool is what matters; measure ranks it again
     n = 0
     t0 = time.perf_counter()
     for fold, spectrum in spectra:
-        key = f"{Path(spectrum.source).name}#{spectrum.index}:{spectrum.id}"
-        if key in done:
+        if spectrum_key(spectrum) in done:
             continue
         session = SpectrumSession(bundle, spectrum, libraries=libraries)
         result = run_to_end(session.run(params))
