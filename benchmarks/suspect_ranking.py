@@ -12,13 +12,20 @@ compounds of the spectrum's analog hits in the spectral library; both settings i
 ``forward.json``), and prints Hit@1/5/20 of the truth among the suspects. FOLD=val structures have no spectrum
 in the bundled spectral library (FOLD=train spectra); the script counts any identity or analog hit of a truth.
 
+An identification ranks with the suspects by this score (:func:`engine.elucidation.ranking.rank_group`); the last
+row puts it first instead, the rule before. ``--references`` says whether any identification can be right: with
+``none`` every one is false (the bundled library holds no FOLD=val structure); ``loso`` adds the other FOLD=val
+records of the spectra's structures (``--mgf``; high resolution, with ion mode) as a second spectral library, all
+but each query's own record; ``other_lab`` only those from another lab than the query's (MassBank accession
+``MSBNK-<lab>-...``), the case of a user's own instrument. The truth's rank is over all ranked candidates.
+
 Spectra and isomers come from a ``python -m training.retrieval`` run folder: its FOLD=val spectra
 (``selection.json``) and each one's formula-track library (the truth plus up to 255 corpus structures of its
 formula, ``pools.jsonl``, the candidates marked ``fl``). All of them go into one suspect CSV, indexed once, so
 a spectrum whose formula another spectrum shares has that spectrum's isomers in its list too (the script says
 how many)::
 
-    python benchmarks/suspect_ranking.py --pools runs/retrieval/v10_c600 [--n 150]
+    python benchmarks/suspect_ranking.py --pools runs/retrieval/v10_c600 [--n 150] [--references loso]
 """
 
 from __future__ import annotations
@@ -65,9 +72,38 @@ def val_sets(pools: Path, n: int) -> list[tuple[Spectrum, str, list[str]]]:
     return out
 
 
-def truth_rank(result, truth: str) -> int | None:
-    suspects = [c for c in result.candidates if c.suspect]
-    return next((i + 1 for i, c in enumerate(suspects) if c.inchikey14 == truth), None)
+def truth_rank(candidates, truth: str) -> int | None:
+    return next((i + 1 for i, c in enumerate(candidates) if c.inchikey14 == truth), None)
+
+
+def identification_first(candidates) -> list:
+    """``candidates`` with the identification (if any) moved to rank 1: the rule before ranking it with the
+    suspects (its fragment shortlist aside, the same order)."""
+    first = [c for c in candidates if c.identified]
+    return first + [c for c in candidates if not c.identified]
+
+
+def lab(accession: str) -> str:
+    """The contributing lab of a MassBank accession ``MSBNK-<lab>-<id>``."""
+    parts = accession.split("-")
+    return parts[1] if len(parts) >= 3 else accession
+
+
+def reference_spectra(mgf: Path, sets: list, how: str):
+    """A spectral library of the FOLD=val records of the spectra's structures (``how``: ``loso``, all but each
+    query's own record; ``other_lab``, only those from another lab), or None for ``none``."""
+    if how == "none":
+        return None
+    from engine.spectral_library.index import library_from_references
+    from training.spectral_library import held_out_queries
+
+    queries = {spectrum.id for spectrum, _, _ in sets}
+    truths = {truth for _, truth, _ in sets}
+    query_labs = {(truth, lab(spectrum.id)) for spectrum, truth, _ in sets}
+    kept = [ref for ref in held_out_queries(mgf)
+            if ref.inchikey14 in truths and ref.accession not in queries
+            and (how == "loso" or (ref.inchikey14, lab(ref.accession)) not in query_labs)]
+    return library_from_references(kept, f"val_{how}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pools", required=True, type=Path, help="a training.retrieval output folder")
     p.add_argument("--n", type=int, default=150, help="FOLD=val spectra (the run's first N)")
     p.add_argument("--model", type=Path, default=None, help="model bundle (default: the bundled model)")
+    p.add_argument("--references", choices=("none", "loso", "other_lab"), default="none",
+                   help="other FOLD=val spectra of the truths as a second spectral library (module docstring)")
+    p.add_argument("--mgf", type=Path, default=ROOT.parent / "shared/data/massbank_dev.mgf.gz",
+                   help="where --references reads them")
     a = p.parse_args(argv)
     import torch
 
@@ -104,37 +144,43 @@ def main(argv: list[str] | None = None) -> int:
         suspects.suspect = True
         print(f"suspect list: {len(suspects):,} structures indexed in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         t0 = time.perf_counter()
-        spectral = load_bundled_spectral_library()
-        print(f"spectral library: {len(spectral):,} spectra indexed in {time.perf_counter() - t0:.0f} s",
-              file=sys.stderr)
+        spectral = [load_bundled_spectral_library()]
+        others = reference_spectra(a.mgf, sets, a.references)
+        spectral += [others] if others is not None else []
+        print(f"spectral libraries: {' + '.join(f'{len(s):,}' for s in spectral)} spectra indexed in "
+              f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
         runs = {"fingerprint score": QueryParams(fragment_score=False, analog_score=False),
                 "+ fragment score": QueryParams(analog_score=False),
                 "+ fragment and analog scores (shipped)": QueryParams()}
-        ranks: dict[str, list[int | None]] = {name: [] for name in runs}
+        before = "shipped, the identification first (the rule before)"
+        ranks: dict[str, list[int | None]] = {name: [] for name in [*runs, before]}
         seconds = {name: 0.0 for name in ranks}
         sizes = []
         truths_found = 0
-        identified = 0
+        identified = right = 0
         for spectrum, truth, isomers in sets:
-            first = SpectrumSession(bundle, spectrum, libraries=[suspects, spectral])
+            first = SpectrumSession(bundle, spectrum, libraries=[suspects, *spectral])
             posterior, matches = first.posterior, first.spectral_matches  # shared: each run times its ranking
             for name, params in runs.items():
-                session = SpectrumSession(bundle, spectrum, posterior=posterior, libraries=[suspects, spectral],
+                session = SpectrumSession(bundle, spectrum, posterior=posterior, libraries=[suspects, *spectral],
                                           spectral_matches=matches)
                 t0 = time.perf_counter()
                 result = session.rank_known(params)
                 seconds[name] += time.perf_counter() - t0
-                ranks[name].append(truth_rank(result, truth))
+                ranks[name].append(truth_rank(result.candidates, truth))
+            ranks[before].append(truth_rank(identification_first(result.candidates), truth))
             sizes.append(sum(c.suspect for c in result.candidates))
-            identified += any(c.suspect and c.identified for c in result.candidates)
-            analogs = search_analogs([spectral], spectrum, fw.ranking.analog_hits)
+            hit = next((c for c in result.candidates if c.identified), None)
+            identified += hit is not None
+            right += hit is not None and hit.inchikey14 == truth
+            analogs = search_analogs(spectral, spectrum, fw.ranking.analog_hits)
             truths_found += (any(c.inchikey14 == truth and c.spectral is not None for c in result.candidates)
                              or any(h.reference.inchikey14 == truth for h in analogs.hits))
+    seconds[before] = seconds["+ fragment and analog scores (shipped)"]  # the same ranking, reordered
     n = len(sets)
     print(f"machine: {platform.processor() or platform.machine()}, one thread; bundle {bundle.describe()}")
-    print(f"suspect order: {fw.ranking}; truths with a spectral-library hit: {truths_found}; spectra whose "
-          f"suspects hold a structure identified by a reference spectrum (ranked first; never the truth here): "
-          f"{identified}")
+    print(f"suspect order: {fw.ranking}; references: {a.references}; truths with a spectral-library hit: "
+          f"{truths_found}; spectra with an identification: {identified} (of the truth: {right})")
     print(f"spectra: the first {n} FOLD=val pools of {a.pools} ({sum(s > len(i) for s, (_, _, i) in zip(sizes, sets))} "
           f"with more suspects of their formula than their own track; median list {sorted(sizes)[n // 2]})")
     print("| ranking of the suspects | " + " | ".join(f"Hit@{k}" for k in KS) + " | s / spectrum |")

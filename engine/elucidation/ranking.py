@@ -17,12 +17,16 @@ the same ranking: one candidate per structure, generated or not, its ``origin`` 
 the pool's ``library_prior``, a log-odds bonus for being known, and, for one no sample drew (and neither a
 suspect nor an identification), the pool's ``undrawn_prior`` (:mod:`engine.elucidation.libraries`). A structure
 whose reference spectrum matched the query (:class:`SpectralEvidence`) carries the match; an identity match that
-passes the calibrated threshold (an identification) ranks first, before every predicted candidate; then come
-the structures of suspect lists (libraries the user gave as such), then the rest by score.
+passes the calibrated threshold (an identification) and the structures of suspect lists (libraries the user gave
+as such) rank before every other candidate (:func:`rank_group`), ordered among themselves by score, where the
+analog score below carries the identification's own reference match; without that term (no suspect list, or
+``analog_score`` off) the identification ranks first outright. Then come the rest by score.
 
 An :class:`AnalogRerank` (the query's analog-search hits in the run's spectral libraries) adds ``weight ·`` each
 suspect-list structure's analog score, its highest similarity × Tanimoto to the compounds whose reference spectra
-resemble the query's, and ``others_weight ·`` that of every other candidate except identifications. A :class:`FragmentRerank` (the bundle's forward model, :mod:`engine.model.forward`) then adds
+resemble the query's (an identification among them: its own reference gives it about that reference's
+similarity), and ``others_weight ·`` that of every other candidate. A :class:`FragmentRerank` (the bundle's
+forward model, :mod:`engine.model.forward`) then adds
 a spectrum-based term: within the groups it covers, the first ``shortlist`` candidates by score so far get
 ``weight ·`` their forward score (how well their fragments explain the spectrum's peaks), and the rest the lowest
 forward score of that shortlist, so they stay below it.
@@ -102,7 +106,7 @@ class Candidate:
     library_id: str = ""  # its identifier in the (first) library
     compound_name: str = ""  # its name in the (first) library
     spectral: SpectralEvidence | None = None  # its best reference-spectrum match, if any
-    suspect: bool = False  # a suspect list holds it: ranked before every prediction, after identifications
+    suspect: bool = False  # a suspect list holds it: ranked before every prediction, with identifications
     fragment_score: float = float("nan")  # forward score of its fragments against the spectrum (nan: not scored)
     analog_score: float = float("nan")  # highest similarity × Tanimoto to an analog's structure (nan: not scored)
     analog_reference: str = ""  # the reference spectrum giving it: "accession name"
@@ -113,10 +117,30 @@ class Candidate:
         return self.spectral is not None and self.spectral.identified
 
     @property
+    def rank_group(self) -> int:
+        """Its :func:`rank_group` (an identification the analog term scored carries an analog score)."""
+        return rank_group(self.identified, self.suspect, math.isfinite(self.analog_score))
+
+    @property
     def monoisotopic_mass(self) -> float:
         from engine.chem.formula import formula_mass, parse_formula
 
         return formula_mass(parse_formula(self.formula))
+
+
+def rank_group(identified: bool, suspect: bool, analog_scored: bool) -> int:
+    """Where a candidate ranks, before its score decides within the group: 0, an identification ranked first
+    outright; 1, the structures of suspect lists, with an identification when the analog term weighs its
+    reference match (``analog_scored``); 2, every other candidate.
+
+    An identification used to rank first outright whatever the suspects. On the 570 FOLD=val spectra of
+    ``benchmarks/suspect_ranking.py`` (a suspect list of each truth and up to 255 isomers) ranking it with the
+    suspects by the merged score put the truth first more often whether the identifications were all false
+    (no reference spectrum of the truth) or mostly right (the truth's other spectra added to the spectral library):
+    docs/known_compounds.md, "Identifications among the suspects"."""
+    if identified and not analog_scored:
+        return 0
+    return 1 if identified or suspect else 2
 
 
 @dataclass(frozen=True)
@@ -132,7 +156,7 @@ class KnownStructure:
     identifier: str = ""
     name: str = ""
     spectral: SpectralEvidence | None = None  # set when the structure comes from a spectral library hit
-    suspect: bool = False  # from a suspect list: ranks before every prediction (after identifications)
+    suspect: bool = False  # from a suspect list: ranks before every prediction (with identifications)
 
 
 @dataclass(frozen=True)
@@ -146,7 +170,7 @@ class FragmentRerank:
     ranking: ForwardRanking
 
     def groups(self) -> tuple[int, ...]:
-        """The rank groups of :meth:`CandidatePool._identification_key` it covers (1 suspects, 2 the rest)."""
+        """The rank groups (:func:`rank_group`) it covers (1 suspects and identifications, 2 the rest)."""
         return (1,) if self.ranking.scope == "suspects" else (1, 2)
 
     def __deepcopy__(self, memo) -> FragmentRerank:
@@ -172,8 +196,8 @@ class AnalogReference:
 class AnalogRerank:
     """The analog score as a ranking term: a structure's analog score is its highest ``similarity × Tanimoto`` to
     the structures of ``references`` (a candidate like the compounds whose spectra resemble the query's is
-    likelier); ``weight ·`` that joins the score of a suspect-list structure, ``others_weight ·`` that of any
-    other candidate (not of an identification, which ranks first anyway). The weights are those
+    likelier); ``weight ·`` that joins the score of a suspect-list structure or an identification ranked among
+    them, ``others_weight ·`` that of any other candidate. The weights are those
     ``training.retrieval_analogs`` chose (:class:`engine.model.forward.ForwardRanking`)."""
 
     references: tuple[AnalogReference, ...]
@@ -181,7 +205,7 @@ class AnalogRerank:
     others_weight: float = 0.0
 
     def weight_of(self, group: int) -> float:
-        """The weight in a rank group of :meth:`CandidatePool._identification_key` (1 suspects, 2 the rest)."""
+        """The weight in a rank group (:func:`rank_group`: 1 suspects and identifications, 2 the rest)."""
         return {1: self.weight, 2: self.others_weight}.get(group, 0.0)
 
     def best(self, bits: np.ndarray) -> tuple[float, AnalogReference | None]:
@@ -361,23 +385,25 @@ class CandidatePool:
         proposed = set(keys)  # drawn, or made from drawn candidates by deep search's edits
         prior = {k14: self.library_prior + (self.undrawn_prior if self._undrawn_known(k14, proposed) else 0.0)
                  for k14 in self._known}
-        rows.sort(key=lambda r: (*self._identification_key(r[2]),
+        # the analog term weighs an identification's reference match among the suspects (rank_group)
+        analog_scored = self.analogs is not None and ranking != "frequency" and self.analogs.weight_of(1) > 0
+        rows.sort(key=lambda r: (*self._identification_key(r[2], analog_scored),
                                  *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         analog: dict[str, tuple[float, AnalogReference | None]] = {}
         if self.analogs is not None and ranking != "frequency":
             # before the fragment term: its shortlist is the first by fingerprint + analog score, as measured
             for r in rows:
-                w = self.analogs.weight_of(self._identification_key(r[2])[0])
+                w = self.analogs.weight_of(self._identification_key(r[2], analog_scored)[0])
                 if w > 0:
                     analog[r[2]] = self.analogs.best(r[4])
                     prior[r[2]] = prior.get(r[2], 0.0) + w * analog[r[2]][0]
-            rows.sort(key=lambda r: (*self._identification_key(r[2]),
+            rows.sort(key=lambda r: (*self._identification_key(r[2], analog_scored),
                                      *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         forward: dict[str, float] = {}
         if self.fragments is not None and self.fragments.ranking.weight > 0 and ranking != "frequency":
-            forward, terms = self._fragment_terms(rows)
+            forward, terms = self._fragment_terms(rows, analog_scored)
             prior = {k14: prior.get(k14, 0.0) + terms.get(k14, 0.0) for k14 in set(prior) | set(terms)}
-            rows.sort(key=lambda r: (*self._identification_key(r[2]),
+            rows.sort(key=lambda r: (*self._identification_key(r[2], analog_scored),
                                      *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         n = max(len(samples), 1)
         candidates = [
@@ -409,14 +435,14 @@ class CandidatePool:
         return (k14 not in proposed and k14 not in self._suspects
                 and not (spectral is not None and spectral.identified))
 
-    def _fragment_terms(self, rows: list[tuple]) -> tuple[dict[str, float], dict[str, float]]:
+    def _fragment_terms(self, rows: list[tuple], analog_scored: bool) -> tuple[dict[str, float], dict[str, float]]:
         """For ``rows`` in the ranking's order without it: the forward scores of each covered group's shortlist, and
         every covered row's term ``weight · forward`` (outside the shortlist, or not scorable: the shortlist's
-        lowest)."""
+        lowest); ``analog_scored`` as for :meth:`_identification_key`."""
         frag, settings = self.fragments, self.fragments.ranking
         members: dict[int, list[tuple]] = {}
         for r in rows:
-            group = self._identification_key(r[2])[0]
+            group = self._identification_key(r[2], analog_scored)[0]
             if group in frag.groups():
                 members.setdefault(group, []).append(r)
         forward: dict[str, float] = {}
@@ -434,12 +460,12 @@ class CandidatePool:
                 terms[r[2]] = settings.weight * forward.get(r[2], low)
         return forward, terms
 
-    def _identification_key(self, inchikey14: str) -> tuple[int, float]:
-        """Sorts identified structures first (the most similar reference first), then those of suspect lists."""
+    def _identification_key(self, inchikey14: str, analog_scored: bool) -> tuple[int, float]:
+        """The structure's :func:`rank_group` (``analog_scored``: the ranking weighs the analog score of group 1);
+        in group 0 (identifications ranked first outright) the most similar reference first."""
         evidence = self._spectral.get(inchikey14)
-        if evidence is not None and evidence.identified:
-            return (0, -evidence.similarity)
-        return (1 if inchikey14 in self._suspects else 2, 0.0)
+        group = rank_group(evidence is not None and evidence.identified, inchikey14 in self._suspects, analog_scored)
+        return (group, -evidence.similarity if group == 0 else 0.0)
 
     def _origin(self, inchikey14: str, count: int) -> dict:
         """The origin fields of a candidate: de novo, from a structure library, from a spectral library, or

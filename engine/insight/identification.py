@@ -34,9 +34,9 @@ class IdentificationLevel:
 
 def identification_level(results: Sequence[SpectrumResult]) -> IdentificationLevel:
     """The level of a feature's results (one per formula run; the best answer decides)."""
-    identified = [r.identified for r in results if r.identified is not None]
-    if identified:
-        best = max(identified, key=lambda c: c.spectral.similarity)
+    firsts = [r.candidates[0] for r in results if r.candidates]
+    best = min(firsts, key=_feature_key) if firsts else None  # the feature's rank 1 (feature_ranks)
+    if best is not None and best.identified:
         ev = best.spectral
         return IdentificationLevel("2a", f"reference spectrum match, entropy similarity {ev.similarity:.2f} with "
                                          f"{ev.matched_peaks} matched peaks ({ev.accession}, {ev.library})")
@@ -48,17 +48,18 @@ def identification_level(results: Sequence[SpectrumResult]) -> IdentificationLev
 
 
 def _feature_key(c) -> tuple[int, float]:
-    score = -c.score if c.score == c.score else float("inf")  # nan (no posterior): last
-    if c.identified:
+    group = c.rank_group
+    if group == 0:
         return (0, -c.spectral.similarity)
-    return (1 if c.suspect else 2, score)
+    return (group, -c.score if c.score == c.score else float("inf"))  # nan (no posterior): last
 
 
 def feature_ranks(results: Sequence[SpectrumResult], top: int | None = None) -> list[list[int]]:
     """For each result of one feature (its formula runs, in formula order), the feature rank of each of its first
-    ``top`` candidates: identified structures first (most similar reference first), then the structures of
-    suspect lists, then every other candidate; within the last two, by the ranking's score whatever their formula
-    (ties: formula order, then rank). 1 is the feature's best answer.
+    ``top`` candidates in the groups of :func:`engine.elucidation.ranking.rank_group`: identifications ranked
+    first outright (most similar reference first), then the structures of suspect lists (with the identifications
+    the analog term scored), then every other candidate; within the last two, by the ranking's score whatever their
+    formula (ties: formula order, then rank). 1 is the feature's best answer.
 
     Scores of different formulas are compared as they are (each under its own formula's posterior): on 35 FOLD=val
     spectra without a given formula (benchmarks/known_compounds.py, docs/known_compounds.md) that put the truth

@@ -36,9 +36,31 @@ def test_val_sets_pair_each_val_spectrum_with_its_formula_track(tmp_path, make_s
     assert len(suspect_ranking.val_sets(tmp_path, 1)) == 1
 
 
-def test_truth_rank_counts_among_the_suspects_only():
+def test_truth_rank_counts_over_every_ranked_candidate():
     c = [SimpleNamespace(suspect=False, inchikey14="D"), SimpleNamespace(suspect=True, inchikey14="A"),
          SimpleNamespace(suspect=True, inchikey14="T")]
-    result = SimpleNamespace(candidates=c)
-    assert suspect_ranking.truth_rank(result, "T") == 2
-    assert suspect_ranking.truth_rank(result, "D") is None
+    assert suspect_ranking.truth_rank(c, "T") == 3
+    assert suspect_ranking.truth_rank(c, "X") is None
+
+
+def test_the_rule_before_moves_the_identification_to_rank_1():
+    c = [SimpleNamespace(inchikey14=k, identified=k == "I") for k in "TAI"]
+    assert [x.inchikey14 for x in suspect_ranking.identification_first(c)] == ["I", "T", "A"]
+    assert suspect_ranking.identification_first(c[:2]) == c[:2]
+
+
+def record(accession: str, smiles: str, fold: str = "val") -> str:
+    return (f"BEGIN IONS\nTITLE={accession}\nPEPMASS=47.0491\nCHARGE=1+\nIONMODE=positive\nADDUCT=[M+H]+\n"
+            f"SMILES={smiles}\nINSTRUMENT_TYPE=LC-ESI-QTOF\nLICENSE=CC BY\nFOLD={fold}\n29.0386 100\nEND IONS\n")
+
+
+def test_reference_spectra_hold_the_truths_other_records(tmp_path, make_spectrum):
+    mgf = tmp_path / "records.mgf"
+    mgf.write_text(record("MSBNK-Lab1-1", "CCO") + record("MSBNK-Lab1-2", "CCO") + record("MSBNK-Lab2-3", "CCO")
+                   + record("MSBNK-Lab2-4", "CCN") + record("MSBNK-Lab2-5", "CCO", fold="train"))
+    sets = [(make_spectrum(id="MSBNK-Lab1-1"), "LFQSCWFLJHTTHZ", ["CCO", "COC"])]
+    assert suspect_ranking.lab("MSBNK-Lab1-2") == "Lab1"
+    assert suspect_ranking.reference_spectra(mgf, sets, "none") is None
+    loso = suspect_ranking.reference_spectra(mgf, sets, "loso")
+    assert sorted(loso.columns["accession"]) == ["MSBNK-Lab1-2", "MSBNK-Lab2-3"]
+    assert suspect_ranking.reference_spectra(mgf, sets, "other_lab").columns["accession"] == ["MSBNK-Lab2-3"]

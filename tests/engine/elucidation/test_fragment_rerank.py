@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from engine.chem import molecules as chem
-from engine.elucidation.ranking import AnalogReference, AnalogRerank, CandidatePool, FragmentRerank, KnownStructure
+from engine.elucidation.ranking import (
+    AnalogReference,
+    AnalogRerank,
+    CandidatePool,
+    FragmentRerank,
+    KnownStructure,
+    SpectralEvidence,
+    rank_group,
+)
 from engine.model.forward import ForwardRanking
 
 # Isomers of C3H8O: what the fingerprint score and the forward score of each are, in the tests below.
@@ -181,3 +189,45 @@ def test_the_undrawn_prior_spares_library_structures_drawn_or_made_by_deep_searc
     by = {c.smiles: c for c in p.rank()[0]}
     assert by[PROPANOL].score == pytest.approx(-1.0) and by[ISOPROPANOL].score == pytest.approx(-2.0)
     assert by[METHOXYETHANE].score == pytest.approx(-13.0) and by[METHOXYETHANE].count == 0
+
+
+# -- an identification among the suspects (rank_group) ------------------------------------------------------
+def identified(smiles: str, similarity: float = 0.9) -> KnownStructure:
+    evidence = SpectralEvidence(similarity, 5, "REF1", "refs", identified=True)
+    return KnownStructure(smiles, key(smiles), "C3H8O", bits(smiles), "refs", spectral=evidence)
+
+
+def test_the_analog_term_ranks_an_identification_with_the_suspects_by_score():
+    p = pool(FP, suspects=[PROPANOL, ISOPROPANOL], samples=[PROPANOL])
+    p.add_known([identified(METHOXYETHANE)])
+    assert order(p) == [METHOXYETHANE, PROPANOL, ISOPROPANOL]  # no analog term: the identification first
+    ranked, _ = p.rank(ranking="fingerprint")
+    assert [c.rank_group for c in ranked] == [0, 1, 1]
+    # its reference resembles propanol's spectra: propanol -1 + 10 · 1 = 9 leads; methoxyethane -3 + 10 · T
+    p.analogs = analogs(10.0, (PROPANOL, 1.0))
+    ranked, _ = p.rank(ranking="fingerprint")
+    assert [c.smiles for c in ranked] == [PROPANOL, ISOPROPANOL, METHOXYETHANE]
+    assert [c.rank_group for c in ranked] == [1, 1, 1] and ranked[2].identified
+    assert ranked[2].score == pytest.approx(-3.0 + 10.0 * chem.tanimoto(bits(PROPANOL), bits(METHOXYETHANE)))
+    # the identification's own reference among the analog hits lifts it above the suspects
+    p.analogs = analogs(10.0, (PROPANOL, 0.5), (METHOXYETHANE, 0.9))
+    assert order(p)[0] == METHOXYETHANE
+    # the frequency ranking weighs no analog score: the identification first again
+    assert order(p, ranking="frequency")[0] == METHOXYETHANE
+    p.analogs = analogs(10.0, (PROPANOL, 1.0))
+    assert order(p, ranking="frequency")[0] == METHOXYETHANE
+
+
+def test_an_identification_still_ranks_above_every_prediction():
+    p = pool({**FP, METHOXYETHANE: -50.0}, samples=[PROPANOL, ISOPROPANOL])
+    p.add_known([identified(METHOXYETHANE)])
+    p.analogs = analogs(10.0, (PROPANOL, 1.0))
+    ranked, _ = p.rank(ranking="fingerprint")
+    assert [c.smiles for c in ranked] == [METHOXYETHANE, PROPANOL, ISOPROPANOL]
+    assert [c.rank_group for c in ranked] == [1, 2, 2]
+
+
+def test_rank_group():
+    assert [rank_group(*flags) for flags in ((True, False, False), (True, True, False), (True, False, True),
+                                             (False, True, False), (False, True, True), (False, False, True),
+                                             (False, False, False))] == [0, 0, 1, 1, 1, 2, 2]

@@ -1,5 +1,6 @@
-"""Known compounds beyond the formula's library structures: reference spectra (identifications rank first, their
-formula is run even when the formula ranking missed it), suspect lists (their structures before predictions),
+"""Known compounds beyond the formula's library structures: reference spectra (identifications rank first, or with
+the suspects by score when an analog term weighs them; their formula is run even when the formula ranking missed
+it), suspect lists (their structures before predictions),
 the mass track (library structures of a formula nobody else proposed, ranked without sampling), feature ranks
 and identification levels, through the session and ``msgpt predict``."""
 
@@ -161,6 +162,28 @@ def test_feature_ranks_put_identifications_then_suspects_then_formula_order(tiny
     ranks = feature_ranks([worse, plain])  # the rest by score, whatever the formula's place
     assert ranks[1] == list(range(1, len(plain.candidates) + 1))
     assert ranks[0] == list(range(len(plain.candidates) + 1, 2 * len(plain.candidates) + 1))
+
+
+def test_an_identification_the_analog_term_scored_ranks_with_the_suspects_by_score(tiny_bundle, spectrum, home):
+    refs = load_spectral_library(reference_mgf(home / "refs.mgf", ISOMER))
+    suspects = load_library(suspect_csv(home / "s.csv", [("S1", "the reference", REFERENCE)]))
+    suspects.suspect = True
+    with_suspect = run(tiny_bundle, spectrum, [suspects])
+    identified = run(tiny_bundle, spectrum, [refs])
+    assert identified.candidates[0].rank_group == 0 and with_suspect.candidates[0].rank_group == 1
+    best = with_suspect.candidates[0].score
+
+    def scored(score: float):  # the identification as a ranking with an analog term gives it
+        first = dataclasses.replace(identified.candidates[0], analog_score=0.5, score=score)
+        return dataclasses.replace(identified, candidates=(first, *identified.candidates[1:]))
+
+    low, high = scored(best - 1.0), scored(best + 1.0)
+    assert low.candidates[0].rank_group == 1
+    assert [r[0] for r in feature_ranks([with_suspect, low], top=1)] == [1, 2]
+    assert identification_level([with_suspect, low]).code == "3"  # the feature's rank 1 is the suspect
+    assert [r[0] for r in feature_ranks([with_suspect, high], top=1)] == [2, 1]
+    assert identification_level([with_suspect, high]).code == "2a"
+    assert identification_level([with_suspect, identified]).code == "2a"  # ranked first outright
 
 
 def test_predict_identifies_from_a_spectral_library_and_writes_the_evidence(tiny_bundle_dir, home, capsys):
