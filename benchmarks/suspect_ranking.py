@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -49,6 +51,7 @@ from engine.model.bundle import load_bundle
 from engine.paths import default_model_dir
 from engine.spectra.spectrum import Spectrum
 from engine.spectral_library import load_bundled_spectral_library
+from training.report import bootstrap_ci
 
 KS = (1, 5, 20)
 
@@ -142,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         suspects = load_library(table)
         suspects.suspect = True
-        print(f"suspect list: {len(suspects):,} structures indexed in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        print(f"suspect list: {len(suspects):,} structures indexed in {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr)
         t0 = time.perf_counter()
         spectral = [load_bundled_spectral_library()]
         others = reference_spectra(a.mgf, sets, a.references)
@@ -188,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in ranks.items():
         hits = [100 * sum(x is not None and x <= k for x in r) / n for k in KS]
         print(f"| {name} | " + " | ".join(f"{h:.1f}" for h in hits) + f" | {seconds[name] / n:.3f} |")
+    shipped = [x == 1 for x in ranks["+ fragment and analog scores (shipped)"]]
+    old = [x == 1 for x in ranks[before]]
+    low, high = bootstrap_ci(np.array(shipped, dtype=float) - np.array(old, dtype=float))
+    won, lost = sum(s and not o for s, o in zip(shipped, old)), sum(o and not s for s, o in zip(shipped, old))
+    print(f"an identification ranked with the suspects, against first: the truth at rank 1 for {won} spectra more "
+          f"and {lost} fewer; Hit@1 {100 * (sum(shipped) - sum(old)) / n:+.1f} points (paired bootstrap 95%: "
+          f"{100 * low:+.1f} … {100 * high:+.1f})")
     missing = sum(x is None for x in ranks["fingerprint score"])
     if missing:
         print(f"{missing} truths were not among the ranked suspects (a structure the library could not read)")

@@ -12,9 +12,10 @@ A run's ``libraries`` is one sequence holding :class:`~engine.library.StructureL
 * Its MS/MS spectrum is searched in every spectral library (:func:`search_spectrum`, identity search: precursor
   within 0.01 Da, entropy similarity). The structure of each hit of the pool's formula joins the pool with the
   match as evidence (:func:`spectral_structures`); a rank-1 hit that passes the shipped, calibrated threshold
-  (:func:`engine.spectral_library.default_threshold`) and is of the query's ion type is an identification and
-  ranks first. :func:`identified_formulas` gives the formulas of such hits, so a caller that ranks formula
-  candidates can make sure the identified structure's formula is among those run.
+  (:func:`engine.spectral_library.default_threshold`) and is of the query's ion type is an identification: it
+  ranks first, or, when a suspect list's analog term weighs its match, with the suspects by score
+  (:func:`engine.elucidation.ranking.rank_group`). :func:`identified_formulas` gives the formulas of such hits,
+  so a caller that ranks formula candidates can make sure the identified structure's formula is among those run.
 * Its spectrum is also searched for analogs (:func:`search_analogs`, Flash entropy's hybrid search: fragments
   and neutral losses, any precursor). The structures of the first hits (:func:`analog_references`) order the
   suspect lists' structures: one like the compounds whose spectra resemble the query's ranks higher
@@ -28,7 +29,7 @@ the library's Hit@1 also pushed de novo answers of structures in no library down
 libraries' structures that no sample drew pushed some down; such a structure therefore also gets
 :data:`UNDRAWN_PRIOR` (−16 nats): of the penalties that left no crowding on FOLD=train spectra the encoder never
 saw, the one that kept most library structures that are the answer at rank 1 (``training/library_prior.py``). A
-suspect list's structures and identifications keep their own order.
+suspect list's structures and identifications rank before the rest, in their own order.
 """
 
 from __future__ import annotations
