@@ -18,9 +18,17 @@ right, the Brier score against always saying that rate, the expected calibration
 (``engine.model.confidence.reliability``, as the confidence model's own check). ``--formula-given`` keeps each
 record's formula (one run per spectrum, the setting the confidence model's own check uses).
 
+``--isomers RUN`` makes ``suspects`` issue #36's retrieval target as a user meets it: each true structure among up
+to 255 corpus structures of its formula, added to the list from a ``python -m training.retrieval`` run folder
+(the formula-track candidates, marked ``fl``, of its first pool of the same true structure; spectra whose truth
+has none there are left out, and the script says how many), with the de novo candidates, the bundled libraries and, unless ``--formula-given``, the
+formula ranking in the same run.
+
 ::
 
     python benchmarks/known_compounds.py --mgf ../shared/data/massbank_dev.mgf.gz --out runs/known_compounds
+    python benchmarks/known_compounds.py --mgf ../shared/data/massbank_dev.mgf.gz \
+        --out runs/known_compounds/isomers --configs suspects --isomers runs/retrieval/v10_lib_all
 """
 
 from __future__ import annotations
@@ -89,6 +97,21 @@ def shipped_keys() -> set[str]:
     return keys | {k for k in spectra.columns["inchikey14"] if k}
 
 
+def formula_isomers(run: Path, truths: set[str]) -> dict[str, list[str]]:
+    """The formula-track SMILES of each of ``truths`` (first InChIKey blocks) in a ``training.retrieval`` run's
+    ``pools.jsonl`` (its first pool of that truth)."""
+    out: dict[str, list[str]] = {}
+    for line in (run / "pools.jsonl").read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by an interrupted run
+        key = rec.get("truth", {}).get("inchikey14")
+        if key in truths and key not in out:
+            out[key] = [c["s"] for c in rec.get("candidates", []) if c.get("fl") and c.get("k") != key]
+    return out
+
+
 def run_config(name: str, args: list[str], query: Path, out: Path, common: list[str]) -> dict:
     from engine.cli import main
 
@@ -146,9 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--configs", default=",".join(CONFIGS))
     p.add_argument("--formula-given", action="store_true",
                    help="keep each record's formula (one run per spectrum) instead of hiding it")
+    p.add_argument("--isomers", type=Path, default=None,
+                   help="a training.retrieval run: add each truth's formula-track isomers to the suspect list")
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     records = select(a.mgf, a.positive, a.negative)
+    isomers = formula_isomers(a.isomers, {field(r, "INCHIKEY")[:14] for r in records}) if a.isomers else {}
+    if a.isomers:  # only the spectra whose truth the run has a pool of: each among its formula's isomers
+        print(f"{sum(field(r, 'INCHIKEY')[:14] not in isomers for r in records)} of {len(records)} selected spectra "
+              f"have no pool of their structure in {a.isomers}: left out", file=sys.stderr)
+        records = [r for r in records if field(r, "INCHIKEY")[:14] in isomers]
     keys = {field(r, "INCHIKEY")[:14] for r in records}
     overlap = keys & shipped_keys()
     if overlap:
@@ -161,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         w = csv.writer(fh)
         w.writerow(["Identifier", "Name", "SMILES"])
         w.writerows((field(r, "TITLE"), field(r, "NAME"), field(r, "SMILES")) for r in records)
+        listed = {field(r, "SMILES") for r in records}
+        for smiles in (s for key in sorted(isomers) for s in isomers[key]):
+            if smiles not in listed:
+                listed.add(smiles)
+                w.writerow([f"I{len(listed) - len(records)}", "", smiles])
     common = ["-q", "--seed", "0", "--top", "10", "--threads", "1"]
     results = {}
     for name in a.configs.split(","):
@@ -170,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     given = "formula given" if a.formula_given else "formula not given"
     report = {"data": f"{a.mgf.name} FOLD=val, first {a.positive} [M+H]+ and {a.negative} [M-H]- spectra "
                       f"(one per structure, {given})", "spectra": len(records),
+              "isomers": {"run": str(a.isomers), "suspects": len(listed)} if a.isomers else None,
               "machine": f"{platform.processor() or platform.machine()}, {platform.python_version()}",
               "command": " ".join(sys.argv), "results": results}
     (a.out / "report.json").write_text(json.dumps(report, indent=1))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,14 @@ def test_score_reads_rank1_by_feature_rank_its_origin_and_confidence(tmp_path):
     assert (got["spectra"], got["top1"], got["top10"], got["truth_written"], got["identified_rank1"]) == (3, 1, 2, 2, 1)
     assert got["rank1_origin"] == {"de_novo": 1, "spectral_library": 1, "structure_library": 1}
     assert got["confidence"]["spectra"] == 2 and got["confidence"]["rank1_right"] == pytest.approx(0.5)  # C has none
+
+
+def test_formula_isomers_are_the_formula_track_of_the_first_pool_of_each_truth(tmp_path):
+    pools = [
+        {"truth": {"inchikey14": "A"}, "candidates": [{"k": "A", "s": "CCO", "fl": 1}, {"k": "B", "s": "COC", "fl": 1},
+                                                      {"k": "C", "s": "CC=O", "ml": 1}]},
+        {"truth": {"inchikey14": "A"}, "candidates": [{"k": "D", "s": "OCC", "fl": 1}]},
+        {"truth": {"inchikey14": "Z"}, "candidates": [{"k": "E", "s": "CCN", "fl": 1}]},
+    ]
+    (tmp_path / "pools.jsonl").write_text("\n".join(json.dumps(p) for p in pools) + "\n{\"cut")
+    assert known_compounds.formula_isomers(tmp_path, {"A", "Q"}) == {"A": ["COC"]}
