@@ -9,7 +9,7 @@ and runs ``msgpt predict`` on them three times:
 * ``suspects``: the default plus a suspect list of every selected spectrum's true structure (as a chemist's list
   of compounds expected in a study; the other entries are decoys of other masses or isomers).
 
-For each, by ``feature_rank`` (the rank over all formulas and origins of the spectrum): Top-1 and Top-10 of the true
+For each, by ``feature_rank`` (the rank over all formulas and origins of the spectrum): Top-1, 5 and 10 of the true
 structure, spectra whose rank 1 is a spectral-library identification (level 2a: every one is false here), and wall
 time. ``default`` against ``off`` is the no-crowding check (issue #36): the bundled libraries must not push de novo
 answers down. It is also the confidence check: the confidence model was fitted on predictions alone, so the script
@@ -21,8 +21,8 @@ record's formula (one run per spectrum, the setting the confidence model's own c
 ``--isomers RUN`` makes ``suspects`` issue #36's retrieval target as a user meets it: each true structure among up
 to 255 corpus structures of its formula, added to the list from a ``python -m training.retrieval`` run folder
 (the formula-track candidates, marked ``fl``, of its first pool of the same true structure; spectra whose truth
-has none there are left out, and the script says how many), with the de novo candidates, the bundled libraries and, unless ``--formula-given``, the
-formula ranking in the same run.
+has none there are left out, and the script says how many), with the de novo candidates, the bundled libraries
+and, unless ``--formula-given``, the formula ranking in the same run.
 
 ::
 
@@ -129,7 +129,7 @@ def score(csv_path: Path) -> dict:
     by_spectrum: dict[str, list[dict]] = {}
     for row in rows:
         by_spectrum.setdefault(row["spectrum_id"], []).append(row)
-    top1 = top10 = identified = in_pool = 0
+    top1 = top5 = top10 = identified = in_pool = 0
     rated = []  # (confidence of rank 1, rank 1 right) of the spectra whose rank 1 has a confidence
     origins: dict[str, int] = {}  # how many spectra's rank 1 came from each origin (de_novo;structure_library...)
     for spectrum_rows in by_spectrum.values():
@@ -137,13 +137,14 @@ def score(csv_path: Path) -> dict:
         best = min(truth) if truth else None
         in_pool += best is not None
         top1 += best == 1
+        top5 += best is not None and best <= 5
         top10 += best is not None and best <= 10
         first = min(spectrum_rows, key=lambda r: int(r["feature_rank"]))
         identified += first["identification_level"] == "2a"
         origins[first["origin"]] = origins.get(first["origin"], 0) + 1
         if first["spectrum_confidence"]:
             rated.append((float(first["spectrum_confidence"]), best == 1))
-    return {"spectra": len(by_spectrum), "top1": top1, "top10": top10, "truth_written": in_pool,
+    return {"spectra": len(by_spectrum), "top1": top1, "top5": top5, "top10": top10, "truth_written": in_pool,
             "identified_rank1": identified, "rank1_origin": dict(sorted(origins.items())), "confidence": calibration(rated)}
 
 

@@ -39,6 +39,7 @@ def test_score_reads_rank1_by_feature_rank_its_origin_and_confidence(tmp_path):
         w.writerows(rows)
     got = known_compounds.score(path)
     assert (got["spectra"], got["top1"], got["top10"], got["truth_written"], got["identified_rank1"]) == (3, 1, 2, 2, 1)
+    assert got["top5"] == 2
     assert got["rank1_origin"] == {"de_novo": 1, "spectral_library": 1, "structure_library": 1}
     assert got["confidence"]["spectra"] == 2 and got["confidence"]["rank1_right"] == pytest.approx(0.5)  # C has none
 
