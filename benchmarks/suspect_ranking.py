@@ -9,7 +9,7 @@ list as a suspect library and the bundled spectral library, as ``msgpt predict``
 and cannot change their order): by the fingerprint score alone, with the bundle's fragment score
 (``QueryParams.fragment_score``), and with its analog score too (``QueryParams.analog_score``: likeness to the
 compounds of the spectrum's analog hits in the spectral library; both settings in the bundle's
-``forward.json``), and prints Hit@1/5/20 of the truth among the suspects. FOLD=val structures have no spectrum
+``forward.json``), and prints Hit@1/5/20 of the truth. FOLD=val structures have no spectrum
 in the bundled spectral library (FOLD=train spectra); the script counts any identity or analog hit of a truth.
 
 An identification ranks with the suspects by this score (:func:`engine.elucidation.ranking.rank_group`); the last
