@@ -209,15 +209,17 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
     ion types the model supports), each noting its formula rank and score, the formula of a spectral
     library identification when they lack it (:func:`engine.elucidation.libraries.identified_formula_spectra`),
     and the formulas of structure-library structures within the tolerance of the precursor that they lack
-    (:func:`engine.elucidation.libraries.mass_track_spectra`, ranked without sampling).
+    (:func:`engine.elucidation.libraries.mass_track_spectra`, ranked without sampling). A precursor written too
+    coarsely for formula candidates (a record of 2 decimals) gets only the last two: the structures of suspect
+    lists within its precision and an identification's formula, with a note saying so; with none, it is skipped.
     """
     from engine.chem.adducts import parse_adduct
     from engine.elucidation.libraries import identified_formula_spectra, mass_track_spectra, search_spectrum
     from engine.elucidation.pipeline import apply_overrides
     from engine.errors import AdductError, FormulaError, SpectrumError
-    from engine.formulas.candidates import rank_formulas, with_formula_candidate
+    from engine.formulas.candidates import PrecursorPrecisionError, rank_formulas, with_formula_candidate
     from engine.formulas.recalibration import run_formula_config
-    from engine.spectra.spectrum import SkippedRecord, note_no_fragments
+    from engine.spectra.spectrum import SkippedRecord, note_no_fragments, with_warning
 
     spectrum = feature.spectrum
     try:
@@ -227,19 +229,30 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
         if (spectrum.formula and spectrum.adduct) or args.formulas == 0:
             return [spectrum]
         config = run_formula_config(spectrum, formula_config)
-        table = rank_formulas(spectrum, ms1=feature.ms1, config=config, supported_adducts=bundle.supported_adducts)
+        coarse = None  # a precursor too coarse for formulas: only suspect lists by mass, and identifications
+        try:
+            table = rank_formulas(spectrum, ms1=feature.ms1, config=config, supported_adducts=bundle.supported_adducts)
+        except PrecursorPrecisionError as e:
+            table, coarse = None, e
     except (SpectrumError, FormulaError, AdductError) as e:
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
-    chosen = [with_formula_candidate(spectrum, c, table.elements)
-              for c in table.runnable(args.formulas, bundle.supported_adducts)]
+    chosen = [] if table is None else [with_formula_candidate(spectrum, c, table.elements)
+                                       for c in table.runnable(args.formulas, bundle.supported_adducts)]
     chosen += identified_formula_spectra(spectrum, search_spectrum(libraries, spectrum), chosen,
                                          bundle.supported_adducts)
     allowed = None if not config.ion_types else {parse_adduct(a).name for a in config.ion_types}
     ion_types = [a for a in bundle.supported_adducts if allowed is None or parse_adduct(a).name in allowed]
-    chosen += mass_track_spectra(libraries, spectrum, chosen, ion_types, config.ppm)
+    chosen += mass_track_spectra(libraries, spectrum, chosen, ion_types, config.ppm,
+                                 precision_da=coarse.precision if coarse else 0.0)
     if not chosen:
-        reason = table.why_none_runnable(bundle.supported_adducts, args.formula_ppm)
+        reason = str(coarse) if coarse else table.why_none_runnable(bundle.supported_adducts, args.formula_ppm)
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, reason)
+    if coarse:  # say why there are no predictions, and how to get them
+        chosen = [with_warning(s, f"the precursor m/z {spectrum.precursor_mz:g} is written to {coarse.precision:g} "
+                                  f"Da, too coarse for formulas: only suspect-list structures within "
+                                  f"{coarse.precision:g} Da (and a spectral identification) were ranked, without "
+                                  f"de novo candidates (give the formula, FORMULA= or --formula, for those)")
+                  for s in chosen]
     return chosen
 
 

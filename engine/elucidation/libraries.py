@@ -83,17 +83,24 @@ MASS_TRACK = "structure library (mass)"
 
 
 def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, supported_adducts: Sequence[str],
-                       ppm: float) -> list:
+                       ppm: float, precision_da: float = 0.0) -> list:
     """Copies of ``spectrum`` (of unknown formula) for each formula and ion type under which a structure library
     holds structures within ``ppm`` of its precursor m/z, and that ``have`` (the formula candidates a caller is
     about to run) lacks: those structures are ranked on their own (:meth:`SpectrumSession.rank_known`, no
     samples drawn), so a library structure of the right mass is not lost when the formula ranking missed its
-    formula. Ion types are the model's supported ones of the spectrum's polarity."""
+    formula. Ion types are the model's supported ones of the spectrum's polarity.
+
+    ``precision_da``: the precursor is written to this many Da, too coarse to rank formulas (a record of 2
+    decimals): the window is that wide, and only suspect lists are searched, as suspect screening matches a
+    list by m/z. The bundled library holds tens of formulas in such a window, which the fingerprint score alone,
+    without the predictions, could not tell apart."""
     from engine.chem.adducts import neutral_mass_from_precursor, parse_adduct
     from engine.chem.formula import parse_formula
     from engine.errors import MsgptError
 
     structures = split_libraries(libraries)[0]
+    if precision_da > 0:
+        structures = [lib for lib in structures if lib.suspect]
     if not structures or spectrum.formula:
         return []
     seen = {(s.formula, s.adduct) for s in have}
@@ -103,7 +110,9 @@ def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, supported_
         if spectrum.polarity and (a.charge > 0) != (spectrum.polarity == "positive"):
             continue
         mass = neutral_mass_from_precursor(spectrum.precursor_mz, a)
-        formulas = sorted({lib.record(int(r)).formula for lib in structures for r in lib.rows_near_mass(mass, ppm)})
+        window = max(ppm, 1e6 * precision_da / mass) if mass > 0 else ppm
+        formulas = sorted({lib.record(int(r)).formula for lib in structures
+                           for r in lib.rows_near_mass(mass, window)})
         for formula in formulas:
             if (formula, a.name) in seen:
                 continue

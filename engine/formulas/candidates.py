@@ -290,6 +290,14 @@ def _stage1(spectrum: Spectrum, ion_type: str, neutral: float, tol: float, confi
     return _Stage1(ion_type, vectors, masses, theo_mz, ppm, features, stage1, isotopes)
 
 
+class PrecursorPrecisionError(SpectrumError):
+    """The precursor m/z is written to fewer decimals (``precision`` Da) than ranking formulas needs."""
+
+    def __init__(self, message: str, precision: float):
+        super().__init__(message)
+        self.precision = precision
+
+
 def rank_formulas(
     spectrum: Spectrum,
     *,
@@ -310,10 +318,9 @@ def rank_formulas(
     notes = []
     precision = precursor_precision_da(spectrum)
     if precision > config.tolerance(spectrum.precursor_mz) and not spectrum.formula:
-        raise SpectrumError(
+        raise PrecursorPrecisionError(
             f"the precursor m/z {spectrum.precursor_mz:g} is written to {precision:g} Da; formulas need it to "
-            f"{config.ppm:g} ppm: give the molecular formula (FORMULA=, or --formula)"
-        )
+            f"{config.ppm:g} ppm: give the molecular formula (FORMULA=, or --formula)", precision)
     ion_types = default_ion_types(spectrum, config)
     polarity = "positive" if ION_TYPES[ion_types[0]].charge > 0 else "negative"
     supported = None if supported_adducts is None else set(supported_adducts)

@@ -343,8 +343,13 @@ def note_no_fragments(spectrum: Spectrum, margin_da: float = FRAGMENT_MARGIN_DA)
 
     Returns the spectrum itself when it has fragments or already carries the note.
     """
+    return spectrum if has_fragments(spectrum, margin_da) else with_warning(spectrum, NO_FRAGMENTS_NOTE)
+
+
+def with_warning(spectrum: Spectrum, text: str) -> Spectrum:
+    """A copy with ``text`` added to ``metadata["warnings"]`` (``; ``-joined); the spectrum itself when it has it."""
     warnings = spectrum.metadata.get("warnings", "")
-    if has_fragments(spectrum, margin_da) or NO_FRAGMENTS_NOTE in warnings:
+    if text in warnings:
         return spectrum
-    metadata = {**spectrum.metadata, "warnings": f"{warnings}; {NO_FRAGMENTS_NOTE}" if warnings else NO_FRAGMENTS_NOTE}
-    return dataclasses.replace(spectrum, metadata=metadata)
+    return dataclasses.replace(spectrum, metadata={**spectrum.metadata,
+                                                   "warnings": f"{warnings}; {text}" if warnings else text})

@@ -138,8 +138,9 @@ def table_key(base: Spectrum) -> tuple:
 def readiness(spectrum: Spectrum, supported_adducts: Sequence[str] | None = None) -> str | None:
     """None when formula candidates can be ranked for ``spectrum`` and some are of an ion type the model supports
     (``supported_adducts``; None: not judged); else why not, in a few words a user can act on."""
-    if precursor_precision_da(spectrum) > current_config().tolerance(spectrum.precursor_mz):
-        return (f"the precursor m/z {spectrum.precursor_mz:g} is written to the unit, too coarse for formula "
+    precision = precursor_precision_da(spectrum)
+    if precision > current_config().tolerance(spectrum.precursor_mz):
+        return (f"the precursor m/z {spectrum.precursor_mz:g} is written to {precision:g} Da, too coarse for formula "
                 "candidates")
     try:
         ions = default_ion_types(spectrum, current_config())

@@ -48,7 +48,7 @@ def test_blockers_say_what_is_missing_in_a_few_words_and_the_fix_in_full(make_sp
     nominal = entry(make_spectrum, formula=None, precursor_mz=179.0, metadata={"precursor_mz_decimals": "0"})
     label, why = nominal.blocker(ADDUCTS)
     assert label == "needs formula" and "Apply to selected" in why and "[M+H]+, [M+Na]+" in why
-    assert "written to the unit" in why and "Set formula" not in why
+    assert "written to 1 Da" in why and "Set formula" not in why
     negative = entry(make_spectrum, formula=None, adduct=None, polarity="negative", charge=-1, precursor_mz=177.0557)
     label, why = negative.blocker(ADDUCTS)
     assert label == "needs formula" and "[M-H]-" in why and "does not support" in why

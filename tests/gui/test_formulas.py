@@ -61,7 +61,7 @@ def test_formula_base_goes_back_to_the_records_formula_and_keeps_an_ion_type_set
 def test_readiness_says_why_no_candidates_can_be_had(make_spectrum, bare):
     assert readiness(bare, ADDUCTS) is None and readiness(bare) is None
     nominal = make_spectrum(formula=None, precursor_mz=179.0, metadata={"precursor_mz_decimals": "0"})
-    assert "written to the unit" in readiness(nominal, ADDUCTS)
+    assert "written to 1 Da" in readiness(nominal, ADDUCTS)
     negative = make_spectrum(formula=None, adduct=None, polarity="negative", charge=-1, precursor_mz=177.0557)
     assert "[M-H]-" in readiness(negative, ADDUCTS) and readiness(negative, None) is None
     assert readiness(make_spectrum(formula=None, adduct="[M+K]+", precursor_mz=217.0262), ADDUCTS) is not None

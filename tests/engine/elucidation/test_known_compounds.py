@@ -239,3 +239,39 @@ def test_the_mass_track_keeps_to_the_ion_types_asked_for(tiny_bundle_dir, home, 
     main(argv + ["--ion-types", "[M+NH4]+"])
     assert not captured  # no [M+NH4]+ run is possible, and the mass track adds none of another ion type
 
+
+
+def test_a_coarse_precursor_ranks_the_suspects_within_its_precision(tiny_bundle_dir, home, captured, capsys):
+    """A precursor written to 0.01 Da cannot rank formulas: the spectrum is skipped, saying why, unless a suspect
+    list holds structures within 0.01 Da, which are then ranked (no de novo candidates), with a note."""
+    from engine.cli import main
+
+    lib = suspect_csv(home / "lib.csv", [("L1", "an isomer", ISOMER), ("L2", "ethanol", "CCO")])
+    mgf = home / "coarse.mgf"
+    block = FIXTURE.read_text().split("END IONS")[0]
+    lines = ["PEPMASS=321.20" if line.startswith("PEPMASS=") else line for line in block.splitlines()
+             if not line.startswith(("FORMULA=", "ADDUCT="))]
+    mgf.write_text("\n".join(lines) + "\nEND IONS\n")
+    out = home / "o.csv"
+    argv = ["predict", str(mgf), "-o", str(out), "--model", str(tiny_bundle_dir), "--groups", "2",
+            "--pool-size", "4", "-q", "--no-bundled-libraries"]
+    main(argv)
+    assert not captured and "is written to 0.01 Da; formulas need it" in capsys.readouterr().err
+    assert main(argv + ["--structure-library", str(lib)]) == 0
+    assert [(s.formula, s.metadata["formula_source"]) for s in captured] == [("C14H28N2O6", MASS_TRACK)]
+    assert "too coarse for formulas: only suspect-list structures within 0.01 Da" in captured[0].metadata["warnings"]
+    rows = [r for r in csv.DictReader(line for line in open(out) if not line.startswith("#"))]
+    assert [(r["InChIkey2D"], r["origin"], r["feature_rank"]) for r in rows] == \
+        [(chem.inchikey14(ISOMER), STRUCTURE_LIBRARY, "1")]
+
+
+def test_the_mass_track_of_a_coarse_precursor_searches_suspect_lists_only(tiny_bundle, spectrum, home):
+    lib = load_library(suspect_csv(home / "lib.csv", [("L1", "an isomer", ISOMER)]))
+    unknown = dataclasses.replace(spectrum.with_formula(None), precursor_mz=spectrum.precursor_mz + 0.008)
+    adducts = tiny_bundle.supported_adducts
+    assert mass_track_spectra([lib], unknown, [], adducts, ppm=10) == []  # 25 ppm away
+    assert mass_track_spectra([lib], unknown, [], adducts, ppm=10, precision_da=0.01) == []  # not a suspect list
+    lib.suspect = True
+    extra = mass_track_spectra([lib], unknown, [], adducts, ppm=10, precision_da=0.01)
+    assert [(s.formula, s.adduct) for s in extra] == [("C14H28N2O6", "[M+H]+")]
+    assert mass_track_spectra([lib], unknown, [], adducts, ppm=10, precision_da=0.005) == []
