@@ -210,11 +210,11 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
     library identification when they lack it (:func:`engine.elucidation.libraries.identified_formula_spectra`),
     and the formulas of structure-library structures within the tolerance of the precursor that they lack
     (:func:`engine.elucidation.libraries.mass_track_spectra`, ranked without sampling). A precursor written too
-    coarsely for formula candidates (a record of 2 decimals) gets only the last two: the structures of suspect
-    lists within its precision and an identification's formula, with a note saying so; with none, it is skipped.
+    coarsely for formula candidates (a record of 2 decimals) gets only the last two: an identification's formula,
+    and the structures of suspect lists within its precision, noted; with neither, it is skipped.
     """
     from engine.chem.adducts import parse_adduct
-    from engine.elucidation.libraries import identified_formula_spectra, mass_track_spectra, search_spectrum
+    from engine.elucidation.libraries import MASS_TRACK, identified_formula_spectra, mass_track_spectra, search_spectrum
     from engine.elucidation.pipeline import apply_overrides
     from engine.errors import AdductError, FormulaError, SpectrumError
     from engine.formulas.candidates import PrecursorPrecisionError, rank_formulas, with_formula_candidate
@@ -247,12 +247,11 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
     if not chosen:
         reason = str(coarse) if coarse else table.why_none_runnable(bundle.supported_adducts, args.formula_ppm)
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, reason)
-    if coarse:  # say why there are no predictions, and how to get them
-        chosen = [with_warning(s, f"the precursor m/z {spectrum.precursor_mz:g} is written to {coarse.precision:g} "
-                                  f"Da, too coarse for formulas: only suspect-list structures within "
-                                  f"{coarse.precision:g} Da (and a spectral identification) were ranked, without "
-                                  f"de novo candidates (give the formula, FORMULA= or --formula, for those)")
-                  for s in chosen]
+    if coarse:  # say why the mass track's runs have no predictions, and how to get them
+        why = (f"the precursor m/z {spectrum.precursor_mz:g} is written to {coarse.precision:g} Da, too coarse for "
+               f"formulas: the suspect-list structures within {coarse.precision:g} Da were ranked, without de novo "
+               f"candidates (give the formula, FORMULA= or --formula, for those)")
+        chosen = [with_warning(s, why) if s.metadata.get("formula_source") == MASS_TRACK else s for s in chosen]
     return chosen
 
 

@@ -259,7 +259,7 @@ def test_a_coarse_precursor_ranks_the_suspects_within_its_precision(tiny_bundle_
     assert not captured and "is written to 0.01 Da; formulas need it" in capsys.readouterr().err
     assert main(argv + ["--structure-library", str(lib)]) == 0
     assert [(s.formula, s.metadata["formula_source"]) for s in captured] == [("C14H28N2O6", MASS_TRACK)]
-    assert "too coarse for formulas: only suspect-list structures within 0.01 Da" in captured[0].metadata["warnings"]
+    assert "too coarse for formulas: the suspect-list structures within 0.01 Da" in captured[0].metadata["warnings"]
     rows = [r for r in csv.DictReader(line for line in open(out) if not line.startswith("#"))]
     assert [(r["InChIkey2D"], r["origin"], r["feature_rank"]) for r in rows] == \
         [(chem.inchikey14(ISOMER), STRUCTURE_LIBRARY, "1")]
