@@ -206,20 +206,20 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
 
     The feature's spectrum with ``--formula``/``--adduct`` applied and the no-fragments note; with a
     formula and an adduct, that one; else one copy per formula candidate (``--formulas`` best of the
-    ion types the model supports), each noting its formula rank and score, the formula of a spectral
-    library identification when they lack it (:func:`engine.elucidation.libraries.identified_formula_spectra`),
-    and the formulas of structure-library structures within the tolerance of the precursor that they lack
-    (:func:`engine.elucidation.libraries.mass_track_spectra`, ranked without sampling). A precursor written too
-    coarsely for formula candidates (a record of 2 decimals) gets only the last two: an identification's formula,
-    and the structures of suspect lists within its precision, noted; with neither, it is skipped.
+    ion types the model supports), each noting its formula rank and score, and what the libraries add
+    (:func:`engine.elucidation.libraries.library_formula_spectra`): the formula of a spectral identification when
+    they lack it, and the formulas of structure-library structures within the tolerance of the precursor that they
+    lack (the mass track, ranked without sampling). A precursor written too coarsely for formula candidates (a
+    record of 2 decimals) gets only the libraries' runs (the mass track of the suspect lists within its
+    precision, noted); with none, it is skipped.
     """
     from engine.chem.adducts import parse_adduct
-    from engine.elucidation.libraries import MASS_TRACK, identified_formula_spectra, mass_track_spectra, search_spectrum
+    from engine.elucidation.libraries import library_formula_spectra
     from engine.elucidation.pipeline import apply_overrides
     from engine.errors import AdductError, FormulaError, SpectrumError
     from engine.formulas.candidates import PrecursorPrecisionError, rank_formulas, with_formula_candidate
     from engine.formulas.recalibration import run_formula_config
-    from engine.spectra.spectrum import SkippedRecord, note_no_fragments, with_warning
+    from engine.spectra.spectrum import SkippedRecord, note_no_fragments
 
     spectrum = feature.spectrum
     try:
@@ -238,20 +238,13 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
     chosen = [] if table is None else [with_formula_candidate(spectrum, c, table.elements)
                                        for c in table.runnable(args.formulas, bundle.supported_adducts)]
-    chosen += identified_formula_spectra(spectrum, search_spectrum(libraries, spectrum), chosen,
-                                         bundle.supported_adducts)
     allowed = None if not config.ion_types else {parse_adduct(a).name for a in config.ion_types}
     ion_types = [a for a in bundle.supported_adducts if allowed is None or parse_adduct(a).name in allowed]
-    chosen += mass_track_spectra(libraries, spectrum, chosen, ion_types, config.ppm,
-                                 precision_da=coarse.precision if coarse else 0.0)
+    chosen += library_formula_spectra(libraries, spectrum, chosen, bundle.supported_adducts, ion_types, config.ppm,
+                                      precision_da=coarse.precision if coarse else 0.0)
     if not chosen:
         reason = str(coarse) if coarse else table.why_none_runnable(bundle.supported_adducts, args.formula_ppm)
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, reason)
-    if coarse:  # say why the mass track's runs have no predictions, and how to get them
-        why = (f"the precursor m/z {spectrum.precursor_mz:g} is written to {coarse.precision:g} Da, too coarse for "
-               f"formulas: the suspect-list structures within {coarse.precision:g} Da were ranked, without de novo "
-               f"candidates (give the formula, FORMULA= or --formula, for those)")
-        chosen = [with_warning(s, why) if s.metadata.get("formula_source") == MASS_TRACK else s for s in chosen]
     return chosen
 
 

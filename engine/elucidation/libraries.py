@@ -225,6 +225,25 @@ def identified_formulas(matches: SpectralMatches | None, threshold: AnswerThresh
     return [(structure[2], _ion_type(hit.reference.adduct) if hit.reference.adduct else "")]
 
 
+def library_formula_spectra(libraries: Sequence, spectrum, have: Sequence, supported_adducts: Sequence[str],
+                            ion_types: Sequence[str], ppm: float, precision_da: float = 0.0) -> list:
+    """What the libraries add to the runs of a spectrum of unknown formula beside ``have`` (its formula candidates
+    about to run): the formula of a spectral identification (:func:`identified_formula_spectra`) and the mass
+    track of ``ion_types`` (:func:`mass_track_spectra`, within ``ppm``). ``precision_da``: the precursor is too
+    coarse for formula candidates (``have`` is empty); the mass track searches the suspect lists within it, and
+    its runs carry a warning saying there are no predictions and how to get them."""
+    from engine.spectra.spectrum import with_warning
+
+    out = identified_formula_spectra(spectrum, search_spectrum(libraries, spectrum), have, supported_adducts)
+    track = mass_track_spectra(libraries, spectrum, [*have, *out], ion_types, ppm, precision_da=precision_da)
+    if precision_da > 0:
+        why = (f"the precursor m/z {spectrum.precursor_mz:g} is written to {precision_da:g} Da, too coarse for "
+               f"formulas: the suspect-list structures within {precision_da:g} Da were ranked, without de novo "
+               f"candidates (give the formula, FORMULA= or --formula, for those)")
+        track = [with_warning(s, why) for s in track]
+    return out + track
+
+
 def identified_formula_spectra(spectrum, matches: SpectralMatches | None, have: Sequence,
                                supported_adducts: Sequence[str]) -> list:
     """Copies of ``spectrum`` with the formula and ion type of its spectral identification (at most one), when
@@ -251,5 +270,6 @@ def identified_formula_spectra(spectrum, matches: SpectralMatches | None, have: 
 
 
 __all__ = ["LIBRARY_PRIOR", "MASS_TRACK", "SPECTRAL_HITS", "UNDRAWN_PRIOR", "analog_references",
-           "identified_formula_spectra", "identified_formulas", "is_identification", "library_structures",
-           "mass_track_spectra", "search_analogs", "search_spectrum", "spectral_structures", "split_libraries"]
+           "identified_formula_spectra", "identified_formulas", "is_identification", "library_formula_spectra",
+           "library_structures", "mass_track_spectra", "search_analogs", "search_spectrum", "spectral_structures",
+           "split_libraries"]

@@ -17,6 +17,7 @@ from engine.chem import molecules as chem
 from engine.elucidation.libraries import (
     MASS_TRACK,
     identified_formula_spectra,
+    library_formula_spectra,
     mass_track_spectra,
     search_spectrum,
     spectral_structures,
@@ -275,3 +276,20 @@ def test_the_mass_track_of_a_coarse_precursor_searches_suspect_lists_only(tiny_b
     extra = mass_track_spectra([lib], unknown, [], adducts, ppm=10, precision_da=0.01)
     assert [(s.formula, s.adduct) for s in extra] == [("C14H28N2O6", "[M+H]+")]
     assert mass_track_spectra([lib], unknown, [], adducts, ppm=10, precision_da=0.005) == []
+
+
+def test_library_formula_spectra_add_the_identified_formula_then_the_mass_track(tiny_bundle, spectrum, home):
+    refs = load_spectral_library(reference_mgf(home / "refs.mgf", REFERENCE))
+    lib = load_library(suspect_csv(home / "lib.csv", [("L1", "an isomer", ISOMER)]))
+    lib.suspect = True
+    unknown = spectrum.with_formula(None)
+    adducts = tiny_bundle.supported_adducts
+    added = library_formula_spectra([refs, lib], unknown, [], adducts, adducts, ppm=10)
+    # the identification's formula is the isomer's too: one run, which the mass track does not repeat
+    assert [(s.formula, s.metadata["formula_source"]) for s in added] == \
+        [("C14H28N2O6", "spectral library identification")]
+    assert library_formula_spectra([lib], unknown, [], adducts, adducts, ppm=10)[0].metadata["formula_source"] == \
+        MASS_TRACK
+    coarse = library_formula_spectra([lib], unknown, [], adducts, adducts, ppm=10, precision_da=0.01)
+    assert "too coarse for formulas" in coarse[0].metadata["warnings"]
+    assert "warnings" not in added[0].metadata or "too coarse" not in added[0].metadata["warnings"]
