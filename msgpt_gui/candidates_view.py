@@ -33,7 +33,7 @@ from .logic import tooltips
 from .logic.confidence import missing_confidence
 from .logic.depict import depict_png
 from .logic.entries import SpectrumEntry, Status
-from .logic.formulas import formula_scores
+from .logic.formulas import formula_scores, library_run_label
 from .logic.libraries import IDENTIFIED_TEXT, entry_level
 from .logic.plotting import find_hit, plot_mirror
 from .models import IMPLAUSIBLE, KEY_ROLE, NO_FRAGMENTS_TIP, CandidatesModel, format_confidence
@@ -478,7 +478,9 @@ def _formula_runs_detail(runs) -> str:
         c = r.candidate
         got = (f"{len(r.shown.candidates)}" if r.shown is not None else
                ("failed" if r.status == Status.FAILED else r.status))
-        parts.append(f"#{c.rank} {r.spectrum.formula} {r.spectrum.adduct} ({c.probability:.2f}): {got}")
+        name = (f"#{c.rank} {r.spectrum.formula} {r.spectrum.adduct} ({c.probability:.2f})" if c is not None else
+                library_run_label(r.spectrum))
+        parts.append(f"{name}: {got}")
     return "Formula candidates run (ranks run on formula by formula): " + _html(" · ".join(parts))
 
 def fit_columns(view, samples: dict[int, str], bold_rows: bool = False) -> None:

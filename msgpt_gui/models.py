@@ -17,6 +17,7 @@ from engine.spectra.spectrum import NO_FRAGMENTS_NOTE
 
 from .logic.confidence import missing_confidence
 from .logic.entries import SpectraFilter, SpectrumEntry, Status, compact_id, format_mz
+from .logic.formulas import library_run_label
 from .logic.libraries import IDENTIFIED_TEXT, entry_level, origin_label
 from .logic.tooltips import TIPS
 
@@ -344,8 +345,9 @@ class SpectraModel(QAbstractItemModel):
             file_mz = "none" if e.original is None else f"{e.original.precursor_mz:.4f}"
             return f"Typed by you (the file gives {file_mz})"
         if col == self.FORMULA and e.formula_runs:
-            lines = [f"#{r.candidate.rank} {r.spectrum.formula} {r.spectrum.adduct} (score "
-                     f"{r.candidate.score:.1f}, {r.candidate.probability:.0%}): {r.status}" for r in e.formula_runs]
+            lines = [(f"#{r.candidate.rank} {r.spectrum.formula} {r.spectrum.adduct} (score {r.candidate.score:.1f}, "
+                      f"{r.candidate.probability:.0%})" if r.candidate is not None else library_run_label(r.spectrum))
+                     + f": {r.status}" for r in e.formula_runs]
             return "Run took the best formula candidates:\n" + "\n".join(lines)
         if col == self.FORMULA and s is not None and s.metadata.get("formula_source") == "ranked candidates":
             rank, score = s.metadata.get("formula_rank", "?"), s.metadata.get("formula_score", "?")

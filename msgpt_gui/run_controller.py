@@ -35,6 +35,7 @@ from .logic.jobs import (
     EntryStarted,
     ExportProgress,
     FormulaJob,
+    LIBRARY_RUNS,
     FormulasRanked,
     RecordsRead,
     elucidate_sessions,
@@ -298,7 +299,7 @@ class RunController(QObject):
         if table is not None and runs and all(r.session is not None and r.model_checksum == self.bundle.checksum
                                               for r in runs):
             wanted = [(c.formula, c.ion_type) for c in table.runnable(top_k, supported)]
-            if wanted == [(r.spectrum.formula, r.spectrum.adduct) for r in runs]:
+            if wanted == [(r.spectrum.formula, r.spectrum.adduct) for r in runs if r.candidate is not None]:
                 for r in runs:
                     if not self.libraries_current(r):  # other libraries: a new session, the samples stay
                         r.session = r.new_session(self.bundle, self.libraries)
@@ -312,7 +313,8 @@ class RunController(QObject):
             e.spectrum = base
         e.status, e.reason = Status.QUEUED, ""
         self.spectra.entry_changed(e.key)
-        return FormulaJob(e.key, base, e.ms1, table, tuple(self.new_keys(top_k)), self.libraries)
+        return FormulaJob(e.key, base, e.ms1, table, tuple(self.new_keys(top_k)), self.libraries,
+                          tuple(self.new_keys(LIBRARY_RUNS)) if self.libraries else ())
 
     def libraries_current(self, e: SpectrumEntry) -> bool:
         """Whether ``e``'s session (and result) searched the libraries enabled now."""

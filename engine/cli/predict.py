@@ -213,7 +213,6 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
     record of 2 decimals) gets only the libraries' runs (the mass track of the suspect lists within its
     precision, noted); with none, it is skipped.
     """
-    from engine.chem.adducts import parse_adduct
     from engine.elucidation.libraries import library_formula_spectra
     from engine.elucidation.pipeline import apply_overrides
     from engine.errors import AdductError, FormulaError, SpectrumError
@@ -238,10 +237,8 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
     chosen = [] if table is None else [with_formula_candidate(spectrum, c, table.elements)
                                        for c in table.runnable(args.formulas, bundle.supported_adducts)]
-    allowed = None if not config.ion_types else {parse_adduct(a).name for a in config.ion_types}
-    ion_types = [a for a in bundle.supported_adducts if allowed is None or parse_adduct(a).name in allowed]
-    chosen += library_formula_spectra(libraries, spectrum, chosen, bundle.supported_adducts, ion_types, config.ppm,
-                                      precision_da=coarse.precision if coarse else 0.0)
+    chosen += library_formula_spectra(libraries, spectrum, chosen, bundle.supported_adducts, config.ppm,
+                                      config.ion_types or (), precision_da=coarse.precision if coarse else 0.0)
     if not chosen:
         reason = str(coarse) if coarse else table.why_none_runnable(bundle.supported_adducts, args.formula_ppm)
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, reason)

@@ -226,14 +226,18 @@ def identified_formulas(matches: SpectralMatches | None, threshold: AnswerThresh
 
 
 def library_formula_spectra(libraries: Sequence, spectrum, have: Sequence, supported_adducts: Sequence[str],
-                            ion_types: Sequence[str], ppm: float, precision_da: float = 0.0) -> list:
+                            ppm: float, ion_types: Sequence[str] = (), precision_da: float = 0.0) -> list:
     """What the libraries add to the runs of a spectrum of unknown formula beside ``have`` (its formula candidates
     about to run): the formula of a spectral identification (:func:`identified_formula_spectra`) and the mass
-    track of ``ion_types`` (:func:`mass_track_spectra`, within ``ppm``). ``precision_da``: the precursor is too
-    coarse for formula candidates (``have`` is empty); the mass track searches the suspect lists within it, and
-    its runs carry a warning saying there are no predictions and how to get them."""
+    track (:func:`mass_track_spectra`, within ``ppm``) of the ``supported_adducts`` among ``ion_types`` (the ion
+    types the run allows; empty: all). ``precision_da``: the precursor is too coarse for formula candidates
+    (``have`` is empty); the mass track searches the suspect lists within it, and its runs carry a warning saying
+    there are no predictions and how to get them. ``msgpt predict`` and the app's Run both use it."""
+    from engine.chem.adducts import parse_adduct
     from engine.spectra.spectrum import with_warning
 
+    allowed = {parse_adduct(a).name for a in ion_types}
+    ion_types = [a for a in supported_adducts if not allowed or parse_adduct(a).name in allowed]
     out = identified_formula_spectra(spectrum, search_spectrum(libraries, spectrum), have, supported_adducts)
     track = mass_track_spectra(libraries, spectrum, [*have, *out], ion_types, ppm, precision_da=precision_da)
     if precision_da > 0:

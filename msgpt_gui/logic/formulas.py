@@ -197,6 +197,12 @@ def formula_spectra(base: Spectrum, table: FormulaTable, supported_adducts: Sequ
     return [(c, with_formula_candidate(base, c, table.elements)) for c in table.runnable(k, supported_adducts)]
 
 
+def library_run_label(spectrum: Spectrum) -> str:
+    """How a formula run the libraries added (no formula candidate of its own) is named: its formula, ion type and
+    where the formula came from (a spectral identification, or a library structure of the precursor's mass)."""
+    return f"{spectrum.formula} {spectrum.adduct} (from {spectrum.metadata.get('formula_source') or 'a library'})"
+
+
 def no_candidate_reason(table: FormulaTable, supported_adducts: Sequence[str] | None) -> str:
     """Why ``table`` gives Run nothing to elucidate (:meth:`FormulaTable.why_none_runnable`) and what to do."""
     return f"{table.why_none_runnable(supported_adducts or (), current_config().ppm)}: type the formula and adduct"

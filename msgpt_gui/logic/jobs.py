@@ -2,7 +2,10 @@
 
 An mzML run is loaded as precursor features (:mod:`engine.spectra.features`: the MS2 scans of one precursor merged,
 with the MS1 evidence of the precursor); an MGF file record by record, as before. Elucidating a spectrum
-without a formula first ranks its formula candidates, then runs the best ``k`` (:class:`FormulaJob`).
+without a formula first ranks its formula candidates, then runs the best ``k`` (:class:`FormulaJob`) and what
+the enabled libraries add: the formula of a spectral identification, and the library structures of the
+precursor's mass whose formula is not among those (the mass track, ranked without sampling), as ``msgpt
+predict`` does (:func:`engine.elucidation.libraries.library_formula_spectra`).
 
 (The document these jobs work on, one entry per record, is :mod:`msgpt_gui.logic.entries`.)
 
@@ -16,6 +19,7 @@ writers are atomic).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import re
 import time
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.elucidation.deep import run_session
+from engine.elucidation.libraries import MASS_TRACK, library_formula_spectra
 from engine.elucidation.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
 from engine.errors import Cancelled, MsgptError
 from engine.files.export import CandidateWriter
@@ -33,7 +38,14 @@ from engine.spectra.features import FeatureConfig, build_feature, group_scans
 from engine.spectra.io import detect_format, iter_spectra
 from engine.spectra.spectrum import SkippedRecord, Spectrum, SurveyScan
 
-from .formulas import DEFAULT_TOP_K, formula_spectra, no_candidate_reason, rank_job
+from .formulas import DEFAULT_TOP_K, current_config, formula_spectra, no_candidate_reason, rank_job
+
+#: Keys a :class:`FormulaJob` holds for the runs its libraries add (a formula of the mass track each); more are
+#: not run (logged). Within 10 ppm a mass seldom has more than a few formulas.
+LIBRARY_RUNS = 8
+
+
+log = logging.getLogger(__name__)
 
 
 def _never() -> bool:
@@ -260,12 +272,13 @@ class FormulaJob:
     table: object | None  # its FormulaTable, when ranked already
     run_keys: tuple[int, ...]  # keys for the formula runs, one per formula (k of them)
     libraries: tuple = ()  # the enabled structure and spectral libraries each run's session searches
+    library_keys: tuple[int, ...] = ()  # keys for the runs the libraries add (at most LIBRARY_RUNS)
 
 
 @dataclass(frozen=True)
 class FormulaRun:
     key: int
-    candidate: object  # FormulaCandidate
+    candidate: object | None  # its FormulaCandidate; None for a run the libraries add (spectrum's formula_source)
     spectrum: Spectrum  # the base with the candidate's formula and ion type
     session: SpectrumSession | None  # None when the model cannot run it (problem says why)
     problem: str = ""
@@ -283,8 +296,12 @@ class FormulasRanked:
 
 def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession, params: QueryParams,
                    cancel: CancelFn, preview: bool) -> Generator[object, None, SpectrumResult]:
-    """One session's run with its progress and live rankings (see :func:`elucidate_sessions`)."""
+    """One session's run with its progress and live rankings (see :func:`elucidate_sessions`); a mass-track run
+    ranks its library structures without sampling."""
     t0 = time.perf_counter()
+    if session.spectrum.metadata.get("formula_source") == MASS_TRACK:
+        check_cancel(cancel)
+        return dataclasses.replace(session.rank_known(params), seconds=time.perf_counter() - t0, partial=False)
     stages = [params]
     if preview and params.samples_per_group > 1:
         stages.insert(0, dataclasses.replace(params, samples_per_group=1, effort="standard"))
@@ -375,14 +392,20 @@ def _formula_runs(job: FormulaJob, position: int, count: int, bundle, cancel: Ca
     except MsgptError as e:
         yield EntryFailed(job.key, str(e))
         return None
+    chosen = formula_spectra(job.base, table, bundle.supported_adducts, len(job.run_keys))
+    config = current_config()
+    added = library_formula_spectra(job.libraries, job.base, [s for _, s in chosen], bundle.supported_adducts,
+                                    config.ppm, config.ion_types or ()) if job.libraries else []
     runs = []
-    for key, (candidate, spectrum) in zip(job.run_keys, formula_spectra(job.base, table, bundle.supported_adducts,
-                                                                        len(job.run_keys))):
+    for key, (candidate, spectrum) in [*zip(job.run_keys, chosen), *zip(job.library_keys, ((None, s) for s in added))]:
         try:
             runs.append(FormulaRun(key, candidate, spectrum, SpectrumSession(bundle, spectrum,
                                                                              libraries=job.libraries)))
         except MsgptError as e:
             runs.append(FormulaRun(key, candidate, spectrum, None, str(e)))
+    if len(added) > len(job.library_keys):
+        log.warning("%s: %d more formulas of library structures of this mass not run (at most %d)", job.base.id,
+                    len(added) - len(job.library_keys), len(job.library_keys))
     yield FormulasRanked(job.key, job.base, table, tuple(runs))
     if not runs:
         yield EntryFailed(job.key, no_candidate_reason(table, bundle.supported_adducts))

@@ -117,6 +117,34 @@ def test_the_candidates_of_several_formulas_become_one_list_ranked_on(tiny_bundl
     assert "the model supports" in events[-1].message and outcome.failed == [8]
 
 
+def test_run_adds_the_formula_runs_of_the_libraries_mass_track(tiny_bundle, bare, tmp_path, monkeypatch):
+    """As ``msgpt predict``: a suspect of the precursor's mass whose formula Run did not take is ranked on its own
+    (no samples); one whose formula Run took adds nothing."""
+    from engine.chem import molecules as chem
+    from engine.elucidation.libraries import MASS_TRACK
+    from engine.library import load_library
+
+    monkeypatch.setenv("MSGPT_HOME", str(tmp_path / "home"))
+    mellein = "CC1Cc2cccc(O)c2C(=O)O1"
+    (tmp_path / "suspects.csv").write_text(f"Identifier,SMILES\nS1,{mellein}\n")
+    suspects = load_library(tmp_path / "suspects.csv")
+    suspects.suspect = True
+    table = rank_formulas(bare, supported_adducts=tiny_bundle.supported_adducts)
+    assert table.runnable(1, tiny_bundle.supported_adducts)[0].formula == "C10H10O3"
+    jobs = [FormulaJob(9, bare, None, table, (), (suspects,), (300, 301))]  # no formula candidate taken
+    events, outcome = drain(elucidate_sessions(jobs, FAST, bundle=tiny_bundle, preview=False))
+    runs = next(e for e in events if isinstance(e, FormulasRanked)).runs
+    assert [(r.key, r.candidate, r.spectrum.formula, r.spectrum.metadata["formula_source"]) for r in runs] == \
+        [(300, None, "C10H10O3", MASS_TRACK)]
+    result = next(e.result for e in events if isinstance(e, EntryFinished))
+    assert result.n_samples == 0 and [c.inchikey14 for c in result.candidates] == [chem.inchikey14(mellein)]
+    assert result.candidates[0].suspect and outcome.finished == [9]
+    jobs = [FormulaJob(10, bare, None, table, (400,), (suspects,), (401,))]  # the formula is taken: nothing added
+    events, _ = drain(elucidate_sessions(jobs, FAST, bundle=tiny_bundle, preview=False))
+    runs = next(e for e in events if isinstance(e, FormulasRanked)).runs
+    assert [(r.key, r.spectrum.formula) for r in runs] == [(400, "C10H10O3")] and runs[0].candidate is not None
+
+
 def test_an_mzml_run_loads_as_precursor_features_and_an_mgf_as_records(tmp_path, fixture_mgf):
     peaks = {"mz": [80.05, 120.08, 163.12], "intensity": [10.0, 100.0, 50.0]}
     scans = [

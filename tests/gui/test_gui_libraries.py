@@ -3,6 +3,7 @@ library candidates in the table (Origin column and filter, details, level 2a) an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -269,3 +270,28 @@ def test_the_details_show_a_suspects_analog_score_and_its_reference(qtbot):
     assert "fragment score -3.5" in text and "analog score 0.58 (like MSBNK-AAFC-AC000233 T-2 Toxin)" in text
     pane.show_candidate(dataclasses.replace(c, analog_score=float("nan"), analog_reference=""))
     assert "analog score" not in pane.scores.text()  # not scored: nothing said
+
+
+def test_a_formula_run_the_libraries_added_is_named_by_its_source(qtbot, make_window, write_mgf):
+    """A run of the mass track (a library structure's formula Run did not take) has no formula candidate: the
+    spectra list's formula tooltip and the candidates' summary name it by where its formula came from."""
+    from engine.elucidation.libraries import MASS_TRACK
+    from engine.formulas.candidates import rank_formulas
+    from msgpt_gui.candidates_view import _formula_runs_detail
+    from msgpt_gui.logic.jobs import FormulaRun, FormulasRanked
+
+    window = make_window()
+    path = write_mgf("run.mgf", titles={NICOTINE}, drop_keys=("FORMULA", "ADDUCT"))
+    with qtbot.waitSignal(window.file_loaded, timeout=20_000):
+        window.files.open_files([path])
+    entry = window.spectra.entries[0]
+    base = entry.spectrum
+    added = base.with_adduct("[M+H]+", check=False).with_formula("C10H14N2")
+    added = dataclasses.replace(added, metadata={**added.metadata, "formula_source": MASS_TRACK})
+    table = rank_formulas(base)
+    window.runs._entry_event(entry, FormulasRanked(entry.key, base, table, (FormulaRun(900, None, added, None,
+                                                                                       "not run here"),)))
+    assert [r.candidate for r in entry.formula_runs] == [None]
+    tip = window.spectra.index_of(entry.key, SpectraModel.FORMULA).data(Qt.ItemDataRole.ToolTipRole)
+    assert "C10H14N2 [M+H]+ (from structure library (mass)): failed" in tip
+    assert "C10H14N2 [M+H]+ (from structure library (mass)): failed" in _formula_runs_detail(entry.formula_runs)

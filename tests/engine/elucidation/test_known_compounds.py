@@ -284,12 +284,13 @@ def test_library_formula_spectra_add_the_identified_formula_then_the_mass_track(
     lib.suspect = True
     unknown = spectrum.with_formula(None)
     adducts = tiny_bundle.supported_adducts
-    added = library_formula_spectra([refs, lib], unknown, [], adducts, adducts, ppm=10)
+    added = library_formula_spectra([refs, lib], unknown, [], adducts, ppm=10)
     # the identification's formula is the isomer's too: one run, which the mass track does not repeat
     assert [(s.formula, s.metadata["formula_source"]) for s in added] == \
         [("C14H28N2O6", "spectral library identification")]
-    assert library_formula_spectra([lib], unknown, [], adducts, adducts, ppm=10)[0].metadata["formula_source"] == \
+    assert library_formula_spectra([lib], unknown, [], adducts, ppm=10)[0].metadata["formula_source"] == \
         MASS_TRACK
-    coarse = library_formula_spectra([lib], unknown, [], adducts, adducts, ppm=10, precision_da=0.01)
+    coarse = library_formula_spectra([lib], unknown, [], adducts, ppm=10, precision_da=0.01)
     assert "too coarse for formulas" in coarse[0].metadata["warnings"]
     assert "warnings" not in added[0].metadata or "too coarse" not in added[0].metadata["warnings"]
+    assert library_formula_spectra([lib], unknown, [], adducts, ppm=10, ion_types=["[M+Na]+"]) == []
