@@ -387,23 +387,23 @@ class CandidatePool:
                  for k14 in self._known}
         # the analog term weighs an identification's reference match among the suspects (rank_group)
         analog_scored = self.analogs is not None and ranking != "frequency" and self.analogs.weight_of(1) > 0
-        rows.sort(key=lambda r: (*self._identification_key(r[2], analog_scored),
+        rows.sort(key=lambda r: (*self._group_key(r[2], analog_scored),
                                  *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         analog: dict[str, tuple[float, AnalogReference | None]] = {}
         if self.analogs is not None and ranking != "frequency":
             # before the fragment term: its shortlist is the first by fingerprint + analog score, as measured
             for r in rows:
-                w = self.analogs.weight_of(self._identification_key(r[2], analog_scored)[0])
+                w = self.analogs.weight_of(self._group_key(r[2], analog_scored)[0])
                 if w > 0:
                     analog[r[2]] = self.analogs.best(r[4])
                     prior[r[2]] = prior.get(r[2], 0.0) + w * analog[r[2]][0]
-            rows.sort(key=lambda r: (*self._identification_key(r[2], analog_scored),
+            rows.sort(key=lambda r: (*self._group_key(r[2], analog_scored),
                                      *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         forward: dict[str, float] = {}
         if self.fragments is not None and self.fragments.ranking.weight > 0 and ranking != "frequency":
             forward, terms = self._fragment_terms(rows, analog_scored)
             prior = {k14: prior.get(k14, 0.0) + terms.get(k14, 0.0) for k14 in set(prior) | set(terms)}
-            rows.sort(key=lambda r: (*self._identification_key(r[2], analog_scored),
+            rows.sort(key=lambda r: (*self._group_key(r[2], analog_scored),
                                      *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         n = max(len(samples), 1)
         candidates = [
@@ -438,11 +438,11 @@ class CandidatePool:
     def _fragment_terms(self, rows: list[tuple], analog_scored: bool) -> tuple[dict[str, float], dict[str, float]]:
         """For ``rows`` in the ranking's order without it: the forward scores of each covered group's shortlist, and
         every covered row's term ``weight · forward`` (outside the shortlist, or not scorable: the shortlist's
-        lowest); ``analog_scored`` as for :meth:`_identification_key`."""
+        lowest); ``analog_scored`` as for :meth:`_group_key`."""
         frag, settings = self.fragments, self.fragments.ranking
         members: dict[int, list[tuple]] = {}
         for r in rows:
-            group = self._identification_key(r[2], analog_scored)[0]
+            group = self._group_key(r[2], analog_scored)[0]
             if group in frag.groups():
                 members.setdefault(group, []).append(r)
         forward: dict[str, float] = {}
@@ -460,7 +460,7 @@ class CandidatePool:
                 terms[r[2]] = settings.weight * forward.get(r[2], low)
         return forward, terms
 
-    def _identification_key(self, inchikey14: str, analog_scored: bool) -> tuple[int, float]:
+    def _group_key(self, inchikey14: str, analog_scored: bool) -> tuple[int, float]:
         """The structure's :func:`rank_group` (``analog_scored``: the ranking weighs the analog score of group 1);
         in group 0 (identifications ranked first outright) the most similar reference first."""
         evidence = self._spectral.get(inchikey14)
