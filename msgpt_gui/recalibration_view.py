@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from .logic.formulas import RECALIBRATION_MODES, RecalibrationChoice
-from .logic.plotting import plot_recalibration
+from .logic.plotting import plot_recalibration, recalibration_caption
 
 MODE_TIPS = {
     "auto": "Measure each run's m/z error from its features the first time one is ranked (as msgpt predict "
@@ -90,17 +90,26 @@ class RecalibrationSettings(QWidget):
 
 
 class RecalibrationCanvas(QWidget):
-    """A run's m/z error against m/z with the correction taken out (:func:`plot_recalibration`)."""
+    """A run's m/z error against m/z with the correction taken out (:func:`plot_recalibration`), its caption (points,
+    correction, scatter) in a label above the plot, so that a small plot keeps its height for the data."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
+        self.caption = QLabel(wordWrap=True)
+        self.caption.setTextFormat(Qt.TextFormat.PlainText)
+        self.caption.setStyleSheet("color: #333333")
+        font = self.caption.font()
+        font.setPointSizeF(max(font.pointSizeF() * 0.9, 7.0))
+        self.caption.setFont(font)
         self.figure = Figure(figsize=(3.2, 2.2), dpi=100, layout="constrained")
         self.canvas = FigureCanvasQTAgg(self.figure)
         self.canvas.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self.canvas.setMinimumSize(220, 140)
+        self.canvas.setMinimumSize(220, 130)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.canvas)
+        layout.setContentsMargins(0, 2, 0, 0)
+        layout.setSpacing(1)
+        layout.addWidget(self.caption)
+        layout.addWidget(self.canvas, 1)
         self.ax = self.figure.add_subplot()
         self.recalibration = None
         self.setToolTip("m/z error of the run's precursors (red) and of the fragment peaks their formulas explain "
@@ -112,6 +121,7 @@ class RecalibrationCanvas(QWidget):
         self.setVisible(recal is not None)
         if recal is None:
             return
+        self.caption.setText(f"{title or 'm/z recalibration'}: " + "; ".join(recalibration_caption(recal)))
         self.ax.clear()
-        plot_recalibration(recal, ax=self.ax, title=title or "m/z recalibration", fontsize=7.0, legend=False)
+        plot_recalibration(recal, ax=self.ax, fontsize=7.0, legend=False, caption=False)
         self.canvas.draw_idle()

@@ -32,7 +32,6 @@ band samples. The whole search is seeded: the same spectrum, settings and seed g
 from __future__ import annotations
 
 import copy
-import functools
 import itertools
 import logging
 import time
@@ -169,21 +168,69 @@ def analog_sources(libraries) -> list[AnalogIndex]:
     return [analog_index_of(lib) for lib in libraries if isinstance(lib, StructureLibrary) and len(lib)]
 
 
-@functools.lru_cache(maxsize=1)
+_BUNDLED: dict = {}  # "index": the bundled structure library's AnalogIndex once opened (None: it cannot be)
+
+
 def bundled_analogs() -> AnalogIndex | None:
     """The bundled structure library's :class:`AnalogIndex`, for a run without structure libraries
     (``--no-libraries``): its structures still lend fragments, and since no analog has the spectrum's own
     formula, none of them becomes a candidate. None when the bundled library is missing or unreadable."""
-    from engine.elucidation.analogs import analog_index_of
-    from engine.library.cache import open_bundled_library
-    from engine.library.read import LibraryError
     from engine.progress import run_to_end
 
-    try:
-        return analog_index_of(run_to_end(open_bundled_library()))
-    except (LibraryError, OSError, ValueError) as e:
-        log.warning("deep search runs without analogs: the bundled structure library cannot be opened (%s)", e)
-        return None
+    return _BUNDLED["index"] if "index" in _BUNDLED else run_to_end(open_bundled_analogs())
+
+
+def open_bundled_analogs(cancel: CancelFn | None = None) -> Generator[object, None, AnalogIndex | None]:
+    """:func:`bundled_analogs` as a job: the library's and the bits' progress events (their first opening indexes the
+    library and computes its bits, a minute or more); opened once per process."""
+    from engine.elucidation.analogs import open_analog_index
+    from engine.library.cache import open_bundled_library
+    from engine.library.read import LibraryError
+
+    if "index" not in _BUNDLED:
+        try:
+            library = yield from open_bundled_library(cancel=cancel)
+            _BUNDLED["index"] = yield from open_analog_index(library, cancel=cancel)
+        except (LibraryError, OSError, ValueError) as e:
+            log.warning("deep search runs without analogs: the bundled structure library cannot be opened (%s)", e)
+            _BUNDLED["index"] = None
+    return _BUNDLED["index"]
+
+
+@dataclass(frozen=True)
+class DeepProgress:
+    """What deep search of spectrum ``index`` does now (``phase``, in a few words) and how far: ``done`` of ``total``
+    (samples drawn, structures of a library indexed, edit rounds; 0 of 0 when it cannot say)."""
+
+    index: int
+    phase: str
+    done: int = 0
+    total: int = 0
+
+
+def open_analog_sources(session: SpectrumSession, cancel: CancelFn | None = None
+                        ) -> Generator[DeepProgress, None, None]:
+    """Open what deep search of ``session`` borrows analogs from (its structure libraries' bits, else the bundled
+    library's), with progress, so that :class:`DeepSearch` finds them open (the app runs this first: the first
+    opening takes a minute or more)."""
+    from engine.elucidation.analogs import _OPENED, open_analog_index
+    from engine.library.index import StructureLibrary
+
+    libraries = [lib for lib in session.libraries if isinstance(lib, StructureLibrary) and len(lib)]
+    jobs = [(open_analog_index(lib, cancel=cancel), lib.name) for lib in libraries if lib not in _OPENED]
+    if not libraries and "index" not in _BUNDLED:
+        jobs.append((open_bundled_analogs(cancel), "the bundled library"))
+    for job, name in jobs:
+        phase = f"deep search: opening the analogs of {name}"
+        yield DeepProgress(session.index, phase)
+        while True:
+            try:
+                event = next(job)
+            except StopIteration:
+                break
+            done, total = getattr(event, "done", 0), getattr(event, "total", 0)
+            text = getattr(event, "text", "")
+            yield DeepProgress(session.index, f"{phase}{f' ({text})' if text else ''}", done, total)
 
 
 def run_session(session: SpectrumSession, params: QueryParams, cancel: CancelFn | None = None,
@@ -212,8 +259,8 @@ class DeepSearch:
         self.query_of: dict[tuple[int, int], int] = {}  # sample identity -> index of its query
 
     def run(self, params: QueryParams, cancel: CancelFn | None = None) -> Generator[object, None, SpectrumResult]:
-        """Standard pool first (events as :meth:`SpectrumSession.run`), then the deep rounds; returns the result
-        ranked over every sample drawn."""
+        """Standard pool first (events as :meth:`SpectrumSession.run`), then the deep rounds, each begun by a
+        :class:`DeepProgress` that names it; returns the result ranked over every sample drawn."""
         t0 = time.perf_counter()
         base = yield from self.session.run(params, cancel)
         s, cfg = self.session, self.config
@@ -229,6 +276,7 @@ class DeepSearch:
         # 1. adaptive allocation: extra blind samples for the queries that drew the best candidates
         requests = self._extra_requests(params, min(budget, cfg.extra_queries * cfg.extra_per_query))
         used = sum(len(r.sample_ids) for r, _ in requests)
+        yield DeepProgress(index, "deep search: choosing analogs", base.new_samples, base.new_samples + budget)
         requests += self._analog_requests(params, requests, budget - used)
         for phase in range(cfg.rounds + 1):
             if phase > 0:
@@ -237,6 +285,9 @@ class DeepSearch:
                 break
             before = {c.inchikey14 for c in self.pool.rank(None, params.ranking)[0]}
             total = done + sum(len(r.sample_ids) for r, _ in requests)
+            yield DeepProgress(index, f"deep search: round {phase} of {cfg.rounds}" if phase else
+                               "deep search: extra samples", base.new_samples + done,
+                               base.new_samples + max(total, budget))
             for req_index, strings in self._sample(params, [r for r, _ in requests], cancel):
                 req, qi = requests[req_index]
                 self.pool.add(req.sample_ids, strings)
@@ -252,11 +303,13 @@ class DeepSearch:
             if done >= budget:
                 break
         # 5. edits: the isomers one move away from the best candidates, the best of them by fingerprint score
-        for _ in range(cfg.edit_rounds):
+        for k in range(cfg.edit_rounds):
+            yield DeepProgress(index, f"deep search: edits {k + 1} of {cfg.edit_rounds}")
             if not self._edit_round(params, cancel):
                 break
             yield RankingUpdated(index, self._result(base, params, done, t0, partial=True))
         check_cancel(cancel)
+        yield DeepProgress(index, "deep search: final ranking")
         return self._result(base, params, done, t0, partial=False)
 
     def _edit_round(self, params: QueryParams, cancel: CancelFn | None) -> int:

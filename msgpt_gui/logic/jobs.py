@@ -28,7 +28,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.elucidation.deep import run_session
+from engine.elucidation.deep import DeepProgress, open_analog_sources, run_session
 from engine.elucidation.libraries import MASS_TRACK, library_formula_spectra
 from engine.elucidation.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
 from engine.errors import Cancelled, MsgptError
@@ -234,6 +234,20 @@ class EntryProgress:
     count: int
     done: int
     total: int
+    phase: str = ""  # deep search: what it does now ("deep search: round 2 of 4"); "" for plain sampling
+
+    @property
+    def fraction(self) -> float:
+        """How far the run is, 0..1 (this spectrum counted by ``done / total``)."""
+        return (self.position + min(self.done / self.total, 1.0) if self.total > 0 else self.position) / max(self.count, 1)
+
+    def text(self) -> str:
+        """What a progress bar says: the spectrum, the phase of a deep search, the samples drawn."""
+        what = f"Spectrum {self.position + 1} of {self.count}: " if self.count > 1 else ""
+        counts = f"{self.done}/{self.total}" if self.total > 0 else ""
+        if self.phase:
+            return f"{what}{self.phase}" + (f" ({counts})" if counts else "")
+        return f"{what}{counts} structures"
 
 
 @dataclass(frozen=True)
@@ -273,6 +287,7 @@ class FormulaJob:
     run_keys: tuple[int, ...]  # keys for the formula runs, one per formula (k of them)
     libraries: tuple = ()  # the enabled structure and spectral libraries each run's session searches
     library_keys: tuple[int, ...] = ()  # keys for the runs the libraries add (at most LIBRARY_RUNS)
+    run_items: tuple | None = None  # a feature of an LC-MS run: the run's features (run_items_of), its m/z recalibration
 
 
 @dataclass(frozen=True)
@@ -294,14 +309,30 @@ class FormulasRanked:
     runs: tuple[FormulaRun, ...]
 
 
+def run_items_of(entries: Sequence, entry) -> tuple | None:
+    """The features of the LC-MS run of ``entry`` (a feature) as ``(spectrum, ms1)``, from which the run's m/z
+    recalibration is measured before its formulas are ranked (:func:`~msgpt_gui.logic.formulas.rank_job`); None for
+    a spectrum that is not a run's feature."""
+    source = entry.spectrum.source if entry.spectrum is not None else ""
+    if entry.feature is None or not source:
+        return None
+    return tuple((x.feature.spectrum, x.ms1) for x in entries if x.feature is not None
+                 and x.feature.spectrum.source == source)
+
+
 def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession, params: QueryParams,
                    cancel: CancelFn, preview: bool) -> Generator[object, None, SpectrumResult]:
     """One session's run with its progress and live rankings (see :func:`elucidate_sessions`); a mass-track run
-    ranks its library structures without sampling."""
+    ranks its library structures without sampling. A deep search says its phase in each progress event: the
+    analogs opened first (a minute or more the first time), the standard pool, each deep round."""
     t0 = time.perf_counter()
     if session.spectrum.metadata.get("formula_source") == MASS_TRACK:
         check_cancel(cancel)
         return dataclasses.replace(session.rank_known(params), seconds=time.perf_counter() - t0, partial=False)
+    deep = params.effort == "deep"
+    if deep:
+        for event in open_analog_sources(session, cancel):
+            yield EntryProgress(key, position, count, event.done, event.total, event.phase)
     stages = [params]
     if preview and params.samples_per_group > 1:
         stages.insert(0, dataclasses.replace(params, samples_per_group=1, effort="standard"))
@@ -309,8 +340,10 @@ def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession
     result = None
     for n_stage, stage in enumerate(stages):
         final = n_stage == len(stages) - 1
+        phase = "deep search: the standard pool first" if deep else ""
         gen = run_session(session, stage, cancel)  # deep effort: the standard pool, then the deep rounds
         offset = new
+        counts = (offset, offset)  # samples drawn of those to draw, as last said
         while True:
             try:
                 event = next(gen)
@@ -320,7 +353,13 @@ def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession
             if isinstance(event, SamplesDrawn):
                 # a fresh pool: the preview draws M of the B samples; report against B
                 total = event.total if final else max(params.pool_size, event.total)
-                yield EntryProgress(key, position, count, offset + event.done, offset + total)
+                counts = (offset + event.done, offset + total)
+                yield EntryProgress(key, position, count, *counts, phase)
+            elif isinstance(event, DeepProgress):  # a phase begins (with its samples, or none: the counts stay)
+                phase = event.phase
+                if event.total:
+                    counts = (offset + event.done, offset + event.total)
+                yield EntryProgress(key, position, count, *counts, phase)
             elif isinstance(event, RankingUpdated):
                 yield EntryRanking(key, dataclasses.replace(event.result, partial=True))
         new += result.new_samples
@@ -386,7 +425,8 @@ def _formula_runs(job: FormulaJob, position: int, count: int, bundle, cancel: Ca
     """Rank (unless given) and start the formula runs of ``job``; None when there is nothing to run (said)."""
     yield EntryStarted(job.key, position, count)
     try:
-        table = job.table if job.table is not None else (yield from rank_job(job.base, job.ms1, cancel))
+        table = job.table if job.table is not None else (
+            yield from rank_job(job.base, job.ms1, cancel, run_items=job.run_items))
     except Cancelled:
         raise
     except MsgptError as e:

@@ -285,14 +285,28 @@ def plot_mirror(matches, hit, ax=None, *, title: str | None = None, fontsize: fl
 FRAGMENT_POINT_COLOR = "#8c8c8c"
 
 
+def recalibration_caption(recal) -> list[str]:
+    """What a recalibration plot says in words: its points, the correction taken out, the scatter (one line each)."""
+    n_prec = int(np.asarray(recal.points_precursor, dtype=bool).sum())
+    n = len(recal.points_mz)
+    lines = ([f"{n} points: {n_prec} precursors, {n - n_prec} fragments"] if n
+             else [f"no points: {recal.note or recal.source}"])
+    if recal.applied:
+        lines.append(f"{recal.offset_ppm:+.1f} ppm at m/z 500, {recal.slope_ppm:+.1f} ppm/1000 m/z")
+    if recal.scatter_ppm is not None:
+        lines.append(f"scatter {recal.scatter_ppm:.1f} ppm")
+    return lines
+
+
 def plot_recalibration(recal, ax=None, *, mz_range: tuple[float, float] = (100.0, 1000.0), title: str | None = None,
-                       fontsize: float = 8.0, legend: bool = True):
+                       fontsize: float = 8.0, legend: bool = True, caption: bool = True):
     """A run's m/z error (ppm) against m/z: the points it was measured from (precursors red, fragment peaks grey)
     and the line taken out (``recal.ppm``: flat beyond the m/z the slope was fitted on); the number of points and
     the fit are said under ``title``. ``recal`` is an :class:`engine.formulas.recalibration.Recalibration`; one without
     points (set by the user, turned off, or too few confident precursors) draws the line alone over ``mz_range``
     and says why there are no points. ``legend`` False leaves out the legend of the points and line (a narrow plot
-    whose colours are said elsewhere). Returns ``ax``."""
+    whose colours are said elsewhere); ``caption`` False leaves out the lines of :func:`recalibration_caption`.
+    Returns ``ax``."""
     ax = _axes(ax)
     mz = np.asarray(recal.points_mz, dtype=float)
     ppm = np.asarray(recal.points_ppm, dtype=float)
@@ -320,15 +334,11 @@ def plot_recalibration(recal, ax=None, *, mz_range: tuple[float, float] = (100.0
     ax.spines[["top", "right"]].set_visible(False)
     ax.grid(color="#e6e6e6", linewidth=0.6)
     ax.set_axisbelow(True)
-    lines = ([f"{mz.size} points: {int(is_prec.sum())} precursors, {int((~is_prec).sum())} fragments"]
-             if mz.size else [f"no points: {recal.note or recal.source}"])
-    if recal.applied:
-        lines.append(f"{recal.offset_ppm:+.1f} ppm at m/z 500, {recal.slope_ppm:+.1f} ppm/1000 m/z")
-    if recal.scatter_ppm is not None:
-        lines.append(f"scatter {recal.scatter_ppm:.1f} ppm")
-    # the caption above the axes (under the title), so that it never hides a point
-    ax.set_title("\n".join([title] * bool(title) + lines), fontsize=fontsize, loc="left", color="#333333",
-                 wrap=True)
+    lines = recalibration_caption(recal) if caption else []
+    # the caption above the axes (under the title), so that it never hides a point; ``caption`` False: the caller
+    # says it beside the plot (a small plot keeps its height for the data)
+    if title or lines:
+        ax.set_title("\n".join([title] * bool(title) + lines), fontsize=fontsize, loc="left", color="#333333")
     if mz.size and legend:  # the line alone needs no legend: the caption says what it is
         ax.legend(loc="lower center", ncol=3, fontsize=fontsize, frameon=False, handlelength=1.0,
                   handletextpad=0.3, columnspacing=0.8, borderaxespad=0.2, markerscale=1.5)
