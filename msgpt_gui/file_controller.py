@@ -16,6 +16,7 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from engine.errors import MsgptError
+from engine.files.export import parameters_provenance
 from engine.paths import examples_dir
 
 from .actions import make_action
@@ -101,11 +102,25 @@ class FileController(QObject):
         self.open_files(files)
 
     def open_dialog(self) -> None:
-        """File ▸ Open: starts in the folder of the spectra opened last (:meth:`Settings.open_dir`)."""
-        names, _ = QFileDialog.getOpenFileNames(self.window, "Open spectra", self.window.settings.open_dir(),
-                                                SPECTRA_FILTER)
+        """File ▸ Open: starts in the folder of the spectra opened last, else beside the listed spectra, else in the
+        documents folder (:meth:`Settings.open_dir`)."""
+        names, _ = QFileDialog.getOpenFileNames(self.window, "Open spectra",
+                                                self.window.settings.open_dir(self.spectra_folder()), SPECTRA_FILTER)
         if names:
             self.open_files([Path(n) for n in names])
+
+    def spectra_folder(self) -> str:
+        """The folder of the first listed spectra file that is the user's (not the bundled examples), '' when none."""
+        seen = set()
+        for e in self.window.spectra.entries:
+            source = e.source
+            if not source or source in seen:
+                continue
+            seen.add(source)
+            path = Path(source)
+            if not is_example(path) and path.parent.is_dir():
+                return str(path.parent)
+        return ""
 
     def _fill_recent_menu(self) -> None:
         menu, settings = self.recent_menu, self.window.settings
@@ -149,9 +164,16 @@ class FileController(QObject):
             w.settings.remember_open_dir(own[0])
             if any(is_spectra_file(p) for p in own):
                 self.close_untouched_examples()
-        queued = []
+        queued, attach = [], []
         for p in expanded:
-            if w.runs.is_open(p) or p in queued:
+            if p in queued or p in attach:
+                continue
+            if w.projects.may_attach(p):  # a reopened project's file: attached to its entries, not listed again
+                if p.is_file():
+                    w.settings.add_recent_file(str(p))
+                attach.append(p)
+                continue
+            if w.runs.is_open(p):
                 w.status(f"{p.name} is already open.")
                 continue
             if p.is_file():
@@ -160,6 +182,8 @@ class FileController(QObject):
         if queued:
             self._select_new = True  # the first record of the first of these files is selected and shown
         w.runs.load_files(queued)
+        for p in attach:
+            w.projects.attach_file(p)
 
     def _records_added(self, path: str, entries: list[SpectrumEntry], first_batch: bool) -> None:
         listed = self.window.spectra_list
@@ -230,7 +254,7 @@ class FileController(QObject):
         if not entries:
             return
         settings = self.window.settings
-        suggested = str(Path(settings.export_dir()) / "candidates.csv")  # the last export's folder (or the spectra's)
+        suggested = str(Path(settings.export_dir(self.spectra_folder())) / "candidates.csv")  # the last export's folder (or the spectra's)
         path = self.ask_save_path(suggested)
         if path:
             settings.remember_export_dir(path)
@@ -271,6 +295,7 @@ class FileController(QObject):
         except MsgptError as err:
             w.show_message(str(err))
             return False
+        info.update(parameters_provenance(results))  # each parameter set once, however many spectra and formulas
         info["novelty"] = w.insights.marker.describe()
         libraries = used_libraries(entries)
         if libraries:

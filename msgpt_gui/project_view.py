@@ -33,20 +33,27 @@ from engine.progress import run_to_end
 
 from .actions import make_action
 from .autosave import Autosave
+from .settings import is_app_folder
 from .logic.projects import (
+    FileAttached,
     ProjectOpened,
     ProjectSaved,
+    attach_job,
+    attach_records,
     entries_from_project,
     find_model,
+    holds_file,
     model_note,
+    nested_entries,
     open_job,
+    restore_recalibrations,
     same_sources,
     save_job,
+    source_paths,
     snapshot,
     sources_note,
     worth_saving,
 )
-from .settings import existing_folder
 from .workers import GeneratorWorker
 
 log = logging.getLogger(__name__)
@@ -80,6 +87,7 @@ class ProjectController(QObject):
     saved = Signal(str)  # the project file written; "" when saving failed or was cancelled
     opened = Signal(str)  # the project file opened; "" when it could not be
     autosaved = Signal(str)  # the autosave file written
+    attached = Signal(str)  # a spectra file attached to the entries it holds; "" when it could not be
 
     def __init__(self, window, autosave_folder: Path | None = None):
         super().__init__(window)
@@ -95,6 +103,8 @@ class ProjectController(QObject):
         self._notes_key: int | None = None
         self._recovering: list[tuple[Path, QLockFile]] = []
         self._open_requested = False  # a project was asked for (it wins over an autosave offered at start)
+        self._attachable: set[str] = set()  # the opened project's spectra files, not attached yet (resolved paths)
+        self._attach_queue: list[Path] = []
 
         a = make_action
         self.act_open = a(window, "Open &Project…", self.open_dialog, "Ctrl+Shift+O",
@@ -209,10 +219,12 @@ class ProjectController(QObject):
     def ask_project_path(self, save: bool) -> Path | None:
         """Ask which project file to save to or open (a method, so tests can replace the dialog)."""
         w = self.window
-        last = w.settings.get("projects/last_dir", "", str)
-        start = Path(existing_folder(last) if last else w.settings.open_dir())  # else where the spectra came from
+        # the folder of the last project, else where the spectra came from, else the documents folder (never the
+        # app's own folders: an autosave's, the bundled examples')
+        start = Path(w.settings.project_dir(w.files.spectra_folder()))
         if save:
-            suggested = str(self.path or start / f"project{PROJECT_SUFFIX}")
+            here = self.path is not None and not is_app_folder(self.path.parent)
+            suggested = str(self.path if here else start / (self.path.name if self.path else f"project{PROJECT_SUFFIX}"))
             name, _ = QFileDialog.getSaveFileName(w, "Save project", suggested, PROJECT_FILTER)
         else:
             name, _ = QFileDialog.getOpenFileName(w, "Open project", str(start), PROJECT_FILTER)
@@ -284,6 +296,7 @@ class ProjectController(QObject):
             if self.io is worker:
                 self.io = None
             worker.deleteLater()
+            self._next_attach()
 
         worker.finished.connect(finished)
         self.window.worker_started.emit(worker)
@@ -462,10 +475,14 @@ class ProjectController(QObject):
             w.runs.forget_files()
             w.params_panel.set_params(project.params)
             w.params_panel.changed.emit(w.params_panel.params())
-            entries = entries_from_project(project, w.runs.new_keys(len(project.entries)))
+            entries = entries_from_project(project, w.runs.new_keys(len(project.entries)),
+                                           lambda: w.runs.new_keys(1)[0])
+            restore_recalibrations(project.recalibrations)  # before the Formulas tab ranks a feature's table
             w.spectra.append(entries)
+            w.spectra.add_runs(nested_entries(entries))
             for p in same_sources(out.sources):
                 w.runs.open_paths.add(str(Path(p).resolve()))
+            self._attachable = {str(Path(p).resolve()) for p in source_paths(project)}
             w.document_replaced()
             self._restore_selection(entries, project.selection)
         finally:
@@ -512,6 +529,69 @@ class ProjectController(QObject):
                 w.spectra_list.select_also(entries[i].key)
         if selection.candidate:
             w.candidates.select_candidate(selection.candidate)
+
+    # ------------------------------------------------------------------------------------------
+    # attaching a spectra file the document's entries came from
+    # ------------------------------------------------------------------------------------------
+    def may_attach(self, path: str | Path) -> bool:
+        """Whether opening ``path`` attaches it: a file of the opened project that the list still holds and that was
+        not attached (or read) since."""
+        path = Path(path)
+        try:
+            key = str(path.resolve())
+        except OSError:
+            return False
+        return key in self._attachable and path.is_file() and holds_file(self.window.spectra.entries, path)
+
+    def attach_file(self, path: str | Path) -> None:
+        """Read ``path`` (a spectra file the opened project's entries came from) in the background and attach it to
+        those entries (:func:`~msgpt_gui.logic.projects.attach_records`) instead of listing its records again;
+        ``attached`` says when. Files wait for each other and for a project being saved."""
+        path = Path(path)
+        self._attachable.discard(str(path.resolve()))
+        self._attach_queue.append(path)
+        self._next_attach()
+
+    def _next_attach(self) -> None:
+        if self.io is not None or not self._attach_queue:
+            return
+        path = self._attach_queue.pop(0)
+        w = self.window
+        worker = GeneratorWorker(attach_job, str(path), name=f"attaching {path.name}")
+        worker.yielded.connect(lambda ev: w.status(ev.text, 0))
+        worker.returned.connect(self._attach)
+        worker.errored.connect(lambda msg: (w.show_message(f"Cannot attach {path.name}: {msg}", "error"),
+                                            self.attached.emit("")))
+        worker.aborted.connect(lambda: (w.status(f"Stopped reading {path.name}; nothing was attached (open it again "
+                                                 "to attach it)."),
+                                        self._attachable.add(str(path.resolve())), self.attached.emit("")))
+        self._start_io(worker)
+
+    def _attach(self, out: FileAttached) -> None:
+        w = self.window
+        path = Path(out.path)
+        current = w.current_entry()
+        done = attach_records(w.spectra.entries, out.path, out.items, lambda: w.runs.new_keys(1)[0])
+        w.runs.open_paths.add(str(path.resolve()))
+        if done.features or done.ms1 or done.added:
+            self._applying = True
+            try:
+                if done.features:  # rows gained scans: listed again, the selection kept
+                    entries = list(w.spectra.entries)
+                    w.spectra.clear()
+                    w.spectra.append(entries)
+                    w.spectra.add_runs(nested_entries(entries))
+                w.spectra.append(done.added)
+                w.spectra.add_runs(nested_entries(done.added))
+                w.spectra.all_changed()
+                w.document_replaced()
+                if current is not None:
+                    w.select_entry(current.key)
+            finally:
+                self._applying = False
+            self._changed()
+        w.show_message(done.describe(path.name), "info")
+        self.attached.emit(out.path)
 
     # ------------------------------------------------------------------------------------------
     # replacing and closing the document

@@ -2,7 +2,11 @@
 
 QSettings with ``IniFormat`` and an explicit file path, so tests (and portable installs) keep
 their settings apart from the user's. Values are read back with a type and a default, because an
-INI file stores everything as text. Qt writes the file atomically (a temporary file renamed over
+INI file stores everything as text.
+
+The file dialogs start where the user's files are: the folder used last for that kind of file, else beside the
+listed spectra, else the user's documents folder (:func:`start_folder`); never in the app's own folders (its data,
+cache and settings folders, the bundled resources such as the read-only examples). Qt writes the file atomically (a temporary file renamed over
 it); :meth:`Settings.sync` reports a failed write as an :class:`~engine.errors.OutputError`.
 """
 
@@ -13,11 +17,11 @@ from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 re
 import json
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings
+from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from engine.elucidation.pipeline import QueryParams
 from engine.errors import OutputError
-from engine.paths import config_dir
+from engine.paths import cache_dir, config_dir, data_dir, resources_dir
 
 
 SETTINGS_FILE = "msgpt-gui.ini"
@@ -28,15 +32,43 @@ def settings_path() -> Path:
     return config_dir() / SETTINGS_FILE
 
 
+def documents_folder() -> str:
+    """The user's documents folder when there is one, else the home folder."""
+    docs = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+    return docs if docs and Path(docs).is_dir() else str(Path.home())
+
+
+def is_app_folder(folder) -> bool:
+    """Whether ``folder`` is (inside) one of the app's own folders: data (autosaves), cache, settings, the bundled
+    resources (the read-only examples). The file dialogs never start there."""
+    try:
+        path = Path(folder).resolve()
+        return any(path.is_relative_to(Path(f).resolve()) for f in (data_dir(), cache_dir(), config_dir(),
+                                                                      resources_dir()))
+    except (OSError, ValueError):
+        return False
+
+
 def existing_folder(folder: str) -> str:
-    """``folder``, or its nearest parent that still exists (a folder moved or a drive unplugged); the home folder
-    when none is given or none exists."""
+    """``folder``, or its nearest parent that still exists (a folder moved or a drive unplugged); the documents
+    folder when none is given or none exists."""
     if folder:
         path = Path(folder)
         for candidate in (path, *path.parents):
             if candidate.is_dir():
                 return str(candidate)
-    return str(Path.home())
+    return documents_folder()
+
+
+def start_folder(*choices: str) -> str:
+    """Where a file dialog starts: the first of ``choices`` (folders; a gone one counts as its nearest parent that
+    exists) that is not one of the app's own folders, else the documents folder."""
+    for choice in choices:
+        if choice:
+            folder = existing_folder(choice)
+            if not is_app_folder(folder):
+                return folder
+    return documents_folder()
 
 
 class Settings:
@@ -145,20 +177,26 @@ class Settings:
         self.set("files/recent", "[]")
 
     # -- where the file dialogs start (files/last_dir, files/export_dir)
-    def open_dir(self) -> str:
-        """Where File ▸ Open starts: the folder of the spectra opened last (dialog, drop, recent files), else the
-        home folder."""
-        return existing_folder(self.get("files/last_dir", "", str))
+    def open_dir(self, beside: str = "") -> str:
+        """Where File ▸ Open starts: the folder of the spectra opened last (dialog, drop, recent files), else
+        ``beside`` (the listed spectra's folder), else the documents folder."""
+        return start_folder(self.get("files/last_dir", "", str), beside)
 
     def remember_open_dir(self, path) -> None:
         """``path`` (a file, or a folder) was opened: File ▸ Open starts in its folder next time."""
         path = Path(path)
         self.set("files/last_dir", str(path if path.is_dir() else path.parent))
 
-    def export_dir(self) -> str:
+    def export_dir(self, beside: str = "") -> str:
         """Where the export dialogs (candidates, posteriors, scored structures) start: the folder exported to last,
-        else that of the spectra opened last, else the home folder."""
-        return existing_folder(self.get("files/export_dir", "", str) or self.get("files/last_dir", "", str))
+        else that of the spectra opened last, else ``beside`` (the listed spectra's folder), else the documents
+        folder."""
+        return start_folder(self.get("files/export_dir", "", str), self.get("files/last_dir", "", str), beside)
+
+    def project_dir(self, beside: str = "") -> str:
+        """Where Open / Save Project start: the folder of the project saved or opened last, else that of the spectra
+        opened last, else ``beside`` (the listed spectra's folder), else the documents folder."""
+        return start_folder(self.get("projects/last_dir", "", str), self.get("files/last_dir", "", str), beside)
 
     def remember_export_dir(self, path) -> None:
         """A file was exported to ``path``: the export dialogs start in its folder next time."""

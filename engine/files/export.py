@@ -93,6 +93,33 @@ def provenance(bundle, params, extra: dict | None = None) -> dict[str, str]:
     return info
 
 
+def parameters_provenance(results: Sequence[SpectrumResult | Sequence[SpectrumResult]], max_ids: int = 5
+                          ) -> dict[str, str]:
+    """The ``parameters`` and ``seed`` lines of an export's header, each parameter set once: with one set (the
+    usual case), its description; with several, each with how many spectra it drew (the spectra of the less
+    common sets named, at most ``max_ids`` each). An item that is a sequence holds the results of one spectrum's
+    formulas (one spectrum)."""
+    groups: dict = {}
+    for item in results:
+        for r in ([item] if isinstance(item, SpectrumResult) else item):
+            groups.setdefault(r.params, {}).setdefault(r.spectrum.id, None)
+    if not groups:
+        return {}
+    if len(groups) == 1:
+        (params,) = groups
+        return {"parameters": params.describe(), "seed": str(params.seed)}
+    ordered = sorted(groups.items(), key=lambda kv: -len(kv[1]))
+    parts = []
+    for k, (params, ids) in enumerate(ordered):
+        n = len(ids)
+        what = f"{n} spectr{'um' if n == 1 else 'a'}"
+        if k:
+            names = list(ids)[:max_ids]
+            what += ": " + ", ".join(names) + (f" and {n - len(names)} more" if n > len(names) else "")
+        parts.append(f"{params.describe()} ({what})")
+    return {"parameters": " | ".join(parts), "seed": ", ".join(sorted({str(p.seed) for p in groups}))}
+
+
 def candidate_rows(
     result: SpectrumResult, top: int | None = None, novelty: NoveltyMarker | None = None, rank_offset: int = 0,
     feature_ranks: Sequence[int] | None = None, level: str = "",

@@ -19,9 +19,9 @@ spectra came from and whether a file on this machine is still the same one (:fun
     samples.json          the drawn samples of each result: {"<entry>": [[i, j, "SAFE string"], ...]}
     arrays/<name>.npy     numbers as numpy .npy files (no pickles: np.load(..., allow_pickle=False))
 
-``project.json`` (:data:`FORMAT` ``"msgpt-project"``, :data:`FORMAT_VERSION` 1)::
+``project.json`` (:data:`FORMAT` ``"msgpt-project"``, :data:`FORMAT_VERSION` 2)::
 
-    format, format_version   "msgpt-project", 1
+    format, format_version   "msgpt-project", 2
     saved_at, saved_by       ISO 8601 time (UTC); "msgpt <version>"
     model                    {"name", "checksum", "path"} of the model bundle in use, or null
     params                   the query parameters (engine.elucidation.pipeline.QueryParams fields)
@@ -30,7 +30,9 @@ spectra came from and whether a file on this machine is still the same one (:fun
     app                      what the app that wrote it keeps besides (an autosave's project path, ...)
     libraries                [{"name", "kind", "checksum"}]: the structure / spectral libraries the candidates
                              were ranked with (absent in older files: none)
-    entries                  one per listed record:
+    recalibrations           [{"file", "settings", "recalibration": RECALIBRATION}]: the m/z recalibration measured
+                             for each LC-MS run (file), with the formula settings it was measured under (version 2)
+    entries                  one per listed record (a precursor feature of an LC-MS run is one):
       status, reason           "done", "not run", "skipped", "failed", "cancelled"; why (skipped, failed)
       notes                    the user's notes on this spectrum
       spectrum                 SPECTRUM as it runs (with what the user set), or null (a skipped record)
@@ -39,9 +41,22 @@ spectra came from and whether a file on this machine is still the same one (:fun
                                "polarity"}: the reader skipped this record; else null
       model_checksum           the model the result was drawn with
       result                   RESULT or null
+      feature                  FEATURE: the entry is a precursor feature of an LC-MS run (version 2; absent else)
+      formula_runs             [ENTRY, ...]: the formulas Run took for a spectrum without one, best first, each an
+                               entry with its spectrum (that formula) and result, and "candidate" (version 2;
+                               version 1 listed them as entries after their own, which reading nests again)
+      candidate                FORMULA (a formula run: the formula candidate it ran for), or absent
+      scans                    {"<i>": ENTRY}: scans of the feature (position in FEATURE.scans) that have a state of
+                               their own (run, notes, a formula set); absent when none
 
     SPECTRUM  {"id", "precursor_mz", "adduct", "charge", "polarity", "formula", "smiles", "inchikey",
                "retention_time" (s), "metadata", "source", "index", "peaks" (row of the peak arrays)}
+    FEATURE   {"id", "index", "precursor_mz", "rt_min", "rt_max", "scans" ([SPECTRUM, ...], by retention time),
+               "ms1" (MS1 or null)}; its consensus spectrum is the entry's "original"
+    MS1       {"scan_id", "retention_time", "precursor_mz", "precursor_intensity", "n_scans", "peaks" (row of the peak
+               arrays: the survey peaks around the precursor)}
+    FORMULA   engine.formulas.candidates.FormulaCandidate's fields ("terms" an object)
+    RECALIBRATION  engine.formulas.recalibration.Recalibration's fields, its points a row of the recal_points arrays
     RESULT    {"spectrum" ("spectrum": the entry's; else a SPECTRUM), "params", "n_samples", "n_valid",
                "n_formula_consistent", "n_distinct_queries", "mean_query_bits", "fidelity",
                "reference_inchikey14", "reference_rank", "new_samples", "seconds", "confidence" (or null;
@@ -61,8 +76,12 @@ Numbers that are not finite are written ``"nan"``, ``"inf"``, ``"-inf"``. The ar
 ragged tables (row r is ``values[offsets[r]:offsets[r + 1]]``): ``peaks_offsets``, ``peaks_mz``,
 ``peaks_intensity`` (float64; records with the same peaks share a row); ``thresholds_offsets``,
 ``thresholds`` (float64, the band t_1..t_M of each result); ``candidate_bits_offsets``,
-``candidate_bits`` (int32, each candidate's Morgan active bits); and ``posteriors`` (float32, one row
-of F bit probabilities per result).
+``candidate_bits`` (int32, each candidate's Morgan active bits); ``recal_points_offsets``, ``recal_points_mz``,
+``recal_points_ppm`` (float64), ``recal_points_precursor`` (bool: the points of each recalibration); and
+``posteriors`` (float32, one row of F bit probabilities per result).
+
+``samples.json`` keys an entry by its position: ``"3"`` for the fourth listed entry, ``"3.f0"`` for its first formula
+run, ``"3.s1"`` for its second scan (and ``"3.s1.f0"`` for that scan's first formula run).
 
 **Versions.** A reader reads every version up to its own, upgrading older documents step by step
 (:data:`engine.files.project_read._UPGRADES`), and refuses a newer one, saying which version wrote it. A
@@ -88,12 +107,15 @@ import numpy as np
 from engine import __version__
 from engine.elucidation.pipeline import QueryParams, SpectrumResult
 from engine.errors import ConfigError, OutputError
+from engine.formulas.candidates import FormulaCandidate
+from engine.formulas.recalibration import Recalibration
 from engine.paths import data_dir
 from engine.progress import CancelFn, check_cancel, run_to_end
+from engine.spectra.features import Feature
 from engine.spectra.spectrum import SkippedRecord, Spectrum
 
 FORMAT = "msgpt-project"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: features (scans, MS1 evidence), formula runs nested in their entry, recalibrations
 PROJECT_SUFFIX = ".msgpt"
 DOCUMENT = "project.json"
 SAMPLES = "samples.json"
@@ -110,7 +132,14 @@ CANDIDATE_KEYS = ("rank", "smiles", "inchikey", "inchikey14", "formula", "count"
 RESULT_KEYS = ("n_samples", "n_valid", "n_formula_consistent", "n_distinct_queries", "mean_query_bits",
                "fidelity", "reference_inchikey14", "reference_rank", "new_samples", "seconds")
 RAGGED = {"peaks": ("peaks_mz", "peaks_intensity"), "thresholds": ("thresholds",),
-          "candidate_bits": ("candidate_bits",)}
+          "candidate_bits": ("candidate_bits",),
+          "recal_points": ("recal_points_mz", "recal_points_ppm", "recal_points_precursor")}
+DTYPES = {"peaks_mz": np.float64, "peaks_intensity": np.float64, "thresholds": np.float64, "candidate_bits": np.int32,
+          "recal_points_mz": np.float64, "recal_points_ppm": np.float64, "recal_points_precursor": np.bool_}
+FEATURE_KEYS = ("id", "index", "precursor_mz", "rt_min", "rt_max")
+MS1_KEYS = ("scan_id", "retention_time", "precursor_mz", "precursor_intensity", "n_scans")
+RECALIBRATION_KEYS = ("offset_ppm", "slope_ppm", "scatter_ppm", "n_features", "applied", "source", "note", "min_ppm",
+                      "min_scatter_ppm")
 
 
 # -- what a project holds --------------------------------------------------------------------------
@@ -182,12 +211,38 @@ class ProjectEntry:
     result: SpectrumResult | None = None
     model_checksum: str | None = None  # the model the result was drawn with
     samples: tuple[tuple[int, int, str], ...] = ()  # the result's drawn samples (i, j, SAFE string)
+    feature: Feature | None = None  # a precursor feature of an LC-MS run (its consensus spectrum is `original`)
+    formula_runs: list[ProjectEntry] = field(default_factory=list)  # the formulas Run took for it, best first
+    candidate: FormulaCandidate | None = None  # a formula run: the formula candidate it ran for
+    scans: dict[int, ProjectEntry] = field(default_factory=dict)  # scans of the feature with a state of their own
+
+    def walk(self):
+        """This entry, its scans' and its formula runs (every entry that may hold a result)."""
+        yield self
+        for e in self.scans.values():
+            yield from e.walk()
+        for e in self.formula_runs:
+            yield from e.walk()
+
+    @property
+    def has_results(self) -> bool:
+        return any(e.result is not None for e in self.walk())
 
     def __post_init__(self):
         if self.spectrum is None and self.skipped is None:
             raise ConfigError("A project entry needs a `spectrum` or a `skipped` record; it has neither.")
         if not isinstance(self.notes, str):
             raise ConfigError(f"`notes` must be text, got {type(self.notes).__name__}.")
+
+
+@dataclass(frozen=True, eq=False)
+class RunRecalibration:
+    """The m/z recalibration measured for one LC-MS run (``file``), under the formula settings ``settings`` (what
+    the app keys it by: JSON values)."""
+
+    file: str
+    recalibration: Recalibration
+    settings: dict = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -202,13 +257,14 @@ class Project:
     selection: Selection = field(default_factory=Selection)
     app: dict = field(default_factory=dict)
     libraries: list[LibraryRef] = field(default_factory=list)  # the libraries the candidates were ranked with
+    recalibrations: list[RunRecalibration] = field(default_factory=list)  # of the LC-MS runs, as measured
     saved_at: str = ""
     saved_by: str = ""
     format_version: int = FORMAT_VERSION  # of the file it was read from
 
     def summary(self) -> str:
         n = len(self.entries)
-        done = sum(e.result is not None for e in self.entries)
+        done = sum(e.has_results for e in self.entries)
         notes = sum(bool(e.notes.strip()) for e in self.entries)
         text = f"{n} record{'s' if n != 1 else ''}, {done} with candidates"
         return text + (f", {notes} with notes" if notes else "")
@@ -311,10 +367,13 @@ class _Arrays:
         self.posteriors.append(p)
         return len(self.posteriors) - 1
 
+    def recal_points(self, mz: np.ndarray, ppm: np.ndarray, precursor: np.ndarray) -> int:
+        return self._add("recal_points", np.asarray(mz, np.float64).ravel(), np.asarray(ppm, np.float64).ravel(),
+                         np.asarray(precursor, np.bool_).ravel())
+
     def finish(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
-        dtypes = {"peaks_mz": np.float64, "peaks_intensity": np.float64, "thresholds": np.float64,
-                  "candidate_bits": np.int32}
+        dtypes = DTYPES
         for table, names in RAGGED.items():
             columns = self.rows[table]
             lengths = [len(v) for v in columns[0]]
@@ -377,7 +436,48 @@ def _result_json(r: SpectrumResult, entry_spectrum: Spectrum | None, arrays: _Ar
     return d
 
 
-def _entry_json(e: ProjectEntry, arrays: _Arrays) -> dict:
+def _ms1_json(m, arrays: _Arrays) -> dict:
+    d = {k: getattr(m, k) for k in MS1_KEYS}
+    d["precursor_mz"], d["precursor_intensity"] = _num(m.precursor_mz), _num(m.precursor_intensity)
+    d["retention_time"] = _num(m.retention_time)
+    d["n_scans"] = int(m.n_scans)
+    d["peaks"] = arrays.peaks(m.mz, m.intensity)
+    return d
+
+
+def _feature_json(f: Feature, arrays: _Arrays) -> dict:
+    d = {k: getattr(f, k) for k in FEATURE_KEYS}
+    d["index"] = int(f.index)
+    for k in ("precursor_mz", "rt_min", "rt_max"):
+        d[k] = _num(d[k])
+    d["scans"] = [_spectrum_json(s, arrays) for s in f.scans]
+    d["ms1"] = _ms1_json(f.ms1, arrays) if f.ms1 is not None else None
+    return d
+
+
+def _candidate_json(c: FormulaCandidate) -> dict:
+    d = asdict(c)
+    for k, v in d.items():
+        if isinstance(v, float):
+            d[k] = _num(v)
+    d["terms"] = {k: _num(v) for k, v in c.terms.items()}
+    return d
+
+
+def _recalibration_json(r: RunRecalibration, arrays: _Arrays) -> dict:
+    rc = r.recalibration
+    d = {k: getattr(rc, k) for k in RECALIBRATION_KEYS}
+    for k in ("offset_ppm", "slope_ppm", "scatter_ppm", "min_ppm", "min_scatter_ppm"):
+        d[k] = _num(d[k])
+    d["n_features"] = int(rc.n_features)
+    d["applied"] = bool(rc.applied)
+    d["mz_range"] = [_num(x) for x in rc.mz_range]
+    d["points"] = arrays.recal_points(rc.points_mz, rc.points_ppm, rc.points_precursor)
+    return {"file": r.file, "settings": r.settings, "recalibration": d}
+
+
+def _entry_json(e: ProjectEntry, arrays: _Arrays, key: str, samples: dict) -> dict:
+    """An entry (and those nested in it); its samples go into ``samples`` under ``key`` (see the module notes)."""
     spectrum = _spectrum_json(e.spectrum, arrays) if e.spectrum is not None else None
     if e.original is None:
         original = None
@@ -385,13 +485,24 @@ def _entry_json(e: ProjectEntry, arrays: _Arrays) -> dict:
         original = SAME
     else:
         original = _spectrum_json(e.original, arrays)
-    return {
+    d = {
         "status": e.status, "reason": e.reason, "notes": e.notes,
         "spectrum": spectrum, "original": original,
         "skipped": _skipped_json(e.skipped, arrays) if e.skipped is not None else None,
         "model_checksum": e.model_checksum,
         "result": _result_json(e.result, e.spectrum, arrays) if e.result is not None else None,
     }
+    if e.samples and e.result is not None:
+        samples[key] = e.samples  # (i, j, SAFE) tuples: JSON arrays
+    if e.feature is not None:
+        d["feature"] = _feature_json(e.feature, arrays)
+    if e.candidate is not None:
+        d["candidate"] = _candidate_json(e.candidate)
+    if e.scans:
+        d["scans"] = {str(i): _entry_json(s, arrays, f"{key}.s{i}", samples) for i, s in sorted(e.scans.items())}
+    if e.formula_runs:
+        d["formula_runs"] = [_entry_json(r, arrays, f"{key}.f{j}", samples) for j, r in enumerate(e.formula_runs)]
+    return d
 
 
 def _now() -> str:
@@ -421,9 +532,7 @@ def write_project(path: str | os.PathLike, project: Project,
         if k % 200 == 0:
             check_cancel(cancel)
             yield ProjectProgress(k, n, f"Saving {path.name}: {k}/{n} records")
-        entries.append(_entry_json(e, arrays))
-        if e.samples and e.result is not None:
-            samples[str(k)] = e.samples  # (i, j, SAFE) tuples: JSON arrays
+        entries.append(_entry_json(e, arrays, str(k), samples))
     sel = project.selection
     doc = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
@@ -434,6 +543,7 @@ def write_project(path: str | os.PathLike, project: Project,
         "selection": {"current": sel.current, "selected": list(sel.selected), "candidate": sel.candidate},
         "app": project.app,
         "libraries": [asdict(ref) for ref in project.libraries],
+        "recalibrations": [_recalibration_json(r, arrays) for r in project.recalibrations],
         "entries": entries,
     }
     tables = arrays.finish()

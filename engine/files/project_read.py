@@ -23,6 +23,7 @@ from engine.errors import ConfigError, InputFileError, MsgptError
 from engine.files.project import (
     ARRAYS,
     DOCUMENT,
+    FEATURE_KEYS,
     FORMAT,
     FORMAT_VERSION,
     PROJECT_SUFFIX,
@@ -36,17 +37,70 @@ from engine.files.project import (
     Project,
     ProjectEntry,
     ProjectProgress,
+    RunRecalibration,
     Selection,
     SourceFile,
 )
+from engine.formulas.candidates import FormulaCandidate
+from engine.formulas.recalibration import Recalibration
+from engine.spectra.features import Feature, MS1Evidence
 from engine.progress import CancelFn, check_cancel, run_to_end
 from engine.spectra.spectrum import SkippedRecord, Spectrum
 
 log = logging.getLogger(__name__)
 
-# format_version v -> a function that turns a version-v document into a version-(v + 1) one. Version 1 is
-# the first; when version 2 comes, _UPGRADES[1] fills in what version 1 files lack.
-_UPGRADES: dict[int, Callable[[dict], dict]] = {}
+SAMPLE_KEYS = "_sample_keys"  # an upgraded document: where the samples of a moved entry are now
+
+
+def _picked(spectrum) -> bool:
+    """A version-1 spectrum that was given a formula candidate (a formula run's)."""
+    metadata = spectrum.get("metadata") if isinstance(spectrum, dict) else None
+    return isinstance(metadata, dict) and any(k in metadata for k in ("formula_rank", "formula_source"))
+
+
+def _upgrade_1(doc: dict) -> dict:
+    """Version 1 listed the formula runs of an entry as entries after it (the record as read for their original, a
+    formula candidate's spectrum, a result): they are nested in their entry again, the selection and the samples
+    follow. Features, their MS1 evidence and recalibrations were not kept (opening the run's file fills them in)."""
+    entries = doc.get("entries")
+    if not isinstance(entries, list):
+        return doc
+    out: list = []
+    moved: dict[int, int] = {}  # old position -> new position (a formula run: its entry's)
+    keys: dict[str, str] = {}
+    owner = owner_original = None
+    for k, d in enumerate(entries):
+        if (owner is not None and isinstance(d, dict) and d.get("result") is not None and d.get("skipped") is None
+                and _picked(d.get("spectrum")) and owner_original is not None and d.get("original") == owner_original):
+            runs = owner.setdefault("formula_runs", [])
+            keys[str(k)] = f"{len(out) - 1}.f{len(runs)}"
+            runs.append({**d, "original": SAME})
+            if owner.get("status") in (None, "not run"):
+                owner["status"] = "done"
+            moved[k] = len(out) - 1
+            continue
+        moved[k] = len(out)
+        if str(k) != str(len(out)):
+            keys[str(k)] = str(len(out))
+        out.append(d)
+        owner = d if isinstance(d, dict) else None
+        original = owner.get("original") if owner is not None else None
+        owner_original = owner.get("spectrum") if original == SAME else original
+    if len(out) == len(entries):
+        return doc
+    doc = {**doc, "entries": out, SAMPLE_KEYS: keys}
+    sel = doc.get("selection")
+    if isinstance(sel, dict):
+        def at(v):
+            return moved.get(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+        selected = [p for p in map(at, sel.get("selected") or []) if p is not None]
+        doc["selection"] = {**sel, "current": at(sel.get("current")), "selected": list(dict.fromkeys(selected))}
+    return doc
+
+
+# format_version v -> a function that turns a version-v document into a version-(v + 1) one.
+_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _upgrade_1}
 
 
 class _Damaged(ValueError):
@@ -134,8 +188,17 @@ def read_summary(path: str | os.PathLike) -> ProjectSummary:
     except _Damaged:
         model = None
     return ProjectSummary(str(path), str(doc.get("saved_at", "")), str(doc.get("saved_by", "")), len(entries),
-                          sum(isinstance(e, dict) and e.get("result") is not None for e in entries), model,
+                          sum(_has_result(e) for e in entries), model,
                           doc.get("app") if isinstance(doc.get("app"), dict) else {}, int(doc["written_in"]))
+
+
+def _has_result(d) -> bool:
+    """Whether an entry of a document holds a result (its own, a scan's or a formula run's)."""
+    if not isinstance(d, dict):
+        return False
+    nested = [*(d.get("formula_runs") or []), *((d.get("scans") or {}).values() if isinstance(d.get("scans"), dict)
+                                                else [])]
+    return d.get("result") is not None or any(_has_result(x) for x in nested)
 
 
 def _model(d) -> ModelRef | None:
@@ -272,8 +335,89 @@ class _Reader:
         return SpectrumResult(spectrum=spectrum, params=params, candidates=tuple(candidates), thresholds=thresholds,
                               posterior=posterior, **counts)
 
-    def entry(self, d, k: int, samples) -> ProjectEntry:
-        where = f"entries[{k}]"
+    def ms1(self, d, where: str) -> MS1Evidence | None:
+        if d is None:
+            return None
+        if not isinstance(d, dict):
+            raise _Damaged(f"{where} must be MS1 evidence, got {d!r}")
+        mz, intensity = self.peaks(d.get("peaks"), where)
+        try:
+            rt = d.get("retention_time")
+            return MS1Evidence(str(d["scan_id"]), None if rt is None else _float(rt, f"{where}.retention_time"),
+                               _float(d["precursor_mz"], f"{where}.precursor_mz"),
+                               _float(d["precursor_intensity"], f"{where}.precursor_intensity"),
+                               mz.copy(), intensity.copy(), int(d.get("n_scans", 1)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise _Damaged(f"{where}: {type(e).__name__} {e}") from None
+
+    def feature(self, d, consensus: Spectrum | None, where: str) -> Feature:
+        if not isinstance(d, dict) or not isinstance(d.get("scans"), list):
+            raise _Damaged(f"{where} must be a feature, got {d!r}")
+        if consensus is None:
+            raise _Damaged(f"{where}: a feature needs the entry's spectrum as read")
+        scans = tuple(self.spectrum(s, f"{where}.scans[{i}]") for i, s in enumerate(d["scans"]))
+        if not scans:
+            raise _Damaged(f"{where} has no scans")
+        try:
+            kw = {k: d[k] for k in FEATURE_KEYS}
+            for k in ("rt_min", "rt_max"):
+                kw[k] = None if kw[k] is None else _float(kw[k], f"{where}.{k}")
+            kw["precursor_mz"] = _float(kw["precursor_mz"], f"{where}.precursor_mz")
+            kw["id"], kw["index"] = str(kw["id"]), int(kw["index"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise _Damaged(f"{where}: {type(e).__name__} {e}") from None
+        return Feature(**kw, scans=scans, spectrum=consensus, ms1=self.ms1(d.get("ms1"), f"{where}.ms1"))
+
+    def recalibration(self, d, where: str) -> RunRecalibration:
+        if not isinstance(d, dict) or not isinstance(d.get("recalibration"), dict):
+            raise _Damaged(f"{where} must be a run's recalibration, got {d!r}")
+        r = d["recalibration"]
+        try:
+            points = r.get("points")
+            mz = self.row("recal_points", points, "recal_points_mz", where)
+            ppm = self.row("recal_points", points, "recal_points_ppm", where)
+            precursor = self.row("recal_points", points, "recal_points_precursor", where)
+            scatter = r.get("scatter_ppm")
+            lo, hi = r.get("mz_range") or (0.0, "inf")
+            rc = Recalibration(
+                offset_ppm=_float(r["offset_ppm"], f"{where}.offset_ppm"),
+                slope_ppm=_float(r["slope_ppm"], f"{where}.slope_ppm"),
+                scatter_ppm=None if scatter is None else _float(scatter, f"{where}.scatter_ppm"),
+                n_features=int(r.get("n_features", 0)), points_mz=np.array(mz, np.float64),
+                points_ppm=np.array(ppm, np.float64), points_precursor=np.array(precursor, bool),
+                applied=bool(r["applied"]), source=str(r.get("source", "estimated")), note=str(r.get("note", "")),
+                min_ppm=_float(r.get("min_ppm", 3.0), f"{where}.min_ppm"),
+                min_scatter_ppm=_float(r.get("min_scatter_ppm", 1.5), f"{where}.min_scatter_ppm"),
+                mz_range=(_float(lo, f"{where}.mz_range"), _float(hi, f"{where}.mz_range")))
+        except (KeyError, TypeError, ValueError) as e:
+            raise _Damaged(f"{where}: {type(e).__name__} {e}") from None
+        settings = d.get("settings") if isinstance(d.get("settings"), dict) else {}
+        return RunRecalibration(str(d.get("file") or ""), rc, settings)
+
+    @staticmethod
+    def candidate(d, where: str) -> FormulaCandidate | None:
+        if d is None:
+            return None
+        if not isinstance(d, dict):
+            raise _Damaged(f"{where} must be a formula candidate, got {d!r}")
+        names = {f.name for f in fields(FormulaCandidate)}
+        try:
+            kw = {k: v for k, v in d.items() if k in names}
+            for k in ("neutral_mass", "theoretical_mz", "ppm_error", "rdbe", "score", "probability",
+                      "explained_intensity"):
+                kw[k] = _float(kw[k], f"{where}.{k}")
+            kw["terms"] = {str(k): _float(v, f"{where}.terms.{k}") for k, v in (d.get("terms") or {}).items()}
+            for k in ("rank", "n_explained", "isomers"):
+                kw[k] = int(kw[k])
+            kw["formula"], kw["ion_type"] = str(kw["formula"]), str(kw["ion_type"])
+            return FormulaCandidate(**kw)
+        except (KeyError, TypeError, ValueError) as e:
+            raise _Damaged(f"{where}: {type(e).__name__} {e}") from None
+
+    def entry(self, d, k: int | str, samples, where: str | None = None) -> ProjectEntry:
+        """The entry ``d`` (``k``: its key in samples.json; ``samples``: that file's object, or the entry's own
+        samples in an older call) with the entries nested in it."""
+        where = where or f"entries[{k}]"
         if not isinstance(d, dict):
             raise _Damaged(f"{where} must be an object, got {d!r}")
         spectrum = self.spectrum(d["spectrum"], f"{where}.spectrum") if d.get("spectrum") is not None else None
@@ -287,16 +431,31 @@ class _Reader:
         skipped = self.skipped(d["skipped"], f"{where}.skipped") if d.get("skipped") is not None else None
         result = self.result(d["result"], spectrum, f"{where}.result") if d.get("result") is not None else None
         drawn = ()
-        if samples and result is not None:
+        mine = samples.get(str(k)) if isinstance(samples, dict) else samples
+        if mine and result is not None:
             try:
-                drawn = tuple((int(i), int(j), str(s)) for i, j, s in samples)
+                drawn = tuple((int(i), int(j), str(s)) for i, j, s in mine)
             except (TypeError, ValueError) as e:
                 raise _Damaged(f"{SAMPLES}[{k}]: {e}") from None
         notes = d.get("notes") or ""
+        feature = self.feature(d["feature"], original, f"{where}.feature") if d.get("feature") is not None else None
+        nested = samples if isinstance(samples, dict) else {}
+        runs = d.get("formula_runs") or []
+        scans = d.get("scans") or {}
+        if not isinstance(runs, list) or not isinstance(scans, dict):
+            raise _Damaged(f"{where}: `formula_runs` must be a list and `scans` an object")
+        try:
+            scan_entries = {int(i): self.entry(x, f"{k}.s{int(i)}", nested, f"{where}.scans[{i}]")
+                            for i, x in scans.items()}
+        except ValueError as e:
+            raise _Damaged(f"{where}.scans: {e}") from None
         try:
             return ProjectEntry(spectrum, original, skipped, status=str(d.get("status") or "not run"),
                                 reason=str(d.get("reason") or ""), notes=notes if isinstance(notes, str) else str(notes),
-                                result=result, model_checksum=d.get("model_checksum"), samples=drawn)
+                                result=result, model_checksum=d.get("model_checksum"), samples=drawn, feature=feature,
+                                formula_runs=[self.entry(x, f"{k}.f{j}", nested, f"{where}.formula_runs[{j}]")
+                                              for j, x in enumerate(runs)],
+                                candidate=self.candidate(d.get("candidate"), f"{where}.candidate"), scans=scan_entries)
         except ConfigError as e:
             raise _Damaged(f"{where}: {e}") from None
 
@@ -333,12 +492,15 @@ def read_project(path: str | os.PathLike, cancel: CancelFn | None = None) -> Gen
             raise _Damaged("`entries` must be a list")
         if not isinstance(samples, dict):
             raise _Damaged(f"{SAMPLES} must map entries to their samples")
+        moved = doc.get(SAMPLE_KEYS)
+        if isinstance(moved, dict):  # an upgraded document: the samples of the entries it moved
+            samples = {moved.get(key, key): v for key, v in samples.items()}
         entries = []
         for k, d in enumerate(raw):
             if k % 200 == 0:
                 check_cancel(cancel)
                 yield ProjectProgress(k, len(raw), f"Reading {path.name}: {k}/{len(raw)} records")
-            entries.append(reader.entry(d, k, samples.get(str(k))))
+            entries.append(reader.entry(d, k, samples))
         sel = doc.get("selection") or {}
         n = len(entries)
 
@@ -356,6 +518,8 @@ def read_project(path: str | os.PathLike, cancel: CancelFn | None = None) -> Gen
             entries=entries, params=_params(doc.get("params", {}), "params"), model=_model(doc.get("model")),
             files=files, selection=selection, app=doc.get("app") if isinstance(doc.get("app"), dict) else {},
             libraries=_libraries(doc.get("libraries")),
+            recalibrations=[reader.recalibration(r, f"recalibrations[{i}]")
+                            for i, r in enumerate(doc.get("recalibrations") or [])],
             saved_at=str(doc.get("saved_at") or ""), saved_by=str(doc.get("saved_by") or ""),
             format_version=int(doc["written_in"]),
         )

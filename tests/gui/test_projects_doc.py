@@ -33,7 +33,7 @@ def test_a_run_in_progress_is_saved_as_it_was_before_and_notes_travel(make_spect
     assert SpectraFilter("lactone").matches(back[0]) and not SpectraFilter("lactone").matches(back[1])
 
 
-def test_formula_runs_are_saved_as_entries_after_theirs_and_the_selection_follows(make_spectrum):
+def test_formula_runs_are_saved_inside_their_entry_and_reopen_as_one_row(make_spectrum):
     from engine.files.project import Selection
 
     bare = make_spectrum(formula=None, adduct=None)
@@ -43,17 +43,22 @@ def test_formula_runs_are_saved_as_entries_after_theirs_and_the_selection_follow
     for key, formula in ((5, "C10H10O3"), (6, "C6H14O6")):
         s = make_spectrum(formula=formula, metadata={"formula_rank": str(key - 4)})
         runs.append(SpectrumEntry(key, s, original=s, owner_key=0, status=Status.DONE, result=result,
-                                  model_checksum="c" * 64))
-    runs.append(SpectrumEntry(7, make_spectrum(formula="C9H6O4"), owner_key=0, status=Status.FAILED))
+                                  model_checksum="c" * 64, candidate=f"candidate {key}"))
+    runs.append(SpectrumEntry(7, make_spectrum(formula="C9H6O4"), owner_key=0, status=Status.FAILED, reason="no"))
     feature.formula_runs = runs
     other = SpectrumEntry(1, make_spectrum(), original=make_spectrum())
     assert worth_saving([feature])  # the candidates of its formula runs
     project = snapshot([feature, other], QueryParams(), selection=Selection(current=1, selected=(0, 1)))
-    assert [(e.spectrum.formula, e.status, e.result is result) for e in project.entries] == [
-        (None, Status.NOT_RUN, False), ("C10H10O3", Status.DONE, True), ("C6H14O6", Status.DONE, True),
-        ("C10H10O3", Status.NOT_RUN, False)]  # the failed run has nothing to keep
-    assert all(e.original is bare for e in project.entries[:3])  # reopened: a formula set on the record
-    assert (project.selection.current, project.selection.selected) == (3, (0, 3))
+    assert len(project.entries) == 2 and project.entries[0].status == Status.DONE and project.entries[0].has_results
+    assert [(r.spectrum.formula, r.status, r.result is result, r.candidate) for r in project.entries[0].formula_runs] \
+        == [("C10H10O3", Status.DONE, True, "candidate 5"), ("C6H14O6", Status.DONE, True, "candidate 6"),
+            ("C9H6O4", Status.FAILED, False, None)]
+    assert (project.selection.current, project.selection.selected) == (1, (0, 1))
+    back = entries_from_project(project, [10, 11])
+    assert [e.key for e in back] == [10, 11] and back[0].status == Status.DONE
+    assert [(r.owner_key, r.spectrum.formula, r.candidate) for r in back[0].formula_runs] == [
+        (10, "C10H10O3", "candidate 5"), (10, "C6H14O6", "candidate 6"), (10, "C9H6O4", None)]
+    assert len({r.key for r in back[0].formula_runs} | {10, 11}) == 5  # keys of their own
 
 
 def test_a_skipped_record_stays_skipped(make_spectrum):
