@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -26,8 +27,9 @@ from engine.errors import MsgptError
 from engine.spectra.features import Feature
 
 from .logic.entries import SpectrumEntry, Status
-from .logic.formulas import DEFAULT_TOP_K, readiness
+from .logic.formulas import DEFAULT_TOP_K, readiness, unsupported_ion_note
 from .logic.jobs import (
+    LIBRARY_RUNS,
     EntryFailed,
     EntryFinished,
     EntryProgress,
@@ -35,15 +37,15 @@ from .logic.jobs import (
     EntryStarted,
     ExportProgress,
     FormulaJob,
-    LIBRARY_RUNS,
     FormulasRanked,
     RecordsRead,
     elucidate_sessions,
     export_candidates,
     load_file,
     load_model,
+    run_items_of,
 )
-from .logic.libraries import library_key, library_refs, refs_key
+from .logic.libraries import libraries_rerun_text, library_key, library_refs, refs_key
 from .models import SpectraModel
 from .workers import GeneratorWorker
 
@@ -220,12 +222,13 @@ class RunController(QObject):
     # running
     # ------------------------------------------------------------------------------------------
     def run(self, entries: list[SpectrumEntry], params: QueryParams, retune: bool = False,
-            top_k: int = DEFAULT_TOP_K, formulas: bool = False) -> bool:
+            top_k: int = DEFAULT_TOP_K, formulas: bool = False, libraries_changed: bool = False) -> bool:
         """Elucidate ``entries`` with ``params`` (the window checked that a model is loaded).
 
         A spectrum without a formula or ion type runs for its best ``top_k`` formula candidates (its formula
         runs); with ``formulas``, every spectrum does ("Run best k" of the Formulas tab). Formula runs that
         ran for these formulas already keep their samples (only what is missing is drawn).
+        ``libraries_changed``: a re-run because other libraries are on (the status bar says what it re-ran).
         """
         if self.busy:
             self.status.emit("Busy: wait for the running work to finish, or cancel it with Esc.", 8000)
@@ -273,7 +276,7 @@ class RunController(QObject):
             self.message.emit("warning", f"None of the selected spectra can run: {reason}.")
             return False
         keys = [j.key if isinstance(j, FormulaJob) else j[0] for j in jobs]
-        self._run = {"keys": keys, "retune": retune, "skipped": skipped}
+        self._run = {"keys": keys, "retune": retune, "skipped": skipped, "libraries": libraries_changed}
         self.run_t0 = time.perf_counter()
         worker = GeneratorWorker(elucidate_sessions, jobs, params, bundle=self.bundle, name="elucidation")
         worker.yielded.connect(self._run_event)
@@ -300,6 +303,7 @@ class RunController(QObject):
                                               for r in runs):
             wanted = [(c.formula, c.ion_type) for c in table.runnable(top_k, supported)]
             if wanted == [(r.spectrum.formula, r.spectrum.adduct) for r in runs if r.candidate is not None]:
+                stale = not all(self.libraries_current(r) for r in runs)
                 for r in runs:
                     if not self.libraries_current(r):  # other libraries: a new session, the samples stay
                         r.session = r.new_session(self.bundle, self.libraries)
@@ -307,6 +311,11 @@ class RunController(QObject):
                 e.sync_status()
                 e.status = Status.QUEUED
                 self.spectra.entry_changed(e.key)
+                if stale:  # what the libraries add (mass track, identification formula) is worked out again
+                    return FormulaJob(e.key, base, e.ms1, table, tuple(self.new_keys(top_k)), self.libraries,
+                                      tuple(self.new_keys(LIBRARY_RUNS)) if self.libraries else (),
+                                      reuse=tuple((r.key, r.spectrum.formula, r.spectrum.adduct, r.session)
+                                                  for r in runs if r.session is not None))
                 return [(r.key, r.session) for r in runs]
         e.reset_results()
         if e.spectrum.formula and e.spectrum.adduct:  # "Run best k" over a formula set by hand
@@ -314,7 +323,8 @@ class RunController(QObject):
         e.status, e.reason = Status.QUEUED, ""
         self.spectra.entry_changed(e.key)
         return FormulaJob(e.key, base, e.ms1, table, tuple(self.new_keys(top_k)), self.libraries,
-                          tuple(self.new_keys(LIBRARY_RUNS)) if self.libraries else ())
+                          tuple(self.new_keys(LIBRARY_RUNS)) if self.libraries else (),
+                          run_items=run_items_of(self.spectra.entries, e))
 
     def libraries_current(self, e: SpectrumEntry) -> bool:
         """Whether ``e``'s session (and result) searched the libraries enabled now."""
@@ -341,8 +351,16 @@ class RunController(QObject):
     def _entry_event(self, e: SpectrumEntry, ev) -> None:
         if isinstance(ev, FormulasRanked):
             e.keep_formulas(ev.base, ev.table)
+            e.ion_note = unsupported_ion_note(ev.table, self.bundle.supported_adducts, len(ev.runs))
+            before = {r.key: r for r in e.formula_runs}
             runs = []
             for run in ev.runs:
+                kept = before.get(run.key)
+                if kept is not None and run.session is not None:  # the same formula again: its results stay
+                    kept.session, kept.status, kept.reason = run.session, Status.QUEUED, ""
+                    kept.library_refs = library_refs(run.session.libraries)
+                    runs.append(kept)
+                    continue
                 status = Status.QUEUED if run.session is not None else Status.FAILED
                 runs.append(SpectrumEntry(run.key, run.spectrum, original=run.spectrum, session=run.session,
                                           model_checksum=self.bundle.checksum if run.session is not None else None,
@@ -350,6 +368,10 @@ class RunController(QObject):
                                           candidate=run.candidate, ms1=e.ms1,
                                           library_refs=library_refs(run.session.libraries)
                                           if run.session is not None else ()))
+            if before:  # the libraries changed: which formula runs they added or dropped (said when the run ends)
+                changes = self._run.setdefault("formula_changes", [])
+                changes += [("ran", r) for r in runs if r.key not in before]
+                changes += [("dropped", r) for r in before.values() if not any(r is x for x in runs)]
             e.formula_runs = runs
             self.spectra.add_runs(runs)
             e.sync_status()
@@ -360,10 +382,8 @@ class RunController(QObject):
             self.spectra.entry_changed(e.key)
             self.progress.emit(int(1000 * ev.position / ev.count), f"Spectrum {ev.position + 1} of {ev.count}")
             self.entry_updated.emit(e.key, "status")
-        elif isinstance(ev, EntryProgress):
-            what = f"Spectrum {ev.position + 1} of {ev.count}: " if ev.count > 1 else ""
-            self.progress.emit(int(1000 * (ev.position + ev.done / max(ev.total, 1)) / ev.count),
-                               f"{what}{ev.done}/{ev.total} structures")
+        elif isinstance(ev, EntryProgress):  # samples drawn; a deep search's phase
+            self.progress.emit(int(1000 * ev.fraction), ev.text())
         elif isinstance(ev, EntryRanking):
             e.live = ev.result
             self.entry_updated.emit(e.key, "ranking")
@@ -386,6 +406,8 @@ class RunController(QObject):
             if e is None:
                 continue
             for run in e.formula_runs:
+                if run.status == Status.RUNNING and running_status == Status.CANCELLED and self._keep_partial(run):
+                    continue
                 if run.status in (Status.RUNNING, Status.QUEUED):
                     run.live = None
                     run.status = Status.DONE if run.result is not None else (
@@ -397,7 +419,10 @@ class RunController(QObject):
                 self.spectra.entry_changed(e.key)
                 self.entry_updated.emit(e.key, "status")
                 continue
-            if e.status in (Status.RUNNING, Status.QUEUED):
+            if e.status == Status.RUNNING and running_status == Status.CANCELLED and self._keep_partial(e):
+                self.spectra.entry_changed(key)
+                self.entry_updated.emit(key, "result")
+            elif e.status in (Status.RUNNING, Status.QUEUED):
                 e.live = None
                 if e.status == Status.RUNNING:
                     e.status = Status.DONE if e.result is not None else running_status
@@ -411,11 +436,24 @@ class RunController(QObject):
                 owner.sync_status()
                 self.spectra.entry_changed(owner.key)
 
+    @staticmethod
+    def _keep_partial(e: SpectrumEntry) -> bool:
+        """A deep search cancelled: ``e`` keeps the ranking it had found so far (partial, status "cancelled
+        (partial)") instead of its earlier result; False for any other run (it keeps its earlier candidates)."""
+        live = e.live
+        if live is None or live.params.effort != "deep" or not live.candidates:
+            return False
+        e.previous, e.result, e.live = e.result, dataclasses.replace(live, partial=True), None
+        e.status, e.reason = Status.PARTIAL, ""
+        return True
+
     def _run_done(self, outcome) -> None:
         n, failed = len(outcome.finished), len(outcome.failed)
         skipped = self._run.get("skipped", 0)
         extra = "".join([f", {failed} failed" if failed else "", f", {skipped} skipped" if skipped else ""])
-        if not self._run.get("retune"):
+        if self._run.get("libraries"):
+            self.status.emit(libraries_rerun_text(n, outcome.seconds, self._run.get("formula_changes", [])), 15000)
+        elif not self._run.get("retune"):
             self.status.emit(f"Done: {plural(n)} in {outcome.seconds:.1f} s{extra}.", 8000)
         else:
             e = self.spectra.entry(outcome.finished[0]) if outcome.finished else None
@@ -427,7 +465,12 @@ class RunController(QObject):
 
     def _run_cancelled(self) -> None:
         self._end_run(Status.CANCELLED)
-        if not self.retune_pending:
+        partial = any(e is not None and e.status == Status.PARTIAL
+                      for e in map(self.spectra.entry, self._run.get("keys", [])))
+        if partial and not self.retune_pending:
+            self.status.emit("Cancelled (partial): the deep search keeps the candidates it had found; spectra not "
+                             "started keep their earlier candidates (if any).", 8000)
+        elif not self.retune_pending:
             self.status.emit("Cancelled. Spectra that were not finished keep their earlier candidates (if any).", 8000)
         self._announce(self.run_finished, "cancelled")
 

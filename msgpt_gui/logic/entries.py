@@ -44,6 +44,7 @@ class Status:
     DONE = "done"
     SKIPPED = "skipped"
     CANCELLED = "cancelled"
+    PARTIAL = "cancelled (partial)"  # a deep search cancelled: it keeps the candidates it had found
     FAILED = "failed"
 
 
@@ -76,6 +77,7 @@ class SpectrumEntry:
     formula_runs: list[SpectrumEntry] = field(default_factory=list)  # one entry per formula Run took (not listed)
     owner_key: int | None = None  # a formula run: the key of the listed entry it belongs to
     candidate: object | None = None  # a formula run: its FormulaCandidate
+    ion_note: str = ""  # Run took other ion types than the best formula candidate's (logic.formulas.unsupported_ion_note)
 
     @classmethod
     def from_item(cls, key: int, item: Spectrum | SkippedRecord) -> SpectrumEntry:
@@ -206,6 +208,8 @@ class SpectrumEntry:
         states = [r.status for r in runs]
         if any(s in (Status.RUNNING, Status.QUEUED) for s in states):
             self.status, self.reason = Status.RUNNING, ""
+        elif Status.PARTIAL in states:
+            self.status, self.reason = Status.PARTIAL, ""
         elif Status.DONE in states or any(r.result is not None for r in runs):
             self.status, self.reason = Status.DONE, ""
         elif Status.CANCELLED in states:
@@ -303,7 +307,7 @@ class SpectrumEntry:
             blocked = self.blocker(supported_adducts)
             if blocked is not None:
                 return blocked[0]
-        return self.status
+        return f"{self.status} ⚠" if self.ion_note and self.status == Status.DONE else self.status
 
     def status_text(self, supported_adducts: Sequence[str] | None = None) -> str:
         """The status with its reason and fix (the Status column's tooltip)."""
@@ -313,7 +317,9 @@ class SpectrumEntry:
                 return f"{blocked[0]}: {blocked[1]}"
         if self.status in (Status.SKIPPED, Status.FAILED) and self.reason:
             return f"{self.status}: {self.reason}"
-        return self.status
+        if self.status == Status.PARTIAL:
+            return f"{self.status}: the deep search was cancelled; its candidates so far are kept"
+        return f"{self.status} ({self.ion_note})" if self.ion_note else self.status
 
     def notes(self) -> list[str]:
         """What the app notes about the spectrum (the user's own notes are :attr:`user_notes`)."""
@@ -345,6 +351,7 @@ class SpectrumEntry:
         self.model_checksum = None
         self.drawn_samples = ()
         self.formula_runs = []
+        self.ion_note = ""
         if self.spectrum is not None:
             self.status, self.reason = Status.NOT_RUN, ""
 

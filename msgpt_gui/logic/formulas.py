@@ -248,3 +248,18 @@ def formula_scores(results: Sequence[SpectrumResult]) -> dict[str, tuple[str, st
         if r is not None and r.spectrum.formula and any(formula_note(r.spectrum)):
             out.setdefault(r.spectrum.formula, formula_note(r.spectrum))
     return out
+
+
+def unsupported_ion_note(table: FormulaTable | None, supported_adducts: Sequence[str] | None,
+                         k: int = DEFAULT_TOP_K) -> str:
+    """A short note when the best formula candidate of ``table`` is of an ion type the model cannot run, so that Run
+    took other ion types (``k``: how many formulas it takes), e.g. "best ion type [M+NH4]+ is not supported by this
+    model: ran [M+H]+"; '' when there is nothing to say (the best one runs, or no model is loaded)."""
+    if table is None or not table.candidates or supported_adducts is None:
+        return ""
+    best = min(table.candidates, key=lambda c: c.rank)
+    if best.ion_type in supported_adducts:
+        return ""
+    ran = list(dict.fromkeys(c.ion_type for c in table.runnable(k, supported_adducts)))
+    what = f"ran {', '.join(ran)}" if ran else f"it supports {', '.join(supported_adducts)}"
+    return f"best ion type {best.ion_type} is not supported by this model: {what}"
