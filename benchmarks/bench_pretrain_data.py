@@ -4,14 +4,14 @@ On the lent H200 the first accelerator run trained at 3,800 records/s (226k toke
 collated and corrupted by one Python thread beside the training loop: far below what the GPU computes for
 a 10M-parameter decoder. This script measures, in one run on the same machine:
 
-1. batch preparation alone (collate + simulated queries of ``training.pretrain.StepBatches``), records/s:
+1. batch preparation alone (collate + simulated queries of ``training.decoder.pretrain.StepBatches``), records/s:
    inline (the baseline of the ratios), a prefetch thread, and ``--workers`` processes;
 2. pretraining for ``--seconds`` each with the prefetch thread and with the largest worker count
    (``data_workers``), records/s from the run's own steps (the first 10 steps untimed).
 
     python benchmarks/bench_pretrain_data.py --corpus DIR --noise NOISE.npz [--init DECODER] --device cuda
 
-``--corpus`` is a prepared corpus (``python -m training.accelerator`` materializes one from its pack with
+``--corpus`` is a prepared corpus (``python -m training.decoder.accelerator`` materializes one from its pack with
 ``materialize_corpus``; ``--pack`` does that first).
 """
 
@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from training.batching import FormulaGroupedBatchSampler  # noqa: E402
-from training.dataset import CorpusDataset  # noqa: E402
-from training.noise import FingerprintNoise  # noqa: E402
-from training.pretrain import BatchStream, PretrainConfig, StepBatches, StepDone, pretrain  # noqa: E402
+from training.data.batching import FormulaGroupedBatchSampler  # noqa: E402
+from training.data.dataset import CorpusDataset  # noqa: E402
+from training.encoder.noise import FingerprintNoise  # noqa: E402
+from training.decoder.pretrain import BatchStream, PretrainConfig, StepBatches, StepDone, pretrain  # noqa: E402
 
 
 def prepare_rate(corpus: str, noise: str, batch: int, steps: int, prefetch: int, workers: int) -> float:
@@ -59,7 +59,7 @@ def train_rate(corpus: str, noise: str, init: str | None, device: str, batch: in
         import json
 
         from engine.model.decoder import DecoderConfig
-        from training.accelerator import _preset_of
+        from training.decoder.accelerator import _preset_of
 
         dec = DecoderConfig.from_dict(json.loads((Path(init) / "decoder_config.json").read_text()))
         shape = {"preset": _preset_of(dec), "dropout": dec.dropout, "block_size": dec.block_size}
@@ -92,7 +92,7 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=45.0, help="of each training run (0: none)")
     args = p.parse_args()
     if args.pack:
-        from training.accelerator import materialize_corpus
+        from training.decoder.accelerator import materialize_corpus
 
         args.corpus = args.corpus or tempfile.mkdtemp(prefix="bench-corpus-")
         materialize_corpus(Path(args.pack), Path(args.corpus), oversample=2)

@@ -19,7 +19,7 @@ right, the Brier score against always saying that rate, the expected calibration
 record's formula (one run per spectrum, the setting the confidence model's own check uses).
 
 ``--isomers RUN`` makes ``suspects`` issue #36's retrieval target as a user meets it: each true structure among up
-to 255 corpus structures of its formula, added to the list from a ``python -m training.retrieval`` run folder
+to 255 corpus structures of its formula, added to the list from a ``python -m training.studies.retrieval`` run folder
 (the formula-track candidates, marked ``fl``, of its first pool of the same true structure; spectra whose truth
 has none there are left out, and the script says how many), with the de novo candidates, the bundled libraries
 and, unless ``--formula-given``, the formula ranking in the same run.
@@ -98,7 +98,7 @@ def shipped_keys() -> set[str]:
 
 
 def formula_isomers(run: Path, truths: set[str]) -> dict[str, list[str]]:
-    """The formula-track SMILES of each of ``truths`` (first InChIKey blocks) in a ``training.retrieval`` run's
+    """The formula-track SMILES of each of ``truths`` (first InChIKey blocks) in a ``training.studies.retrieval`` run's
     ``pools.jsonl`` (its first pool of that truth)."""
     out: dict[str, list[str]] = {}
     for line in (run / "pools.jsonl").read_text(encoding="utf-8").splitlines():
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--formula-given", action="store_true",
                    help="keep each record's formula (one run per spectrum) instead of hiding it")
     p.add_argument("--isomers", type=Path, default=None,
-                   help="a training.retrieval run: add each truth's formula-track isomers to the suspect list")
+                   help="a training.studies.retrieval run: add each truth's formula-track isomers to the suspect list")
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     records = select(a.mgf, a.positive, a.negative)

@@ -19,7 +19,7 @@ records of the spectra's structures (``--mgf``; high resolution, with ion mode) 
 but each query's own record; ``other_lab`` only those from another lab than the query's (MassBank accession
 ``MSBNK-<lab>-...``), the case of a user's own instrument. The truth's rank is over all ranked candidates.
 
-Spectra and isomers come from a ``python -m training.retrieval`` run folder: its FOLD=val spectra
+Spectra and isomers come from a ``python -m training.studies.retrieval`` run folder: its FOLD=val spectra
 (``selection.json``) and each one's formula-track library (the truth plus up to 255 corpus structures of its
 formula, ``pools.jsonl``, the candidates marked ``fl``). All of them go into one suspect CSV, indexed once, so
 a spectrum whose formula another spectrum shares has that spectrum's isomers in its list too (the script says
@@ -51,7 +51,7 @@ from engine.model.bundle import load_bundle
 from engine.paths import default_model_dir
 from engine.spectra.spectrum import Spectrum
 from engine.spectral_library import load_bundled_spectral_library
-from training.report import bootstrap_ci
+from training.evaluation.report import bootstrap_ci
 
 KS = (1, 5, 20)
 
@@ -98,7 +98,7 @@ def reference_spectra(mgf: Path, sets: list, how: str):
     if how == "none":
         return None
     from engine.spectral_library.index import library_from_references
-    from training.spectral_library import held_out_queries
+    from training.bundle.spectral_library import held_out_queries
 
     queries = {spectrum.id for spectrum, _, _ in sets}
     truths = {truth for _, truth, _ in sets}
@@ -111,7 +111,7 @@ def reference_spectra(mgf: Path, sets: list, how: str):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pools", required=True, type=Path, help="a training.retrieval output folder")
+    p.add_argument("--pools", required=True, type=Path, help="a training.studies.retrieval output folder")
     p.add_argument("--n", type=int, default=150, help="FOLD=val spectra (the run's first N)")
     p.add_argument("--model", type=Path, default=None, help="model bundle (default: the bundled model)")
     p.add_argument("--references", choices=("none", "loso", "other_lab"), default="none",

@@ -1,13 +1,13 @@
 """Two forward scores on the same retrieval pools: the paired 95% interval of the library-alone Hit@1 gain.
 
-``training.retrieval_forward`` pairs weights of one score (its suspect-rule table); this pairs two of its runs,
+``training.studies.retrieval_forward`` pairs weights of one score (its suspect-rule table); this pairs two of its runs,
 each at its own weight, for instance the unweighted score at ``w = 8`` against the intensity-weighted one at
-``w = 4``. Both runs' ``forward_scores.jsonl`` must cover the pools (run ``training.retrieval_forward`` first).
+``w = 4``. Both runs' ``forward_scores.jsonl`` must cover the pools (run ``training.studies.retrieval_forward`` first).
 Per set (train-unseen, FOLD=val) and track it prints Hit@1 of A and B and the interval of B − A, for the mean
 over both tracks too; ``--fresh N`` also prints the FOLD=val pools after the first N (spectra not looked at by
 an earlier choice)::
 
-    python benchmarks/compare_forward_scores.py --pools runs/retrieval/v10_lib_all \\
+    python benchmarks/studies/compare_forward_scores.py --pools runs/retrieval/v10_lib_all \\
         --a runs/retrieval_forward/all_shipped:8 --b runs/retrieval_forward/all_int4:4 --fresh 150
 """
 
@@ -19,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from training.retrieval import TRACKS, Pool, ci95  # noqa: E402
-from training.retrieval_forward import SETS, library_hit1, read_score_cache, with_forward  # noqa: E402
-from training.retrieval_scorer import pool_spectra  # noqa: E402
+from training.studies.retrieval import TRACKS, Pool, ci95  # noqa: E402
+from training.studies.retrieval_forward import SETS, library_hit1, read_score_cache, with_forward  # noqa: E402
+from training.studies.retrieval_scorer import pool_spectra  # noqa: E402
 
 
 def run_and_weight(text: str) -> tuple[Path, float]:
@@ -42,7 +42,7 @@ def _ci(gain: np.ndarray) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pools", required=True, type=Path, help="a training.retrieval output folder")
+    p.add_argument("--pools", required=True, type=Path, help="a training.studies.retrieval output folder")
     p.add_argument("--a", required=True, type=run_and_weight, help="FOLDER:WEIGHT of the baseline run")
     p.add_argument("--b", required=True, type=run_and_weight, help="FOLDER:WEIGHT of the run compared with it")
     p.add_argument("--shortlist", type=int, default=10)
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         missing = [k for k in records if k not in caches[name]]
         if missing:
             p.error(f"{folder} has no forward scores for {len(missing)} of the {len(records)} pools; run "
-                    f"training.retrieval_forward --pools {a.pools} --out {folder} first")
+                    f"training.studies.retrieval_forward --pools {a.pools} --out {folder} first")
     print(f"A = {a.a[0]} at w = {a.a[1]:g}; B = {a.b[0]} at w = {a.b[1]:g}; top {a.shortlist}; Hit@1 gain B − A, "
           "points (95% interval, paired bootstrap)")
     for _, fold, label in SETS:

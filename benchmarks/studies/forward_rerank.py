@@ -2,13 +2,13 @@
 
 ::
 
-    python benchmarks/forward_rerank.py --mgf ../shared/data/massbank_dev.mgf.gz --forward runs/forward \\
+    python benchmarks/studies/forward_rerank.py --mgf ../shared/data/massbank_dev.mgf.gz --forward runs/forward \\
         --results runs/eval_v8/results.jsonl runs/eval_v8_neg/results.jsonl --out runs/forward_rerank.json
 
 For each spectrum and variant of the results (their top 10 candidates, in the run's fingerprint-score
 order), every candidate gets a **forward score**: the log-likelihood of the spectrum's peak formulas (the
 encoder's peak tokens: annotated neutral subformulas, at most ``max_peaks``) under the forward model of
-``training/forward.py`` (:func:`engine.model.forward.candidates`: bond-cleavage pieces, ±2 H):
+``training/encoder/forward.py`` (:func:`engine.model.forward.candidates`: bond-cleavage pieces, ±2 H):
 
     Σ over the candidate's fragment formulas f of [o_f log q_f + (1 − o_f) log(1 − q_f)]
     + (observed peaks no fragment of the candidate explains) · log eps
@@ -36,9 +36,9 @@ import numpy as np
 from engine.chem import molecules as chem
 from engine.progress import run_to_end
 from engine.model.forward import ForwardModel, candidates, forward_score
-from training.forward import encoder_features
-from training.loop import torch_threads
-from training.spectra import iter_load_labelled_spectra
+from training.encoder.forward import encoder_features
+from training.core.loop import torch_threads
+from training.data.spectra import iter_load_labelled_spectra
 
 RANKINGS = ("fingerprint", "forward", "fingerprint + forward")
 
@@ -53,7 +53,7 @@ def rank_of(reference: str, keys: list[str], scores: list[float]) -> int | None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mgf", required=True)
-    ap.add_argument("--forward", required=True, help="a forward model folder (python -m training.forward fit)")
+    ap.add_argument("--forward", required=True, help="a forward model folder (python -m training.encoder.forward fit)")
     ap.add_argument("--results", nargs="+", required=True, help="results.jsonl of msgpt-eval runs")
     ap.add_argument("--eps", type=float, default=0.01, help="probability of an observed peak no fragment explains")
     ap.add_argument("--cache-dir")

@@ -7,7 +7,7 @@ of all listed top candidates found in the set, and the share of rank-1 candidate
 reference. On the validation fold the references are held out of the training corpus, so a rank-1
 candidate from the corpus is always wrong there: the model recalled a structure it saw::
 
-    python benchmarks/novelty_share.py runs/eval_c13b/results.jsonl --known resources/default_model
+    python benchmarks/studies/novelty_share.py runs/eval_c13b/results.jsonl --known resources/default_model
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 

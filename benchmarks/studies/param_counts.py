@@ -19,7 +19,7 @@ Worked out by hand (d=768, FFN 3072, vocabulary 1882, 256 positions, all Linear 
 - context projection: 768*768 + 768 = 590,592 -> paper 0.6M.
 - total 148,923,648 vs the paper's 150.1M: the whole 1.18M difference is the fingerprint encoder's.
 
-LoRA of posterior-aligned adaptation (training/adapt.py; rank r = 4, r * (in + out) per linear layer):
+LoRA of posterior-aligned adaptation (training/decoder/adapt.py; rank r = 4, r * (in + out) per linear layer):
 
 - ours, 41 layers: fingerprint encoder 2 layers x (value, output) 4 * 4 * 1,536 = 24,576; context
   projection 6,144; 6 cross-attention blocks x (q, k, v, out 4 * 6,144 + FFN 2 * 15,360) = 331,776;
@@ -40,9 +40,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from engine.model.decoder import ConditionalDecoder, DecoderConfig, parameter_counts  # noqa: E402
-from training.adapt import lora_targets, predicted_lora_parameters
+from training.decoder.adapt import lora_targets, predicted_lora_parameters
 
 PAPER_LORA = (39, 350_212)  # Appendix "Posterior-Aligned Adaptation": layers, trainable parameters
 PAPER = {  # Table "Architecture and unique parameter counts", in millions
@@ -70,7 +70,7 @@ def main() -> None:
           "(1,181,952) would give 18.50M and 150.1M; the LoRA count below pins these shapes down. The\n"
           "paper's architecture text describes no such layers, so the model has none. Every other\n"
           "component matches to the paper's rounding (see this script's docstring for the arithmetic).")
-    print("\nLoRA of posterior-aligned adaptation (rank 4; training/adapt.py)")
+    print("\nLoRA of posterior-aligned adaptation (rank 4; training/decoder/adapt.py)")
     print(f"{'preset':8s} {'layers':>6s} {'trainable':>10s} {'share':>7s}")
     for name in ("tiny", "small", "paper"):
         with torch.device("meta"):

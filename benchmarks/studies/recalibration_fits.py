@@ -2,8 +2,8 @@
 
 ::
 
-    OMP_NUM_THREADS=1 python benchmarks/recalibration_fits.py --mzml ../shared/data/mzml/qexactive_dda_*.mzML
-    OMP_NUM_THREADS=1 python benchmarks/recalibration_fits.py --mgf ../shared/data/massbank_dev.mgf.gz \\
+    OMP_NUM_THREADS=1 python benchmarks/studies/recalibration_fits.py --mzml ../shared/data/mzml/qexactive_dda_*.mzML
+    OMP_NUM_THREADS=1 python benchmarks/studies/recalibration_fits.py --mgf ../shared/data/massbank_dev.mgf.gz \\
         --fold train --instruments qtof orbitrap --max-structures 150
 
 For each run, :func:`~engine.formulas.recalibration.recalibrate_run` as shipped, and each of its two passes'
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -148,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         report_run(path.rsplit("/", 1)[-1], [(f.spectrum, f.ms1) for f in features if f.spectrum.formula is None],
                    scorer, rc)
     if args.mgf:
-        from formula_benchmark import select  # benchmarks/ is the script folder
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the formula benchmarks
+        from formula_benchmark import select
         from realistic_runs import INSTRUMENTS, perturb_run
 
         from engine.chem.formula import formula_mass, parse_formula

@@ -7,13 +7,13 @@ cut at the length limit), a string SAFE cannot decode, RDKit's sanitisation fail
 valence, ...), or a valid molecule whose formula differs (by how many hydrogens). It prints a table
 of the shares, so a change to :mod:`engine.model.constraints` can be judged by which failure it removes::
 
-    python benchmarks/yield_breakdown.py --mgf ../shared/data/massbank_dev.mgf.gz --max-spectra 40
+    python benchmarks/studies/yield_breakdown.py --mgf ../shared/data/massbank_dev.mgf.gz --max-spectra 40
 
 ``--corpus molecules.tsv.gz`` checks the other side, that the masks forbid few real molecules: it writes
 a seeded sample of the corpus's structures as canonical SAFE (stereo removed) and counts those with a
 token masked somewhere (with the shipped tokenizer; structures it cannot spell are skipped)::
 
-    python benchmarks/yield_breakdown.py --corpus ../shared/data/molecules.tsv.gz --structures 2000
+    python benchmarks/studies/yield_breakdown.py --corpus ../shared/data/molecules.tsv.gz --structures 2000
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
@@ -116,7 +116,7 @@ def masked_references(model_dir: str, corpus: str, n: int, seed: int = 0) -> int
 def main(argv=None) -> int:
     from engine.elucidation.pipeline import SpectrumSession
     from engine.progress import run_to_end
-    from training.evaluate import EvalConfig, load_model, query_for, select_spectra
+    from training.evaluation.evaluate import EvalConfig, load_model, query_for, select_spectra
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=str(ROOT / "resources" / "default_model"))

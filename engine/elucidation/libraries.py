@@ -24,11 +24,11 @@ A run's ``libraries`` is one sequence holding :class:`~engine.library.StructureL
 All of them join the pool's one ranking (:meth:`CandidatePool.add_known`), scored by the same fingerprint score
 as the samples plus :data:`LIBRARY_PRIOR`, the log-odds that a structure someone has catalogued is the answer
 rather than a look-alike the decoder made up to match the predicted fingerprint. It is 0: measured on FOLD=train
-spectra the encoder never saw (``training/retrieval.py``, docs/known_compounds.md), every positive prior that raised
+spectra the encoder never saw (``training/studies/retrieval.py``, docs/known_compounds.md), every positive prior that raised
 the library's Hit@1 also pushed de novo answers of structures in no library down (crowding). Even at 0 the bundled
 libraries' structures that no sample drew pushed some down; such a structure therefore also gets
 :data:`UNDRAWN_PRIOR` (−16 nats): of the penalties that left no crowding on FOLD=train spectra the encoder never
-saw, the one that kept most library structures that are the answer at rank 1 (``training/library_prior.py``). A
+saw, the one that kept most library structures that are the answer at rank 1 (``training/studies/library_prior.py``). A
 suspect list's structures and identifications rank before the rest, in their own order.
 """
 
@@ -48,7 +48,7 @@ from engine.spectral_library.search import AnswerThreshold, SearchParams, Spectr
 LIBRARY_PRIOR = 0.0
 #: Added to it for a library structure no sample drew, unless a suspect list holds it or a reference spectrum
 #: identifies it (QueryParams.undrawn_prior): such a structure ranks above a prediction only when its fingerprint
-#: score beats it by this many nats. Chosen by ``training/library_prior.py`` (docs/known_compounds.md).
+#: score beats it by this many nats. Chosen by ``training/studies/library_prior.py`` (docs/known_compounds.md).
 UNDRAWN_PRIOR = -16.0
 #: How many reference hits of a spectrum are offered to its pool.
 SPECTRAL_HITS = 5

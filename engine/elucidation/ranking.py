@@ -198,7 +198,7 @@ class AnalogRerank:
     the structures of ``references`` (a candidate like the compounds whose spectra resemble the query's is
     likelier); ``weight ·`` that joins the score of a suspect-list structure or an identification ranked among
     them, ``others_weight ·`` that of any other candidate. The weights are those
-    ``training.retrieval_analogs`` chose (:class:`engine.model.forward.ForwardRanking`)."""
+    ``training.studies.retrieval_analogs`` chose (:class:`engine.model.forward.ForwardRanking`)."""
 
     references: tuple[AnalogReference, ...]
     weight: float

@@ -32,7 +32,7 @@ formulas and ion types its precursor m/z allows and ranks them, as SIRIUS and BU
                   molecule seen in it (an ``[M+Na]+`` beside an ``[M+H]+`` 21.98 Da lower).
 
    The weights of ``mass``, ``prior`` and ``fragments`` were learned by a conditional logit on
-   FOLD=train MassBank spectra (``python -m training.formula_scorer``; never FOLD=val) and ship in
+   FOLD=train MassBank spectra (``python -m training.calibration.formula_scorer``; never FOLD=val) and ship in
    ``resources/formula_scorer.json``, with the corpus statistics. Ranking runs in two stages: all
    formulas by mass, prior and ion type, then the best ``max_scored`` per ion type
    (default 60) also by their fragments (and MS1); the table holds the latter. Its notes say what the
@@ -97,7 +97,7 @@ PARTNER_ION_TYPES = {
     "positive": ("[M+H]+", "[M+Na]+", "[M+NH4]+", "[M+K]+"),
     "negative": ("[M-H]-", "[M+Cl]-", "[M+HCOO]-", "[M+CH3COO]-"),
 }
-#: The precursor scatter (ppm) the shipped scorer's mass weight was learned with (training.formula_scorer).
+#: The precursor scatter (ppm) the shipped scorer's mass weight was learned with (training.calibration.formula_scorer).
 SCORER_SIGMA_PPM = 3.0
 TERMS = ("mass", "prior", "fragments", "ion_type", "isotopes", "adducts")
 

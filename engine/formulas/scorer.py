@@ -1,5 +1,5 @@
 """The formula scorer: the learned weights of the ``mass``, ``prior`` and ``fragments`` terms (a conditional logit
-trained on FOLD=train MassBank spectra by ``python -m training.formula_scorer``) with the corpus prior, shipped in
+trained on FOLD=train MassBank spectra by ``python -m training.calibration.formula_scorer``) with the corpus prior, shipped in
 ``resources/formula_scorer.json`` (:func:`default_scorer`).
 """
 
@@ -120,11 +120,11 @@ class FormulaScorer:
 
 @lru_cache(maxsize=1)
 def default_scorer() -> FormulaScorer:
-    """The scorer shipped in ``resources/`` (trained by ``python -m training.formula_scorer``)."""
+    """The scorer shipped in ``resources/`` (trained by ``python -m training.calibration.formula_scorer``)."""
     from engine.paths import resources_dir
 
     path = resources_dir() / SCORER_FILE
     if not path.is_file():
         raise ConfigError(f"The formula scorer {path} is missing; reinstall the app or run "
-                          "`python -m training.formula_scorer` to make one.")
+                          "`python -m training.calibration.formula_scorer` to make one.")
     return FormulaScorer.load(path)

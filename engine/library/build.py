@@ -8,7 +8,7 @@ to the first row's (``;``-joined). Rows without a structure RDKit can read are s
 line (the first :data:`MAX_PROBLEMS`, and a count).
 
 ``trust_keys=True`` is for files this program wrote itself, such as the bundled library
-(:mod:`engine.library.cache`, written by ``training.structure_library``): a row with a SMILES, its InChIKey and
+(:mod:`engine.library.cache`, written by ``training.bundle.structure_library``): a row with a SMILES, its InChIKey and
 its formula is taken as it is, already standardised, and RDKit is not run on it at all (mass from the formula);
 a row without a formula still takes its own InChIKey when the structure needed no standardisation. Such a
 library computes fingerprints when they are first asked for (:meth:`StructureLibrary.bits`), so the bundled

@@ -4,7 +4,7 @@ A bit of the 4096-bit radius-2 Morgan fingerprint (:mod:`engine.chem.molecules`)
 environment whose identifier hashes to it: an atom (radius 0), or an atom with its neighbours out to
 one or two bonds. Several environments share a bit (hash collisions), so the meaning of a bit is
 empirical: the environments that set it in real molecules, most frequent first.
-:func:`bit_environments` lists them for one molecule; ``python -m training.bit_legend`` counts them
+:func:`bit_environments` lists them for one molecule; ``python -m training.bundle.bit_legend`` counts them
 over a sample of the training corpus and writes ``bit_legend.json.gz``, which a bundle may ship and
 :class:`BitLegend` reads.
 
@@ -265,7 +265,7 @@ class BitLegend:
         version = d.get("format_version")
         if not isinstance(version, int) or version > FORMAT_VERSION:
             raise BundleError(f"{where} has format_version {version!r}, newer than this msgpt reads ({FORMAT_VERSION}); "
-                              "upgrade msgpt or rebuild the legend with python -m training.bit_legend.")
+                              "upgrade msgpt or rebuild the legend with python -m training.bundle.bit_legend.")
         try:
             bits = {}
             for key, entry in d["bits"].items():
@@ -275,7 +275,7 @@ class BitLegend:
                        fingerprint=dict(d["fingerprint"]), top=int(d.get("top", 3)))
         except (KeyError, TypeError, ValueError, ConfigError) as e:
             raise BundleError(f"{where} is malformed ({type(e).__name__}: {e}); rebuild it with "
-                              "python -m training.bit_legend.") from e
+                              "python -m training.bundle.bit_legend.") from e
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> BitLegend:
@@ -285,7 +285,7 @@ class BitLegend:
             data = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
         except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise BundleError(f"Cannot read the bit legend {path}: {e}. Copy the bundle again or rebuild it "
-                              "with python -m training.bit_legend.") from e
+                              "with python -m training.bundle.bit_legend.") from e
         return cls.from_dict(data, str(path))
 
     def check_fingerprint(self, n_bits: int, radius: int = chem.RADIUS) -> None:
@@ -293,7 +293,7 @@ class BitLegend:
         if self.n_bits != n_bits or self.radius != radius:
             raise BundleError(
                 f"The bit legend describes a {self.n_bits}-bit radius-{self.radius} Morgan fingerprint but the model "
-                f"reads {n_bits} bits of radius {radius}; rebuild it for this model with python -m training.bit_legend."
+                f"reads {n_bits} bits of radius {radius}; rebuild it for this model with python -m training.bundle.bit_legend."
             )
 
 

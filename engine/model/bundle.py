@@ -441,7 +441,7 @@ def _attach_adapter(bundle: ModelBundle, adapter_dir: Path) -> None:
         why = f" ({', '.join(pickles)} are pickles, which msgpt never loads)" if pickles else ""
         raise BundleError(f"{adapter_dir} lacks adapter_model.safetensors{why}; remove adapter/ or re-save it.")
     if not (adapter_dir / "adapter_config.json").is_file():
-        raise BundleError(f"{adapter_dir} lacks adapter_config.json; remove adapter/ or re-save it (training/adapt.py).")
+        raise BundleError(f"{adapter_dir} lacks adapter_config.json; remove adapter/ or re-save it (training/decoder/adapt.py).")
     base_state = bundle.decoder.state_dict()
     try:
         peft_model = PeftModel.from_pretrained(copy.deepcopy(bundle.decoder), str(adapter_dir), is_trainable=False)

@@ -11,7 +11,7 @@ few numbers read off the ranked pool (:func:`confidence_features`):
 ``log_candidates``  log of the number of distinct formula-consistent candidates (a spread-out pool)
 ``yield``           formula-consistent samples / samples drawn
 
-The model is fitted by :mod:`training.confidence` on FOLD=train spectra whose posteriors come from
+The model is fitted by :mod:`training.calibration.confidence` on FOLD=train spectra whose posteriors come from
 encoders that never saw their structures (out-of-fold), so it sees the misses a new compound gives; a
 bundle ships it as ``confidence.json``. A spectrum without candidates gets 0. The probability belongs
 to the settings it was fitted with (the κ band, B = 100, formula-constrained decoding, fingerprint
@@ -90,7 +90,7 @@ class ConfidenceModel:
         n = len(self.features)
         if not (len(self.weights) == len(self.mean) == len(self.scale) == n):
             raise BundleError(f"confidence model: {len(self.weights)} weights, {len(self.mean)} means and "
-                              f"{len(self.scale)} scales for {n} features; refit it with `python -m training.confidence`.")
+                              f"{len(self.scale)} scales for {n} features; refit it with `python -m training.calibration.confidence`.")
         unknown = [f for f in self.features if f not in FEATURES]
         if unknown:
             raise BundleError(f"confidence model reads unknown features {unknown}; this version knows {list(FEATURES)}.")
@@ -145,7 +145,7 @@ class ConfidenceModel:
     def from_json(cls, d: dict) -> ConfidenceModel:
         if d.get("format") != FORMAT or d.get("version") not in (1, 2):
             raise BundleError(f"not a version-1 or -2 confidence model (format {d.get('format')!r}, version "
-                              f"{d.get('version')!r}); refit it with `python -m training.confidence fit`.")
+                              f"{d.get('version')!r}); refit it with `python -m training.calibration.confidence fit`.")
         try:
             knots = d.get("recalibration") or {}
             recalibration = ((tuple(float(v) for v in knots["p"]), tuple(float(v) for v in knots["calibrated"]))

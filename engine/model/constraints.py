@@ -46,9 +46,9 @@ Only checked on the finished molecule (by RDKit, in :mod:`engine.elucidation.ran
 count is a lower bound: pyridine-like aromatic N and O/S double bonds are not all known while
 decoding), aromaticity (kekulisation) and exotic valences. The feasibility bounds are heuristics that
 may, rarely, mask a real molecule: 38 of 2,000 seeded corpus structures (``molecules.tsv.gz``,
-``benchmarks/yield_breakdown.py --corpus``) are masked somewhere: 21 permanently charged (an N+ with no
+``benchmarks/studies/yield_breakdown.py --corpus``) are masked somewhere: 21 permanently charged (an N+ with no
 counter-charge), the rest with ring closures the bounds misjudge; ``tests/test_constraints_references.py`` checks every fixture reference.
-``benchmarks/yield_breakdown.py`` sorts the shipped model's band samples by outcome: on 25 val spectra,
+``benchmarks/studies/yield_breakdown.py`` sorts the shipped model's band samples by outcome: on 25 val spectra,
 55% are candidates, 20% are dead ends, 15% fail aromaticity (kekulisation or an aromatic atom outside
 a ring), 10% have the wrong hydrogen count. A one-step rule that every aromatic atom ends with two aromatic
 bonds was measured and dropped: it turned those aromaticity failures into dead ends (27%) and left the

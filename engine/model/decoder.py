@@ -16,7 +16,7 @@ The paper's Appendix "Model Architecture", module by module:
 
 Every non-backbone attention (fingerprint encoder and cross-attention) has separate ``q_proj``,
 ``k_proj``, ``v_proj`` and ``out_proj`` linears, so the LoRA targets of posterior-aligned adaptation
-exist without splitting a fused projection (training/adapt.py:
+exist without splitting a fused projection (training/decoder/adapt.py:
 ``fp_encoder.layers.*.attn.{v,out}_proj``, ``ctx_proj``, ``cross.*.attn.{q,k,v,out}_proj`` and
 ``cross.*.mlp.{c_fc,c_proj}``); the backbone stays as is.
 

@@ -69,7 +69,7 @@ class EncoderConfig:
     fragment_bits: int = field(
         default=0,
         metadata={"help": "Training aid (MIST's MAGMa task): a per-peak head predicting the fingerprint, folded to "
-                  "this many bits, of the fragment each peak is (training.substructures); 0 = none. Inference never "
+                  "this many bits, of the fragment each peak is (training.encoder.substructures); 0 = none. Inference never "
                   "uses it."},
     )
 

@@ -1,6 +1,6 @@
 """The forward model: which fragments of a structure show up as peaks, and how well a structure explains a spectrum.
 
-A small MLP over a structure's bond-cleavage fragments (trained by :mod:`training.forward` on ``FOLD=train``
+A small MLP over a structure's bond-cleavage fragments (trained by :mod:`training.encoder.forward` on ``FOLD=train``
 spectra only). It reads the encoder's token space (neutral subformulas), so a spectrum annotated for the
 encoder is what it is compared with:
 
@@ -198,7 +198,7 @@ class ForwardRanking:
     without a choice) leaves rankings as they are.
 
     The ranking has a second, chosen term beside it, kept here because the suspects' weight was chosen on top of
-    this one (``training.retrieval_analogs``): the **analog score** of a candidate, its highest similarity ×
+    this one (``training.studies.retrieval_analogs``): the **analog score** of a candidate, its highest similarity ×
     Tanimoto to the structures of the query's first ``analog_hits`` analog-search hits in the run's spectral
     libraries (:class:`engine.elucidation.ranking.AnalogRerank`), times ``analog_weight`` for the structures of
     suspect lists and ``analog_weight_others`` for every other candidate (the bundled library's structures, the
@@ -274,7 +274,7 @@ class ForwardModel(nn.Module):
 
 class ForwardEnsemble(nn.Module):
     """Forward models of one architecture whose peak probabilities are averaged: each member is trained on
-    another part of the structures (``training.forward fit --held-out-fold``), so the average depends less on
+    another part of the structures (``training.encoder.forward fit --held-out-fold``), so the average depends less on
     which structures one fit happened to see. Saved like one model (``members`` in its config, the weights
     under ``members.<i>.``); :func:`load_forward` reads either."""
 
@@ -323,7 +323,7 @@ def load_forward(folder: str | Path, config_file: str = "config.json") -> Forwar
     path = folder / config_file
     if not path.is_file():
         raise ConfigError(f"{folder} holds no forward model (no {config_file}); train one with "
-                          f"`python -m training.forward fit`.")  # fmt: skip
+                          f"`python -m training.encoder.forward fit`.")  # fmt: skip
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -7,7 +7,7 @@ the 14 ASCII letters, read little-endian): 8 bytes a structure, looked up by bin
 different blocks share a hash with probability 2⁻⁶⁴, so among a million known structures a new
 candidate is mistaken for a known one about once in 10¹³ look-ups.
 
-``known_structures.npz`` (a bundle's optional file, built by ``python -m training.known_structures``;
+``known_structures.npz`` (a bundle's optional file, built by ``python -m training.bundle.known_structures``;
 :data:`FORMAT` version :data:`FORMAT_VERSION`, plain arrays, no pickles)::
 
     format          str    "msgpt-known-structures"
@@ -108,4 +108,4 @@ class KnownStructures:
             raise
         except (OSError, KeyError, ValueError, TypeError, json.JSONDecodeError) as e:
             raise BundleError(f"Cannot read the known structures {path} ({type(e).__name__}: {e}); copy the bundle "
-                              "again or rebuild the file with python -m training.known_structures.") from e
+                              "again or rebuild the file with python -m training.bundle.known_structures.") from e

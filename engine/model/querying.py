@@ -82,7 +82,7 @@ class Calibration:
 
         Posteriors of the two ion modes differ in how many bits pass a threshold, so an encoder trained on
         both carries one ``D_enc``/``A(t)`` per mode; the per-bit recalibration (``bits``) is the negative
-        mode's own when one was fitted (``training.calibrate_bits --per-polarity``), else shared.
+        mode's own when one was fitted (``training.calibration.calibrate_bits --per-polarity``), else shared.
         """
         if polarity == "negative" and self.negative is not None:
             bits = self.negative.bits if self.negative.bits is not None else self.bits

@@ -83,7 +83,7 @@ class BitCalibration:
             return cls(np.asarray(d["slope"], dtype=np.float64), np.asarray(d["intercept"], dtype=np.float64),
                        int(d.get("n_spectra", 0)), str(d.get("source", "")))
         except (KeyError, TypeError, ValueError, ConfigError) as e:
-            raise BundleError(f"calibration.json: invalid bit_calibration ({e}); re-run training.calibrate_bits.") from e
+            raise BundleError(f"calibration.json: invalid bit_calibration ({e}); re-run training.calibration.calibrate_bits.") from e
 
     @classmethod
     def fit(cls, posteriors: np.ndarray, targets: Sequence[np.ndarray], *, prior_strength: float = 50.0,

@@ -1,4 +1,4 @@
-"""benchmarks/suspect_ranking.py: what it reads from a training.retrieval run, and how it ranks the truth."""
+"""benchmarks/suspect_ranking.py: what it reads from a training.studies.retrieval run, and how it ranks the truth."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The engine's layering (engine/__init__.py): each package imports only from the layers below it and its own
-modules, no module imports Qt, and no import circle exists (lazy imports inside functions included)."""
+"""The layering of engine/ (engine/__init__.py) and training/ (training/__init__.py): each package imports only from
+the layers below it and its own modules, engine/ never imports training/, no module imports Qt, and no import circle
+exists (lazy imports inside functions included)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from import_graph import ROOT, imports, module_name
 LAYERS = ("errors progress paths stamps", "chem", "spectra", "formulas", "library", "spectral_library", "model", "elucidation",
           "insight", "files", "cluster", "cli")
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names.split()}
+#: training/'s packages, lowest first (training/__init__.py); every one may import engine/ too
+TRAINING_LAYERS = ("core", "data", "encoder", "calibration", "decoder", "bundle", "evaluation", "studies")
+TRAINING_RANK = {name: i for i, name in enumerate(TRAINING_LAYERS)}
 QT = ("PySide6", "PyQt5", "PyQt6", "shiboken6", "superqt", "qtpy", "msgpt_gui")
 
 
@@ -19,6 +23,7 @@ def sources(top: str) -> dict[str, Path]:
 
 
 ENGINE = sources("engine")
+TRAINING = sources("training")
 
 
 def layer_of(module: str) -> str:
@@ -40,6 +45,32 @@ def test_engine_imports_only_lower_layers(module):
         assert RANK[other] <= RANK[own], (
             f"{module} (layer {own}) imports {target} (layer {other}): a package may import only from the layers "
             f"below it ({' < '.join(LAYERS)}); move the shared code down")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in TRAINING if m.count(".")))
+def test_training_imports_only_engine_and_lower_layers(module):
+    own = layer_of(module)
+    assert own in TRAINING_RANK, f"{module}: training/ holds its modules in the packages {TRAINING_LAYERS}"
+    for target in imports(TRAINING[module]):
+        top = target.split(".")[0]
+        assert top != "msgpt_gui", f"{module} imports {target}: training/ never imports the app"
+        if top != "training" or target not in TRAINING or not target.count("."):
+            continue
+        other = layer_of(target)
+        assert TRAINING_RANK[other] <= TRAINING_RANK[own], (
+            f"{module} (layer {own}) imports {target} (layer {other}): a training package may import only engine/ "
+            f"and the layers below it ({' < '.join(TRAINING_LAYERS)}); move the shared code down")
+
+
+def test_every_training_package_is_a_layer():
+    packages = sorted(p.name for p in (ROOT / "training").iterdir() if (p / "__init__.py").exists())
+    assert packages == sorted(TRAINING_LAYERS)
+
+
+@pytest.mark.parametrize("module", sorted(ENGINE))
+def test_engine_never_imports_training(module):
+    bad = sorted(m for m in imports(ENGINE[module]) if m.split(".")[0] == "training")
+    assert not bad, f"{module} imports {bad}: the engine never imports training code"
 
 
 @pytest.mark.parametrize("top", ["engine", "training"])
@@ -73,7 +104,7 @@ def find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
 
 @pytest.mark.parametrize("top", ["engine", "msgpt_gui", "training"])
 def test_no_import_circles(top):
-    known = {**ENGINE, **sources("msgpt_gui"), **sources("training")}
+    known = {**ENGINE, **sources("msgpt_gui"), **TRAINING}
     mods = sources(top)
     graph = {m: [t for t in internal(m, known) if not mods.get(t, Path()).name == "__init__.py" or t in mods]
              for m in mods}
@@ -88,6 +119,7 @@ def test_find_cycle_finds_one():
     assert find_cycle({"a": ["b"], "b": []}) is None
 
 
-def test_few_modules_directly_in_engine():
-    direct = sorted(p.name for p in (ROOT / "engine").glob("*.py"))
-    assert len(direct) <= 8, f"engine/ holds {direct}: put modules in the package of their concern"
+@pytest.mark.parametrize("top", ["engine", "training"])
+def test_few_modules_directly_in_a_top_package(top):
+    direct = sorted(p.name for p in (ROOT / top).glob("*.py"))
+    assert len(direct) <= 8, f"{top}/ holds {direct}: put modules in the package of their concern"

@@ -12,7 +12,7 @@ SITAGLIPTIN = "MSBNK-Eawag-EA290310"
 def adapted_copy(bundle_dir, dest):
     """The tiny bundle plus a LoRA adapter on the paper's placement (random B, so it changes the model)."""
     from engine.model.bundle import load_bundle, save_adapter
-    from training.adapt import AdaptConfig, make_trainer, trainable_parameters
+    from training.decoder.adapt import AdaptConfig, make_trainer, trainable_parameters
 
     shutil.copytree(bundle_dir, dest)
     base = load_bundle(dest, device="cpu", precision="fp32")

@@ -31,7 +31,7 @@ def shown_text(label) -> str:
 
 def bundle_with_confidence(tiny_bundle_dir, folder, unsure: bool = False):
     """The tiny bundle with a confidence model fitted for the default settings (``unsure``: always below 1%)."""
-    from training.confidence import _settings, save_model
+    from training.calibration.confidence import _settings, save_model
 
     shutil.copytree(tiny_bundle_dir, folder)
     weights = (0.0,) * 6 if unsure else (2.0, 0.5, 0.3, 0.2, -0.4, 0.1)

@@ -17,7 +17,7 @@ SITAGLIPTIN = "MSBNK-Eawag-EA290310"
 
 @pytest.fixture
 def confident_bundle(tiny_bundle_dir, tmp_path):
-    from training.confidence import _settings, save_model
+    from training.calibration.confidence import _settings, save_model
 
     folder = tmp_path / "bundle"
     shutil.copytree(tiny_bundle_dir, folder)

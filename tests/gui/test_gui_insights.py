@@ -21,7 +21,7 @@ from engine.model.bitlegend import FILE_NAME as LEGEND_FILE
 from engine.model.known import FILE_NAME as KNOWN_FILE
 from engine.model.known import KnownStructures
 from msgpt_gui.novelty_view import FILTERS, NoveltyCandidatesModel
-from training.bit_legend import build_legend
+from training.bundle.bit_legend import build_legend
 
 SITAGLIPTIN = "MSBNK-Eawag-EA290310"
 NICOTINE = "MSBNK-NaToxAq-NA003084"

@@ -2,7 +2,7 @@
 
 ::
 
-    python -m training.bit_legend --molecules ../shared/data/molecules.tsv.gz --rows 50000 \\
+    python -m training.bundle.bit_legend --molecules ../shared/data/molecules.tsv.gz --rows 50000 \\
         --out resources/default_model/bit_legend.json.gz --bundle resources/default_model
 
 Reads a seeded random sample of ``--rows`` molecules from SMILES tables (``--molecules``: a column
@@ -30,7 +30,7 @@ from engine.chem import molecules as chem
 from engine.errors import ConfigError, MsgptError
 from engine.model.bitlegend import BitLegend, bit_environment_ids, environment_fragment, legend_from_counts
 
-from .corpus_format import corpus_lines
+from training.data.corpus_format import corpus_lines
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +43,12 @@ class LegendProgress:
 
 
 def corpus_smiles(corpus_dir: str | Path) -> Iterator[str]:
-    """SMILES of every record of a prepared corpus (training.corpus), shard by shard in manifest order."""
+    """SMILES of every record of a prepared corpus (training.data.corpus), shard by shard in manifest order."""
     return corpus_lines(corpus_dir, "smiles.txt")
 
 
 def iter_sources(molecules: Sequence[str] = (), corpora: Sequence[str] = ()) -> Iterator[str]:
-    from .corpus import iter_smiles_file
+    from training.data.corpus import iter_smiles_file
 
     for path in molecules:
         yield from iter_smiles_file(path)
@@ -110,9 +110,9 @@ def build_legend(smiles: Sequence[str], *, top: int = 3, source: str = "", n_bit
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.bit_legend", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.bundle.bit_legend", description=__doc__.split("\n\n")[0])
     p.add_argument("--molecules", nargs="*", default=[], metavar="FILE", help="SMILES tables (.smi/.tsv/.csv, .gz)")
-    p.add_argument("--corpus", nargs="*", default=[], metavar="DIR", help="prepared corpora (training.corpus)")
+    p.add_argument("--corpus", nargs="*", default=[], metavar="DIR", help="prepared corpora (training.data.corpus)")
     p.add_argument("--rows", type=int, default=50_000, help="molecules sampled (seeded; default 50000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--top", type=int, default=3, help="environments kept per bit (default 3)")

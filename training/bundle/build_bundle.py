@@ -2,7 +2,7 @@
 
 ::
 
-    python -m training.build_bundle \\
+    python -m training.bundle.build_bundle \\
         --decoder /work/runs/pt_small            # pretraining run (newest checkpoint), a checkpoint or a bundle
         --encoder /work/runs/encoder_v1          # encoder run: weights, config, calibration.json
         [--adapter /work/runs/adapt_v1/adapter]  # peft LoRA adapter (adapter_config.json + safetensors)
@@ -15,7 +15,7 @@ Decoder weights are written in bfloat16 by default (half the size of float32; th
 bf16 where the CPU supports it anyway, and casts back to float32 elsewhere); the encoder stays float32,
 the precision its calibration thresholds were computed in, unless ``--encoder-dtype fp16`` (or bf16)
 stores it rounded: the calibration must then have been computed on the rounded weights
-(``python -m training.calibrate --round-weights fp16``), which is checked. An ``--encoder`` bundle's
+(``python -m training.calibration.calibrate --round-weights fp16``), which is checked. An ``--encoder`` bundle's
 encoder keeps the storage of its file by default. The card (``MODEL_CARD.md``) is
 written from what the runs recorded — data selection, parameter counts, steps, wall time, encoder
 metrics, calibration — so it cannot drift from the weights; ``--evaluation`` adds the measured table.
@@ -28,7 +28,7 @@ record of the decoder's training (``training.decoder_summary`` and ``decoder_sta
 The bundle also gets ``known_structures.npz`` (the novelty flag's training corpus): the structures of
 every corpus the decoder's stages were pretrained on, with those of a bundle a stage started from
 (:func:`training_structures`); when a stage's corpus cannot be found, none is written and the command
-says how to build it by hand (``python -m training.known_structures``).
+says how to build it by hand (``python -m training.bundle.known_structures``).
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ from engine.model.known import FILE_NAME as KNOWN_FILE
 from engine.model.known import KnownStructures
 from engine.model.querying import Calibration
 
-from .bit_legend import build_legend, corpus_smiles, reservoir_sample
-from .calibrate import load_encoder, round_weights, rounded_note
-from .checkpoint import latest_checkpoint, load_decoder
-from .known_structures import corpus_keys
-from .spectra import DEFAULT_ADDUCTS
+from training.bundle.bit_legend import build_legend, corpus_smiles, reservoir_sample
+from training.calibration.calibrate import load_encoder, round_weights, rounded_note
+from training.core.checkpoint import latest_checkpoint, load_decoder
+from training.bundle.known_structures import corpus_keys
+from training.data.spectra import DEFAULT_ADDUCTS
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -228,7 +228,7 @@ def _simulated_line(sim: dict) -> str:
             + ", ".join(f"{n:,} {a}" for a, n in sim.get("adducts", {}).items())
             + f") of {sim.get('structures', 0):,} molecules of `molecules.tsv.gz` ({sources}; "
             + _overlap_words(sim.get("measured_structures"))
-            + "none a `FOLD=val` structure), simulated by the project's forward model (`training/forward.py`, "
+            + "none a `FOLD=val` structure), simulated by the project's forward model (`training/encoder/forward.py`, "
             "trained on the licence-clean `FOLD=train` spectra above"
             + (", **control run**: every fragment candidate equally likely" if sim.get("control") else "")
             + f"; file `{Path(sim['file']).name}`). They add training structures only: calibration, model "
@@ -254,13 +254,13 @@ def _modes_of(adducts) -> str:
 
 def _noise_source(path: str) -> str:
     """Whose posteriors a noise model's rates were measured on, in words for the card."""
-    from .noise import FingerprintNoise
+    from training.encoder.noise import FingerprintNoise
 
     try:
         source = str(FingerprintNoise.load(path).meta.get("source", ""))
     except (BundleError, OSError):
         source = ""
-    if source.startswith("bundle "):  # training.noise fit --bundle
+    if source.startswith("bundle "):  # training.encoder.noise fit --bundle
         return (f"the rates at which the encoder of {source.split(' on ')[0]} keeps true bits and switches false "
                 "ones on for the FOLD=train structures it never trained on")
     return "the rates at which out-of-fold encoders keep true bits and switch false ones on"
@@ -287,7 +287,7 @@ def render_card(name: str, bundle_dir: Path, info: dict, evaluation: str | None)
 
 
 def _device_run(info: dict) -> dict:
-    """The record of a decoder stage trained on a lent accelerator (training.accelerator); empty when none was."""
+    """The record of a decoder stage trained on a lent accelerator (training.decoder.accelerator); empty when none was."""
     return info["decoder"].get("config", {}).get("device_run") or {}
 
 
@@ -296,11 +296,11 @@ def _card_title(name: str, info: dict) -> list[str]:
     weight storage."""
     device_run = _device_run(info)
     where = (f"on a 2-core CPU ({info['machine']}), its last decoder stage on a lent {device_run['device']} "
-             "(`python -m training.accelerator`)" if device_run else f"on a 2-core CPU ({info['machine']})")
+             "(`python -m training.decoder.accelerator`)" if device_run else f"on a 2-core CPU ({info['machine']})")
     return [
         f"# Model card: {name}",
         "",
-        f"The default model bundle of MS-GPT Desktop, trained by this project's own code {where}. Built {info['built']} by `python -m training.build_bundle`; bundle checksum "
+        f"The default model bundle of MS-GPT Desktop, trained by this project's own code {where}. Built {info['built']} by `python -m training.bundle.build_bundle`; bundle checksum "
         f"`{info['checksum'][:16]}`, {info['size_mb']:.1f} MB, decoder weights stored in {info['dtype']}, "
         f"encoder weights in {info.get('encoder_dtype', 'fp32')}"
         + (" (its calibration was computed on those rounded weights)." if info.get("encoder_dtype", "fp32") != "fp32"
@@ -679,7 +679,7 @@ def _round_encoder(args: argparse.Namespace, encoder: torch.nn.Module, encoder_d
     if not all(rounded_note(args.encoder_dtype) in c.source for c in curves):
         raise ConfigError(
             f"--encoder-dtype {args.encoder_dtype} stores rounded encoder weights, but {calibration_file} was "
-            f"not computed on them (its source: {calibration.source!r}). Run python -m training.calibrate "
+            f"not computed on them (its source: {calibration.source!r}). Run python -m training.calibration.calibrate "
             f"--encoder {encoder_dir} --round-weights {args.encoder_dtype} --out CAL.json and pass "
             "--calibration CAL.json.")
     round_weights(encoder, args.encoder_dtype)  # what the file will hold, for the proof load below
@@ -692,7 +692,7 @@ def _add_known_structures(out: Path, checkpoint: Path) -> None:
         add_bundle_file(out, known.save(out / KNOWN_FILE))
     else:
         print(f"note: no {KNOWN_FILE} (the novelty flag's training corpus): {why}. Build it with "
-              f"python -m training.known_structures --corpus CORPUS --out {out / KNOWN_FILE} --bundle {out}",
+              f"python -m training.bundle.known_structures --corpus CORPUS --out {out / KNOWN_FILE} --bundle {out}",
               file=sys.stderr)
 
 
@@ -724,7 +724,7 @@ def _copy_adapter(out: Path, src: Path) -> dict:
     """Copy the LoRA adapter folder ``src`` into the bundle's ``adapter/``; returns its training summary."""
     missing = [f for f in ADAPTER_FILES if not (src / f).is_file()]
     if missing:
-        raise ConfigError(f"{src} lacks {', '.join(missing)}: give the adapter folder written by training.adapt.")
+        raise ConfigError(f"{src} lacks {', '.join(missing)}: give the adapter folder written by training.decoder.adapt.")
     (out / "adapter").mkdir()
     for f in ADAPTER_FILES:
         shutil.copy2(src / f, out / "adapter" / f)
@@ -756,7 +756,7 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="weight storage type (default bf16)")
     p.add_argument("--encoder-dtype", choices=sorted(DTYPES), default=None,
                    help="encoder weight storage (default: fp32, or that of an --encoder bundle; fp16 halves it and "
-                        "needs a calibration computed on the rounded weights: training.calibrate --round-weights "
+                        "needs a calibration computed on the rounded weights: training.calibration.calibrate --round-weights "
                         "fp16)")
     p.add_argument("--interpolate", nargs=2, metavar=("DECODER", "ALPHA"),
                    help="mix the weights: ALPHA x --decoder + (1 - ALPHA) x this decoder (a run, checkpoint or "

@@ -2,14 +2,14 @@
 
 ::
 
-    python -m training.known_structures --out resources/default_model/known_structures.npz \\
+    python -m training.bundle.known_structures --out resources/default_model/known_structures.npz \\
         --corpus runs/corpus_full --bundle resources/default_model
 
 Sources (their union): prepared corpora (``--corpus``: the ``inchikey14.txt`` of every shard listed
 in ``manifest.json``, i.e. exactly the records pretraining reads), SMILES/InChIKey tables
 (``--molecules``: an ``inchikey14``/``inchikey`` column when there is one, else SMILES) and MGF
 libraries (``--mgf`` with ``--mgf-fold``/``--mgf-license``: each structure through the corpus's own
-conversion, so what ``training.corpus prepare --mgf`` drops is left out here too). ``--within``
+conversion, so what ``training.data.corpus prepare --mgf`` drops is left out here too). ``--within``
 keeps only the structures also found in these sources (same kinds; a folder is a corpus, ``.mgf`` an
 MGF): e.g. the records of a full corpus that a model's seeded subset held. Writes the sorted 64-bit
 hashes of the InChIKey first blocks (:class:`engine.model.known.KnownStructures`); ``--bundle`` records
@@ -28,7 +28,7 @@ from engine.errors import ConfigError, MsgptError
 from engine.insight.novelty import iter_structure_list
 from engine.model.known import KnownStructures
 
-from .corpus_format import corpus_lines
+from training.data.corpus_format import corpus_lines
 
 log = logging.getLogger(__name__)
 DEFAULT_LICENSES = ("CC0", "CC BY", "CC BY-SA", "dl-de/by-2-0")
@@ -40,9 +40,9 @@ def corpus_keys(corpus_dir: str | Path) -> Iterator[str]:
 
 
 def mgf_keys(path: str | Path, folds: Sequence[str], licenses: Sequence[str]) -> Iterator[str]:
-    """Keys of the MGF records whose FOLD and LICENSE are among those given, as ``training.corpus prepare
+    """Keys of the MGF records whose FOLD and LICENSE are among those given, as ``training.data.corpus prepare
     --mgf`` makes them: each distinct SMILES through the corpus's own conversion, dropped where it drops it."""
-    from .corpus import ConvertSettings, Record, convert_smiles, select_mgf_structures
+    from training.data.corpus import ConvertSettings, Record, convert_smiles, select_mgf_structures
 
     settings = ConvertSettings()
     for smiles in select_mgf_structures([path], folds, licenses).smiles:
@@ -81,8 +81,8 @@ def _csv_list(text: str) -> tuple[str, ...]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.known_structures", description=__doc__.split("\n\n")[0])
-    p.add_argument("--corpus", nargs="*", default=[], metavar="DIR", help="prepared corpora (training.corpus)")
+    p = argparse.ArgumentParser(prog="python -m training.bundle.known_structures", description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", nargs="*", default=[], metavar="DIR", help="prepared corpora (training.data.corpus)")
     p.add_argument("--molecules", nargs="*", default=[], metavar="FILE", help="SMILES / InChIKey tables (.gz allowed)")
     p.add_argument("--mgf", nargs="*", default=[], metavar="FILE", help="MGF libraries (see --mgf-fold, --mgf-license)")
     p.add_argument("--within", nargs="*", default=[], metavar="SOURCE",

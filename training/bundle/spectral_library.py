@@ -3,9 +3,9 @@ spectral hit is an answer.
 
 ::
 
-    python -m training.spectral_library build --mgf ../shared/data/massbank_dev.mgf.gz \\
+    python -m training.bundle.spectral_library build --mgf ../shared/data/massbank_dev.mgf.gz \\
         --out resources/spectral_library/
-    python -m training.spectral_library calibrate --mgf ../shared/data/massbank_dev.mgf.gz \\
+    python -m training.bundle.spectral_library calibrate --mgf ../shared/data/massbank_dev.mgf.gz \\
         --library resources/spectral_library/massbank_open.mgf.gz --out resources/spectral_library/calibration.json
 
 **build** keeps the records of ``FOLD=train`` whose ``LICENSE`` allows redistribution (:data:`LICENSES`: CC0,
@@ -189,7 +189,7 @@ def attribution(stats: BuildStats, top: int, min_rel: float) -> str:
 `massbank_open.mgf.gz` holds {stats.kept:,} MS/MS reference spectra of {len(stats.structures):,} structures
 (first InChIKey block; {stats.by_polarity.get('positive', 0):,} positive and {stats.by_polarity.get('negative', 0):,}
 negative ion mode; {stats.size / 1e6:.1f} MB compressed), taken from MassBank (MassBank-data release 2025.05.1,
-records of many contributing laboratories) by `python -m training.spectral_library build`. Each record keeps
+records of many contributing laboratories) by `python -m training.bundle.spectral_library build`. Each record keeps
 its MassBank accession (`TITLE`), its licence (`LICENSE`), its contributor (`CONTRIBUTOR`: the laboratory code
 of the accession, `MSBNK-<lab>-...`, which is also the folder of that laboratory's records in MassBank-data) and
 its source (`SOURCE`). The records' pages are at `https://massbank.eu/MassBank/RecordDisplay?id=<accession>`.
@@ -429,7 +429,7 @@ def calibrate(mgf: str | Path, library_path: str | Path, out: str | Path, max_fa
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.spectral_library", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.bundle.spectral_library", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="write massbank_open.mgf.gz and ATTRIBUTION.md")
     b.add_argument("--mgf", required=True, help="MassBank MGF with LICENSE and FOLD (massbank_dev.mgf.gz)")

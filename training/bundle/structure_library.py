@@ -2,7 +2,7 @@
 
 ::
 
-    python -m training.structure_library build --molecules ../shared/data/molecules.tsv.gz \\
+    python -m training.bundle.structure_library build --molecules ../shared/data/molecules.tsv.gz \\
         --out resources/structure_library/
 
 ``molecules.tsv.gz`` (``smiles``, ``inchikey14``, ``source``: ``;``-joined; see ``../shared/data/molecules.md``)
@@ -245,7 +245,7 @@ def attribution(sel: Selection, shipped: set[str], size: int, max_mb: float) -> 
         f"{size / 1e6:.1f} MB compressed), one a row: `smiles` (RDKit canonical, no stereochemistry), "
         "`inchikey14` (first InChIKey block, RDKit) and `source` (every shipped source that holds the "
         "structure, `;`-joined; its licence is in the table below). They were taken from the project's "
-        f"molecule corpus ({sel.n_read:,} structures) by `python -m training.structure_library build`, which "
+        f"molecule corpus ({sel.n_read:,} structures) by `python -m training.bundle.structure_library build`, which "
         "keeps a structure when at least one of its sources allows redistribution, and keeps only those sources. "
         "Processing (RDKit): largest fragment, elements C H N O S P F Cl Br I B Si Se As, isotopes cleared, "
         "stereochemistry removed, 3-70 heavy atoms, neutralised where possible, canonical SMILES."), "",
@@ -282,7 +282,7 @@ def attribution(sel: Selection, shipped: set[str], size: int, max_mb: float) -> 
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.structure_library", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.bundle.structure_library", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="write structures.tsv.gz and ATTRIBUTION.md")
     b.add_argument("--molecules", required=True, help="molecules.tsv.gz (smiles, inchikey14, source)")

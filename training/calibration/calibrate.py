@@ -1,12 +1,12 @@
 """Active-bit density calibration of a trained encoder: ``D_enc`` and ``A(t)`` on its training split.
 
-Run ``python -m training.calibrate --encoder DIR --mgf spectra.mgf.gz --out calibration.json``, or call
+Run ``python -m training.calibration.calibrate --encoder DIR --mgf spectra.mgf.gz --out calibration.json``, or call
 :func:`calibrate_encoder` (a generator of progress events) / :func:`calibrate`.
 
 Paper, "Active-bit density band calibration": ``D_enc`` is the mean number of active Morgan bits of the
 true structures over the spectra of the encoder's *training* set and ``A(t)`` the mean number of
 posterior bits above ``t`` on the same spectra; ``t_κ = A⁻¹(κ·D_enc)``. The training spectra are
-selected exactly as :mod:`training.train_encoder` selected them: the settings come from the encoder
+selected exactly as :mod:`training.encoder.train_encoder` selected them: the settings come from the encoder
 directory's ``train_config.json`` (folds, licences, instrument rule, annotation tolerances), so the
 reference density is the one the posterior was shaped on. Posteriors are computed in eval mode.
 
@@ -38,10 +38,10 @@ from engine.errors import ConfigError, InputFileError
 from engine.model.encoder import EncoderConfig, SpectrumEncoder
 from engine.model.querying import Calibration
 
-from .loop import torch_threads
-from .metrics import mean_active_bits, mean_tanimoto
-from .spectra import CacheHit, FeatureSettings, LabelledSpectra, ReadProgress, iter_load_labelled_spectra
-from .train_encoder import EncoderTrainConfig, load_weights, predict_posteriors, training_split
+from training.core.loop import torch_threads
+from training.core.metrics import mean_active_bits, mean_tanimoto
+from training.data.spectra import CacheHit, FeatureSettings, LabelledSpectra, ReadProgress, iter_load_labelled_spectra
+from training.encoder.train_encoder import EncoderTrainConfig, load_weights, predict_posteriors, training_split
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ def calibrate(encoder_dir: str | Path, mgf: str | Path | None = None, **kwargs) 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m training.calibrate", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.calibration.calibrate", description=__doc__.split("\n\n")[0])
     p.add_argument("--encoder", required=True, help="training output directory (encoder.safetensors, ...)")
     p.add_argument("--mgf", help="labelled MGF (default: the one in train_config.json)")
     p.add_argument("--out", required=True, help="calibration.json to write")

@@ -2,10 +2,10 @@
 
 ::
 
-    python -m training.calibrate_bits --oof runs/oof/oof_posteriors.npz --bundle resources/default_model
+    python -m training.calibration.calibrate_bits --oof runs/oof/oof_posteriors.npz --bundle resources/default_model
 
 Reads the posteriors that encoders trained without each spectrum's structure gave the FOLD=train
-spectra (``python -m training.oof_posteriors``), fits every bit's Platt scaling
+spectra (``python -m training.calibration.oof_posteriors``), fits every bit's Platt scaling
 (:meth:`engine.model.scoring.BitCalibration.fit`) and writes it into the bundle's ``calibration.json``
 (checksum updated). Out-of-fold posteriors look like the ones the shipped encoder gives unseen
 structures; in-sample posteriors would teach the score to trust the encoder far too much. The
@@ -53,10 +53,10 @@ def load_oof(path: str | Path) -> tuple[np.ndarray, list[np.ndarray], np.ndarray
 def load_finished_folds(
     oof_dir: str | Path, mgf: str | Path
 ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
-    """The same from the folds of a ``training.oof_posteriors`` run that have finished (``fold_k/held_out.npz``),
+    """The same from the folds of a ``training.calibration.oof_posteriors`` run that have finished (``fold_k/held_out.npz``),
     while the others still train; targets come from the labelled-spectra cache of the same MGF."""
-    from .spectra import load_labelled_spectra
-    from .train_encoder import EncoderTrainConfig
+    from training.data.spectra import load_labelled_spectra
+    from training.encoder.train_encoder import EncoderTrainConfig
 
     files = sorted(Path(oof_dir).glob("fold_*/held_out.npz"))
     if not files:
@@ -89,8 +89,8 @@ def log_loss(q: np.ndarray, targets: list[np.ndarray]) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--oof", help="oof_posteriors.npz of training.oof_posteriors (all folds)")
-    src.add_argument("--oof-dir", help="a training.oof_posteriors folder: use the folds that have finished")
+    src.add_argument("--oof", help="oof_posteriors.npz of training.calibration.oof_posteriors (all folds)")
+    src.add_argument("--oof-dir", help="a training.calibration.oof_posteriors folder: use the folds that have finished")
     ap.add_argument("--mgf", help="the labelled MGF the folds were trained on (with --oof-dir)")
     ap.add_argument("--bundle", required=True, help="model bundle folder whose calibration.json gets the fit")
     ap.add_argument("--prior-strength", type=float, default=50.0, help="pull of each bit towards the shared scaling")

@@ -3,19 +3,19 @@
 Two steps::
 
     # 1. pools of FOLD=train spectra (one per structure) from out-of-fold posteriors: resumable, ~2 s/spectrum
-    python -m training.confidence collect --bundle resources/default_model --mgf ../shared/data/massbank_dev.mgf.gz \\
+    python -m training.calibration.confidence collect --bundle resources/default_model --mgf ../shared/data/massbank_dev.mgf.gz \\
         --oof runs/oof --out runs/confidence_train --structures 1000
     # 2. fit; reliability on the FOLD=val records of an msgpt-eval run (band, formula decoding, fingerprint ranking)
-    python -m training.confidence fit --collected runs/confidence_train --val-eval runs/eval_val \\
+    python -m training.calibration.confidence fit --collected runs/confidence_train --val-eval runs/eval_val \\
         --out resources/default_model --figure docs/confidence_reliability.png
 
 Without an out-of-fold run, ``collect --unseen`` draws the pools of the FOLD=train spectra whose structure
 the bundle's encoder never trained on (those only non-redistributable records hold; see
-:func:`training.noise.fit_from_bundle`), with the app's own pipeline: the bundle's posterior and band.
+:func:`training.encoder.noise.fit_from_bundle`), with the app's own pipeline: the bundle's posterior and band.
 
 **Why out-of-fold**: on its own training spectra the shipped encoder's posteriors are far better than on
 a new compound, so its pools there are more often right and a confidence fitted on them would promise
-too much. Here each spectrum is queried with the posterior of the fold encoder (:mod:`training.oof_posteriors`)
+too much. Here each spectrum is queried with the posterior of the fold encoder (:mod:`training.calibration.oof_posteriors`)
 that never saw its structure, at that encoder's band thresholds, and the pool is drawn and ranked with
 the bundle's decoder and scorer exactly as the app draws it (B = 20 x 5, formula-constrained decoding,
 fingerprint ranking). The label is whether the rank-1 candidate's first InChIKey block is the
@@ -59,7 +59,7 @@ from engine.model.confidence import (
     result_features,
 )
 
-from .loop import stop_on_signals, torch_threads
+from training.core.loop import stop_on_signals, torch_threads
 
 
 @dataclass(frozen=True)
@@ -90,11 +90,11 @@ def _eligible(bundle, mgf: str, oof_rows: dict[str, int], folds: Sequence[str]) 
 
 def _unseen_ids(bundle, mgf: str) -> dict[str, int]:
     """Spectrum ids of FOLD=train records of structures the bundle's encoder never saw
-    (:func:`training.noise.unseen_structures`), as the ``oof_rows`` :func:`_eligible` takes."""
+    (:func:`training.encoder.noise.unseen_structures`), as the ``oof_rows`` :func:`_eligible` takes."""
     from engine.spectra.io import iter_spectra
     from engine.spectra.spectrum import Spectrum
 
-    from .noise import encoder_licenses, unseen_structures
+    from training.encoder.noise import encoder_licenses, unseen_structures
 
     licenses = encoder_licenses(bundle.config, str(bundle.path))
     ids, fold, license, keys = [], [], [], []
@@ -119,7 +119,7 @@ def collect(bundle_dir: str, mgf: str, oof_dir: str | None, out: str, structures
     from engine.model.querying import QueryPlan
     from engine.progress import run_to_end
 
-    from .oof_data import load_oof
+    from training.data.oof_data import load_oof
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -193,7 +193,7 @@ def read_collected(folder: str | Path) -> tuple[np.ndarray, np.ndarray, list[dic
         meta = json.loads((folder / "collect.json").read_text())
         lines = (folder / "pools.jsonl").read_text(encoding="utf-8").splitlines()
     except OSError as e:
-        raise ConfigError(f"{folder}: no collected pools ({e}); run `python -m training.confidence collect` first.") from e
+        raise ConfigError(f"{folder}: no collected pools ({e}); run `python -m training.calibration.confidence collect` first.") from e
     rows = [json.loads(line) for line in lines if line.strip()]
     with_candidates = [r for r in rows if r["features"] is not None]
     X = np.array([[r["features"][f] for f in FEATURES] for r in with_candidates], np.float64).reshape(-1, len(FEATURES))
@@ -354,13 +354,13 @@ FIGURE_TITLE = "Confidence that rank 1 is right (band, B=100)"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.confidence", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.calibration.confidence", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("collect", help="draw and rank out-of-fold pools of FOLD=train spectra (resumable)")
     c.add_argument("--bundle", default="resources/default_model")
     c.add_argument("--mgf", required=True)
     src = c.add_mutually_exclusive_group(required=True)
-    src.add_argument("--oof", help="out-of-fold run folder (training.oof_posteriors)")
+    src.add_argument("--oof", help="out-of-fold run folder (training.calibration.oof_posteriors)")
     src.add_argument("--unseen", action="store_true", help="no out-of-fold run: the FOLD=train spectra of structures "
                      "the bundle's encoder never trained on, with its own posteriors")
     c.add_argument("--out", required=True)
@@ -392,7 +392,7 @@ def check_bundle(args: argparse.Namespace) -> int:
     model's recorded one (``meta["val"]``), so the model card describes the bundle it ships in."""
     path = Path(args.bundle) / "confidence.json"
     if not path.is_file():
-        raise ConfigError(f"{args.bundle} has no confidence.json; fit one with `python -m training.confidence fit`.")
+        raise ConfigError(f"{args.bundle} has no confidence.json; fit one with `python -m training.calibration.confidence fit`.")
     model = ConfidenceModel.load(path)
     report = check_on(model, eval_records(args.val_eval))
     meta = {**model.meta, "val": {"eval": str(args.val_eval), **{k: v for k, v in report.items()

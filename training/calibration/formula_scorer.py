@@ -2,7 +2,7 @@
 
 ::
 
-    python -m training.formula_scorer --molecules ../shared/data/molecules.tsv.gz \\
+    python -m training.calibration.formula_scorer --molecules ../shared/data/molecules.tsv.gz \\
         --mgf ../shared/data/massbank_dev.mgf.gz --work runs/formula_scorer --out resources
 
 1. **Corpus prior**: the formula of every structure of the molecule corpus (RDKit), their counts
@@ -214,7 +214,7 @@ def ion_type_log_prior(ion_counts: Counter) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m training.formula_scorer", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.calibration.formula_scorer", description=__doc__.split("\n\n")[0])
     p.add_argument("--molecules", required=True, help="molecule corpus (smiles<TAB>inchikey14<TAB>source, .tsv.gz)")
     p.add_argument("--mgf", required=True, help="labelled MGF with FOLD=train records")
     p.add_argument("--work", required=True, help="folder for cached work files")
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         stage2={f: round(float(w), 6) for f, w in zip(STAGE2_FEATURES, w2)},
         ion_type_log_prior=ion_type_log_prior(ion_counts),
         info={
-            "trained_by": "python -m training.formula_scorer",
+            "trained_by": "python -m training.calibration.formula_scorer",
             "corpus": f"{Path(args.molecules).name}: {prior.n_structures} structures, {prior.n_formulas} formulas",
             "spectra": f"{Path(args.mgf).name} FOLD=train [M+H]+, {len(examples)} structures (one spectrum each), "
                        f"precursor noise N(0, {args.noise_ppm} ppm), seed {args.seed}",

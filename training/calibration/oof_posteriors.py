@@ -1,12 +1,12 @@
 """Out-of-fold encoder posteriors: every training spectrum scored by an encoder that never saw its structure.
 
-Run ``python -m training.oof_posteriors --mgf spectra.mgf.gz --out runs/oof --folds 5 [--resume]``, or
+Run ``python -m training.calibration.oof_posteriors --mgf spectra.mgf.gz --out runs/oof --folds 5 [--resume]``, or
 call :func:`oof_posteriors`, a generator of progress events (stop iterating, or set ``stop``, to
 cancel; the fold being trained keeps a checkpoint and ``--resume`` continues it).
 
-The training selection of :mod:`training.train_encoder` (``FOLD=train``, licences ``CC0, CC BY, CC BY-SA,
+The training selection of :mod:`training.encoder.train_encoder` (``FOLD=train``, licences ``CC0, CC BY, CC BY-SA,
 dl-de/by-2-0``, ``[M+H]+`` / ``[M+Na]+`` or the ion types of ``--adducts``, unit-resolution instruments
-excluded) is split into ``folds`` folds by structure (:func:`training.spectra.structure_folds`: first
+excluded) is split into ``folds`` folds by structure (:func:`training.data.spectra.structure_folds`: first
 InChIKey blocks ordered by a seeded hash and dealt out in turn). For each fold ``k`` an encoder is trained
 with the shipped encoder's recipe (or the one ``--grow-levels`` / ``--fragment-bits`` + ``--substructure-weight`` /
 ``--adducts`` / ``--stop-after-epochs``
@@ -14,7 +14,7 @@ give) on the other folds (``cv_folds=K, cv_fold=k``) and predicts the posteriors
 No ``FOLD=val`` spectrum is used for training or for choosing anything: instead of early stopping, every
 fold trains a fixed ``stop_after_epochs`` epochs of an ``epochs``-long cosine, the epoch the shipped
 encoder's selection kept (MODEL_CARD.md: best step 2952 of 3444 = epoch 6 of 7). Each fold encoder is
-calibrated on its own training spectra (``calibration.json``, as :mod:`training.calibrate` does), so a
+calibrated on its own training spectra (``calibration.json``, as :mod:`training.calibration.calibrate` does), so a
 fold folder is also an encoder folder ``msgpt-eval`` can read.
 
 For contrast the reference encoder (``default``: the shipped bundle, ``resources/default_model``) is scored
@@ -36,7 +36,7 @@ Output directory::
                             by_polarity: the overall numbers per ion mode when both are present
 
 Fidelity at κ=1 (the paper's posterior fidelity T_c): per spectrum the Tanimoto of ``π > t`` to the true
-bits. ``kappa1`` takes ``t`` = :func:`training.metrics.density_matched_threshold` on the scored spectra
+bits. ``kappa1`` takes ``t`` = :func:`training.core.metrics.density_matched_threshold` on the scored spectra
 themselves (as many predicted bits as true ones, on average); ``kappa1_calibrated`` takes the encoder's
 calibrated ``t_κ=1 = A⁻¹(D_enc)`` from its training spectra, the threshold the app and ``msgpt-eval``'s
 κ sweep use (on an encoder's own training spectra the two coincide); a negative-mode spectrum takes the
@@ -65,11 +65,11 @@ from engine.errors import ConfigError, InputFileError
 from engine.model.encoder import EncoderConfig, SpectrumEncoder
 from engine.model.querying import Calibration
 
-from .calibrate import CalibrationDone, PosteriorsProgress, calibrate_encoder, load_encoder
-from .checkpoint import complete_folder, write_json_atomic
-from .loop import TrainingConfig, stop_on_signals, torch_threads
-from .metrics import FIDELITY_BINS, bit_metrics, density_matched_threshold, tanimoto_at
-from .spectra import (
+from training.calibration.calibrate import CalibrationDone, PosteriorsProgress, calibrate_encoder, load_encoder
+from training.core.checkpoint import complete_folder, write_json_atomic
+from training.core.loop import TrainingConfig, stop_on_signals, torch_threads
+from training.core.metrics import FIDELITY_BINS, bit_metrics, density_matched_threshold, tanimoto_at
+from training.data.spectra import (
     CacheHit,
     LabelledSpectra,
     ReadProgress,
@@ -77,7 +77,7 @@ from .spectra import (
     iter_load_labelled_spectra,
     structure_folds,
 )
-from .train_encoder import (
+from training.encoder.train_encoder import (
     STOP_NOTICE,
     CheckpointSaved,
     DataReady,
@@ -117,7 +117,7 @@ class OOFConfig(TrainingConfig):
         default=None, metadata={"help": "Encoder fragment_bits: the per-peak fragment head of --substructure-weight."}
     )
     substructure_weight: float = field(
-        default=0.0, metadata={"help": "Weight of MIST's substructure task (training.substructures); 0 = off."}
+        default=0.0, metadata={"help": "Weight of MIST's substructure task (training.encoder.substructures); 0 = off."}
     )
     adducts: tuple[str, ...] | None = field(
         default=None, metadata={"help": "Precursor ion types to train and score, e.g. [M+H]+ [M+Na]+ [M-H]-; None = "
@@ -125,7 +125,7 @@ class OOFConfig(TrainingConfig):
     )
     simulated: str | None = field(
         default=None, metadata={"help": "Simulated spectra added to every fold's training spectra (python -m "
-                                        "training.forward simulate; they never hold a structure of the file)."},
+                                        "training.encoder.forward simulate; they never hold a structure of the file)."},
     )
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay (matrices only)."})
     epochs: int = field(default=7, metadata={"help": "Cosine horizon in epochs."})
@@ -208,7 +208,7 @@ class FoldStarted:
 
 @dataclass(frozen=True)
 class FoldEvent:
-    """An event of the fold's :func:`training.train_encoder.train_encoder` or calibration."""
+    """An event of the fold's :func:`training.encoder.train_encoder.train_encoder` or calibration."""
 
     fold: int
     event: object
@@ -256,7 +256,7 @@ class OOFFinished:
 
 def posterior_summary(posteriors: np.ndarray, data: LabelledSpectra, calibrated_threshold=None) -> dict:
     """Fidelity at κ=1 (density-matched on these spectra, and at ``calibrated_threshold`` when given: a
-    float, or one per spectrum), fidelity-bin shares, and :func:`training.metrics.bit_metrics` (AUROC and
+    float, or one per spectrum), fidelity-bin shares, and :func:`training.core.metrics.bit_metrics` (AUROC and
     AP micro / macro; ``tanimoto`` at 0.5)."""
     targets = data.targets(np.arange(len(data))).astype(bool)
     out: dict[str, Any] = {
@@ -470,7 +470,7 @@ def _fold(config: OOFConfig, k: int, everything: LabelledSpectra, fold_of: np.nd
         timings["train_minutes"] = metrics.get("train_minutes")
         timings["steps"] = metrics.get("steps")
         timings["epochs_done"] = metrics.get("epochs_done")
-        # calibration on the fold's own training spectra (training.calibrate reads the cv split)
+        # calibration on the fold's own training spectra (training.calibration.calibrate reads the cv split)
         t0 = time.monotonic()
         for event in calibrate_encoder(folder, cache_dir=config.cache_dir, threads=config.threads):
             if isinstance(event, CalibrationDone):
@@ -550,7 +550,7 @@ def _assemble(config, everything: LabelledSpectra, fold_of: np.ndarray, fold_sum
         "folds": fold_summaries,
         "reference": reference,
         "notes": [
-            "kappa1: threshold density-matched on the scored spectra themselves (training.metrics."
+            "kappa1: threshold density-matched on the scored spectra themselves (training.core.metrics."
             "density_matched_threshold; overall: one threshold over all out-of-fold posteriors)",
             "kappa1_calibrated: each encoder's t_kappa=1 from its own training spectra (calibration.json), "
             "as msgpt-eval's kappa sweep and the app threshold",
@@ -567,7 +567,7 @@ def _assemble(config, everything: LabelledSpectra, fold_of: np.ndarray, fold_sum
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m training.oof_posteriors", description=__doc__.split("\n\n")[0],
+        prog="python -m training.calibration.oof_posteriors", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )  # fmt: skip
     p.add_argument("--mgf", required=True, help="labelled MGF (.mgf / .mgf.gz)")

@@ -19,7 +19,7 @@ A run directory (``--out``) holds::
 A checkpoint is written into ``checkpoints/.step_XXXXXXXX.tmp`` and renamed into place, so a
 directory named ``step_*`` is always complete; only the newest ``keep`` are kept. The learning rate
 schedule is a pure function of the step, and the random streams are re-seeded from
-``(seed, rank, step)`` at every step (see training.loop), so step + data position + weights +
+``(seed, rank, step)`` at every step (see training.core.loop), so step + data position + weights +
 optimizer moments are the whole training state.
 
 The writing helpers (:func:`write_json_atomic`, :func:`atomic_folder`, :func:`complete_folder`,

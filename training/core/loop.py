@@ -1,9 +1,9 @@
 """What the training commands share: learning-rate schedule, re-seeding, autocast, torch threads, stopping
 on a signal, and the base class of their config dataclasses (saved configs, command-line flags).
 
-Pretraining (:mod:`training.pretrain`), encoder training (:mod:`training.train_encoder`, also run by
-:mod:`training.oof_posteriors`) and adaptation (:mod:`training.adapt`) use these; the checkpoint files
-themselves are written with :mod:`training.checkpoint`.
+Pretraining (:mod:`training.decoder.pretrain`), encoder training (:mod:`training.encoder.train_encoder`, also run by
+:mod:`training.calibration.oof_posteriors`) and adaptation (:mod:`training.decoder.adapt`) use these; the checkpoint files
+themselves are written with :mod:`training.core.checkpoint`.
 
 Exact resume rests on two of them: :func:`lr_at` is a pure function of the step, and :func:`reseed`
 makes every random draw of a step a function of ``(seed, rank, step)``, so a run's state is its

@@ -1,6 +1,6 @@
 """Molecule corpus for conditional pretraining: SMILES in, memory-mappable token / fingerprint / formula shards out.
 
-Run ``python -m training.corpus prepare --out DIR molecules.tsv.gz [--mgf spectra.mgf.gz ...]``.
+Run ``python -m training.data.corpus prepare --out DIR molecules.tsv.gz [--mgf spectra.mgf.gz ...]``.
 
 Per molecule (:func:`convert_smiles`, first failing step names the drop reason):
 RDKit parse -> only the 14 supported elements -> stereochemistry removed, canonical SMILES ->
@@ -68,7 +68,7 @@ from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, formula_vector
 from engine.errors import ConfigError, InputFileError
 from engine.model.tokenizer import SPECIAL_TOKENS, SafeTokenizer
 
-from .corpus_format import FORMAT, FORMAT_VERSION, MAX_CONTEXT_BITS  # noqa: F401  (re-exported)
+from training.data.corpus_format import FORMAT, FORMAT_VERSION, MAX_CONTEXT_BITS  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -698,7 +698,7 @@ def build_tokenizer(
     out = Path(out)
     names = _stage1_complete(out)
     if names is None:
-        raise ConfigError(f"{out}: stage 1 has not finished; run `python -m training.corpus prepare` first.")
+        raise ConfigError(f"{out}: stage 1 has not finished; run `python -m training.data.corpus prepare` first.")
     t0 = time.perf_counter()
     if tokenizer is not None:
         tok = SafeTokenizer.load(tokenizer)
@@ -845,7 +845,7 @@ def _csv_list(text: str) -> tuple[str, ...]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.corpus", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.data.corpus", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="convert SMILES files / MGF structures into corpus shards, then stage 2")
     prep.add_argument("inputs", nargs="*", help="SMILES files (.smi/.tsv/.csv, optionally .gz)")

@@ -1,5 +1,5 @@
-"""The corpus format's identifiers, apart from :mod:`training.corpus` (which needs RDKit and safe-mol to
-build a corpus): reading a prepared corpus (:mod:`training.dataset`, pretraining) needs neither, so
+"""The corpus format's identifiers, apart from :mod:`training.data.corpus` (which needs RDKit and safe-mol to
+build a corpus): reading a prepared corpus (:mod:`training.data.dataset`, pretraining) needs neither, so
 pretraining runs on a machine that has only torch and numpy (docs/accelerator.md)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def corpus_lines(corpus_dir: str | Path, file_name: str) -> Iterator[str]:
     manifest = corpus_dir / "manifest.json"
     if not manifest.is_file():
         raise ConfigError(f"{corpus_dir} is not a finished prepared corpus: manifest.json is missing "
-                          "(wait for python -m training.corpus prepare to finish).")
+                          "(wait for python -m training.data.corpus prepare to finish).")
     for shard in json.loads(manifest.read_text())["shards"]:
         with open(corpus_dir / shard["name"] / file_name, encoding="utf-8") as fh:
             yield from (line.strip() for line in fh if line.strip())

@@ -1,4 +1,4 @@
-"""Random access to a prepared molecule corpus (see :mod:`training.corpus`) for conditional pretraining.
+"""Random access to a prepared molecule corpus (see :mod:`training.data.corpus`) for conditional pretraining.
 
 Every shard array is opened with ``np.load(..., mmap_mode="r")``, so memory use does not grow with
 the corpus; only the small per-shard start offsets live in RAM.
@@ -13,7 +13,7 @@ A batch from :meth:`CorpusDataset.collate` is a dict of tensors::
     formula  (B, 14) int64  element counts in engine.chem.formula.ELEMENTS order
 
 with ``T = max sequence length in the batch - 1``. Either call ``ds.collate(indices)`` on the
-batches of a :class:`training.batching.FormulaGroupedBatchSampler`, or let a DataLoader do it:
+batches of a :class:`training.data.batching.FormulaGroupedBatchSampler`, or let a DataLoader do it:
 ``DataLoader(ds, batch_sampler=sampler, collate_fn=ds.collate_items, num_workers=k)`` (the dataset
 pickles as its directory name, so workers reopen the maps instead of copying them).
 """
@@ -31,7 +31,7 @@ import torch
 from engine.errors import BundleError
 from engine.model.tokenizer import SafeTokenizer
 
-from .corpus_format import FORMAT, FORMAT_VERSION, MAX_CONTEXT_BITS
+from training.data.corpus_format import FORMAT, FORMAT_VERSION, MAX_CONTEXT_BITS
 
 IGNORE_INDEX = -1
 
@@ -71,7 +71,7 @@ class CorpusDataset:
         if self.tokenizer.fingerprint() != self.manifest["tokenizer"]["fingerprint"]:
             raise BundleError(
                 f"{self.corpus_dir}: tokenizer.json does not match manifest.json; rerun "
-                "`python -m training.corpus build-tokenizer` on this directory."
+                "`python -m training.data.corpus build-tokenizer` on this directory."
             )
         self.pad_id = self.tokenizer.pad_id
         entries = [s for s in self.manifest["shards"] if s["n"] > 0]
@@ -197,7 +197,7 @@ def _read_manifest(corpus_dir: Path) -> dict:
     except (OSError, json.JSONDecodeError) as e:
         raise BundleError(
             f"{path}: cannot read the corpus manifest ({e}); prepare the corpus with "
-            "`python -m training.corpus prepare` (the manifest is written when stage 2 finishes)."
+            "`python -m training.data.corpus prepare` (the manifest is written when stage 2 finishes)."
         ) from e
     if manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
         raise BundleError(

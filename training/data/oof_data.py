@@ -1,8 +1,8 @@
-"""Reading an out-of-fold run (:mod:`training.oof_posteriors`): posteriors, true bits and each fold's band.
+"""Reading an out-of-fold run (:mod:`training.calibration.oof_posteriors`): posteriors, true bits and each fold's band.
 
 Every training spectrum's posterior there comes from the fold encoder that never saw its structure, so
 its queries miss bits the way the shipped encoder's queries miss them on a new compound. The noise
-model (:mod:`training.noise`) and the adapter (:mod:`training.adapt`) both read them through
+model (:mod:`training.encoder.noise`) and the adapter (:mod:`training.decoder.adapt`) both read them through
 :func:`load_oof`. Each spectrum is queried at the band thresholds of *its* fold encoder (that encoder's
 ``fold_<k>/calibration.json``), as the app queries the shipped encoder at the shipped calibration's.
 
@@ -19,7 +19,7 @@ import numpy as np
 from engine.errors import BundleError
 from engine.model.querying import Calibration, band_thresholds
 
-MAKE_OOF = ("`python -m training.oof_posteriors --mgf ../shared/data/massbank_dev.mgf.gz --out runs/oof "
+MAKE_OOF = ("`python -m training.calibration.oof_posteriors --mgf ../shared/data/massbank_dev.mgf.gz --out runs/oof "
             "--folds 5`")
 
 

@@ -66,7 +66,7 @@ from engine.spectra.spectrum import DEFAULT_TOL_DA, DEFAULT_TOL_PPM, SkippedReco
 log = logging.getLogger(__name__)
 
 CACHE_FORMAT_VERSION = 1
-#: Licences the shipped model may be trained on (the same list as training.corpus.DEFAULT_MGF_LICENSES).
+#: Licences the shipped model may be trained on (the same list as training.data.corpus.DEFAULT_MGF_LICENSES).
 SHIPPABLE_LICENSES: tuple[str, ...] = ("CC0", "CC BY", "CC BY-SA", "dl-de/by-2-0")
 #: Mass analysers (last part of MassBank's INSTRUMENT_TYPE) that give unit-resolution spectra.
 UNIT_RESOLUTION_ANALYZERS = frozenset({"Q", "QQ", "QQQ", "TQ", "IT", "QIT", "LIT", "QQLIT", "QQIT"})

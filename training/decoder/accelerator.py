@@ -3,14 +3,14 @@
 Some sessions are lent an H100/H200 for 15 minutes of device time (docs/accelerator.md). This module turns
 those minutes into a candidate model with one command on each side::
 
-    python -m training.accelerator pack --corpus runs/corpus_full --noise runs/noise_v9.npz \\
+    python -m training.decoder.accelerator pack --corpus runs/corpus_full --noise runs/noise_v9.npz \\
         --molecules ../shared/data/molecules.tsv.gz          # writes .carry/accel, parks resources/,
                                                              # prints the remote command and `travels: N MiB`
     # on the device (the printed command, carry [".carry"]):
-    python3 -m training.accelerator remote --pack .carry/accel --out $OUT
-    python -m training.accelerator unpack --returned DIR     # checks every part, restores the bundled model
-    python -m training.accelerator evaluate --run runs/accel/run --name msgpt-small-v10
-    python -m training.accelerator --dry-run                 # the whole chain on this CPU at toy scale
+    python3 -m training.decoder.accelerator remote --pack .carry/accel --out $OUT
+    python -m training.decoder.accelerator unpack --returned DIR     # checks every part, restores the bundled model
+    python -m training.decoder.accelerator evaluate --run runs/accel/run --name msgpt-small-v10
+    python -m training.decoder.accelerator --dry-run                 # the whole chain on this CPU at toy scale
 
 What travels (at most 64 MiB with the working tree): the corpus as compact arrays (``corpus.npz.xz``: tokens,
 active Morgan bits, formulas, InChIKey blocks for the validation split, the rows to oversample), the decoder
@@ -22,7 +22,7 @@ remote step needs none of them); ``unpack`` (or ``unpark``) restores the index. 
 (``git status`` then shows them as deleted).
 
 The remote step needs torch, numpy and safetensors only (no RDKit, safe-mol, Qt or pyteomics): it unpacks
-the corpus to ``/tmp``, trains with :func:`training.pretrain.pretrain` (the CPU code, on ``cuda`` with bf16
+the corpus to ``/tmp``, trains with :func:`training.decoder.pretrain.pretrain` (the CPU code, on ``cuda`` with bf16
 autocast) for what is left of the wall-clock budget, its cosine decay following the clock
 (``budget_minutes``: how many steps fit is not known beforehand), stops at the budget with a checkpoint whatever happens, exports the decoder in
 bf16 and splits it into parts of at most 15 MiB. Five files come back: the parts, ``remote_report.json``
@@ -30,7 +30,7 @@ bf16 and splits it into parts of at most 15 MiB. Five files come back: the parts
 ``metrics.jsonl`` and ``remote.log``.
 
 ``unpack`` rebuilds a pretraining run directory from them (the same corpus materialized from the pack), so
-``training.build_bundle`` writes the candidate's model card from the run's own record, as for every CPU
+``training.bundle.build_bundle`` writes the candidate's model card from the run's own record, as for every CPU
 stage. ``evaluate`` builds the candidate bundle, runs the ``FOLD=val`` evaluations of docs/model_history.md of the
 candidate and of the current default on the same spectra and seeds, and applies the shipping rule of
 docs/accelerator.md.
@@ -129,7 +129,7 @@ class Log:
 
 def corpus_arrays(corpus_dir: str | Path) -> dict[str, np.ndarray]:
     """Every record of a prepared corpus as flat arrays: what pretraining reads, nothing else."""
-    from .dataset import CorpusDataset
+    from training.data.dataset import CorpusDataset
 
     ds = CorpusDataset(corpus_dir)
     tokens, tok_len = [], []
@@ -183,12 +183,12 @@ def write_corpus_pack(arrays: dict[str, np.ndarray], oversample_rows: np.ndarray
 
 
 def materialize_corpus(pack_dir: Path, dest: Path, oversample: int) -> dict:
-    """Write the packed corpus as a one-shard corpus directory (:mod:`training.dataset`'s format), the
+    """Write the packed corpus as a one-shard corpus directory (:mod:`training.data.dataset`'s format), the
     ``oversample_rows`` repeated ``oversample`` more times. Returns its manifest."""
     from engine.chem.formula import ELEMENTS
     from engine.model.tokenizer import SafeTokenizer
 
-    from .corpus_format import FORMAT, FORMAT_VERSION
+    from training.data.corpus_format import FORMAT, FORMAT_VERSION
 
     with np.load(io.BytesIO(lzma.decompress((pack_dir / "corpus.npz.xz").read_bytes())), allow_pickle=False) as z:
         a = {k: z[k] for k in z.files}
@@ -326,9 +326,9 @@ def pack(corpus: str | Path, init: str | Path, noise: str | Path, out: str | Pat
 
     from engine.model.tokenizer import SafeTokenizer
 
-    from .checkpoint import load_decoder, module_weights
-    from .dataset import _read_manifest
-    from .noise import FingerprintNoise
+    from training.core.checkpoint import load_decoder, module_weights
+    from training.data.dataset import _read_manifest
+    from training.encoder.noise import FingerprintNoise
 
     out, corpus, init = Path(out), Path(corpus), Path(init)
     repo = (repo or Path.cwd()).resolve()
@@ -395,7 +395,7 @@ def _carry_root(repo: Path, out: Path) -> str | None:
 
 
 def remote_command(pack_rel: str) -> str:
-    cmd = (f"set -o pipefail; PYTHONUNBUFFERED=1 python3 -m training.accelerator remote --pack {pack_rel} "
+    cmd = (f"set -o pipefail; PYTHONUNBUFFERED=1 python3 -m training.decoder.accelerator remote --pack {pack_rel} "
            "--out $OUT")
     if len(cmd) > RUN_CHARS:
         raise ConfigError(f"the remote command is {len(cmd)} characters; the device tool takes {RUN_CHARS}.")
@@ -437,8 +437,8 @@ def remote(pack_dir: str | Path, out: str | Path, *, work: str | Path = "/tmp/ms
 
     from engine.model.decoder import DecoderConfig
 
-    from .checkpoint import latest_checkpoint
-    from .pretrain import CheckpointSaved, Finished, PretrainConfig, StepDone, Validated, pretrain
+    from training.core.checkpoint import latest_checkpoint
+    from training.decoder.pretrain import CheckpointSaved, Finished, PretrainConfig, StepDone, Validated, pretrain
 
     t0 = time.monotonic()
     pack_dir, out, work = Path(pack_dir), Path(out), Path(work)
@@ -533,7 +533,7 @@ def bring_back(ckpt: Path, out: Path, work: Path, ctx: dict, final: bool) -> dic
     brings back its newest checkpoint."""
     import torch
 
-    from .checkpoint import export_decoder
+    from training.core.checkpoint import export_decoder
 
     export = export_decoder(ckpt, work / "export", torch.bfloat16)
     weights = (export / "decoder.safetensors").read_bytes()
@@ -577,7 +577,7 @@ def unpack(returned: str | Path, pack_dir: str | Path, dest: str | Path, *, repo
     the corpus materialized at ``dest/corpus``). Restores the parked resources/. Returns the run directory."""
     from engine.model.decoder import DecoderConfig
 
-    from .checkpoint import load_decoder
+    from training.core.checkpoint import load_decoder
 
     returned, pack_dir, dest = Path(returned), Path(pack_dir), Path(dest)
     report_path = returned / REPORT
@@ -642,14 +642,14 @@ EVAL_MODES = {  # the commands of docs/model_history.md: the same spectra and se
 
 
 def eval_command(model: str, mgf: str, mode: str, out: str, threads: int = 1) -> list[str]:
-    return [sys.executable, "-m", "training.evaluate", "--model", model, "--mgf", mgf, "--fold", "val",
+    return [sys.executable, "-m", "training.evaluation.evaluate", "--model", model, "--mgf", mgf, "--fold", "val",
             *EVAL_MODES[mode], "--variants", "oracle", "band", "--decoding", "formula", "--threads", str(threads),
             "--out", out]  # fmt: skip
 
 
 def band_scores(eval_dir: str | Path) -> dict:
     """Band and oracle Top-1/Top-10 (%) of an evaluation, fingerprint ranking, formula decoding."""
-    from .confidence import eval_records
+    from training.calibration.confidence import eval_records
 
     out = {}
     for variant in ("band", "oracle"):
@@ -679,7 +679,7 @@ def ship_decision(candidate: dict, baseline: dict) -> tuple[bool, list[str]]:
 
 
 def build_candidate(run: str | Path, name: str, out: str | Path, encoder: str = DEFAULT_MODEL, *extra: str) -> Path:
-    cmd = [sys.executable, "-m", "training.build_bundle", "--decoder", str(run), "--encoder", encoder,
+    cmd = [sys.executable, "-m", "training.bundle.build_bundle", "--decoder", str(run), "--encoder", encoder,
            "--name", name, "--out", str(out), "--force", *extra]
     subprocess.run(cmd, check=True)
     return Path(out)
@@ -734,8 +734,8 @@ def blocked_python(blocked: tuple[str, ...] = BLOCK_ON_DEVICE) -> list[str]:
         f"    def find_spec(self, name, path=None, target=None):\n"
         f"        if name.split('.')[0] in {tuple(blocked)!r}: raise ImportError(name + ' is not on the device')\n"
         "sys.meta_path.insert(0, B())\n"
-        "sys.argv = ['training.accelerator', *sys.argv[1:]]\n"
-        "runpy.run_module('training.accelerator', run_name='__main__')\n"
+        "sys.argv = ['training.decoder.accelerator', *sys.argv[1:]]\n"
+        "runpy.run_module('training.decoder.accelerator', run_name='__main__')\n"
     )
     return [sys.executable, "-c", prelude]
 
@@ -748,7 +748,7 @@ def dry_run(workdir: str | Path | None = None, repo: Path | None = None) -> dict
 
     from engine.model.bundle import load_bundle
 
-    from .noise import FingerprintNoise
+    from training.encoder.noise import FingerprintNoise
 
     repo = (repo or Path.cwd()).resolve()
     tiny = repo / "tests" / "data" / "tiny_bundle"
@@ -760,10 +760,10 @@ def dry_run(workdir: str | Path | None = None, repo: Path | None = None) -> dict
         for i, s in enumerate(toy_smiles()):
             fh.write(f"{s}\t\t{'npclassifier' if i % 3 == 0 else 'chemxlstm_chembl31'}\n")
     corpus = work / "corpus"
-    subprocess.run([sys.executable, "-m", "training.corpus", "prepare", "--out", str(corpus), str(mols),
+    subprocess.run([sys.executable, "-m", "training.data.corpus", "prepare", "--out", str(corpus), str(mols),
                     "--tokenizer", str(tiny / "tokenizer.json"), "--workers", "1"], check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
-    from .corpus_format import corpus_lines
+    from training.data.corpus_format import corpus_lines
 
     keys_by_smiles = dict(zip(corpus_lines(corpus, "smiles.txt"), corpus_lines(corpus, "inchikey14.txt")))
     with gzip.open(mols, "wt", encoding="utf-8") as fh:  # the TSV with its keys, as molecules.tsv.gz has them
@@ -799,14 +799,14 @@ def dry_run(workdir: str | Path | None = None, repo: Path | None = None) -> dict
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.accelerator", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.decoder.accelerator", description=__doc__.split("\n")[0])
     p.add_argument("--dry-run", action="store_true", help="the whole chain at toy scale on this CPU")
     p.add_argument("--workdir", help="with --dry-run: keep its files here")
     sub = p.add_subparsers(dest="cmd")
     k = sub.add_parser("pack", help="write the carried folder, park resources/, print the command")
-    k.add_argument("--corpus", required=True, help="prepared corpus (python -m training.corpus prepare)")
+    k.add_argument("--corpus", required=True, help="prepared corpus (python -m training.data.corpus prepare)")
     k.add_argument("--init", default=DEFAULT_MODEL, help="bundle (or decoder) to continue from (default: the default model)")
-    k.add_argument("--noise", required=True, help="noise model (python -m training.noise fit)")
+    k.add_argument("--noise", required=True, help="noise model (python -m training.encoder.noise fit)")
     k.add_argument("--molecules", help="molecules TSV (inchikey14, source) naming the part to oversample")
     k.add_argument("--oversample-sources", default="massbank_open,repoRT,spectraverse_example,modelseed_metacyc,"
                    "npclassifier,mibig", help="comma-separated sources of the balanced part")
@@ -855,7 +855,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"packed {args.out}: {info['corpus']['n_records']:,} records ({info['corpus']['oversample_rows']:,} "
                   f"oversampled x{recipe.oversample}), {len(info['files'])} files")
             if info.get("parked"):
-                print(f"parked {PARKED} (out of git's index, ignored): run `python -m training.accelerator unpack` "
+                print(f"parked {PARKED} (out of git's index, ignored): run `python -m training.decoder.accelerator unpack` "
                       "or `unpark` before committing")
             print(f"travels: {mib(info['travels']):.1f} MiB")
             if info["travels"] > TRAVEL_LIMIT:
@@ -873,7 +873,7 @@ def main(argv: list[str] | None = None) -> int:
             report = json.loads((Path(args.out) / REPORT).read_text())
             print(f"unpacked {run}: {report['steps']:,} steps on {report['device']}, {report['records_per_s']:,.0f} "
                   f"records/s, {report['passes']:.2f} passes, loss {report['first_loss']:.4f} -> {report['last_loss']:.4f}")
-            print(f"restored {PARKED}; next: python -m training.accelerator evaluate --run {run} --name NAME")
+            print(f"restored {PARKED}; next: python -m training.decoder.accelerator evaluate --run {run} --name NAME")
             return 0
         if args.cmd == "evaluate":
             result = evaluate(args.run, args.name, args.out, args.mgf, baseline=args.baseline, which=tuple(args.which),

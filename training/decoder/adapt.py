@@ -2,11 +2,11 @@
 
 Paper, Method "Posterior-Aligned Adaptation" and Appendix "Posterior-Aligned Adaptation"::
 
-    python -m training.adapt --bundle resources/default_model --mgf massbank_dev.mgf.gz --out runs/adapt \\
+    python -m training.decoder.adapt --bundle resources/default_model --mgf massbank_dev.mgf.gz --out runs/adapt \\
         --max-spectra 1000 --steps 500 --warmup-steps 25 --eval-every 50 --write-bundle runs/bundle_pa
-    python -m training.adapt --out runs/adapt --resume                   # continues exactly
-    python -m training.adapt --out runs/adapt --write-bundle runs/bundle_pa  # base bundle + the adapter/
-    python -m training.adapt ... --prepare-only                          # stage 1 alone
+    python -m training.decoder.adapt --out runs/adapt --resume                   # continues exactly
+    python -m training.decoder.adapt --out runs/adapt --write-bundle runs/bundle_pa  # base bundle + the adapter/
+    python -m training.decoder.adapt ... --prepare-only                          # stage 1 alone
 
 **Placement** (:func:`lora_targets`): rank-4 LoRA (α 8, dropout 0.05) on the query-reading pathway
 only: the fingerprint encoder's value and output ("combine") projections of every encoder layer, the
@@ -15,7 +15,7 @@ projections and both feed-forward projections. Everything else (GPT-2 backbone, 
 encoder, the rest of the fingerprint encoder) stays frozen. Our attention layers already have
 separate q/k/v projections, so nothing needs splitting (the paper splits its fused ones). For the ``paper`` preset that is 41 linear layers and 362,496
 trainable parameters, against the paper's 39 layers and 350,212: the paper's fingerprint encoder
-has two projections ours lacks (see benchmarks/param_counts.py for the arithmetic).
+has two projections ours lacks (see benchmarks/studies/param_counts.py for the arithmetic).
 
 **Data** (stage 1, cached): FOLD=train spectra (shippable licences, high-resolution, an adduct the
 bundle supports, formula and reference SMILES), a seeded subsample of ``max_spectra``. Per spectrum:
@@ -31,7 +31,7 @@ Tanimoto(1[π>t], z*) is >= 0.40; else **low-coverage**. Every finished spectrum
 encoder was trained on these spectra, so its in-sample posteriors are far better than what it gives on a
 new compound (fidelity at κ=1 0.60 in sample against 0.31 on FOLD=val), and an adapter aligned to them
 learns the wrong noise. With ``--oof`` each spectrum's posterior comes from the fold encoder of
-:mod:`training.oof_posteriors` that never saw its structure, and is queried at *that* encoder's band
+:mod:`training.calibration.oof_posteriors` that never saw its structure, and is queried at *that* encoder's band
 (``Example.band``; training draws t ~ U over each example's own band). Drawing a pool per spectrum
 takes ~1 s, too slow for 31k spectra, and would use the bundle's encoder; ``--grouping expected``
 (the default with ``--oof``) decides frozen-hit from forward passes instead: P(reference in the pool)
@@ -39,7 +39,7 @@ takes ~1 s, too slow for 31k spectra, and would use the bundle's encoder; ``--gr
 probability that the sampler writes exactly the reference's SAFE (:func:`pool_hit_probability`);
 frozen-hit when P >= 0.5 (about 30 spectra/s on one thread).
 
-    python -m training.adapt --bundle resources/default_model --mgf massbank_dev.mgf.gz --out runs/adapt_oof \
+    python -m training.decoder.adapt --bundle resources/default_model --mgf massbank_dev.mgf.gz --out runs/adapt_oof \
         --oof runs/oof --all-spectra --steps 3000 --eval-every 250
 
 **Checkpoint selection** uses ``val_spectra`` spectra (one per structure) of FOLD=train structures
@@ -109,7 +109,7 @@ from engine.model.sampling import filter_probs
 from engine.progress import run_to_end
 from engine.spectra.spectrum import Spectrum
 
-from .checkpoint import (
+from training.core.checkpoint import (
     atomic_folder,
     load_optimizer_state,
     log_metrics,
@@ -117,7 +117,7 @@ from .checkpoint import (
     truncate_metrics,
     write_json_atomic,
 )
-from .loop import (
+from training.core.loop import (
     DEVICES,
     PRECISIONS,
     TrainingConfig,
@@ -129,8 +129,8 @@ from .loop import (
     stop_on_signals,
     torch_threads,
 )
-from .oof_data import load_oof
-from .spectra import SHIPPABLE_LICENSES, is_unit_resolution
+from training.data.oof_data import load_oof
+from training.data.spectra import SHIPPABLE_LICENSES, is_unit_resolution
 
 GROUPS = ("frozen-hit", "residual", "low-coverage")
 FP_TARGET_CHOICES = ("q_proj", "k_proj", "v_proj", "out_proj")
@@ -155,7 +155,7 @@ class AdaptConfig(TrainingConfig):
     max_spectra: int | None = field(default=2000, metadata={"help": "seeded subsample of training spectra"})
     val_spectra: int = field(default=200, metadata={"help": "held-out structures (one spectrum each) for selection"})
     oof: str | None = field(default=None, metadata={
-        "help": "out-of-fold run folder (training.oof_posteriors): each spectrum's posterior and band come from "
+        "help": "out-of-fold run folder (training.calibration.oof_posteriors): each spectrum's posterior and band come from "
                 "the fold encoder that never saw its structure, instead of the bundle's encoder"})
     grouping: str | None = field(default=None, metadata={
         "help": "how frozen-hit is decided: pool (draw the app's pool) or expected (P(reference in the pool) "
@@ -448,7 +448,7 @@ def select_spectra(config: AdaptConfig, bundle: ModelBundle) -> Iterator[Reading
 def _canonical_target(smiles: str, n_bits: int) -> tuple[str | None, np.ndarray] | str:
     """(SAFE string of the stereo-free canonical SMILES or None, its Morgan bits), or why the SMILES is unusable;
     cached: the spectra of one structure share it."""
-    from .corpus import Dropped, encode_safe
+    from training.data.corpus import Dropped, encode_safe
 
     mol = chem.mol_from_smiles(smiles)
     if mol is None:
@@ -986,7 +986,7 @@ def write_adapted_bundle(base: str | Path, adapter: str | Path, dest: str | Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.adapt", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.decoder.adapt", description=__doc__.split("\n\n")[0])
     AdaptConfig.add_arguments(p, skip={"exclude_unit_resolution"}, given_only=True)
     p.add_argument("--keep-unit-resolution", dest="exclude_unit_resolution", action="store_false", default=None,
                    help="keep QQ / ion-trap spectra")

@@ -1,14 +1,14 @@
 """Conditional pretraining of the decoder (paper, Appendix "Conditional Pretraining").
 
-    python -m training.pretrain --corpus runs/corpus_v1 --out runs/pt_small --preset small
-    torchrun --nproc_per_node 8 -m training.pretrain --corpus ... --out ... --preset paper --init-from safe-gpt/
-    python -m training.pretrain --out runs/pt_small --resume     # continues exactly, with the run's settings
-    python -m training.pretrain --out runs/pt_small --export-decoder models/pt_small_decoder
+    python -m training.decoder.pretrain --corpus runs/corpus_v1 --out runs/pt_small --preset small
+    torchrun --nproc_per_node 8 -m training.decoder.pretrain --corpus ... --out ... --preset paper --init-from safe-gpt/
+    python -m training.decoder.pretrain --out runs/pt_small --resume     # continues exactly, with the run's settings
+    python -m training.decoder.pretrain --out runs/pt_small --export-decoder models/pt_small_decoder
 
 The molecule-only objective: teacher-forced next-token loss of the SAFE tokens given the oracle
 fingerprint and the formula. One optimizer step:
 
-1. takes the next ``grad_accum`` formula-grouped batches of this rank (training.batching; rank r
+1. takes the next ``grad_accum`` formula-grouped batches of this rank (training.data.batching; rank r
    of W takes batches r, r+W, ... of the shuffled epoch list, so W ranks with accumulation A see
    exactly the batches one process with accumulation W*A would see in the same step);
    each batch runs through the model sorted by length, in pieces of at most ``forward_tokens``
@@ -70,8 +70,8 @@ from engine.errors import BundleError, ConfigError
 from engine.model.bundle import sha256_file
 from engine.model.decoder import ConditionalDecoder, DecoderConfig, parameter_counts
 
-from .batching import FormulaGroupedBatchSampler
-from .checkpoint import (
+from training.data.batching import FormulaGroupedBatchSampler
+from training.core.checkpoint import (
     export_decoder,
     latest_checkpoint,
     load_checkpoint,
@@ -81,8 +81,8 @@ from .checkpoint import (
     truncate_metrics,
     write_json_atomic,
 )
-from .dataset import IGNORE_INDEX, CorpusDataset
-from .loop import (
+from training.data.dataset import IGNORE_INDEX, CorpusDataset
+from training.core.loop import (
     DEVICES,
     PRECISIONS,
     TrainingConfig,
@@ -94,7 +94,7 @@ from .loop import (
     stop_on_signals,
     torch_threads,
 )
-from .noise import FingerprintNoise
+from training.encoder.noise import FingerprintNoise
 
 NOISE_STREAM = 0x6E6F6973  # tags the noise generator's seed sequence apart from reseed()'s
 
@@ -104,7 +104,7 @@ NOISE_STREAM = 0x6E6F6973  # tags the noise generator's seed sequence apart from
 
 @dataclass
 class PretrainConfig(TrainingConfig):
-    corpus: str = field(default="", metadata={"help": "corpus directory (python -m training.corpus prepare)"})
+    corpus: str = field(default="", metadata={"help": "corpus directory (python -m training.data.corpus prepare)"})
     out: str = field(default="", metadata={"help": "run directory: checkpoints, metrics.jsonl, config"})
     preset: str = field(default="small", metadata={"help": "decoder preset: paper, small or tiny"})
     dropout: float | None = field(default=None, metadata={"help": "override the preset's dropout"})
@@ -141,7 +141,7 @@ class PretrainConfig(TrainingConfig):
                 "exported decoder or a model bundle): weights only; optimizer, schedule and data order start "
                 "afresh, so give another --seed to see the corpus in a new order"})
     noise_model: str | None = field(default=None, metadata={
-        "help": "fingerprint noise model (python -m training.noise fit): rows of a batch may condition on a "
+        "help": "fingerprint noise model (python -m training.encoder.noise fit): rows of a batch may condition on a "
                 "simulated band query of their fingerprint instead of the true one"})
     noise_fraction: float = field(default=0.0, metadata={
         "help": "share of the records (each drawn independently) that condition on a simulated query"})
@@ -159,7 +159,7 @@ class PretrainConfig(TrainingConfig):
 
     def __post_init__(self):
         if not self.corpus:
-            raise ConfigError("`corpus` is required: the directory written by `python -m training.corpus prepare`.")
+            raise ConfigError("`corpus` is required: the directory written by `python -m training.data.corpus prepare`.")
         if not self.out:
             raise ConfigError("`out` is required: the run directory for checkpoints and metrics.")
         self.require(("batch_size", "grad_accum", "val_max_records", "log_every", "keep_checkpoints"), int_at_least(1),
@@ -187,7 +187,7 @@ class PretrainConfig(TrainingConfig):
         if self.noise_fraction > 0 and not self.noise_model:
             raise ConfigError(
                 f"`noise_fraction` {self.noise_fraction} needs `noise_model`: fit one with "
-                "`python -m training.noise fit --oof runs/oof --out runs/noise.npz`."
+                "`python -m training.encoder.noise fit --oof runs/oof --out runs/noise.npz`."
             )
         if self.init_from and self.init_decoder:
             raise ConfigError("Give `init_from` (a SAFE-GPT checkpoint) or `init_decoder` (our own decoder), not both.")
@@ -654,7 +654,7 @@ class _Run:
     model: ConditionalDecoder
     optimizer: torch.optim.Optimizer
     param_names: list[str]
-    amp: Callable[[], AbstractContextManager]  # opens the forward passes' autocast (see training.loop.autocast)
+    amp: Callable[[], AbstractContextManager]  # opens the forward passes' autocast (see training.core.loop.autocast)
     amp_dtype: torch.dtype | None
     net: nn.Module | None = None  # the model under teacher forcing, in DistributedDataParallel across ranks
     step: int = 0
@@ -662,7 +662,7 @@ class _Run:
     position: int = 0
     budget_used: float = 0.0  # seconds of the budget spent before this process (a resumed budget run)
     resumed_from: str | None = None
-    warm: Any = None  # what a warm start from SAFE-GPT weights did (training.warmstart)
+    warm: Any = None  # what a warm start from SAFE-GPT weights did (training.decoder.warmstart)
     sampler_state: dict = field(default_factory=dict)  # of the steps done; the prefetch thread draws ahead of it
     clock: BudgetClock | None = None
 
@@ -789,7 +789,7 @@ def _start_or_resume(run: _Run) -> None:
     elif config.init_decoder:
         init_from_decoder(run.model, config.init_decoder, run.ds.tokenizer)
     elif config.init_from:
-        from .warmstart import warm_start_from_safe_gpt
+        from training.decoder.warmstart import warm_start_from_safe_gpt
 
         run.warm = warm_start_from_safe_gpt(run.model, config.init_from, run.ds.tokenizer)
 
@@ -972,7 +972,7 @@ def _check_resumable(state: dict, config: PretrainConfig, ds: CorpusDataset, env
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m training.pretrain",
+        prog="python -m training.decoder.pretrain",
         description="Conditional pretraining of the MS-GPT decoder (runs unchanged under torchrun).",
     )
     PretrainConfig.add_arguments(p, given_only=True)

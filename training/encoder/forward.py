@@ -11,7 +11,7 @@ trained on the ``FOLD=train`` spectra only, in the encoder's own token space (ne
   (:func:`engine.spectra.fragments.fragment_pieces`, up to ``max_breaks`` cuts), each with its hydrogens
   shifted by up to ``h_shift`` (rearrangements); one candidate per distinct neutral formula, explained
   by the piece with the smallest hydrogen shift, then the fewest cuts (the rule of
-  :func:`training.substructures.assign_pieces`). Its features: the piece's Morgan fingerprint (as a
+  :func:`training.encoder.substructures.assign_pieces`). Its features: the piece's Morgan fingerprint (as a
   molecule of its own, the substructure task's fingerprint), the shift and the cuts, the formula and
   the neutral loss as element counts, the share of the precursor's heavy atoms, ring-plus-double-bond
   equivalents, how many pieces share the heavy atoms, the ion mode and the precursor's size;
@@ -24,14 +24,14 @@ trained on the ``FOLD=train`` spectra only, in the encoder's own token space (ne
   :func:`engine.model.featurize.featurize_annotation` (root = precursor formula, peaks in mass order, at
   most ``max_peaks``), and each peak keeps its piece's fingerprint as its substructure label.
 
-``python -m training.forward fit --mgf ../shared/data/massbank_dev.mgf.gz --out runs/forward`` trains it
+``python -m training.encoder.forward fit --mgf ../shared/data/massbank_dev.mgf.gz --out runs/forward`` trains it
 and scores it on the ``FOLD=val`` structures (AUROC of the peak probabilities, cosine between predicted
-and observed spectra, against a baseline that ranks by cuts and shift alone); ``python -m training.forward
+and observed spectra, against a baseline that ranks by cuts and shift alone); ``python -m training.encoder.forward
 simulate --model runs/forward --molecules ../shared/data/molecules.tsv.gz --n 12000 --out
 runs/simulated.npz`` writes simulated spectra of corpus molecules that have no spectrum in the file
 (neither fold), which ``train_encoder --simulated`` adds to the training spectra.
 
-``python -m training.forward ensemble --members runs/forward_k4_0 ... --out runs/forward_k4`` joins fitted
+``python -m training.encoder.forward ensemble --members runs/forward_k4_0 ... --out runs/forward_k4`` joins fitted
 models (for instance one per ``--held-out-fold`` of a ``--held-out-share N`` split) into one
 :class:`engine.model.forward.ForwardEnsemble` that averages their peak probabilities.
 """
@@ -66,11 +66,11 @@ from engine.model.forward import (
     candidates,
 )
 
-from .checkpoint import write_json_atomic
-from .corpus import open_text, read_mgf_headers
-from .loop import TrainingConfig, int_at_least, torch_threads
-from .spectra import SHIPPABLE_LICENSES, FeatureSettings, LabelledSpectra, load_labelled_spectra, structure_folds
-from .substructures import FragmentLabels, structures_of
+from training.core.checkpoint import write_json_atomic
+from training.data.corpus import open_text, read_mgf_headers
+from training.core.loop import TrainingConfig, int_at_least, torch_threads
+from training.data.spectra import SHIPPABLE_LICENSES, FeatureSettings, LabelledSpectra, load_labelled_spectra, structure_folds
+from training.encoder.substructures import FragmentLabels, structures_of
 
 _HEAVY = np.array([e != "H" for e in ELEMENTS])
 POLARITY_ADDUCT = {1: "[M+H]+", -1: "[M-H]-"}
@@ -430,7 +430,7 @@ def read_molecules(path: str | Path) -> Iterator[tuple[str, str, str]]:
 
 @dataclass(frozen=True)
 class SimulateConfig(TrainingConfig):
-    model: str = field(metadata={"help": "Forward model folder (python -m training.forward fit)."})
+    model: str = field(metadata={"help": "Forward model folder (python -m training.encoder.forward fit)."})
     molecules: str = field(metadata={"help": "Molecule corpus TSV (smiles, inchikey14, source)."})
     mgf: str = field(metadata={"help": "Labelled MGF: its structures (every fold) are never simulated."})
     out: str = field(metadata={"help": "Output .npz of simulated spectra (train_encoder --simulated)."})
@@ -591,12 +591,12 @@ def load_simulated(path: str | Path) -> tuple[LabelledSpectra, FragmentLabels]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"Simulated spectra {path} do not exist; write them with "
-                          f"`python -m training.forward simulate`.")  # fmt: skip
+                          f"`python -m training.encoder.forward simulate`.")  # fmt: skip
     spectra = LabelledSpectra.load(path)
     with np.load(path, allow_pickle=False) as z:
         if "label_token" not in z.files:
             raise ConfigError(f"{path} holds spectra but no substructure labels; it was not written by "
-                              f"`python -m training.forward simulate`.")  # fmt: skip
+                              f"`python -m training.encoder.forward simulate`.")  # fmt: skip
         meta = json.loads(str(z["label_meta"]))
         labels = FragmentLabels(z["label_token"], z["label_offsets"], z["label_bits"], int(meta["n_bits"]),
                                 meta["summary"])  # fmt: skip
@@ -622,7 +622,7 @@ def ensemble(members: Sequence[str], out: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.forward", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.encoder.forward", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     FitConfig.add_arguments(sub.add_parser("fit", help="train the forward model and score it"))
     SimulateConfig.add_arguments(sub.add_parser("simulate", help="simulate spectra of corpus molecules"))

@@ -5,7 +5,7 @@ cut at the M thresholds of the density band. On structures the encoder never saw
 many true bits and carry false ones (out-of-fold fidelity at κ=1 is about 0.31). A decoder pretrained
 only on true fingerprints has never seen such a query. MSNovelist trains its decoder on fingerprints
 simulated from per-bit cross-validation error rates; this module does the same with our own
-out-of-fold posteriors (:mod:`training.oof_posteriors`):
+out-of-fold posteriors (:mod:`training.calibration.oof_posteriors`):
 
 * **Fit** (:meth:`FingerprintNoise.fit`): for each band level ``m`` (the band's M thresholds of the
   fold encoder that scored the spectrum, from its own ``calibration.json``) and each bit ``i``,
@@ -20,10 +20,10 @@ out-of-fold posteriors (:mod:`training.oof_posteriors`):
   The bits' errors are independent here, which the encoder's are not (it confuses similar
   structures); that is the model's known simplification.
 
-    python -m training.noise fit --oof runs/oof --out runs/noise.npz
-    python -m training.noise fit --bundle resources/default_model --mgf ../shared/data/massbank_dev.mgf.gz \
+    python -m training.encoder.noise fit --oof runs/oof --out runs/noise.npz
+    python -m training.encoder.noise fit --bundle resources/default_model --mgf ../shared/data/massbank_dev.mgf.gz \
         --out runs/noise_bundle.npz
-    python -m training.noise show runs/noise.npz
+    python -m training.encoder.noise show runs/noise.npz
 
 Without an out-of-fold run (hours of CPU), ``fit --bundle`` measures the same rates on the shipped
 encoder itself (:func:`fit_from_bundle`): its posteriors on the ``FOLD=train`` spectra whose structure it
@@ -49,7 +49,7 @@ import torch
 
 from engine.errors import BundleError, ConfigError
 
-from .oof_data import load_oof
+from training.data.oof_data import load_oof
 
 FORMAT = "msgpt-fingerprint-noise"
 FORMAT_VERSION = 1
@@ -161,7 +161,7 @@ class FingerprintNoise:
         return [np.flatnonzero(row) for row in on]
 
     def corrupt_batch(self, batch: dict[str, torch.Tensor], fraction: float, rng: np.random.Generator) -> dict:
-        """A collated pretraining batch (:meth:`training.dataset.CorpusDataset.collate`) in which a share
+        """A collated pretraining batch (:meth:`training.data.dataset.CorpusDataset.collate`) in which a share
         ``fraction`` of the rows (each row independently) conditions on a simulated query instead of its
         true fingerprint. Tokens, targets and formulas are unchanged."""
         if fraction <= 0:
@@ -208,7 +208,7 @@ class FingerprintNoise:
         except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
             raise BundleError(
                 f"{path}: not a readable fingerprint noise model ({e}); fit one with "
-                "`python -m training.noise fit --oof runs/oof --out runs/noise.npz`."
+                "`python -m training.encoder.noise fit --oof runs/oof --out runs/noise.npz`."
             ) from e
         if header.get("format") != FORMAT or header.get("version") != FORMAT_VERSION:
             raise BundleError(
@@ -298,8 +298,8 @@ def fit_from_bundle(
     from engine.model.bundle import load_bundle
     from engine.model.querying import band_thresholds
 
-    from .spectra import FeatureSettings, load_labelled_spectra
-    from .train_encoder import predict_posteriors
+    from training.data.spectra import FeatureSettings, load_labelled_spectra
+    from training.encoder.train_encoder import predict_posteriors
 
     bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
     encoder = bundle.encoder
@@ -344,11 +344,11 @@ def describe(noise: FingerprintNoise) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m training.noise", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.encoder.noise", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("fit", help="fit the noise model of an out-of-fold run")
     src = f.add_mutually_exclusive_group(required=True)
-    src.add_argument("--oof", help="directory of `python -m training.oof_posteriors`")
+    src.add_argument("--oof", help="directory of `python -m training.calibration.oof_posteriors`")
     src.add_argument("--bundle", help="a model bundle: its encoder on the FOLD=train structures it never saw (with --mgf)")
     f.add_argument("--mgf", help="with --bundle: the labelled MGF (FOLD, LICENSE, SMILES per record)")
     f.add_argument("--out", required=True, help="the .npz to write")

@@ -38,7 +38,7 @@ from engine.errors import ConfigError
 from engine.spectra.fragments import MAX_STATES, Pieces, fragment_pieces, piece_fingerprint
 from engine.spectra.io import iter_spectra
 
-from .spectra import LabelledSpectra, file_sha256
+from training.data.spectra import LabelledSpectra, file_sha256
 
 FORMAT_VERSION = 1
 _H = ELEMENT_INDEX["H"]

@@ -1,10 +1,10 @@
 """Train the spectrum encoder: annotated peaks -> posterior over 4096 Morgan bits.
 
-Run ``python -m training.train_encoder --mgf spectra.mgf.gz --out DIR [--preset small]``; or call
+Run ``python -m training.encoder.train_encoder --mgf spectra.mgf.gz --out DIR [--preset small]``; or call
 :func:`train_encoder`, a generator of progress events (stop iterating, or set ``stop``, to cancel; a
 checkpoint is saved and ``--resume`` continues from it).
 
-Data (:mod:`training.spectra`): ``FOLD=train`` records for training, ``FOLD=val`` for early stopping
+Data (:mod:`training.data.spectra`): ``FOLD=train`` records for training, ``FOLD=val`` for early stopping
 and the reported metrics; positive-mode ``[M+H]+`` / ``[M+Na]+`` with a formula and a parseable
 SMILES, licences ``CC0, CC BY, CC BY-SA, dl-de/by-2-0`` by default (what the shipped model may use),
 unit-resolution instruments excluded; precursor tolerance 10 ppm / 0.01 Da when reading, peak
@@ -26,8 +26,8 @@ and training stops after ``patience`` evaluations without improvement, after ``e
 Without a validation fold (``val_folds=()``, ``--no-val``) nothing is evaluated or selected: the last
 weights are kept, and ``stop_after_epochs`` stops at a fixed epoch of the ``epochs``-long cosine (to
 repeat a run whose selection on val kept an earlier epoch). Cross-fitting: ``cv_folds=K, cv_fold=k``
-splits the selected training spectra into K folds by structure (:func:`training.spectra.structure_folds`,
-seeded by ``cv_seed``) and trains on the other K-1 (``python -m training.oof_posteriors`` runs all K).
+splits the selected training spectra into K folds by structure (:func:`training.data.spectra.structure_folds`,
+seeded by ``cv_seed``) and trains on the other K-1 (``python -m training.calibration.oof_posteriors`` runs all K).
 
 Output directory::
 
@@ -68,11 +68,11 @@ from engine.errors import ConfigError, InputFileError, MsgptError
 from engine.model.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder, fold_bits
 from engine.spectra.annotate import get_ion_type
 
-from .checkpoint import atomic_folder, complete_folder, module_weights, write_json_atomic
-from .forward import load_simulated
-from .loop import TrainingConfig, int_at_least, lr_at, stop_on_signals, torch_threads
-from .metrics import bit_metrics, density_matched_threshold, mean_tanimoto
-from .spectra import (
+from training.core.checkpoint import atomic_folder, complete_folder, module_weights, write_json_atomic
+from training.encoder.forward import load_simulated
+from training.core.loop import TrainingConfig, int_at_least, lr_at, stop_on_signals, torch_threads
+from training.core.metrics import bit_metrics, density_matched_threshold, mean_tanimoto
+from training.data.spectra import (
     DEFAULT_ADDUCTS,
     SHIPPABLE_LICENSES,
     CacheHit,
@@ -83,7 +83,7 @@ from .spectra import (
     iter_load_labelled_spectra,
     structure_folds,
 )
-from .substructures import FragmentLabels, LabelProgress, SubstructureSettings, concatenate_labels, fragment_labels
+from training.encoder.substructures import FragmentLabels, LabelProgress, SubstructureSettings, concatenate_labels, fragment_labels
 
 log = logging.getLogger(__name__)
 
@@ -150,14 +150,14 @@ class EncoderTrainConfig(TrainingConfig):
     substructure_weight: float = field(
         default=0.0,
         metadata={"help": "Weight of MIST's substructure task: each labelled peak token predicts its fragment's "
-                          "fingerprint (training.substructures; needs encoder fragment_bits > 0). 0 = off."},
+                          "fingerprint (training.encoder.substructures; needs encoder fragment_bits > 0). 0 = off."},
     )
     substructure_max_breaks: int = field(
         default=3, metadata={"help": "Substructure task: bond cuts of the fragments peaks are matched to (1-3)."}
     )
     simulated: str | None = field(
         default=None,
-        metadata={"help": "Simulated spectra (.npz of `python -m training.forward simulate`) added to the training "
+        metadata={"help": "Simulated spectra (.npz of `python -m training.encoder.forward simulate`) added to the training "
                           "spectra, with their substructure labels; their structures must not be in the val folds."},
     )
     select_metric: str = field(
@@ -412,7 +412,7 @@ def predict_posteriors(model: SpectrumEncoder, data: LabelledSpectra, batch_size
 
 
 def evaluate(posteriors: np.ndarray, data: LabelledSpectra, *, macro: bool = False) -> dict[str, float]:
-    """Validation metrics: :func:`training.metrics.bit_metrics` at 0.5, ``bce``, and ``tanimoto_density``,
+    """Validation metrics: :func:`training.core.metrics.bit_metrics` at 0.5, ``bce``, and ``tanimoto_density``,
     the mean Tanimoto at the global threshold that gives as many bits as the truth has (κ = 1 measured on
     these spectra: comparable between losses that shift the posterior, such as the cosine term)."""
     targets = data.targets(np.arange(len(data)))
@@ -905,7 +905,7 @@ def _csv_list(text: str) -> tuple[str, ...]:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m training.train_encoder",
+        prog="python -m training.encoder.train_encoder",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

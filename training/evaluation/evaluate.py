@@ -25,12 +25,12 @@ variant            queries (B samples in all; paper section in brackets)
 
 Every variant but ``band+adapter`` runs with the adapter off, as the paper's ablations do. The
 F1/cosine thresholds and the κ sweep use the posteriors of *all* eligible spectra of the evaluated folds,
-not only the subsample. Metrics are defined in :mod:`training.metrics` (structure level) and
-:mod:`training.mces`; the analyses (posterior-fidelity bins, the κ diagnostic sweep, candidate-pool
-scaling with M fixed) and the report in :mod:`training.report`.
+not only the subsample. Metrics are defined in :mod:`training.core.metrics` (structure level) and
+:mod:`training.evaluation.mces`; the analyses (posterior-fidelity bins, the κ diagnostic sweep, candidate-pool
+scaling with M fixed) and the report in :mod:`training.evaluation.report`.
 
 Everything per (spectrum, variant) goes to ``results.jsonl`` as soon as it is done, so an interrupted
-run continues where it stopped (the same command again) and ``python -m training.report OUT`` rebuilds
+run continues where it stopped (the same command again) and ``python -m training.evaluation.report OUT`` rebuilds
 ``metrics.json``, ``report.md`` and ``figures/`` from it without sampling anything.
 """
 
@@ -65,8 +65,8 @@ from engine.progress import run_to_end
 from engine.spectra.io import iter_spectra
 from engine.spectra.spectrum import Spectrum
 
-from . import metrics as M
-from .report import drop_cut_line, read_records, write_report
+from training.core import metrics as M
+from training.evaluation.report import drop_cut_line, read_records, write_report
 
 VARIANTS = ("oracle", "point", "f1", "cosine", "outer", "band", "band+adapter")
 DEFAULT_VARIANTS = ("oracle", "point", "band", "band+adapter")
@@ -111,7 +111,7 @@ class EncoderOnly:
     @property
     def supported_adducts(self) -> tuple[str, ...]:
         """The ion types the encoder trained on (its ``train_config.json``)."""
-        from .spectra import DEFAULT_ADDUCTS
+        from training.data.spectra import DEFAULT_ADDUCTS
 
         path = self.path / "train_config.json"
         adducts = json.loads(path.read_text()).get("adducts") if path.is_file() else None
@@ -128,10 +128,10 @@ def load_model(path: str | Path, device: str = "auto", precision: str = "auto"):
 
     folder = Path(path).expanduser()
     if not (folder / "config.json").is_file() and (folder / "encoder_config.json").is_file():
-        from .calibrate import load_encoder
+        from training.calibration.calibrate import load_encoder
 
         if not (folder / "calibration.json").is_file():
-            raise ConfigError(f"{folder} has no calibration.json; run python -m training.calibrate --encoder {folder}")
+            raise ConfigError(f"{folder} has no calibration.json; run python -m training.calibration.calibrate --encoder {folder}")
         dev, _ = resolve_device(device)
         h = hashlib.sha256()
         for name in ("encoder.safetensors", "calibration.json"):
@@ -638,7 +638,7 @@ def _sample_pool_sizes(sampling: _Sampling, s: Spectrum, ref: Reference, todo: l
 def add_mces(results_path: Path, keys: set[str], time_limit: float, check_cancel) -> Iterator[Progress]:
     """Top-10 MCES for every record of ``keys`` that lacks it, from its stored top candidates; rewrites
     results.jsonl (atomically) when done."""
-    from .mces import require_mces, topk_mces
+    from training.evaluation.mces import require_mces, topk_mces
 
     require_mces()
     records = read_records(results_path)
@@ -791,7 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = config_from_args(args, argv)
         if cfg.mces:
-            from .mces import require_mces
+            from training.evaluation.mces import require_mces
 
             require_mces()
         phase = None

@@ -5,7 +5,7 @@
   the first available PuLP solver (CBC).
 * A failed pair (the solver raises, or stops at the time limit without a solution) scores the bond-count
   sum ``|E_ref| + |E_cand|``; a spectrum without candidates scores 100
-  (:data:`training.metrics.MCES_NO_CANDIDATES`).
+  (:data:`training.core.metrics.MCES_NO_CANDIDATES`).
 * The paper sets no time limit; a pair here stops after ``time_limit`` seconds (``--mces-time-limit``)
   so one hard pair cannot stall an evaluation. A pair stopped with a feasible but unproven solution
   keeps that distance (an upper bound); one stopped without a solution is a failure.
@@ -91,7 +91,7 @@ def mces_distance(ref_smiles: str, cand_smiles: str, time_limit: float = 60.0) -
 def topk_mces(ref_smiles: str, candidate_smiles: Sequence[str], k: int = 10, time_limit: float = 60.0) -> tuple[list[float], int]:
     """MCES distances of the first ``k`` candidates to the reference, and how many pairs failed.
 
-    Without candidates the list is empty; :func:`training.metrics.topk_min` scores that 100.
+    Without candidates the list is empty; :func:`training.core.metrics.topk_min` scores that 100.
     """
     if not candidate_smiles:
         return [], 0

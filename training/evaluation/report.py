@@ -1,9 +1,9 @@
-"""Metrics, Markdown report and figures of an evaluation folder (see :mod:`training.evaluate`).
+"""Metrics, Markdown report and figures of an evaluation folder (see :mod:`training.evaluation.evaluate`).
 
 Everything is computed from ``run.json`` and ``results.jsonl``, so a report can be rebuilt, or a run
 reanalysed, without sampling anything::
 
-    python -m training.report runs/eval      # rewrites metrics.json, report.md and figures/*.png
+    python -m training.evaluation.report runs/eval      # rewrites metrics.json, report.md and figures/*.png
 
 Variants are compared on the spectra every one of them has finished (all of them, unless a run was
 interrupted), so the side-by-side numbers always come from the same spectra.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import metrics as M
+from training.core import metrics as M
 
 LABELS = {
     "oracle": "Oracle fingerprint (decoder alone)",
@@ -543,8 +543,8 @@ def main(argv=None) -> int:
                   f"(paired 95% bootstrap interval [{100 * lo:+.1f}, {100 * hi:+.1f}])")
         return 0
     if len(args) != 1 or not (Path(args[0]) / "run.json").is_file():
-        print("usage: python -m training.report EVAL_DIR  (a folder written by msgpt-eval, with run.json)\n"
-              "       python -m training.report --compare BASE_DIR OTHER_DIR [VARIANT [RANKING]]  (paired, "
+        print("usage: python -m training.evaluation.report EVAL_DIR  (a folder written by msgpt-eval, with run.json)\n"
+              "       python -m training.evaluation.report --compare BASE_DIR OTHER_DIR [VARIANT [RANKING]]  (paired, "
               "e.g. two models on the same spectra)", file=sys.stderr)
         return 2
     write_report(args[0])

@@ -1,12 +1,12 @@
 """Pool recall, Top-1/Top-10 and time of standard effort, larger pools and deep search (issue #39)::
 
-    python -m training.deep_search_eval --mgf ../shared/data/massbank_dev.mgf.gz --out runs/deep_search/val \\
+    python -m training.studies.deep_search_eval --mgf ../shared/data/massbank_dev.mgf.gz --out runs/deep_search/val \\
         --set val --max-spectra 100 --methods standard deep B=500 B=1500
 
-**Spectra.** One seeded spectrum per structure, ``[M+H]+`` only (:func:`training.evaluate.select_spectra` with
+**Spectra.** One seeded spectrum per structure, ``[M+H]+`` only (:func:`training.evaluation.evaluate.select_spectra` with
 ``--one-per-structure``, seed 0, as ``msgpt-eval``): ``--set val`` is FOLD=val (report), ``--set train-unseen``
 the FOLD=train spectra whose structure the bundle's encoder never trained on (tuning,
-:func:`training.noise.unseen_structures`). No library joins the pools (deep search only borrows analogs' fragments).
+:func:`training.encoder.noise.unseen_structures`). No library joins the pools (deep search only borrows analogs' fragments).
 
 **Methods**, each from a fresh :class:`~engine.elucidation.pipeline.SpectrumSession` with the posterior computed
 once per spectrum (its time is added to every method): ``standard`` (B=100, the app's default), ``B=500`` and
@@ -45,7 +45,7 @@ def select(model, mgf: str, which: str, n: int, cache: Path) -> list:
     """The first ``n`` spectra of the seeded one-per-structure ``[M+H]+`` selection of ``which`` (cached)."""
     from engine.spectra.spectrum import Spectrum
 
-    from .evaluate import EvalConfig, Reference, select_spectra
+    from training.evaluation.evaluate import EvalConfig, Reference, select_spectra
 
     key = {"mgf": str(Path(mgf).resolve()), "set": which, "n": n, "model": model.checksum}
     n_bits = model.decoder.config.fp_bits
@@ -59,8 +59,8 @@ def select(model, mgf: str, which: str, n: int, cache: Path) -> list:
         sel = select_spectra(model, EvalConfig(folds=("val",), **common))
         chosen, info = sel.chosen, sel.info
     else:
-        from .noise import encoder_licenses, unseen_structures
-        from .retrieval import mgf_labels
+        from training.encoder.noise import encoder_licenses, unseen_structures
+        from training.studies.retrieval import mgf_labels
 
         sel = select_spectra(model, EvalConfig(folds=("train",), **common))
         fold, lic, keys = mgf_labels(mgf)
@@ -168,7 +168,7 @@ def main(argv=None) -> int:
     from engine.model.bundle import load_bundle
     from engine.paths import default_model_dir
 
-    from .evaluate import spectrum_key
+    from training.evaluation.evaluate import spectrum_key
 
     torch.set_num_threads(args.threads)
     model = load_bundle(args.model or default_model_dir())

@@ -1,11 +1,11 @@
 """Encoder recipe ablation: train named variants of one recipe and compare them on the validation fold.
 
-Run ``python -m training.encoder_ablation --mgf ../shared/data/massbank_dev.mgf.gz --out runs/enc_abl
-[--variants baseline,cosine,...]``. Every variant is one :func:`training.train_encoder.train_encoder` run
+Run ``python -m training.studies.encoder_ablation --mgf ../shared/data/massbank_dev.mgf.gz --out runs/enc_abl
+[--variants baseline,cosine,...]``. Every variant is one :func:`training.encoder.train_encoder.train_encoder` run
 in ``out/<name>`` (resumable: a finished variant is only re-scored, an interrupted one continues from its
-checkpoint), calibrated on its own training spectra (:func:`training.calibrate.calibrate_encoder`, as a
+checkpoint), calibrated on its own training spectra (:func:`training.calibration.calibrate.calibrate_encoder`, as a
 bundle would be) and scored on the licence-clean ``FOLD=val`` spectra with
-:func:`training.oof_posteriors.posterior_summary`:
+:func:`training.calibration.oof_posteriors.posterior_summary`:
 
 - ``fidelity``: mean Tanimoto between the true fingerprint and the posterior cut at the encoder's own
   calibrated t(κ=1), i.e. what ``msgpt-eval`` bins spectra by; ``low`` is the share with fidelity < 0.5;
@@ -38,12 +38,12 @@ import numpy as np
 from engine.errors import ConfigError, InputFileError
 from engine.progress import run_to_end
 
-from .calibrate import Calibration, CalibrationDone, calibrate_encoder, load_encoder
-from .checkpoint import write_json_atomic
-from .loop import torch_threads
-from .oof_posteriors import posterior_summary
-from .spectra import SHIPPABLE_LICENSES, iter_load_labelled_spectra
-from .train_encoder import (
+from training.calibration.calibrate import Calibration, CalibrationDone, calibrate_encoder, load_encoder
+from training.core.checkpoint import write_json_atomic
+from training.core.loop import torch_threads
+from training.calibration.oof_posteriors import posterior_summary
+from training.data.spectra import SHIPPABLE_LICENSES, iter_load_labelled_spectra
+from training.encoder.train_encoder import (
     EncoderTrainConfig,
     StepDone,
     TrainingFinished,
@@ -168,7 +168,7 @@ def score_ensemble(folders: Sequence[Path], data, val, threads: int = 1) -> dict
 
     The ensemble is calibrated like one encoder: per ion mode, on the training spectra of its members'
     recipe (the first member's ``train_config.json`` without cross-fitting or subsetting, so the five
-    out-of-fold encoders of ``training.oof_posteriors`` are calibrated on all of ``FOLD=train``).
+    out-of-fold encoders of ``training.calibration.oof_posteriors`` are calibrated on all of ``FOLD=train``).
     ``spectra/s`` is the whole ensemble's, one thread.
     """
     if not folders:
@@ -252,7 +252,7 @@ def parse_ensembles(specs: Sequence[str]) -> dict[str, list[Path]]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.encoder_ablation", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.studies.encoder_ablation", description=__doc__.split("\n\n")[0])
     p.add_argument("--mgf", required=True, help="labelled MGF (the shared massbank_dev.mgf.gz)")
     p.add_argument("--out", required=True, help="folder of the variants' runs, table.md and results.json")
     p.add_argument("--variants", default=",".join(VARIANTS),

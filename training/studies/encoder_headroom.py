@@ -21,7 +21,7 @@ as many bits on average as the bundle's query (the encoder at its calibrated t(�
   under π / T)``, mixed into π with share ``a``; and, as a bound for any method that picks a corpus
   structure, the mean Tanimoto of each spectrum's closest isomer (spectra with one).
 
-    python -m training.encoder_headroom --mgf ../shared/data/massbank_dev.mgf.gz \\
+    python -m training.studies.encoder_headroom --mgf ../shared/data/massbank_dev.mgf.gz \\
         --encoder runs/enc_abl/grow+negative+substructure+simulated24k --corpus runs/corpus_full \\
         --out runs/encoder_headroom.json
 
@@ -44,13 +44,13 @@ from engine.chem.formula import ELEMENT_INDEX
 from engine.errors import ConfigError, InputFileError, MsgptError
 from engine.progress import run_to_end
 
-from .calibrate import Calibration, load_encoder
-from .checkpoint import write_json_atomic
-from .dataset import CorpusDataset
-from .loop import torch_threads
-from .metrics import density_matched_threshold
-from .spectra import SHIPPABLE_LICENSES, FeatureSettings, LabelledSpectra, iter_load_labelled_spectra
-from .train_encoder import predict_posteriors
+from training.calibration.calibrate import Calibration, load_encoder
+from training.core.checkpoint import write_json_atomic
+from training.data.dataset import CorpusDataset
+from training.core.loop import torch_threads
+from training.core.metrics import density_matched_threshold
+from training.data.spectra import SHIPPABLE_LICENSES, FeatureSettings, LabelledSpectra, iter_load_labelled_spectra
+from training.encoder.train_encoder import predict_posteriors
 
 SCORED_ADDUCTS = ("[M+H]+", "[M+Na]+", "[M-H]-")
 _EPS = 1e-6
@@ -261,10 +261,10 @@ def format_table(results: dict[str, Any]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.encoder_headroom", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.studies.encoder_headroom", description=__doc__.split("\n\n")[0])
     p.add_argument("--mgf", required=True, help="labelled MGF (the shared massbank_dev.mgf.gz)")
     p.add_argument("--encoder", required=True, help="a finished encoder run (with calibration.json)")
-    p.add_argument("--corpus", required=True, help="a prepared molecule corpus (python -m training.corpus prepare)")
+    p.add_argument("--corpus", required=True, help="a prepared molecule corpus (python -m training.data.corpus prepare)")
     p.add_argument("--out", required=True, help="JSON file of the results (a .md table is written beside it)")
     p.add_argument("--weights", type=float, nargs="+", default=[0.25, 0.5], help="prior weights w")
     p.add_argument("--alpha", type=float, default=2.0, help="pseudo-records of the base rates in the means")
@@ -281,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         folder = Path(args.encoder)
         if not (folder / "calibration.json").is_file():
-            raise ConfigError(f"{folder} has no calibration.json; run `python -m training.calibrate` on it first.")
+            raise ConfigError(f"{folder} has no calibration.json; run `python -m training.calibration.calibrate` on it first.")
         model = load_encoder(folder)
         cal = Calibration.load(folder / "calibration.json")
         settings = replace(FeatureSettings.for_encoder(model.config), adducts=SCORED_ADDUCTS)

@@ -1,6 +1,6 @@
 """Fine-tune the forward model to rank a spectrum's true structure above the other structures of its formula.
 
-:mod:`training.forward` teaches the forward model which fragments show up as peaks; the app uses it through the
+:mod:`training.encoder.forward` teaches the forward model which fragments show up as peaks; the app uses it through the
 forward score (:func:`engine.model.forward.forward_score`) to order a suspect list's isomers. A better peak
 predictor need not rank better (``docs/known_compounds.md``: trained four times longer, its AUROC rose and its
 suspect Hit@1 fell). This module trains the score for the job it does: for each training spectrum, its true
@@ -9,14 +9,14 @@ against the spectrum's peak formulas, and a softmax cross-entropy over their for
 the truth's own peak loss (binary cross-entropy, observed peaks weighted ``positive_weight``) stays beside it,
 weighted ``peak_weight``, so that the probabilities stay probabilities.
 
-Spectra (``--part``): those :mod:`training.forward` fit learned from (``train``: ``FOLD=train``, its licences
+Spectra (``--part``): those :mod:`training.encoder.forward` fit learned from (``train``: ``FOLD=train``, its licences
 and ion types, minus its held-out structures, same seed), or the structures it held out (``held_out``, which the
-peak model never saw); either way no pool truth of :mod:`training.retrieval_forward` (train-unseen or
+peak model never saw); either way no pool truth of :mod:`training.studies.retrieval_forward` (train-unseen or
 ``FOLD=val``) is ever a positive. Decoys are drawn from the whole corpus, so a pool truth can be one (a
 negative: it can only make the measurement harder). The result is a forward model folder like ``fit``'s;
-measure it, and choose its weight, with :mod:`training.retrieval_forward`::
+measure it, and choose its weight, with :mod:`training.studies.retrieval_forward`::
 
-    OMP_NUM_THREADS=1 python -m training.forward_rank --init runs/forward --out runs/forward_rank_ho \\
+    OMP_NUM_THREADS=1 python -m training.studies.forward_rank --init runs/forward --out runs/forward_rank_ho \\
         --part held_out --decoys 8 --mgf ../shared/data/massbank_dev.mgf.gz \\
         --corpus ../shared/data/molecules.tsv.gz --home runs/retrieval/home
 
@@ -53,10 +53,10 @@ from engine.model.forward import (
     candidates,
 )
 
-from .checkpoint import write_json_atomic
-from .forward import encoder_features
-from .spectra import load_labelled_spectra, structure_folds
-from .substructures import structures_of
+from training.core.checkpoint import write_json_atomic
+from training.encoder.forward import encoder_features
+from training.data.spectra import load_labelled_spectra, structure_folds
+from training.encoder.substructures import structures_of
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,7 +98,7 @@ class Example:
 def build(args, fit: dict, settings: CandidateSettings, log=print) -> tuple[list[Structure], list[Example]]:
     """The spectra of ``args.part`` of the fit at ``args.init`` (``fit``: its training config), with their truths
     and decoys (module docstring)."""
-    from .retrieval import open_corpus
+    from training.studies.retrieval import open_corpus
 
     data = load_labelled_spectra(args.mgf, encoder_features(), cache_dir=args.cache_dir)
     data = data.subset(np.flatnonzero(np.isin(data.adduct, list(fit["adducts"]))))
@@ -184,12 +184,12 @@ def example_loss(model: ForwardModel, structures: list[Structure], ex: Example, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m training.forward_rank", description=__doc__.split("\n\n")[0])
-    p.add_argument("--init", required=True, help="the fitted forward model folder (python -m training.forward fit)")
+    p = argparse.ArgumentParser(prog="python -m training.studies.forward_rank", description=__doc__.split("\n\n")[0])
+    p.add_argument("--init", required=True, help="the fitted forward model folder (python -m training.encoder.forward fit)")
     p.add_argument("--out", required=True, help="output folder: forward.safetensors, config.json, metrics.json")
     p.add_argument("--mgf", required=True, help="labelled MGF the forward model was fitted on")
     p.add_argument("--corpus", required=True, help="structure corpus of the decoys (molecules.tsv.gz)")
-    p.add_argument("--home", help="folder of the corpus index (MSGPT_HOME), as training.retrieval's --home")
+    p.add_argument("--home", help="folder of the corpus index (MSGPT_HOME), as training.studies.retrieval's --home")
     p.add_argument("--part", choices=("train", "held_out"), default="train",
                    help="the fit's own training structures, or the structures it held out (never learnt from)")
     p.add_argument("--decoys", type=int, default=4, help="corpus isomers per training structure")
@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=32, help="spectra per step")
     p.add_argument("--lr", type=float, default=2e-4)
     p.add_argument("--peak-weight", type=float, default=1.0, help="weight of the truth's peak loss")
-    p.add_argument("--positive-weight", type=float, default=3.0, help="as training.forward fit's")
+    p.add_argument("--positive-weight", type=float, default=3.0, help="as training.encoder.forward fit's")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--processes", type=int, default=2, help="processes that fragment the structures")
     p.add_argument("--cache-dir", help="labelled-spectra cache folder")
@@ -256,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(json.dumps(row))
     metrics = {"minutes": round((time.monotonic() - t0) / 60, 2), "args": vars(args), "history": history,
                "structures": len(structures), "spectra": len(examples),
-               # training.retrieval_forward reads the fit's licences from here to check for overlap
+               # training.studies.retrieval_forward reads the fit's licences from here to check for overlap
                "metrics": fit_metrics}  # fmt: skip
     model.eval()
     model.save(args.out, metrics)

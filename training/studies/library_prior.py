@@ -27,11 +27,11 @@ undrawn structures left out, which the identifications alone give).
 FOLD=val: among the ``(scope, b)`` whose *new* de novo Top-1 and Top-10 are no lower than the reference, the best
 *known* Hit@1, then Hit@5, then the larger ``b``::
 
-    python -m training.library_prior collect --selection runs/retrieval/v10_lib_all --out runs/library_prior/v10 \\
+    python -m training.studies.library_prior collect --selection runs/retrieval/v10_lib_all --out runs/library_prior/v10 \\
         [--shard 0/2]
-    python -m training.library_prior measure --out runs/library_prior/v10
+    python -m training.studies.library_prior measure --out runs/library_prior/v10
 
-Spectra come from a ``training.retrieval`` run's ``selection.json`` (its ``choose`` and ``report`` lists, each
+Spectra come from a ``training.studies.retrieval`` run's ``selection.json`` (its ``choose`` and ``report`` lists, each
 spectrum with its formula and true structure). Outputs: ``<out>/pools*.jsonl`` (resumable, one line a
 spectrum), ``<out>/metrics.json`` and ``<out>/report.md`` (also printed).
 """
@@ -65,7 +65,7 @@ def pool_record(result, spectrum, fold: str, truth_fp: float, truth_key: str) ->
     cands = [{"k": c.inchikey14, "n": int(c.count), "fp": round(float(c.fingerprint_score), 4),
               "lib": int(STRUCTURE_LIBRARY in c.origin or SPECTRAL_LIBRARY in c.origin), "id": int(c.identified)}
              for c in result.candidates if math.isfinite(c.fingerprint_score)]
-    from .evaluate import spectrum_key
+    from training.evaluation.evaluate import spectrum_key
 
     return {"key": spectrum_key(spectrum), "fold": fold,
             "adduct": spectrum.adduct, "truth": truth_key, "truth_fp": round(truth_fp, 4), "candidates": cands}
@@ -79,7 +79,7 @@ def collect(bundle, spectra: Sequence[tuple[str, object]], libraries: Sequence, 
     from engine.model.scoring import FingerprintScorer
     from engine.progress import run_to_end
 
-    from .evaluate import spectrum_key
+    from training.evaluation.evaluate import spectrum_key
 
     lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
     done = {json.loads(line)["key"] for line in lines}
@@ -190,7 +190,7 @@ def _pct(a: np.ndarray) -> str:
 
 def report(records: dict[str, list[dict]], tables: dict[str, dict], chosen, priors: Sequence[float],
            command: str) -> tuple[dict, str]:
-    from .retrieval import ci95
+    from training.studies.retrieval import ci95
 
     lines = ["# Do the bundled libraries crowd out new compounds?", "",
              (f"Spectra: {', '.join(f'{label} {len(recs)}' for label, recs in records.items())} (formula given, "
@@ -244,11 +244,11 @@ def read_pools(out: Path) -> list[dict]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="python -m training.library_prior", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m training.studies.library_prior", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect", help="run the pipeline with the bundled libraries on the run's spectra")
-    c.add_argument("--selection", required=True, help="training.retrieval output folder (its selection.json)")
+    c.add_argument("--selection", required=True, help="training.studies.retrieval output folder (its selection.json)")
     c.add_argument("--out", required=True)
     c.add_argument("--bundle", default="resources/default_model")
     c.add_argument("--shard", default="0/1", help="I/N: every N-th spectrum from the I-th (parallel processes)")
@@ -281,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     by_set = {label: [r for r in records if r["fold"] == fold] for fold, label in SETS}
     tables = {label: grid(recs, a.priors) for label, recs in by_set.items() if recs}
     chosen = choose(tables[SETS[0][1]], a.priors) if SETS[0][1] in tables else None
-    metrics, text = report(by_set, tables, chosen, a.priors, "python -m training.library_prior " + " ".join(argv))
+    metrics, text = report(by_set, tables, chosen, a.priors, "python -m training.studies.library_prior " + " ".join(argv))
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1), encoding="utf-8")
     (out / "report.md").write_text(text, encoding="utf-8")
     print(text)

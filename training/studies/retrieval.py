@@ -6,13 +6,13 @@ predicted fingerprint, so under the fingerprint score alone their look-alikes ou
 structure; a prior that lifts every known structure lets a library's hundreds of isomers crowd out a correct
 de novo answer. This module measures candidate merged scores and chooses one (:class:`MergedScore`)::
 
-    python -m training.retrieval --mgf ../shared/data/massbank_dev.mgf.gz \\
+    python -m training.studies.retrieval --mgf ../shared/data/massbank_dev.mgf.gz \\
         --corpus ../shared/data/molecules.tsv.gz --out runs/retrieval/v10 \\
         --choose-spectra 150 --report-spectra 200
 
-**Sets.** One seeded spectrum per structure (:func:`training.evaluate.select_spectra`, as ``msgpt-eval
+**Sets.** One seeded spectrum per structure (:func:`training.evaluation.evaluate.select_spectra`, as ``msgpt-eval
 --one-per-structure``; adducts the model supports): weights are chosen on ``FOLD=train`` spectra of
-structures the bundle's encoder never trained on (:func:`training.noise.unseen_structures` with the licences
+structures the bundle's encoder never trained on (:func:`training.encoder.noise.unseen_structures` with the licences
 its ``config.json`` records), and reported on ``FOLD=val``.
 
 **Libraries** (two tracks, as MassSpecGym's retrieval): the *formula* track is the true structure plus up to
@@ -31,7 +31,7 @@ log-probability under a few band queries (teacher-forced, conditioned on its own
 (:func:`engine.spectra.fragments.explain_peaks`). Pools are cached in ``<out>/pools.jsonl`` as they are done,
 so a rerun (or a larger ``--*-spectra``) costs only what is new. ``--library-only`` pools hold the library
 tracks alone (the encoder runs, nothing is drawn or decoder-scored, nothing is analysed): what
-:mod:`training.retrieval_forward`'s suspect-list rule needs, in seconds.
+:mod:`training.studies.retrieval_forward`'s suspect-list rule needs, in seconds.
 
 **Rankings** (:func:`evaluate_pools`): Hit@1/5/20 of the truth ranked among the library alone and among the
 library plus the de novo candidates, per track; ties are broken at random in expectation
@@ -84,7 +84,7 @@ class MergedScore:
     nothing). The decoder log-probability is that of the structure's canonical SAFE tokens (teacher-forced,
     conditioned on its own formula) averaged over the band queries at ``query_positions`` (0 = the band's
     sparse end, 1 = its dense end); a shortlisted structure the decoder cannot score (a token outside its
-    vocabulary, too long) takes the shortlist's lowest. Chosen by ``python -m training.retrieval``
+    vocabulary, too long) takes the shortlist's lowest. Chosen by ``python -m training.studies.retrieval``
     (docs/retrieval.md).
     """
 
@@ -548,7 +548,7 @@ def score_pool(model, spectrum, ref, library, params, *, seed: int = 0,
     from engine.model.scoring import FingerprintScorer
     from engine.progress import run_to_end
 
-    from .evaluate import spectrum_key
+    from training.evaluation.evaluate import spectrum_key
 
     key = spectrum_key(spectrum)
     t0 = time.perf_counter()
@@ -647,8 +647,8 @@ def select_sets(model, mgf: str, n_choose: int, n_report: int, seed: int = 0,
     FOLD=val, and the first ``n_choose`` of FOLD=train whose structure no FOLD=train record of the encoder's
     training licences holds (``licenses`` overrides the licences the bundle records) and that ``exclude``
     (called with the InChIKey first block) does not exclude."""
-    from .evaluate import EvalConfig, select_spectra
-    from .noise import encoder_licenses, unseen_structures
+    from training.evaluation.evaluate import EvalConfig, select_spectra
+    from training.encoder.noise import encoder_licenses, unseen_structures
 
     trained = list(licenses) if licenses else encoder_licenses(model.config, str(model.path))
     common = {"model": str(model.path), "mgf": str(mgf), "out": "", "one_per_structure": True, "seed": seed,
@@ -681,7 +681,7 @@ def cached_sets(model, mgf: str, n_choose: int, n_report: int, seed: int, licens
     same file, model adducts, counts, seed and licences (reading the MGF twice takes minutes)."""
     from engine.spectra.spectrum import Spectrum
 
-    from .evaluate import Reference
+    from training.evaluation.evaluate import Reference
 
     stat = Path(mgf).stat()
     key = {"mgf": str(Path(mgf).resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "seed": seed,
@@ -757,7 +757,7 @@ def compute_pools(cfg: RetrievalConfig, model, library, sets: Sets, out: Path) -
 
     from engine.elucidation.pipeline import QueryParams
 
-    from .evaluate import spectrum_key
+    from training.evaluation.evaluate import spectrum_key
 
     pools_path, frag_path = out / "pools.jsonl", out / "fragments.jsonl"
     pools, frags = read_jsonl(pools_path), read_jsonl(frag_path)
@@ -777,7 +777,7 @@ def compute_pools(cfg: RetrievalConfig, model, library, sets: Sets, out: Path) -
 
 
 def _pools_of(pairs, pools: dict, frags: dict, fragments_only: bool = False) -> list[Pool]:
-    from .evaluate import spectrum_key
+    from training.evaluation.evaluate import spectrum_key
 
     keys = [spectrum_key(s) for s, _ in pairs]
     if fragments_only:
@@ -1046,7 +1046,7 @@ def run(cfg: RetrievalConfig) -> dict:
     from engine.model.bundle import load_bundle
     from engine.paths import default_model_dir
 
-    from .evaluate import code_version, machine
+    from training.evaluation.evaluate import code_version, machine
 
     started = time.time()
     if cfg.library_only and cfg.fragment_spectra:
@@ -1074,7 +1074,7 @@ def run(cfg: RetrievalConfig) -> dict:
     pools, frags = compute_pools(cfg, model, library, sets, out)
     if cfg.library_only:
         print(f"library-only pools of {len(pools)} spectra in {out / 'pools.jsonl'}; rank them with "
-              f"`python -m training.retrieval_forward --pools {out}` (no analysis: it needs de novo pools)",
+              f"`python -m training.studies.retrieval_forward --pools {out}` (no analysis: it needs de novo pools)",
               file=sys.stderr)
         return {"run": {"library_only": True, "pools": len(pools), "seconds": time.time() - started}}
     choose_p, report_p = _pools_of(sets.choose, pools, frags), _pools_of(sets.report, pools, frags)
@@ -1101,7 +1101,7 @@ def run(cfg: RetrievalConfig) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.retrieval", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m training.studies.retrieval", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model bundle folder (default: the bundled model)")
     p.add_argument("--mgf", required=True, help="labelled MGF with FOLD and LICENSE (massbank_dev.mgf.gz)")
@@ -1128,7 +1128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--library-only", action="store_true",
                    help="pools of the library tracks alone: the encoder runs, the de novo search and the decoder "
                         "scores do not (750 pools in seconds instead of hours), and nothing is analysed; for "
-                        "measures of a library's own order, such as training.retrieval_forward's suspect-list rule")
+                        "measures of a library's own order, such as training.studies.retrieval_forward's suspect-list rule")
     return p
 
 
@@ -1141,7 +1141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         threads=args.threads, device=args.device, precision=args.precision, home=args.home,
         licenses=tuple(args.trained_licenses) if args.trained_licenses else None, tolerance=args.crowding_tolerance,
         choose_outside_corpus=args.choose_outside_corpus, library_only=args.library_only,
-        command="python -m training.retrieval " + " ".join(argv))
+        command="python -m training.studies.retrieval " + " ".join(argv))
     try:
         metrics = run(cfg)
     except KeyboardInterrupt:

@@ -2,8 +2,8 @@
 
 A suspect list's structures rank before every prediction, so its own order decides the answer
 (docs/known_compounds.md). The shipped order is the fingerprint score plus the bundle's fragment score
-(``forward.json``'s ``ranking``, chosen by :mod:`training.retrieval_forward`). This module measures a third term
-on the same cached pools of a :mod:`training.retrieval` run: the **analog score** of
+(``forward.json``'s ``ranking``, chosen by :mod:`training.studies.retrieval_forward`). This module measures a third term
+on the same cached pools of a :mod:`training.studies.retrieval` run: the **analog score** of
 :class:`engine.elucidation.ranking.AnalogRerank`,
 
     max over the query's first H analog hits i of similarity_i × Tanimoto(candidate, structure_i)
@@ -18,17 +18,17 @@ much a suspect looks like the *other* compounds whose spectra resemble the query
 the truth among up to 255 corpus structures of its formula; mass: those within 10 ppm), every structure gets
 its fingerprint score plus ``v ·`` its analog score; then the first ``shortlist`` by that get ``w ·`` their
 forward score and the others ``w ·`` the lowest of those (the bundle's ``w``, shortlist and intensity weight).
-Forward scores are reused from a ``training.retrieval_forward`` run (``--scores``) and the missing ones computed
+Forward scores are reused from a ``training.studies.retrieval_forward`` run (``--scores``) and the missing ones computed
 into ``<out>/forward_scores.jsonl`` (each ``v`` shortlists other structures). Hit@k is expected over ties.
 
 **Choice.** ``(H, v)`` is the best mean library-alone Hit@1 over both tracks on train-unseen (FOLD=train spectra
 of structures the encoder never trained on), then Hit@5, then the smaller ``v`` and ``H``: the rule
-:mod:`training.retrieval_forward` uses for a suspect list's order. FOLD=val is reported, with the paired
+:mod:`training.studies.retrieval_forward` uses for a suspect list's order. FOLD=val is reported, with the paired
 bootstrap 95% interval of the gain over ``v = 0``, and, as a control, the same setting with each spectrum given
 the hits of another spectrum of its set (a gain there would be a prior on structures, not evidence from the
 spectrum)::
 
-    python -m training.retrieval_analogs --pools runs/retrieval/v10_lib_all \\
+    python -m training.studies.retrieval_analogs --pools runs/retrieval/v10_lib_all \\
         --scores runs/retrieval_forward/all_int4 --out runs/retrieval_analogs/v10 --fresh 150 \\
         --install resources/default_model
 
@@ -36,9 +36,9 @@ spectrum)::
 again, together with ``v`` at the chosen H, by the same rule (they were chosen before the analog term existed) and
 reports the choice against the bundle's setting with paired intervals on both sets; it never installs it.
 
-On pools with de novo candidates (a ``training.retrieval`` run without ``--library-only``) it also chooses the
+On pools with de novo candidates (a ``training.studies.retrieval`` run without ``--library-only``) it also chooses the
 weight of every other candidate, the bundled library's structures and the predictions (:func:`others_rule`: the
-de novo rule of :mod:`training.retrieval_forward`, which refuses any loss of de novo answers), and checks the
+de novo rule of :mod:`training.studies.retrieval_forward`, which refuses any loss of de novo answers), and checks the
 bundle's confidence on the reordered de novo rankings when that weight is above 0.
 
 Outputs: ``<out>/metrics.json`` and ``<out>/report.md`` (also printed); the hits of every pool are cached in
@@ -61,8 +61,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .retrieval import TRACKS, Pool, ci95
-from .retrieval_forward import (
+from training.studies.retrieval import TRACKS, Pool, ci95
+from training.studies.retrieval_forward import (
     ALONE,
     SETS,
     _cpu_name,
@@ -74,7 +74,7 @@ from .retrieval_forward import (
     run_shortlist,
     with_forward,
 )
-from .retrieval_scorer import pool_spectra
+from training.studies.retrieval_scorer import pool_spectra
 
 HITS = (5, 10, 20, 30)
 WEIGHTS = (0.0, 80.0, 160.0, 320.0, 640.0, 1280.0, 2560.0, 5120.0)
@@ -197,10 +197,10 @@ def suspect_scores(rec: dict, fw: dict, weight: float, shortlist: int, analog: n
 def complete_scores(model, records: dict, spectra: dict, need: dict[str, set[str]], path: Path, eps: float,
                     intensity_weight: float) -> None:
     """Compute the forward scores ``need`` names (pool key -> structure keys) and append them to ``path``, in
-    ``training.retrieval_forward``'s ``forward_scores.jsonl`` format."""
+    ``training.studies.retrieval_forward``'s ``forward_scores.jsonl`` format."""
     import torch
 
-    from .retrieval_forward import forward_scorer
+    from training.studies.retrieval_forward import forward_scorer
 
     need = {k: v for k, v in need.items() if v}
     if not need:
@@ -384,7 +384,7 @@ ALL = 10**9  # a shortlist longer than any pool: the analog score is every candi
 
 def others_rule(records: dict, analog: dict[str, np.ndarray], weights: Sequence[float]) -> dict:
     """The analog weight of every candidate that is not a suspect (the bundled library's, the predictions), by
-    :mod:`training.retrieval_forward`'s de novo rule on pools with de novo candidates: the best mean joint Hit@1
+    :mod:`training.studies.retrieval_forward`'s de novo rule on pools with de novo candidates: the best mean joint Hit@1
     over both tracks among the weights that lower no de novo Top-1/Top-10 (with the structure libraries off and
     with them on, the truth taken out) below the fingerprint score's. The analog score fills the forward score's
     slot of those pools for every candidate; "libraries off" there still has the spectral library (the analog
@@ -434,12 +434,12 @@ def confidence_check(confidence, records: dict, analog: dict[str, np.ndarray], w
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="python -m training.retrieval_analogs", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m training.studies.retrieval_analogs", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pools", required=True,
-                   help="training.retrieval output folder (--library-only pools measure the suspects' weight only)")
+                   help="training.studies.retrieval output folder (--library-only pools measure the suspects' weight only)")
     p.add_argument("--scores",
-                   help="a training.retrieval_forward output folder at the bundle's intensity weight: its forward "
+                   help="a training.studies.retrieval_forward output folder at the bundle's intensity weight: its forward "
                         "scores are reused (the ones missing are computed into --out)")
     p.add_argument("--bundle", default="resources/default_model",
                    help="model bundle whose forward ranking (w, shortlist) the analog term joins")
@@ -558,7 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if confidence is not None and others["chosen"] > 0:
             others["confidence"] = confidence_check(confidence, records, analog[n_best], others["chosen"])
     metrics = {
-        "run": {"command": "python -m training.retrieval_analogs " + " ".join(argv), "pools": a.pools,
+        "run": {"command": "python -m training.studies.retrieval_analogs " + " ".join(argv), "pools": a.pools,
                 "scores": a.scores, "bundle": a.bundle, "forward_weight": ranking.weight,
                 "shortlist": ranking.shortlist, "intensity_weight": ranking.intensity_weight,
                 "libraries": [f"{lib.name} ({len(lib)} spectra)" for lib in libraries],

@@ -2,11 +2,11 @@
 
 Issue #36 ranks a spectrum's library isomers together with its de novo candidates by the fingerprint score
 (the log-likelihood of a candidate's Morgan bits under the encoder's posterior). This module measures a
-second, spectrum-based score on the cached pools of a :mod:`training.retrieval` run (``<pools>/pools.jsonl``:
+second, spectrum-based score on the cached pools of a :mod:`training.studies.retrieval` run (``<pools>/pools.jsonl``:
 FOLD=train spectra of structures the encoder never trained on, "train-unseen", 600 in the shipped choice, and
 150 FOLD=val spectra): the **forward score** of :class:`engine.model.forward.ForwardScorer`, the
 log-likelihood of the spectrum's peak formulas under the fragment-level forward model of
-:mod:`training.forward` (trained on FOLD=train spectra of the encoder's licences, so it never saw a pool
+:mod:`training.encoder.forward` (trained on FOLD=train spectra of the encoder's licences, so it never saw a pool
 truth: the run checks that)::
 
     Σ over the candidate's bond-cleavage fragment formulas f of [o_f log q_f + (1 − o_f) log(1 − q_f)]
@@ -18,29 +18,29 @@ formula (the same for every formula-track and de novo candidate; mass-track isom
 their own annotation, so no candidate reads the truth's formula). A candidate the forward model cannot score
 (an element the fragmenter does not support) takes the lowest forward score of its pool.
 
-**Ranking.** Per track and setting (:func:`training.retrieval.setting_rows`: library alone, library + de
+**Ranking.** Per track and setting (:func:`training.studies.retrieval.setting_rows`: library alone, library + de
 novo, de novo alone, library with the truth removed + de novo), the first ``K`` candidates by fingerprint
 score are re-ranked by ``fingerprint + w · forward`` above the rest, which keep their fingerprint order
-(:class:`training.retrieval.Variant` with the forward score in its fragment slot). ``w`` is chosen on
+(:class:`training.studies.retrieval.Variant` with the forward score in its fragment slot). ``w`` is chosen on
 train-unseen only: the best mean joint Hit@1 over both tracks (then Hit@5, then the smaller ``w``) among the
 weights that keep de novo Top-1/Top-10, libraries off and library on with the truth removed, at least at
-``w = 0`` on both tracks (:func:`training.retrieval_scorer.selection_key`); it is then reported on FOLD=val
+``w = 0`` on both tracks (:func:`training.studies.retrieval_scorer.selection_key`); it is then reported on FOLD=val
 with a paired bootstrap 95% interval of the Hit@1 gain over ``w = 0``. The shortlist re-ranked
 by the forward score alone is reported beside the grid, never chosen. Forward scores are cached in
 ``<out>/forward_scores.jsonl`` (one line per pool and pass); a rerun, or a longer shortlist, computes only
 what is missing (so ``--shard I/N`` lets N processes fill it side by side, and a run without it then reports; a
 line cut short is computed again)::
 
-    OMP_NUM_THREADS=1 python -m training.retrieval_forward --forward runs/forward \\
+    OMP_NUM_THREADS=1 python -m training.studies.retrieval_forward --forward runs/forward \\
         --pools runs/retrieval/v10 --out runs/retrieval_forward/v10 --shortlists 20 50
 
 Outputs: ``<out>/metrics.json`` and ``<out>/report.md`` (also printed).
 
 A second rule, for a suspect list's own order (its structures rank before every prediction, so de novo answers
 are not at stake), chooses the weight of the best mean library-alone Hit@1 over both tracks. That rule needs
-no de novo candidates: on pools of ``training.retrieval --library-only`` (the same library candidates and
+no de novo candidates: on pools of ``training.studies.retrieval --library-only`` (the same library candidates and
 fingerprint scores, made in seconds) the report says so and ``--install`` only writes the suspect rule's
-weight. ``--forward`` may name an ensemble (``training.forward ensemble``); ``--intensity-weight`` weighs the
+weight. ``--forward`` may name an ensemble (``training.encoder.forward ensemble``); ``--intensity-weight`` weighs the
 observed peak formulas by their intensity (:class:`engine.model.forward.ForwardScorer`). ``--install
 BUNDLE`` writes the forward model into a model bundle with what was chosen (``forward.json`` +
 ``forward.safetensors``, :class:`engine.model.forward.ForwardRanking`): scope ``all`` at the first rule's weight
@@ -60,7 +60,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .retrieval import (
+from training.studies.retrieval import (
     CROWDING_KS,
     HIT_KS,
     SETTINGS,
@@ -75,7 +75,7 @@ from .retrieval import (
     shortlist_mask,
     strip_private,
 )
-from .retrieval_scorer import de_novo_loss, pool_spectra, selection_key
+from training.studies.retrieval_scorer import de_novo_loss, pool_spectra, selection_key
 
 WEIGHTS = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 ALONE = "forward alone"  # a reference row: the shortlist re-ranked by the forward score alone (never chosen)
@@ -172,8 +172,8 @@ def with_forward(pool: Pool, rec: dict, fw: dict) -> Pool:
 # -- measuring --------------------------------------------------------------------------------------------
 def measure(variant: Variant, pools: Sequence[Pool], today_res: dict, adducts: Sequence[str]) -> dict:
     """Hit@k per track and setting, the crowding check and the paired Hit@1 gain over ``today_res`` (the
-    ``w = 0`` ranking's :func:`~training.retrieval.evaluate_pools` on the same pools), as
-    :func:`training.retrieval_scorer.measure` lays them out; and, per precursor ion type (``adducts``, one
+    ``w = 0`` ranking's :func:`~training.studies.retrieval.evaluate_pools` on the same pools), as
+    :func:`training.studies.retrieval_scorer.measure` lays them out; and, per precursor ion type (``adducts``, one
     per pool), the mean joint Hit@1 over the tracks and the de novo Top-1 with the libraries off."""
     res = evaluate_pools(variant, pools)
     out = strip_private(res)
@@ -227,7 +227,7 @@ def library_key(m: dict) -> tuple:
 
 def config_file(forward_dir: str | Path) -> str:
     """The forward model's config in ``forward_dir``: ``forward.json`` in a model bundle (whose ``config.json``
-    is the bundle's), else ``config.json`` (a ``training.forward`` output folder)."""
+    is the bundle's), else ``config.json`` (a ``training.encoder.forward`` output folder)."""
     return "forward.json" if (Path(forward_dir) / "forward.json").is_file() else "config.json"
 
 
@@ -235,7 +235,7 @@ def forward_training_overlap(forward_dir: str, mgf: str | None, truths: set[str]
     """How many pool truths have a spectrum the forward model trained on (FOLD=train, its licences)."""
     if not mgf:
         return None
-    from .retrieval import mgf_labels
+    from training.studies.retrieval import mgf_labels
 
     cfg = json.loads((Path(forward_dir) / config_file(forward_dir)).read_text(encoding="utf-8"))
     training = cfg.get("training") or {}
@@ -314,7 +314,7 @@ def report_text(metrics: dict) -> str:
             "w = weight of the forward score added to the fingerprint score inside the top-K shortlist; w chosen "
             "on train-unseen."), ""]
     if run.get("library_only"):
-        out += [("**Library-only pools** (`training.retrieval --library-only`): no de novo candidates, so the "
+        out += [("**Library-only pools** (`training.studies.retrieval --library-only`): no de novo candidates, so the "
                  "\"+ de novo\" cells repeat the library alone, the de novo cells are empty and the de novo rule is "
                  "not measured; only the library rule (a suspect list's own order) applies."), ""]
     for res in metrics["shortlists"]:
@@ -343,12 +343,12 @@ def report_text(metrics: dict) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="python -m training.retrieval_forward", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m training.studies.retrieval_forward", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--forward", default="runs/forward",
-                   help="forward model folder (python -m training.forward fit or ensemble), or a model bundle "
+                   help="forward model folder (python -m training.encoder.forward fit or ensemble), or a model bundle "
                         "(its forward.json)")
-    p.add_argument("--pools", default="runs/retrieval/v10", help="training.retrieval output folder")
+    p.add_argument("--pools", default="runs/retrieval/v10", help="training.studies.retrieval output folder")
     p.add_argument("--out", default="runs/retrieval_forward/v10")
     p.add_argument("--shortlists", type=int, nargs="+", default=[20], help="shortlist lengths K")
     p.add_argument("--weights", type=float, nargs="+", default=list(WEIGHTS), help="forward-score weights w")
@@ -411,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     n_cand = sum(len(c["fw"]) for c in used)
     seconds = sum(c["seconds"] for c in used)
     metrics = {
-        "run": {"command": "OMP_NUM_THREADS=1 python -m training.retrieval_forward " + " ".join(argv),
+        "run": {"command": "OMP_NUM_THREADS=1 python -m training.studies.retrieval_forward " + " ".join(argv),
                 "forward": a.forward, "pools": a.pools, "eps": a.eps, "intensity_weight": a.intensity_weight,
                 "n": {s: len(v) for s, v in sets.items()},
                 "library_only": library_only_pools(Path(a.pools)),
@@ -459,7 +459,7 @@ def parse_shard(text: str) -> tuple[int, int] | None:
 
 
 def library_only_pools(pools_dir: Path) -> bool:
-    """Whether ``pools_dir`` holds pools of the library tracks alone (``training.retrieval --library-only``)."""
+    """Whether ``pools_dir`` holds pools of the library tracks alone (``training.studies.retrieval --library-only``)."""
     path = pools_dir / "run.json"
     if not path.is_file():
         return False
@@ -502,7 +502,7 @@ def install(model, result: dict, bundle: str, run: dict) -> str:
         add_bundle_file(bundle, Path(tmp) / "forward.json")
     note = ""
     if float(old.get("analog_weight", 0.0)) > 0:  # chosen on top of the old forward ranking: choose it again
-        note = ("; the analog weight chosen with the old ranking is dropped: run python -m training.retrieval_analogs "
+        note = ("; the analog weight chosen with the old ranking is dropped: run python -m training.studies.retrieval_analogs "
                 f"--install {bundle} again")
     return f"installed into {bundle}: {ranking}{note}"
 

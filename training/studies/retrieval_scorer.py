@@ -3,13 +3,13 @@
 Issue #36 asks the truth at rank 1 among its library isomers (and the de novo candidates) for ≥55% of
 spectra; the fingerprint score (:class:`engine.model.scoring.FingerprintScorer`, the Bernoulli
 log-likelihood of a candidate's 4096 Morgan bits under the recalibrated posterior ``q``) gets 41.6% among the
-library alone on FOLD=val (``python -m training.retrieval``, docs/known_compounds.md). This module scores the
+library alone on FOLD=val (``python -m training.studies.retrieval``, docs/known_compounds.md). This module scores the
 same cached candidate pools (``runs/retrieval/v10/pools.jsonl``: 150 FOLD=train spectra of structures the
 encoder never trained on, "train-unseen", and 150 FOLD=val spectra) with other scores and measures them with
-:mod:`training.retrieval`'s own metrics (:func:`~training.retrieval.evaluate_pools`,
-:func:`~training.retrieval.crowding_summary`)::
+:mod:`training.studies.retrieval`'s own metrics (:func:`~training.studies.retrieval.evaluate_pools`,
+:func:`~training.studies.retrieval.crowding_summary`)::
 
-    python -m training.retrieval_scorer --mgf ../shared/data/massbank_dev.mgf.gz \\
+    python -m training.studies.retrieval_scorer --mgf ../shared/data/massbank_dev.mgf.gz \\
         --corpus ../shared/data/molecules.tsv.gz --pools runs/retrieval/v10 --out runs/retrieval_scorer/v10
 
 Since the fingerprint score of a candidate with active bits ``y`` is ``const + Σ_{b∈y} logit(q_b)``, a
@@ -23,8 +23,8 @@ temperature on the logits never changes a ranking; the scores measured are
 * a learned per-bit score ``Σ_y ((a + δa_b)·logit q_b + β + γ·(−logit f_b) + δb_b)`` trained listwise (softmax
   over a spectrum's candidates, the truth the positive) with an L2 penalty on δa, δb (toward the
   log-likelihood), on FOLD=train spectra of structures the encoder never trained on
-  (:func:`training.noise.unseen_structures`), the 150 pool train-unseen structures left out; negatives are
-  corpus structures of the truth's formula (:func:`training.retrieval.track_rows`). Learned three ways: δa
+  (:func:`training.encoder.noise.unseen_structures`), the 150 pool train-unseen structures left out; negatives are
+  corpus structures of the truth's formula (:func:`training.studies.retrieval.track_rows`). Learned three ways: δa
   and δb, δa alone (a per-bit reliability of the posterior), δb alone (a per-bit prior on structures that
   ignores the spectrum); the penalty of each is chosen on the 150 pool train-unseen spectra, never on val.
   The chosen δb prior is also measured alone (slope 0: no spectrum at all), which shows how much of a gain is
@@ -53,7 +53,7 @@ import numpy as np
 
 from engine.chem import molecules as chem
 
-from .retrieval import (
+from training.studies.retrieval import (
     CROWDING_KS,
     HIT_KS,
     TRACKS,
@@ -76,7 +76,7 @@ TODAY = Variant("fingerprint")
 class ScorerConfig:
     mgf: str
     corpus: str
-    pools: str = "runs/retrieval/v10"  # a training.retrieval output folder (pools.jsonl, selection.json)
+    pools: str = "runs/retrieval/v10"  # a training.studies.retrieval output folder (pools.jsonl, selection.json)
     out: str = "runs/retrieval_scorer/v10"
     model: str = ""
     home: str | None = "runs/retrieval/home"  # MSGPT_HOME holding the corpus index
@@ -149,7 +149,7 @@ def pool_spectra(pools_dir: Path) -> tuple[dict, dict]:
     """The cached pool records and their spectra (``selection.json`` of the retrieval run), by key."""
     from engine.spectra.spectrum import Spectrum
 
-    from .evaluate import spectrum_key
+    from training.evaluation.evaluate import spectrum_key
 
     records = read_jsonl(pools_dir / "pools.jsonl")
     sel = json.loads((pools_dir / "selection.json").read_text(encoding="utf-8"))
@@ -162,13 +162,13 @@ def pool_spectra(pools_dir: Path) -> tuple[dict, dict]:
 
 def training_spectra(model, mgf: str, exclude: set[str], per_structure: int, seed: int) -> list:
     """(Spectrum, Reference) of FOLD=train spectra whose structure the encoder never trained on
-    (:func:`training.noise.unseen_structures`, the licences the bundle records), up to ``per_structure`` per
+    (:func:`training.encoder.noise.unseen_structures`, the licences the bundle records), up to ``per_structure`` per
     structure (seeded), structures in ``exclude`` (InChIKey first blocks) left out."""
     import random
 
-    from .evaluate import EvalConfig, select_spectra
-    from .noise import encoder_licenses, unseen_structures
-    from .retrieval import mgf_labels
+    from training.evaluation.evaluate import EvalConfig, select_spectra
+    from training.encoder.noise import encoder_licenses, unseen_structures
+    from training.studies.retrieval import mgf_labels
 
     trained = encoder_licenses(model.config, str(model.path))
     sel = select_spectra(model, EvalConfig(model=str(model.path), mgf=str(mgf), out="", folds=("train",),
@@ -189,7 +189,7 @@ def training_spectra(model, mgf: str, exclude: set[str], per_structure: int, see
 
 def build_data(cfg: ScorerConfig, model, path: Path) -> dict:
     """Posteriors and candidate bits of the pool spectra and of the training spectra, cached in ``path``."""
-    from .evaluate import spectrum_key
+    from training.evaluation.evaluate import spectrum_key
 
     key = json.dumps({"pools": str(Path(cfg.pools).resolve()), "mgf": str(Path(cfg.mgf).resolve()),
                       "corpus": str(Path(cfg.corpus).resolve()), "model": model.checksum, "seed": cfg.seed,
@@ -310,7 +310,7 @@ class LinearBitScore:
 
 # -- measuring -------------------------------------------------------------------------------------------
 def rescore(pools: Sequence[Pool], ctxs: Sequence[Context], score: Callable[[Context], np.ndarray]) -> list[Pool]:
-    """The pools with ``score`` in place of the fingerprint score (every ranking of training.retrieval reads it)."""
+    """The pools with ``score`` in place of the fingerprint score (every ranking of training.studies.retrieval reads it)."""
     return [replace(p, fingerprint=np.asarray(score(c), dtype=np.float64)) for p, c in zip(pools, ctxs)]
 
 
@@ -460,7 +460,7 @@ def run(cfg: ScorerConfig, log: Callable[[str], None] = lambda m: print(m, file=
     from engine.model.bundle import load_bundle
     from engine.paths import default_model_dir
 
-    from .evaluate import code_version, machine
+    from training.evaluation.evaluate import code_version, machine
 
     started = time.time()
     torch.set_num_threads(cfg.threads)
@@ -609,11 +609,11 @@ def report_text(metrics: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.retrieval_scorer", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m training.studies.retrieval_scorer", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mgf", required=True, help="labelled MGF with FOLD and LICENSE (massbank_dev.mgf.gz)")
-    p.add_argument("--corpus", required=True, help="structure table of training.retrieval (the decoys)")
-    p.add_argument("--pools", default=ScorerConfig.pools, help="the training.retrieval output folder to rescore")
+    p.add_argument("--corpus", required=True, help="structure table of training.studies.retrieval (the decoys)")
+    p.add_argument("--pools", default=ScorerConfig.pools, help="the training.studies.retrieval output folder to rescore")
     p.add_argument("--out", default=ScorerConfig.out)
     p.add_argument("--model", default="", help="model bundle folder (default: the bundled model)")
     p.add_argument("--home", default=ScorerConfig.home, help="MSGPT_HOME holding the corpus index")
@@ -631,7 +631,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     cfg = ScorerConfig(mgf=a.mgf, corpus=a.corpus, pools=a.pools, out=a.out, model=a.model, home=a.home,
                        seed=a.seed, per_structure=a.per_structure, negatives=a.negatives, threads=a.threads,
-                       l2=tuple(a.l2), epochs=a.epochs, command="python -m training.retrieval_scorer " + " ".join(argv))
+                       l2=tuple(a.l2), epochs=a.epochs, command="python -m training.studies.retrieval_scorer " + " ".join(argv))
     metrics = run(cfg)
     print(report_text(metrics))
     return 0

@@ -1,4 +1,4 @@
-"""benchmarks/compare_forward_scores.py: two forward-score runs on the same pools, paired."""
+"""benchmarks/studies/compare_forward_scores.py: two forward-score runs on the same pools, paired."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_suspect_ranking import spectrum_dict
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "compare_forward_scores.py"
+_PATH = Path(__file__).resolve().parents[3] / "benchmarks" / "studies" / "compare_forward_scores.py"
 _spec = importlib.util.spec_from_file_location("compare_forward_scores", _PATH)
 compare = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(compare)

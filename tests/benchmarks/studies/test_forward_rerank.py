@@ -1,4 +1,4 @@
-"""The arithmetic of benchmarks/forward_rerank.py, by hand."""
+"""The arithmetic of benchmarks/studies/forward_rerank.py, by hand."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "forward_rerank.py"
+_PATH = Path(__file__).resolve().parents[3] / "benchmarks" / "studies" / "forward_rerank.py"
 _spec = importlib.util.spec_from_file_location("forward_rerank", _PATH)
 forward_rerank = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(forward_rerank)

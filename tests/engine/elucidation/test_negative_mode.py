@@ -68,7 +68,7 @@ def test_the_calibration_round_trips_with_its_negative_curve(two_mode_bundle, tm
 
 
 def _two_mode_oof(path, n_bits: int, n: int = 300):
-    """Out-of-fold posteriors in the layout of training.oof_posteriors: positive-mode spectra whose encoder
+    """Out-of-fold posteriors in the layout of training.calibration.oof_posteriors: positive-mode spectra whose encoder
     is overconfident, negative-mode ones whose encoder is underconfident, so their best scalings differ."""
     rng = np.random.default_rng(0)
     negative = np.arange(n) % 3 == 0
@@ -89,7 +89,7 @@ def test_calibrate_bits_fits_each_ion_mode_its_own_scaling_on_request(two_mode_b
                                                                       monkeypatch):
     from engine.elucidation import pipeline
     from engine.model.querying import Calibration
-    from training.calibrate_bits import main as calibrate_bits
+    from training.calibration.calibrate_bits import main as calibrate_bits
 
     bundle = tmp_path / "bundle"
     shutil.copytree(two_mode_bundle.path, bundle)
@@ -126,7 +126,7 @@ def test_calibrate_bits_keeps_no_fit_that_does_not_help_held_out_structures(two_
     import zlib
 
     from engine.model.querying import Calibration
-    from training.calibrate_bits import main as calibrate_bits
+    from training.calibration.calibrate_bits import main as calibrate_bits
 
     bundle = tmp_path / "bundle"
     shutil.copytree(two_mode_bundle.path, bundle)

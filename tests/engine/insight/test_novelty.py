@@ -26,7 +26,7 @@ from engine.insight.novelty import (
 )
 from engine.model.bundle import load_bundle
 from engine.model.known import FILE_NAME, KnownStructures, key_hashes
-from training.known_structures import main as build_known
+from training.bundle.known_structures import main as build_known
 
 MELLEIN = "CC1Cc2cccc(O)c2C(=O)O1"
 MELLEIN_KEY = "KWILGNNWGSNMPA"

@@ -1,4 +1,4 @@
-"""The bundled library's builder (training/structure_library.py): the licence filter, the size limit, the
+"""The bundled library's builder (training/bundle/structure_library.py): the licence filter, the size limit, the
 attribution, reproducible bytes; and, where ../shared/data is present, that the shipped table is what it builds."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.library import bundled_library_path, load_library
-from training import structure_library as builder
+from training.bundle import structure_library as builder
 
 ROOT = Path(__file__).resolve().parents[3]
 MOLECULES = ROOT.parent / "shared" / "data" / "molecules.tsv.gz"

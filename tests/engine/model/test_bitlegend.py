@@ -21,7 +21,7 @@ from engine.model.bitlegend import (
     legend_from_counts,
 )
 from engine.model.bundle import add_bundle_file, bundle_checksum, load_bundle
-from training.bit_legend import build_legend, main, reservoir_sample
+from training.bundle.bit_legend import build_legend, main, reservoir_sample
 
 MOLECULES = [
     "CC1Cc2cccc(O)c2C(=O)O1",  # mellein

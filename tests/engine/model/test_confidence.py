@@ -1,4 +1,4 @@
-"""Per-spectrum confidence (engine/model/confidence.py, training/confidence.py): features, fit, calibration, use."""
+"""Per-spectrum confidence (engine/model/confidence.py, training/calibration/confidence.py): features, fit, calibration, use."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def test_applies_only_to_the_settings_it_was_fitted_with():
 @pytest.fixture(scope="module")
 def bundle_with_confidence(tiny_bundle_dir, tmp_path_factory):
     from engine.model.bundle import load_bundle
-    from training.confidence import _settings, save_model
+    from training.calibration.confidence import _settings, save_model
 
     folder = tmp_path_factory.mktemp("conf") / "bundle"
     shutil.copytree(tiny_bundle_dir, folder)
@@ -178,7 +178,7 @@ def test_a_picked_formula_candidate_scales_the_confidence(bundle_with_confidence
 
 
 def _write_collected(folder, n=400, seed=0, cap=None):
-    from training.confidence import _settings
+    from training.calibration.confidence import _settings
 
     X, y, p = _synthetic(n, seed)
     if cap is not None:  # the truth saturates: a logistic over these features promises too much at its top
@@ -194,7 +194,7 @@ def _write_collected(folder, n=400, seed=0, cap=None):
 
 
 def test_fit_command_writes_a_model_checked_on_an_eval_run(tmp_path):
-    from training.confidence import main
+    from training.calibration.confidence import main
 
     _write_collected(tmp_path / "collected")
     run = tmp_path / "eval"
@@ -295,7 +295,7 @@ def test_a_recalibrated_model_reads_its_knots_and_round_trips(tmp_path):
 
 
 def test_the_fit_keeps_a_recalibration_only_where_cross_validation_says_it_helps(tmp_path):
-    from training.confidence import main
+    from training.calibration.confidence import main
 
     _write_collected(tmp_path / "saturating", n=3000, cap=0.25)
     assert main(["fit", "--collected", str(tmp_path / "saturating"), "--out", str(tmp_path / "a.json")]) == 0
@@ -320,7 +320,7 @@ def test_the_fit_keeps_a_recalibration_only_where_cross_validation_says_it_helps
 
 def test_collecting_unseen_structures_needs_a_bundle_that_records_its_encoders_licences():
     from engine.model.bundle import load_bundle
-    from training.confidence import _unseen_ids
+    from training.calibration.confidence import _unseen_ids
 
     root = Path(__file__).resolve().parents[2] / "data"
     bundle = load_bundle(root / "tiny_bundle", device="cpu")

@@ -119,7 +119,7 @@ def test_valences_are_respected():
 
 
 def test_no_token_leads_into_a_dead_end_one_step_later():
-    """Cases measured as dead ends of the shipped model's band samples (benchmarks/yield_breakdown.py)."""
+    """Cases measured as dead ends of the shipped model's band samples (benchmarks/studies/yield_breakdown.py)."""
     # ``=`` would be legal, but after ``CC(O)(=O`` the branch point is saturated and an O is still to place
     assert "=" not in allowed_after("C2H4O3", split("CC(O)(")) and "O" in allowed_after("C2H4O3", split("CC(O)("))
     # ``(`` on an atom whose branch could only hold an atom that seals the molecule

@@ -54,7 +54,7 @@ def test_save_and_load_rebuild_the_same_model_and_its_ranking(tmp_path):
 
 
 def test_load_says_what_is_wrong_and_what_to_do(tmp_path):
-    with pytest.raises(ConfigError, match="no config.json.*training.forward fit"):
+    with pytest.raises(ConfigError, match="no config.json.*training.encoder.forward fit"):
         ForwardModel.load(tmp_path)
     small_model().save(tmp_path)
     data = json.loads((tmp_path / "config.json").read_text())

@@ -1,4 +1,4 @@
-"""The bundled spectral library's builder and calibration (training/spectral_library.py) on a tiny synthetic
+"""The bundled spectral library's builder and calibration (training/bundle/spectral_library.py) on a tiny synthetic
 MassBank-style MGF, and the shipped files' consistency."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from engine.progress import run_to_end
 from engine.spectral_library import iter_references
 from engine.spectral_library.index import build_library, library_from_references
 from engine.spectral_library.search import SearchParams, calibration_path
-from training import spectral_library as builder
+from training.bundle import spectral_library as builder
 
 RECORDS = [  # accession, licence, fold, instrument, ion mode, structure key
     ("MSBNK-Eawag-EA000101", "CC BY", "train", "LC-ESI-QFT", "positive", "AAAAAAAAAAAAAA"),

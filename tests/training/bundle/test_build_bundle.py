@@ -1,4 +1,4 @@
-"""training.build_bundle: a bundle and its model card from the runs of the training stages."""
+"""training.bundle.build_bundle: a bundle and its model card from the runs of the training stages."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from test_pretrain import tiny_config, write_synthetic_corpus
-from test_train_encoder import tiny_config as encoder_config
-from test_train_encoder import write_labelled_mgf
+from tiny_corpus import tiny_config, write_synthetic_corpus
+from labelled_spectra import tiny_config as encoder_config
+from labelled_spectra import write_labelled_mgf
 
 from engine.errors import ConfigError
 from engine.model.bundle import load_bundle
 from engine.model.querying import Calibration
-from training.build_bundle import _simulated_line
-from training.build_bundle import main as build_main
-from training.pretrain import pretrain
-from training.train_encoder import train_encoder
+from training.bundle.build_bundle import _simulated_line
+from training.bundle.build_bundle import main as build_main
+from training.decoder.pretrain import pretrain
+from training.encoder.train_encoder import train_encoder
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_bundle_records_every_decoder_stage_and_its_card_names_them(runs, tmp_pa
 
 def test_the_bundle_ships_the_structures_of_every_pretraining_corpus(runs, tmp_path, capsys):
     from engine.model.known import KnownStructures
-    from training.known_structures import corpus_keys
+    from training.bundle.known_structures import corpus_keys
 
     assert _build(runs, tmp_path / "b") == 0
     bundle = load_bundle(tmp_path / "b", device="cpu")  # its checksum in config.json is checked
@@ -108,7 +108,7 @@ def test_the_bundle_ships_the_structures_of_every_pretraining_corpus(runs, tmp_p
                        "--calibration", str(runs / "calibration.json"), "--name", "m3", "--out",
                        str(tmp_path / "b4")]) == 0
     assert not (tmp_path / "b4" / "known_structures.npz").exists()
-    assert "python -m training.known_structures" in capsys.readouterr().err
+    assert "python -m training.bundle.known_structures" in capsys.readouterr().err
 
 
 def test_bit_legend_from_the_corpus_on_request(runs, tmp_path):
@@ -146,7 +146,7 @@ def test_evaluation_table_goes_into_the_card_and_an_existing_bundle_is_kept(runs
 
 def test_a_folder_without_a_decoder_is_refused(runs, tmp_path):
     with pytest.raises(ConfigError, match="neither a decoder checkpoint, a pretraining run"):
-        from training.build_bundle import resolve_decoder_checkpoint
+        from training.bundle.build_bundle import resolve_decoder_checkpoint
 
         resolve_decoder_checkpoint(tmp_path)
 
@@ -157,7 +157,7 @@ def test_a_new_decoder_beside_the_encoder_of_an_existing_bundle(runs, tmp_path):
     from engine.model.bundle import add_bundle_file
 
     assert _build(runs, tmp_path / "first") == 0
-    legend = Path(__file__).resolve().parents[2] / "resources" / "default_model" / "bit_legend.json.gz"
+    legend = Path(__file__).resolve().parents[3] / "resources" / "default_model" / "bit_legend.json.gz"
     add_bundle_file(tmp_path / "first", legend)  # it describes the 4096-bit fingerprint, as the encoder's
     list(pretrain(tiny_config(runs / "corpus", tmp_path / "next", max_steps=1, init_decoder=str(tmp_path / "first"))))
     assert build_main(["--decoder", str(tmp_path / "next"), "--encoder", str(tmp_path / "first"),
@@ -224,7 +224,7 @@ def test_the_decoder_of_a_bundle_beside_a_new_encoder(runs, tmp_path):
 def test_an_fp16_encoder_needs_a_calibration_of_the_rounded_weights(runs, tmp_path, capsys):
     from safetensors import safe_open
 
-    from training.calibrate import calibrate, load_encoder, round_weights
+    from training.calibration.calibrate import calibrate, load_encoder, round_weights
 
     assert _build(runs, tmp_path / "refused", "--encoder-dtype", "fp16") == 1
     assert "--round-weights fp16" in capsys.readouterr().err and not (tmp_path / "refused").exists()
@@ -256,7 +256,7 @@ def test_an_fp16_encoder_needs_a_calibration_of_the_rounded_weights(runs, tmp_pa
 
 
 def test_the_card_gives_the_held_out_curve_of_the_last_stage(runs, tmp_path):
-    from training.build_bundle import _curve_text
+    from training.bundle.build_bundle import _curve_text
 
     list(pretrain(tiny_config(runs / "corpus", tmp_path / "curve", max_steps=4, eval_every=2)))
     metrics = [json.loads(line) for line in (tmp_path / "curve" / "metrics.jsonl").read_text().splitlines()]
@@ -274,7 +274,7 @@ def test_the_card_gives_the_held_out_curve_of_the_last_stage(runs, tmp_path):
 
 
 def test_interpolating_a_new_stage_with_the_decoder_it_started_from(runs, tmp_path, capsys):
-    from training.checkpoint import load_decoder
+    from training.core.checkpoint import load_decoder
 
     assert _build(runs, tmp_path / "base") == 0  # stage2's decoder as a bundle
     assert build_main(["--decoder", str(runs / "stage1"), "--encoder", str(runs / "encoder"), "--calibration",

@@ -6,13 +6,13 @@ import json
 
 import numpy as np
 import pytest
-from test_train_encoder import tiny_config, write_labelled_mgf
+from labelled_spectra import tiny_config, write_labelled_mgf
 
 from engine.errors import ConfigError
 from engine.model.querying import Calibration
-from training.calibrate import calibrate, calibration_summary, main
-from training.spectra import load_labelled_spectra
-from training.train_encoder import TrainingFinished, train_encoder
+from training.calibration.calibrate import calibrate, calibration_summary, main
+from training.data.spectra import load_labelled_spectra
+from training.encoder.train_encoder import TrainingFinished, train_encoder
 
 # Two spectra, eight bits. On the grid 0, 0.25, 0.5, 0.75, 1 the mean count of bits strictly above t is
 #   A(0)    = (5 + 4) / 2 = 4.5     A(0.25) = (4 + 3) / 2 = 3.5     A(0.5) = (2 + 2) / 2 = 2

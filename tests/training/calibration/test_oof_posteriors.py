@@ -8,13 +8,13 @@ import shutil
 
 import numpy as np
 import pytest
-from test_train_encoder import tiny_config, write_labelled_mgf
+from labelled_spectra import tiny_config, write_labelled_mgf
 
 from engine.errors import ConfigError
 from engine.model.encoder import EncoderConfig
-from training.oof_posteriors import FoldsPending, FoldStarted, OOFConfig, OOFFinished, oof_posteriors
-from training.spectra import FeatureSettings, load_labelled_spectra, structure_folds
-from training.train_encoder import TrainingFinished, train_encoder, training_split
+from training.calibration.oof_posteriors import FoldsPending, FoldStarted, OOFConfig, OOFFinished, oof_posteriors
+from training.data.spectra import FeatureSettings, load_labelled_spectra, structure_folds
+from training.encoder.train_encoder import TrainingFinished, train_encoder, training_split
 
 
 def _keys(n_structures=50, seed=0):
@@ -233,7 +233,7 @@ def test_negative_mode_rows_are_queried_at_their_folds_negative_band(tmp_path):
     from dataclasses import replace
 
     from engine.model.querying import Calibration, band_thresholds, default_threshold_grid
-    from training.oof_data import load_oof
+    from training.data.oof_data import load_oof
 
     grid = default_threshold_grid()
     pos = Calibration(d_enc=30.0, thresholds=grid, active_counts=np.linspace(80, 0, len(grid)), n_spectra=3)

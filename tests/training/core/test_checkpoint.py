@@ -1,11 +1,11 @@
-"""Atomic checkpoint folders and the optimizer state round trip (training.checkpoint)."""
+"""Atomic checkpoint folders and the optimizer state round trip (training.core.checkpoint)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from training.checkpoint import atomic_folder, complete_folder, load_optimizer_state, optimizer_tensors
+from training.core.checkpoint import atomic_folder, complete_folder, load_optimizer_state, optimizer_tensors
 
 
 def test_atomic_folder_replaces_the_folder_only_when_complete(tmp_path):

@@ -1,4 +1,4 @@
-"""What the training commands share (training.loop): LR schedule, re-seeding, autocast, signals, config base."""
+"""What the training commands share (training.core.loop): LR schedule, re-seeding, autocast, signals, config base."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import torch
 
 from engine.errors import ConfigError
 from engine.model.bundle import native_bf16
-from training.loop import (
+from training.core.loop import (
     TrainingConfig,
     autocast,
     autocast_dtype,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.errors import ConfigError
-from training.metrics import (
+from training.core.metrics import (
     auroc,
     average_precision,
     bit_metrics,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine.errors import ConfigError
-from training.batching import FormulaGroupedBatchSampler
+from training.data.batching import FormulaGroupedBatchSampler
 
 B = 8
 

@@ -1,4 +1,4 @@
-"""Corpus preparation (training.corpus) and its dataset (training.dataset) on a dozen molecules."""
+"""Corpus preparation (training.data.corpus) and its dataset (training.data.dataset) on a dozen molecules."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import torch
 from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector
 from engine.errors import ConfigError
-from training.corpus import PrepareConfig, iter_smiles_file, prepare_corpus, read_mgf_headers
-from training.dataset import IGNORE_INDEX, CorpusDataset
+from training.data.corpus import PrepareConfig, iter_smiles_file, prepare_corpus, read_mgf_headers
+from training.data.dataset import IGNORE_INDEX, CorpusDataset
 
 # (SMILES, what it tests); the drop reasons expected are in test_report_counts_every_drop_by_reason
 SMILES_ROWS = [
@@ -229,7 +229,7 @@ def test_flat_fingerprint_arrays_and_keys_match_the_records(corpus):
 
 
 def test_headroom_corpus_drops_the_structures_it_is_told_to(corpus):
-    from training.encoder_headroom import load_corpus
+    from training.studies.encoder_headroom import load_corpus
 
     ds = CorpusDataset(corpus)
     bits, offsets, formulas = ds.fingerprint_arrays()

@@ -1,4 +1,4 @@
-"""The prepared accelerator run (training/accelerator.py): pack, remote step, unpack, candidate bundle.
+"""The prepared accelerator run (training/decoder/accelerator.py): pack, remote step, unpack, candidate bundle.
 
 The dry run is the whole chain at toy scale on this CPU: the remote step runs in a Python that cannot
 import what the device machine lacks (RDKit, safe-mol, Qt, pyteomics, platformdirs)."""
@@ -15,16 +15,16 @@ import numpy as np
 import pytest
 
 from engine.errors import BundleError
-from training import accelerator as acc
-from training.dataset import CorpusDataset
+from training.decoder import accelerator as acc
+from training.data.dataset import CorpusDataset
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
 def dry(tmp_path_factory) -> tuple[Path, str]:
     work = tmp_path_factory.mktemp("dry")
-    done = subprocess.run([sys.executable, "-m", "training.accelerator", "--dry-run", "--workdir", str(work)],
+    done = subprocess.run([sys.executable, "-m", "training.decoder.accelerator", "--dry-run", "--workdir", str(work)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return work, done.stdout

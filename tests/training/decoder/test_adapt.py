@@ -1,4 +1,4 @@
-"""Posterior-aligned adaptation (training/adapt.py): placement, QKV split, objective, adapter round trip."""
+"""Posterior-aligned adaptation (training/decoder/adapt.py): placement, QKV split, objective, adapter round trip."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from engine.errors import ConfigError
 from engine.model.bundle import load_bundle, save_adapter
 from engine.model.decoder import PAD_ID, ConditionalDecoder, DecoderConfig
 from engine.model.querying import threshold_query
-from training.adapt import (
+from training.decoder.adapt import (
     GROUPS,
     AdaptConfig,
     Example,
@@ -193,7 +193,7 @@ def prepared(tiny_bundle_dir, tmp_path_factory):
     from tiny_bundle import fixture_spectra
 
     from engine.model.querying import band_thresholds
-    from training.adapt import prepare_example
+    from training.decoder.adapt import prepare_example
 
     bundle = load_bundle(tiny_bundle_dir, device="cpu", use_adapter=False)
     config = AdaptConfig(bundle=str(tiny_bundle_dir), mgf="unused", out="unused", groups=2, samples_per_group=2)
@@ -220,8 +220,8 @@ def test_out_of_fold_examples_keep_their_band_and_expected_groups(tiny_bundle_di
     and the expected grouping calls it frozen-hit exactly when P(reference in the pool) >= 0.5."""
     from tiny_bundle import fixture_spectra
 
-    import training.adapt as adapt_module
-    from training.adapt import pool_hit_probability, prepare_example
+    import training.decoder.adapt as adapt_module
+    from training.decoder.adapt import pool_hit_probability, prepare_example
 
     bundle = load_bundle(tiny_bundle_dir, device="cpu", use_adapter=False)
     config = AdaptConfig(bundle=str(tiny_bundle_dir), mgf="unused", out="unused", oof="runs/oof", groups=4,
@@ -254,7 +254,7 @@ def test_thresholds_are_drawn_within_each_examples_band():
 
 
 def test_validation_reads_each_examples_own_thresholds(prepared, tiny_bundle_dir):
-    from training.adapt import validate
+    from training.decoder.adapt import validate
 
     decoder = load_bundle(tiny_bundle_dir, device="cpu", use_adapter=False).decoder
     ts = np.linspace(prepared.t_lo, prepared.t_hi, 3)

@@ -1,6 +1,6 @@
 """DistributedDataParallel: 2 gloo processes under torchrun train like 1 process with the same global batch.
 
-Rank r of W takes batches r, r+W, r+2W, ... of the epoch's shuffled batch list (training.batching),
+Rank r of W takes batches r, r+W, r+2W, ... of the epoch's shuffled batch list (training.data.batching),
 so with accumulation A, step s of rank r uses batches (s*A + a)*W + r, a < A; over both ranks of
 W=2 that is batches 2sA ... 2sA + 2A - 1, exactly what one process with accumulation 2A uses in
 step s. The loss is normalised by the global batch's token count in both cases, so the gradients
@@ -26,15 +26,15 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_pretrain import tiny_config, write_synthetic_corpus
+from tiny_corpus import tiny_config, write_synthetic_corpus
 
 from engine.model.decoder import ConditionalDecoder
-from training.batching import FormulaGroupedBatchSampler
-from training.checkpoint import latest_checkpoint
-from training.dataset import CorpusDataset
-from training.pretrain import pretrain
+from training.data.batching import FormulaGroupedBatchSampler
+from training.core.checkpoint import latest_checkpoint
+from training.data.dataset import CorpusDataset
+from training.decoder.pretrain import pretrain
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 STEPS = 4
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 needs_gloo = pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs the gloo backend")
@@ -86,9 +86,9 @@ def _train_log(run: Path) -> list[tuple[float, float]]:
 
 
 def _args(config) -> list[str]:
-    """``-m training.pretrain`` and the flags of ``config``."""
+    """``-m training.decoder.pretrain`` and the flags of ``config``."""
     flags = (f"--{k.replace('_', '-')}={v}" for k, v in vars(config).items() if v not in (None, False))
-    return ["-m", "training.pretrain", *flags]
+    return ["-m", "training.decoder.pretrain", *flags]
 
 
 def _run(cmd: list[str]) -> None:

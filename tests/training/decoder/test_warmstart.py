@@ -1,4 +1,4 @@
-"""Warm start from a SAFE-GPT-style Hugging Face GPT-2 checkpoint (training.warmstart), built in the test."""
+"""Warm start from a SAFE-GPT-style Hugging Face GPT-2 checkpoint (training.decoder.warmstart), built in the test."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from engine.errors import BundleError, ConfigError
 from engine.model.decoder import ConditionalDecoder, DecoderConfig
 from engine.model.tokenizer import SPECIAL_TOKENS, SafeTokenizer
-from training.warmstart import warm_start_from_safe_gpt
+from training.decoder.warmstart import warm_start_from_safe_gpt
 
 # SAFE-GPT-like vocabulary: its own special tokens and order; ours differs in order and has '<', '>'
 HF_VOCAB = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]", "C", "c", "1", "(", ")", "=", "O", "N", "n", "[C@H]", "Cl"]
@@ -120,9 +120,9 @@ def test_refuses_pickles_and_other_shapes(safe_gpt, tmp_path):
 
 
 def test_pretrain_warm_starts_from_init_from(safe_gpt, tmp_path):
-    from test_pretrain import tiny_config, write_synthetic_corpus
+    from tiny_corpus import tiny_config, write_synthetic_corpus
 
-    from training.pretrain import Started, pretrain
+    from training.decoder.pretrain import Started, pretrain
 
     src, _ = safe_gpt
     corpus = write_synthetic_corpus(tmp_path / "corpus")

@@ -1,4 +1,4 @@
-"""The fragment-level forward model and the simulated spectra it gives the encoder (training.forward)."""
+"""The fragment-level forward model and the simulated spectra it gives the encoder (training.encoder.forward)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from test_train_encoder import VAL_MOLECULES, tiny_config, write_labelled_mgf
+from labelled_spectra import VAL_MOLECULES, tiny_config, write_labelled_mgf
 
 from engine.chem import molecules as chem
 from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, element_masses
@@ -24,17 +24,17 @@ from engine.model.forward import (
     candidates,
 )
 from engine.spectra.fragments import fragment_pieces, piece_fingerprint
-from training import forward
-from training.forward import (
+from training.encoder import forward
+from training.encoder.forward import (
     FitConfig,
     SimulateConfig,
     auroc,
     load_simulated,
     simulate_tokens,
 )
-from training.spectra import FeatureSettings, LabelledSpectra, load_labelled_spectra
-from training.substructures import FragmentLabels, concatenate_labels
-from training.train_encoder import add_simulated
+from training.data.spectra import FeatureSettings, LabelledSpectra, load_labelled_spectra
+from training.encoder.substructures import FragmentLabels, concatenate_labels
+from training.encoder.train_encoder import add_simulated
 
 H = ELEMENT_INDEX["H"]
 
@@ -221,7 +221,7 @@ def test_fit_then_simulate_then_train_an_encoder_on_both(tmp_path):
                       simulated=str(tmp_path / "sim.npz"),
                       encoder={"dropout": 0.1, "fp_bits": 4096, "max_peaks": 60, "fragment_bits": 512},
                       substructure_weight=0.5)
-    from training.train_encoder import training_split
+    from training.encoder.train_encoder import training_split
     data = load_labelled_spectra(mgf, enc.feature_settings(), cache_dir=cache)
     split = training_split(enc, data)
     base = FragmentLabels(np.full(len(split.train.formulas), -1), np.zeros(1, np.int64), np.zeros(0, np.uint16),
@@ -241,7 +241,7 @@ def test_fit_then_simulate_then_train_an_encoder_on_both(tmp_path):
         add_simulated(enc, split.train, LabelledSpectra.concatenate([leaky, again.subset(np.array([0]))]), base)
 
     # A few steps of a real run: the simulated spectra and their fragment labels go through the training loop.
-    from training.train_encoder import TrainingFinished, train_encoder
+    from training.encoder.train_encoder import TrainingFinished, train_encoder
 
     events = list(train_encoder(tiny_config(mgf, tmp_path / "run", adducts=("[M+H]+", "[M+Na]+", "[M-H]-"),
                                             simulated=str(tmp_path / "sim.npz"), max_steps=4, batch_size=4,
@@ -254,7 +254,7 @@ def test_fit_then_simulate_then_train_an_encoder_on_both(tmp_path):
     simulated = metrics["data"]["simulated"]
     assert simulated["spectra"] == len(again) and simulated["structures"] == 2
     assert simulated["measured_structures"] == 0  # the corpus molecules are not the MGF's structures
-    from training.train_encoder import simulated_summary
+    from training.encoder.train_encoder import simulated_summary
 
     assert simulated_summary("sim.npz", again, np.array([again.inchikey14[0], "NOTSIMULATED00"]))[
         "measured_structures"] == 1  # fmt: skip

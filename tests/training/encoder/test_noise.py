@@ -1,4 +1,4 @@
-"""Fingerprint noise model (training.noise) and noise-aware pretraining (training.pretrain --noise-model)."""
+"""Fingerprint noise model (training.encoder.noise) and noise-aware pretraining (training.decoder.pretrain --noise-model)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import threading
 import numpy as np
 import pytest
 import torch
-from test_pretrain import corpus, losses, tiny_config  # noqa: F401  (the corpus fixture)
+from tiny_corpus import corpus, losses, tiny_config  # noqa: F401  (the corpus fixture)
 
 from engine.errors import BundleError, ConfigError
 from engine.model.querying import Calibration, default_threshold_grid
-from training.checkpoint import latest_checkpoint
-from training.noise import FingerprintNoise, fit_from_oof, main
-from training.pretrain import StepDone, Validated, pretrain
+from training.core.checkpoint import latest_checkpoint
+from training.encoder.noise import FingerprintNoise, fit_from_oof, main
+from training.decoder.pretrain import StepDone, Validated, pretrain
 
 N_BITS = 64
 
@@ -80,7 +80,7 @@ def test_save_and_load_round_trip_without_pickle(tmp_path):
     assert np.array_equal(back.keep, noise.keep) and np.array_equal(back.false_on, noise.false_on)
     assert back.meta == json.loads(json.dumps(noise.meta))
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
-    with pytest.raises(BundleError, match="training.noise fit"):
+    with pytest.raises(BundleError, match="training.encoder.noise fit"):
         FingerprintNoise.load(tmp_path / "bad.npz")
 
 
@@ -114,7 +114,7 @@ def test_fit_from_an_oof_run_and_the_command_line(tmp_path, capsys):
     assert main(["fit", "--oof", str(tmp_path), "--out", str(tmp_path / "n.npz"), "--groups", "4"]) == 0
     assert "4 band levels" in capsys.readouterr().out
     assert main(["fit", "--oof", str(tmp_path / "missing"), "--out", str(tmp_path / "m.npz")]) == 2
-    assert "training.oof_posteriors" in capsys.readouterr().err
+    assert "training.calibration.oof_posteriors" in capsys.readouterr().err
 
 
 @pytest.fixture
@@ -154,7 +154,7 @@ def test_resume_refuses_another_noise_file(corpus, tmp_path, noise_file):  # noq
 
 
 def test_a_noise_fraction_needs_a_noise_model(corpus, tmp_path):  # noqa: F811
-    with pytest.raises(ConfigError, match="training.noise fit"):
+    with pytest.raises(ConfigError, match="training.encoder.noise fit"):
         tiny_config(corpus, tmp_path / "run", noise_fraction=0.5)
     with pytest.raises(ConfigError, match="noise_fraction"):
         tiny_config(corpus, tmp_path / "run", noise_model="x.npz", noise_fraction=1.5)
@@ -177,7 +177,7 @@ def test_pretraining_runs_where_rdkit_and_safe_mol_are_missing(corpus, tmp_path,
     import sys
 
     script = BLOCK_RDKIT + (
-        "from training.pretrain import main\n"
+        "from training.decoder.pretrain import main\n"
         f"sys.exit(main(['--corpus', {str(corpus)!r}, '--out', {str(tmp_path / 'run')!r}, '--preset', 'tiny', "
         "'--batch-size', '8', '--grad-accum', '1', '--max-steps', '2', '--warmup-steps', '1', '--precision', 'fp32', "
         "'--device', 'cpu', '--threads', '1', '--val-fraction', '0.1', "
@@ -189,7 +189,7 @@ def test_pretraining_runs_where_rdkit_and_safe_mol_are_missing(corpus, tmp_path,
 
 
 def test_unseen_training_rows_are_the_train_structures_no_training_licence_holds():
-    from training.noise import unseen_training_rows
+    from training.encoder.noise import unseen_training_rows
 
     class Data:  # the fields unseen_training_rows reads of a LabelledSpectra
         fold = np.array(["train", "train", "train", "train", "val", "train"])

@@ -5,22 +5,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_train_encoder import write_labelled_mgf
+from labelled_spectra import write_labelled_mgf
 
 from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, parse_formula
 from engine.chem.molecules import mol_from_smiles, morgan_bits
 from engine.errors import ConfigError
 from engine.model.encoder import EncoderConfig, SpectrumEncoder
 from engine.spectra.fragments import fragment_pieces, piece_fingerprint
-from training.spectra import FeatureSettings, load_labelled_spectra
-from training.substructures import (
+from training.data.spectra import FeatureSettings, load_labelled_spectra
+from training.encoder.substructures import (
     SubstructureSettings,
     assign_pieces,
     fragment_labels,
     labels_cache_path,
     structure_labels,
 )
-from training.train_encoder import substructure_loss
+from training.encoder.train_encoder import substructure_loss
 
 
 def vec(formula: str) -> np.ndarray:

@@ -7,8 +7,8 @@ import pytest
 
 from engine.errors import ConfigError
 from engine.model.querying import Calibration
-from training import evaluate as ev
-from training.metrics import (
+from training.evaluation import evaluate as ev
+from training.core.metrics import (
     CLOSE_MATCH,
     MCES_NO_CANDIDATES,
     fidelity_bin,
@@ -21,7 +21,7 @@ from training.metrics import (
     topk_exact,
     topk_min,
 )
-from training.report import build_metrics, summarize
+from training.evaluation.report import build_metrics, summarize
 
 
 # -- metrics by hand ------------------------------------------------------------------------------------
@@ -284,7 +284,7 @@ def test_subsample_is_seeded_and_filters_name_what_they_left_out(tiny_bundle, ti
 
 
 def test_kappa_sweep_alone_from_an_encoder_folder(tiny_bundle, data_dir, tmp_path):
-    from training.train_encoder import save_weights
+    from training.encoder.train_encoder import save_weights
 
     folder = tmp_path / "encoder_run"
     folder.mkdir()
@@ -327,7 +327,7 @@ def test_config_errors_name_the_bad_value():
 # -- MCES ------------------------------------------------------------------------------------------------
 def test_mces_distances_and_failure_scoring(monkeypatch):
     pytest.importorskip("myopic_mces")
-    from training import mces
+    from training.evaluation import mces
 
     mces.mces_distance.cache_clear()
     assert mces.topk_mces("CCO", ["OCC", "CCCO"], 10, 10.0) == ([0.0, 1.0], 0)  # same molecule, one C–C bond more
@@ -367,8 +367,8 @@ def test_cancel_stops_between_spectra_and_keeps_what_is_done(tiny_bundle_dir, da
 
 
 def test_compare_runs_pairs_the_spectra_both_runs_scored(tmp_path):
-    from training.report import compare_runs
-    from training.report import main as report_main
+    from training.evaluation.report import compare_runs
+    from training.evaluation.report import main as report_main
 
     def write(run, ranks):
         run.mkdir()

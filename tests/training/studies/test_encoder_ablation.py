@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import ConfigError
-from training.encoder_ablation import BASE, VARIANTS, format_table, variant_config
+from training.studies.encoder_ablation import BASE, VARIANTS, format_table, variant_config
 
 
 def test_variants_change_only_what_they_name(tmp_path):
@@ -32,10 +32,10 @@ def test_table_shows_the_change_against_baseline():
 def test_an_ensemble_of_one_encoder_scores_as_that_encoder(tmp_path):
     from dataclasses import replace
 
-    from test_train_encoder import tiny_config, write_labelled_mgf
+    from labelled_spectra import tiny_config, write_labelled_mgf
 
-    from training.encoder_ablation import SCORED_ADDUCTS, run_variant, score_ensemble, score_variant
-    from training.spectra import load_labelled_spectra
+    from training.studies.encoder_ablation import SCORED_ADDUCTS, run_variant, score_ensemble, score_variant
+    from training.data.spectra import load_labelled_spectra
 
     mgf = write_labelled_mgf(tmp_path / "labelled.mgf")
     folders = []
@@ -56,7 +56,7 @@ def test_an_ensemble_of_one_encoder_scores_as_that_encoder(tmp_path):
 
 
 def test_ensemble_arguments_name_the_fix(tmp_path):
-    from training.encoder_ablation import parse_ensembles
+    from training.studies.encoder_ablation import parse_ensembles
 
     with pytest.raises(ConfigError, match="NAME=DIR"):
         parse_ensembles(["runs/a,runs/b"])

@@ -1,4 +1,4 @@
-"""The checks of training.encoder_headroom on arrays small enough to work out by hand."""
+"""The checks of training.studies.encoder_headroom on arrays small enough to work out by hand."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine.errors import ConfigError
-from training.encoder_headroom import (
+from training.studies.encoder_headroom import (
     IsomerIndex,
     base_rates,
     combine,
@@ -130,7 +130,7 @@ def test_headroom_rows_on_a_corpus_that_holds_the_answer_among_isomers():
 
 
 def test_cli_names_a_missing_calibration(tmp_path, capsys):
-    from training.encoder_headroom import main
+    from training.studies.encoder_headroom import main
 
     rc = main(["--mgf", "x.mgf", "--encoder", str(tmp_path), "--corpus", "c", "--out", str(tmp_path / "o.json")])
     assert rc == 2 and "has no calibration.json" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""training.forward_rank: the score it trains is the app's forward score, and its ranking loss reads it."""
+"""training.studies.forward_rank: the score it trains is the app's forward score, and its ranking loss reads it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ pytest.importorskip("rdkit")
 
 from engine.chem import molecules as chem
 from engine.model.forward import ForwardConfig, ForwardModel, candidates, forward_score
-from training import forward_rank as fr
+from training.studies import forward_rank as fr
 
 SMILES = ("CCOC(=O)c1ccccc1N", "CCOC(=O)c1ccc(N)cc1", "COC(=O)Cc1ccccc1N")  # three C9H11NO2 isomers
 
@@ -86,4 +86,4 @@ def test_a_missing_starting_model_is_named(tmp_path, capsys):
                     "--corpus", "x.tsv"])
     assert code == 1
     err = capsys.readouterr().err
-    assert "none" in err and "training.forward fit" in err
+    assert "none" in err and "training.encoder.forward fit" in err

@@ -1,4 +1,4 @@
-"""training.library_prior: how it ranks a collected pool in each setting, and its choice."""
+"""training.studies.library_prior: how it ranks a collected pool in each setting, and its choice."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from training import library_prior as lp
+from training.studies import library_prior as lp
 
 
 def rec(cands, truth="T", truth_fp=-5.0, fold="train", key="x"):

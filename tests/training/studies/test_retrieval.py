@@ -1,4 +1,4 @@
-"""training.retrieval: the ranking and its metrics on synthetic scores, the library tracks, the shortlist the
+"""training.studies.retrieval: the ranking and its metrics on synthetic scores, the library tracks, the shortlist the
 decoder scores, and a tiny end-to-end run on the committed tiny bundle with a synthetic corpus."""
 
 import json
@@ -8,7 +8,7 @@ import pytest
 
 from engine.chem import molecules as chem
 from engine.errors import ConfigError
-from training import retrieval as rt
+from training.studies import retrieval as rt
 
 
 # -- hits, ties, absent truths --------------------------------------------------------------------------

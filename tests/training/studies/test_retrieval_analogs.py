@@ -1,4 +1,4 @@
-"""training.retrieval_analogs: the suspect order it measures, its choice and --install."""
+"""training.studies.retrieval_analogs: the suspect order it measures, its choice and --install."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from engine.model.forward import ForwardConfig, ForwardModel, ForwardRanking
-from training import retrieval_analogs as ra
+from training.studies import retrieval_analogs as ra
 
 
 def record(fps: list[float], truth: int = 0, mass_only: tuple[int, ...] = ()) -> dict:
@@ -76,7 +76,7 @@ def test_install_writes_the_analog_setting_and_keeps_the_forward_ranking(tiny_bu
     add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.safetensors")
     add_bundle_file(bundle_dir, tmp_path / "fw" / "forward.json")
     weights = (bundle_dir / "forward.safetensors").read_bytes()
-    message = ra.install(str(bundle_dir), 30, 1280.0, "python -m training.retrieval_analogs --install x")
+    message = ra.install(str(bundle_dir), 30, 1280.0, "python -m training.studies.retrieval_analogs --install x")
     assert "installed" in message
     bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
     assert bundle.forward.ranking == ForwardRanking(weight=4.0, shortlist=10, scope="suspects", intensity_weight=4.0,

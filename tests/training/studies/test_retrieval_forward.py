@@ -1,4 +1,4 @@
-"""training.retrieval_forward's two choices and --install: which ranking a bundle gets from a measurement."""
+"""training.studies.retrieval_forward's two choices and --install: which ranking a bundle gets from a measurement."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine.model.forward import ForwardConfig, ForwardModel, ForwardRanking
-from training import retrieval_forward as rf
+from training.studies import retrieval_forward as rf
 
 
 def metrics(library_hit1: dict[str, float], library_hit5: float = 0.5) -> dict:
@@ -83,7 +83,7 @@ def test_install_puts_the_model_and_its_ranking_into_a_bundle(tiny_bundle_dir, t
     torch.manual_seed(0)
     ForwardModel(ForwardConfig(hidden=8, n_bits=32)).save(tmp_path / "fit", extra={"metrics": {"auroc": 0.9}})
     model = ForwardModel.load(tmp_path / "fit")
-    run = {"forward": str(tmp_path / "fit"), "command": "python -m training.retrieval_forward --install x"}
+    run = {"forward": str(tmp_path / "fit"), "command": "python -m training.studies.retrieval_forward --install x"}
     message = rf.install(model, {"shortlist": 10, "chosen": "0", "chosen_library": "8"}, str(bundle_dir), run)
     assert "installed" in message
     bundle = load_bundle(bundle_dir, device="cpu", precision="fp32")
@@ -124,7 +124,7 @@ def test_a_shard_run_refuses_to_install(capsys):
 
 def _library_pool(fp, fw, key):
     """A library-only pool, truth at row 0, with forward scores in the fragment slot."""
-    from training.retrieval import Pool
+    from training.studies.retrieval import Pool
 
     n = len(fp)
     return Pool(key, 0, np.asarray(fp, float), np.zeros((n, 0)), np.ones(n, bool),
