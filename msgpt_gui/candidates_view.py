@@ -1,253 +1,54 @@
-"""Ranked candidates: summary line, sortable table with lazily drawn structures, detail pane."""
+"""Ranked candidates: summary line, formula selector, sortable table with lazily drawn structures, detail pane.
+
+What the table shows is the feature's ranking (``msgpt predict``'s ``feature_rank``,
+:func:`msgpt_gui.logic.formulas.combine_results`): after a run of several formulas every candidate by its score
+whatever its formula; the formula selector above the table narrows it to one formula run. The summary's rank 1,
+the spectra list's Confidence and Level, and the table's rank 1 are the same candidate."""
 
 from __future__ import annotations
 
 from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 
 import html
-from collections import OrderedDict
 
-from PySide6.QtCore import QItemSelectionModel, QSize, Qt, Signal
-from PySide6.QtGui import QFont, QFontMetrics, QGuiApplication, QImage, QPixmap
+from PySide6.QtCore import QItemSelectionModel, Qt, Signal
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QFormLayout,
+    QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
-    QPushButton,
-    QSizePolicy,
     QSplitter,
-    QStyledItemDelegate,
     QTableView,
     QVBoxLayout,
     QWidget,
 )
 
 from engine.elucidation.pipeline import SpectrumResult
-from engine.chem.plausibility import plausibility_note
+from engine.insight.identification import identification_level
 
+from .candidate_detail import ROW_HEIGHT, STRUCTURE_WIDTH, DetailPane, PixmapCache, StructureDelegate
 from .columns import FillColumn
-from .logic import tooltips
+from .logic import evidence, tooltips
 from .logic.confidence import missing_confidence
-from .logic.depict import depict_png
 from .logic.entries import SpectrumEntry, Status
-from .logic.formulas import formula_scores, library_run_label
+from .logic.formulas import formula_scores, library_run_label, run_label
 from .logic.libraries import IDENTIFIED_TEXT, entry_level
-from .logic.plotting import find_hit, plot_mirror
-from .models import IMPLAUSIBLE, KEY_ROLE, NO_FRAGMENTS_TIP, CandidatesModel, format_confidence
+from .models import KEY_ROLE, NO_FRAGMENTS_TIP, CandidatesModel, format_confidence
 from .novelty_view import NoveltyCandidatesModel, NoveltyFilter, NoveltyProxy, OriginFilter
 
-ROW_HEIGHT = 116
-STRUCTURE_WIDTH = 164
+ALL_FORMULAS = "All formulas (feature ranking)"
+FORMULA_CHOICE_TIP = (
+    "The table shows the feature's ranking: identifications first, then your suspect lists' structures, then "
+    "every candidate by its score whatever its formula (as msgpt predict's feature_rank). Choose one formula to "
+    "see only the candidates drawn for it, ranked within it")
 
 
 def _html(text: str) -> str:
     """``text`` for a rich-text label: "<1%" or a title with "<" shows as written, not as a tag."""
     return html.escape(str(text), quote=False)
-
-
-class PixmapCache:
-    """Structure pixmaps by (SMILES, size, device pixel ratio); drawn on first paint, kept (LRU)."""
-
-    def __init__(self, size: int = 1000):
-        self.size = size
-        self._cache: OrderedDict[tuple, QPixmap] = OrderedDict()
-        self.rendered = 0  # how many were drawn (tests check that drawing is lazy)
-
-    def get(self, smiles: str, width: int, height: int, ratio: float = 1.0) -> QPixmap | None:
-        key = (smiles, width, height, ratio)
-        pm = self._cache.get(key)
-        if pm is not None:
-            self._cache.move_to_end(key)
-            return pm
-        png = depict_png(smiles, int(width * ratio), int(height * ratio))
-        if png is None:
-            return None
-        image = QImage.fromData(png, "PNG")
-        pm = QPixmap.fromImage(image)
-        pm.setDevicePixelRatio(ratio)
-        self.rendered += 1
-        self._cache[key] = pm
-        if len(self._cache) > self.size:
-            self._cache.popitem(last=False)
-        return pm
-
-
-class StructureDelegate(QStyledItemDelegate):
-    """Paints the candidate's 2D structure in the Structure column (only rows that are visible)."""
-
-    def __init__(self, cache: PixmapCache, parent=None):
-        super().__init__(parent)
-        self.cache = cache
-
-    def paint(self, painter, option, index):
-        super().paint(painter, option, index)  # background, selection, reference highlight
-        model = index.model()
-        smiles = model.data(index.siblingAtColumn(CandidatesModel.SMILES))
-        if not smiles:
-            return
-        rect = option.rect.adjusted(3, 3, -3, -3)
-        ratio = painter.device().devicePixelRatioF() if painter.device() else 1.0
-        pm = self.cache.get(smiles, rect.width(), rect.height(), ratio)
-        if pm is not None:
-            painter.drawPixmap(rect.topLeft(), pm)
-
-    def sizeHint(self, option, index):
-        return QSize(STRUCTURE_WIDTH, ROW_HEIGHT)
-
-
-class DetailPane(QWidget):
-    """Large depiction of the selected candidate with its identifiers and copy buttons."""
-
-    def __init__(self, cache: PixmapCache, parent=None):
-        super().__init__(parent)
-        self.cache = cache
-        self.candidate = None
-        self.picture = QLabel(alignment=Qt.AlignmentFlag.AlignCenter)
-        self.picture.setMinimumSize(220, 170)
-        self.picture.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self.picture.setStyleSheet("background: white; border: 1px solid #d0d0d0;")
-        self.title = QLabel()
-        self.title.setTextFormat(Qt.TextFormat.RichText)
-        self.smiles = QLineEdit(readOnly=True)
-        self.inchikey = QLineEdit(readOnly=True)
-        self.scores = QLabel()
-        self.scores.setTextFormat(Qt.TextFormat.PlainText)  # numbers and a plausibility note, never markup
-        self.scores.setWordWrap(True)
-        self.library = QLabel()
-        self.library.setTextFormat(Qt.TextFormat.RichText)  # library texts in it are escaped (_html)
-        self.library.setWordWrap(True)
-        self.library.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.mirror = MirrorCanvas()
-        self.copy_smiles = QPushButton("Copy SMILES")
-        self.copy_inchikey = QPushButton("Copy InChIKey")
-        self.copy_smiles.clicked.connect(lambda: self._copy(self.smiles.text()))
-        self.copy_inchikey.clicked.connect(lambda: self._copy(self.inchikey.text()))
-        form = QFormLayout()
-        form.setContentsMargins(0, 0, 0, 0)
-        form.addRow("SMILES", self.smiles)
-        form.addRow("InChIKey", self.inchikey)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.copy_smiles)
-        buttons.addWidget(self.copy_inchikey)
-        buttons.addStretch(1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(4, 0, 0, 0)
-        layout.addWidget(self.title)
-        layout.addWidget(self.picture, 1)
-        layout.addLayout(form)
-        layout.addWidget(self.scores)
-        layout.addWidget(self.library)
-        layout.addWidget(self.mirror, 1)
-        layout.addLayout(buttons)
-        self.show_candidate(None)
-
-    def show_candidate(self, c, is_reference: bool = False, matches=None) -> None:
-        """``matches``: the result's spectral library search (its hit of ``c`` is drawn as a mirror plot)."""
-        self.candidate = c
-        has = c is not None
-        self.library.setText(library_html(c) if has else "")
-        self.library.setVisible(bool(has and self.library.text()))
-        self.mirror.show_hit(matches, find_hit(matches, c) if has else None)
-        for w in (self.copy_smiles, self.copy_inchikey):
-            w.setEnabled(has)
-        if not has:
-            self.title.setText("<b>No candidate selected</b>")
-            self.picture.setPixmap(QPixmap())
-            self.picture.setText("")
-            self.smiles.clear()
-            self.inchikey.clear()
-            self.scores.setText("")
-            return
-        ref = " — <span style='color:#1b7f3b'>★ the reference structure</span>" if is_reference else ""
-        self.title.setText(f"<b>Rank {c.rank}</b> · {_html(c.formula)} · {c.monoisotopic_mass:.4f} Da{ref}")
-        self.smiles.setText(c.smiles)
-        self.smiles.setCursorPosition(0)
-        self.inchikey.setText(c.inchikey)
-        self.inchikey.setCursorPosition(0)
-        note = plausibility_note(c.smiles)
-        self.scores.setText(
-            f"Generated {c.count}× (frequency {c.frequency:.3f}) · posterior similarity {c.posterior_similarity:.3f}"
-            + ("" if c.fingerprint_score != c.fingerprint_score else f" · fingerprint score {c.fingerprint_score:.1f}")
-            + ("" if c.fragment_score != c.fragment_score else f" · fragment score {c.fragment_score:.1f}")
-            + ("" if c.analog_score != c.analog_score else f" · analog score {c.analog_score:.2f}"
-               + (f" (like {c.analog_reference})" if c.analog_reference else ""))
-            + (f"\n⚠ {IMPLAUSIBLE}: {note}" if note else "")
-        )
-        self._draw()
-
-    def resizeEvent(self, event):
-        super().resizeEvent(event)
-        self._draw()
-
-    def _draw(self) -> None:
-        if self.candidate is None:
-            return
-        size = self.picture.contentsRect().size()
-        w, h = max(size.width() - 4, 60), max(size.height() - 4, 60)
-        pm = self.cache.get(self.candidate.smiles, w, h, self.devicePixelRatioF())
-        if pm is None:
-            self.picture.setText("(cannot draw this structure)")
-        else:
-            self.picture.setPixmap(pm)
-
-    @staticmethod
-    def _copy(text: str) -> None:
-        if text:
-            QGuiApplication.clipboard().setText(text)
-
-
-def library_html(c) -> str:
-    """The library lines of the detail pane: which library holds the candidate (identifier, name) and its
-    reference spectrum match (accession, licence, contributor); "" for a de novo structure only."""
-    lines = []
-    if c.library:
-        ident = f" · {_html(c.library_id)}" if c.library_id else ""
-        lines.append(f"Library: <b>{_html(c.library)}</b>{ident}")
-    if c.compound_name:
-        lines.append(f"Name: {_html(c.compound_name)}")
-    ev = c.spectral
-    if ev is not None:
-        verdict = ("<b style='color:#1b7f3b'>identified (level 2a)</b>" if ev.identified else
-                   "<span style='color:#a15c00'>matched, below the identification threshold</span>")
-        lines.append(f"Reference spectrum {_html(ev.accession)} ({_html(ev.library)}): {verdict}, similarity "
-                     f"{ev.similarity:.2f}, {ev.matched_peaks} matched peaks")
-        about = [x for x in (ev.reference_name, ev.adduct, ev.collision_energy, ev.instrument_type) if x]
-        if about:
-            lines.append(_html(" · ".join(about)))
-        lines.append(f"Licence: {_html(ev.license or 'not given')} · contributor: {_html(ev.contributor or 'not given')}")
-    return "<br>".join(lines)
-
-
-class MirrorCanvas(QWidget):
-    """The mirror plot of a library hit (query up, reference down), hidden when there is none."""
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        from matplotlib.backends.backend_qtagg import FigureCanvasQTAgg
-        from matplotlib.figure import Figure
-
-        self.figure = Figure(figsize=(3.4, 2.0), dpi=100, layout="constrained")
-        self.canvas = FigureCanvasQTAgg(self.figure)
-        self.canvas.setMinimumHeight(150)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.canvas)
-        self.ax = self.figure.add_subplot()
-        self.hit = None
-        self.setVisible(False)
-
-    def show_hit(self, matches, hit) -> None:
-        if hit is self.hit:
-            return
-        self.hit = hit
-        self.ax.clear()
-        if hit is not None:
-            plot_mirror(matches, hit, ax=self.ax, fontsize=7)
-            self.canvas.draw_idle()
-        self.setVisible(hit is not None)
 
 
 class CandidatesPanel(QWidget):
@@ -259,19 +60,28 @@ class CandidatesPanel(QWidget):
         super().__init__(parent)
         self.cache = PixmapCache()
         self.model = NoveltyCandidatesModel(self)  # + a Novelty column (training corpus / user list / new)
-        self.proxy = NoveltyProxy(self, filter_columns=(CandidatesModel.SMILES,))
+        self.proxy = NoveltyProxy(self, filter_columns=(CandidatesModel.SMILES, CandidatesModel.NAME,
+                                                        CandidatesModel.FORMULA))
         self.proxy.setSourceModel(self.model)
 
         self.bundle = None  # the loaded model: why a result has no confidence (set when the model changes)
+        self._shown = (None, None, 0)  # (entry, supported ion types, top k) of the last show_entry
         self.summary = QLabel()
         self.summary.setTextFormat(Qt.TextFormat.RichText)  # user data in it is escaped (_html)
         self.summary.setWordWrap(True)
         self.reference = QLabel()
         self.reference.setTextFormat(Qt.TextFormat.RichText)
         self.reference.setToolTip(tooltips.REFERENCE_RANK + "<br><br>" + tooltips.FIDELITY)
-        self.filter = QLineEdit(placeholderText="Filter SMILES…", clearButtonEnabled=True)
-        self.filter.setToolTip("Show only candidates whose SMILES contains this text (e.g. 'N' or 'c1ccccc1')")
-        self.filter.setMaximumWidth(220)
+        self.formula_choice = QComboBox()
+        self.formula_choice.setToolTip(FORMULA_CHOICE_TIP)
+        self.formula_choice.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.formula_choice.setMinimumContentsLength(18)
+        self.formula_choice.currentIndexChanged.connect(self._formula_chosen)
+        self.formula_choice.hide()
+        self.filter = QLineEdit(placeholderText="Filter SMILES, name…", clearButtonEnabled=True)
+        self.filter.setToolTip("Show only candidates whose SMILES, name or formula contains this text (e.g. "
+                               "'N', 'c1ccccc1' or 'fenamiphos')")
+        self.filter.setMaximumWidth(200)
         self.filter.textChanged.connect(self.proxy.set_filter_text)
         self.novelty_filter = NoveltyFilter(self.proxy)
         self.origin_filter = OriginFilter(self.proxy)
@@ -294,13 +104,13 @@ class CandidatesPanel(QWidget):
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(False)
-        fit_columns(self.table, {CandidatesModel.RANK: "9999", CandidatesModel.CHANGE: "▲99", CandidatesModel.FORMULA:
-                                 "C22H30NaO4", CandidatesModel.FORMULA_SCORE: "0.00 (#9)",
+        fit_columns(self.table, {CandidatesModel.RANK: "9999", CandidatesModel.CHANGE: "▲99",
+                                 CandidatesModel.NAME: "chlorpyrifos-methyl",
+                                 CandidatesModel.ORIGIN: evidence.ORIGIN_SAMPLE,
+                                 CandidatesModel.FORMULA: "C22H30NaO4", CandidatesModel.FORMULA_SCORE: "0.00 (#9)",
+                                 CandidatesModel.SCORE: "-000.0", CandidatesModel.REFERENCE: "★ MSBNK-XXXX000000",
                                  CandidatesModel.COUNT: "9999", CandidatesModel.FREQUENCY: "0.000",
-                                 CandidatesModel.SIMILARITY: "0.000", CandidatesModel.SCORE: "-000.0",
-                                 CandidatesModel.REFERENCE: "★ reference",
-                                 CandidatesModel.ORIGIN: "✔ spectral library",
-                                 NoveltyCandidatesModel.NOVELTY: "training corpus"},
+                                 CandidatesModel.SIMILARITY: "0.000", NoveltyCandidatesModel.NOVELTY: "training corpus"},
                     bold_rows=True)  # the reference row is bold
         self.table.setColumnWidth(CandidatesModel.STRUCTURE, STRUCTURE_WIDTH)
         # SMILES take what is left, at least their width up to 30 characters (longer ones: elided in the middle)
@@ -309,7 +119,8 @@ class CandidatesPanel(QWidget):
 
         self.detail = DetailPane(self.cache)
         top = QHBoxLayout()
-        top.addWidget(self.summary, 1)
+        top.addWidget(self.formula_choice)
+        top.addStretch(1)
         top.addWidget(self.origin_filter)
         top.addWidget(self.novelty_filter)
         top.addWidget(self.filter)
@@ -317,8 +128,9 @@ class CandidatesPanel(QWidget):
         lay = QVBoxLayout(left)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(3)
-        lay.addLayout(top)
+        lay.addWidget(self.summary)
         lay.addWidget(self.reference)
+        lay.addLayout(top)
         lay.addWidget(self.table, 1)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("candidates_splitter")
@@ -337,17 +149,17 @@ class CandidatesPanel(QWidget):
                     running: bool = False, note: str = "", flag: str = "", formula_scores: dict | None = None,
                     detail: str = "", formula_text: str = "", level=None) -> None:
         """``note``: what to say when there is no result; ``flag``: a warning shown with the result
-        (e.g. the spectrum holds no fragments); ``formula_scores``: formula -> (rank, score) of the formula
-        candidates the candidates were drawn for; ``detail``: a line (HTML) under the summary; ``formula_text``:
-        what the structures were drawn for when not the result's formula (several formulas); ``level``: the
-        spectrum's identification level (:func:`~msgpt_gui.logic.libraries.entry_level`)."""
+        (e.g. the spectrum holds no fragments); ``formula_scores``: formula -> (rank, probability) of the formula
+        candidates the candidates were drawn for; ``detail``: the summary's tooltip (HTML: the formula runs);
+        ``formula_text``: what the structures were drawn for when not the result's formula (several formulas);
+        ``level``: the identification level of what the table shows (:func:`~msgpt_gui.logic.libraries.entry_level`)."""
         keep = self.selected_key()
         self.model.set_result(result, previous, formula_scores)
         # shown for candidates drawn for ranked formula candidates only (a library's given formulas have none)
         self.table.setColumnHidden(CandidatesModel.FORMULA_SCORE, not self.model.formula_scores)
         self._summarise(result, running, note, formula_text, level)
-        if detail and result is not None:
-            self.summary.setText(self.summary.text() + f"<br>{detail}")
+        about = f"Identification level {level.code}: {level.text}" if level is not None and result else ""
+        self.summary.setToolTip("\n\n".join(x for x in (about, detail) if x))
         if flag:
             self.summary.setText(self.summary.text() + f"<br><span style='color:#a15c00'>⚠ {flag}</span>")
         row = self._proxy_row_of(keep) if keep else None
@@ -363,51 +175,132 @@ class CandidatesPanel(QWidget):
 
     def show_entry(self, e: SpectrumEntry | None, supported, top_k: int) -> None:
         """The candidates of a spectrum of the list (``supported``: the model's ion types; ``top_k``: how many
-        formula candidates Run takes), or why it has none."""
+        formula candidates Run takes), or why it has none: the feature's ranking, or the formula run chosen above
+        the table."""
+        if e is not self._shown[0]:
+            self.formula_choice.setProperty("run", None)  # another spectrum: its whole ranking first
+        self._shown = (e, supported, top_k)
+        runs = e.formula_runs if e is not None and e.spectrum is not None else []
+        self._fill_formula_choice(runs)
         if e is None:
             self.show_result(None)
-        elif e.spectrum is None:
+            return
+        if e.spectrum is None:
             self.show_result(None, note=f"<span style='color:#a15c00'>{_html(e.status_text(supported))}</span>")
+            return
+        running = e.status in (Status.RUNNING, Status.QUEUED)
+        flag = NO_FRAGMENTS_TIP + " (the spectrum holds only the precursor)" if e.no_fragments else ""
+        ion_note = getattr(e, "ion_note", "")
+        flag = " · ".join(x for x in (ion_note, flag) if x)
+        run = self.chosen_run()
+        if run is not None:  # one formula run, ranked within it
+            shown = run.shown
+            done = [] if running or shown is None or shown.partial else [shown]
+            self.show_result(shown, run.result if run.live is not None else run.previous, running=running,
+                             flag=flag, formula_scores=formula_scores([shown]), detail=_formula_runs_detail(runs),
+                             level=identification_level(done) if done else None)
+            return
+        shown = e.shown
+        live = e.live is not None or any(r.live is not None for r in runs)
+        note = _no_candidates_note(e, supported, top_k) if shown is None else ""
+        self.show_result(shown, e.baseline, running=running and live, note=note, flag=flag,
+                         formula_scores=formula_scores(r.shown for r in runs) if runs else formula_scores([shown]),
+                         detail=_formula_runs_detail(runs),
+                         formula_text=f"{len(runs)} formulas" if len(runs) > 1 else "",
+                         level=entry_level(e) if not running else None)
+
+    # -- the formula selector
+    def chosen_run(self) -> SpectrumEntry | None:
+        """The formula run the table is narrowed to (None: the feature's ranking)."""
+        e = self._shown[0]
+        key = self.formula_choice.property("run")
+        if e is None or key is None:
+            return None
+        return next((r for r in e.formula_runs if (r.spectrum.formula, r.spectrum.adduct) == tuple(key)), None)
+
+    def choose_formula(self, formula: str | None, adduct: str | None = None) -> None:
+        """Narrow the table to the run of ``formula`` (and ``adduct``; None: the first of that formula), or show
+        the feature's ranking again (``formula`` None)."""
+        for i in range(self.formula_choice.count()):
+            key = self.formula_choice.itemData(i)
+            if (formula is None and key is None) or (key is not None and key[0] == formula
+                                                     and adduct in (None, key[1])):
+                self.formula_choice.setCurrentIndex(i)
+                return
+        raise ValueError(f"no formula run of {formula} {adduct or ''} to choose")
+
+    def _fill_formula_choice(self, runs) -> None:
+        items = [(ALL_FORMULAS, None)] + [(self._run_item(r), (r.spectrum.formula, r.spectrum.adduct)) for r in runs]
+        keys = [k for _, k in items]
+        chosen = self.formula_choice.property("run")
+        chosen = tuple(chosen) if chosen is not None and tuple(chosen) in keys else None
+        self.formula_choice.blockSignals(True)
+        if [self.formula_choice.itemData(i) for i in range(self.formula_choice.count())] != keys:
+            self.formula_choice.clear()
+            for text, key in items:
+                self.formula_choice.addItem(text, key)
         else:
-            running = e.status in (Status.RUNNING, Status.QUEUED)
-            shown = e.shown
-            live = e.live is not None or any(r.live is not None for r in e.formula_runs)
-            note = _no_candidates_note(e, supported, top_k) if shown is None else ""
-            flag = NO_FRAGMENTS_TIP + " (the spectrum holds only the precursor)" if e.no_fragments else ""
-            runs = e.formula_runs
-            self.show_result(shown, e.baseline, running=running and live, note=note, flag=flag,
-                             formula_scores=formula_scores(r.shown for r in runs) if runs else
-                             formula_scores([shown]), detail=_formula_runs_detail(runs),
-                             formula_text=f"one of the {len(runs)} formulas" if len(runs) > 1 else "",
-                             level=entry_level(e) if not running else None)
+            for i, (text, _) in enumerate(items):
+                self.formula_choice.setItemText(i, text)
+        self.formula_choice.setCurrentIndex(keys.index(chosen))
+        self.formula_choice.setProperty("run", chosen)
+        self.formula_choice.blockSignals(False)
+        self.formula_choice.setVisible(len(runs) > 1)
+
+    @staticmethod
+    def _run_item(run) -> str:
+        got = (f"{len(run.shown.candidates)} cand." if run.shown is not None else
+               "failed" if run.status == Status.FAILED else run.status)
+        return f"{run_label(run)} · {got}"
+
+    def _formula_chosen(self, index: int) -> None:
+        key = self.formula_choice.itemData(index)
+        self.formula_choice.setProperty("run", key)
+        e, supported, top_k = self._shown
+        if e is not None:
+            self.show_entry(e, supported, top_k)
 
     def _summarise(self, r: SpectrumResult | None, running: bool, note: str, formula_text: str = "",
                    level=None) -> None:
+        """Two lines: what rank 1 is and how sure (name, formula, origin, confidence or level), then how the
+        candidates were drawn; a third when the confidence is left out, saying why."""
         if r is None:
             self.summary.setText(note or "<span style='color:#777'>No candidates yet: select spectra and press "
                                  "Run (Ctrl+R).</span>")
             self.reference.hide()
             return
         p = r.params
+        done = not (running or r.partial)
         formula = _html(formula_text or f"formula {r.spectrum.formula}")
         identified = level is not None and level.code == "2a"
-        why_not = missing_confidence(r, self.bundle) if not (running or identified) else ""
-        live = " <span style='color:#1f5fbf'>(updating…)</span>" if running or r.partial else ""
+        why_not = missing_confidence(r, self.bundle) if done and not identified else ""
+        live = "" if done else (" <span style='color:#1f5fbf'>(updating…)</span>" if running else  # a kept partial:
+                                " <span style='color:#a15c00'>(cancelled (partial): the deep search stopped)</span>")
+        first = r.candidates[0] if r.candidates else None
+        head = ""
+        if first is not None:
+            name = evidence.name_text(first)
+            sure = (f"<b style='color:#1b7f3b'>{IDENTIFIED_TEXT}</b>" if identified else
+                    f"confidence <b>{_html(format_confidence(r.confidence))}</b>"
+                    if done and r.confidence is not None else "")
+            label = name or (first.smiles if len(first.smiles) <= 40 else first.smiles[:39] + "…")
+            head = (f"Rank 1: <b>{_html(label)}</b>"
+                    f" · {_html(first.formula)} {_html(r.spectrum.adduct or '')} · {_html(evidence.origin_text(first))}"
+                    + (f" · {sure}" if sure else "")
+                    + (f" · level <b>{_html(level.code)}</b>" if level is not None else "") + "<br>")
+        elif done:
+            head = (f"<span style='color:#a15c00'>No drawn structure is valid with {formula}: raise the pool size B "
+                    "to draw more, or widen the κ band.</span><br>")
         self.summary.setText(
-            f"<b>{len(r.candidates)} candidate{'' if len(r.candidates) == 1 else 's'}</b>{live} from {r.n_samples} structures drawn "
-            f"({r.n_valid} valid, {r.n_formula_consistent} with {formula}) · "
-            f"κ {p.kappa_min:g}–{p.kappa_max:g}, M = {p.groups}, B = {p.pool_size}, seed {p.seed}"
-            + (f" · {r.seconds:.1f} s, {r.new_samples} newly drawn" if not (running or r.partial) else "")
-            + (f"<br>Confidence that rank 1 is right: <b>{_html(format_confidence(r.confidence))}</b>"
-               if r.confidence is not None and not (running or r.partial or identified) and r.candidates else "")
-            + (f"<br>Rank 1: <b style='color:#1b7f3b'>{IDENTIFIED_TEXT}</b>" if identified else "")
-            + (f"<br>Identification level <b>{_html(level.code)}</b>: {_html(level.text)}" if level is not None
-               else "")
-            + (f"<br><span style='color:#777'>No confidence: {_html(why_not)}.</span>" if why_not else "")
-            + (f"<br><span style='color:#a15c00'>No drawn structure is valid with {formula}: "
-               "raise the pool size B to draw more, or widen the κ band.</span>"
-               if not (running or r.partial or r.candidates) else "")
+            head + f"<span style='color:#555'>{len(r.candidates)} candidate{'' if len(r.candidates) == 1 else 's'}"
+            f"{live} from {r.n_samples} structures drawn ({r.n_valid} valid, {r.n_formula_consistent} with {formula})"
+            f" · κ {p.kappa_min:g}–{p.kappa_max:g}, M = {p.groups}, B = {p.pool_size}, seed {p.seed}"
+            + (f" · {r.seconds:.1f} s, {r.new_samples} newly drawn" if done else "") + "</span>"
+            + (f"<br><span style='color:#777'>No confidence: {_html(why_not)}.</span>" if why_not and first else "")
         )
+        self._show_reference(r)
+
+    def _show_reference(self, r: SpectrumResult) -> None:
         if r.reference_inchikey14:
             status = r.reference_status
             color = {"exact": "#1b7f3b", "absent": "#b3261e"}.get(status, "#a15c00")
@@ -450,7 +343,6 @@ class CandidatesPanel(QWidget):
         self.candidate_selected.emit(c)
 
 
-
 def _no_candidates_note(e: SpectrumEntry, supported, top_k: int) -> str:
     """Why a spectrum shows no candidates (HTML; "" when nothing needs saying)."""
     if e.status in (Status.FAILED, Status.SKIPPED):
@@ -470,18 +362,19 @@ def _no_candidates_note(e: SpectrumEntry, supported, top_k: int) -> str:
 
 
 def _formula_runs_detail(runs) -> str:
-    """A line on the formula candidates Run took (HTML; "" when it took none)."""
+    """The formula candidates Run took, one a line (the summary's tooltip; "" when it took none)."""
     if not runs:
         return ""
     parts = []
     for r in runs:
         c = r.candidate
-        got = (f"{len(r.shown.candidates)}" if r.shown is not None else
+        got = (f"{len(r.shown.candidates)} candidates" if r.shown is not None else
                ("failed" if r.status == Status.FAILED else r.status))
         name = (f"#{c.rank} {r.spectrum.formula} {r.spectrum.adduct} ({c.probability:.2f})" if c is not None else
                 library_run_label(r.spectrum))
         parts.append(f"{name}: {got}")
-    return "Formula candidates run (ranks run on formula by formula): " + _html(" · ".join(parts))
+    return "Formula candidates run (the table ranks their candidates together):\n" + "\n".join(parts)
+
 
 def fit_columns(view, samples: dict[int, str], bold_rows: bool = False) -> None:
     """Width of each column = its header or a sample value (whichever is wider), in the view's font (a table or a

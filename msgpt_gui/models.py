@@ -18,7 +18,8 @@ from engine.spectra.spectrum import NO_FRAGMENTS_NOTE
 from .logic.confidence import missing_confidence
 from .logic.entries import SpectraFilter, SpectrumEntry, Status, compact_id, format_mz
 from .logic.formulas import library_run_label
-from .logic.libraries import IDENTIFIED_TEXT, entry_level, origin_label
+from .logic import evidence
+from .logic.libraries import IDENTIFIED_TEXT, entry_level
 from .logic.tooltips import TIPS
 
 NO_FRAGMENTS_TIP = NO_FRAGMENTS_NOTE[0].upper() + NO_FRAGMENTS_NOTE[1:]  # "No fragments: candidates reflect ..."
@@ -79,27 +80,7 @@ class SpectraModel(QAbstractItemModel):
 
     ID, MZ, ADDUCT, FORMULA, RT, SCANS, PEAKS, STATUS, CONFIDENCE, LEVEL = range(10)
     COLUMNS = ("ID", "Prec. m/z", "Adduct", "Formula", "RT (min)", "Scans", "Peaks", "Status", "Confidence", "Level")
-    TIPS = (
-        "Spectrum title (TITLE / FEATURE_ID / scan number) and the file it comes from; F0007: a precursor "
-        "feature of an LC-MS run (▸ shows its scans)",
-        "m/z of the precursor ion (PEPMASS; a feature's from its MS1 survey scan); * typed by you",
-        "Precursor ion type; set it below the spectrum when the file has none (or pick a formula candidate)",
-        "Neutral molecular formula; MS-GPT needs one. Without it, Run takes the best formula candidates "
-        "(Formulas tab); set one below the spectrum or pick one there",
-        "Retention time in minutes (a feature: from its first to its last scan)",
-        "MS/MS scans merged into a feature's consensus spectrum",
-        "Number of peaks; ⚠ no fragments: the spectrum holds only the precursor",
-        "not run / queued / running / done / failed, or what the spectrum needs before it can run "
-        "(the tooltip of a cell gives the reason)",
-        "Probability that the rank-1 candidate is the right structure, calibrated on spectra of compounds the "
-        "encoder never saw (the model card gives how well it holds on held-out spectra); sort by it to look at "
-        "the surest answers first. For a formula Run picked from the candidates it includes that formula's "
-        "probability. Empty: not run, or the settings differ from the default band, B = 100 and decoding the "
-        "confidence was fitted with (a cell's tooltip says why); 'identified (level 2a)' when a reference "
-        "spectrum identifies rank 1",
-        "Identification level (Schymanski et al. 2014): 2a a reference spectrum match identifies rank 1; 3 "
-        "tentative candidates; 4 a molecular formula only; 5 an exact mass only (the tooltip says more)",
-    )
+    TIPS = TIPS["spectra_columns"]
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -401,35 +382,18 @@ def _warning_icon() -> QIcon:
     return QApplication.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning)
 
 
-def origin_text(c) -> str:
-    """The Origin cell: where the candidate comes from, ✔ when a reference spectrum identifies it."""
-    return ("✔ " if c.identified else "") + origin_label(c.origin)
-
-
-def origin_tooltip(c) -> str:
-    """The library, identifier and name of a library candidate, and its reference spectrum match."""
-    lines = [f"Origin: {c.origin}"]
-    if c.library:
-        lines.append(f"Library: {c.library}" + (f", {c.library_id}" if c.library_id else ""))
-    if c.compound_name:
-        lines.append(f"Name: {c.compound_name}")
-    ev = c.spectral
-    if ev is not None:
-        lines.append(f"{'Identified by' if ev.identified else 'Matched'} reference spectrum {ev.accession} "
-                     f"({ev.library}): similarity {ev.similarity:.2f}, {ev.matched_peaks} matched peaks")
-    return "\n".join(lines)
-
-
 class CandidatesModel(ColumnsModel):
-    """Ranked candidates of one spectrum result, with rank moves against the previous ranking.
+    """Ranked candidates of one spectrum result (after a run of several formulas: the feature's ranking), with rank
+    moves against the previous ranking and each candidate's evidence (:mod:`msgpt_gui.logic.evidence`).
 
-    ``formula_scores`` (molecular formula -> (formula rank, score), :func:`msgpt_gui.logic.formulas.formula_scores`)
-    fill the Formula score column of candidates drawn for a formula candidate."""
+    ``formula_scores`` (molecular formula -> (formula rank, probability), :func:`msgpt_gui.logic.formulas.formula_scores`)
+    fill the Formula P column of candidates drawn for a formula candidate."""
 
-    STRUCTURE, RANK, CHANGE, SMILES, FORMULA, FORMULA_SCORE, COUNT, FREQUENCY, SIMILARITY, SCORE, REFERENCE, \
-        ORIGIN = range(12)
-    COLUMNS = ("Structure", "Rank", "Change", "SMILES", "Formula", "Formula score", "Count", "Frequency",
-               "Posterior sim.", "Score", "Reference", "Origin")
+    STRUCTURE, RANK, CHANGE, SMILES, NAME, ORIGIN, FORMULA, FORMULA_SCORE, SCORE, REFERENCE, COUNT, FREQUENCY, \
+        SIMILARITY = range(13)
+    COLUMNS = ("Structure", "Rank", "Change", "SMILES", "Name", "Origin", "Formula", "Formula P", "Score",
+               "Reference", "Count", "Frequency", "Posterior sim.")
+    RIGHT = (RANK, FORMULA_SCORE, COUNT, FREQUENCY, SIMILARITY, SCORE)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -470,7 +434,7 @@ class CandidatesModel(ColumnsModel):
         return "=", 0.0
 
     def formula_score(self, c) -> tuple[str, str]:
-        """(formula rank, score) of the formula ``c`` was drawn for ('' when it was not a ranked candidate)."""
+        """(formula rank, probability) of the formula ``c`` was drawn for ('' when it was not a ranked candidate)."""
         return self.formula_scores.get(c.formula, ("", ""))
 
     def _rows(self) -> Sequence:
@@ -478,6 +442,57 @@ class CandidatesModel(ColumnsModel):
 
     def _tip(self, section: int) -> str:
         return TIPS["columns"][self.COLUMNS[section]]
+
+    def _sort_key(self, c, col: int):
+        if col in (self.STRUCTURE, self.RANK):
+            return c.rank
+        if col == self.FORMULA_SCORE:
+            score = self.formula_score(c)[1]
+            return float(score) if score else -1.0
+        if col == self.SCORE:
+            return -math.inf if math.isnan(c.fingerprint_score) else c.fingerprint_score
+        if col == self.CHANGE:
+            return self.change(c)[1]
+        if col == self.REFERENCE:
+            return (0 if self.is_reference(c) else 1, -(c.spectral.similarity if c.spectral else -1.0))
+        return {self.COUNT: c.count, self.FREQUENCY: c.frequency, self.SIMILARITY: c.posterior_similarity}.get(
+            col, self._text(c, col))
+
+    def _text(self, c, col: int):
+        if col == self.STRUCTURE:
+            return None
+        if col == self.RANK:
+            return c.rank
+        if col == self.CHANGE:
+            return self.change(c)[0]
+        if col == self.FORMULA_SCORE:
+            rank, score = self.formula_score(c)
+            return f"{float(score):.2f} (#{rank})" if score else ""
+        if col == self.SCORE:
+            return "" if math.isnan(c.fingerprint_score) else f"{c.fingerprint_score:.1f}"
+        if col == self.REFERENCE:
+            return evidence.reference_text(c, self.is_reference(c))
+        return {self.SMILES: c.smiles, self.NAME: evidence.name_text(c), self.ORIGIN: evidence.origin_text(c),
+                self.FORMULA: c.formula, self.COUNT: c.count, self.FREQUENCY: f"{c.frequency:.3f}",
+                self.SIMILARITY: f"{c.posterior_similarity:.3f}"}[col]
+
+    def _tooltip(self, c, col: int) -> str | None:
+        if col in (self.SMILES, self.STRUCTURE):
+            note = plausibility_note(c.smiles)
+            return f"{c.smiles}\nInChIKey {evidence.inchikey(c)}" + (f"\n⚠ {IMPLAUSIBLE}: {note}" if note else "")
+        if col == self.ORIGIN:
+            return evidence.origin_tooltip(c)
+        if col == self.NAME:
+            return evidence.name_tooltip(c)
+        if col == self.REFERENCE:
+            return evidence.reference_tooltip(c, self.is_reference(c))
+        if col == self.CHANGE:
+            text = self.change(c)[0]
+            if text == "new":
+                return "Not among the candidates of the previous ranking"
+            if text:
+                return f"Rank {c.rank}, was {self._previous_rank[c.inchikey14]} in the previous ranking"
+        return None
 
     def data(self, index, role=DISPLAY):
         if not index.isValid():
@@ -487,66 +502,27 @@ class CandidatesModel(ColumnsModel):
         if role == KEY_ROLE:
             return c.inchikey14
         if role == SORT_ROLE:
-            score = self.formula_score(c)[1]
-            return (
-                c.rank, c.rank, self.change(c)[1], c.smiles, c.formula, float(score) if score else -1.0, c.count,
-                c.frequency,
-                c.posterior_similarity, -math.inf if math.isnan(c.fingerprint_score) else c.fingerprint_score,
-                0 if self.is_reference(c) else 1, origin_text(c),
-            )[col]
+            return self._sort_key(c, col)
         if role == DISPLAY:
-            if col == self.STRUCTURE:
-                return None
-            if col == self.RANK:
-                return c.rank
-            if col == self.CHANGE:
-                return self.change(c)[0]
-            if col == self.SMILES:
-                return c.smiles
-            if col == self.FORMULA:
-                return c.formula
-            if col == self.FORMULA_SCORE:
-                rank, score = self.formula_score(c)
-                return f"{float(score):.2f} (#{rank})" if score else ""
-            if col == self.COUNT:
-                return c.count
-            if col == self.FREQUENCY:
-                return f"{c.frequency:.3f}"
-            if col == self.SIMILARITY:
-                return f"{c.posterior_similarity:.3f}"
-            if col == self.SCORE:
-                return "" if math.isnan(c.fingerprint_score) else f"{c.fingerprint_score:.1f}"
-            if col == self.REFERENCE:
-                return "★ reference" if self.is_reference(c) else ""
-            if col == self.ORIGIN:
-                return origin_text(c)
+            return self._text(c, col)
         if role == Qt.ItemDataRole.DecorationRole and col == self.SMILES:  # ⚠: an implausible structure
             return _warning_icon() if plausibility_note(c.smiles) else None
         if role == Qt.ItemDataRole.ToolTipRole:
-            if col in (self.SMILES, self.STRUCTURE):
-                note = plausibility_note(c.smiles)
-                return f"{c.smiles}\nInChIKey {c.inchikey}" + (f"\n⚠ {IMPLAUSIBLE}: {note}" if note else "")
-            if col == self.ORIGIN:
-                return origin_tooltip(c)
-            if col == self.CHANGE:
-                text = self.change(c)[0]
-                if text == "new":
-                    return "Not among the candidates of the previous ranking"
-                if text:
-                    return f"Rank {c.rank}, was {self._previous_rank[c.inchikey14]} in the previous ranking"
-            return None
+            return self._tooltip(c, col)
         if role == Qt.ItemDataRole.BackgroundRole and self.is_reference(c):
             return QBrush(QColor("#dff3e4"))
         if role == Qt.ItemDataRole.FontRole and self.is_reference(c):
             f = QFont()
             f.setBold(True)
             return f
-        if role == Qt.ItemDataRole.ForegroundRole and col == self.CHANGE:
-            text = self.change(c)[0]
-            color = {"n": "#1f5fbf", "▲": "#1b7f3b", "▼": "#b3261e"}.get(text[:1])
-            return QBrush(QColor(color)) if color else None
+        if role == Qt.ItemDataRole.ForegroundRole:
+            if col == self.CHANGE:
+                color = {"n": "#1f5fbf", "▲": "#1b7f3b", "▼": "#b3261e"}.get(self.change(c)[0][:1])
+                return QBrush(QColor(color)) if color else None
+            if col == self.ORIGIN and c.identified:
+                return QBrush(QColor("#1b7f3b"))
         if role == Qt.ItemDataRole.TextAlignmentRole:
-            if col in (self.RANK, self.FORMULA_SCORE, self.COUNT, self.FREQUENCY, self.SIMILARITY, self.SCORE):
+            if col in self.RIGHT:
                 return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             if col == self.CHANGE:
                 return int(Qt.AlignmentFlag.AlignCenter)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 
+import dataclasses
+
 from PySide6.QtCore import QObject, Qt, QTimer
 
 from engine.errors import MsgptError
 
 from .actions import make_action
 from .logic.entries import SpectrumEntry
+from .logic.libraries import stale_entries
 
 RETUNE_DELAY_MS = 350
 
@@ -36,6 +39,7 @@ class RunMenu(QObject):
         self.act_cancel.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
         self.retune_timer = QTimer(self, singleShot=True, interval=RETUNE_DELAY_MS)
         self.retune_timer.timeout.connect(self._retune)
+        self.stale_libraries = False  # the libraries changed: every spectrum that ran is re-run with them
         window.runs.retune_wanted.connect(self.retune_timer.start)
 
     def add_menu_actions(self, menu) -> None:
@@ -69,7 +73,7 @@ class RunMenu(QObject):
         return self.run_entries(self.window.selected_entries(), formulas=True, top_k=k)
 
     def run_entries(self, entries: list[SpectrumEntry], retune: bool = False, formulas: bool = False,
-                    top_k: int | None = None) -> bool:
+                    top_k: int | None = None, libraries_changed: bool = False) -> bool:
         """Run ``entries``: those without a formula for their best k formula candidates (``formulas``: every one
         of them; ``top_k``: k, the Formulas tab's by default)."""
         w = self.window
@@ -86,7 +90,12 @@ class RunMenu(QObject):
             return False
         if not retune and not w.edits.take_pending_edit(entries):
             return False
-        started = w.runs.run(entries, params, retune=retune, top_k=top_k or w.formulas.top_k, formulas=formulas)
+        if retune:  # a re-rank keeps the effort the spectra ran at: Effort applies to the next Run only
+            efforts = {r.params.effort for e in entries for r in e.results()}
+            if len(efforts) == 1:
+                params = dataclasses.replace(params, effort=efforts.pop())
+        started = w.runs.run(entries, params, retune=retune, top_k=top_k or w.formulas.top_k, formulas=formulas,
+                             libraries_changed=libraries_changed)
         if started:
             w.first_candidates_s = None
         w.show_current()
@@ -106,18 +115,31 @@ class RunMenu(QObject):
             self.retune_timer.start()
 
     def libraries_changed(self) -> None:
-        """Other libraries are on: the current spectrum is re-ranked with them (its samples stay)."""
-        self.params_changed()
+        """Other libraries are on: every spectrum that ran is re-run with them, only what they change: its samples
+        stay (re-ranked, nothing drawn again), the formulas the libraries add (mass track, identification
+        formula) are worked out again, and the status bar says what ran. Busy: once the running work ends."""
+        self.stale_libraries = True
+        self.retune_timer.start()
 
     def _retune(self) -> None:
         """Re-run the current spectrum (its formula runs) with the new parameters or libraries (draws only what is
         missing)."""
         w = self.window
+        if self.stale_libraries:
+            if w.busy:
+                w.runs.defer_retune()
+                return
+            self.stale_libraries = False
+            stale = stale_entries(w.spectra.entries, w.runs.libraries_current)
+            if stale:
+                self.run_entries(stale, retune=True, libraries_changed=True)
+                return
         e = w.current_entry()
         if e is None or not e.has_results:
             return
         ran = [r for r in e.formula_runs if r.result is not None] or [e]
-        if all(r.params == w.query_params for r in e.results()) and all(w.runs.libraries_current(r) for r in ran):
+        same = all(r.params == dataclasses.replace(w.query_params, effort=r.params.effort) for r in e.results())
+        if same and all(w.runs.libraries_current(r) for r in ran):
             return
         if w.busy:
             w.runs.defer_retune()

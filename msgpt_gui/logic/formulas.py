@@ -215,30 +215,42 @@ def formula_note(spectrum: Spectrum) -> tuple[str, str]:
 
 
 def combine_results(results: Sequence[SpectrumResult]) -> SpectrumResult | None:
-    """The candidates of several formulas of one spectrum as one result: ranks run on formula by formula (the
-    order given), counts add up; the first result's spectrum, parameters and posterior stand for the rest."""
+    """The candidates of several formulas of one spectrum as one result, in the feature's ranking
+    (:func:`engine.insight.identification.feature_ranks`, what ``msgpt predict`` writes as ``feature_rank``):
+    identifications, then suspects, then every candidate by score whatever its formula; each candidate's
+    ``rank`` is its feature rank. Counts add up; the result holding rank 1 stands for the rest (spectrum,
+    parameters, posterior, confidence), so the summary, the spectra list's Confidence and Level and the table's
+    rank 1 describe the same candidate."""
+    from engine.elucidation.ranking import reference_rank
+    from engine.insight.identification import feature_ranks
+
     results = [r for r in results if r is not None]
     if not results:
         return None
     if len(results) == 1:
         return results[0]
-    candidates, offset = [], 0
-    for r in results:
-        candidates += [dataclasses.replace(c, rank=c.rank + offset) for c in r.candidates]
-        offset += len(r.candidates)
-    first = results[0]
-    reference_rank = None
-    offset = 0
-    for r in results:
-        if r.reference_rank is not None and reference_rank is None:
-            reference_rank = r.reference_rank + offset
-        offset += len(r.candidates)
+    ranked = sorted(((k, i, c) for i, (r, ks) in enumerate(zip(results, feature_ranks(results), strict=True))
+                     for k, c in zip(ks, r.candidates, strict=True)), key=lambda t: t[0])
+    candidates = tuple(dataclasses.replace(c, rank=k) for k, _, c in ranked)
+    best = results[ranked[0][1]] if ranked else results[0]
     return dataclasses.replace(
-        first, candidates=tuple(candidates), n_samples=sum(r.n_samples for r in results),
+        best, candidates=candidates, n_samples=sum(r.n_samples for r in results),
         n_valid=sum(r.n_valid for r in results), n_formula_consistent=sum(r.n_formula_consistent for r in results),
         new_samples=sum(r.new_samples for r in results), seconds=sum(r.seconds for r in results),
-        partial=any(r.partial for r in results), reference_rank=reference_rank,
+        partial=any(r.partial for r in results),
+        reference_rank=reference_rank(candidates, best.reference_inchikey14),
     )
+
+
+def run_label(run, short: bool = False) -> str:
+    """How a formula run is named in the formula selector: ``#1 C10H12N3O3PS2 [M+H]+ (P 0.62)`` for a formula
+    candidate (rank, formula, ion type, probability), or the library's formula run (:func:`library_run_label`);
+    ``short``: without the probability."""
+    c = getattr(run, "candidate", None)
+    s = run.spectrum
+    if c is None:
+        return library_run_label(s)
+    return f"#{c.rank} {s.formula} {s.adduct}" + ("" if short else f" (P {c.probability:.2f})")
 
 
 def formula_scores(results: Sequence[SpectrumResult]) -> dict[str, tuple[str, str]]:

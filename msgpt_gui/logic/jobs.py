@@ -288,6 +288,9 @@ class FormulaJob:
     libraries: tuple = ()  # the enabled structure and spectral libraries each run's session searches
     library_keys: tuple[int, ...] = ()  # keys for the runs the libraries add (at most LIBRARY_RUNS)
     run_items: tuple | None = None  # a feature of an LC-MS run: the run's features (run_items_of), its m/z recalibration
+    # runs to keep, as (key, formula, ion type, session): the libraries changed after a run, so what they add is
+    # worked out again, and a run of the same formula and ion type keeps its key and samples (only re-ranked)
+    reuse: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -436,16 +439,26 @@ def _formula_runs(job: FormulaJob, position: int, count: int, bundle, cancel: Ca
     config = current_config()
     added = library_formula_spectra(job.libraries, job.base, [s for _, s in chosen], bundle.supported_adducts,
                                     config.ppm, config.ion_types or ()) if job.libraries else []
-    runs = []
-    for key, (candidate, spectrum) in [*zip(job.run_keys, chosen), *zip(job.library_keys, ((None, s) for s in added))]:
+    reuse = {(formula, adduct): (key, session) for key, formula, adduct, session in job.reuse}
+    run_keys, library_keys = iter(job.run_keys), iter(job.library_keys)
+    runs, not_run = [], 0
+    for candidate, spectrum, keys in [*((c, s, run_keys) for c, s in chosen), *((None, s, library_keys) for s in added)]:
+        kept = reuse.get((spectrum.formula, spectrum.adduct))
+        if kept is not None:  # ran before: its session (and samples) stay, searching the libraries on now
+            runs.append(FormulaRun(kept[0], candidate, kept[1].spectrum, kept[1]))
+            continue
+        key = next(keys, None)
+        if key is None:
+            not_run += 1
+            continue
         try:
             runs.append(FormulaRun(key, candidate, spectrum, SpectrumSession(bundle, spectrum,
                                                                              libraries=job.libraries)))
         except MsgptError as e:
             runs.append(FormulaRun(key, candidate, spectrum, None, str(e)))
-    if len(added) > len(job.library_keys):
+    if not_run:
         log.warning("%s: %d more formulas of library structures of this mass not run (at most %d)", job.base.id,
-                    len(added) - len(job.library_keys), len(job.library_keys))
+                    not_run, len(job.library_keys))
     yield FormulasRanked(job.key, job.base, table, tuple(runs))
     if not runs:
         yield EntryFailed(job.key, no_candidate_reason(table, bundle.supported_adducts))

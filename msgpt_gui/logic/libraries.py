@@ -209,3 +209,31 @@ def entry_level(entry):
 
 
 IDENTIFIED_TEXT = "identified (level 2a)"  # what stands for the confidence when a reference spectrum identifies rank 1
+
+
+def stale_entries(entries: Sequence, current) -> list:
+    """The listed entries with results ranked with other libraries than those on now (``current(entry)``: whether
+    an entry, or a formula run, searched them): what a change of libraries re-runs."""
+    out = []
+    for e in entries:
+        ran = [r for r in e.formula_runs if r.result is not None] or ([e] if e.result is not None else [])
+        if ran and not all(current(r) for r in ran):
+            out.append(e)
+    return out
+
+
+def libraries_rerun_text(n: int, seconds: float, changes: Sequence[tuple[str, object]]) -> str:
+    """What a re-run for other libraries did, for the status bar: the spectra re-ranked (samples kept) and the
+    formula runs the libraries added (``("ran", run)``) or no longer add (``("dropped", run)``)."""
+    from .formulas import run_label
+
+    ran = [r for what, r in changes if what == "ran"]
+    dropped = [r for what, r in changes if what == "dropped"]
+    text = (f"Libraries changed: re-ranked {n} spectr{'um' if n == 1 else 'a'} with the libraries on now, their "
+            f"samples kept ({seconds:.1f} s)")
+    if ran:
+        names = ", ".join(run_label(r, short=True) for r in ran[:3]) + (", …" if len(ran) > 3 else "")
+        text += f"; ran {len(ran)} new formula{'' if len(ran) == 1 else 's'} the libraries add ({names})"
+    if dropped:
+        text += f"; dropped {len(dropped)} formula run{'' if len(dropped) == 1 else 's'} no library adds now"
+    return text + "."

@@ -72,9 +72,35 @@ EFFORT = (
 )
 
 TIPS = {
+    "spectra_columns": (  # the spectra list's columns, in SpectraModel.COLUMNS order
+        "Spectrum title (TITLE / FEATURE_ID / scan number) and the file it comes from; F0007: a precursor "
+        "feature of an LC-MS run (▸ shows its scans)",
+        "m/z of the precursor ion (PEPMASS; a feature's from its MS1 survey scan); * typed by you",
+        "Precursor ion type; set it below the spectrum when the file has none (or pick a formula candidate)",
+        "Neutral molecular formula; MS-GPT needs one. Without it, Run takes the best formula candidates "
+        "(Formulas tab); set one below the spectrum or pick one there",
+        "Retention time in minutes (a feature: from its first to its last scan)",
+        "MS/MS scans merged into a feature's consensus spectrum",
+        "Number of peaks; ⚠ no fragments: the spectrum holds only the precursor",
+        "not run / queued / running / done / failed, or what the spectrum needs before it can run "
+        "(the tooltip of a cell gives the reason)",
+        "Probability that the rank-1 candidate is the right structure, calibrated on spectra of compounds the "
+        "encoder never saw (the model card gives how well it holds on held-out spectra); sort by it to look at "
+        "the surest answers first. For a formula Run picked from the candidates it includes that formula's "
+        "probability. Empty: not run, or the settings differ from the default band, B = 100 and decoding the "
+        "confidence was fitted with (a cell's tooltip says why); 'identified (level 2a)' when a reference "
+        "spectrum identifies rank 1",
+        "Identification level (Schymanski et al. 2014): 2a a reference spectrum match identifies rank 1; 3 "
+        "tentative candidates; 4 a molecular formula only; 5 an exact mass only (the tooltip says more)",
+    ),
     "columns": {
         "Structure": "2D structure of the candidate (stereochemistry is not predicted)",
-        "Rank": "Rank under the chosen ranking (see Ranking): by default the fingerprint score",
+        "Rank": "The feature's rank, as msgpt predict's feature_rank: identifications first, then your suspect "
+                "lists' structures, then every candidate by its score whatever its formula (see Ranking: by "
+                "default the fingerprint score). With one formula chosen above the table: the rank within that "
+                "formula's run",
+        "Name": "The compound's name in the library or suspect list that holds it, or of the reference spectrum "
+                "that matched it; empty for a structure only the model drew",
         "Change": "How the rank moved since the previous ranking (other pool size or band): "
                   "▲ up, ▼ down, new = not there before",
         "SMILES": "Canonical SMILES without stereochemistry; ⚠: a motif no stable compound is known to show "
@@ -82,9 +108,9 @@ TIPS = {
                   "tooltip says which. A hint only: the rank and the exports are unchanged",
         "Formula": "Molecular formula of the candidate (always the spectrum's formula; after a run of several "
                    "formula candidates, the formula it was drawn for)",
-        "Formula score": "Probability of the candidate's formula among the formula candidates of the precursor "
-                         "(Formulas tab: mass, fragments, MS1 isotopes, corpus prior); #k is the formula's rank. "
-                         "Empty for a formula given in the file or typed",
+        "Formula P": "Probability of the candidate's formula among the formula candidates of the precursor "
+                     "(Formulas tab: mass, fragments, MS1 isotopes, corpus prior); #k is the formula's rank. "
+                     "Empty for a formula given in the file or typed, or one only a library proposed",
         "Count": "How many of the B drawn structures were this molecule (2D skeleton). Structures the "
                  "model proposes again and again, from different queries, are more likely",
         "Frequency": "Count / number of drawn structures: the share of the pool that is this molecule",
@@ -94,10 +120,12 @@ TIPS = {
         "Score": "Fingerprint score: log-likelihood of the candidate's own substructure fingerprint under the "
                  "bit probabilities predicted from the spectrum (recalibrated on training spectra when the model "
                  "carries a calibration). Higher (closer to 0) means the spectrum supports its substructures",
-        "Reference": "Marks the reference structure given in the file, when it is among the candidates",
-        "Origin": "Where the candidate comes from: de novo (drawn by the model), structure library (a structure of "
-                  "the formula in a ticked structure library), spectral library (the structure of a reference "
-                  "spectrum that matches this one); several joined by +. ✔ identified: a reference spectrum "
-                  "identifies it (level 2a)",
+        "Reference": "The accession of the reference spectrum of this structure that matched the spectrum (the "
+                     "tooltip gives similarity, matched peaks, licence and contributor); ★ marks the reference "
+                     "structure given in the file",
+        "Origin": "Where the candidate comes from, as tags: ✔ 2a identified by a reference spectrum (level 2a); "
+                  "◆ name: in your suspect list of that name; library: in a structure library; spectrum: a "
+                  "reference spectrum of it matched (above the floor of evidence, not identifying it); de novo: "
+                  "drawn by the model. The tooltip says each in full",
     },
 }

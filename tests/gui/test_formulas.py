@@ -13,6 +13,7 @@ from synthetic_run import write_mzml
 from engine.elucidation.pipeline import QueryParams
 from engine.errors import Cancelled
 from engine.formulas.candidates import rank_formulas
+from engine.insight.identification import feature_ranks
 from engine.spectra.spectrum import SkippedRecord
 from msgpt_gui.logic.entries import SpectrumEntry, Status
 from msgpt_gui.logic.formulas import (
@@ -104,7 +105,14 @@ def test_the_candidates_of_several_formulas_become_one_list_ranked_on(tiny_bundl
     combined = combine_results(results)
     n = [len(r.candidates) for r in results]
     assert [c.rank for c in combined.candidates] == list(range(1, sum(n) + 1))
-    assert [c.smiles for c in combined.candidates] == [c.smiles for r in results for c in r.candidates]
+    # one ranking per feature, exactly msgpt predict's feature_rank: by score whatever the formula
+    franks = feature_ranks(results)
+    expected = sorted(((k, c.smiles) for r, ks in zip(results, franks) for k, c in zip(ks, r.candidates)))
+    assert [(c.rank, c.smiles) for c in combined.candidates] == expected
+    scores = [c.score for c in combined.candidates if c.rank_group == 2]
+    assert scores == sorted(scores, reverse=True)
+    best = next(r for r, ks in zip(results, franks) if 1 in ks)
+    assert combined.confidence == best.confidence and combined.spectrum is best.spectrum
     assert combined.n_samples == sum(r.n_samples for r in results)
     assert combine_results([results[0]]) is results[0] and combine_results([None]) is None
     assert set(formula_scores(results)) == {r.spectrum.formula for r in results}

@@ -22,6 +22,7 @@ from engine.chem.formula import formula_mass, parse_formula
 from engine.spectra.isotopes import isotope_pattern
 from msgpt_gui.logic.entries import Status
 from msgpt_gui.formulas_view import FormulaTableModel
+from engine.insight.identification import feature_ranks
 from msgpt_gui.models import CandidatesModel, SpectraModel
 
 CAFFEINE = "C8H10N4O2"
@@ -231,18 +232,33 @@ def test_run_best_k_gives_one_result_per_formula_in_one_ranked_list(qtbot, make_
     assert [panel.proxy.index(row_of(panel, c.formula, c.ion_type), FormulaTableModel.RUN).data()
             for c in expected] == [f"done · {len(r.result.candidates)} candidates" for r in runs]
 
-    # the candidates table: both formulas' candidates, ranks running on, each with its formula's score
+    # the candidates table: one ranking for the feature (msgpt predict's feature_rank) over both formulas' candidates,
+    # each with its formula's probability
     model = window.candidates.model
     counts = [len(r.result.candidates) for r in runs]
     assert model.rowCount() == sum(counts) > 0
     assert [model.candidate(i).rank for i in range(model.rowCount())] == list(range(1, sum(counts) + 1))
+    franks = feature_ranks([r.result for r in runs])
+    by_rank = {k: (c.inchikey14, c.formula) for r, ks in zip(runs, franks) for k, c in zip(ks, r.result.candidates)}
+    assert [(model.candidate(i).inchikey14, model.candidate(i).formula) for i in range(model.rowCount())] == \
+        [by_rank[k] for k in range(1, sum(counts) + 1)]
     assert not window.candidates.table.isColumnHidden(CandidatesModel.FORMULA_SCORE)
-    scores = [model.index(i, CandidatesModel.FORMULA_SCORE).data() for i in range(model.rowCount())]
-    wanted = [f"{c.probability:.2f} (#{c.rank})" for c, n in zip(expected, counts) for _ in range(n)]
-    assert scores == wanted
-    assert "Formula candidates run" in window.candidates.summary.text()
+    probability = {c.formula: f"{c.probability:.2f} (#{c.rank})" for c in expected}
+    assert [model.index(i, CandidatesModel.FORMULA_SCORE).data() for i in range(model.rowCount())] == \
+        [probability[model.candidate(i).formula] for i in range(model.rowCount())]
+    # the formula selector lists the runs; choosing one narrows the table to it, ranked within it
+    choice = window.candidates.formula_choice
+    assert not choice.isHidden() and choice.count() == 3 and "feature" in choice.itemText(0)
+    window.candidates.choose_formula(expected[1].formula, expected[1].ion_type)
+    assert [model.candidate(i).smiles for i in range(model.rowCount())] == [c.smiles for c in runs[1].result.candidates]
+    assert expected[1].formula in window.candidates.summary.text()
+    window.candidates.choose_formula(None)
+    assert model.rowCount() == sum(counts)
+    first = model.candidate(0)
+    assert f"Rank 1: <b>" in window.candidates.summary.text() and first.formula in window.candidates.summary.text()
+    assert "#1 " in window.candidates.summary.toolTip() and "Formula candidates run" in window.candidates.summary.toolTip()
 
-    # exported as the CLI writes them: ranks running on, the formula's rank and score on every row
+    # exported as the CLI writes them: ranks running on formula by formula, feature_rank the app's rank
     path = tmp_path / "out.csv"
     with qtbot.waitSignal(window.export_finished, timeout=30_000):
         assert window.files.export(path, "all")
@@ -251,6 +267,9 @@ def test_run_best_k_gives_one_result_per_formula_in_one_ranked_list(qtbot, make_
     assert [int(r["rank"]) for r in rows] == list(range(1, sum(counts) + 1))
     assert [r["formula_rank"] for r in rows] == [str(c.rank) for c, n in zip(expected, counts) for _ in range(n)]
     assert all(r["formula_score"] for r in rows)
+    app_rank = {(model.candidate(i).inchikey14, model.candidate(i).formula): model.candidate(i).rank
+                for i in range(model.rowCount())}
+    assert all(int(r["feature_rank"]) == app_rank[(r["InChIkey2D"], r["formula"])] for r in rows)
 
     # picking a formula that ran keeps its candidates
     panel.table.selectRow(row_of(panel, expected[1].formula, expected[1].ion_type))

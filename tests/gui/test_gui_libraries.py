@@ -155,7 +155,12 @@ def test_spectral_library_hits_reach_the_run_table_filter_level_and_mirror(qtbot
     panel = window.candidates
     model, proxy = panel.model, panel.proxy
     column = [proxy.index(r, CandidatesModel.ORIGIN).data() for r in range(proxy.rowCount())]
-    assert column[0].startswith("✔") and "spectral library" in column[0]
+    assert column[0].startswith("✔ 2a")  # compact tags; the tooltip says it in full
+    tip = proxy.index(0, CandidatesModel.ORIGIN).data(Qt.ItemDataRole.ToolTipRole)
+    assert "Identified (level 2a)" in tip and "reference spectrum" in tip
+    ref = proxy.index(0, CandidatesModel.REFERENCE).data()
+    assert ref and ref == result.candidates[0].spectral.accession  # the Reference column names the accession
+    assert proxy.index(0, CandidatesModel.NAME).data() == result.candidates[0].compound_name != ""
     panel.origin_filter.setCurrentIndex(2)  # from libraries
     shown = [model.candidate(proxy.mapToSource(proxy.index(r, 0)).row()) for r in range(proxy.rowCount())]
     assert shown and all(c.origin != "de_novo" for c in shown)

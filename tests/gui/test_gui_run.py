@@ -93,7 +93,8 @@ def test_run_shows_ranked_candidates_with_reference_and_tuning_draws_only_new_sa
     # the tiny decoder memorised the reference: it ranks first, its row is highlighted
     assert r.reference_status == "exact"
     top = window.candidates.proxy.index(0, CandidatesModel.REFERENCE)
-    assert top.data() == "★ reference"
+    assert top.data().startswith("★") and "reference structure given in the file" in \
+        top.data(Qt.ItemDataRole.ToolTipRole)
     assert top.data(Qt.ItemDataRole.BackgroundRole) is not None
     assert "exact" in window.candidates.reference.text() and "fidelity" in window.candidates.reference.text()
     detail = window.candidates.detail
