@@ -16,7 +16,9 @@ the same ranking: one candidate per structure, generated or not, its ``origin`` 
 ``structure_library``, ``spectral_library``, several joined by ``;``). They are scored like the samples, plus
 the pool's ``library_prior``, a log-odds bonus for being known, and, for one no sample drew (and neither a
 suspect nor an identification), the pool's ``undrawn_prior`` (:mod:`engine.elucidation.libraries`). A structure
-whose reference spectrum matched the query (:class:`SpectralEvidence`) carries the match; an identity match that
+whose reference spectrum matched the query (:class:`SpectralEvidence`) carries the match; ``spectral_library``
+joins its origin only for a match at or above :data:`SPECTRAL_ORIGIN_FLOOR` or an identification, and a weaker
+match brings no structure into the pool by itself (it stays on one drawn or held anyway). An identity match that
 passes the calibrated threshold (an identification) and the structures of suspect lists (libraries the user gave
 as such) rank before every other candidate (:func:`rank_group`), ordered among themselves by score, where the
 analog score below carries the identification's own reference match; without that term (no suspect list, or
@@ -56,6 +58,14 @@ DE_NOVO = "de_novo"  # a candidate's origin: drawn from the decoder
 STRUCTURE_LIBRARY = "structure_library"  # a structure a library holds
 SPECTRAL_LIBRARY = "spectral_library"  # a structure whose reference spectrum matched the query
 ORIGINS = (DE_NOVO, STRUCTURE_LIBRARY, SPECTRAL_LIBRARY)
+#: The least reference-spectrum match that puts ``spectral_library`` in a candidate's origin: (entropy similarity,
+#: matched peaks), both at least these, or an identification (:attr:`SpectralEvidence.in_origin`); a weaker match
+#: stays on the candidate as evidence. Measured by ``benchmarks/spectral_origin_floor.py`` on 2,000 FOLD=val spectra
+#: (docs/evidence/spectral_origin.md): a wrong hit under 0.3 is no closer to the truth than a random library
+#: structure of the formula (Tanimoto +0.02 to +0.04), one from 0.35 up is (+0.07 to +0.10); 0.3 drops 34% of
+#: the hits when the library lacks the truth and 4.7% of the true hits when it has it. Matched peaks add nothing
+#: (1: every hit): requiring 2 would drop 12.5% of the true hits for 25% of the false ones.
+SPECTRAL_ORIGIN_FLOOR = (0.3, 1)
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,14 @@ class SpectralEvidence:
     instrument_type: str = ""
     license: str = ""
     contributor: str = ""
+
+    @property
+    def in_origin(self) -> bool:
+        """The match is evidence enough for ``spectral_library`` in the candidate's origin: an identification, or
+        at least :data:`SPECTRAL_ORIGIN_FLOOR`. A weaker one stays on the candidate (its details, the exports'
+        spectral columns) but is not an origin, and brings no structure into the pool by itself."""
+        min_similarity, min_peaks = SPECTRAL_ORIGIN_FLOOR
+        return self.identified or (self.similarity >= min_similarity and self.matched_peaks >= min_peaks)
 
 
 @dataclass(frozen=True)
@@ -298,7 +316,7 @@ class CandidatePool:
                 continue
             if s.spectral is not None:
                 best = self._spectral.get(s.inchikey14)
-                if best is None or (s.spectral.identified, s.spectral.similarity) > (best.identified, best.similarity):
+                if best is None or _evidence_key(s.spectral) > _evidence_key(best):
                     self._spectral[s.inchikey14] = s.spectral
             else:
                 names = self._known_libraries.setdefault(s.inchikey14, [])
@@ -307,6 +325,8 @@ class CandidatePool:
             if s.suspect:
                 self._suspects.add(s.inchikey14)
             have = self._known.get(s.inchikey14)
+            if s.spectral is not None and not s.spectral.in_origin:
+                continue  # a match under the floor is no evidence: kept above, for a candidate drawn or held anyway
             if have is None or (have.spectral is not None and s.spectral is None):
                 self._known[s.inchikey14] = s  # a structure library's entry names it before a reference's
 
@@ -471,11 +491,12 @@ class CandidatePool:
         """The origin fields of a candidate: de novo, from a structure library, from a spectral library, or
         several (``;``-joined, in :data:`ORIGINS` order)."""
         known = self._known.get(inchikey14)
-        if known is None:
-            return {}
         spectral = self._spectral.get(inchikey14)
+        if known is None:  # drawn only; a reference match under the floor stays on it as evidence, not origin
+            return {} if spectral is None else {"compound_name": spectral.reference_name, "spectral": spectral}
         libraries = self._known_libraries.get(inchikey14, [])
-        origin = ";".join(o for o, on in zip(ORIGINS, (count > 0, bool(libraries), spectral is not None)) if on)
+        in_origin = spectral is not None and spectral.in_origin
+        origin = ";".join(o for o, on in zip(ORIGINS, (count > 0, bool(libraries), in_origin)) if on)
         if libraries:  # the structure library's identifier and name; else the reference spectrum's
             return {"origin": origin, "library": ";".join(libraries), "library_id": known.identifier,
                     "compound_name": known.name or (spectral.reference_name if spectral else ""),
@@ -499,6 +520,12 @@ class CandidatePool:
         if smiles not in self._sim_cache:
             self._sim_cache[smiles] = chem.max_tanimoto(bits, self.query_bits)
         return self._sim_cache[smiles]
+
+
+def _evidence_key(evidence: SpectralEvidence) -> tuple[bool, bool, float]:
+    """Which of a structure's reference matches it keeps: an identification, then one over the origin floor,
+    then the most similar."""
+    return evidence.identified, evidence.in_origin, evidence.similarity
 
 
 def reference_rank(candidates: Sequence[Candidate], reference_inchikey14: str | None) -> int | None:
