@@ -548,6 +548,11 @@ class ProjectController(QObject):
         those entries (:func:`~msgpt_gui.logic.projects.attach_records`) instead of listing its records again;
         ``attached`` says when. Files wait for each other and for a project being saved."""
         path = Path(path)
+        w = self.window
+        if w.busy and w.runs.task_kind == "run":  # its entries may gain scans and MS1 evidence: not mid-run
+            w.show_message(f"Wait for the run to finish (or cancel it with Esc) before opening {path.name}: it is "
+                           "attached to the project's spectra.")
+            return
         self._attachable.discard(str(path.resolve()))
         self._attach_queue.append(path)
         self._next_attach()

@@ -46,7 +46,7 @@ spectra came from and whether a file on this machine is still the same one (:fun
                                entry with its spectrum (that formula) and result, and "candidate" (version 2;
                                version 1 listed them as entries after their own, which reading nests again)
       candidate                FORMULA (a formula run: the formula candidate it ran for), or absent
-      scans                    {"<i>": ENTRY}: scans of the feature (position in FEATURE.scans) that have a state of
+      scan_entries             {"<i>": ENTRY}: scans of the feature (position in FEATURE.scans) that have a state of
                                their own (run, notes, a formula set); absent when none
 
     SPECTRUM  {"id", "precursor_mz", "adduct", "charge", "polarity", "formula", "smiles", "inchikey",
@@ -214,12 +214,12 @@ class ProjectEntry:
     feature: Feature | None = None  # a precursor feature of an LC-MS run (its consensus spectrum is `original`)
     formula_runs: list[ProjectEntry] = field(default_factory=list)  # the formulas Run took for it, best first
     candidate: FormulaCandidate | None = None  # a formula run: the formula candidate it ran for
-    scans: dict[int, ProjectEntry] = field(default_factory=dict)  # scans of the feature with a state of their own
+    scan_entries: dict[int, ProjectEntry] = field(default_factory=dict)  # the feature's scans that have a state
 
     def walk(self):
         """This entry, its scans' and its formula runs (every entry that may hold a result)."""
         yield self
-        for e in self.scans.values():
+        for e in self.scan_entries.values():
             yield from e.walk()
         for e in self.formula_runs:
             yield from e.walk()
@@ -498,8 +498,9 @@ def _entry_json(e: ProjectEntry, arrays: _Arrays, key: str, samples: dict) -> di
         d["feature"] = _feature_json(e.feature, arrays)
     if e.candidate is not None:
         d["candidate"] = _candidate_json(e.candidate)
-    if e.scans:
-        d["scans"] = {str(i): _entry_json(s, arrays, f"{key}.s{i}", samples) for i, s in sorted(e.scans.items())}
+    if e.scan_entries:
+        d["scan_entries"] = {str(i): _entry_json(s, arrays, f"{key}.s{i}", samples)
+                             for i, s in sorted(e.scan_entries.items())}
     if e.formula_runs:
         d["formula_runs"] = [_entry_json(r, arrays, f"{key}.f{j}", samples) for j, r in enumerate(e.formula_runs)]
     return d

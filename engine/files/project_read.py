@@ -196,8 +196,8 @@ def _has_result(d) -> bool:
     """Whether an entry of a document holds a result (its own, a scan's or a formula run's)."""
     if not isinstance(d, dict):
         return False
-    nested = [*(d.get("formula_runs") or []), *((d.get("scans") or {}).values() if isinstance(d.get("scans"), dict)
-                                                else [])]
+    scans = d.get("scan_entries")
+    nested = [*(d.get("formula_runs") or []), *(scans.values() if isinstance(scans, dict) else [])]
     return d.get("result") is not None or any(_has_result(x) for x in nested)
 
 
@@ -441,21 +441,22 @@ class _Reader:
         feature = self.feature(d["feature"], original, f"{where}.feature") if d.get("feature") is not None else None
         nested = samples if isinstance(samples, dict) else {}
         runs = d.get("formula_runs") or []
-        scans = d.get("scans") or {}
+        scans = d.get("scan_entries") or {}
         if not isinstance(runs, list) or not isinstance(scans, dict):
-            raise _Damaged(f"{where}: `formula_runs` must be a list and `scans` an object")
+            raise _Damaged(f"{where}: `formula_runs` must be a list and `scan_entries` an object")
         try:
-            scan_entries = {int(i): self.entry(x, f"{k}.s{int(i)}", nested, f"{where}.scans[{i}]")
+            scan_entries = {int(i): self.entry(x, f"{k}.s{int(i)}", nested, f"{where}.scan_entries[{i}]")
                             for i, x in scans.items()}
         except ValueError as e:
-            raise _Damaged(f"{where}.scans: {e}") from None
+            raise _Damaged(f"{where}.scan_entries: {e}") from None
         try:
             return ProjectEntry(spectrum, original, skipped, status=str(d.get("status") or "not run"),
                                 reason=str(d.get("reason") or ""), notes=notes if isinstance(notes, str) else str(notes),
                                 result=result, model_checksum=d.get("model_checksum"), samples=drawn, feature=feature,
                                 formula_runs=[self.entry(x, f"{k}.f{j}", nested, f"{where}.formula_runs[{j}]")
                                               for j, x in enumerate(runs)],
-                                candidate=self.candidate(d.get("candidate"), f"{where}.candidate"), scans=scan_entries)
+                                candidate=self.candidate(d.get("candidate"), f"{where}.candidate"),
+                                scan_entries=scan_entries)
         except ConfigError as e:
             raise _Damaged(f"{where}: {e}") from None
 

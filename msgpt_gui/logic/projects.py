@@ -93,7 +93,8 @@ def _project_entry(e: SpectrumEntry) -> ProjectEntry:
                 scans[i] = _project_entry(child)
     return ProjectEntry(e.spectrum, e.original, e.skipped, status=status, reason=reason, notes=e.user_notes,
                         result=e.result, model_checksum=e.model_checksum if e.result is not None else None,
-                        samples=_samples(e), feature=e.feature, formula_runs=runs, candidate=e.candidate, scans=scans)
+                        samples=_samples(e), feature=e.feature, formula_runs=runs, candidate=e.candidate,
+                        scan_entries=scans)
 
 
 def snapshot(entries: Sequence[SpectrumEntry], params: QueryParams, bundle=None,
@@ -217,7 +218,7 @@ def _app_entry(p: ProjectEntry, key: int, new_key: Callable[[], int], libraries:
     if feature is not None and feature.n_scans > 1:  # its scans, as listed when the run was read
         e.children = []
         for i, scan in enumerate(feature.scans):
-            saved = p.scans.get(i)
+            saved = p.scan_entries.get(i)
             if saved is None:
                 e.children.append(SpectrumEntry(new_key(), scan, original=scan, parent_key=key, ms1=ms1))
             else:

@@ -133,7 +133,7 @@ def v1_document(doc: dict, samples: dict) -> tuple[dict, dict]:
     entries, keys = [], {}
     for k, d in enumerate(doc["entries"]):
         runs = d.pop("formula_runs", [])
-        for key in ("feature", "scans", "candidate"):
+        for key in ("feature", "scan_entries", "candidate"):
             d.pop(key, None)
         keys[str(k)] = str(len(entries))
         original = d["spectrum"] if d["original"] == SAME else d["original"]

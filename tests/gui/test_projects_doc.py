@@ -61,6 +61,25 @@ def test_formula_runs_are_saved_inside_their_entry_and_reopen_as_one_row(make_sp
     assert len({r.key for r in back[0].formula_runs} | {10, 11}) == 5  # keys of their own
 
 
+def test_a_features_scans_come_back_and_those_with_a_state_keep_it(make_spectrum):
+    from engine.spectra.features import Feature
+
+    scans = tuple(make_spectrum(id=f"scan={i}", formula=None, adduct=None, index=i, retention_time=60.0 + i)
+                  for i in range(3))
+    consensus = make_spectrum(id="F0001", formula=None, adduct=None, index=0, retention_time=61.0)
+    feature = Feature("F0001", 0, 179.0703, 60.0, 62.0, scans, consensus)
+    keys = iter(range(100, 200))
+    entry = SpectrumEntry.from_feature(0, feature, lambda: next(keys))
+    entry.children[2].user_notes = "the last one is noisy"
+    project = snapshot([entry], QueryParams())
+    assert list(project.entries[0].scan_entries) == [2]  # untouched scans are the feature's
+    (back,) = entries_from_project(project, [5])
+    assert back.feature is feature and [c.original for c in back.children] == list(scans)
+    assert [c.user_notes for c in back.children] == ["", "", "the last one is noisy"]
+    assert all(c.parent_key == 5 for c in back.children) and len({c.key for c in back.children}) == 3
+    assert list(snapshot([back], QueryParams()).entries[0].scan_entries) == [2]  # saved again: the same
+
+
 def test_a_skipped_record_stays_skipped(make_spectrum):
     from engine.spectra.spectrum import SkippedRecord
 

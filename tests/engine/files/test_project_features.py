@@ -1,0 +1,120 @@
+"""Project format 2 (engine/files/project.py): precursor features (scans, RT range, MS1 evidence), formula runs nested
+in their entry with their formula candidate, scans with a state of their own, the runs' m/z recalibrations; the
+samples of nested entries; a version 1 document's formula runs nested again on reading."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zipfile
+
+import numpy as np
+
+from engine.files.project import FORMAT_VERSION, Project, ProjectEntry, RunRecalibration, Selection, save_project
+from engine.files.project_read import _upgrade_1, load_project, read_summary
+from engine.formulas.candidates import FormulaCandidate
+from engine.formulas.recalibration import Recalibration
+from engine.spectra.features import Feature, MS1Evidence
+
+
+def candidate(formula: str, rank: int) -> FormulaCandidate:
+    return FormulaCandidate(rank=rank, formula=formula, ion_type="[M+H]+", neutral_mass=178.06, theoretical_mz=179.07,
+                            ppm_error=-0.4, rdbe=6.0, terms={"mass": -0.01, "prior": 1.5, "isotopes": float("-inf")},
+                            score=1.49, probability=0.8, explained_intensity=0.7, n_explained=3, isomers=12,
+                            supported=True)
+
+
+def feature_project(make_spectrum) -> Project:
+    scans = tuple(make_spectrum(id=f"scan={i}", formula=None, adduct=None, retention_time=60.0 + i, source="run.mzML",
+                                index=i, intensity=[10.0 * i, 20.0, 30.0, 40.0]) for i in (1, 3, 5))
+    consensus = make_spectrum(id="F0001_mz179.0703_rt62.0", formula=None, adduct=None, retention_time=62.0,
+                              source="run.mzML", index=1, metadata={"n_scans": "3"})
+    ms1 = MS1Evidence("scan=2", 62.5, 179.0702, 1e6, np.array([179.0702, 180.0735]), np.array([1e6, 1.1e5]), 2)
+    feature = Feature("F0001_mz179.0703_rt62.0", 1, 179.0702, 61.0, 65.0, scans, consensus, ms1)
+    runs = []
+    for j, formula in enumerate(("C10H10O3", "C6H14O6")):
+        s = dataclasses.replace(consensus, formula=formula, adduct="[M+H]+", metadata={"formula_rank": str(j + 1)})
+        runs.append(ProjectEntry(s, s, status="done" if j == 0 else "failed", reason="" if j == 0 else "too big",
+                                 candidate=candidate(formula, j + 1)))
+    noted = ProjectEntry(scans[1], scans[1], notes="the apex scan")
+    recal = Recalibration(offset_ppm=4.2, slope_ppm=-1.0, scatter_ppm=1.8, n_features=7,
+                          points_mz=np.array([150.0, 300.0]), points_ppm=np.array([4.0, 4.4]),
+                          points_precursor=np.array([True, False]), applied=True, mz_range=(150.0, float("inf")))
+    return Project(entries=[ProjectEntry(consensus, consensus, status="done", feature=feature, formula_runs=runs,
+                                         scan_entries={1: noted})],
+                   recalibrations=[RunRecalibration("run.mzML", recal, {"ppm": 10.0, "elements": "CHNO",
+                                                                        "ion_types": None})],
+                   selection=Selection(current=0, selected=(0,)))
+
+
+def test_features_formula_runs_and_recalibrations_round_trip(make_spectrum, tmp_path):
+    project = feature_project(make_spectrum)
+    path = tmp_path / "run.msgpt"
+    save_project(path, project)
+    back = load_project(path)
+    assert back.format_version == FORMAT_VERSION == 2 and len(back.entries) == 1
+    e, was = back.entries[0], project.entries[0]
+    f = e.feature
+    assert (f.id, f.index, f.precursor_mz, f.rt_min, f.rt_max, f.n_scans) == ("F0001_mz179.0703_rt62.0", 1, 179.0702,
+                                                                             61.0, 65.0, 3)
+    assert f.spectrum is e.original and list(f.scans) == list(was.feature.scans)
+    assert (f.ms1.scan_id, f.ms1.retention_time, f.ms1.n_scans) == ("scan=2", 62.5, 2)
+    assert np.array_equal(f.ms1.mz, was.feature.ms1.mz) and np.array_equal(f.ms1.intensity, was.feature.ms1.intensity)
+    assert [(r.spectrum, r.status, r.reason, r.candidate) for r in e.formula_runs] == \
+        [(r.spectrum, r.status, r.reason, r.candidate) for r in was.formula_runs]
+    assert e.formula_runs[0].candidate.terms["isotopes"] == float("-inf")
+    assert list(e.scan_entries) == [1] and e.scan_entries[1].notes == "the apex scan"
+    (rc,) = back.recalibrations
+    assert rc.file == "run.mzML" and rc.settings == {"ppm": 10.0, "elements": "CHNO", "ion_types": None}
+    r, w = rc.recalibration, project.recalibrations[0].recalibration
+    assert r.describe() == w.describe() and r.mz_range == (150.0, float("inf"))
+    assert np.array_equal(r.points_mz, w.points_mz) and r.points_precursor.tolist() == [True, False]
+    assert back.summary() == "1 record, 0 with candidates"
+
+
+def test_the_samples_of_nested_entries_and_the_summary(make_spectrum, tmp_path, tiny_bundle):
+    from tiny_bundle import fixture_spectra
+
+    from engine.elucidation.pipeline import QueryParams, SpectrumSession
+    from engine.progress import run_to_end
+
+    project = feature_project(make_spectrum)
+    s = fixture_spectra()[0]
+    session = SpectrumSession(tiny_bundle, s)
+    params = QueryParams(groups=2, samples_per_group=3, seed=1)
+    result = run_to_end(session.run(params))
+    drawn = tuple(session.drawn_samples(params))
+    assert drawn
+    run = project.entries[0].formula_runs[0]
+    project.entries[0].formula_runs[0] = dataclasses.replace(run, spectrum=s, original=s, result=result,
+                                                             samples=drawn, model_checksum=tiny_bundle.checksum)
+    path = tmp_path / "run.msgpt"
+    save_project(path, project)
+    with zipfile.ZipFile(path) as zf:
+        assert list(json.loads(zf.read("samples.json"))) == ["0.f0"]
+    back = load_project(path)
+    assert back.entries[0].formula_runs[0].samples == drawn and back.entries[0].has_results
+    assert back.summary() == "1 record, 1 with candidates"
+    assert read_summary(path).n_results == 1
+
+
+def test_version_1_formula_runs_nest_in_their_entry_again():
+    bare = {"id": "F1", "metadata": {}, "peaks": 0}
+    run = {"id": "F1", "metadata": {"formula_rank": "1"}, "peaks": 0}
+    other = {"id": "x", "metadata": {}, "peaks": 1}
+    doc = {"format_version": 1, "selection": {"current": 3, "selected": [1, 3]}, "entries": [
+        {"status": "not run", "spectrum": bare, "original": "spectrum", "skipped": None, "result": None},
+        {"status": "done", "spectrum": run, "original": bare, "skipped": None, "result": {"r": 1}},
+        {"status": "done", "spectrum": {**run, "metadata": {"formula_rank": "2"}}, "original": bare, "skipped": None,
+         "result": {"r": 2}},
+        {"status": "done", "spectrum": other, "original": "spectrum", "skipped": None, "result": {"r": 3}},
+    ]}
+    up = _upgrade_1(doc)
+    assert [e["spectrum"]["id"] for e in up["entries"]] == ["F1", "x"]
+    assert up["entries"][0]["status"] == "done"
+    assert [r["result"] for r in up["entries"][0]["formula_runs"]] == [{"r": 1}, {"r": 2}]
+    assert all(r["original"] == "spectrum" for r in up["entries"][0]["formula_runs"])
+    assert up["selection"] == {"current": 1, "selected": [0, 1]}
+    assert up["_sample_keys"] == {"1": "0.f0", "2": "0.f1", "3": "1"}
+    plain = {"format_version": 1, "entries": [doc["entries"][0], doc["entries"][3]]}
+    assert _upgrade_1(plain) is plain  # nothing to nest
