@@ -1,4 +1,9 @@
-"""``msgpt`` command line: elucidate structures from MGF/mzML files, inspect a model bundle."""
+"""``msgpt`` command line: elucidate structures from MGF/mzML files, inspect a model bundle.
+
+``msgpt predict`` by role, as ``msgpt score`` (:mod:`engine.cli.score`): its arguments are in
+:mod:`engine.cli.predict_args`, what it writes (output, journal, summary) in :mod:`engine.cli.predict_write`, and
+its runs here: the features of the inputs, their spectra and formula runs, in one process or on a cluster.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,13 @@ import dataclasses
 import logging
 import os
 import sys
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 from engine import __version__
 from engine.cli.common import PosteriorSink, err, model_path, novelty_marker, open_model
+from engine.cli.predict_args import _feature_config, _formula_config, add_predict_arguments
+from engine.cli.predict_write import _abort, _end_output, _open_journal, _run_settings, _Summary, _write_feature
 from engine.errors import InputFileError, MsgptError
 
 log = logging.getLogger("msgpt")
@@ -36,85 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and adducts, corpus prior) and is predicted for the best --formulas K of them; --formula/--adduct "
         "force one on every spectrum.",
     )
-    pr.add_argument("inputs", nargs="+", metavar="INPUT", help="MGF or mzML files (.gz allowed)")
-    pr.add_argument("-o", "--output", required=True, help="output .csv or .sdf file")
-    pr.add_argument("--model", help="model bundle folder (default: the bundled model)")
-    pr.add_argument("--band", nargs=2, type=float, metavar=("KMIN", "KMAX"), default=(0.95, 1.50),
-                    help="density-ratio band κ of the queries (default 0.95 1.50; 1.0 1.0 with --groups 1 "
-                    "is the point query)")
-    pr.add_argument("--groups", type=int, default=20, metavar="M", help="query groups M (default 20)")
-    size = pr.add_mutually_exclusive_group()
-    size.add_argument("--samples-per-group", type=int, metavar="N", help="samples per group N (default 5)")
-    size.add_argument("--pool-size", type=int, metavar="B", help="candidate pool size B = M × N (default 100)")
-    pr.add_argument("--top", type=int, metavar="K",
-                    help="write only the K best candidates per spectrum (per formula when several are tried)")
-    pr.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same result")
-    pr.add_argument("--effort", choices=("standard", "deep"), default="standard",
-                    help="standard: the pool of B samples; deep: then refine its best candidates, borrow the "
-                    "fragments of the structure libraries' closest analogs (the bundled library's when libraries are "
-                    "off; never a structure of the spectrum's formula) and try the isomers one move away from the "
-                    "best (about 5-10x the time, docs/deep_search.md)")
-    pr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
-    pr.add_argument("--top-k", type=int, default=50, help="top-k sampling (default 50)")
-    pr.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
-    pr.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="compute device")
-    pr.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
-                    help="decoder precision: auto = bf16 where the hardware computes it natively (about 2x "
-                    "faster on CPU), else fp32")
-    pr.add_argument("--threads", type=int, metavar="T",
-                    help="CPU threads for torch (default: torch's choice, usually one per core)")
-    pr.add_argument("--formula", help="force this molecular formula on every input spectrum")
-    pr.add_argument("--adduct", help="force this adduct (e.g. [M+H]+) on every input spectrum")
-    pr.add_argument("--formulas", type=int, default=3, metavar="K",
-                    help="spectra without a formula: predict for the K best formula candidates the model can run "
-                    "(default 3; 0 skips them)")
-    pr.add_argument("--formula-ppm", type=float, default=10.0, metavar="PPM",
-                    help="precursor mass tolerance of formula candidates (default 10 ppm, at least 1 mDa)")
-    pr.add_argument("--ion-types", nargs="+", metavar="ION",
-                    help="ion types tried for a spectrum without an adduct (default [M+H]+ [M+Na]+ [M+NH4]+, in "
-                    "negative mode [M-H]- [M+Cl]- [M+HCOO]-); candidates of types the model cannot run are ranked "
-                    "but not predicted")
-    pr.add_argument("--elements", default="CHNOPSFClBrISi", metavar="ELEMENTS",
-                    help="elements formula candidates may hold (default CHNOPSFClBrISi; C and H always)")
-    pr.add_argument("--recalibrate", default="auto", metavar="auto|off|PPM[,SLOPE]",
-                    help="m/z recalibration of each input before formulas are ranked: auto (default) measures the run's "
-                    "error from the formulas it explains confidently, off keeps the m/z as written, PPM[,SLOPE] sets it "
-                    "(ppm at m/z 500, ppm per 1000 m/z)")
-    pr.add_argument("--feature-ppm", type=float, default=10.0, metavar="PPM",
-                    help="mzML: precursor m/z agreement of the MS2 scans of one feature (default 10 ppm, at least 5 mDa)")
-    pr.add_argument("--feature-rt-gap", type=float, default=30.0, metavar="S",
-                    help="mzML: longest gap between consecutive MS2 scans of one feature (default 30 s)")
-    pr.add_argument("--no-merge", action="store_true",
-                    help="mzML: predict every MS2 scan on its own instead of one consensus per precursor feature")
-    pr.add_argument("--no-adapter", action="store_true", help="switch the bundle's LoRA adapter off")
-    pr.add_argument("--decoding", choices=("formula", "free"), default="formula",
-                    help="formula (default): draw only strings with exactly the formula's heavy atoms; "
-                         "free: the paper's unconstrained sampling, filtered afterwards")
-    pr.add_argument("--ranking", choices=("fingerprint", "combined", "frequency"), default="fingerprint",
-                    help="fingerprint (default): the candidate's fingerprint score under the posterior; combined: "
-                         "that + log generation count; frequency: the paper's generation count")
-    pr.add_argument("--no-fragment-score", action="store_true",
-                    help="leave the forward model's fragment score out of the ranking (by default it re-ranks "
-                    "where its measurement chose: docs/known_compounds.md)")
-    pr.add_argument("--no-analog-score", action="store_true",
-                    help="rank without the analog score, each candidate's likeness to the compounds of the spectrum's "
-                    "analog hits in the spectral libraries (on by default: docs/known_compounds.md)")
-    pr.add_argument("--resume", action="store_true",
-                    help="go on with an interrupted run of the same command: spectra already in OUTPUT.partial "
-                    "(listed in OUTPUT.journal) are passed over")
-    pr.add_argument("--posteriors", metavar="OUT.npz",
-                    help="also write every spectrum's fingerprint posterior, band thresholds and queries to this .npz")
-    pr.add_argument("--known", metavar="FILE",
-                    help="your list of known structures (SMILES/InChIKeys, one per row, or an SDF): candidates in it "
-                    "are marked 'user list' in the novelty column")
-    _add_library_arguments(pr)
-    pr.add_argument("--cluster", metavar="ADDRESS",
-                    help="run the features on a Dask cluster: local:N (N worker processes on this machine) or a "
-                    "running scheduler's tcp://HOST:PORT; the output is the same as in one process "
-                    "(docs/cluster.md; needs pip install -e \".[cluster]\")")
-    pr.add_argument("--ship-model", action="store_true",
-                    help="with --cluster: send the model bundle to the workers instead of reading --model's path there")
-    pr.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_predict_arguments(pr)
     pr.set_defaults(func=cmd_predict)
 
     from engine.cli.score import add_score_parser
@@ -125,48 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--model", help="model bundle folder (default: the bundled model)")
     info.set_defaults(func=cmd_info)
     return p
-
-
-def _add_library_arguments(pr: argparse.ArgumentParser) -> None:
-    """The flags of the libraries of known compounds (docs/known_compounds.md)."""
-    pr.add_argument("--structure-library", action="append", default=[], metavar="FILE",
-                    help="a suspect list or structure library (CSV/TSV with a SMILES or InChI column, e.g. a "
-                    "PubChemLite or NORMAN export; SDF; one SMILES per line): its structures of each spectrum's "
-                    "formula, and of its precursor mass when the formula is not given, rank before the predictions "
-                    "(origin column); the bundled library's join them by score; repeatable")
-    pr.add_argument("--spectral-library", action="append", default=[], metavar="FILE",
-                    help="a reference spectral library (MSP: NIST, MoNA, MS-DIAL; MGF: GNPS, MassBank): each "
-                    "spectrum is searched in it beside the bundled MassBank subset; an identity match passing the "
-                    "calibrated threshold is rank 1 (docs/spectral_library.md); repeatable")
-    pr.add_argument("--no-bundled-libraries", action="store_true",
-                    help="leave out the bundled structure and spectral libraries (keep only the ones given)")
-    pr.add_argument("--no-libraries", action="store_true",
-                    help="no structure or spectral library at all: de novo candidates only")
-    pr.add_argument("--library-prior", type=float, default=None, metavar="LOGODDS",
-                    help="log-odds bonus of a library structure in the fingerprint rankings (default: the "
-                    "measured one, 0: docs/known_compounds.md)")
-    pr.add_argument("--undrawn-prior", type=float, default=None, metavar="NATS",
-                    help="added to that for a library structure the decoder did not draw (not a suspect, not "
-                    "identified): how much better it must score than the predictions to rank above them "
-                    "(default: the measured one, docs/known_compounds.md; 0: scored like a prediction)")
-
-
-def _feature_config(args: argparse.Namespace):
-    from engine.spectra.features import FeatureConfig
-
-    return FeatureConfig(mz_tol_ppm=args.feature_ppm, rt_gap_s=args.feature_rt_gap,
-                         grouping="never" if args.no_merge else "auto")
-
-
-def _formula_config(args: argparse.Namespace):
-    import re
-
-    from engine.formulas.candidates import FormulaConfig
-    from engine.formulas.decompose import DecompositionConfig
-
-    elements = tuple(dict.fromkeys(["C", "H", *re.findall(r"[A-Z][a-z]?", args.elements)]))
-    return FormulaConfig(ppm=args.formula_ppm, ion_types=tuple(args.ion_types) if args.ion_types else None,
-                         decomposition=DecompositionConfig(elements=elements))
 
 
 def _features(paths: list[str], args: argparse.Namespace, file_errors: list[str], counts: list) -> Iterator:
@@ -273,115 +159,6 @@ def _elucidate_one(bundle, spectrum, params, bar, libraries=()):
     return outcome
 
 
-class _Summary:
-    """What a batch did, in bounded memory: counts, and the first records of each kind to show."""
-
-    SHOWN = 20
-
-    def __init__(self, inputs: list[str]):
-        self.inputs = inputs
-        self.done = self.done_before = self.rows = 0
-        self.skipped: list[str] = []
-        self.n_skipped = 0
-        self.reasons: Counter[str] = Counter()
-        self.notes: list[str] = []
-        self.n_notes = 0
-
-    def _line(self, entry: dict, text: str) -> str:
-        return f"  {self.inputs[entry['input']]} #{entry['index']} ({entry['id']}): {text}"
-
-    def add(self, entry: dict, earlier: bool = False) -> None:
-        if entry["status"] == "skipped":
-            self.n_skipped += 1
-            self.reasons[entry["reason"]] += 1
-            if len(self.skipped) < self.SHOWN:
-                self.skipped.append(self._line(entry, entry["reason"]))
-            return
-        if earlier:
-            self.done_before += 1
-        else:
-            self.done += 1
-        self.rows += entry["rows"]
-        if entry.get("notes"):
-            self.n_notes += 1
-            if len(self.notes) < self.SHOWN:
-                self.notes.append(self._line(entry, entry["notes"]))
-
-    def report(self, output: str, seconds: float, written: bool) -> None:
-        before = f" (and {self.done_before} in the interrupted run)" if self.done_before else ""
-        err(f"Processed {self.done} spectra in {seconds:.1f} s{before}; "
-             f"{self.rows} candidates written to {output if written else '(nothing)'}.")
-        if self.n_notes:
-            err(f"Notes on {self.n_notes} processed spectra:")
-            for line in self.notes:
-                err(line)
-            if self.n_notes > len(self.notes):
-                err(f"  … and {self.n_notes - len(self.notes)} more")
-        if self.n_skipped:
-            err(f"Skipped {self.n_skipped} spectra:")
-            for line in self.skipped:
-                err(line)
-            if self.n_skipped > len(self.skipped):
-                err("  … by reason:")
-                for reason, count in self.reasons.most_common(self.SHOWN):
-                    err(f"  {count:6d} × {reason}")
-
-
-def _run_settings(args: argparse.Namespace, bundle, params, libraries=()) -> dict:
-    """What decides the output: a resumed run must match these exactly."""
-    import torch
-
-    def identity(path: str) -> str:
-        p = Path(path)
-        try:
-            size = f"{p.stat().st_size} bytes"
-        except OSError:
-            size = "unreadable"
-        return f"{p.resolve()} ({size})"
-
-    return {
-        "msgpt_version": __version__,
-        "model_checksum": bundle.checksum,
-        "device": bundle.device.type,
-        "precision": "bf16" if bundle.dtype == torch.bfloat16 else "fp32",
-        "parameters": params.describe(),
-        "top": args.top,
-        "formula": args.formula,
-        "adduct": args.adduct,
-        "formula_candidates": f"k={args.formulas} ppm={args.formula_ppm} ion_types={args.ion_types} "
-                              f"elements={args.elements} recalibrate={args.recalibrate}",
-        "features": f"ppm={args.feature_ppm} rt_gap={args.feature_rt_gap} merge={not args.no_merge}",
-        "inputs": [identity(p) for p in args.inputs],
-        **({"known": identity(args.known)} if getattr(args, "known", None) else {}),
-        **({"libraries": [_library_identity(lib) for lib in libraries]} if libraries else {}),
-    }
-
-
-def _library_identity(lib) -> str:
-    """How a run's settings name a library: its kind, name and the SHA-256 of its source file."""
-    from engine.library import StructureLibrary
-
-    if isinstance(lib, StructureLibrary):
-        return f"structure {lib.name} sha256:{lib.checksum}"
-    return f"spectral {lib.name} sha256:{lib.checksum}"
-
-
-def _open_journal(output: Path, resume: bool, settings: dict):
-    """Lock the journal, then decide how to start (see engine.files.journal.plan_run)."""
-    from engine.files.journal import JournalWriter, journal_path, plan_run
-
-    path = journal_path(output)
-    existed = path.exists()
-    journal = JournalWriter(path)
-    try:
-        return journal, plan_run(output, resume, settings)
-    except BaseException:
-        journal.close()
-        if not existed:
-            path.unlink(missing_ok=True)
-        raise
-
-
 def cmd_predict(args: argparse.Namespace) -> int:
     from engine.elucidation.pipeline import QueryParams
     from engine.files.export import export_format
@@ -423,6 +200,36 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return _run_batch(args, bundle, params, settings, journal, plan, marker, libraries)
     finally:
         journal.close()  # releases the lock; the journal stays unless the run removed it
+
+
+class _NoBar:
+    """The progress bar of a worker: a feature's samples are not shown, the client's bar counts features."""
+
+    def set_postfix_str(self, *args, **kwargs) -> None:
+        pass
+
+
+def _finish_renamed(args, bundle, formula_config, journal, sink: PosteriorSink | None, summary: _Summary,
+                    partial: Path, libraries=()) -> int:
+    """End a run whose interrupted predecessor finished every spectrum and only missed the rename: OUT.partial
+    becomes OUT, the journal goes, the posteriors asked for are computed (the encoder alone)."""
+    from engine.files.export import fsync_directory
+    from engine.spectra.spectrum import SkippedRecord
+
+    output = Path(args.output)
+    if partial.is_file():
+        os.replace(partial, output)
+        fsync_directory(output.parent)
+    journal.remove()
+    if sink is not None:
+        for _, item in _features(args.inputs, args, [], []):
+            todo = (_spectra_of_feature(item, args, bundle, formula_config, libraries)
+                    if hasattr(item, "spectrum") else ())
+            for spectrum in () if isinstance(todo, SkippedRecord) else todo:
+                sink.add_spectrum(spectrum)
+        sink.close()
+    summary.report(args.output, 0.0, written=True)
+    return 0
 
 
 def _check_cluster(args: argparse.Namespace) -> None:
@@ -645,36 +452,6 @@ def _feature_task(bundle, item: tuple, args, params, formula_config, libraries) 
     return _elucidate_feature(feature, args, bundle, params, formula_config, _NoBar(), libraries)
 
 
-class _NoBar:
-    """The progress bar of a worker: a feature's samples are not shown, the client's bar counts features."""
-
-    def set_postfix_str(self, *args, **kwargs) -> None:
-        pass
-
-
-def _finish_renamed(args, bundle, formula_config, journal, sink: PosteriorSink | None, summary: _Summary,
-                    partial: Path, libraries=()) -> int:
-    """End a run whose interrupted predecessor finished every spectrum and only missed the rename: OUT.partial
-    becomes OUT, the journal goes, the posteriors asked for are computed (the encoder alone)."""
-    from engine.files.export import fsync_directory
-    from engine.spectra.spectrum import SkippedRecord
-
-    output = Path(args.output)
-    if partial.is_file():
-        os.replace(partial, output)
-        fsync_directory(output.parent)
-    journal.remove()
-    if sink is not None:
-        for _, item in _features(args.inputs, args, [], []):
-            todo = (_spectra_of_feature(item, args, bundle, formula_config, libraries)
-                    if hasattr(item, "spectrum") else ())
-            for spectrum in () if isinstance(todo, SkippedRecord) else todo:
-                sink.add_spectrum(spectrum)
-        sink.close()
-    summary.report(args.output, 0.0, written=True)
-    return 0
-
-
 def _elucidate_feature(item, args, bundle, params, formula_config, bar, libraries=()) -> list:
     """The outcomes of one feature (or skipped record): its skip, or a result (or skip) for each of its spectra,
     its own or one per formula candidate."""
@@ -686,58 +463,6 @@ def _elucidate_feature(item, args, bundle, params, formula_config, bar, librarie
     if isinstance(todo, SkippedRecord):
         return [todo]
     return [_elucidate_one(bundle, s, params, bar, libraries) for s in todo]
-
-
-def _write_feature(position: int, item, outcomes: list, writer, sink: PosteriorSink | None,
-                   offset: int) -> tuple[dict, int]:
-    """Write the candidates of one feature's results (ranked on in one list) and their posteriors; returns the
-    feature's journal entry and the output's offset after it."""
-    from engine.spectra.spectrum import SkippedRecord
-
-    results = [o for o in outcomes if not isinstance(o, SkippedRecord)]
-    entry = {"input": position, "index": item.index}
-    if not results:
-        entry.update(id=outcomes[0].spectrum_id, status="skipped", reason=outcomes[0].reason, offset=offset)
-        return entry, offset
-    rows = writer.write_feature(results)
-    offset = writer.sync()  # the rows are on disk before the journal says so
-    if sink is not None:
-        for result in results:
-            sink.add_result(result)
-    entry.update(id=item.id, status="done", rows=rows, offset=offset)
-    if results[0].spectrum.metadata.get("warnings"):
-        entry["notes"] = results[0].spectrum.metadata["warnings"]
-    return entry, offset
-
-
-def _abort(writer, sink: PosteriorSink | None) -> None:
-    """Leave the output (and the posteriors file) of an interrupted or failed run as they were."""
-    writer.abort()
-    if sink is not None:
-        sink.abort()
-
-
-def _end_output(written: bool, journal, writer, partial: Path, sink: PosteriorSink | None) -> None:
-    """With spectra written: the journal says complete, OUT.partial becomes OUT, the journal goes and the posteriors
-    file is closed; without any, nothing is left behind."""
-    from engine.errors import OutputError
-
-    if written:
-        journal.append({"status": "complete"})
-        try:
-            writer.close()
-        except OutputError as e:
-            raise OutputError(f"{e} All spectra are finished in {partial}; run the same command with --resume "
-                              "to finish.") from e
-        journal.remove()
-        if sink is not None:
-            sink.close()
-    else:
-        writer.abort()
-        partial.unlink(missing_ok=True)
-        journal.remove()
-        if sink is not None:
-            sink.abort()
 
 
 def cmd_info(args: argparse.Namespace) -> int:

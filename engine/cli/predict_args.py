@@ -1,0 +1,166 @@
+"""``msgpt predict``'s arguments: its flags by group (their order is the order of ``--help``), and the configs
+they make (:mod:`engine.cli.predict` runs them, :mod:`engine.cli.predict_write` writes what they give)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_predict_arguments(pr: argparse.ArgumentParser) -> None:
+    """Every flag of ``msgpt predict``, in the order of its ``--help``."""
+    pr.add_argument("inputs", nargs="+", metavar="INPUT", help="MGF or mzML files (.gz allowed)")
+    pr.add_argument("-o", "--output", required=True, help="output .csv or .sdf file")
+    pr.add_argument("--model", help="model bundle folder (default: the bundled model)")
+    _add_sampling_arguments(pr)
+    _add_device_arguments(pr)
+    _add_formula_arguments(pr)
+    _add_feature_arguments(pr)
+    _add_ranking_arguments(pr)
+    _add_output_arguments(pr)
+    _add_library_arguments(pr)
+    _add_cluster_arguments(pr)
+
+
+def _add_sampling_arguments(pr: argparse.ArgumentParser) -> None:
+    """Query groups, pool size, seed, effort and sampling."""
+    pr.add_argument("--band", nargs=2, type=float, metavar=("KMIN", "KMAX"), default=(0.95, 1.50),
+                    help="density-ratio band κ of the queries (default 0.95 1.50; 1.0 1.0 with --groups 1 "
+                    "is the point query)")
+    pr.add_argument("--groups", type=int, default=20, metavar="M", help="query groups M (default 20)")
+    size = pr.add_mutually_exclusive_group()
+    size.add_argument("--samples-per-group", type=int, metavar="N", help="samples per group N (default 5)")
+    size.add_argument("--pool-size", type=int, metavar="B", help="candidate pool size B = M × N (default 100)")
+    pr.add_argument("--top", type=int, metavar="K",
+                    help="write only the K best candidates per spectrum (per formula when several are tried)")
+    pr.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same result")
+    pr.add_argument("--effort", choices=("standard", "deep"), default="standard",
+                    help="standard: the pool of B samples; deep: then refine its best candidates, borrow the "
+                    "fragments of the structure libraries' closest analogs (the bundled library's when libraries are "
+                    "off; never a structure of the spectrum's formula) and try the isomers one move away from the "
+                    "best (about 5-10x the time, docs/deep_search.md)")
+    pr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    pr.add_argument("--top-k", type=int, default=50, help="top-k sampling (default 50)")
+    pr.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
+
+
+def _add_device_arguments(pr: argparse.ArgumentParser) -> None:
+    """Where and how fast the model computes."""
+    pr.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="compute device")
+    pr.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
+                    help="decoder precision: auto = bf16 where the hardware computes it natively (about 2x "
+                    "faster on CPU), else fp32")
+    pr.add_argument("--threads", type=int, metavar="T",
+                    help="CPU threads for torch (default: torch's choice, usually one per core)")
+
+
+def _add_formula_arguments(pr: argparse.ArgumentParser) -> None:
+    """Formulas and ion types of spectra that give none, and the run's m/z recalibration."""
+    pr.add_argument("--formula", help="force this molecular formula on every input spectrum")
+    pr.add_argument("--adduct", help="force this adduct (e.g. [M+H]+) on every input spectrum")
+    pr.add_argument("--formulas", type=int, default=3, metavar="K",
+                    help="spectra without a formula: predict for the K best formula candidates the model can run "
+                    "(default 3; 0 skips them)")
+    pr.add_argument("--formula-ppm", type=float, default=10.0, metavar="PPM",
+                    help="precursor mass tolerance of formula candidates (default 10 ppm, at least 1 mDa)")
+    pr.add_argument("--ion-types", nargs="+", metavar="ION",
+                    help="ion types tried for a spectrum without an adduct (default [M+H]+ [M+Na]+ [M+NH4]+, in "
+                    "negative mode [M-H]- [M+Cl]- [M+HCOO]-); candidates of types the model cannot run are ranked "
+                    "but not predicted")
+    pr.add_argument("--elements", default="CHNOPSFClBrISi", metavar="ELEMENTS",
+                    help="elements formula candidates may hold (default CHNOPSFClBrISi; C and H always)")
+    pr.add_argument("--recalibrate", default="auto", metavar="auto|off|PPM[,SLOPE]",
+                    help="m/z recalibration of each input before formulas are ranked: auto (default) measures the run's "
+                    "error from the formulas it explains confidently, off keeps the m/z as written, PPM[,SLOPE] sets it "
+                    "(ppm at m/z 500, ppm per 1000 m/z)")
+
+
+def _add_feature_arguments(pr: argparse.ArgumentParser) -> None:
+    """MzML: how MS2 scans of one precursor make a feature."""
+    pr.add_argument("--feature-ppm", type=float, default=10.0, metavar="PPM",
+                    help="mzML: precursor m/z agreement of the MS2 scans of one feature (default 10 ppm, at least 5 mDa)")
+    pr.add_argument("--feature-rt-gap", type=float, default=30.0, metavar="S",
+                    help="mzML: longest gap between consecutive MS2 scans of one feature (default 30 s)")
+    pr.add_argument("--no-merge", action="store_true",
+                    help="mzML: predict every MS2 scan on its own instead of one consensus per precursor feature")
+
+
+def _add_ranking_arguments(pr: argparse.ArgumentParser) -> None:
+    """The adapter, decoding and ranking."""
+    pr.add_argument("--no-adapter", action="store_true", help="switch the bundle's LoRA adapter off")
+    pr.add_argument("--decoding", choices=("formula", "free"), default="formula",
+                    help="formula (default): draw only strings with exactly the formula's heavy atoms; "
+                         "free: the paper's unconstrained sampling, filtered afterwards")
+    pr.add_argument("--ranking", choices=("fingerprint", "combined", "frequency"), default="fingerprint",
+                    help="fingerprint (default): the candidate's fingerprint score under the posterior; combined: "
+                         "that + log generation count; frequency: the paper's generation count")
+    pr.add_argument("--no-fragment-score", action="store_true",
+                    help="leave the forward model's fragment score out of the ranking (by default it re-ranks "
+                    "where its measurement chose: docs/known_compounds.md)")
+    pr.add_argument("--no-analog-score", action="store_true",
+                    help="rank without the analog score, each candidate's likeness to the compounds of the spectrum's "
+                    "analog hits in the spectral libraries (on by default: docs/known_compounds.md)")
+
+
+def _add_output_arguments(pr: argparse.ArgumentParser) -> None:
+    """Resuming, posteriors and the user's known list."""
+    pr.add_argument("--resume", action="store_true",
+                    help="go on with an interrupted run of the same command: spectra already in OUTPUT.partial "
+                    "(listed in OUTPUT.journal) are passed over")
+    pr.add_argument("--posteriors", metavar="OUT.npz",
+                    help="also write every spectrum's fingerprint posterior, band thresholds and queries to this .npz")
+    pr.add_argument("--known", metavar="FILE",
+                    help="your list of known structures (SMILES/InChIKeys, one per row, or an SDF): candidates in it "
+                    "are marked 'user list' in the novelty column")
+
+
+def _add_cluster_arguments(pr: argparse.ArgumentParser) -> None:
+    """Dask clusters and the progress bar."""
+    pr.add_argument("--cluster", metavar="ADDRESS",
+                    help="run the features on a Dask cluster: local:N (N worker processes on this machine) or a "
+                    "running scheduler's tcp://HOST:PORT; the output is the same as in one process "
+                    "(docs/cluster.md; needs pip install -e \".[cluster]\")")
+    pr.add_argument("--ship-model", action="store_true",
+                    help="with --cluster: send the model bundle to the workers instead of reading --model's path there")
+    pr.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def _add_library_arguments(pr: argparse.ArgumentParser) -> None:
+    """The flags of the libraries of known compounds (docs/known_compounds.md)."""
+    pr.add_argument("--structure-library", action="append", default=[], metavar="FILE",
+                    help="a suspect list or structure library (CSV/TSV with a SMILES or InChI column, e.g. a "
+                    "PubChemLite or NORMAN export; SDF; one SMILES per line): its structures of each spectrum's "
+                    "formula, and of its precursor mass when the formula is not given, rank before the predictions "
+                    "(origin column); the bundled library's join them by score; repeatable")
+    pr.add_argument("--spectral-library", action="append", default=[], metavar="FILE",
+                    help="a reference spectral library (MSP: NIST, MoNA, MS-DIAL; MGF: GNPS, MassBank): each "
+                    "spectrum is searched in it beside the bundled MassBank subset; an identity match passing the "
+                    "calibrated threshold is rank 1 (docs/spectral_library.md); repeatable")
+    pr.add_argument("--no-bundled-libraries", action="store_true",
+                    help="leave out the bundled structure and spectral libraries (keep only the ones given)")
+    pr.add_argument("--no-libraries", action="store_true",
+                    help="no structure or spectral library at all: de novo candidates only")
+    pr.add_argument("--library-prior", type=float, default=None, metavar="LOGODDS",
+                    help="log-odds bonus of a library structure in the fingerprint rankings (default: the "
+                    "measured one, 0: docs/known_compounds.md)")
+    pr.add_argument("--undrawn-prior", type=float, default=None, metavar="NATS",
+                    help="added to that for a library structure the decoder did not draw (not a suspect, not "
+                    "identified): how much better it must score than the predictions to rank above them "
+                    "(default: the measured one, docs/known_compounds.md; 0: scored like a prediction)")
+
+
+def _feature_config(args: argparse.Namespace):
+    from engine.spectra.features import FeatureConfig
+
+    return FeatureConfig(mz_tol_ppm=args.feature_ppm, rt_gap_s=args.feature_rt_gap,
+                         grouping="never" if args.no_merge else "auto")
+
+
+def _formula_config(args: argparse.Namespace):
+    import re
+
+    from engine.formulas.candidates import FormulaConfig
+    from engine.formulas.decompose import DecompositionConfig
+
+    elements = tuple(dict.fromkeys(["C", "H", *re.findall(r"[A-Z][a-z]?", args.elements)]))
+    return FormulaConfig(ppm=args.formula_ppm, ion_types=tuple(args.ion_types) if args.ion_types else None,
+                         decomposition=DecompositionConfig(elements=elements))
