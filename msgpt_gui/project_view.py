@@ -178,7 +178,7 @@ class ProjectController(QObject):
         selection = Selection(
             current=position.get(current.key) if current is not None else None,
             selected=tuple(position[e.key] for e in w.selected_entries() if e.key in position),
-            candidate=w.candidates.selected_key() if current is not None and current.result is not None else None,
+            candidate=w.candidates.selected_key() if current is not None and current.has_results else None,
         )
         try:
             params = w.params_panel.params()

@@ -84,6 +84,10 @@ def test_a_saved_lcms_run_reopens_as_it_was(qtbot, make_window, ran, run, tmp_pa
     window, caffeine, recal = ran
     before_rows, before_runs = rows(window), runs_of(caffeine)
     before_candidates = candidates(window, caffeine)
+    table = window.candidates.table
+    table.selectionModel().setCurrentIndex(window.candidates.proxy.index(len(before_candidates) - 1, 0),
+                                           table.selectionModel().SelectionFlag.ClearAndSelect)
+    picked = window.candidates.selected_key()
     assert before_rows[0][-1] and before_rows[0][-3] == Status.DONE  # a Level, done
     assert before_candidates and all(r[-1] is not None for r in before_runs)
     path = tmp_path / "run.msgpt"
@@ -101,6 +105,7 @@ def test_a_saved_lcms_run_reopens_as_it_was(qtbot, make_window, ran, run, tmp_pa
     open_project(qtbot, other, path)
     assert rows(other) == before_rows
     again = other.spectra.entries[0]
+    assert other.current_entry() is again and picked and other.candidates.selected_key() == picked
     assert again.status == Status.DONE and runs_of(again) == before_runs
     assert all(r.owner_key == again.key and r.ms1 is again.ms1 for r in again.formula_runs)
     assert candidates(other, again) == before_candidates
