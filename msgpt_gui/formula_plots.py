@@ -26,7 +26,7 @@ class IsotopeCanvas(QWidget):
         self.figure = Figure(figsize=(3.2, 2.4), dpi=100, layout="constrained")
         self.canvas = FigureCanvasQTAgg(self.figure)
         self.canvas.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self.canvas.setMinimumSize(220, 150)
+        self.canvas.setMinimumSize(220, 120)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.canvas)
@@ -44,7 +44,9 @@ class IsotopeCanvas(QWidget):
                          transform=self.ax.transAxes, fontsize=8)
         else:
             self.ax.set_axis_on()
-            plot_isotopes(match, ax=self.ax, survey=survey, label=label, title=title, fontsize=7.5)
+            # no legend over the bars of a small plot: the title names the formula, the tooltip the colours
+            plot_isotopes(match, ax=self.ax, survey=survey, label=label, fontsize=7.5, legend=False,
+                          title=" · ".join(t for t in (label if label != "theoretical" else "", title) if t))
             if message:
                 self.ax.text(0.02, 0.97, message, ha="left", va="top", color="#a15c00", fontsize=7,
                              transform=self.ax.transAxes)

@@ -44,6 +44,7 @@ from .logic.formulas import (
     readiness,
     run_recalibration,
     set_current_config,
+    unsupported_ion_note,
 )
 from .models import SortProxy
 from .recalibration_view import RecalibrationCanvas, RecalibrationSettings
@@ -120,17 +121,20 @@ class FormulaPanel(QWidget):
         lay.addWidget(self.table, 1)
         lay.addLayout(buttons)
         self.isotopes = IsotopeCanvas()
-        self.isotopes.setToolTip("MS1 isotope peaks of the precursor (blue: the survey scan where it is most "
-                                 "intense) beside those of the selected formula and ion type (red)")
+        self.isotopes.setToolTip("MS1 isotope peaks of the precursor (blue bars: the survey scan where it is most "
+                                 "intense; grey sticks: its peaks) beside those of the selected formula and ion type "
+                                 "(red outline; dashed: below the scan's detection limit)")
         self.recalibration = RecalibrationCanvas()
         plots = QSplitter(Qt.Orientation.Vertical, objectName="formulas_plots_splitter")
         plots.addWidget(self.isotopes)
         plots.addWidget(self.recalibration)
         plots.setChildrenCollapsible(False)
+        plots.setStretchFactor(0, 1)
+        plots.setStretchFactor(1, 1)
         self.splitter = QSplitter(Qt.Orientation.Horizontal, objectName="formulas_splitter")
         self.splitter.addWidget(left)
         self.splitter.addWidget(plots)
-        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(0, 2)  # the plots get a third: readable beside a table that scrolls sideways
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setChildrenCollapsible(False)
         layout = QVBoxLayout(self)
@@ -209,7 +213,9 @@ class FormulaPanel(QWidget):
         evidence = (f"MS1: survey scan {_html(ms1.scan_id)}" + (f" at {ms1.retention_time / 60:.2f} min"
                                                                  if ms1.retention_time is not None else "")
                     if ms1 is not None else "no MS1 survey scan (isotopes and adducts not scored)")
-        notes = "".join(f"<br><span style='color:#a15c00'>{_html(n)}</span>" for n in table.notes)
+        ion_note = entry.ion_note or unsupported_ion_note(table, supported, self.k.value()).replace(
+            ": ran ", ": Run takes ")  # before Run: what it will take
+        notes = "".join(f"<br><span style='color:#a15c00'>{_html(n)}</span>" for n in (*table.notes, ion_note) if n)
         source = entry.spectrum.source if entry.spectrum is not None else ""
         self.recalibration.show_recalibration(run_recalibration(source) if source else None)
         self.summary.setText(
@@ -285,7 +291,7 @@ class FormulaPanel(QWidget):
             match = None
         if match is not None:
             self.isotopes.show_match(match, survey=(ms1.mz, ms1.intensity), label=label,
-                                     title=f"MS1 isotopes · score {round(match.score, 1) + 0.0:.1f}")
+                                     title=f"isotope score {round(match.score, 1) + 0.0:.1f}")
             return
         try:
             theo = theoretical_only(c, current_config().isotope_peaks)

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtWidgets import QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QSplitter, QToolBar, QVBoxLayout, QWidget
 
 from engine.elucidation.pipeline import QueryParams
 from engine.errors import MsgptError
@@ -206,9 +206,7 @@ class MainWindow(QMainWindow):
         m.addAction(self.act_help_scores)
         m.addAction(self.act_about)
 
-        tb = self.addToolBar("Main")
-        tb.setObjectName("main_toolbar")
-        tb.setMovable(False)
+        tb = QToolBar("Main", objectName="main_toolbar", movable=False)
         tb.setIconSize(QSize(18, 18))
         tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         r = self.run_menu
@@ -216,6 +214,12 @@ class MainWindow(QMainWindow):
             tb.addSeparator() if act is None else tb.addAction(act)
         f.act_export.setIconText("Export…")
         f.act_open.setIconText("Open…")
+        if mb.isNativeMenuBar():  # macOS: the menus are at the top of the screen; the toolbar stays in the window
+            self.addToolBar(tb)
+        else:  # in the menu bar's row, which the menus leave mostly empty: the plots keep that height (issue #54)
+            tb.setStyleSheet("QToolBar { border: 0px; padding: 0px; spacing: 2px; }")
+            mb.setCornerWidget(tb, Qt.Corner.TopRightCorner)
+        self.main_toolbar = tb
 
     def _build_statusbar(self) -> None:
         self.tasks = TaskIndicator(self.statusBar(), self.run_menu.act_cancel, self.models.model_label,
@@ -318,11 +322,16 @@ class MainWindow(QMainWindow):
     # parameters
     # ------------------------------------------------------------------------------------------
     def _params_changed(self, params: QueryParams) -> None:
+        effort_only = params.effort != self.query_params.effort and \
+            dataclasses.replace(self.query_params, effort=params.effort) == params
         self.query_params = params
         self.settings.set_query_params(self._saved_params())
         self._update_actions()
         if self.bundle is not None:
             self.models.show_label()  # "adapter on/off"
+        if effort_only:  # a deep search takes minutes: it starts on Run, never by itself
+            self.status(f"Effort {params.effort}: applies to the next Run (Ctrl+R); nothing was started.", 10000)
+            return
         self.run_menu.params_changed()
 
     def _saved_params(self) -> QueryParams:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
+    QSizePolicy,
     QSlider,
     QSpinBox,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -25,6 +27,8 @@ from engine.model.scoring import RANKINGS
 from .logic import tooltips
 
 B_MIN, B_MAX = 100, 1500
+EFFORT_NEXT_RUN = ("<br><br>Changing it starts nothing: it applies to the next Run (Ctrl+R), and a spectrum that ran "
+                   "keeps its candidates until then")
 
 
 def snap_pool_size(value: int, groups: int, lo: int = B_MIN, hi: int = B_MAX) -> int:
@@ -53,7 +57,7 @@ class ParamsPanel(QWidget):
         self.groups.setKeyboardTracking(False)
         self.pool = QSlider(Qt.Orientation.Horizontal, minimum=B_MIN, maximum=B_MAX)
         self.pool.setToolTip(tooltips.POOL)
-        self.pool.setMinimumWidth(160)
+        self.pool.setMinimumWidth(120)
         self.pool.setTickPosition(QSlider.TickPosition.TicksBelow)
         self.pool.setTickInterval(100)
         self.pool_label = QLabel()
@@ -70,7 +74,7 @@ class ParamsPanel(QWidget):
         self.ranking.setToolTip(tooltips.RANKING)
         self.effort = QComboBox()
         self.effort.addItems(list(EFFORTS))
-        self.effort.setToolTip(tooltips.EFFORT)
+        self.effort.setToolTip(tooltips.EFFORT + EFFORT_NEXT_RUN)
         self.adapter = QCheckBox("Use adapter")
         self.adapter_wanted = True  # the user's choice, kept while a model without an adapter is loaded
         self.set_adapter_available(False)
@@ -79,39 +83,32 @@ class ParamsPanel(QWidget):
         self.error.setStyleSheet("color: #b3261e")
         self.error.hide()
 
-        row = QHBoxLayout(self)
-        row.setContentsMargins(6, 2, 6, 2)
-        row.setSpacing(6)
-
         def label(text: str, tip: str) -> QLabel:
             w = QLabel(text)
             w.setToolTip(tip)
             return w
 
-        row.addWidget(label("Band κ", tooltips.KAPPA))
-        row.addWidget(self.kappa_min)
-        row.addWidget(QLabel("–"))
-        row.addWidget(self.kappa_max)
-        row.addSpacing(12)
-        row.addWidget(label("Groups M", tooltips.GROUPS))
-        row.addWidget(self.groups)
-        row.addSpacing(12)
-        row.addWidget(label("Pool size B", tooltips.POOL))
-        row.addWidget(self.pool, 1)
-        row.addWidget(self.pool_label)
-        row.addSpacing(12)
-        row.addWidget(label("Seed", tooltips.SEED))
-        row.addWidget(self.seed)
-        row.addSpacing(12)
-        row.addWidget(label("Decoding", tooltips.DECODING))
-        row.addWidget(self.decoding)
-        row.addWidget(label("Ranking", tooltips.RANKING))
-        row.addWidget(self.ranking)
-        row.addWidget(label("Effort", tooltips.EFFORT))
-        row.addWidget(self.effort)
-        row.addSpacing(12)
-        row.addWidget(self.adapter)
-        row.addWidget(self.error, 1)
+        # groups (a label and its fields) in one row when the window is wide, in two when it is not (a laptop)
+        self.groups_row = [
+            self._group(label("Band κ", tooltips.KAPPA), self.kappa_min, QLabel("–"), self.kappa_max),
+            self._group(label("Groups M", tooltips.GROUPS), self.groups),
+            self._group(label("Pool size B", tooltips.POOL), (self.pool, 1), self.pool_label, stretch=True),
+            self._group(label("Seed", tooltips.SEED), self.seed),
+            self._group(label("Decoding", tooltips.DECODING), self.decoding),
+            self._group(label("Ranking", tooltips.RANKING), self.ranking),
+            self._group(label("Effort", tooltips.EFFORT), self.effort),
+            self._group(self.adapter),
+        ]
+        self.rows = QVBoxLayout(self)
+        self.rows.setContentsMargins(6, 2, 6, 2)
+        self.rows.setSpacing(2)
+        self.row1, self.row2 = QHBoxLayout(), QHBoxLayout()
+        for row in (self.row1, self.row2):
+            row.setSpacing(12)
+            self.rows.addLayout(row)
+        self.rows.setSizeConstraint(QVBoxLayout.SizeConstraint.SetNoConstraint)  # minimumSizeHint: two rows
+        self.wrapped = None
+        self._arrange(False)
 
         self.set_params(params or QueryParams())
         self.kappa_min.valueChanged.connect(self._emit)
@@ -123,6 +120,60 @@ class ParamsPanel(QWidget):
         self.decoding.currentTextChanged.connect(self._emit)
         self.ranking.currentTextChanged.connect(self._emit)
         self.effort.currentTextChanged.connect(self._emit)
+
+    @staticmethod
+    def _group(*items, stretch: bool = False) -> QWidget:
+        """Widgets side by side (an item ``(widget, stretch)`` stretches) that wrap together."""
+        box = QWidget()
+        lay = QHBoxLayout(box)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(4)
+        for item in items:
+            widget, factor = item if isinstance(item, tuple) else (item, 0)
+            lay.addWidget(widget, factor)
+        box.setSizePolicy(QSizePolicy.Policy.Expanding if stretch else QSizePolicy.Policy.Fixed,
+                          QSizePolicy.Policy.Fixed)
+        return box
+
+    def _one_row_width(self) -> int:
+        margins = self.rows.contentsMargins()
+        widths = [g.sizeHint().width() for g in self.groups_row]
+        return sum(widths) + self.row1.spacing() * len(widths) + margins.left() + margins.right()
+
+    def _arrange(self, wrapped: bool) -> None:
+        """All groups in one row, or (``wrapped``) the sampling ones in a first row and the ranking ones below; the
+        error message ends the last row."""
+        if wrapped == self.wrapped:
+            return
+        self.wrapped = wrapped
+        for row in (self.row1, self.row2):
+            while row.count():
+                row.takeAt(0)
+        first = self.groups_row[:4] if wrapped else self.groups_row
+        for g in first:
+            self.row1.addWidget(g, 1 if g is self.groups_row[2] else 0)
+        for g in self.groups_row[4:] if wrapped else ():
+            self.row2.addWidget(g)
+        (self.row2 if wrapped else self.row1).addWidget(self.error, 1)
+        if wrapped:
+            self.row2.addStretch(0)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._arrange(event.size().width() < self._one_row_width())
+
+    def minimumSizeHint(self):
+        """As narrow and as tall as two rows (the groups wrap below the width of one row): the window's minimum."""
+        margins = self.rows.contentsMargins()
+
+        def row(groups) -> tuple[int, int]:
+            hints = [g.minimumSizeHint() for g in groups]
+            return (sum(h.width() for h in hints) + self.row1.spacing() * (len(hints) - 1),
+                    max(h.height() for h in hints))
+
+        (w1, h1), (w2, h2) = row(self.groups_row[:4]), row(self.groups_row[4:])
+        return QSize(max(w1, w2) + margins.left() + margins.right(),
+                     h1 + h2 + self.rows.spacing() + margins.top() + margins.bottom())
 
     @staticmethod
     def _kappa_box(lo: float, hi: float, tip: str) -> QDoubleSpinBox:

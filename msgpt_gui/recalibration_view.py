@@ -104,7 +104,7 @@ class RecalibrationCanvas(QWidget):
         self.figure = Figure(figsize=(3.2, 2.2), dpi=100, layout="constrained")
         self.canvas = FigureCanvasQTAgg(self.figure)
         self.canvas.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self.canvas.setMinimumSize(220, 130)
+        self.canvas.setMinimumSize(220, 110)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 2, 0, 0)
         layout.setSpacing(1)
@@ -124,4 +124,5 @@ class RecalibrationCanvas(QWidget):
         self.caption.setText(f"{title or 'm/z recalibration'}: " + "; ".join(recalibration_caption(recal)))
         self.ax.clear()
         plot_recalibration(recal, ax=self.ax, fontsize=7.0, legend=False, caption=False)
+        self.ax.set_ylabel("error (ppm)", fontsize=7.0)  # the caption says of what: fits a plot 130 px tall
         self.canvas.draw_idle()

@@ -18,7 +18,11 @@ from .logic.entries import FILTER_PLACEHOLDER, FILTER_TIP, SpectrumEntry
 from .models import KEY_ROLE, SpectraModel, SpectraProxy
 from .run_controller import plural
 
-STATUS_SAMPLE = "ion not supported"  # the longest word the Status column shows (reasons are in its tooltip)
+STATUS_SAMPLE = "cancelled (partial)"  # the longest words the Status column shows (reasons are in its tooltip)
+#: Confidence and Level stand after the formula (before Status, RT, Scans, Peaks): the answer is in view in a
+#: list of 700 px (a 1600 px window), the rest scrolls sideways (issue #54)
+VISUAL_ORDER = (SpectraModel.ID, SpectraModel.MZ, SpectraModel.ADDUCT, SpectraModel.FORMULA, SpectraModel.CONFIDENCE,
+                SpectraModel.LEVEL, SpectraModel.STATUS, SpectraModel.RT, SpectraModel.SCANS, SpectraModel.PEAKS)
 ROWS = QItemSelectionModel.SelectionFlag.Rows
 
 
@@ -61,6 +65,8 @@ class SpectraList(QWidget):
         fit_columns(view, {1: "1234.5678 *", 2: "[M+Na]+", 3: "C22H30NO4 *", 4: "99.99–99.99",
                            5: "Scans", 6: "999 ⚠", 7: STATUS_SAMPLE, 9: "2a"})
         view.setColumnHidden(SpectraModel.SCANS, True)  # shown once a run's features are listed
+        for visual, logical in enumerate(VISUAL_ORDER):
+            header.moveSection(header.visualIndex(logical), visual)
         header.setStretchLastSection(False)
         # IDs take what is left, but at least their width (up to 32 characters): a narrow list scrolls sideways
         self.id_column = FillColumn(view, SpectraModel.ID, min_chars=14, cap_chars=32)

@@ -199,18 +199,40 @@ def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+class SpectrumToolbar(NavigationToolbar2QT):
+    """matplotlib's toolbar (zoom, pan, save), standing upright beside the plot so that the plot keeps its height;
+    the cursor's m/z and intensity show in :attr:`readout`, a label over the plot's top right corner."""
+
+    def __init__(self, canvas, parent=None):
+        super().__init__(canvas, parent, coordinates=False)
+        self.setOrientation(Qt.Orientation.Vertical)
+        self.readout = QLabel(canvas)
+        self.readout.setStyleSheet("color: #444444; background: rgba(255, 255, 255, 200); padding: 0px 3px;")
+        self.readout.hide()
+
+    def set_message(self, s) -> None:
+        text = " ".join(str(s).split())
+        self.readout.setText(text)
+        self.readout.setVisible(bool(text))
+        if text:
+            self.readout.adjustSize()
+            self.readout.move(max(self.canvas.width() - self.readout.width() - 4, 0), 2)
+
+
 class SpectrumCanvas(QWidget):
-    """Matplotlib figure + navigation toolbar (zoom, pan, save) for one spectrum."""
+    """Matplotlib figure with its navigation toolbar (zoom, pan, save) at its left, for one spectrum."""
+
+    MIN_HEIGHT = 130  # px: the plot stays readable at the window's smallest (issue #54; 150 and more at 1280×800)
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.figure = Figure(figsize=(6, 3), dpi=100, layout="constrained")
         self.canvas = FigureCanvasQTAgg(self.figure)
         self.canvas.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self.canvas.setMinimumHeight(160)
-        self.toolbar = NavigationToolbar2QT(self.canvas, self)
+        self.canvas.setMinimumHeight(self.MIN_HEIGHT)
+        self.toolbar = SpectrumToolbar(self.canvas, self)
         self.toolbar.setIconSize(self.toolbar.iconSize() * 0.8)
-        layout = QVBoxLayout(self)
+        layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         layout.addWidget(self.toolbar)
@@ -266,6 +288,16 @@ class SpectrumPanel(QWidget):
         layout.addWidget(self.canvas, 1)
         self.show_entry(None)
 
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._fit_header()
+
+    def _fit_header(self) -> None:
+        """The header wraps (a long ID or reason): it asks for the lines it needs at this width, so that the window's
+        splitters give them room instead of taking it from the plot."""
+        width = self.header.width() or self.width() - 12
+        self.header.setMinimumHeight(max(self.header.heightForWidth(width), self.header.fontMetrics().height()))
+
     def show_entry(self, entry, editable: bool = True) -> None:
         s = entry.spectrum if entry is not None else None
         record = entry.skipped if entry is not None and s is None and entry.plottable else None
@@ -296,6 +328,7 @@ class SpectrumPanel(QWidget):
                          f"{entry.feature.spectrum.metadata.get('merged', 'one scan')}; precursor m/z from "
                          f"{entry.feature.spectrum.metadata.get('precursor_source', 'the scans')}")
             self.header.setToolTip(where)
+        self._fit_header()
         no_fragments = entry is not None and entry.no_fragments
         self.flag.setText(f"⚠ {NO_FRAGMENTS_NOTE[0].upper()}{NO_FRAGMENTS_NOTE[1:]} (no peak below precursor m/z "
                           "− 2 Da): the spectrum holds only the precursor" if no_fragments else "")

@@ -5,17 +5,25 @@ from __future__ import annotations
 
 from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 
-from PySide6.QtCore import QObject, Qt
+import time
+
+from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QProgressBar, QToolButton
+
+QUIET_S = 2.0  # after this long without progress, the bar counts the seconds of the step under way
 
 
 class TaskIndicator(QObject):
     """``progress`` (0..1000, hidden between tasks and while a model loads) and ``cancel_button`` (shown while
-    something can be cancelled), placed in ``status_bar`` before ``labels``."""
+    something can be cancelled), placed in ``status_bar`` before ``labels``. A step that reports nothing for a while
+    (a deep search opening its analogs, a long batch of samples) shows its seconds, so the bar never looks stuck."""
 
     def __init__(self, status_bar, cancel_action, *labels):
         super().__init__(status_bar)
-        self.progress = QProgressBar(maximumWidth=260, minimumWidth=200, textVisible=True)
+        self.progress = QProgressBar(maximumWidth=420, minimumWidth=200, textVisible=True)
+        self.text, self.since = "", time.monotonic()  # the last progress text and when it came
+        self.ticker = QTimer(self, interval=1000)
+        self.ticker.timeout.connect(self._tick)
         self.progress.setRange(0, 1000)
         self.progress.hide()
         self.cancel_button = QToolButton()
@@ -30,12 +38,23 @@ class TaskIndicator(QObject):
         self.progress.setValue(0)
         self.progress.setVisible(kind != "model")
         self.cancel_button.setVisible(True)
+        self.text, self.since = "", time.monotonic()
+        self.ticker.start()
 
     def task_ended(self, loading: bool) -> None:
         """``loading``: a file is still being read (that can be cancelled too)."""
         self.progress.hide()
         self.cancel_button.setVisible(loading)
+        self.ticker.stop()
 
     def show_progress(self, value: int, text: str) -> None:
         self.progress.setValue(value)
+        if text != self.text:
+            self.text, self.since = text, time.monotonic()
         self.progress.setFormat(text)
+        self.progress.setToolTip(text)
+
+    def _tick(self) -> None:
+        quiet = time.monotonic() - self.since
+        if self.progress.isVisible() and self.text and quiet >= QUIET_S:
+            self.progress.setFormat(f"{self.text} · {quiet:.0f} s")

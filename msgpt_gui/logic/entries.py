@@ -77,7 +77,7 @@ class SpectrumEntry:
     formula_runs: list[SpectrumEntry] = field(default_factory=list)  # one entry per formula Run took (not listed)
     owner_key: int | None = None  # a formula run: the key of the listed entry it belongs to
     candidate: object | None = None  # a formula run: its FormulaCandidate
-    ion_note: str = ""  # Run took other ion types than the best formula candidate's (logic.formulas.unsupported_ion_note)
+    ion_note: str = ""  # Run took other ion types than the best formula's (logic.formulas.unsupported_ion_note)
 
     @classmethod
     def from_item(cls, key: int, item: Spectrum | SkippedRecord) -> SpectrumEntry:

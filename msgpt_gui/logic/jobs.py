@@ -239,7 +239,8 @@ class EntryProgress:
     @property
     def fraction(self) -> float:
         """How far the run is, 0..1 (this spectrum counted by ``done / total``)."""
-        return (self.position + min(self.done / self.total, 1.0) if self.total > 0 else self.position) / max(self.count, 1)
+        here = min(self.done / self.total, 1.0) if self.total > 0 else 0.0
+        return (self.position + here) / max(self.count, 1)
 
     def text(self) -> str:
         """What a progress bar says: the spectrum, the phase of a deep search, the samples drawn."""

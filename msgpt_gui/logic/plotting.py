@@ -160,6 +160,7 @@ def plot_isotopes(
     label: str = "theoretical",
     title: str | None = None,
     fontsize: float = 8.0,
+    legend: bool = True,
 ):
     """The precursor's MS1 isotope peaks beside a formula's theoretical pattern (in % of the M peak).
 
@@ -168,7 +169,8 @@ def plot_isotopes(
     intensity (blue, summed over the fine structure: 13C, 37Cl, 81Br and 34S alike) stands beside the
     theoretical abundance (red outline; dashed where the scan could not have shown it). ``survey`` (the
     survey scan's ``(mz, intensity)`` near the precursor, optional) adds its peaks as thin grey sticks.
-    ``label`` names the theoretical pattern in the legend (the formula). Returns ``ax``.
+    ``label`` names the theoretical pattern in the legend (the formula). ``legend`` False: no legend, and the m/z
+    ticks slanted (a small plot, whose colours are said beside it). Returns ``ax``.
     """
     ax = _axes(ax)
     theo_mz = np.asarray(match.theoretical_mz, dtype=float)
@@ -196,7 +198,8 @@ def plot_isotopes(
     ax.set_xlim(theo_mz[0] - 0.8, theo_mz[-1] + 0.8)
     ax.set_ylim(0, top * 1.18)
     ax.set_xticks(theo_mz)
-    ax.set_xticklabels([f"{x:.3f}" for x in theo_mz], fontsize=fontsize - 0.5)
+    ax.set_xticklabels([f"{x:.3f}" for x in theo_mz], fontsize=fontsize - 0.5, rotation=0 if legend else 30,
+                       ha="center" if legend else "right")
     ax.set_xlabel("m/z")
     ax.set_ylabel("% of M")
     ax.spines[["top", "right"]].set_visible(False)
@@ -204,7 +207,8 @@ def plot_isotopes(
     ax.set_axisbelow(True)
     if title:
         ax.set_title(title, fontsize=fontsize + 1, loc="left")
-    ax.legend(loc="upper right", fontsize=fontsize, frameon=False, handlelength=1.2)
+    if legend:
+        ax.legend(loc="upper right", fontsize=fontsize, frameon=False, handlelength=1.2)
     return ax
 
 

@@ -18,14 +18,17 @@ def test_deep_effort_runs_and_standard_comes_back(qtbot, make_window, write_mgf)
     standard = entry.result
     assert standard.n_samples == 100
 
+    panel.effort.setCurrentText("deep")  # starts nothing (issue #54): it applies to the next Run
+    assert not window.busy
     with qtbot.waitSignal(window.run_finished, timeout=600_000):  # deep: the standard pool, then the rounds
-        panel.effort.setCurrentText("deep")
+        window.run_selected()
     deep = entry.result
     assert deep.params.effort == "deep" and deep.n_samples > 100 and not deep.partial
     assert {c.inchikey14 for c in standard.candidates} <= {c.inchikey14 for c in deep.candidates}
 
+    panel.effort.setCurrentText("standard")
     with qtbot.waitSignal(window.run_finished, timeout=120_000):  # back to standard: nothing drawn again
-        panel.effort.setCurrentText("standard")
+        window.run_selected()
     again = entry.result
     assert again.n_samples == 100 and again.new_samples == 0
     assert [c.inchikey14 for c in again.candidates] == [c.inchikey14 for c in standard.candidates]
