@@ -195,6 +195,25 @@ def test_a_version_1_project_nests_its_formula_runs_and_attaching_the_run_brings
     assert other.isWindowModified()
 
 
+def test_the_version_2_file_opens_with_its_feature_as_one_row(qtbot, make_window, data_dir):
+    """The committed format-2 project (made up; its model is not here): the feature is one row, done, its formula runs
+    inside (their candidates one list), its scans as children (the one with notes keeps them), its MS1 evidence."""
+    window = make_window()
+    open_project(qtbot, window, data_dir / "project_v2.msgpt")
+    m = window.spectra
+    assert m.rowCount() == 4
+    e = m.entries[3]
+    assert m.index(3, SpectraModel.ID).data().startswith("F0001") and m.index(3, SpectraModel.SCANS).data() == 2
+    assert m.index(3, SpectraModel.STATUS).data() == Status.DONE and m.index(3, SpectraModel.LEVEL).data()
+    assert m.index(3, SpectraModel.RT).data() == f"{64 / 60:.2f}–{67 / 60:.2f}"
+    assert [(r.spectrum.formula, r.status, r.candidate.rank) for r in e.formula_runs] == [
+        ("C10H10O3", Status.DONE, 1), ("C6H14O6", Status.FAILED, 2)]
+    assert m.rowCount(m.index(3, 0)) == 2 and [c.user_notes for c in e.children] == ["", "the later scan is cleaner"]
+    assert e.ms1 is not None and e.ms1.scan_id == "scan=6" and all(r.ms1 is e.ms1 for r in e.formula_runs)
+    assert len(candidates(window, e)) == 2
+    assert all(m.entry(r.key) is r for r in e.formula_runs)
+
+
 def test_file_dialogs_start_beside_the_spectra_or_in_the_documents_folder(qtbot, make_window, write_mgf, tmp_path,
                                                                        monkeypatch, no_examples):
     import shutil

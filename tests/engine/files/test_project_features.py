@@ -118,3 +118,25 @@ def test_version_1_formula_runs_nest_in_their_entry_again():
     assert up["_sample_keys"] == {"1": "0.f0", "2": "0.f1", "3": "1"}
     plain = {"format_version": 1, "entries": [doc["entries"][0], doc["entries"][3]]}
     assert _upgrade_1(plain) is plain  # nothing to nest
+
+
+def test_the_committed_version_2_file_still_reads(data_dir):
+    """tests/data/project_v2.msgpt was written by format version 2 (scripts/build_project_fixture.py); every later
+    version must still read it."""
+    project = load_project(data_dir / "project_v2.msgpt")
+    assert project.format_version == 2 and len(project.entries) == 4
+    e = project.entries[3]
+    f = e.feature
+    assert (f.id, f.index, f.rt_min, f.rt_max, [s.id for s in f.scans]) == (
+        "F0001_mz179.0703_rt64.5", 4, 64.0, 67.0, ["scan=4", "scan=7"])
+    assert f.spectrum is e.original and f.ms1.scan_id == "scan=6" and f.ms1.mz.tolist() == [179.0703, 180.0737,
+                                                                                             201.0522]
+    assert [(r.spectrum.formula, r.status, r.candidate.rank, r.result is not None) for r in e.formula_runs] == [
+        ("C10H10O3", "done", 1, True), ("C6H14O6", "failed", 2, False)]
+    assert e.formula_runs[0].samples == ((0, 0, "CC1Cc2cccc(O)c2C(=O)O1"),)
+    assert e.formula_runs[0].candidate.terms == {"mass": -0.25, "prior": 1.5, "isotopes": 0.75}
+    assert e.scan_entries[1].notes == "the later scan is cleaner" and e.scan_entries[1].spectrum == f.scans[1]
+    (rc,) = project.recalibrations
+    assert rc.file == "/data/run.mzML" and rc.recalibration.offset_ppm == 4.5 and rc.recalibration.mz_range == (
+        150.25, 300.5) and rc.recalibration.points_precursor.tolist() == [False, True, True]
+    assert project.summary() == "4 records, 2 with candidates, 1 with notes"
