@@ -2,7 +2,9 @@
 
 A project holds the spectra themselves, with the formula, ion type and precursor m/z set by hand, the
 query parameters, each spectrum's candidates with their scores (and the samples they were ranked from),
-the selection and the user's notes. The app saves and opens projects (File ▸ Save Project) and autosaves
+the selection and the user's notes; for an LC-MS run, each precursor feature whole (its scans, RT range and MS1
+evidence), the formula runs of a spectrum run for its best formula candidates (inside it, with those candidates) and
+the run's m/z recalibration. The app saves and opens projects (File ▸ Save Project) and autosaves
 one into :func:`autosave_dir` for recovery after a crash; nothing here imports Qt.
 
 This module holds the document (the classes below), the source files' checks, writing and the autosave folder;
