@@ -254,7 +254,8 @@ class FileController(QObject):
         if not entries:
             return
         settings = self.window.settings
-        suggested = str(Path(settings.export_dir(self.spectra_folder())) / "candidates.csv")  # the last export's folder (or the spectra's)
+        # the last export's folder, else the spectra's (never the app's own folders)
+        suggested = str(Path(settings.export_dir(self.spectra_folder())) / "candidates.csv")
         path = self.ask_save_path(suggested)
         if path:
             settings.remember_export_dir(path)

@@ -33,7 +33,6 @@ from engine.progress import run_to_end
 
 from .actions import make_action
 from .autosave import Autosave
-from .settings import is_app_folder
 from .logic.projects import (
     FileAttached,
     ProjectOpened,
@@ -49,11 +48,12 @@ from .logic.projects import (
     restore_recalibrations,
     same_sources,
     save_job,
-    source_paths,
     snapshot,
+    source_paths,
     sources_note,
     worth_saving,
 )
+from .settings import is_app_folder
 from .workers import GeneratorWorker
 
 log = logging.getLogger(__name__)
@@ -224,7 +224,8 @@ class ProjectController(QObject):
         start = Path(w.settings.project_dir(w.files.spectra_folder()))
         if save:
             here = self.path is not None and not is_app_folder(self.path.parent)
-            suggested = str(self.path if here else start / (self.path.name if self.path else f"project{PROJECT_SUFFIX}"))
+            name = self.path.name if self.path is not None else f"project{PROJECT_SUFFIX}"
+            suggested = str(self.path if here else start / name)
             name, _ = QFileDialog.getSaveFileName(w, "Save project", suggested, PROJECT_FILTER)
         else:
             name, _ = QFileDialog.getOpenFileName(w, "Open project", str(start), PROJECT_FILTER)

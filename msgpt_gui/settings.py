@@ -2,12 +2,12 @@
 
 QSettings with ``IniFormat`` and an explicit file path, so tests (and portable installs) keep
 their settings apart from the user's. Values are read back with a type and a default, because an
-INI file stores everything as text.
+INI file stores everything as text. Qt writes the file atomically (a temporary file renamed over
+it); :meth:`Settings.sync` reports a failed write as an :class:`~engine.errors.OutputError`.
 
 The file dialogs start where the user's files are: the folder used last for that kind of file, else beside the
 listed spectra, else the user's documents folder (:func:`start_folder`); never in the app's own folders (its data,
-cache and settings folders, the bundled resources such as the read-only examples). Qt writes the file atomically (a temporary file renamed over
-it); :meth:`Settings.sync` reports a failed write as an :class:`~engine.errors.OutputError`.
+cache and settings folders, the bundled resources such as the read-only examples).
 """
 
 from __future__ import annotations

@@ -43,8 +43,8 @@ from engine.files.project import (
 )
 from engine.formulas.candidates import FormulaCandidate
 from engine.formulas.recalibration import Recalibration
-from engine.spectra.features import Feature, MS1Evidence
 from engine.progress import CancelFn, check_cancel, run_to_end
+from engine.spectra.features import Feature, MS1Evidence
 from engine.spectra.spectrum import SkippedRecord, Spectrum
 
 log = logging.getLogger(__name__)

@@ -327,8 +327,9 @@ def attach_records(entries: Sequence[SpectrumEntry], path: str, items: Sequence,
                    new_key: Callable[[], int]) -> Attached:
     """Attach the records a file holds (``items``, as :func:`attach_job` read them) to the entries that came from it:
     an entry the file lists as a precursor feature gets it back (its scans as children: the entry's ``children`` are
-    set) and its MS1 evidence when it has none (its scans and formula runs too); records no entry holds become new
-    entries (``Attached.added``, to be listed)."""
+    set) and its MS1 evidence when it has none (its scans and formula runs too; their formula tables, and the run's
+    recalibration, are made again with it); records no entry holds become new entries (``Attached.added``, to be
+    listed)."""
     target = str(Path(path).resolve())
     mine = {}
     for e in entries:
@@ -358,7 +359,11 @@ def attach_records(entries: Sequence[SpectrumEntry], path: str, items: Sequence,
                 e.feature = replace(e.feature, ms1=item.ms1)
             for x in (e, *e.children, *e.formula_runs, *(r for c in e.children for r in c.formula_runs)):
                 x.ms1 = item.ms1
+                x.formula_table = x.formula_table_key = None  # ranked without isotopes and adducts: ranked again
             out.ms1 += 1
+    if out.ms1:  # the run's recalibration was measured without MS1 evidence: measured again
+        for key in [k for k in formulas._recalibrations if k[0] and str(Path(k[0]).resolve()) == target]:
+            del formulas._recalibrations[key]
     return out
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
 from test_gui_features import CAFFEINE, loaded, run, show_formulas  # noqa: F401  (run: the fixture)
 
 from engine.files.project import FORMAT_VERSION, SAME
@@ -69,7 +68,7 @@ def ran(qtbot, make_window, run):  # noqa: F811
     """The run read, its formula tables ranked in the Formulas tab (the run's m/z recalibration measured), every
     feature run for its best formulas."""
     window = make_window()
-    caffeine, other = loaded(qtbot, window, run)
+    caffeine, _ = loaded(qtbot, window, run)
     show_formulas(qtbot, window, caffeine)
     recal = formulas.run_recalibration(str(run))
     assert recal is not None and window.formulas.panel.recalibration.recalibration is recal
@@ -193,6 +192,8 @@ def test_a_version_1_project_nests_its_formula_runs_and_attaching_the_run_brings
     assert all(r.ms1 is again.ms1 for r in again.formula_runs)
     assert other.spectra.rowCount(other.spectra.index(0, 0)) == 3
     assert other.isWindowModified()
+    panel = show_formulas(qtbot, other, again)  # ranked again, with the survey scan's isotopes
+    assert "MS1: survey scan" in panel.summary.text()
 
 
 def test_the_version_2_file_opens_with_its_feature_as_one_row(qtbot, make_window, data_dir):
@@ -220,8 +221,8 @@ def test_file_dialogs_start_beside_the_spectra_or_in_the_documents_folder(qtbot,
 
     from PySide6.QtWidgets import QFileDialog
 
-    import msgpt_gui.settings as settings
     from engine.paths import data_dir
+    from msgpt_gui import settings
 
     docs = tmp_path / "Documents"
     docs.mkdir()

@@ -10,7 +10,14 @@ import zipfile
 
 import numpy as np
 
-from engine.files.project import FORMAT_VERSION, Project, ProjectEntry, RunRecalibration, Selection, save_project
+from engine.files.project import (
+    FORMAT_VERSION,
+    Project,
+    ProjectEntry,
+    RunRecalibration,
+    Selection,
+    save_project,
+)
 from engine.files.project_read import _upgrade_1, load_project, read_summary
 from engine.formulas.candidates import FormulaCandidate
 from engine.formulas.recalibration import Recalibration
