@@ -201,7 +201,10 @@ def _html(text: str) -> str:
 
 class SpectrumToolbar(NavigationToolbar2QT):
     """matplotlib's toolbar (zoom, pan, save), standing upright beside the plot so that the plot keeps its height;
-    the cursor's m/z and intensity show in :attr:`readout`, a label over the plot's top right corner."""
+    the cursor's m/z and intensity show in :attr:`readout`, a label over the plot's top right corner. No "configure
+    subplots" button (the layout is constrained), so that zoom, pan and save fit the plot's height."""
+
+    toolitems = [item for item in NavigationToolbar2QT.toolitems if item[0] != "Subplots"]
 
     def __init__(self, canvas, parent=None):
         super().__init__(canvas, parent, coordinates=False)
@@ -231,7 +234,7 @@ class SpectrumCanvas(QWidget):
         self.canvas.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.canvas.setMinimumHeight(self.MIN_HEIGHT)
         self.toolbar = SpectrumToolbar(self.canvas, self)
-        self.toolbar.setIconSize(self.toolbar.iconSize() * 0.8)
+        self.toolbar.setIconSize(self.toolbar.iconSize() * 0.7)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
