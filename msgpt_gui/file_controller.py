@@ -149,7 +149,8 @@ class FileController(QObject):
     def open_files(self, paths) -> None:
         """Queue files for loading in the background (the path drag-and-drop and File ▸ Open take)."""
         w = self.window
-        paths = w.projects.take_project_files(paths)  # a project file opens as the project
+        # a project file opens as the project; the other files once it is open (its own spectra files attach to it)
+        paths = w.projects.take_project_files(paths, then=self.open_files)
         expanded: list[Path] = []
         for p in map(Path, paths):
             if p.is_dir():

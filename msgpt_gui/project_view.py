@@ -401,15 +401,28 @@ class ProjectController(QObject):
         if path:
             self.open_project(path, ask=False)
 
-    def take_project_files(self, paths) -> list[Path]:
-        """Open the first project file among ``paths`` (dropped, given on the command line) and return the others."""
+    def take_project_files(self, paths, then=None) -> list[Path]:
+        """Open the first project file among ``paths`` (dropped, given on the command line) and return the others.
+        ``then(others)``: called once the project is open (or could not be), instead of returning the others, so that
+        the project's own spectra files attach to it; the others are returned when no project is opened."""
         paths = [Path(p) for p in paths]
         projects = [p for p in paths if is_project_file(p)]
+        others = [p for p in paths if not is_project_file(p)]
         if projects:
             if len(projects) > 1:
                 self.window.show_message(f"One project at a time: opening {projects[0].name}.", "info")
-            self.open_project(projects[0])
-        return [p for p in paths if not is_project_file(p)]
+            if then is not None and others:
+                def once(_path: str) -> None:
+                    self.opened.disconnect(once)
+                    then(others)
+
+                self.opened.connect(once)
+                if self.open_project(projects[0]):
+                    return []
+                self.opened.disconnect(once)
+            else:
+                self.open_project(projects[0])
+        return others
 
     def _model_changed(self, _bundle) -> None:
         waiting, self._after_model = self._after_model, []

@@ -131,6 +131,12 @@ def test_a_saved_lcms_run_reopens_as_it_was(qtbot, make_window, ran, run, tmp_pa
     assert "run.mzML is already open" in other.statusBar().currentMessage()
     assert other.spectra.rowCount() == 2
 
+    # the project and its file dropped together (or given on the command line): the file attaches once it is open
+    third = make_window()
+    with qtbot.waitSignals([third.projects.opened, third.projects.attached], timeout=60_000):
+        third.files.open_files([run, path])
+    assert rows(third) == before_rows and third.runs.is_open(run)
+
 
 def v1_document(doc: dict, samples: dict) -> tuple[dict, dict]:
     """``doc`` as version 1 wrote it: no features or recalibrations, formula runs as entries after theirs."""
