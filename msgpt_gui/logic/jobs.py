@@ -28,7 +28,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.elucidation.deep import DeepProgress, open_analog_sources, run_session
+from engine.elucidation.deep import DeepConfig, DeepProgress, open_analog_sources, run_session
 from engine.elucidation.libraries import MASS_TRACK, library_formula_spectra
 from engine.elucidation.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
 from engine.errors import Cancelled, MsgptError
@@ -342,6 +342,7 @@ def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession
         stages.insert(0, dataclasses.replace(params, samples_per_group=1, effort="standard"))
     new = 0
     result = None
+    budget = DeepConfig().max_new_samples if deep else 0  # counted from the start, so the bar never runs back
     for n_stage, stage in enumerate(stages):
         final = n_stage == len(stages) - 1
         phase = "deep search: the standard pool first" if deep else ""
@@ -357,7 +358,7 @@ def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession
             if isinstance(event, SamplesDrawn):
                 # a fresh pool: the preview draws M of the B samples; report against B
                 total = event.total if final else max(params.pool_size, event.total)
-                counts = (offset + event.done, offset + total)
+                counts = (offset + event.done, offset + total + (budget if phase.endswith("first") else 0))
                 yield EntryProgress(key, position, count, *counts, phase)
             elif isinstance(event, DeepProgress):  # a phase begins (with its samples, or none: the counts stay)
                 phase = event.phase
