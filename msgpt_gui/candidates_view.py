@@ -197,7 +197,7 @@ class CandidatesPanel(QWidget):
             shown = run.shown
             done = [] if running or shown is None or shown.partial else [shown]
             self.show_result(shown, run.result if run.live is not None else run.previous, running=running,
-                             flag=flag, formula_scores=formula_scores([shown]), detail=_formula_runs_detail(runs),
+                             note=_no_candidates_note(run, supported, top_k) if shown is None else "", flag=flag, formula_scores=formula_scores([shown]), detail=_formula_runs_detail(runs),
                              level=identification_level(done) if done else None)
             return
         shown = e.shown

@@ -11,8 +11,9 @@ A run's ``libraries`` is one sequence holding :class:`~engine.library.StructureL
   predictions.
 * Its MS/MS spectrum is searched in every spectral library (:func:`search_spectrum`, identity search: precursor
   within 0.01 Da, entropy similarity). The structure of each hit of the pool's formula joins the pool with the
-  match as evidence (:func:`spectral_structures`); a rank-1 hit that passes the shipped, calibrated threshold
-  (:func:`engine.spectral_library.default_threshold`) and is of the query's ion type is an identification: it
+  match as evidence (:func:`spectral_structures`) when the match reaches the origin floor
+  (``ranking.SPECTRAL_ORIGIN_FLOOR``; a weaker one stays on a candidate drawn or held anyway); a rank-1 hit that
+  passes the shipped, calibrated threshold (:func:`engine.spectral_library.default_threshold`) and is of the query's ion type is an identification: it
   ranks first, or, when a suspect list's analog term weighs its match, with the suspects by score
   (:func:`engine.elucidation.ranking.rank_group`). :func:`identified_formulas` gives the formulas of such hits,
   so a caller that ranks formula candidates can make sure the identified structure's formula is among those run.

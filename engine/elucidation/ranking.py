@@ -40,7 +40,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -310,7 +310,8 @@ class CandidatePool:
 
     def add_known(self, structures: Iterable[KnownStructure]) -> None:
         """Offer library structures of the pool's formula: each joins the ranking once, generated or not (a
-        structure several libraries hold keeps the first one's identifier and name and lists them all)."""
+        structure several libraries hold lists them all, and is named by a suspect list's entry first, as the user
+        knows it, else by the first library's; a later entry gives a name the first one lacks)."""
         for s in structures:
             if s.formula != self.formula:
                 continue
@@ -327,8 +328,11 @@ class CandidatePool:
             have = self._known.get(s.inchikey14)
             if s.spectral is not None and not s.spectral.in_origin:
                 continue  # a match under the floor is no evidence: kept above, for a candidate drawn or held anyway
-            if have is None or (have.spectral is not None and s.spectral is None):
-                self._known[s.inchikey14] = s  # a structure library's entry names it before a reference's
+            if have is None or (have.spectral is not None and s.spectral is None) or (
+                    s.suspect and s.spectral is None and not have.suspect):
+                self._known[s.inchikey14] = s  # a suspect list's entry names it, then a structure library's, then a reference's
+            elif not have.name and s.name:
+                self._known[s.inchikey14] = replace(have, name=s.name)
 
     def add_edits(self, smiles: Iterable[str]) -> None:
         """Offer structures made from candidates rather than drawn (deep search's edits,

@@ -61,7 +61,7 @@ def test_a_confidence_below_one_percent_and_ids_with_angle_brackets_show_as_writ
     assert entry.result.confidence < 0.01
     assert window.spectra.index(0, SpectraModel.CONFIDENCE).data() == "<1%"
     summary = shown_text(window.candidates.summary)
-    assert "Confidence that rank 1 is right: <1%" in summary, summary
+    assert "· confidence <1%" in summary, summary
     assert "No confidence" not in summary
     # every label that shows the spectrum's ID shows it whole
     assert "<blank> NA003084" in shown_text(window.spectrum_panel.header)
@@ -100,7 +100,7 @@ def test_a_confidence_left_out_after_changing_b_says_why(qtbot, make_window, wri
         window.params_panel.pool.setValue(100)
     assert entry.result.confidence is not None and cell.data().endswith("%")
     assert "No confidence" not in shown_text(window.candidates.summary)
-    assert "Confidence that rank 1 is right" in shown_text(window.candidates.summary)
+    assert "· confidence " in shown_text(window.candidates.summary)
 
 
 def test_without_a_confidence_model_the_summary_says_so(qtbot, make_window, write_mgf):

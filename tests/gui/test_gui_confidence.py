@@ -48,7 +48,7 @@ def test_confidence_is_listed_sortable_and_summarised(qtbot, make_window, write_
     tip = model.headerData(SpectraModel.CONFIDENCE, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
     assert "rank-1 candidate is the right structure" in tip
     window.select_entry(model.entries[0].key)
-    qtbot.waitUntil(lambda: "Confidence that rank 1 is right" in window.candidates.summary.text(), timeout=5_000)
+    qtbot.waitUntil(lambda: "· confidence <b>" in window.candidates.summary.text(), timeout=5_000)
 
 
 def test_without_a_confidence_model_the_column_stays_empty(qtbot, make_window, write_mgf):
