@@ -271,7 +271,7 @@ def _record_key(x) -> tuple[str, int] | None:
 def holds_file(entries: Sequence[SpectrumEntry], path: str | Path) -> bool:
     """Whether some entry came from the file ``path``."""
     target = str(Path(path).resolve())
-    return any(e.source and str(Path(e.source).resolve()) == target for e in entries)
+    return any(str(Path(source).resolve()) == target for source in {e.source for e in entries} if source)
 
 
 @dataclass(frozen=True)
@@ -331,9 +331,10 @@ def attach_records(entries: Sequence[SpectrumEntry], path: str, items: Sequence,
     recalibration, are made again with it); records no entry holds become new entries (``Attached.added``, to be
     listed)."""
     target = str(Path(path).resolve())
+    same = {source for source in {e.source for e in entries} if source and str(Path(source).resolve()) == target}
     mine = {}
     for e in entries:
-        if e.source and str(Path(e.source).resolve()) == target:
+        if e.source in same:
             k = _record_key(e)
             if k is not None:
                 mine.setdefault(k, e)
