@@ -81,6 +81,7 @@ class ParamsPanel(QWidget):
         self.error = QLabel()
         self.error.setTextFormat(Qt.TextFormat.PlainText)  # a message may hold "<" (e.g. "κ < 0.5")
         self.error.setStyleSheet("color: #b3261e")
+        self.error.setWordWrap(True)  # a long message takes two lines, not the groups' room
         self.error.hide()
 
         def label(text: str, tip: str) -> QLabel:

@@ -179,6 +179,10 @@ def test_recalibration_shows_after_run(qtbot, make_window):
     with qtbot.waitSignal(window.run_finished, timeout=120_000):
         window.run_selected()
     assert entry.formula_runs and entry.cached_formulas() is not None
+    for size in ((1600, 1000), (1280, 800)):  # the summary of several formulas leaves the plot its room
+        settle(qtbot, window, *size)
+        assert inside(window, window.spectrum_panel.canvas.canvas).height() >= 150
+        inside(window, window.candidates.summary)
     panel = window.formulas.panel
     window.insights.tabs.setCurrentWidget(panel)
     qtbot.waitUntil(lambda: panel.model.rowCount() > 0, timeout=30_000)
