@@ -42,7 +42,8 @@ def corpus_keys(corpus_dir: str | Path) -> Iterator[str]:
 def mgf_keys(path: str | Path, folds: Sequence[str], licenses: Sequence[str]) -> Iterator[str]:
     """Keys of the MGF records whose FOLD and LICENSE are among those given, as ``training.data.corpus prepare
     --mgf`` makes them: each distinct SMILES through the corpus's own conversion, dropped where it drops it."""
-    from training.data.corpus import ConvertSettings, Record, convert_smiles, select_mgf_structures
+    from training.data.corpus_convert import ConvertSettings, Record, convert_smiles
+    from training.data.corpus_inputs import select_mgf_structures
 
     settings = ConvertSettings()
     for smiles in select_mgf_structures([path], folds, licenses).smiles:

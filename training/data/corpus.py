@@ -41,483 +41,66 @@ shards and reproduces identical output. The set of seen InChIKey blocks is held 
 from __future__ import annotations
 
 import argparse
-import csv
-import gzip
 import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import sys
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, NamedTuple, TypeVar
 
 import numpy as np
 import rdkit
 import safe
-from safe import SAFEDecodeError, SAFEEncodeError, SAFEFragmentationError
 
-from engine.chem import molecules as chem
-from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, formula_vector
+from engine.chem.formula import ELEMENTS
 from engine.errors import ConfigError, InputFileError
-from engine.model.tokenizer import SPECIAL_TOKENS, SafeTokenizer
+from engine.model.tokenizer import SafeTokenizer
 
 from training.data.corpus_format import FORMAT, FORMAT_VERSION, MAX_CONTEXT_BITS  # noqa: F401  (re-exported)
+from training.data.corpus_convert import (
+    ChunkResult,
+    ConvertSettings,
+    DropCounter,
+    _convert_chunk,
+    _init_worker,
+)
+from training.data.corpus_inputs import (
+    DEFAULT_MGF_LICENSES,
+    iter_smiles_file,
+    read_exclusion_file,
+    select_mgf_structures,
+)
+from training.data.corpus_inputs import open_text, read_mgf_headers  # noqa: F401  (re-exported)
+from training.data.corpus_shards import (
+    Chunk,
+    _executor,
+    _offsets,
+    _save_npy_atomic,
+    dedupe,
+    is_done,
+    iter_chunks,
+    load_seen_keys,
+    ordered_map,
+    read_lines,
+    shard_name,
+    write_shard,
+)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MGF_LICENSES: tuple[str, ...] = ("CC0", "CC BY", "CC BY-SA", "dl-de/by-2-0")
-DONE_MARKER = "DONE"
 TOKENS_MARKER = "TOKENS_DONE"
-TEXT_FIELDS: tuple[str, ...] = ("smiles", "safe", "formula", "inchikey14")
-_INCHIKEY14 = re.compile(r"[A-Z]{14}")
-_LENGTH_TOKENIZER = SafeTokenizer(list(SPECIAL_TOKENS))  # token counts do not depend on the vocabulary
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-# ----------------------------------------------------------------------------------------------
-# Per-molecule conversion
-
-
-@dataclass(frozen=True)
-class ConvertSettings:
-    """What :func:`convert_smiles` needs; sent once to every worker process."""
-
-    max_tokens: int = 256
-    n_bits: int = 4096
-    radius: int = 2
-    exclude: frozenset[str] = frozenset()
-
-
-class Record(NamedTuple):
-    smiles: str  # canonical, stereochemistry removed
-    safe: str
-    formula: str  # Hill, as engine.chem.molecules.mol_formula writes it
-    inchikey14: str
-    formula_vec: np.ndarray  # uint16 (14,)
-    bits: np.ndarray  # uint16, sorted active Morgan bits
-
-
-class Dropped(NamedTuple):
-    reason: str
-    detail: str = ""
-
-
-def convert_smiles(raw: str, settings: ConvertSettings) -> Record | Dropped:
-    """One input SMILES -> a corpus record, or the reason it was dropped (the first check that fails)."""
-    raw = raw.strip()
-    if not raw:
-        return Dropped("empty_smiles")
-    mol = chem.mol_from_smiles(raw)
-    if mol is None:
-        return Dropped("unparseable_smiles")
-    bad = unsupported_elements(mol)
-    if bad:
-        return Dropped("unsupported_element", ",".join(bad))
-    smiles = chem.canonical_smiles(mol, remove_stereo=True)
-    mol = chem.mol_from_smiles(smiles) if smiles else None
-    if mol is None:
-        return Dropped("canonicalization_failed")
-    key = chem.inchikey14(mol)
-    if not key:
-        return Dropped("inchikey_failed")
-    if key in settings.exclude:
-        return Dropped("excluded")
-    encoded = encode_safe(smiles)
-    if isinstance(encoded, Dropped):
-        return encoded
-    n_tokens = len(_LENGTH_TOKENIZER.tokenize(encoded)) + 2
-    if n_tokens > settings.max_tokens:
-        return Dropped("too_long")
-    mismatch = check_safe_roundtrip(encoded, smiles)
-    if mismatch is not None:
-        return mismatch
-    formula, vec = formula_of(mol)
-    bits = chem.morgan_bits(mol, n_bits=settings.n_bits, radius=settings.radius).astype(np.uint16)
-    return Record(smiles, encoded, formula, key, vec, bits)
-
-
-def unsupported_elements(mol) -> list[str]:
-    """Sorted element symbols of ``mol`` outside :data:`engine.chem.formula.ELEMENTS` (``*`` for dummies)."""
-    return sorted({a.GetSymbol() for a in mol.GetAtoms()} - ELEMENT_INDEX.keys())
-
-
-def encode_safe(smiles: str) -> str | Dropped:
-    """Canonical SAFE string; a molecule the slicer cannot cut is one block equal to its SMILES."""
-    try:
-        return safe.encode(smiles, canonical=True, allow_empty=True)
-    except (SAFEEncodeError, SAFEFragmentationError) as e:
-        return Dropped("safe_encode_failed", type(e).__name__)
-
-
-def check_safe_roundtrip(encoded: str, smiles: str) -> Dropped | None:
-    """None when ``encoded`` decodes to the canonical SMILES ``smiles``."""
-    try:
-        mol = safe.decode(encoded, as_mol=True)
-    except SAFEDecodeError as e:
-        return Dropped("safe_decode_failed", type(e).__name__)
-    if mol is None:
-        return Dropped("safe_decode_failed", "None")
-    if chem.canonical_smiles(mol, remove_stereo=True) != smiles:
-        return Dropped("safe_roundtrip_mismatch")
-    return None
-
-
-def formula_of(mol) -> tuple[str, np.ndarray]:
-    """Hill formula string (no charge sign) and its uint16 14-vector of the atoms as drawn."""
-    return chem.mol_formula(mol), formula_vector(chem.mol_formula_counts(mol)).astype(np.uint16)
 
 
 # ----------------------------------------------------------------------------------------------
 # Drop bookkeeping
 
 
-@dataclass
-class DropCounter:
-    """Counts of dropped records by reason, with details (e.g. the element, the exception type) and examples."""
-
-    counts: Counter[str] = field(default_factory=Counter)
-    details: dict[str, Counter[str]] = field(default_factory=dict)
-    examples: dict[str, list[str]] = field(default_factory=dict)
-    max_examples: int = 3
-
-    def add(self, drop: Dropped, example: str) -> None:
-        self.counts[drop.reason] += 1
-        if drop.detail:
-            self.details.setdefault(drop.reason, Counter())[drop.detail] += 1
-        shown = self.examples.setdefault(drop.reason, [])
-        if len(shown) < self.max_examples:
-            shown.append(example)
-
-    def merge(self, other: DropCounter) -> None:
-        self.counts.update(other.counts)
-        for reason, c in other.details.items():
-            self.details.setdefault(reason, Counter()).update(c)
-        for reason, ex in other.examples.items():
-            shown = self.examples.setdefault(reason, [])
-            shown.extend(ex[: max(0, self.max_examples - len(shown))])
-
-    def to_json(self) -> dict:
-        return {
-            "counts": dict(sorted(self.counts.items())),
-            "details": {r: dict(sorted(c.items())) for r, c in sorted(self.details.items())},
-            "examples": dict(sorted(self.examples.items())),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict) -> DropCounter:
-        return cls(
-            Counter(data["counts"]),
-            {r: Counter(c) for r, c in data["details"].items()},
-            {r: list(ex) for r, ex in data["examples"].items()},
-        )
-
-
-@dataclass
-class ChunkResult:
-    records: list[Record]
-    drops: DropCounter
-
-
 _worker_settings: ConvertSettings | None = None
-
-
-def _init_worker(settings: ConvertSettings) -> None:
-    global _worker_settings
-    _worker_settings = settings
-
-
-def _convert_chunk(smiles: list[str]) -> ChunkResult:
-    assert _worker_settings is not None, "_init_worker was not called"
-    records: list[Record] = []
-    drops = DropCounter()
-    for raw in smiles:
-        try:
-            out = convert_smiles(raw, _worker_settings)
-        except Exception as e:  # one molecule must not stop a corpus build; the type is the reason
-            out = Dropped("conversion_error", type(e).__name__)
-        if isinstance(out, Dropped):
-            drops.add(out, raw.strip())
-        else:
-            records.append(out)
-    return ChunkResult(records, drops)
-
-
-# ----------------------------------------------------------------------------------------------
-# Inputs
-
-
-def open_text(path: str | Path) -> IO[str]:
-    path = Path(path)
-    try:
-        if path.suffix == ".gz":
-            return gzip.open(path, "rt", encoding="utf-8", newline="")
-        return open(path, encoding="utf-8", newline="")
-    except OSError as e:
-        raise InputFileError(path, f"cannot open ({e.strerror or e}).") from e
-
-
-def _rows(fh: IO[str], kind: str) -> Iterator[list[str]]:
-    """Non-blank rows split into columns: ``csv`` with the csv module, ``tsv`` on tabs, else whitespace."""
-    if kind == "csv":
-        yield from (row for row in csv.reader(fh) if row)
-        return
-    for line in fh:
-        line = line.rstrip("\r\n")
-        if line.strip():
-            yield line.split("\t") if kind == "tsv" else line.split()
-
-
-def _table_kind(path: Path) -> str:
-    suffixes = [s for s in path.suffixes if s != ".gz"]
-    ext = suffixes[-1].lower() if suffixes else ""
-    return {".csv": "csv", ".tsv": "tsv"}.get(ext, "smi")
-
-
-def iter_smiles_file(path: str | Path) -> Iterator[str]:
-    """SMILES of every non-blank row: the column named ``smiles`` (any case) if the first row names one,
-    else the first column (and the first row is data)."""
-    path = Path(path)
-    with open_text(path) as fh:
-        rows = _rows(fh, _table_kind(path))
-        first = next(rows, None)
-        if first is None:
-            return
-        names = [c.strip().lower() for c in first]
-        col = names.index("smiles") if "smiles" in names else 0
-        if "smiles" not in names:
-            yield first[0]
-        for row in rows:
-            yield row[col] if len(row) > col else ""
-
-
-def read_mgf_headers(path: str | Path) -> Iterator[dict[str, str]]:
-    """``KEY=value`` header fields (keys upper-cased) of each ``BEGIN IONS``/``END IONS`` block; peaks are skipped."""
-    fields: dict[str, str] | None = None
-    with open_text(path) as fh:
-        for line in fh:
-            c = line[:1]
-            if c.isdigit() or not c:
-                continue
-            line = line.strip()
-            if line == "BEGIN IONS":
-                fields = {}
-            elif line == "END IONS":
-                if fields is not None:
-                    yield fields
-                fields = None
-            elif fields is not None and "=" in line:
-                key, value = line.split("=", 1)
-                fields[key.strip().upper()] = value.strip()
-
-
-@dataclass
-class MgfSelection:
-    smiles: list[str]  # unique, in order of first appearance
-    exclude_keys: set[str]
-    stats: dict[str, dict[str, int]]  # per file
-
-
-def select_mgf_structures(
-    include: Sequence[str | Path],
-    folds: Sequence[str],
-    licenses: Sequence[str],
-    exclude_from: Sequence[str | Path] = (),
-    exclude_folds: Sequence[str] = (),
-) -> MgfSelection:
-    """SMILES of the ``include`` records whose FOLD and LICENSE match, and the InChIKey first blocks of
-    every record of ``exclude_from`` whose FOLD is in ``exclude_folds``."""
-    smiles: dict[str, None] = {}
-    exclude: set[str] = set()
-    stats: dict[str, dict[str, int]] = {}
-    fold_set, license_set, exclude_set = set(folds), set(licenses), set(exclude_folds)
-    include_set = set(map(str, include))
-    for path in dict.fromkeys([*map(str, include), *map(str, exclude_from)]):
-        take = path in include_set
-        st: Counter[str] = Counter()
-        for rec in read_mgf_headers(path):
-            st["spectra"] += 1
-            fold = rec.get("FOLD", "")
-            if fold in exclude_set:
-                st["excluded_spectra"] += 1
-                key = rec.get("INCHIKEY", "")[:14] or (chem.inchikey14(rec.get("SMILES", "")) or "")
-                if key:
-                    exclude.add(key)
-                else:
-                    st["excluded_spectra_without_key"] += 1
-            elif take and fold in fold_set and rec.get("LICENSE", "") in license_set:
-                st["selected_spectra"] += 1
-                if rec.get("SMILES"):
-                    smiles.setdefault(rec["SMILES"], None)
-                else:
-                    st["selected_without_smiles"] += 1
-        stats[path] = dict(st)
-    stats["all"] = {"unique_selected_smiles": len(smiles), "exclusion_keys": len(exclude)}
-    return MgfSelection(list(smiles), exclude, stats)
-
-
-def read_exclusion_file(path: str | Path) -> set[str]:
-    """InChIKey first blocks, one per line (full InChIKeys are cut to 14 characters; ``#`` starts a comment)."""
-    keys: set[str] = set()
-    with open_text(path) as fh:
-        for n, line in enumerate(fh, 1):
-            text = line.split("#", 1)[0].strip()
-            if not text:
-                continue
-            if not _INCHIKEY14.fullmatch(text[:14]):
-                raise InputFileError(
-                    path, f"line {n}: {text!r} is not an InChIKey or its 14-letter first block (e.g. 'KWILGNNWGSNMPA')."
-                )
-            keys.add(text[:14])
-    return keys
-
-
-# ----------------------------------------------------------------------------------------------
-# Chunking and ordered parallel map
-
-
-@dataclass(frozen=True)
-class Chunk:
-    index: int
-    source: str
-    smiles: list[str]
-
-
-def iter_chunks(sources: Sequence[tuple[str, Iterable[str]]], chunk_size: int) -> Iterator[Chunk]:
-    """Consecutive runs of ``chunk_size`` SMILES per source (a chunk never spans two sources), numbered globally."""
-    index = 0
-    for label, items in sources:
-        buf: list[str] = []
-        for s in items:
-            buf.append(s)
-            if len(buf) == chunk_size:
-                yield Chunk(index, label, buf)
-                index, buf = index + 1, []
-        if buf:
-            yield Chunk(index, label, buf)
-            index += 1
-
-
-def ordered_map(
-    fn: Callable[[T], R], items: Iterable[T], executor: Executor | None, window: int
-) -> Iterator[tuple[T, R]]:
-    """``(item, fn(item))`` in input order, at most ``window`` tasks in flight (items are read lazily)."""
-    if executor is None:
-        yield from ((item, fn(item)) for item in items)
-        return
-    pending: deque[tuple[T, Future[R]]] = deque()
-    for item in items:
-        pending.append((item, executor.submit(fn, item)))
-        if len(pending) >= window:
-            done, fut = pending.popleft()
-            yield done, fut.result()
-    while pending:
-        done, fut = pending.popleft()
-        yield done, fut.result()
-
-
-def _executor(workers: int, initializer: Callable[..., None] | None = None, initargs: tuple = ()) -> Executor | None:
-    if workers <= 1:
-        if initializer is not None:
-            initializer(*initargs)
-        return None
-    return ProcessPoolExecutor(workers, initializer=initializer, initargs=initargs)
-
-
-# ----------------------------------------------------------------------------------------------
-# Shards
-
-
-def shard_name(index: int) -> str:
-    return f"shard_{index:05d}"
-
-
-def is_done(shard_dir: Path) -> bool:
-    return (shard_dir / DONE_MARKER).is_file()
-
-
-def _write_lines(path: Path, lines: Iterable[str]) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        for line in lines:
-            fh.write(line + "\n")
-
-
-def read_lines(path: Path) -> list[str]:
-    with open(path, encoding="utf-8") as fh:
-        return [line.rstrip("\n") for line in fh]
-
-
-def _offsets(lengths: Sequence[int]) -> np.ndarray:
-    out = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=out[1:])
-    return out
-
-
-def _save_npy_atomic(path: Path, arr: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.save(fh, arr)
-    os.replace(tmp, path)
-
-
-def write_shard(out: Path, chunk: Chunk, records: list[Record], drops: DropCounter) -> dict:
-    """Write one stage-1 shard into a temporary directory and rename it into place; returns its stats."""
-    final = out / shard_name(chunk.index)
-    tmp = out / (final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for i, name in enumerate(TEXT_FIELDS):
-        _write_lines(tmp / f"{name}.txt", (r[i] for r in records))
-    bits = [r.bits for r in records]
-    np.save(tmp / "bits.npy", np.concatenate(bits) if bits else np.zeros(0, np.uint16))
-    np.save(tmp / "bit_offsets.npy", _offsets([len(b) for b in bits]))
-    formula = np.stack([r.formula_vec for r in records]) if records else np.zeros((0, len(ELEMENTS)), np.uint16)
-    np.save(tmp / "formula.npy", formula)
-    stats = {
-        "index": chunk.index,
-        "source": chunk.source,
-        "n_input": len(chunk.smiles),
-        "n_kept": len(records),
-        "n_unfragmented_safe": sum(r.safe == r.smiles for r in records),  # no BRICS-cuttable bond
-        "n_bits_over_256": sum(len(r.bits) > MAX_CONTEXT_BITS for r in records),  # kept; model reads 256
-        "dropped": drops.to_json(),
-    }
-    (tmp / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
-    (tmp / DONE_MARKER).write_text("")
-    shutil.rmtree(final, ignore_errors=True)
-    os.rename(tmp, final)
-    return stats
-
-
-def dedupe(records: list[Record], seen: set[str], drops: DropCounter) -> list[Record]:
-    """Keep the first record of each InChIKey first block (``seen`` is updated); later ones are counted."""
-    kept = []
-    for r in records:
-        if r.inchikey14 in seen:
-            drops.add(Dropped("duplicate"), r.smiles)
-        else:
-            seen.add(r.inchikey14)
-            kept.append(r)
-    return kept
-
-
-def done_shards(out: Path) -> list[Path]:
-    return sorted(p for p in out.glob("shard_*") if p.is_dir() and not p.name.endswith(".tmp") and is_done(p))
-
-
-def load_seen_keys(out: Path) -> set[str]:
-    seen: set[str] = set()
-    for shard in done_shards(out):
-        seen.update(read_lines(shard / "inchikey14.txt"))
-    return seen
 
 
 # ----------------------------------------------------------------------------------------------

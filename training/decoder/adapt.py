@@ -89,23 +89,19 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector, parse_formula
-from engine.elucidation.pipeline import QueryParams, SpectrumSession, require_usable
-from engine.errors import BundleError, ConfigError, MsgptError
-from engine.model.bundle import ModelBundle, load_bundle, save_adapter, sha256_file, weights_checksum
-from engine.model.decoder import PAD_ID, ConditionalDecoder, collate_queries
+from engine.elucidation.pipeline import QueryParams, SpectrumSession
+from engine.errors import BundleError, ConfigError
+from engine.model.bundle import ModelBundle, load_bundle, save_adapter
 from engine.model.querying import band_thresholds, build_queries
-from engine.model.sampling import filter_probs
 from engine.progress import run_to_end
 from engine.spectra.spectrum import Spectrum
 
@@ -118,344 +114,49 @@ from training.core.checkpoint import (
     write_json_atomic,
 )
 from training.core.loop import (
-    DEVICES,
-    PRECISIONS,
-    TrainingConfig,
     autocast,
-    int_at_least,
-    lr_at,
-    one_of,
-    reseed,
     stop_on_signals,
     torch_threads,
 )
 from training.data.oof_data import load_oof
-from training.data.spectra import SHIPPABLE_LICENSES, is_unit_resolution
-
-GROUPS = ("frozen-hit", "residual", "low-coverage")
-FP_TARGET_CHOICES = ("q_proj", "k_proj", "v_proj", "out_proj")
-GROUPINGS = ("pool", "expected")
-SELECT_METRICS = {"expected_share": "max", "token_accuracy": "max", "nll": "min"}
-# Settings that may change when resuming; every other field must equal the saved run's.
-RESUMABLE_CHANGES = frozenset({"out", "resume", "threads", "device", "checkpoint_minutes", "max_minutes"})
-
-
-# -----------------------------------------------------------------------------------------------
-# Configuration
-
-
-@dataclass
-class AdaptConfig(TrainingConfig):
-    bundle: str = field(default="", metadata={"help": "base model bundle folder (its adapter, if any, is ignored)"})
-    mgf: str = field(default="", metadata={"help": "labelled MGF (FOLD, LICENSE, SMILES, FORMULA per record)"})
-    out: str = field(default="", metadata={"help": "run directory: examples cache, checkpoints, adapter/"})
-    folds: tuple[str, ...] = field(default=("train",), metadata={"help": "FOLD values to adapt on (none: all)"})
-    licenses: tuple[str, ...] | None = field(default=SHIPPABLE_LICENSES, metadata={"help": "LICENSE values; None = all"})
-    exclude_unit_resolution: bool = field(default=True, metadata={"help": "drop QQ / ion-trap spectra"})
-    max_spectra: int | None = field(default=2000, metadata={"help": "seeded subsample of training spectra"})
-    val_spectra: int = field(default=200, metadata={"help": "held-out structures (one spectrum each) for selection"})
-    oof: str | None = field(default=None, metadata={
-        "help": "out-of-fold run folder (training.calibration.oof_posteriors): each spectrum's posterior and band come from "
-                "the fold encoder that never saw its structure, instead of the bundle's encoder"})
-    grouping: str | None = field(default=None, metadata={
-        "help": "how frozen-hit is decided: pool (draw the app's pool) or expected (P(reference in the pool) "
-                ">= 0.5 from the sampler's probabilities, forward passes only); default pool, expected with --oof"})
-    group_thresholds: int = field(default=5, metadata={
-        "help": "band thresholds the expected grouping scores (each stands for B / this samples)"})
-    rank: int = field(default=4, metadata={"help": "LoRA rank r"})
-    alpha: float = field(default=8.0, metadata={"help": "LoRA alpha (scaling alpha / r)"})
-    lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input"})
-    fp_targets: tuple[str, ...] = field(default=("v_proj", "out_proj"), metadata={
-        "help": "projections of every fingerprint-encoder attention that get LoRA (empty: none)"})
-    kappa_min: float = field(default=0.95, metadata={"help": "sparse end of the density band"})
-    kappa_max: float = field(default=1.50, metadata={"help": "dense end of the density band"})
-    groups: int = field(default=20, metadata={"help": "M: thresholds of the pool that decides the groups"})
-    samples_per_group: int = field(default=5, metadata={"help": "N: samples per threshold (B = M x N)"})
-    coverage_threshold: float = field(default=0.40, metadata={"help": "c >= this: residual, else low-coverage"})
-    ce_weights: tuple[float, float, float] = field(default=(0.05, 1.0, 0.0), metadata={
-        "help": "CE weight alpha_g of frozen-hit, residual, low-coverage"})
-    kl_weights: tuple[float, float, float] = field(default=(2.0, 1.0, 0.5), metadata={
-        "help": "KL weight lambda_g of frozen-hit, residual, low-coverage"})
-    steps: int = field(default=3000, metadata={"help": "optimizer steps (paper: 3000 / 4000)"})
-    batch_size: int = field(default=64, metadata={"help": "examples per optimizer step (paper: 64)"})
-    micro_batch: int = field(default=16, metadata={"help": "examples per forward pass (same gradient)"})
-    lr: float = field(default=1e-4, metadata={"help": "peak learning rate"})
-    min_lr: float = field(default=1e-5, metadata={"help": "floor of the cosine decay"})
-    warmup_steps: int = field(default=150, metadata={"help": "linear warm-up steps"})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW decoupled weight decay"})
-    beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
-    beta2: float = field(default=0.95, metadata={"help": "AdamW beta2"})
-    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm (0: no clipping)"})
-    eval_every: int = field(default=100, metadata={"help": "validate every N steps (and at the end)"})
-    val_thresholds: int = field(default=5, metadata={"help": "band thresholds per held-out spectrum"})
-    select_metric: str = field(default="expected_share", metadata={"help": f"one of {', '.join(SELECT_METRICS)}"})
-    precision: str = field(default="auto", metadata={"help": "auto (bf16 where native), bf16 or fp32"})
-    device: str = field(default="cpu", metadata={"help": "cpu, cuda or auto"})
-    threads: int = field(default=1, metadata={"help": "torch CPU threads"})
-    seed: int = field(default=0, metadata={"help": "seed of the subsample, the pools, batches and thresholds"})
-    checkpoint_minutes: float = field(default=5.0, metadata={"help": "save the training state every M minutes"})
-    max_minutes: float | None = field(default=None, metadata={"help": "stop training after this many minutes"})
-    resume: bool = field(default=False, metadata={"help": "continue the run in --out"})
-
-    def __post_init__(self):
-        for name in ("bundle", "mgf", "out"):
-            if not getattr(self, name):
-                raise ConfigError(f"`{name}` is required (--{name}).")
-        self.folds = tuple(self.folds)
-        self.licenses = None if self.licenses is None else tuple(self.licenses)
-        self.fp_targets = tuple(self.fp_targets)
-        self.ce_weights, self.kl_weights = tuple(self.ce_weights), tuple(self.kl_weights)
-        if self.grouping is None:
-            self.grouping = "expected" if self.oof else "pool"
-        self.require(("grouping",), *one_of(GROUPINGS))
-        if self.oof and self.grouping == "pool":
-            raise ConfigError("`grouping` pool draws the pool from the bundle's own encoder, not from --oof posteriors; "
-                              "use --grouping expected with --oof.")
-        self.require(("val_spectra", "rank", "groups", "group_thresholds", "samples_per_group", "steps", "batch_size", "micro_batch",
-                      "eval_every", "val_thresholds", "threads"), int_at_least(1), "a positive integer")
-        self.require(("max_spectra",), int_at_least(1, optional=True), "a positive integer or None (all)")
-        self.require(("warmup_steps",), int_at_least(0), "an integer >= 0")
-        unknown = [t for t in self.fp_targets if t not in FP_TARGET_CHOICES]
-        if unknown:
-            raise ConfigError(f"`fp_targets` {unknown} unknown; choose from {', '.join(FP_TARGET_CHOICES)}.")
-        if not (self.alpha > 0 and 0 <= self.lora_dropout < 1):
-            raise ConfigError(f"`alpha` must be > 0 and `lora_dropout` in [0, 1); got {self.alpha}, {self.lora_dropout}.")
-        if not 0 < self.kappa_min <= self.kappa_max:
-            raise ConfigError(f"`kappa_min` ({self.kappa_min}) must be > 0 and <= `kappa_max` ({self.kappa_max}).")
-        if self.groups < 2:
-            raise ConfigError(f"`groups` must be >= 2: the thresholds are drawn from the band, got {self.groups}.")
-        if not 0 <= self.coverage_threshold <= 1:
-            raise ConfigError(f"`coverage_threshold` is a Tanimoto in [0, 1], got {self.coverage_threshold!r}.")
-        for name in ("ce_weights", "kl_weights"):
-            w = getattr(self, name)
-            if len(w) != 3 or any(not (isinstance(x, (int, float)) and x >= 0) for x in w):
-                raise ConfigError(f"`{name}` needs three weights >= 0 ({', '.join(GROUPS)}), got {w!r}.")
-        if not 0 < self.lr or not 0 <= self.min_lr <= self.lr:
-            raise ConfigError(f"`lr` must be > 0 and `min_lr` in [0, lr]; got {self.lr}, {self.min_lr}.")
-        self.require(("beta1", "beta2"), lambda v: 0 <= v < 1, "in [0, 1)")
-        self.require(("weight_decay", "grad_clip", "checkpoint_minutes"), lambda v: v >= 0, ">= 0")
-        self.require(("max_minutes",), lambda v: v is None or v > 0, "> 0 or unset")
-        if self.select_metric not in SELECT_METRICS:
-            raise ConfigError(f"`select_metric` {self.select_metric!r} unknown; choose one of {', '.join(SELECT_METRICS)}.")
-        self.require(("precision",), *one_of(PRECISIONS))
-        self.require(("device",), *one_of(DEVICES))
-
-    def group_weights(self, group: str) -> tuple[float, float]:
-        """(alpha_g, lambda_g) of a recoverability group."""
-        i = GROUPS.index(group)
-        return float(self.ce_weights[i]), float(self.kl_weights[i])
-
-
-# -----------------------------------------------------------------------------------------------
-# Placement
-
-
-def lora_targets(model: ConditionalDecoder, fp_targets: Sequence[str] = ("v_proj", "out_proj")) -> list[str]:
-    """Full names of the linear layers that get LoRA: the query-reading pathway (module docstring)."""
-    names = [f"fp_encoder.layers.{i}.attn.{t}" for i in range(len(model.fp_encoder.layers)) for t in fp_targets]
-    names.append("ctx_proj")
-    for i in range(len(model.cross)):
-        names += [f"cross.{i}.attn.{p}" for p in ("q_proj", "k_proj", "v_proj", "out_proj")]
-        names += [f"cross.{i}.mlp.c_fc", f"cross.{i}.mlp.c_proj"]
-    modules = dict(model.named_modules())
-    for name in names:
-        if not isinstance(modules.get(name), nn.Linear):
-            raise ConfigError(f"LoRA target `{name}` is not a Linear layer of this decoder; adapt a decoder built by "
-                              "engine.model.decoder (its attention has separate q/k/v projections).")
-    return names
-
-
-def predicted_lora_parameters(model: nn.Module, targets: Sequence[str], rank: int) -> int:
-    """r * (in + out) per targeted Linear: A is (r, in), B is (out, r)."""
-    modules = dict(model.named_modules())
-    return sum(rank * (modules[t].in_features + modules[t].out_features) for t in targets)
-
-
-def attach_lora(decoder: ConditionalDecoder, config: AdaptConfig):
-    """Freeze ``decoder`` and wrap it with peft LoRA on :func:`lora_targets` (modifies it in place)."""
-    from peft import LoraConfig, get_peft_model
-
-    for p in decoder.parameters():
-        p.requires_grad_(False)
-    names = lora_targets(decoder, config.fp_targets)
-    pattern = "(?:" + "|".join(re.escape(n) for n in names) + ")"  # peft full-matches a string: exactly these
-    lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.lora_dropout,
-                      target_modules=pattern, bias="none")
-    return get_peft_model(decoder, lora)
-
-
-def trainable_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
-    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+from training.decoder.adapt_config import (
+    AdaptConfig,
+    CheckpointSaved,
+    Finished,
+    RESUMABLE_CHANGES,
+    SELECT_METRICS,
+    Started,
+    StepDone,
+    Validated,
+    lora_targets,
+    predicted_lora_parameters,
+    trainable_parameters,
+)
+from training.decoder.adapt_config import FP_TARGET_CHOICES, GROUPINGS, GROUPS, attach_lora  # noqa: F401  (re-exported)
+from training.decoder.adapt_examples import (
+    Example,
+    ExampleDone,
+    Prepared,
+    Reading,
+    Selected,
+    _canonical_target,
+    _examples_key,
+    recoverability_group,
+    select_spectra,
+)
+from training.decoder.adapt_examples import batch_indices, draw_thresholds  # noqa: F401  (re-exported)
+from training.decoder.adapt_steps import (
+    _sequence_probabilities,
+    make_trainer,
+    train_step,
+    validate,
+    write_adapted_bundle,
+)
+from training.decoder.adapt_steps import adaptation_loss, collate_examples, forward_logits  # noqa: F401  (re-exported)
 
 
 # -----------------------------------------------------------------------------------------------
 # Examples
-
-
-@dataclass(frozen=True)
-class Example:
-    """One annotated training spectrum, prepared (see the module docstring)."""
-
-    key: str
-    split: str  # "train" or "val"
-    group: str | None  # recoverability group (train only)
-    coverage: float  # max Tanimoto(1[pi > t_i], oracle) over the band's M thresholds
-    rank: int | None  # reference rank in the frozen pool (train only; None = absent)
-    formula: np.ndarray  # (14,) int64
-    tokens: np.ndarray  # <bos> ... <eos>, int64
-    oracle: np.ndarray  # sorted active bits of the reference
-    post_idx: np.ndarray  # sorted bits with pi > the band's lowest threshold
-    post_val: np.ndarray  # their posteriors, float32
-    band: tuple[float, float] | None = None  # its own (t_kappa_max, t_kappa_min); None: the bundle's band
-    hit_p: float | None = None  # expected grouping: P(reference in the frozen pool), train only
-
-    def query(self, t: float) -> np.ndarray:
-        """z_t = 1[pi > t] as sorted bits (exact for t >= the band's lowest threshold)."""
-        return self.post_idx[self.post_val > float(t)]
-
-    def to_json(self) -> dict:
-        return {"key": self.key, "split": self.split, "group": self.group, "coverage": self.coverage,
-                "rank": self.rank, "formula": self.formula.tolist(), "tokens": self.tokens.tolist(),
-                "oracle": self.oracle.tolist(), "post_idx": self.post_idx.tolist(),
-                "post_val": [float(v) for v in self.post_val],
-                **({"band": list(self.band)} if self.band is not None else {}),
-                **({"hit_p": self.hit_p} if self.hit_p is not None else {})}
-
-    @classmethod
-    def from_json(cls, d: dict) -> Example:
-        return cls(d["key"], d["split"], d["group"], float(d["coverage"]), d["rank"],
-                   np.asarray(d["formula"], np.int64), np.asarray(d["tokens"], np.int64),
-                   np.asarray(d["oracle"], np.int64), np.asarray(d["post_idx"], np.int64),
-                   np.asarray(d["post_val"], np.float32),
-                   tuple(float(t) for t in d["band"]) if d.get("band") is not None else None, d.get("hit_p"))
-
-    def band_or(self, t_lo: float, t_hi: float) -> tuple[float, float]:
-        """Its own band, or (t_lo, t_hi) (the bundle's) when it has none."""
-        return self.band if self.band is not None else (t_lo, t_hi)
-
-
-def recoverability_group(hit: bool, coverage: float, threshold: float = 0.40) -> str:
-    """frozen-hit (reference in the frozen pool), else residual (coverage >= threshold) or low-coverage."""
-    if hit:
-        return "frozen-hit"
-    return "residual" if coverage >= threshold else "low-coverage"
-
-
-def draw_thresholds(seed: int, step: int, n: int, t_lo, t_hi) -> np.ndarray:
-    """n thresholds t ~ U[t_lo, t_hi] for the examples of optimizer step ``step`` (a function of seed, step).
-
-    ``t_lo`` and ``t_hi`` are numbers or (n,) arrays (each example's own band)."""
-    return np.random.default_rng([seed, step, 7]).uniform(t_lo, t_hi, size=n)
-
-
-def batch_indices(seed: int, step: int, batch_size: int, n: int) -> np.ndarray:
-    """The examples of step ``step``: consecutive slices of per-epoch permutations (seeded by (seed, epoch))."""
-    positions = np.arange(step * batch_size, (step + 1) * batch_size)
-    out = np.empty(batch_size, np.int64)
-    for epoch in np.unique(positions // n):
-        sel = positions // n == epoch
-        out[sel] = np.random.default_rng([seed, int(epoch)]).permutation(n)[positions[sel] % n]
-    return out
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """What stage 1 produced."""
-
-    train: list[Example]
-    val: list[Example]
-    t_lo: float  # t_kappa_max (dense end, lowest threshold)
-    t_hi: float  # t_kappa_min
-    dropped: dict
-    seconds: float  # group computation time (all sessions)
-
-
-# -- stage 1 events
-@dataclass(frozen=True)
-class Reading:
-    records: int
-    eligible: int
-
-
-@dataclass(frozen=True)
-class Selected:
-    n_train: int
-    n_val: int
-    n_done: int  # already in the cache
-
-
-@dataclass(frozen=True)
-class ExampleDone:
-    done: int
-    total: int
-    group: str | None  # None: a held-out (val) spectrum, or dropped
-    spectra_per_s: float  # of this session's train spectra (grouped)
-
-
-def _examples_key(config: AdaptConfig, bundle: ModelBundle) -> dict:
-    keep = ("folds", "licenses", "exclude_unit_resolution", "max_spectra", "val_spectra", "kappa_min", "kappa_max",
-            "groups", "samples_per_group", "coverage_threshold", "seed", "precision", "grouping", "group_thresholds")
-    oof = {"oof": sha256_file(Path(config.oof) / "oof_posteriors.npz")} if config.oof else {}
-    return {"model": weights_checksum(bundle), "mgf": sha256_file(Path(config.mgf)), **oof,
-            **{k: v for k, v in config.to_dict().items() if k in keep}}
-
-
-def select_spectra(config: AdaptConfig, bundle: ModelBundle) -> Iterator[Reading]:
-    """Eligible spectra of the MGF, split by structure into (train subsample, held-out val); *returns* both."""
-    from engine.spectra.io import iter_spectra
-
-    eligible: list[Spectrum] = []
-    n = 0
-    for item in iter_spectra(config.mgf):
-        n += 1
-        if n % 5000 == 0:
-            yield Reading(n, len(eligible))
-        if not isinstance(item, Spectrum) or not item.smiles:
-            continue
-        md = item.metadata
-        if config.folds and md.get("fold", "") not in config.folds:
-            continue
-        if config.licenses is not None and md.get("license", "") not in config.licenses:
-            continue
-        if config.exclude_unit_resolution and is_unit_resolution(md.get("instrument_type")):
-            continue
-        try:
-            require_usable(bundle, item)
-        except MsgptError:
-            continue
-        eligible.append(item)
-    yield Reading(n, len(eligible))
-    if not eligible:
-        raise ConfigError(
-            f"No usable spectrum in {config.mgf} with FOLD in {list(config.folds)} and LICENSE in {config.licenses} "
-            f"(adducts {', '.join(bundle.supported_adducts)}, formula and SMILES needed); check --folds/--licenses."
-        )
-    by_structure: dict[str, list[Spectrum]] = {}
-    for s in eligible:
-        by_structure.setdefault((s.inchikey or s.smiles)[:14], []).append(s)
-    rng = np.random.default_rng(config.seed)
-    structures = sorted(by_structure)
-    order = rng.permutation(len(structures))
-    n_val = min(config.val_spectra, max(len(structures) - 1, 0))
-    val = [by_structure[structures[i]][rng.integers(len(by_structure[structures[i]]))] for i in order[:n_val]]
-    pool = [s for i in order[n_val:] for s in by_structure[structures[i]]]
-    take = len(pool) if config.max_spectra is None else min(config.max_spectra, len(pool))
-    train = [pool[i] for i in rng.choice(len(pool), take, replace=False)]  # random order: a partial run is a sample
-    return train, val
-
-
-@lru_cache(maxsize=16384)
-def _canonical_target(smiles: str, n_bits: int) -> tuple[str | None, np.ndarray] | str:
-    """(SAFE string of the stereo-free canonical SMILES or None, its Morgan bits), or why the SMILES is unusable;
-    cached: the spectra of one structure share it."""
-    from training.data.corpus import Dropped, encode_safe
-
-    mol = chem.mol_from_smiles(smiles)
-    if mol is None:
-        return "reference SMILES unparseable"
-    chem.remove_stereo(mol)
-    encoded = encode_safe(chem.canonical_smiles(mol))
-    return None if isinstance(encoded, Dropped) else encoded, chem.morgan_bits(mol, n_bits=n_bits)
 
 
 def prepare_example(bundle: ModelBundle, spectrum: Spectrum, split: str, config: AdaptConfig,
@@ -589,205 +290,6 @@ def prepare_examples(config: AdaptConfig, stop: threading.Event | None = None) -
     examples = [Example.from_json(d) for d in rows if "dropped" not in d]
     return Prepared([e for e in examples if e.split == "train"], [e for e in examples if e.split == "val"],
                     float(thresholds[0]), float(thresholds[-1]), dict(dropped), seconds)
-
-
-# -----------------------------------------------------------------------------------------------
-# Objective
-
-
-def collate_examples(examples: Sequence[Example], thresholds: Sequence[float], config) -> dict[str, torch.Tensor]:
-    """Teacher-forcing tensors of ``examples``, each queried at its threshold: z_t = 1[pi > t]."""
-    fp_bits, fp_mask, formula = collate_queries([e.query(t) for e, t in zip(examples, thresholds)],
-                                                np.stack([e.formula for e in examples]), config.max_fp_tokens,
-                                                config.fp_bits)
-    T = max(len(e.tokens) for e in examples)
-    seq = torch.full((len(examples), T), PAD_ID, dtype=torch.long)
-    for r, e in enumerate(examples):
-        seq[r, : len(e.tokens)] = torch.from_numpy(e.tokens)
-    return {"idx": seq[:, :-1], "targets": seq[:, 1:], "fp_bits": fp_bits, "fp_mask": fp_mask, "formula": formula}
-
-
-def forward_logits(decoder: nn.Module, b: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Teacher-forced logits (B, T, V) of a collated batch (LoRA layers of a peft model included)."""
-    ctx, ctx_mask = decoder.encode_context(b["fp_bits"], b["fp_mask"], b["formula"])  # (B, L, C), (B, L)
-    logits, _ = decoder(b["idx"], ctx, ctx_mask)
-    return logits
-
-
-def adaptation_loss(student: torch.Tensor, teacher: torch.Tensor, targets: torch.Tensor, ce_weight: torch.Tensor,
-                    kl_weight: torch.Tensor, n_tokens: int | None = None) -> tuple[torch.Tensor, dict]:
-    """sum over non-padding positions of (alpha_g CE + lambda_g KL(teacher || student)) / n_tokens.
-
-    student, teacher (B, T, V) logits; targets (B, T) with PAD_ID as padding; ce_weight, kl_weight (B,)
-    per example. ``n_tokens`` defaults to this batch's non-padding positions (give the whole
-    optimizer batch's count when the batch runs in pieces). Also returns the unweighted CE and KL
-    sums and the token count, for logging.
-    """
-    mask = targets != PAD_ID  # (B, T)
-    logp = F.log_softmax(student.float(), dim=-1)  # (B, T, V)
-    logq = F.log_softmax(teacher.float(), dim=-1)
-    ce = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    kl = (logq.exp() * (logq - logp)).sum(-1)  # (B, T) forward KL, teacher to student
-    per_token = ce_weight[:, None] * ce + kl_weight[:, None] * kl
-    n = int(mask.sum()) if n_tokens is None else n_tokens
-    loss = (per_token * mask).sum() / max(n, 1)
-    parts = {"ce": float((ce.detach() * mask).sum()), "kl": float((kl.detach() * mask).sum()), "tokens": int(mask.sum())}
-    return loss, parts
-
-
-@torch.no_grad()
-def _sequence_probabilities(decoder: nn.Module, rows: Sequence[tuple[Example, float]], amp=nullcontext,
-                            micro_batch: int = 32, top_k: int = 50, top_p: float = 0.95) -> dict:
-    """Teacher-forced pass over (example, threshold) rows: per row ``p``, the probability that the
-    sampler (T=1, ``top_k``, ``top_p``) writes exactly the example's tokens; summed ``nll``, ``correct``
-    (argmax = target) and ``count`` over all target tokens."""
-    was_training = decoder.training
-    decoder.eval()
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0].tokens))
-    seq_p = np.zeros(len(rows))
-    correct = count = 0
-    nll = 0.0
-    device = next(decoder.parameters()).device
-    with torch.no_grad():
-        for start in range(0, len(order), micro_batch):
-            chunk = order[start : start + micro_batch]
-            b = collate_examples([rows[i][0] for i in chunk], [rows[i][1] for i in chunk], decoder.config)
-            b = {k: v.to(device) for k, v in b.items()}
-            with amp():
-                logits = forward_logits(decoder, b)
-            logits = logits.float()
-            targets, mask = b["targets"], b["targets"] != PAD_ID  # (B, T)
-            logp = F.log_softmax(logits, dim=-1)
-            nll -= float(logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)[mask].sum())
-            correct += int(((logits.argmax(-1) == targets) & mask).sum())
-            count += int(mask.sum())
-            probs, ids = filter_probs(logits[mask], 1.0, top_k, top_p)  # (n, K): what the sampler draws from
-            p = (probs * (ids == targets[mask][:, None])).sum(-1) / probs.sum(-1)  # (n,) 0 when filtered out
-            row = torch.arange(len(chunk), device=device)[:, None].expand_as(mask)[mask]
-            seq_logp = torch.zeros(len(chunk), dtype=torch.float64, device=device).index_add_(0, row, p.double().log())
-            seq_p[chunk] = seq_logp.exp().cpu().numpy()
-    decoder.train(was_training)
-    return {"p": seq_p, "nll": nll, "correct": correct, "count": count}
-
-
-def validate(decoder: nn.Module, examples: Sequence[Example], thresholds, amp,
-             micro_batch: int = 32, top_k: int = 50, top_p: float = 0.95) -> dict:
-    """Token accuracy, NLL per token and ``expected_share`` (module docstring) of ``examples`` x ``thresholds``.
-
-    ``thresholds``: (K,) for every example, or (len(examples), K), each example's own."""
-    thresholds = np.asarray(thresholds, np.float64)
-    if thresholds.ndim == 1:
-        thresholds = np.broadcast_to(thresholds, (len(examples), len(thresholds)))
-    rows = [(e, float(t)) for e, ts in zip(examples, thresholds) for t in ts]
-    r = _sequence_probabilities(decoder, rows, amp, micro_batch, top_k, top_p)
-    n = max(len(rows), 1)
-    return {"expected_share": float(r["p"].sum()) / n, "token_accuracy": r["correct"] / max(r["count"], 1),
-            "nll": r["nll"] / max(r["count"], 1), "rows": len(rows)}
-
-
-def make_trainer(decoder: ConditionalDecoder, config: AdaptConfig):
-    """LoRA on ``decoder`` (frozen, modified in place; LoRA A initialised from ``config.seed``) and its AdamW."""
-    torch.manual_seed(config.seed)
-    model = attach_lora(decoder, config)
-    optimizer = torch.optim.AdamW([p for _, p in trainable_parameters(model)], lr=config.lr,
-                                  betas=(config.beta1, config.beta2), weight_decay=config.weight_decay)
-    return model, optimizer
-
-
-def train_step(model, optimizer, train: Sequence[Example], step: int, t_lo: float, t_hi: float,
-               config: AdaptConfig, amp=nullcontext) -> dict:
-    """Optimizer update ``step`` (0-based): its batch, thresholds and dropout are functions of (seed, step).
-
-    The batch runs in pieces of ``micro_batch`` examples of similar length; each piece's loss is
-    divided by the token count of the whole batch, so the gradient is the batch's. Returns the
-    batch loss, the unweighted token-mean CE and KL, the learning rate and the gradient norm.
-    """
-    decoder = model.get_base_model()
-    device = next(decoder.parameters()).device
-    reseed(config.seed, 0, step)
-    idx = batch_indices(config.seed, step, config.batch_size, len(train))
-    bands = np.array([train[i].band_or(t_lo, t_hi) for i in idx])  # (B, 2): each example's own band
-    ts = draw_thresholds(config.seed, step, len(idx), bands[:, 0], bands[:, 1])
-    weights = torch.tensor([config.group_weights(train[i].group) for i in idx])  # (B, 2): alpha_g, lambda_g
-    order = sorted(range(len(idx)), key=lambda j: len(train[idx[j]].tokens))
-    n_tokens = sum(len(train[i].tokens) - 1 for i in idx)
-    loss_sum = ce_sum = kl_sum = 0.0
-    for start in range(0, len(order), config.micro_batch):
-        rows = order[start : start + config.micro_batch]
-        b = collate_examples([train[i] for i in idx[rows]], ts[rows], decoder.config)
-        b = {k: v.to(device) for k, v in b.items()}
-        decoder.eval()
-        with torch.no_grad(), model.disable_adapter(), amp():
-            teacher = forward_logits(decoder, b)  # the frozen model, without dropout
-        decoder.train()
-        with amp():
-            student = forward_logits(decoder, b)
-        w = weights[rows].to(device)
-        loss, parts = adaptation_loss(student, teacher, b["targets"], w[:, 0], w[:, 1], n_tokens)
-        loss.backward()
-        loss_sum, ce_sum, kl_sum = loss_sum + loss.item(), ce_sum + parts["ce"], kl_sum + parts["kl"]
-    params = [p for _, p in trainable_parameters(model)]
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip or float("inf"))
-    lr = lr_at(step, lr=config.lr, min_lr=config.min_lr, warmup_steps=config.warmup_steps, max_steps=config.steps)
-    for g in optimizer.param_groups:
-        g["lr"] = lr
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return {"loss": loss_sum, "ce": ce_sum / n_tokens, "kl": kl_sum / n_tokens, "lr": lr,
-            "grad_norm": float(grad_norm)}
-
-
-# -----------------------------------------------------------------------------------------------
-# Training events
-
-
-@dataclass(frozen=True)
-class Started:
-    step: int
-    steps: int
-    n_train: int
-    n_val: int
-    group_counts: dict
-    targets: int  # LoRA-wrapped linear layers
-    trainable: int
-    predicted: int
-    frozen: int
-    device: str
-    precision: str
-    resumed: bool
-
-
-@dataclass(frozen=True)
-class StepDone:
-    step: int
-    loss: float
-    ce: float  # unweighted token-mean CE
-    kl: float  # unweighted token-mean KL
-    lr: float
-    grad_norm: float
-    examples_per_s: float
-
-
-@dataclass(frozen=True)
-class Validated:
-    step: int
-    metrics: dict
-    improved: bool
-
-
-@dataclass(frozen=True)
-class CheckpointSaved:
-    step: int
-    path: str
-
-
-@dataclass(frozen=True)
-class Finished:
-    step: int
-    reason: str  # completed, stopped, time_limit
-    best_step: int | None
-    best: dict
-    adapter: str
 
 
 # -----------------------------------------------------------------------------------------------
@@ -948,37 +450,6 @@ def _load_checkpoint(path: Path, named, optimizer, names: list[str]) -> dict:
     load_optimizer_state(optimizer, load_file(str(path / "optimizer.safetensors")), state.pop("optimizer_param_groups"),
                          names)
     return state
-
-
-# -----------------------------------------------------------------------------------------------
-# The adapted bundle
-
-
-def write_adapted_bundle(base: str | Path, adapter: str | Path, dest: str | Path, name: str | None = None,
-                         info: dict | None = None) -> Path:
-    """Copy the base bundle to ``dest`` with ``adapter`` as its ``adapter/``; checks that it loads, merged."""
-    base, adapter, dest = Path(base), Path(adapter), Path(dest)
-    if not (adapter / "adapter_model.safetensors").is_file():
-        raise ConfigError(f"{adapter} holds no adapter_model.safetensors; finish the adaptation run first.")
-    if dest.exists() and any(dest.iterdir()):
-        raise ConfigError(f"{dest} exists and is not empty; give a new folder for the adapted bundle.")
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(base, tmp, ignore=shutil.ignore_patterns("adapter", ".adapter.tmp"))
-    shutil.copytree(adapter, tmp / "adapter")
-    config = json.loads((tmp / "config.json").read_text())
-    config["name"] = name or f"{config.get('name') or base.name}-pa"
-    config["adapter"] = {"method": "posterior-aligned adaptation (LoRA)", "base_bundle": config.get("name"),
-                         **(info or {})}
-    config["adapter"]["base_bundle"] = json.loads((base / "config.json").read_text()).get("name", base.name)
-    (tmp / "config.json").write_text(json.dumps(config, indent=1) + "\n")
-    bundle = load_bundle(tmp, device="cpu", precision="fp32")
-    if not bundle.has_adapter:
-        raise BundleError(f"{tmp}: the adapted bundle does not load its adapter.")
-    if dest.exists():
-        dest.rmdir()
-    tmp.rename(dest)
-    return dest
 
 
 # -----------------------------------------------------------------------------------------------

@@ -47,14 +47,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import queue
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -75,7 +73,6 @@ from training.core.checkpoint import (
     export_decoder,
     latest_checkpoint,
     load_checkpoint,
-    load_decoder,
     log_metrics,
     save_checkpoint,
     truncate_metrics,
@@ -83,533 +80,45 @@ from training.core.checkpoint import (
 )
 from training.data.dataset import IGNORE_INDEX, CorpusDataset
 from training.core.loop import (
-    DEVICES,
-    PRECISIONS,
-    TrainingConfig,
     autocast,
-    int_at_least,
     lr_at,
-    one_of,
     reseed,
     stop_on_signals,
     torch_threads,
 )
 from training.encoder.noise import FingerprintNoise
-
-NOISE_STREAM = 0x6E6F6973  # tags the noise generator's seed sequence apart from reseed()'s
-
-# -----------------------------------------------------------------------------------------------
-# Configuration
-
-
-@dataclass
-class PretrainConfig(TrainingConfig):
-    corpus: str = field(default="", metadata={"help": "corpus directory (python -m training.data.corpus prepare)"})
-    out: str = field(default="", metadata={"help": "run directory: checkpoints, metrics.jsonl, config"})
-    preset: str = field(default="small", metadata={"help": "decoder preset: paper, small or tiny"})
-    dropout: float | None = field(default=None, metadata={"help": "override the preset's dropout"})
-    block_size: int | None = field(default=None, metadata={"help": "override the preset's max sequence length"})
-    batch_size: int = field(default=64, metadata={"help": "records per micro-batch and rank (paper: 64)"})
-    grad_accum: int = field(default=2, metadata={"help": "micro-batches per optimizer step (paper: 2)"})
-    forward_tokens: int = field(default=2048, metadata={
-        "help": "run each batch, sorted by length, in forward passes of at most this many padded token positions "
-        "(0: whole batches); the gradient is the same, the padding less"})
-    max_steps: int | None = field(default=None, metadata={"help": "optimizer steps (default: from --epochs)"})
-    epochs: float = field(default=2.0, metadata={"help": "passes over the training records without --max-steps"})
-    lr: float = field(default=3e-4, metadata={"help": "peak learning rate"})
-    min_lr: float = field(default=3e-5, metadata={"help": "floor of the cosine decay"})
-    warmup_steps: int = field(default=2000, metadata={"help": "linear warm-up steps"})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW decoupled weight decay (Linear weights only)"})
-    beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
-    beta2: float = field(default=0.95, metadata={"help": "AdamW beta2"})
-    grad_clip: float = field(default=1.0, metadata={"help": "max global gradient norm (0: no clipping)"})
-    precision: str = field(default="auto", metadata={"help": "auto (bf16 where supported), bf16 or fp32"})
-    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
-    threads: int | None = field(default=None, metadata={"help": "torch CPU threads per process"})
-    seed: int = field(default=0, metadata={"help": "seed of the initialisation, the batch order and dropout"})
-    val_fraction: float = field(default=0.002, metadata={"help": "share of structures held out for validation"})
-    val_max_records: int = field(default=2048, metadata={"help": "validation records evaluated"})
-    eval_every: int = field(default=500, metadata={"help": "validate every N steps (0: only at the end)"})
-    log_every: int = field(default=10, metadata={"help": "write a train record to metrics.jsonl every N steps"})
-    checkpoint_every: int = field(default=1000, metadata={"help": "save every N steps (0: never by steps)"})
-    checkpoint_minutes: float = field(default=30.0, metadata={"help": "save every M minutes (0: never by time)"})
-    keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept"})
-    resume: bool = field(default=False, metadata={"help": "continue from the newest checkpoint in --out"})
-    init_from: str | None = field(default=None, metadata={"help": "local SAFE-GPT checkpoint to warm-start from"})
-    init_decoder: str | None = field(default=None, metadata={
-        "help": "start a new stage from the decoder of an earlier run (its run directory, a checkpoint, an "
-                "exported decoder or a model bundle): weights only; optimizer, schedule and data order start "
-                "afresh, so give another --seed to see the corpus in a new order"})
-    noise_model: str | None = field(default=None, metadata={
-        "help": "fingerprint noise model (python -m training.encoder.noise fit): rows of a batch may condition on a "
-                "simulated band query of their fingerprint instead of the true one"})
-    noise_fraction: float = field(default=0.0, metadata={
-        "help": "share of the records (each drawn independently) that condition on a simulated query"})
-    budget_minutes: float | None = field(default=None, metadata={
-        "help": "train for this many minutes of wall clock: the cosine decay follows the elapsed share of the budget "
-                "(after the step-counted warm-up) instead of the step, and the run ends when it is spent (or at "
-                "max_steps); for a lent accelerator, where the steps a budget holds are not known beforehand. "
-                "Learning rates then depend on timing, so a resumed run continues the schedule, not bit for bit"})
-    prefetch: int = field(default=0, metadata={
-        "help": "steps whose batches a background thread prepares ahead (collate + simulated queries) while the "
-                "device computes (0: inline); the batches and so the losses are the same either way"})
-    data_workers: int = field(default=0, metadata={
-        "help": "processes that prepare the steps' batches (0: in this process); the batches are the same. On the "
-                "H200 measured so far they did not speed training up: the step itself was the limit (docs/accelerator.md)"})
-
-    def __post_init__(self):
-        if not self.corpus:
-            raise ConfigError("`corpus` is required: the directory written by `python -m training.data.corpus prepare`.")
-        if not self.out:
-            raise ConfigError("`out` is required: the run directory for checkpoints and metrics.")
-        self.require(("batch_size", "grad_accum", "val_max_records", "log_every", "keep_checkpoints"), int_at_least(1),
-                     "a positive integer")
-        self.require(("warmup_steps",), int_at_least(0), "an integer >= 0")
-        self.require(("max_steps", "threads", "block_size"), int_at_least(1, optional=True),
-                     "a positive integer or unset")
-        self.require(("eval_every", "checkpoint_every", "forward_tokens", "prefetch", "data_workers"), int_at_least(0),
-                     "an integer >= 0 (0 turns it off)")
-        if self.max_steps is None and not self.epochs > 0:
-            raise ConfigError(f"`epochs` must be > 0 when `max_steps` is not set, got {self.epochs!r}.")
-        if not 0 < self.lr:
-            raise ConfigError(f"`lr` must be > 0, got {self.lr!r}.")
-        if not 0 <= self.min_lr <= self.lr:
-            raise ConfigError(f"`min_lr` must be in [0, `lr`] = [0, {self.lr}], got {self.min_lr!r}.")
-        self.require(("beta1", "beta2"), lambda v: 0 <= v < 1, "in [0, 1)")
-        self.require(("weight_decay", "grad_clip", "checkpoint_minutes"), lambda v: v >= 0, ">= 0")
-        self.require(("budget_minutes",), lambda v: v is None or v > 0, "> 0 or unset")
-        self.require(("val_fraction",), lambda v: 0 <= v < 1, "in [0, 1)")
-        self.require(("dropout",), lambda v: v is None or 0 <= v < 1, "in [0, 1)")
-        self.require(("precision",), *one_of(PRECISIONS))
-        self.require(("device",), *one_of(DEVICES))
-        if not 0 <= self.noise_fraction <= 1:
-            raise ConfigError(f"`noise_fraction` must be in [0, 1], got {self.noise_fraction!r}.")
-        if self.noise_fraction > 0 and not self.noise_model:
-            raise ConfigError(
-                f"`noise_fraction` {self.noise_fraction} needs `noise_model`: fit one with "
-                "`python -m training.encoder.noise fit --oof runs/oof --out runs/noise.npz`."
-            )
-        if self.init_from and self.init_decoder:
-            raise ConfigError("Give `init_from` (a SAFE-GPT checkpoint) or `init_decoder` (our own decoder), not both.")
-
-    def decoder_config(self, vocab_size: int) -> DecoderConfig:
-        overrides = {k: getattr(self, k) for k in ("dropout", "block_size") if getattr(self, k) is not None}
-        return DecoderConfig.preset(self.preset, vocab_size=vocab_size, **overrides)
-
-
-# Settings that may change when resuming; every other field must equal the saved run's.
-RESUMABLE_CHANGES = frozenset({
-    "corpus", "out", "resume", "init_from", "init_decoder", "precision", "device", "threads", "forward_tokens",
-    "eval_every", "log_every", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "val_max_records",
-    "prefetch", "data_workers",
-})  # fmt: skip
-
-
-# -----------------------------------------------------------------------------------------------
-# Events (the CLI shows them with tqdm; a GUI would with a progress bar)
-
-
-@dataclass(frozen=True)
-class Started:
-    step: int  # first step to run (> 0 when resumed)
-    max_steps: int
-    steps_per_epoch: float
-    world_size: int
-    global_batch: int  # records per optimizer step
-    device: str
-    precision: str
-    n_params: int
-    n_train: int
-    n_val: int
-    resumed_from: str | None
-    warm_start: str | None
-
-
-@dataclass(frozen=True)
-class StepDone:
-    step: int  # optimizer steps done
-    loss: float  # token-mean loss of the step's global batch
-    lr: float
-    grad_norm: float  # before clipping
-    tokens: int  # target tokens of the step (all ranks)
-    tokens_per_s: float
-    epoch: float  # fractional epochs done
-
-
-@dataclass(frozen=True)
-class Validated:
-    step: int
-    loss: float
-    accuracy: float
-    tokens: int
-    noisy_loss: float | None = None  # the same records conditioned on simulated queries (noise-aware runs)
-    noisy_accuracy: float | None = None
-
-
-@dataclass(frozen=True)
-class CheckpointSaved:
-    step: int
-    path: str | None  # None on ranks other than 0
-    reason: str  # interval, timer, stop, final
-
-
-@dataclass(frozen=True)
-class Finished:
-    step: int
-    reason: str  # completed or stopped
-
-
-Event = Started | StepDone | Validated | CheckpointSaved | Finished
-
-
-# -----------------------------------------------------------------------------------------------
-# Pieces
-
-
-def param_groups(model: nn.Module, weight_decay: float) -> tuple[list[dict], list[str]]:
-    """AdamW groups: decay on Linear weight matrices; none on biases, LayerNorms and embeddings.
-
-    Returns the groups and the parameter names in optimizer order (for the checkpoint).
-    """
-    no_decay = set()
-    for module in model.modules():
-        if isinstance(module, (nn.Embedding, nn.LayerNorm)):
-            no_decay.update(id(p) for p in module.parameters(recurse=False))
-    decay, other = [], []
-    for name, p in model.named_parameters():  # the tied lm_head.weight is transformer.wte.weight
-        (other if id(p) in no_decay or p.ndim < 2 else decay).append((name, p))
-    groups = [
-        {"params": [p for _, p in decay], "weight_decay": weight_decay},
-        {"params": [p for _, p in other], "weight_decay": 0.0},
-    ]
-    return groups, [n for n, _ in decay] + [n for n, _ in other]
-
-
-def structure_hash(blocks: np.ndarray) -> np.ndarray:
-    """(n, 14) uint8 ASCII InChIKey first blocks -> uint64: FNV-1a 64, then the splitmix64 finalizer."""
-    h = np.full(len(blocks), 0xCBF29CE484222325, np.uint64)
-    with np.errstate(over="ignore"):
-        for j in range(blocks.shape[1]):
-            h ^= blocks[:, j].astype(np.uint64)
-            h *= np.uint64(0x100000001B3)
-        for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
-            h ^= h >> np.uint64(shift)
-            h *= np.uint64(mult)
-        h ^= h >> np.uint64(31)
-    return h
-
-
-def validation_mask(ds: CorpusDataset, fraction: float) -> np.ndarray:
-    """True for the records held out for validation: ``structure_hash(InChIKey-14) < fraction * 2**64``.
-
-    The split depends only on each structure's key, so it is structure-disjoint and stable when
-    records are added to the corpus.
-    """
-    blocks = ds.inchikey_blocks()
-    if not len(blocks):
-        return np.zeros(0, bool)
-    threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
-    return structure_hash(blocks) < threshold
-
-
-def init_from_decoder(model: ConditionalDecoder, src: str | Path, tokenizer) -> Path:
-    """Copy the weights of an earlier run's decoder into ``model`` (same configuration and tokenizer)."""
-    src = Path(src)
-    is_bundle = (src / "config.json").is_file() and (src / "decoder.safetensors").is_file()
-    found = src if (src / "decoder_config.json").is_file() or is_bundle else latest_checkpoint(src)
-    if found is None:
-        raise ConfigError(
-            f"`init_decoder` {src} is neither a decoder directory, a model bundle nor a run with checkpoints."
-        )
-    earlier, earlier_tokenizer = load_decoder(found)
-    if earlier.config != model.config:
-        raise ConfigError(
-            f"`init_decoder` {found} has another configuration ({earlier.config}) than this run ({model.config}); "
-            "use the same --preset/--dropout/--block-size."
-        )
-    if earlier_tokenizer.fingerprint() != tokenizer.fingerprint():
-        raise ConfigError(f"`init_decoder` {found} was trained with another tokenizer than this corpus's.")
-    model.load_state_dict(earlier.state_dict())
-    return found
-
-
-class TeacherForcing(nn.Module):
-    """The decoder as one forward (what DistributedDataParallel wraps): context encoding + decoding."""
-
-    def __init__(self, decoder: ConditionalDecoder):
-        super().__init__()
-        self.decoder = decoder
-
-    def forward(self, idx, fp_bits, fp_mask, formula):
-        ctx, ctx_mask = self.decoder.encode_context(fp_bits, fp_mask, formula)  # (B, L, C), (B, L)
-        logits, _ = self.decoder(idx, ctx, ctx_mask)  # (B, T, V)
-        return logits
-
-
-def to_device(batch: dict[str, torch.Tensor], config: DecoderConfig, device: torch.device) -> dict[str, torch.Tensor]:
-    """Cut a collated batch to what the model reads and move it to ``device``.
-
-    Sequences are cut to the longest one (at most ``block_size`` positions), the fingerprint to the
-    longest query (at most ``max_fp_tokens``): the rest is padding, which the model masks or the loss
-    ignores, so only time is saved.
-    """
-    T = min(max(1, int((batch["targets"] != IGNORE_INDEX).sum(1).max())), config.block_size)
-    n_fp = min(max(1, int(batch["fp_mask"].sum(1).max())), config.max_fp_tokens)
-    cut = {
-        "idx": batch["idx"][:, :T],
-        "targets": batch["targets"][:, :T],
-        "fp_bits": batch["fp_bits"][:, :n_fp],
-        "fp_mask": batch["fp_mask"][:, :n_fp],
-        "formula": batch["formula"],
-    }
-    return {k: v.to(device, non_blocking=True) for k, v in cut.items()}
-
-
-def split_by_length(batch: dict[str, torch.Tensor], max_tokens: int) -> list[dict[str, torch.Tensor]]:
-    """The rows of a collated batch, longest first, in pieces of at most ``max_tokens`` padded positions
-    (a longer row is a piece of its own); ``max_tokens`` 0 keeps the batch whole.
-
-    Every row still enters the same optimizer step, so the gradient is the batch's; the formula-grouped
-    batch composition is untouched, only the padding of mixed-length batches is saved.
-    """
-    if not max_tokens:
-        return [batch]
-    lengths = (batch["targets"] != IGNORE_INDEX).sum(1)
-    order = torch.sort(lengths, descending=True, stable=True).indices.tolist()
-    pieces, current = [], []
-    for row in order:
-        if current and (len(current) + 1) * int(lengths[current[0]]) > max_tokens:
-            pieces.append(current)
-            current = []
-        current.append(row)
-    pieces.append(current)
-    return [{k: v[rows] for k, v in batch.items()} for rows in pieces]
-
-
-def forward_backward(net: nn.Module, pieces: list[dict], n_tokens: float, world_size: int, amp) -> float:
-    """Accumulate the gradient of (summed token loss / ``n_tokens``) over ``pieces`` into ``.grad``.
-
-    ``n_tokens`` counts the target tokens of the whole global batch; DDP averages gradients over the
-    ranks, hence the factor ``world_size``. Under DDP only the last piece's backward all-reduces.
-    Returns the summed loss of the pieces.
-    """
-    loss_sum = 0.0
-    for i, b in enumerate(pieces):
-        sync = i == len(pieces) - 1 or not isinstance(net, nn.parallel.DistributedDataParallel)
-        with nullcontext() if sync else net.no_sync():
-            with amp():
-                logits = net(b["idx"], b["fp_bits"], b["fp_mask"], b["formula"])  # (B, T, V)
-            loss = F.cross_entropy(
-                logits.flatten(0, 1).float(), b["targets"].flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
-            )
-            (loss * (world_size / n_tokens)).backward()
-        loss_sum += loss.item()
-    return loss_sum
-
-
-class BatchStream:
-    """This rank's batches, epoch after epoch, resumable at (epoch, batches consumed in it)."""
-
-    def __init__(self, sampler: FormulaGroupedBatchSampler, epoch: int = 0, position: int = 0):
-        self.sampler, self.epoch, self.position = sampler, epoch, position
-        self._it: Iterator[list[int]] | None = None
-
-    def next(self) -> list[int]:
-        while True:
-            if self._it is None:
-                self.sampler.set_epoch(self.epoch)
-                self.sampler.skip(self.position)
-                self._it = iter(self.sampler)
-            batch = next(self._it, None)
-            if batch is not None:
-                self.position += 1
-                return batch
-            self.epoch, self.position, self._it = self.epoch + 1, 0, None
-
-    def state(self) -> dict:
-        return {**self.sampler.state_dict(), "epoch": self.epoch, "batches_done": self.position}
-
-
-class BudgetClock:
-    """The learning-rate schedule of a wall-clock budget: linear warm-up over ``warmup_steps`` steps, then
-    cosine decay over the share of the budget left when warm-up ended (see ``budget_minutes``)."""
-
-    def __init__(self, budget_s: float, used_s: float, warmup_steps: int):
-        self.budget_s, self.warmup_steps = budget_s, warmup_steps
-        self.start = time.monotonic() - used_s
-        self.warm_at: float | None = None if warmup_steps else 0.0
-
-    def used(self) -> float:
-        return time.monotonic() - self.start
-
-    def spent(self) -> bool:
-        return self.used() >= self.budget_s
-
-    def lr(self, step: int, *, lr: float, min_lr: float) -> float:
-        if step < self.warmup_steps:
-            return lr * (step + 1) / self.warmup_steps
-        if self.warm_at is None:  # the first decaying step (or the first after a resume past warm-up)
-            self.warm_at = self.used()
-        progress = min(1.0, (self.used() - self.warm_at) / max(self.budget_s - self.warm_at, 1e-9))
-        return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
-
-
-class StepBatches:
-    """The collated (and, in noise-aware runs, corrupted) batches of each optimizer step, in step order.
-
-    A step's batches are a pure function of the sampler's next index lists and the step number (the noise
-    generator is keyed by ``(seed, rank, step)``), so preparing them ahead in a thread (``prefetch`` > 0)
-    changes nothing but the time: while the device computes step s, the thread collates step s+1 (CUDA
-    waits release the GIL). Each item carries the sampler state after its draw, which is what a checkpoint
-    taken after that step must record.
-    """
-
-    def __init__(self, stream: BatchStream, ds: CorpusDataset, train_ids: np.ndarray, config: PretrainConfig,
-                 noise: FingerprintNoise | None, rank: int, first_step: int):
-        self.stream, self.ds, self.train_ids, self.config, self.noise, self.rank = stream, ds, train_ids, config, noise, rank
-        self.step = first_step
-        self._queue: queue.Queue | None = None
-        self._halt = threading.Event()
-        self._pool = None
-        self._thread: threading.Thread | None = None
-        if config.data_workers:
-            import multiprocessing
-            from collections import deque
-            from concurrent.futures import ProcessPoolExecutor
-
-            self._pool = ProcessPoolExecutor(
-                config.data_workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_open,
-                initargs=(str(ds.corpus_dir), config.noise_model if noise is not None else None),
-            )  # fmt: skip
-            self._pending: deque = deque()
-            self._next_submit = first_step
-            for _ in range(max(config.prefetch, 2 * config.data_workers)):
-                self._submit()
-        elif config.prefetch:
-            self._queue = queue.Queue(maxsize=config.prefetch)
-            self._thread = threading.Thread(target=self._fill, name="pretrain-prefetch", daemon=True)
-            self._thread.start()
-
-    def _submit(self) -> None:
-        ids, state = self._draw()
-        c = self.config
-        future = self._pool.submit(_worker_step, ids, self._next_submit, c.seed, self.rank, c.noise_fraction)
-        self._pending.append((future, state))
-        self._next_submit += 1
-
-    def _draw(self) -> tuple[list[np.ndarray], dict]:
-        """The next step's record indices (one array per micro-batch) and the sampler state after them."""
-        ids = [self.train_ids[self.stream.next()] for _ in range(self.config.grad_accum)]
-        return ids, self.stream.state()
-
-    def _make(self, step: int) -> tuple[list[dict], dict]:
-        ids, state = self._draw()
-        c = self.config
-        return prepare_step(self.ds, self.noise, ids, step, c.seed, self.rank, c.noise_fraction), state
-
-    def _fill(self) -> None:
-        step = self.step
-        while not self._halt.is_set():
-            try:
-                item = self._make(step)
-            except BaseException as e:  # handed to the trainer, which raises it
-                item = e
-            step += 1
-            while not self._halt.is_set():
-                try:
-                    self._queue.put(item, timeout=0.1)
-                    break
-                except queue.Full:  # the trainer is behind
-                    continue
-            if isinstance(item, BaseException):
-                return
-
-    def next(self) -> tuple[list[dict], dict]:
-        """``(batches, sampler state after them)`` of the next step."""
-        if self._pool is not None:
-            future, state = self._pending.popleft()
-            self._submit()
-            item = ([{k: torch.from_numpy(v) for k, v in b.items()} for b in future.result()], state)
-        elif self._queue is None:
-            item = self._make(self.step)
-        else:
-            item = self._queue.get()
-            if isinstance(item, BaseException):
-                raise item
-        self.step += 1
-        return item
-
-    def close(self) -> None:
-        """Stop preparing steps; the prefetch thread is joined (it ends after the step it is making), so no
-        thread is left inside torch or numpy when the interpreter exits."""
-        self._halt.set()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._thread is not None:
-            self._thread.join()
-
-
-def prepare_step(ds: CorpusDataset, noise: FingerprintNoise | None, ids: list[np.ndarray], step: int, seed: int,
-                 rank: int, noise_fraction: float) -> list[dict]:
-    """The collated batches of one step; in noise-aware runs a share of their rows condition on simulated
-    queries drawn from a generator of ``(seed, rank, step)``, so a resumed run draws the same queries."""
-    batches = [ds.collate(i) for i in ids]
-    if noise is not None:
-        noise_rng = np.random.default_rng([seed, rank, step, NOISE_STREAM])
-        batches = [noise.corrupt_batch(b, noise_fraction, noise_rng) for b in batches]
-    return batches
-
-
-_WORKER: dict = {}  # a data worker's corpus and noise model (see StepBatches, data_workers)
-
-
-def _worker_open(corpus_dir: str, noise_path: str | None) -> None:
-    torch.set_num_threads(1)
-    _WORKER["ds"] = CorpusDataset(corpus_dir)
-    _WORKER["noise"] = FingerprintNoise.load(noise_path) if noise_path else None
-
-
-def _worker_step(ids: list[np.ndarray], step: int, seed: int, rank: int, noise_fraction: float) -> list[dict]:
-    batches = prepare_step(_WORKER["ds"], _WORKER["noise"], ids, step, seed, rank, noise_fraction)
-    return [{k: v.numpy() for k, v in b.items()} for b in batches]
-
-
-@dataclass
-class DistEnv:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    device: torch.device = torch.device("cpu")
-    owns_group: bool = False
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    def all_reduce_sum(self, values: list[float]) -> list[float]:
-        """Sum over ranks (float64 on the wire: token counts stay exact)."""
-        if self.world_size == 1:
-            return values
-        t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
-        return t.tolist()
-
-
-def init_distributed(device: str) -> DistEnv:
-    """Rank, world size and device from the environment torchrun / accelerate set; starts the group."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    if use_cuda and not torch.cuda.is_available():
-        raise ConfigError("`device` cuda was asked for, but CUDA is not available here; use --device cpu.")
-    if use_cuda:
-        torch.cuda.set_device(local_rank)
-    dev = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
-    env = DistEnv(rank, world_size, local_rank, dev)
-    if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo", init_method="env://")
-        env.owns_group = True
-    return env
+from training.decoder.pretrain_config import (
+    CheckpointSaved,
+    Event,
+    Finished,
+    PretrainConfig,
+    RESUMABLE_CHANGES,
+    Started,
+    StepDone,
+    Validated,
+)
+from training.decoder.pretrain_steps import (
+    BatchStream,
+    BudgetClock,
+    DistEnv,
+    NOISE_STREAM,
+    StepBatches,
+    TeacherForcing,
+    forward_backward,
+    init_distributed,
+    init_from_decoder,
+    param_groups,
+    split_by_length,
+    to_device,
+    validation_mask,
+)
+from training.decoder.pretrain_steps import (  # noqa: F401  (re-exported)
+    _WORKER,
+    _worker_open,
+    _worker_step,
+    prepare_step,
+    structure_hash,
+)
 
 
 # -----------------------------------------------------------------------------------------------

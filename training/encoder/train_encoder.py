@@ -49,593 +49,77 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
-import os
 import sys
 import threading
 import time
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from torch.optim.swa_utils import AveragedModel
 
-from engine.errors import ConfigError, InputFileError, MsgptError
-from engine.model.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder, fold_bits
-from engine.spectra.annotate import get_ion_type
+from engine.errors import ConfigError, InputFileError
+from engine.model.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder
 
-from training.core.checkpoint import atomic_folder, complete_folder, module_weights, write_json_atomic
-from training.encoder.forward import load_simulated
-from training.core.loop import TrainingConfig, int_at_least, lr_at, stop_on_signals, torch_threads
-from training.core.metrics import bit_metrics, density_matched_threshold, mean_tanimoto
+from training.core.checkpoint import write_json_atomic
+from training.core.loop import lr_at, stop_on_signals, torch_threads
 from training.data.spectra import (
-    DEFAULT_ADDUCTS,
     SHIPPABLE_LICENSES,
     CacheHit,
-    FeatureSettings,
     LabelledSpectra,
     ReadProgress,
     describe_selection,
-    iter_load_labelled_spectra,
-    structure_folds,
 )
-from training.encoder.substructures import FragmentLabels, LabelProgress, SubstructureSettings, concatenate_labels, fragment_labels
+from training.encoder.substructures import FragmentLabels, LabelProgress
+from training.encoder.encoder_config import (
+    CheckpointSaved,
+    DataReady,
+    EncoderTrainConfig,
+    Evaluated,
+    Event,
+    Resumed,
+    SELECT_METRICS,
+    StepDone,
+    TrainingFinished,
+    TrainingStopped,
+)
+from training.encoder.encoder_config import _RESUMABLE_CHANGES  # noqa: F401  (re-exported)
+from training.encoder.encoder_steps import (
+    _better,
+    _check_resumable,
+    _load_data,
+    augment_batch,
+    evaluate,
+    length_grouped_batches,
+    levels_loss,
+    load_checkpoint,
+    load_weights,
+    make_ema,
+    make_optimizer,
+    predict_posteriors,
+    save_checkpoint,
+    save_weights,
+    split_simulated,
+    substructure_loss,
+)
+from training.encoder.encoder_steps import (  # noqa: F401  (re-exported)
+    CHECKPOINT_FORMAT_VERSION,
+    TrainingSplit,
+    _optimizer_from_files,
+    _optimizer_to_files,
+    add_simulated,
+    encoder_loss,
+    simulated_summary,
+    training_split,
+)
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_FORMAT_VERSION = 1
-SELECT_METRICS = {"ap_micro": "max", "auroc_micro": "max", "tanimoto": "max", "tanimoto_density": "max", "bce": "min"}
-# Fields that may differ between a run and its resumption (they do not change what is computed).
-_RESUMABLE_CHANGES = frozenset(
-    {"resume", "max_minutes", "max_steps", "checkpoint_minutes", "checkpoint_every_steps", "cache_dir", "threads"}
-)
-
-
-@dataclass
-class EncoderTrainConfig(TrainingConfig):
-    mgf: str = field(metadata={"help": "Labelled MGF (FOLD, LICENSE, SMILES, FORMULA per record)."})
-    out_dir: str = field(metadata={"help": "Output directory (created; holds checkpoints too)."})
-    preset: str = field(default="small", metadata={"help": "Encoder preset of engine.model.encoder.ENCODER_PRESETS."})
-    encoder: dict = field(default_factory=dict, metadata={"help": "EncoderConfig fields overriding the preset."})
-    licenses: tuple[str, ...] | None = field(
-        default=SHIPPABLE_LICENSES, metadata={"help": "LICENSE values to train on; None = all."}
-    )
-    exclude_unit_resolution: bool = field(default=True, metadata={"help": "Drop QQ / ion-trap spectra."})
-    adducts: tuple[str, ...] = field(
-        default=DEFAULT_ADDUCTS, metadata={"help": "Precursor ion types to train on, e.g. [M+H]+ [M+Na]+ [M-H]-."}
-    )
-    precursor_tol_ppm: float = field(default=10.0, metadata={"help": "Precursor check when reading (ppm)."})
-    precursor_tol_da: float = field(default=0.01, metadata={"help": "Precursor check floor (Da)."})
-    min_annotated_peaks: int = field(default=0, metadata={"help": "Drop spectra with fewer annotated peaks."})
-    train_folds: tuple[str, ...] = field(default=("train",), metadata={"help": "FOLD values to train on."})
-    val_folds: tuple[str, ...] = field(default=("val",), metadata={"help": "FOLD values for early stopping."})
-    max_train_spectra: int | None = field(default=None, metadata={"help": "Random subset for quick runs."})
-    cv_folds: int | None = field(
-        default=None, metadata={"help": "Split the training structures into this many folds (cross-fitting)."}
-    )
-    cv_fold: int | None = field(
-        default=None, metadata={"help": "With cv_folds: the fold (0-based) whose structures are left out of training."}
-    )
-    cv_seed: int = field(default=0, metadata={"help": "Seed of the structure-to-fold assignment (cv_folds)."})
-    batch_size: int = field(default=64, metadata={"help": "Spectra per batch."})
-    bucket_batches: int = field(default=50, metadata={"help": "Batches per length bucket (sorted by tokens)."})
-    lr: float = field(default=5e-4, metadata={"help": "Peak learning rate of AdamW."})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (matrices only)."})
-    warmup_steps: int = field(default=300, metadata={"help": "Linear warm-up steps."})
-    min_lr_ratio: float = field(default=0.05, metadata={"help": "Final learning rate of the cosine, relative to lr."})
-    epochs: int = field(default=30, metadata={"help": "Epochs: the cosine horizon and the maximum."})
-    stop_after_epochs: int | None = field(
-        default=None, metadata={"help": "Stop after this many epochs (the cosine still spans `epochs`); None = epochs."}
-    )
-    grad_clip: float = field(default=1.0, metadata={"help": "Gradient norm clip; 0 = off."})
-    bce_weight: float = field(default=1.0, metadata={"help": "Weight of the per-bit BCE loss term."})
-    cosine_weight: float = field(default=0.0, metadata={"help": "Weight of the cosine-similarity loss term."})
-    level_loss_weight: float = field(
-        default=0.5, metadata={"help": "Growing head (encoder grow_levels): weight of the mean loss of the folded levels."}
-    )
-    ema_decay: float | None = field(
-        default=None, metadata={"help": "Keep an exponential moving average of the weights (e.g. 0.995); it is what is "
-                                        "evaluated, selected and saved. None = off."}
-    )
-    peak_dropout: float = field(
-        default=0.0, metadata={"help": "Augmentation: probability of hiding each peak token of a training spectrum."}
-    )
-    intensity_noise: float = field(
-        default=0.0, metadata={"help": "Augmentation: sigma of log-normal noise on peak intensities (renormalised)."}
-    )
-    substructure_weight: float = field(
-        default=0.0,
-        metadata={"help": "Weight of MIST's substructure task: each labelled peak token predicts its fragment's "
-                          "fingerprint (training.encoder.substructures; needs encoder fragment_bits > 0). 0 = off."},
-    )
-    substructure_max_breaks: int = field(
-        default=3, metadata={"help": "Substructure task: bond cuts of the fragments peaks are matched to (1-3)."}
-    )
-    simulated: str | None = field(
-        default=None,
-        metadata={"help": "Simulated spectra (.npz of `python -m training.encoder.forward simulate`) added to the training "
-                          "spectra, with their substructure labels; their structures must not be in the val folds."},
-    )
-    select_metric: str = field(
-        default="ap_micro", metadata={"help": f"Validation metric for early stopping: {', '.join(SELECT_METRICS)}."}
-    )
-    patience: int = field(default=4, metadata={"help": "Evaluations without improvement before stopping."})
-    max_minutes: float | None = field(default=None, metadata={"help": "Training time budget (all sessions)."})
-    max_steps: int | None = field(default=None, metadata={"help": "Stop after this many steps (tests, probes)."})
-    checkpoint_minutes: float = field(default=5.0, metadata={"help": "Minutes between checkpoints."})
-    checkpoint_every_steps: int | None = field(default=None, metadata={"help": "Also checkpoint every N steps."})
-    eval_batch_size: int = field(default=256, metadata={"help": "Spectra per batch when predicting."})
-    seed: int = field(default=0, metadata={"help": "Seed of initialisation, data order and dropout."})
-    threads: int = field(default=1, metadata={"help": "torch CPU threads (one is fastest for this model)."})
-    cache_dir: str | None = field(default=None, metadata={"help": "Labelled-spectra cache folder."})
-    resume: bool = field(default=False, metadata={"help": "Continue from out_dir/checkpoint."})
-
-    def __post_init__(self) -> None:
-        if self.preset not in ENCODER_PRESETS:
-            raise ConfigError(f"`preset` {self.preset!r} is unknown; choose one of {', '.join(ENCODER_PRESETS)}.")
-        self.licenses = None if self.licenses is None else tuple(self.licenses)
-        self.train_folds, self.val_folds = tuple(self.train_folds), tuple(self.val_folds)
-        try:
-            self.adducts = tuple(dict.fromkeys(get_ion_type(a).name for a in self.adducts))
-        except MsgptError as e:
-            raise ConfigError(f"`adducts` {list(self.adducts)!r}: {e}") from e
-        if not self.adducts:
-            raise ConfigError("`adducts` is empty; give at least one ion type, e.g. [M+H]+.")
-        self.encoder = dict(self.encoder)
-        self.require(("batch_size", "bucket_batches", "epochs", "patience", "eval_batch_size", "threads"),
-                     int_at_least(1), "a positive integer")
-        if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and self.weight_decay >= 0 and self.grad_clip >= 0):
-            raise ConfigError(
-                f"`lr` must be > 0, `min_lr_ratio` in [0, 1], `weight_decay` and `grad_clip` >= 0; got {self.lr}, "
-                f"{self.min_lr_ratio}, {self.weight_decay}, {self.grad_clip}."
-            )
-        if min(self.warmup_steps, self.bce_weight, self.cosine_weight, self.level_loss_weight,
-               self.intensity_noise, self.min_annotated_peaks) < 0:  # fmt: skip
-            raise ConfigError(
-                "`warmup_steps`, `bce_weight`, `cosine_weight`, `level_loss_weight`, `intensity_noise` and "
-                "`min_annotated_peaks` must be >= 0."
-            )
-        if not (self.substructure_weight >= 0 and self.substructure_max_breaks in (1, 2, 3)):
-            raise ConfigError(f"`substructure_weight` must be >= 0 and `substructure_max_breaks` 1, 2 or 3; got "
-                              f"{self.substructure_weight!r} and {self.substructure_max_breaks!r}.")
-        if self.substructure_weight and not self.encoder_config().fragment_bits:
-            raise ConfigError("`substructure_weight` > 0 needs a fragment head: set encoder fragment_bits (e.g. 512; "
-                              "--fragment-bits on the command line).")
-        if self.bce_weight == 0 and self.cosine_weight == 0:
-            raise ConfigError("`bce_weight` and `cosine_weight` are both 0: there is nothing to train; set one > 0.")
-        if not 0 <= self.peak_dropout < 1:
-            raise ConfigError(f"`peak_dropout` must be in [0, 1), got {self.peak_dropout!r}.")
-        if self.ema_decay is not None and not 0 < self.ema_decay < 1:
-            raise ConfigError(f"`ema_decay` must be in (0, 1) (typically 0.99-0.999) or None, got {self.ema_decay!r}.")
-        if self.select_metric not in SELECT_METRICS:
-            raise ConfigError(
-                f"`select_metric` {self.select_metric!r} is unknown; choose one of {', '.join(SELECT_METRICS)}."
-            )
-        self.require(("max_minutes", "max_steps", "checkpoint_every_steps", "max_train_spectra", "stop_after_epochs"),
-                     lambda v: v is None or v > 0, "positive or None")
-        if self.stop_after_epochs is not None and self.stop_after_epochs > self.epochs:
-            raise ConfigError(
-                f"`stop_after_epochs` ({self.stop_after_epochs}) must not exceed `epochs` ({self.epochs})."
-            )
-        if (self.cv_folds is None) != (self.cv_fold is None):
-            raise ConfigError("`cv_folds` and `cv_fold` go together: give both (cross-fitting) or neither.")
-        if self.cv_folds is not None and not (
-            isinstance(self.cv_folds, int) and self.cv_folds >= 2 and isinstance(self.cv_fold, int)
-            and 0 <= self.cv_fold < self.cv_folds
-        ):  # fmt: skip
-            raise ConfigError(
-                f"`cv_folds` must be an integer >= 2 and `cv_fold` one of 0..cv_folds-1, got {self.cv_folds!r} "
-                f"and {self.cv_fold!r}."
-            )
-        self.encoder_config()  # fail now on bad encoder overrides
-
-    def encoder_config(self) -> EncoderConfig:
-        return EncoderConfig.from_preset(self.preset, **self.encoder)
-
-    def feature_settings(self) -> FeatureSettings:
-        return FeatureSettings.for_encoder(
-            self.encoder_config(), precursor_tol_ppm=self.precursor_tol_ppm, precursor_tol_da=self.precursor_tol_da,
-            adducts=self.adducts,
-        )
-
-
-# ----------------------------------------------------------------------------------------------
-# Progress events
-
-
-@dataclass(frozen=True)
-class DataReady:
-    n_train: int
-    n_val: int
-    steps_per_epoch: int
-    train: dict
-    val: dict
-
-
-@dataclass(frozen=True)
-class Resumed:
-    step: int
-    epoch: int
-    batch: int
-
-
-@dataclass(frozen=True)
-class StepDone:
-    step: int  # steps done in all, this one included
-    epoch: int  # 0-based
-    batch: int  # batches done in this epoch
-    n_batches: int
-    loss: float
-    lr: float
-    spectra_per_s: float  # training throughput of this session so far
-
-
-@dataclass(frozen=True)
-class Evaluated:
-    step: int
-    epoch: int
-    metrics: dict
-    improved: bool
-    best: float
-
-
-@dataclass(frozen=True)
-class CheckpointSaved:
-    step: int
-    path: str
-
-
-@dataclass(frozen=True)
-class TrainingStopped:
-    """Stopped on request; the checkpoint lets ``resume`` continue."""
-
-    step: int
-    checkpoint: str
-
-
-@dataclass(frozen=True)
-class TrainingFinished:
-    reason: str  # "early_stopping", "epochs", "time_limit", "max_steps"
-    out_dir: str
-    metrics: dict  # validation metrics of the kept weights
-
-
-Event = (
-    ReadProgress | CacheHit | DataReady | Resumed | StepDone | Evaluated | CheckpointSaved | TrainingStopped
-    | TrainingFinished
-)
-
-
-# ----------------------------------------------------------------------------------------------
-# Pieces
-
-
-def length_grouped_batches(
-    n_tokens: np.ndarray, batch_size: int, *, seed: int, epoch: int, bucket_batches: int = 50
-) -> list[np.ndarray]:
-    """One epoch of batches of similar token counts (indices into ``n_tokens``).
-
-    The records are shuffled (``default_rng([seed, epoch])``), cut into buckets of
-    ``bucket_batches * batch_size``, each bucket is sorted by token count and cut into batches, and the
-    batch order is shuffled. Random batches would be padded to the longest of 64 spectra, nearly always
-    the 61-token maximum (the median spectrum has ~16); sorted buckets pad little and the pairwise
-    attention bias costs ``P^2``. Every record is in exactly one batch (the last of a bucket may be short).
-    """
-    rng = np.random.default_rng([seed, epoch])
-    perm = rng.permutation(len(n_tokens))
-    size = batch_size * bucket_batches
-    batches: list[np.ndarray] = []
-    for start in range(0, len(perm), size):
-        bucket = perm[start : start + size]
-        bucket = bucket[np.argsort(n_tokens[bucket], kind="stable")]
-        batches.extend(bucket[i : i + batch_size] for i in range(0, len(bucket), batch_size))
-    return [batches[i] for i in rng.permutation(len(batches))]
-
-
-def encoder_loss(
-    logits: torch.Tensor, targets: torch.Tensor, cosine_weight: float = 0.0, bce_weight: float = 1.0
-) -> torch.Tensor:
-    """``bce_weight`` * mean BCE over bits + ``cosine_weight`` * mean ``1 - cos(sigmoid(logits), targets)``.
-
-    The cosine term (used by the structure-disjoint re-tuning of MIST) rewards getting a spectrum's set
-    of bits right as a whole rather than each bit's marginal.
-    """
-    loss = logits.new_zeros(())
-    if bce_weight:
-        loss = loss + bce_weight * F.binary_cross_entropy_with_logits(logits, targets)  # (B, bits) -> scalar
-    if cosine_weight:
-        cos = F.cosine_similarity(torch.sigmoid(logits), targets, dim=-1)  # (B,)
-        loss = loss + cosine_weight * (1.0 - cos).mean()
-    return loss
-
-
-def levels_loss(levels: Sequence[torch.Tensor], targets: torch.Tensor, config: EncoderTrainConfig) -> torch.Tensor:
-    """:func:`encoder_loss` of the full fingerprint (the last level) plus ``level_loss_weight`` times the mean
-    loss of the folded levels of the growing head, each against the targets folded to its length."""
-    loss = encoder_loss(levels[-1], targets, config.cosine_weight, config.bce_weight)
-    if len(levels) > 1 and config.level_loss_weight:
-        coarse = [encoder_loss(lv, fold_bits(targets, lv.shape[-1]), config.cosine_weight, config.bce_weight)
-                  for lv in levels[:-1]]  # fmt: skip
-        loss = loss + config.level_loss_weight * torch.stack(coarse).mean()
-    return loss
-
-
-def augment_batch(
-    batch: dict[str, torch.Tensor], generator: torch.Generator, *, peak_dropout: float = 0.0,
-    intensity_noise: float = 0.0,
-) -> dict[str, torch.Tensor]:
-    """A perturbed copy of a training batch (the root token is never touched).
-
-    ``peak_dropout``: each peak token is hidden (masked) with this probability, as if the peak had been
-    below the noise level. ``intensity_noise``: peak intensities (``sqrt`` of relative intensity) are
-    multiplied by ``exp(sigma * N(0, 1))`` and divided again by the spectrum's largest peak.
-    """
-    out = dict(batch)
-    mask = batch["mask"]  # (B, P)
-    peaks = mask.clone()
-    peaks[:, 0] = False  # (B, P) real peak tokens
-    if peak_dropout:
-        keep = torch.rand(mask.shape, generator=generator) >= peak_dropout  # (B, P)
-        out["mask"] = mask & (keep | ~peaks)
-    if intensity_noise:
-        noisy = batch["intensities"] * torch.exp(intensity_noise * torch.randn(mask.shape, generator=generator))
-        noisy = torch.where(peaks, noisy, torch.zeros_like(noisy))  # (B, P)
-        top = noisy.amax(dim=1, keepdim=True).clamp_min(1e-12)  # (B, 1)
-        out["intensities"] = torch.where(peaks, noisy / top, batch["intensities"])
-    return out
-
-
-def make_optimizer(model: torch.nn.Module, config: EncoderTrainConfig) -> torch.optim.AdamW:
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999))
-
-
-@torch.no_grad()
-def predict_posteriors(model: SpectrumEncoder, data: LabelledSpectra, batch_size: int = 256) -> np.ndarray:
-    """Posteriors ``float32 (len(data), fp_bits)`` in eval mode (batches sorted by length, rows in data order)."""
-    was_training = model.training
-    model.eval()
-    out = np.zeros((len(data), model.config.fp_bits), dtype=np.float32)
-    order = np.argsort(data.n_tokens, kind="stable")
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        batch, _ = data.batch(idx)
-        out[idx] = model.predict_proba(batch).numpy()
-    model.train(was_training)
-    return out
-
-
-def evaluate(posteriors: np.ndarray, data: LabelledSpectra, *, macro: bool = False) -> dict[str, float]:
-    """Validation metrics: :func:`training.core.metrics.bit_metrics` at 0.5, ``bce``, and ``tanimoto_density``,
-    the mean Tanimoto at the global threshold that gives as many bits as the truth has (κ = 1 measured on
-    these spectra: comparable between losses that shift the posterior, such as the cosine term)."""
-    targets = data.targets(np.arange(len(data)))
-    p = np.clip(posteriors.astype(np.float64), 1e-7, 1 - 1e-7)
-    bce = float(-(targets * np.log(p) + (1 - targets) * np.log1p(-p)).mean())
-    t_density = density_matched_threshold(posteriors, float(data.n_true_bits.mean()))
-    return {
-        "bce": bce,
-        **bit_metrics(posteriors, targets, 0.5, macro=macro),
-        "tanimoto_density": mean_tanimoto(posteriors, targets, t_density),
-        "threshold_density": t_density,
-    }
-
-
-def _better(value: float, best: float | None, mode: str) -> bool:
-    if best is None or math.isnan(best):
-        return not math.isnan(value)
-    return value > best if mode == "max" else value < best
-
-
-# ----------------------------------------------------------------------------------------------
-# Checkpoints (safetensors + JSON, no pickle)
-
-
-def save_weights(model: torch.nn.Module, path: Path) -> None:
-    from safetensors.torch import save_file
-
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(module_weights(model), str(tmp))
-    os.replace(tmp, path)
-
-
-def load_weights(model: torch.nn.Module, path: Path) -> None:
-    from safetensors.torch import load_file
-
-    model.load_state_dict(load_file(str(path)))
-
-
-def _optimizer_to_files(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
-    sd = optimizer.state_dict()
-    tensors = {
-        f"state.{index}.{name}": value.detach().cpu().contiguous().clone()
-        for index, entry in sd["state"].items()
-        for name, value in entry.items()
-    }
-    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in sd["param_groups"]]
-    return tensors, {"param_groups": groups}
-
-
-def _optimizer_from_files(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in tensors.items():
-        _, index, name = key.split(".", 2)
-        state.setdefault(int(index), {})[name] = value
-    groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
-
-
-def make_ema(model: torch.nn.Module, decay: float | None) -> AveragedModel | None:
-    """An exponential moving average of ``model``'s weights (torch's ``AveragedModel``), or None."""
-    if decay is None:
-        return None
-    return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True)
-
-
-def save_checkpoint(out_dir: Path, model, optimizer, state: dict, ema: AveragedModel | None = None) -> Path:
-    """Write ``out_dir/checkpoint`` atomically (a new folder renamed into place)."""
-    from safetensors.torch import save_file
-
-    with atomic_folder(out_dir / "checkpoint") as tmp:
-        save_file(module_weights(model), str(tmp / "model.safetensors"))
-        if ema is not None:
-            save_file({**module_weights(ema.module), "n_averaged": ema.n_averaged.detach().clone()},
-                      str(tmp / "ema.safetensors"))  # fmt: skip
-        opt_tensors, opt_meta = _optimizer_to_files(optimizer)
-        save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
-        save_file({"torch_cpu": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
-        doc = {"format_version": CHECKPOINT_FORMAT_VERSION, **state, "optimizer": opt_meta}
-        (tmp / "state.json").write_text(json.dumps(doc, indent=1) + "\n")
-    return out_dir / "checkpoint"
-
-
-def load_checkpoint(out_dir: Path, model, optimizer, ema: AveragedModel | None = None) -> dict:
-    from safetensors.torch import load_file
-
-    folder = complete_folder(out_dir / "checkpoint", "state.json")  # or checkpoint.old after a crash in the swap
-    if folder is None:
-        raise ConfigError(f"Cannot resume: {out_dir} has no checkpoint/state.json; start without --resume.")
-    doc = json.loads((folder / "state.json").read_text())
-    if doc.get("format_version") != CHECKPOINT_FORMAT_VERSION:
-        raise ConfigError(f"Cannot resume: checkpoint format {doc.get('format_version')!r} is not supported.")
-    model.load_state_dict(load_file(str(folder / "model.safetensors")))
-    if ema is not None:
-        averaged = load_file(str(folder / "ema.safetensors"))
-        ema.n_averaged.copy_(averaged.pop("n_averaged"))
-        ema.module.load_state_dict(averaged)
-    _optimizer_from_files(optimizer, load_file(str(folder / "optimizer.safetensors")), doc.pop("optimizer"))
-    torch.set_rng_state(load_file(str(folder / "rng.safetensors"))["torch_cpu"])
-    return doc
-
-
-def _check_resumable(saved: dict, config: EncoderTrainConfig) -> None:
-    now = config.to_dict()
-    # a field added since the run started counts as its default (e.g. cv_seed in an older train_config.json)
-    defaults = {f.name: f.default for f in fields(EncoderTrainConfig) if f.default is not MISSING}
-    saved = {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in defaults.items()}, **saved}
-    changed = sorted(k for k in set(saved) | set(now) if k not in _RESUMABLE_CHANGES and saved.get(k) != now.get(k))
-    if changed:
-        raise ConfigError(
-            f"Cannot resume: the settings {', '.join(f'`{k}`' for k in changed)} differ from the checkpoint's "
-            f"train_config.json; use the same settings (only {', '.join(sorted(_RESUMABLE_CHANGES))} may change) "
-            f"or start a new output directory."
-        )
 
 
 # ----------------------------------------------------------------------------------------------
 # Training
-
-
-@dataclass(frozen=True, eq=False)
-class TrainingSplit:
-    """What a run trains and validates on (:func:`training_split`)."""
-
-    train: LabelledSpectra
-    val: LabelledSpectra
-    held_out: LabelledSpectra | None  # cross-fitting: the left-out fold's spectra (None without cv_folds)
-
-
-def training_split(config: EncoderTrainConfig, data: LabelledSpectra) -> TrainingSplit:
-    """The training and validation spectra of ``config`` in ``data`` (all usable records of the file).
-
-    Training: ``train_folds`` with the licence and instrument rules; with ``cv_folds`` the spectra of
-    fold ``cv_fold``'s structures are removed (``held_out``), the folds being assigned over that whole
-    selection; then ``max_train_spectra`` draws a seeded subset. Validation: ``val_folds``, same rules.
-    """
-    pick = dict(licenses=config.licenses, exclude_unit_resolution=config.exclude_unit_resolution)
-    train = data.select(config.train_folds, **pick)
-    val = data.select(config.val_folds, **pick) if config.val_folds else data.subset(np.zeros(0, dtype=np.int64))
-    held_out = None
-    if config.cv_folds is not None and len(train):
-        folds = structure_folds(train.inchikey14, config.cv_folds, config.cv_seed)
-        held_out = train.subset(np.flatnonzero(folds == config.cv_fold))
-        train = train.subset(np.flatnonzero(folds != config.cv_fold))
-    if config.max_train_spectra is not None and config.max_train_spectra < len(train):
-        rng = np.random.default_rng([config.seed, 2**31 - 1])
-        train = train.subset(np.sort(rng.choice(len(train), config.max_train_spectra, replace=False)))
-    if len(train) == 0:
-        raise ConfigError(
-            f"No training spectra in {config.mgf} with FOLD in {list(config.train_folds)} and LICENSE in "
-            f"{config.licenses}; check `train_folds` / `licenses` (records kept: {data.report.get('kept')})."
-        )
-    return TrainingSplit(train, val, held_out)
-
-
-def _load_data(config: EncoderTrainConfig) -> Iterator[Event]:
-    data = yield from iter_load_labelled_spectra(
-        config.mgf, config.feature_settings(), cache_dir=config.cache_dir,
-        min_annotated_peaks=config.min_annotated_peaks,
-    )  # fmt: skip
-    split = training_split(config, data)
-    labels = None
-    if config.substructure_weight:
-        settings = SubstructureSettings(n_bits=config.encoder_config().fragment_bits,
-                                        max_breaks=config.substructure_max_breaks)  # fmt: skip
-        labels = yield from fragment_labels(split.train, config.mgf, settings, cache_dir=config.cache_dir)
-    train = split.train
-    if config.simulated:
-        train, labels = add_simulated(config, train, split.val, labels)
-    return data, train, split.val, split.held_out, labels
-
-
-def add_simulated(config: EncoderTrainConfig, train: LabelledSpectra, val: LabelledSpectra,
-                  labels: FragmentLabels | None) -> tuple[LabelledSpectra, FragmentLabels | None]:  # fmt: skip
-    """``train`` followed by the simulated spectra of ``config.simulated`` in the run's adducts (and ``labels``
-    followed by theirs). Refuses simulated structures that are validation structures."""
-    sim, sim_labels = load_simulated(config.simulated)
-    leaked = sorted(set(sim.inchikey14.tolist()) & set(val.inchikey14.tolist()))
-    if leaked:
-        raise ConfigError(f"{config.simulated} simulates {len(leaked)} validation structures (e.g. {leaked[0]}); "
-                          f"simulate again with --mgf naming this run's file, which excludes them.")  # fmt: skip
-    keep = np.flatnonzero(np.isin(sim.adduct, list(config.adducts)))
-    if len(keep) == 0:
-        raise ConfigError(f"{config.simulated} holds no spectrum of the run's adducts {list(config.adducts)} (it has "
-                          f"{sorted(set(sim.adduct.tolist()))}); add one of those to `adducts`.")  # fmt: skip
-    if labels is not None:
-        if sim_labels.n_bits != labels.n_bits:
-            raise ConfigError(f"{config.simulated} labels fragments with {sim_labels.n_bits} bits, the encoder's "
-                              f"fragment head has {labels.n_bits}; simulate with a forward model of n_bits "
-                              f"{labels.n_bits}.")  # fmt: skip
-        tokens = np.concatenate([np.arange(sim.token_offsets[i], sim.token_offsets[i + 1]) for i in keep])
-        sim_labels = FragmentLabels(sim_labels.token_label[tokens], sim_labels.table_offsets, sim_labels.table_bits,
-                                    sim_labels.n_bits, sim_labels.summary)  # fmt: skip
-        labels = concatenate_labels([labels, sim_labels])
-    sim = sim.subset(keep)
-    report = {**train.report, "simulated": simulated_summary(config.simulated, sim, train.inchikey14)}
-    return LabelledSpectra.concatenate([train, sim], report=report), labels
-
-
-def simulated_summary(path: str | Path, sim: LabelledSpectra, train_keys: np.ndarray) -> dict:
-    """What metrics.json (and so the model card) says of the simulated spectra a run trained on: the file, the
-    counts of the part used, how many of their structures also have measured training spectra (``train_keys``,
-    first InChIKey blocks), and the forward model and molecule sources they were simulated with."""
-    settings = sim.report.get("simulated", {})
-    keys = set(sim.inchikey14.tolist())
-    return {"file": str(path), **describe_selection(sim), "measured_structures": len(keys & set(train_keys.tolist())),
-            **{k: settings[k] for k in ("model", "molecules", "sources", "noise", "seed", "control") if k in settings}}
-
-
-def split_simulated(train: LabelledSpectra) -> tuple[LabelledSpectra, dict | None]:
-    """The measured spectra of a training set built by :func:`add_simulated` (which appends the simulated ones)
-    and the summary of those simulated spectra (None without any)."""
-    sim = train.report.get("simulated")
-    if not sim:
-        return train, None
-    return train.subset(np.arange(len(train) - sim["spectra"])), sim
-
-
-def substructure_loss(fragment_logits: torch.Tensor, targets: torch.Tensor, labelled: torch.Tensor) -> torch.Tensor:
-    """Mean BCE of the labelled tokens' fragment logits (B, P, bits) against their fragments' fingerprints;
-    0 when no token of the batch is labelled."""
-    if not bool(labelled.any()):
-        return fragment_logits.sum() * 0.0  # keeps the graph (and DDP-style hooks) intact
-    return F.binary_cross_entropy_with_logits(fragment_logits[labelled], targets[labelled])
 
 
 def train_encoder(config: EncoderTrainConfig, stop: threading.Event | None = None) -> Iterator[Event]:

@@ -54,14 +54,13 @@ import json
 import platform
 import random
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from training.studies.retrieval import TRACKS, Pool, ci95
+from training.studies.retrieval import TRACKS, Pool
 from training.studies.retrieval_forward import (
     ALONE,
     SETS,
@@ -75,213 +74,25 @@ from training.studies.retrieval_forward import (
     with_forward,
 )
 from training.studies.retrieval_scorer import pool_spectra
+from training.studies.analog_scores import (
+    KS,
+    analog_scores,
+    choose,
+    choose_fragment,
+    complete_scores,
+    fingerprint,
+    fragment_grid,
+    hits_table,
+    mean_hit1,
+    missing,
+    paired,
+    pool_hits,
+    suspect_scores,
+)
+from training.studies.analog_scores import _best, _bits, hit_at  # noqa: F401  (re-exported)
 
 HITS = (5, 10, 20, 30)
 WEIGHTS = (0.0, 80.0, 160.0, 320.0, 640.0, 1280.0, 2560.0, 5120.0)
-KS = (1, 5, 20)
-
-
-# -- the hits and the analog score ------------------------------------------------------------------------
-def pool_hits(libraries: Sequence, records: dict, spectra: dict, n: int, path: Path
-              ) -> tuple[dict[str, list[dict]], float]:
-    """Per pool, its first ``n`` analog hits without its own true structure (``{"s": similarity, "smiles",
-    "accession"}``), and the seconds one search took; cached in ``path`` (recomputed when it holds fewer hits
-    than asked, other pools or other libraries)."""
-    from engine.chem import molecules as chem
-    from engine.elucidation.libraries import search_analogs
-
-    names = [f"{lib.name} {lib.checksum}" for lib in libraries]
-    if path.is_file():
-        cached = json.loads(path.read_text(encoding="utf-8"))
-        if cached.get("n", 0) >= n and set(records) <= set(cached["hits"]) and cached.get("libraries") == names:
-            return {k: v[:n] for k, v in cached["hits"].items()}, cached["seconds_per_spectrum"]
-    out = {}
-    t0 = time.perf_counter()
-    for i, (key, rec) in enumerate(records.items()):
-        truth = rec["truth"]["inchikey14"]
-        matches = search_analogs(libraries, spectra[key], n + 10)
-        kept = []
-        for hit in matches.hits if matches is not None else ():
-            ref = hit.reference
-            key14 = ref.inchikey14 or (chem.inchikey14(ref.smiles) if ref.smiles else None)
-            if key14 == truth:
-                continue
-            kept.append({"s": float(hit.similarity), "smiles": ref.smiles, "accession": ref.accession})
-        out[key] = kept[:n]
-        if i % 200 == 0:
-            print(f"analog search {i}/{len(records)} ({time.perf_counter() - t0:.0f} s)", flush=True)
-    seconds = (time.perf_counter() - t0) / max(len(records), 1)
-    path.write_text(json.dumps({"n": n, "libraries": names, "seconds_per_spectrum": seconds, "hits": out}),
-                    encoding="utf-8")
-    return out, seconds
-
-
-def analog_scores(rec: dict, hits: list[dict], n: int) -> np.ndarray:
-    """Each candidate's analog score under the first ``n`` hits (:class:`AnalogRerank`, the engine's own code)."""
-    from engine.elucidation.ranking import AnalogReference, AnalogRerank
-
-    refs = []
-    for h in hits[:n]:
-        bits = _bits(h["smiles"]) if h["smiles"] else None  # cached: each H, v and the control ask again
-        if bits is not None:
-            refs.append(AnalogReference(h["s"], bits, h["accession"]))
-    rerank = AnalogRerank(tuple(refs), 1.0)
-    out = np.zeros(len(rec["candidates"]))
-    for j, c in enumerate(rec["candidates"]):
-        bits = _bits(c["s"])
-        if bits is not None:
-            out[j] = rerank.best(bits)[0]
-    return out
-
-
-_BITS: dict[str, np.ndarray | None] = {}
-
-
-def _bits(smiles: str) -> np.ndarray | None:
-    from engine.chem import molecules as chem
-
-    if smiles not in _BITS:
-        _BITS[smiles] = chem.morgan_bits_from_smiles(smiles)
-    return _BITS[smiles]
-
-
-# -- ranking ---------------------------------------------------------------------------------------------
-def hit_at(score: np.ndarray, truth: int, mask: np.ndarray, k: int) -> float:
-    """Whether the truth is among the first ``k`` of ``mask``'s rows by ``score``, expected over ties."""
-    sc = score[mask]
-    t = score[truth]
-    better = int((sc > t).sum())
-    tied = int((sc == t).sum())  # the truth included
-    return float(np.clip((k - better) / tied, 0.0, 1.0))
-
-
-def shortlists(rec: dict, shortlist: int, before: np.ndarray) -> dict[str, np.ndarray]:
-    """Per track, the rows of the first ``shortlist`` candidates by the score ``before`` the fragment term."""
-    out = {}
-    for t in TRACKS:
-        idx = np.flatnonzero([bool(c.get(t[0] + "l")) for c in rec["candidates"]])
-        out[t] = idx[np.argsort(-before[idx], kind="stable")][:shortlist]
-    return out
-
-
-def fingerprint(rec: dict) -> np.ndarray:
-    return np.array([c["fp"] for c in rec["candidates"]], dtype=np.float64)
-
-
-def missing(rec: dict, fw: dict, shortlist: int, before: np.ndarray) -> set[str]:
-    """The structures of ``rec``'s shortlists under ``before`` whose forward score ``fw`` lacks."""
-    return {rec["candidates"][i]["k"] for rows in shortlists(rec, shortlist, before).values() for i in rows
-            if rec["candidates"][i]["k"] not in fw}
-
-
-def suspect_scores(rec: dict, fw: dict, weight: float, shortlist: int, analog: np.ndarray, v: float
-                   ) -> dict[str, np.ndarray]:
-    """Per track, the suspect order's score as :meth:`CandidatePool.rank` computes it: fingerprint + ``v ·``
-    analog score; then ``weight ·`` the forward score for the first ``shortlist`` by that, the lowest of theirs
-    for the rest and for an unscorable one."""
-    before = fingerprint(rec) + v * analog
-    out = {}
-    for t, order in shortlists(rec, shortlist, before).items():
-        vals = np.array([np.nan if fw.get(rec["candidates"][i]["k"]) is None else fw[rec["candidates"][i]["k"]]
-                         for i in order])
-        finite = np.isfinite(vals)
-        score = before.copy()
-        if weight > 0 and finite.any():
-            low = vals[finite].min()
-            score = before + weight * low
-            score[order] = before[order] + weight * np.where(finite, vals, low)
-        out[t] = score
-    return out
-
-
-def complete_scores(model, records: dict, spectra: dict, need: dict[str, set[str]], path: Path, eps: float,
-                    intensity_weight: float) -> None:
-    """Compute the forward scores ``need`` names (pool key -> structure keys) and append them to ``path``, in
-    ``training.studies.retrieval_forward``'s ``forward_scores.jsonl`` format."""
-    import torch
-
-    from training.studies.retrieval_forward import forward_scorer
-
-    need = {k: v for k, v in need.items() if v}
-    if not need:
-        return
-    print(f"forward scores of {sum(map(len, need.values()))} structures of {len(need)} pools", flush=True)
-    torch.set_num_threads(1)
-    with torch.no_grad():
-        for key, todo in need.items():
-            scorer = forward_scorer(model, spectra[key], eps, intensity_weight)
-            smiles = {c["k"]: c["s"] for c in records[key]["candidates"]}
-            t0 = time.perf_counter()
-            fw = {}
-            for k in sorted(todo):
-                s = scorer.score(smiles[k])
-                fw[k] = None if s is None else round(s, 4)
-            line = {"key": key, "k": 0, "fw": fw, "seconds": time.perf_counter() - t0}
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(line) + "\n")
-
-
-def hits_table(scores: dict, records: dict, keys: Sequence[str]) -> dict[str, np.ndarray]:
-    """``{track: (pools, len(KS)) array}`` of library-alone Hit@k under ``scores`` (pool key -> track -> score)."""
-    out = {}
-    for t in TRACKS:
-        rows = []
-        for k in keys:
-            rec = records[k]
-            cands = rec["candidates"]
-            truth = [c["k"] for c in cands].index(rec["truth"]["inchikey14"])
-            mask = np.array([bool(c.get(t[0] + "l")) for c in cands])
-            rows.append([hit_at(scores[k][t], truth, mask, kk) for kk in KS])
-        out[t] = np.asarray(rows)
-    return out
-
-
-def mean_hit1(table: dict) -> float:
-    return float(np.mean([table[t][:, 0].mean() for t in TRACKS]))
-
-
-def _best(grid: dict, tiebreak) -> tuple:
-    """The key of ``grid`` with the best mean Hit@1 over both tracks, then Hit@5, then the least ``tiebreak(key)``."""
-    def key(item):
-        setting, table = item
-        return (-round(mean_hit1(table), 10), -round(float(np.mean([table[t][:, 1].mean() for t in TRACKS])), 10),
-                *tiebreak(setting))
-    return min(grid.items(), key=key)[0]
-
-
-def choose(grid: dict) -> tuple[int, float]:
-    """The ``(H, v)`` of the best mean Hit@1 over both tracks, then Hit@5, then the smaller v and H."""
-    return _best(grid, lambda g: (g[1], g[0]))
-
-
-def choose_fragment(grid: dict) -> tuple[float, int, float]:
-    """The ``(w, shortlist, v)`` of the best mean Hit@1 over both tracks, then Hit@5, then the smaller v, w and
-    shortlist."""
-    return _best(grid, lambda g: (g[2], g[0], g[1]))
-
-
-def fragment_grid(records: dict, fw: dict, analog: dict[str, np.ndarray], keys: dict[str, list[str]],
-                  weights: Sequence[float], lengths: Sequence[int], vs: Sequence[float]) -> dict[str, dict]:
-    """Per set, ``{(w, shortlist, v): Hit@k table}`` of the suspect order at fragment weight ``w``, fragment
-    shortlist and analog weight ``v`` (the analog scores ``analog`` fixed: one H)."""
-    out: dict[str, dict] = {label: {} for label in keys}
-    for w in weights:
-        for n in lengths:
-            for v in vs:
-                scores = {k: suspect_scores(rec, fw[k], w, n, analog[k], v) for k, rec in records.items()}
-                for label, ks in keys.items():
-                    out[label][(w, n, v)] = hits_table(scores, records, ks)
-    return out
-
-
-def paired(a: dict, b: dict, col: int = 0) -> dict:
-    """Per track and for the mean of both: B − A of Hit@KS[col] with its paired bootstrap 95% interval."""
-    out = {}
-    for name, diff in [*((t, b[t][:, col] - a[t][:, col]) for t in TRACKS),
-                       ("mean", np.mean([b[t][:, col] - a[t][:, col] for t in TRACKS], axis=0))]:
-        lo, hi = ci95(diff)
-        out[name] = [100 * float(diff.mean()), 100 * lo, 100 * hi]
-    return out
 
 
 # -- report -----------------------------------------------------------------------------------------------
@@ -432,8 +243,7 @@ def confidence_check(confidence, records: dict, analog: dict[str, np.ndarray], w
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training.studies.retrieval_analogs", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pools", required=True,
@@ -456,6 +266,111 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "at the chosen H, by the same rule: reported, never installed")
     p.add_argument("--fragment-shortlists", type=int, nargs="+", metavar="K",
                    help="fragment shortlists of that re-choice (these and the bundle's)")
+    return p
+
+
+class _ForwardScores:
+    """The pools' forward scores: the cached ones merged (``fw``), the missing ones computed into the first cache."""
+
+    def __init__(self, model, records: dict, spectra: dict, caches: list[Path]):
+        self.model, self.records, self.spectra, self.caches = model, records, spectra, caches
+        self.fw = self._merged()
+
+    def _merged(self) -> dict[str, dict]:
+        merged: dict[str, dict] = {k: {} for k in self.records}
+        for path in reversed(self.caches):
+            for k, c in read_score_cache(path).items():
+                if k in merged:
+                    merged[k].update(c["fw"])
+        return merged
+
+    def complete(self, need: dict[str, set]) -> None:
+        from engine.model.forward import UNEXPLAINED_EPS
+
+        complete_scores(self.model, self.records, self.spectra, need, self.caches[0], UNEXPLAINED_EPS,
+                        self.model.ranking.intensity_weight)
+        self.fw = self._merged()
+
+
+def _analog_sets(a: argparse.Namespace, scores: _ForwardScores, analog: dict, keys: dict[str, list[str]],
+                 hits: dict) -> tuple[int, float, list[dict]]:
+    """The grid of analog hits H and weights v on every set, the (H, v) chosen on the first, and each set's rows,
+    paired gains and shuffled-hits control at that choice."""
+    records, ranking = scores.records, scores.model.ranking
+    rng = random.Random(a.seed)
+    shuffled = {}  # the control: each pool scored with the hits of another pool of its set
+    for ks in keys.values():
+        other = ks[:]
+        rng.shuffle(other)
+        shuffled.update({k: o for k, o in zip(ks, other)})
+    need = {k: set() for k in records}
+    for n in a.hits:
+        for v in a.weights:
+            for k, rec in records.items():
+                need[k] |= missing(rec, scores.fw[k], ranking.shortlist, fingerprint(rec) + v * analog[n][k])
+    scores.complete(need)
+
+    def scores_at(n: int, v: float, analogs: dict[str, np.ndarray]) -> dict[str, dict]:
+        return {k: suspect_scores(rec, scores.fw[k], ranking.weight, ranking.shortlist, analogs[k], v)
+                for k, rec in records.items()}
+
+    grids = {label: {} for label in keys}
+    for n in a.hits:
+        for v in a.weights:
+            at = scores_at(n, v, analog[n])
+            for label, ks in keys.items():
+                grids[label][(n, v)] = hits_table(at, records, ks)
+    choose_label, report_label = (label for _, _, label in SETS)
+    n_best, v_best = choose(grids[choose_label])
+    control = {k: analog_scores(records[k], hits[o], n_best) for k, o in shuffled.items()}
+    scores.complete({k: missing(rec, scores.fw[k], ranking.shortlist, fingerprint(rec) + v_best * control[k])
+                     for k, rec in records.items()})
+    control_scores = scores_at(n_best, v_best, control)
+    sets = []
+    for label, ks in keys.items():
+        grid = grids[label]
+        rows = [{"hits": n, "weight": v, "formula": _cell(grid[(n, v)], "formula"), "mass": _cell(grid[(n, v)], "mass"),
+                 "mean_hit1": 100 * mean_hit1(grid[(n, v)])}
+                for (n, v) in [*((n_best, v) for v in a.weights), *((n, v_best) for n in a.hits if n != n_best)]]
+        parts = [("all", slice(None))]
+        if label == report_label and a.fresh:
+            parts.append((f"after the first {a.fresh}", slice(a.fresh, None)))
+        gains = [{"label": f"{name} ({len(ks[sel])})",
+                  "hit1": paired({t: grid[(n_best, 0.0)][t][sel] for t in TRACKS},
+                                 {t: grid[(n_best, v_best)][t][sel] for t in TRACKS})} for name, sel in parts]
+        table = hits_table(control_scores, records, ks)
+        sets.append({"label": label, "grid": rows, "gains": gains, "control": {t: _cell(table, t) for t in TRACKS}})
+    return n_best, v_best, sets
+
+
+def _refit(a: argparse.Namespace, scores: _ForwardScores, analog: dict, keys: dict[str, list[str]],
+           v_best: float) -> dict:
+    """The fragment term's setting (w, shortlist) chosen again together with the analog weight: reported only."""
+    records, ranking = scores.records, scores.model.ranking
+    ws = sorted({ranking.weight, *(a.fragment_weights or ())})
+    lengths = sorted({ranking.shortlist, *(a.fragment_shortlists or ())})
+    scores.complete({k: set().union(*(missing(rec, scores.fw[k], n, fingerprint(rec) + v * analog[k])
+                                      for n in lengths for v in a.weights)) for k, rec in records.items()})
+    choose_label = SETS[0][2]
+    return refit_report(fragment_grid(records, scores.fw, analog, keys, ws, lengths, a.weights),
+                        (ranking.weight, ranking.shortlist, v_best), choose_label)
+
+
+def _others(a: argparse.Namespace, records: dict, analog: dict) -> dict:
+    """The weight of the analog term on every other candidate (pools with de novo candidates), and the confidence
+    model checked with it."""
+    from engine.model.bundle import load_bundle
+
+    others = others_rule(records, analog, a.weights)
+    confidence = load_bundle(a.bundle, device="cpu").confidence
+    if confidence is not None and others["chosen"] > 0:
+        others["confidence"] = confidence_check(confidence, records, analog, others["chosen"])
+    return others
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = _parser()
     a = p.parse_args(argv)
     if 0.0 not in a.weights:
         p.error("--weights must include 0 (the shipped order the others are measured against)")
@@ -483,80 +398,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     hits, search_seconds = pool_hits(libraries, records, spectra, max(a.hits), out / "hits.json")
     analog = {n: {k: analog_scores(rec, hits[k], n) for k, rec in records.items()} for n in a.hits}
     keys = {label: [k for k, r in records.items() if r["fold"] == fold] for _, fold, label in SETS}
-    rng = random.Random(a.seed)
-    shuffled = {}  # the control: each pool scored with the hits of another pool of its set
-    for ks in keys.values():
-        other = ks[:]
-        rng.shuffle(other)
-        shuffled.update({k: o for k, o in zip(ks, other)})
-
-    def forward_scores() -> dict[str, dict]:
-        merged: dict[str, dict] = {k: {} for k in records}
-        for path in reversed(caches):
-            for k, c in read_score_cache(path).items():
-                if k in merged:
-                    merged[k].update(c["fw"])
-        return merged
-
-    fw = forward_scores()
-    need = {k: set() for k in records}
-    for n in a.hits:
-        for v in a.weights:
-            for k, rec in records.items():
-                need[k] |= missing(rec, fw[k], ranking.shortlist, fingerprint(rec) + v * analog[n][k])
-    complete_scores(model, records, spectra, need, caches[0], UNEXPLAINED_EPS, ranking.intensity_weight)
-    fw = forward_scores()
-
-    def scores_at(n: int, v: float, analogs: dict[str, np.ndarray]) -> dict[str, dict]:
-        return {k: suspect_scores(rec, fw[k], ranking.weight, ranking.shortlist, analogs[k], v)
-                for k, rec in records.items()}
-
-    grids = {label: {} for label in keys}
-    for n in a.hits:
-        for v in a.weights:
-            scores = scores_at(n, v, analog[n])
-            for label, ks in keys.items():
-                grids[label][(n, v)] = hits_table(scores, records, ks)
-    choose_label, report_label = (label for _, _, label in SETS)
-    n_best, v_best = choose(grids[choose_label])
-    control = {k: analog_scores(records[k], hits[o], n_best) for k, o in shuffled.items()}
-    need = {k: missing(rec, fw[k], ranking.shortlist, fingerprint(rec) + v_best * control[k])
-            for k, rec in records.items()}
-    complete_scores(model, records, spectra, need, caches[0], UNEXPLAINED_EPS, ranking.intensity_weight)
-    fw = forward_scores()
-    control_scores = scores_at(n_best, v_best, control)
-    sets = []
-    for label, ks in keys.items():
-        grid = grids[label]
-        rows = [{"hits": n, "weight": v, "formula": _cell(grid[(n, v)], "formula"), "mass": _cell(grid[(n, v)], "mass"),
-                 "mean_hit1": 100 * mean_hit1(grid[(n, v)])}
-                for (n, v) in [*((n_best, v) for v in a.weights), *((n, v_best) for n in a.hits if n != n_best)]]
-        parts = [("all", slice(None))]
-        if label == report_label and a.fresh:
-            parts.append((f"after the first {a.fresh}", slice(a.fresh, None)))
-        gains = [{"label": f"{name} ({len(ks[sel])})",
-                  "hit1": paired({t: grid[(n_best, 0.0)][t][sel] for t in TRACKS},
-                                 {t: grid[(n_best, v_best)][t][sel] for t in TRACKS})} for name, sel in parts]
-        table = hits_table(control_scores, records, ks)
-        sets.append({"label": label, "grid": rows, "gains": gains, "control": {t: _cell(table, t) for t in TRACKS}})
-    refit = None
-    if a.fragment_weights or a.fragment_shortlists:  # the fragment term's setting, chosen again with the analog term
-        ws = sorted({ranking.weight, *(a.fragment_weights or ())})
-        lengths = sorted({ranking.shortlist, *(a.fragment_shortlists or ())})
-        need = {k: set().union(*(missing(rec, fw[k], n, fingerprint(rec) + v * analog[n_best][k])
-                                 for n in lengths for v in a.weights)) for k, rec in records.items()}
-        complete_scores(model, records, spectra, need, caches[0], UNEXPLAINED_EPS, ranking.intensity_weight)
-        fw = forward_scores()
-        refit = refit_report(fragment_grid(records, fw, analog[n_best], keys, ws, lengths, a.weights),
-                             (ranking.weight, ranking.shortlist, v_best), choose_label)
-    others = None
-    if not library_only_pools(Path(a.pools)):  # pools with de novo candidates: the weight of every other candidate
-        others = others_rule(records, analog[n_best], a.weights)
-        from engine.model.bundle import load_bundle
-
-        confidence = load_bundle(a.bundle, device="cpu").confidence
-        if confidence is not None and others["chosen"] > 0:
-            others["confidence"] = confidence_check(confidence, records, analog[n_best], others["chosen"])
+    scores = _ForwardScores(model, records, spectra, caches)
+    n_best, v_best, sets = _analog_sets(a, scores, analog, keys, hits)
+    refit = (_refit(a, scores, analog[n_best], keys, v_best)
+             if a.fragment_weights or a.fragment_shortlists else None)
+    # pools with de novo candidates: the weight of every other candidate
+    others = None if library_only_pools(Path(a.pools)) else _others(a, records, analog[n_best])
     metrics = {
         "run": {"command": "python -m training.studies.retrieval_analogs " + " ".join(argv), "pools": a.pools,
                 "scores": a.scores, "bundle": a.bundle, "forward_weight": ranking.weight,
@@ -579,7 +426,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(install(a.install, n_best, v_best, metrics["run"]["command"], others_weight) if v_best > 0
               else "not installed: the rule chose v = 0")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -46,7 +46,7 @@ import time
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +68,8 @@ from training.studies.retrieval import (
     strip_private,
     track_rows,
 )
+from training.studies.retrieval_bits import Bits, Context, LinearBitScore
+from training.studies.retrieval_bits import LearnedBitScore, PER_BIT, TrainSet, train_listwise
 
 TODAY = Variant("fingerprint")
 
@@ -90,36 +92,6 @@ class ScorerConfig:
 
 
 # -- sparse candidate fingerprints ------------------------------------------------------------------------
-@dataclass
-class Bits:
-    """Active bits of many structures (CSR): structure ``i`` has ``idx[off[i]:off[i+1]]``."""
-
-    idx: np.ndarray
-    off: np.ndarray
-
-    @classmethod
-    def of(cls, bit_lists: Sequence[np.ndarray]) -> Bits:
-        off = np.zeros(len(bit_lists) + 1, dtype=np.int64)
-        off[1:] = np.cumsum([len(b) for b in bit_lists])
-        idx = np.concatenate([np.asarray(b, dtype=np.int32) for b in bit_lists]) if bit_lists else np.zeros(0, np.int32)
-        return cls(idx, off)
-
-    def __len__(self) -> int:
-        return len(self.off) - 1
-
-    def rows(self, lo: int, hi: int) -> Bits:
-        return Bits(self.idx[self.off[lo] : self.off[hi]], self.off[lo : hi + 1] - self.off[lo])
-
-    def sums(self, weights: np.ndarray) -> np.ndarray:
-        """Σ over each structure's active bits of ``weights`` (n_bits,); each structure summed on its own, so
-        that equal fingerprints get equal sums (ties stay ties)."""
-        vals = np.append(np.asarray(weights, dtype=np.float64)[self.idx], 0.0)
-        out = np.add.reduceat(vals, self.off[:-1]) if len(self) else np.zeros(0)
-        out[self.off[1:] == self.off[:-1]] = 0.0
-        return out
-
-    def counts(self) -> np.ndarray:
-        return np.diff(self.off).astype(np.float64)
 
 
 def smiles_bits(smiles: str, n_bits: int) -> np.ndarray:
@@ -252,17 +224,6 @@ def build_data(cfg: ScorerConfig, model, path: Path) -> dict:
 
 
 # -- scores ----------------------------------------------------------------------------------------------
-@dataclass
-class Context:
-    """One spectrum's posterior (raw and recalibrated as the app's score reads it) and candidate bits."""
-
-    post: np.ndarray
-    q: np.ndarray
-    bits: Bits
-
-    @property
-    def gain(self) -> np.ndarray:
-        return np.log(self.q) - np.log1p(-self.q)
 
 
 def _logit(x: np.ndarray) -> np.ndarray:
@@ -292,20 +253,6 @@ def expected_tanimoto(c: Context) -> np.ndarray:
 
 def mean_gain(c: Context) -> np.ndarray:
     return c.bits.sums(c.gain) / np.maximum(c.bits.counts(), 1.0)
-
-
-@dataclass(frozen=True)
-class LinearBitScore:
-    """``Σ_{b∈y} (slope_b · logit q_b + offset_b)``: the log-likelihood (slope 1, offset 0) up to a constant;
-    a price per active bit is a constant offset, a likelihood ratio against bit frequencies an offset
-    ``−λ·logit f_b``."""
-
-    slope: np.ndarray | float = 1.0
-    offset: np.ndarray | float = 0.0
-
-    def __call__(self, c: Context) -> np.ndarray:
-        w = np.asarray(self.slope) * c.gain + np.asarray(self.offset)
-        return c.bits.sums(np.broadcast_to(w, c.q.shape))
 
 
 # -- measuring -------------------------------------------------------------------------------------------
@@ -346,103 +293,6 @@ def de_novo_loss(m: dict) -> float:
     return float(max(losses))
 
 
-# -- the learned per-bit score -----------------------------------------------------------------------------
-@dataclass
-class TrainSet:
-    """Training spectra: ``gain`` (n, n_bits) logit q of each; ``struct`` the candidate group of each (truth
-    first, then corpus isomers) in ``bits`` (groups of ``group_n`` consecutive rows from ``group_off``)."""
-
-    gain: np.ndarray
-    struct: np.ndarray
-    bits: Bits
-    group_off: np.ndarray
-
-    def batch(self, spectra: np.ndarray):
-        """Flattened (nnz) bit index, candidate index, spectrum row; and (candidate → spectrum, position)."""
-        idx, cand, spec, cand_spec, cand_pos = [], [], [], [], []
-        n_cand = 0
-        for j, s in enumerate(spectra):
-            g = self.struct[s]
-            lo, hi = self.group_off[g], self.group_off[g + 1]
-            sub = self.bits.rows(lo, hi)
-            k = hi - lo
-            idx.append(sub.idx)
-            cand.append(np.repeat(np.arange(n_cand, n_cand + k), np.diff(sub.off)))
-            spec.append(np.full(len(sub.idx), s))
-            cand_spec.append(np.full(k, j))
-            cand_pos.append(np.arange(k))
-            n_cand += k
-        return (np.concatenate(idx).astype(np.int64), np.concatenate(cand), np.concatenate(spec),
-                np.concatenate(cand_spec), np.concatenate(cand_pos))
-
-
-@dataclass
-class LearnedBitScore:
-    """Trained :class:`LinearBitScore`: slope ``a + δa_b``, offset ``β + γ·g_b + δb_b`` (``g = −logit f``)."""
-
-    slope: np.ndarray
-    offset: np.ndarray
-    info: dict = field(default_factory=dict)
-
-    def linear(self) -> LinearBitScore:
-        return LinearBitScore(self.slope, self.offset)
-
-
-PER_BIT = ("both", "slope", "offset")  # which per-bit deviations are learned (δa and δb, δa alone, δb alone)
-
-
-def train_listwise(ts: TrainSet, g: np.ndarray, l2: float, *, per_bit: str = "both", epochs: int = 40,
-                   batch: int = 64, lr: float = 0.02, seed: int = 0, log: Callable[[str], None] | None = None
-                   ) -> LearnedBitScore:
-    """Listwise softmax (truth the positive) of ``Σ_y ((a + δa)·logit q + β + γ·g + δb)`` with
-    ``l2``·(‖δa‖² + ‖δb‖²) (summed over the training spectra), Adam. ``per_bit``: ``both``, ``slope`` (δa
-    alone: a per-bit reliability of the posterior), ``offset`` (δb alone: a per-bit prior on structures,
-    whatever the spectrum), ``none`` (a, β, γ only). Scores are those of the last epoch."""
-    import torch
-
-    n_bits = ts.gain.shape[1]
-    gain = torch.from_numpy(ts.gain.astype(np.float32))
-    gt = torch.from_numpy(g.astype(np.float32))
-    a = torch.ones(1, requires_grad=True)
-    beta = torch.zeros(1, requires_grad=True)
-    gamma = torch.zeros(1, requires_grad=True)
-    da = torch.zeros(n_bits, requires_grad=per_bit in ("both", "slope"))
-    db = torch.zeros(n_bits, requires_grad=per_bit in ("both", "offset"))
-    params = [a, beta, gamma] + [x for x in (da, db) if x.requires_grad]
-    opt = torch.optim.Adam(params, lr=lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 1.0 - e / epochs)  # to 0: a quiet last iterate
-    rng = np.random.default_rng(seed)
-    n = len(ts.struct)
-    history = []
-    for epoch in range(epochs):
-        order = rng.permutation(n)
-        total = 0.0
-        for lo in range(0, n, batch):
-            sel = order[lo : lo + batch]
-            idx, cand, spec, cspec, cpos = (torch.from_numpy(x) for x in ts.batch(sel))
-            val = (a + da[idx]) * gain[spec, idx] + beta + gamma * gt[idx] + db[idx]
-            s = torch.zeros(len(cspec)).index_add(0, cand, val)
-            mat = torch.full((len(sel), int(cpos.max()) + 1), -torch.inf)
-            mat[cspec, cpos] = s
-            ce = -(torch.log_softmax(mat, dim=1)[:, 0]).sum()
-            reg = l2 * len(sel) / n * ((da ** 2).sum() + (db ** 2).sum())
-            loss = (ce + reg) / len(sel)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += float(ce.detach())
-        sched.step()
-        history.append(total / n)
-        if log and (epoch % 10 == 0 or epoch == epochs - 1):
-            log(f"    epoch {epoch}: listwise loss {total / n:.4f}; a={a.item():.3f} β={beta.item():.3f} "
-                f"γ={gamma.item():.3f} |δa|={da.norm().item():.2f} |δb|={db.norm().item():.2f}")
-    slope = (a + da).detach().double().numpy()
-    offset = (beta + gamma * gt + db).detach().double().numpy()
-    info = {"l2": l2, "per_bit": per_bit, "epochs": epochs, "a": a.item(), "beta": beta.item(), "gamma": gamma.item(),
-            "delta_a_norm": da.norm().item(), "delta_b_norm": db.norm().item(), "loss": history}
-    return LearnedBitScore(slope, offset, info)
-
-
 # -- the run ---------------------------------------------------------------------------------------------
 PRICES = tuple(float(x) for x in np.arange(-4.0, 4.01, 0.5))
 RATIO_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
@@ -452,6 +302,93 @@ def contexts(model, data: dict, prefix: str, rows_of: Callable[[int], Bits]) -> 
     post, neg = data[f"{prefix}_post"], data[f"{prefix}_neg"]
     return [Context(post[i], calibrated(model, post[i], "negative" if neg[i] else "positive"), rows_of(i))
             for i in range(len(post))]
+
+
+class _Variants:
+    """The measured variants of one run: each score rescored on the same pools, train-unseen and val."""
+
+    def __init__(self, pools: list, ctxs: list, sets: dict[str, list[int]], log: Callable[[str], None]):
+        self.pools, self.ctxs, self.sets, self.log = pools, ctxs, sets, log
+        self.today = {s: evaluate_pools(TODAY, [pools[i] for i in rows]) for s, rows in sets.items()}
+        self.variants: dict[str, dict] = {}
+
+    def measure(self, score, set_name: str) -> dict:
+        rows = self.sets[set_name]
+        return measure(rescore([self.pools[i] for i in rows], [self.ctxs[i] for i in rows], score),
+                       self.today[set_name])
+
+    def add(self, name: str, score, weights: dict | None = None, choice: dict | None = None) -> None:
+        self.variants[name] = {"weights": weights or {}, **{s: self.measure(score, s) for s in self.sets},
+                               **({"choice": choice} if choice else {})}
+        m = self.variants[name]
+        self.log(f"  {name}: train-unseen joint H1 "
+                 f"{100 * np.mean([m['choose'][t]['joint']['hit1'] for t in TRACKS]):.1f}"
+                 f", val {100 * np.mean([m['report'][t]['joint']['hit1'] for t in TRACKS]):.1f}; "
+                 f"de novo loss {100 * de_novo_loss(m['choose']):.1f} / {100 * de_novo_loss(m['report']):.1f}")
+
+    def choose_grid(self, name: str, grid: dict[str, Callable], weights: dict[str, dict]) -> None:
+        """The grid's score with the best selection key on the train-unseen spectra, added under ``name``."""
+        keyed = {}
+        for label, score in grid.items():
+            m = self.measure(score, "choose")
+            keyed[label] = (selection_key(m), m)
+        best = max(keyed, key=lambda k: keyed[k][0])
+        info = {"chosen": best, "grid": {k: {"key": list(v[0]), "de_novo_loss": de_novo_loss(v[1])}
+                                         for k, v in keyed.items()}}
+        self.add(name, grid[best], weights[best], info)
+
+
+def _closed_form_variants(v: _Variants, g: np.ndarray) -> None:
+    v.log("closed-form scores")
+    v.add("fingerprint score (today)", loglik)
+    v.add("raw posterior log-likelihood", loglik_raw)
+    v.add("cosine(q, y)", cosine)
+    v.add("expected Tanimoto", expected_tanimoto)
+    v.add("mean gain per active bit", mean_gain)
+    grid = {f"β={b:g}": LinearBitScore(1.0, b) for b in PRICES}
+    v.choose_grid("log-likelihood + β·|y|", grid, {f"β={b:g}": {"beta": b} for b in PRICES})
+    grid, w = {}, {}
+    for lam in RATIO_WEIGHTS:
+        for b in PRICES:
+            grid[f"λ={lam:g}, β={b:g}"] = LinearBitScore(1.0, b + lam * g)
+            w[f"λ={lam:g}, β={b:g}"] = {"lambda": lam, "beta": b}
+    v.choose_grid("log-likelihood ratio vs bit frequency + β·|y|", grid, w)
+
+
+def _learned_variants(v: _Variants, cfg: ScorerConfig, model, data: dict, g: np.ndarray) -> tuple[TrainSet, float]:
+    """The listwise-learned per-bit scores (one global, then per-bit by mode and L2); returns the training set and
+    the seconds training took."""
+    v.log("learned per-bit score")
+    gain = np.stack([c.gain for c in contexts(model, data, "train", lambda i: Bits.of([]))]).astype(np.float32)
+    ts = TrainSet(gain, data["train_struct"], Bits(data["struct_idx"], data["struct_off"]),
+                  np.concatenate([[0], np.cumsum(data["struct_n"])]))
+    keep = data["struct_n"][ts.struct] > 1  # a structure alone of its formula teaches nothing
+    ts = replace(ts, gain=ts.gain[keep], struct=ts.struct[keep])
+    v.log(f"  {len(ts.struct)} training spectra ({int((~keep).sum())} without isomers left out)")
+    learned: dict[str, LearnedBitScore] = {}
+    t = time.time()
+    glob = train_listwise(ts, g, 0.0, per_bit="none", epochs=cfg.epochs, seed=cfg.seed, log=v.log)
+    for mode in PER_BIT:
+        for l2 in cfg.l2:
+            v.log(f"  {mode}, l2={l2:g}")
+            learned[f"{mode}, l2={l2:g}"] = train_listwise(ts, g, l2, per_bit=mode, epochs=cfg.epochs, seed=cfg.seed,
+                                                          log=v.log)
+    train_seconds = time.time() - t
+
+    def info(s: LearnedBitScore) -> dict:
+        return {k: x for k, x in s.info.items() if k != "loss"}
+
+    v.add("learned a, β, γ (3 weights, listwise)", glob.linear(), info(glob))
+    names = {"both": "δa and δb", "slope": "δa alone (reliability)", "offset": "δb alone (structure prior)"}
+    for mode in PER_BIT:
+        mine = {k: s for k, s in learned.items() if k.startswith(mode + ",")}
+        v.choose_grid(f"learned per-bit {names[mode]}, L2 chosen", {k: s.linear() for k, s in mine.items()},
+                      {k: info(s) for k, s in mine.items()})
+    prior = learned[v.variants[f"learned per-bit {names['offset']}, L2 chosen"]["choice"]["chosen"]]
+    v.add("spectrum-blind: that δb prior alone (slope 0)", LinearBitScore(0.0, prior.offset), info(prior))
+    for k, s in learned.items():
+        v.add(f"  learned per-bit {k}", s.linear(), info(s))
+    return ts, train_seconds
 
 
 def run(cfg: ScorerConfig, log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict:
@@ -478,79 +415,11 @@ def run(cfg: ScorerConfig, log: Callable[[str], None] = lambda m: print(m, file=
     log(f"today's score recomputed from the posteriors: largest difference from the cached {diff:.4f} nats")
     sets = {name: [i for i, k in enumerate(keys) if records[k]["fold"] == fold]
             for name, fold in (("choose", "train"), ("report", "val"))}
-    today = {s: evaluate_pools(TODAY, [pools[i] for i in rows]) for s, rows in sets.items()}
+    v = _Variants(pools, ctxs, sets, log)
     freq = (data["freq"] + 0.5) / (float(data["n_freq_structures"]) + 1.0)
     g = -_logit(freq)  # large for rare bits
-
-    def measure_score(score) -> dict:
-        return {s: measure(rescore([pools[i] for i in rows], [ctxs[i] for i in rows], score), today[s])
-                for s, rows in sets.items()}
-
-    variants: dict[str, dict] = {}
-
-    def add(name: str, score, weights: dict | None = None, choice: dict | None = None) -> None:
-        variants[name] = {"weights": weights or {}, **measure_score(score), **({"choice": choice} if choice else {})}
-        m = variants[name]
-        log(f"  {name}: train-unseen joint H1 {100 * np.mean([m['choose'][t]['joint']['hit1'] for t in TRACKS]):.1f}"
-            f", val {100 * np.mean([m['report'][t]['joint']['hit1'] for t in TRACKS]):.1f}; "
-            f"de novo loss {100 * de_novo_loss(m['choose']):.1f} / {100 * de_novo_loss(m['report']):.1f}")
-
-    def choose_grid(name: str, grid: dict[str, Callable], weights: dict[str, dict]) -> None:
-        keyed = {}
-        for label, score in grid.items():
-            m = measure(rescore([pools[i] for i in sets["choose"]], [ctxs[i] for i in sets["choose"]], score),
-                        today["choose"])
-            keyed[label] = (selection_key(m), m)
-        best = max(keyed, key=lambda k: keyed[k][0])
-        info = {"chosen": best, "grid": {k: {"key": list(v[0]), "de_novo_loss": de_novo_loss(v[1])}
-                                         for k, v in keyed.items()}}
-        add(name, grid[best], weights[best], info)
-
-    log("closed-form scores")
-    add("fingerprint score (today)", loglik)
-    add("raw posterior log-likelihood", loglik_raw)
-    add("cosine(q, y)", cosine)
-    add("expected Tanimoto", expected_tanimoto)
-    add("mean gain per active bit", mean_gain)
-    grid = {f"β={b:g}": LinearBitScore(1.0, b) for b in PRICES}
-    choose_grid("log-likelihood + β·|y|", grid, {f"β={b:g}": {"beta": b} for b in PRICES})
-    grid, w = {}, {}
-    for lam in RATIO_WEIGHTS:
-        for b in PRICES:
-            grid[f"λ={lam:g}, β={b:g}"] = LinearBitScore(1.0, b + lam * g)
-            w[f"λ={lam:g}, β={b:g}"] = {"lambda": lam, "beta": b}
-    choose_grid("log-likelihood ratio vs bit frequency + β·|y|", grid, w)
-
-    log("learned per-bit score")
-    gain = np.stack([c.gain for c in contexts(model, data, "train", lambda i: Bits.of([]))]).astype(np.float32)
-    ts = TrainSet(gain, data["train_struct"], Bits(data["struct_idx"], data["struct_off"]),
-                  np.concatenate([[0], np.cumsum(data["struct_n"])]))
-    keep = data["struct_n"][ts.struct] > 1  # a structure alone of its formula teaches nothing
-    ts = replace(ts, gain=ts.gain[keep], struct=ts.struct[keep])
-    log(f"  {len(ts.struct)} training spectra ({int((~keep).sum())} without isomers left out)")
-    learned: dict[str, LearnedBitScore] = {}
-    t = time.time()
-    glob = train_listwise(ts, g, 0.0, per_bit="none", epochs=cfg.epochs, seed=cfg.seed, log=log)
-    for mode in PER_BIT:
-        for l2 in cfg.l2:
-            log(f"  {mode}, l2={l2:g}")
-            learned[f"{mode}, l2={l2:g}"] = train_listwise(ts, g, l2, per_bit=mode, epochs=cfg.epochs, seed=cfg.seed,
-                                                          log=log)
-    train_seconds = time.time() - t
-
-    def info(v: LearnedBitScore) -> dict:
-        return {k: x for k, x in v.info.items() if k != "loss"}
-
-    add("learned a, β, γ (3 weights, listwise)", glob.linear(), info(glob))
-    names = {"both": "δa and δb", "slope": "δa alone (reliability)", "offset": "δb alone (structure prior)"}
-    for mode in PER_BIT:
-        mine = {k: v for k, v in learned.items() if k.startswith(mode + ",")}
-        choose_grid(f"learned per-bit {names[mode]}, L2 chosen", {k: v.linear() for k, v in mine.items()},
-                    {k: info(v) for k, v in mine.items()})
-    prior = learned[variants[f"learned per-bit {names['offset']}, L2 chosen"]["choice"]["chosen"]]
-    add("spectrum-blind: that δb prior alone (slope 0)", LinearBitScore(0.0, prior.offset), info(prior))
-    for k, v in learned.items():
-        add(f"  learned per-bit {k}", v.linear(), info(v))
+    _closed_form_variants(v, g)
+    ts, train_seconds = _learned_variants(v, cfg, model, data, g)
 
     metrics = {"run": {"model": f"{model.name} [{model.checksum[:12]}]", "pools": cfg.pools, "config": asdict(cfg),
                        "machine": machine(model), "code_version": code_version(), "command": cfg.command,
@@ -558,7 +427,7 @@ def run(cfg: ScorerConfig, log: Callable[[str], None] = lambda m: print(m, file=
                        "training_spectra": len(ts.struct), "training_structures": len(set(ts.struct.tolist())),
                        "recomputed_fingerprint_max_diff": diff,
                        "n": {s: len(r) for s, r in sets.items()}},
-               "variants": variants}
+               "variants": v.variants}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     (out / "report.md").write_text(report_text(metrics))
     return metrics
