@@ -16,7 +16,6 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from engine.errors import MsgptError
-from engine.files.export import parameters_provenance
 from engine.paths import examples_dir
 
 from .actions import make_action
@@ -297,7 +296,6 @@ class FileController(QObject):
         except MsgptError as err:
             w.show_message(str(err))
             return False
-        info.update(parameters_provenance(results))  # each parameter set once, however many spectra and formulas
         info["novelty"] = w.insights.marker.describe()
         libraries = used_libraries(entries)
         if libraries:

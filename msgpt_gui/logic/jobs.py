@@ -499,21 +499,13 @@ def export_candidates(
 
 
 def export_info(bundle, results: Sequence[SpectrumResult | Sequence[SpectrumResult]]) -> dict[str, str]:
-    """Provenance for an export: model, checksum, parameters and seed (per spectrum when they differ)."""
-    from engine.files.export import provenance
+    """Provenance for an export: model, checksum, parameters and seed (each parameter set once when they differ:
+    :func:`engine.files.export.parameters_provenance`)."""
+    from engine.files.export import parameters_provenance, provenance
 
-    results = [r for item in results for r in ([item] if isinstance(item, SpectrumResult) else item)]
-    params = [r.params for r in results]
-    distinct = list(dict.fromkeys(params))
-    info = provenance(bundle, distinct[0] if distinct else QueryParams())
-    if len(distinct) > 1:
-        by_params: dict[QueryParams, list[str]] = {}
-        for r in results:
-            by_params.setdefault(r.params, []).append(r.spectrum.id)
-        info["parameters"] = " | ".join(
-            f"{p.describe()} for {', '.join(ids)}" for p, ids in by_params.items()
-        )
-        info["seed"] = ", ".join(sorted({str(p.seed) for p in distinct}))
+    flat = [r for item in results for r in ([item] if isinstance(item, SpectrumResult) else item)]
+    info = provenance(bundle, flat[0].params if flat else QueryParams())
+    info.update(parameters_provenance(results))
     return info
 
 
