@@ -7,7 +7,8 @@ Origin tags, in this order, joined by `` · ``:
 =================  ======================================================================================
 ``✔ 2a``           a reference spectrum identifies it (level 2a: identity match past the calibrated threshold)
 ``◆ <list>``       a suspect list holds it: the list's own name (shortened to :data:`TAG_CHARS`)
-``library``        a structure library (the bundled one, or one of yours that is not a suspect list)
+``library``        a structure library (the bundled one, or one of yours that is not a suspect list); left out
+                   when a suspect list holds it too (the tooltip names every library)
 ``spectrum``       a reference spectrum of it matched, above the engine's floor, without identifying it
 ``de novo``        the model drew it
 =================  ======================================================================================
@@ -23,10 +24,10 @@ from functools import lru_cache
 from engine.elucidation.ranking import DE_NOVO, SPECTRAL_LIBRARY, STRUCTURE_LIBRARY
 from engine.library.cache import BUNDLED_NAME as BUNDLED_STRUCTURES_NAME
 
-TAG_CHARS = 14  # a suspect list's name in the Origin cell is cut to this many characters ("…" ends it)
+TAG_CHARS = 10  # a suspect list's name in the Origin cell is cut to this many characters ("…" ends it)
 IDENTIFIED_TAG, LIBRARY_TAG, SPECTRUM_TAG, DE_NOVO_TAG = "✔ 2a", "library", "spectrum", "de novo"
-#: the widest Origin cell the table is sized for
-ORIGIN_SAMPLE = f"{IDENTIFIED_TAG} · ◆ {'x' * TAG_CHARS} · {DE_NOVO_TAG}"
+#: the widest Origin cell there is (the table's column is sized for it: no cell is ever elided)
+ORIGIN_SAMPLE = f"◆ {'x' * TAG_CHARS} · {SPECTRUM_TAG} · {DE_NOVO_TAG}"
 
 
 def _parts(c) -> set[str]:
@@ -59,7 +60,7 @@ def origin_tags(c) -> list[str]:
     suspect = suspect_list(c)
     if suspect:
         tags.append(f"◆ {_short(suspect)}")
-    if STRUCTURE_LIBRARY in parts and (not suspect or len(library_names(c)) > 1):
+    if STRUCTURE_LIBRARY in parts and not suspect:
         tags.append(LIBRARY_TAG)
     if SPECTRAL_LIBRARY in parts and not c.identified:
         tags.append(SPECTRUM_TAG)
