@@ -20,6 +20,9 @@ mode, how many references each puts at rank 1 among the spectra whose reference 
 mean reciprocal rank, and the forward model's time per candidate (one thread).
 
 The forward model was trained on ``FOLD=train`` spectra: run it on pools of ``FOLD=val`` spectra only.
+
+Its table: docs/how_it_works.md, "The fingerprint score" (a second log-likelihood from the forward model: measured,
+not shipped), with the command above.
 """
 
 from __future__ import annotations

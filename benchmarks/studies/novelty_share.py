@@ -8,6 +8,9 @@ reference. On the validation fold the references are held out of the training co
 candidate from the corpus is always wrong there: the model recalled a structure it saw::
 
     python benchmarks/studies/novelty_share.py runs/eval_c13b/results.jsonl --known resources/default_model
+
+Its table: docs/insights.md, "Known or new" (the share of candidates that are training structures), with the command
+above.
 """
 
 from __future__ import annotations

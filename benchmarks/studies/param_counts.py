@@ -31,6 +31,9 @@ LoRA of posterior-aligned adaptation (training/decoder/adapt.py; rank r = 4, r *
   the fingerprint encoder's count lacks. Our encoder has neither, so we adapt the value and output
   projections of its attention layers, the closest counterparts by name and role: 2 layers more and
   12,284 parameters (3.5 %) more than the paper.
+
+Its table: docs/training.md (the paper preset's parameters per component beside the paper's table): ``python
+benchmarks/studies/param_counts.py``.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ offset at m/z 500, slope (ppm per 1000 m/z), the precursors' scatter about each 
 residual (> 0: the precursors sit above the line). On simulated runs (``benchmarks/realistic_runs.py``) the
 true run error is known: each line's error at the run's precursors (median |estimated - true|, and the
 median of (estimated - true) * sign(true), < 0: the line shrinks towards no correction).
+
+Its table: docs/evaluation.md, "Formula candidates and precursor features" (the run-level recalibration fits), with
+the commands above.
 """
 
 from __future__ import annotations

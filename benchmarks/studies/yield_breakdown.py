@@ -14,6 +14,8 @@ a seeded sample of the corpus's structures as canonical SAFE (stereo removed) an
 token masked somewhere (with the shipped tokenizer; structures it cannot spell are skipped)::
 
     python benchmarks/studies/yield_breakdown.py --corpus ../shared/data/molecules.tsv.gz --structures 2000
+
+Its table: docs/how_it_works.md, "Formula-constrained decoding" (where the samples go), with the commands above.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ process, so their time ratio is measured under the same load.
 **Output.** ``<out>/results.jsonl``, one line per (spectrum, method), written as it goes (the same command again
 continues); ``<out>/summary.md`` the table: spectra with the truth in the pool, Top-1, Top-10, mean seconds per
 spectrum and the ratio to standard on the spectra every method finished.
+
+Its table: docs/deep_search.md, "Measured", with the command above.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ All variants share :data:`BASE` (the recipe of the shipped encoder and of the ou
 and select their epoch on val by ``tanimoto_density`` (κ=1 mean Tanimoto), so a loss that shifts
 the posterior's scale is not penalised by the selection. ``table.md`` and ``results.json`` in ``out``
 hold the comparison.
+
+Its table: docs/evidence/encoder_ablation.md (the variants' table, runs/enc_abl/table.md), with the command above.
 """
 
 from __future__ import annotations

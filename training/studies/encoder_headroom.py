@@ -26,6 +26,9 @@ as many bits on average as the bundle's query (the encoder at its calibrated t(Î
         --out runs/encoder_headroom.json
 
 Diagnostics, not a recipe: the weights are a short fixed grid, all reported, none chosen for shipping.
+
+Its table: docs/evidence/encoder_ablation.md, "What is left outside the encoder's ranking of bits", with the command
+above.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :mod:`training.encoder.forward` teaches the forward model which fragments show up as peaks; the app uses it through the
 forward score (:func:`engine.model.forward.forward_score`) to order a suspect list's isomers. A better peak
-predictor need not rank better (``docs/known_compounds.md``: trained four times longer, its AUROC rose and its
+predictor need not rank better (``docs/evidence/suspect_order.md``: trained four times longer, its AUROC rose and its
 suspect Hit@1 fell). This module trains the score for the job it does: for each training spectrum, its true
 structure and up to ``decoys`` corpus structures of the same formula (another InChIKey first block) are scored
 against the spectrum's peak formulas, and a softmax cross-entropy over their forward scores puts the truth first;
@@ -20,12 +20,15 @@ measure it, and choose its weight, with :mod:`training.studies.retrieval_forward
         --part held_out --decoys 8 --mgf ../shared/data/massbank_dev.mgf.gz \\
         --corpus ../shared/data/molecules.tsv.gz --home runs/retrieval/home
 
-Measured (``docs/known_compounds.md``, "Training the score for ranking" and "Half the structures for peaks, half
+Measured (``docs/evidence/suspect_order.md``, "Training the score for ranking" and "Half the structures for peaks, half
 for ranking"): rank-tuned on the shipped fit's own spectra or on its held-out tenth, the model is no better by
 the library rule. A fit holding out half its structures (``fit --held-out-share 2``), rank-tuned on that half,
 passed the de novo rule with seed 0 and failed it with seed 1, so nothing is installed.
 
 May import: ``engine``, ``training`` (never Qt).
+
+Its table: docs/evidence/suspect_order.md, "Training the score for ranking (measured, not adopted)" in "The fragment
+score", with the commands written there.
 """
 
 from __future__ import annotations

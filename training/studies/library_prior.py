@@ -34,6 +34,9 @@ FOLD=val: among the ``(scope, b)`` whose *new* de novo Top-1 and Top-10 are no l
 Spectra come from a ``training.studies.retrieval`` run's ``selection.json`` (its ``choose`` and ``report`` lists, each
 spectrum with its formula and true structure). Outputs: ``<out>/pools*.jsonl`` (resumable, one line a
 spectrum), ``<out>/metrics.json`` and ``<out>/report.md`` (also printed).
+
+Its table: docs/evidence/library_prior.md, "No crowding at scale: the undrawn prior" (``collect`` then ``measure``,
+as written there).
 """
 
 from __future__ import annotations

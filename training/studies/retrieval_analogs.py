@@ -1,7 +1,7 @@
 """Does likeness to the compounds of a spectrum's analog hits order a suspect list better?
 
 A suspect list's structures rank before every prediction, so its own order decides the answer
-(docs/known_compounds.md). The shipped order is the fingerprint score plus the bundle's fragment score
+(docs/evidence/suspect_order.md). The shipped order is the fingerprint score plus the bundle's fragment score
 (``forward.json``'s ``ranking``, chosen by :mod:`training.studies.retrieval_forward`). This module measures a third term
 on the same cached pools of a :mod:`training.studies.retrieval` run: the **analog score** of
 :class:`engine.elucidation.ranking.AnalogRerank`,
@@ -45,6 +45,9 @@ Outputs: ``<out>/metrics.json`` and ``<out>/report.md`` (also printed); the hits
 ``<out>/hits.json``. ``--install BUNDLE`` writes ``analog_weight`` and ``analog_hits`` (and, from pools with de
 novo candidates, ``analog_weight_others``) into the bundle's ``forward.json`` ranking (nothing when the suspect
 rule chose ``v = 0``).
+
+Its table: docs/evidence/suspect_order.md, "The analog score: likeness to the compounds of similar spectra", with
+the commands written there.
 """
 
 from __future__ import annotations

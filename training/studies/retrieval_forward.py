@@ -45,6 +45,9 @@ observed peak formulas by their intensity (:class:`engine.model.forward.ForwardS
 BUNDLE`` writes the forward model into a model bundle with what was chosen (``forward.json`` +
 ``forward.safetensors``, :class:`engine.model.forward.ForwardRanking`): scope ``all`` at the first rule's weight
 when it is above 0, else scope ``suspects`` at the second rule's; nothing when both chose 0.
+
+Its table: docs/evidence/suspect_order.md, "The fragment score: a suspect list's own order" and "Intensity weights
+(adopted)", with the commands written there.
 """
 
 from __future__ import annotations

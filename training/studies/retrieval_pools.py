@@ -54,7 +54,7 @@ class MergedScore:
     conditioned on its own formula) averaged over the band queries at ``query_positions`` (0 = the band's
     sparse end, 1 = its dense end); a shortlisted structure the decoder cannot score (a token outside its
     vocabulary, too long) takes the shortlist's lowest. Chosen by ``python -m training.studies.retrieval``
-    (docs/retrieval.md).
+    (docs/known_compounds.md).
     """
 
     library_prior: float = 0.0
@@ -80,7 +80,7 @@ class MergedScore:
 
 
 # Chosen on FOLD=train spectra of structures the encoder of msgpt-small-v10 never trained on, reported on
-# FOLD=val (docs/retrieval.md has the tables and the command).
+# FOLD=val (docs/known_compounds.md has the tables and the command).
 CHOSEN = MergedScore(library_prior=0.0, count_weight=0.0, decoder_weight=0.0, query_positions=(0.5,), shortlist=20)
 
 

@@ -35,6 +35,9 @@ novo Top-1/Top-10 (library off, and on with the truth removed from it) at least 
 recomputed with the bundle's encoder (as :func:`engine.elucidation.pipeline.compute_posterior`); the run
 checks that today's score recomputed from them equals the cached one. Outputs: ``<out>/data.npz`` (the cache
 of posteriors and candidate bits), ``metrics.json`` and ``report.md``.
+
+Its table: docs/evidence/suspect_order.md, "Is the fingerprint score the limit? Other structure scores (measured,
+not adopted)", with the command above.
 """
 
 from __future__ import annotations
