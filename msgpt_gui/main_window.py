@@ -20,7 +20,16 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtWidgets import QMainWindow, QMessageBox, QSplitter, QToolBar, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QMainWindow,
+    QMessageBox,
+    QScrollArea,
+    QSplitter,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
 
 from engine.elucidation.pipeline import QueryParams
 from engine.errors import MsgptError
@@ -152,6 +161,7 @@ class MainWindow(QMainWindow):
         self.params_panel.changed.connect(self._params_changed)
         self.params_panel.invalid.connect(lambda msg: self._update_actions())
         self.candidates = CandidatesPanel()
+        self._scroll_detail()
 
         bottom = QWidget()
         blay = QVBoxLayout(bottom)
@@ -165,6 +175,19 @@ class MainWindow(QMainWindow):
                                            self.spectrum_panel)
         self.main_splitter = self._splitter(Qt.Orientation.Vertical, "main_splitter", self.top_splitter, bottom)
         self.setCentralWidget(self.main_splitter)
+
+    def _scroll_detail(self) -> None:
+        """The candidate's details (depiction, identifiers, scores, a library hit's mirror plot) scroll when the
+        pane is lower than they are, so that a laptop's window shows them all (issue #54) and their height never
+        sets the window's minimum."""
+        splitter, detail = self.candidates.splitter, self.candidates.detail
+        index = splitter.indexOf(detail)
+        scroll = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame, objectName="detail_scroll")
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(detail.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width())
+        splitter.insertWidget(index, scroll)
+        scroll.setWidget(detail)  # out of the splitter, into the scroll area (its stretch and saved sizes stay)
+        splitter.setStretchFactor(index, 1)
 
     @staticmethod
     def _splitter(orientation, name: str, first: QWidget, second: QWidget) -> QSplitter:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtWidgets import QScrollArea
 
 from engine.elucidation import deep
 from engine.elucidation.deep import DeepConfig, DeepProgress
@@ -60,6 +61,8 @@ def test_the_window_fits_a_laptop(qtbot, make_window):
     assert inside(window, window.spectrum_panel.canvas.canvas).height() >= 150
     inside(window, window.params_panel.effort)
     inside(window, window.candidates.detail)
+    scroll = window.findChild(QScrollArea, "detail_scroll")  # a library hit's mirror plot scrolls into view
+    assert scroll.widget() is window.candidates.detail and inside(window, scroll.viewport()).height() >= 250
     wait_table(qtbot, window, window.spectra.entries[0])  # a feature of a run: isotopes and recalibration
     panel = window.formulas.panel
     for plot in (panel.isotopes.canvas, panel.recalibration.canvas):
