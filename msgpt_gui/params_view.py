@@ -158,13 +158,14 @@ class ParamsPanel(QWidget):
         (self.row2 if wrapped else self.row1).addWidget(self.error, 1)
         if wrapped:
             self.row2.addStretch(0)
+        self.updateGeometry()  # one row or two: the window's layout asks again
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         self._arrange(event.size().width() < self._one_row_width())
 
     def minimumSizeHint(self):
-        """As narrow and as tall as two rows (the groups wrap below the width of one row): the window's minimum."""
+        """As narrow as two rows (the groups wrap below the width of one row), as tall as the rows shown."""
         margins = self.rows.contentsMargins()
 
         def row(groups) -> tuple[int, int]:
@@ -173,8 +174,8 @@ class ParamsPanel(QWidget):
                     max(h.height() for h in hints))
 
         (w1, h1), (w2, h2) = row(self.groups_row[:4]), row(self.groups_row[4:])
-        return QSize(max(w1, w2) + margins.left() + margins.right(),
-                     h1 + h2 + self.rows.spacing() + margins.top() + margins.bottom())
+        height = h1 + h2 + self.rows.spacing() if self.wrapped else max(h1, h2)
+        return QSize(max(w1, w2) + margins.left() + margins.right(), height + margins.top() + margins.bottom())
 
     @staticmethod
     def _kappa_box(lo: float, hi: float, tip: str) -> QDoubleSpinBox:
