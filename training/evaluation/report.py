@@ -542,10 +542,14 @@ def main(argv=None) -> int:
             print(f"  Top-{k}: {pct(x)} -> {pct(y)}, difference {100 * row[f'top{k}_diff']:+.1f} points "
                   f"(paired 95% bootstrap interval [{100 * lo:+.1f}, {100 * hi:+.1f}])")
         return 0
+    usage = ("usage: python -m training.evaluation.report EVAL_DIR  (a folder written by msgpt-eval, with run.json)\n"
+             "       python -m training.evaluation.report --compare BASE_DIR OTHER_DIR [VARIANT [RANKING]]  (paired, "
+             "e.g. two models on the same spectra)")
+    if args in (["-h"], ["--help"]):
+        print(usage)
+        return 0
     if len(args) != 1 or not (Path(args[0]) / "run.json").is_file():
-        print("usage: python -m training.evaluation.report EVAL_DIR  (a folder written by msgpt-eval, with run.json)\n"
-              "       python -m training.evaluation.report --compare BASE_DIR OTHER_DIR [VARIANT [RANKING]]  (paired, "
-              "e.g. two models on the same spectra)", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     write_report(args[0])
     print(Path(args[0]) / "report.md")
