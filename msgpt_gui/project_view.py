@@ -10,8 +10,12 @@ finished run, a changed document is written to this session's file in ``<user da
 background. The session holds a lock file beside it (QLockFile; both are :mod:`msgpt_gui.autosave`'s); a clean
 exit removes both. On start, an autosave whose session is gone without a clean exit (its lock is stale: the
 process no longer runs) is offered for restoring; once restored it becomes this session's autosave, so a second
-crash loses nothing either. An autosave never overwrites the user's project file; a restored document keeps
-the project path it had, and is saved there when the user saves.
+crash loses nothing either (offering and restoring: :class:`msgpt_gui.autosave.RecoveryMixin`). An autosave never
+overwrites the user's project file; a restored document keeps the project path it had, and is saved there when the
+user saves.
+
+*Attaching.* Opening a spectra file that the opened project's entries came from attaches it to them
+(:class:`msgpt_gui.project_attach.AttachMixin`) instead of listing its records twice.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 re
 
 import json
 import logging
-import os
 from pathlib import Path
 
 from PySide6.QtCore import QLockFile, QObject, QTimer, Signal
@@ -28,20 +31,15 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QPlainTextEdit
 
 from engine.errors import MsgptError
 from engine.files.project import PROJECT_SUFFIX, Selection
-from engine.files.project_read import ProjectSummary, read_summary
 from engine.progress import run_to_end
 
 from .actions import make_action
-from .autosave import Autosave
+from .autosave import Autosave, RecoveryMixin
 from .logic.projects import (
-    FileAttached,
     ProjectOpened,
     ProjectSaved,
-    attach_job,
-    attach_records,
     entries_from_project,
     find_model,
-    holds_file,
     model_note,
     nested_entries,
     open_job,
@@ -53,6 +51,7 @@ from .logic.projects import (
     sources_note,
     worth_saving,
 )
+from .project_attach import AttachMixin
 from .settings import is_app_folder
 from .workers import GeneratorWorker
 
@@ -81,7 +80,7 @@ class NotesEditor(QPlainTextEdit):
         self.setFixedHeight(int(self.fontMetrics().lineSpacing() * lines + 2 * self.frameWidth() + 8))
 
 
-class ProjectController(QObject):
+class ProjectController(AttachMixin, RecoveryMixin, QObject):
     """Actions, notes, autosave and their wiring (see the module notes)."""
 
     saved = Signal(str)  # the project file written; "" when saving failed or was cancelled
@@ -330,67 +329,6 @@ class ProjectController(QObject):
         self._start_io(worker)
         return True
 
-    def _startup(self) -> None:
-        """After the window is built: offer a crashed session's autosave once the model has loaded."""
-        if self.window.busy:
-            self._after_model.append(self.check_recovery)
-        else:
-            self.check_recovery()
-
-    def check_recovery(self) -> bool:
-        """Offer the newest autosave of a session that ended without a clean exit; returns whether one is
-        being restored."""
-        w = self.window
-        if self._open_requested or w.loader is not None or w.spectra.entries:
-            return False  # files or a project were asked for: the autosave waits for the next start
-        stale = self.autosave.stale()
-        if not stale:
-            return False
-        newest = stale[0][0]
-        try:
-            summary = read_summary(newest)
-        except MsgptError as e:  # damaged, or from a newer version: kept, not offered
-            log.warning("an autosave cannot be read: %s", e)
-            summary = None
-        answer = None if summary is None else self.ask_restore(summary) if summary.n_entries else False
-        if answer is None:  # later (or unreadable): kept for the next start
-            for _, lock in stale:
-                lock.unlock()
-            return False
-        if not answer:
-            self._discard(stale)
-            return False
-        self._recovering = stale
-        if self.open_project(newest, recovered=True):
-            return True
-        for _, lock in stale:  # not now: kept for the next start
-            lock.unlock()
-        self._recovering = []
-        return False
-
-    def ask_restore(self, summary: ProjectSummary) -> bool | None:
-        """Restore the autosave (True), discard it (False) or decide at the next start (None); a method, so tests
-        can answer."""
-        if not self.window.popups:
-            return None
-        project = summary.app.get("project_path")
-        what = f" of {Path(project).name}" if project else ""
-        box = QMessageBox(QMessageBox.Icon.Question, "Restore your work?",
-                          f"MS-GPT Desktop did not close properly last time. It had autosaved your work{what}: "
-                          f"{summary.describe()}.\n\nRestore it?", parent=self.window)
-        restore = box.addButton("Restore", QMessageBox.ButtonRole.AcceptRole)
-        discard = box.addButton("Discard", QMessageBox.ButtonRole.DestructiveRole)
-        box.addButton("Ask Next Time", QMessageBox.ButtonRole.RejectRole)
-        box.setDefaultButton(restore)
-        box.exec()
-        return True if box.clickedButton() is restore else False if box.clickedButton() is discard else None
-
-    @staticmethod
-    def _discard(stale) -> None:
-        for path, lock in stale:
-            path.unlink(missing_ok=True)
-            lock.unlock()
-
     # ------------------------------------------------------------------------------------------
     # opening
     # ------------------------------------------------------------------------------------------
@@ -521,17 +459,6 @@ class ProjectController(QObject):
             w.status(text, 8000)
         self.opened.emit(out.path)
 
-    def _adopt_recovered(self, path: Path) -> None:
-        """The restored autosave becomes this session's (a second crash loses nothing); older ones go."""
-        stale, self._recovering = self._recovering, []
-        if self.autosave.enabled:
-            try:
-                os.replace(path, self.autosave.path)
-                self._autosaved_generation = self._generation
-            except OSError as e:
-                log.warning("cannot keep the restored autosave %s: %s", path, e)
-        self._discard(stale)
-
     def _restore_selection(self, entries, selection: Selection) -> None:
         w = self.window
         if not entries:
@@ -543,74 +470,6 @@ class ProjectController(QObject):
                 w.spectra_list.select_also(entries[i].key)
         if selection.candidate:
             w.candidates.select_candidate(selection.candidate)
-
-    # ------------------------------------------------------------------------------------------
-    # attaching a spectra file the document's entries came from
-    # ------------------------------------------------------------------------------------------
-    def may_attach(self, path: str | Path) -> bool:
-        """Whether opening ``path`` attaches it: a file of the opened project that the list still holds and that was
-        not attached (or read) since."""
-        path = Path(path)
-        try:
-            key = str(path.resolve())
-        except OSError:
-            return False
-        return key in self._attachable and path.is_file() and holds_file(self.window.spectra.entries, path)
-
-    def attach_file(self, path: str | Path) -> None:
-        """Read ``path`` (a spectra file the opened project's entries came from) in the background and attach it to
-        those entries (:func:`~msgpt_gui.logic.projects.attach_records`) instead of listing its records again;
-        ``attached`` says when. Files wait for each other and for a project being saved."""
-        path = Path(path)
-        w = self.window
-        if w.busy and w.runs.task_kind == "run":  # its entries may gain scans and MS1 evidence: not mid-run
-            w.show_message(f"Wait for the run to finish (or cancel it with Esc) before opening {path.name}: it is "
-                           "attached to the project's spectra.")
-            return
-        self._attachable.discard(str(path.resolve()))
-        self._attach_queue.append(path)
-        self._next_attach()
-
-    def _next_attach(self) -> None:
-        if self.io is not None or not self._attach_queue:
-            return
-        path = self._attach_queue.pop(0)
-        w = self.window
-        worker = GeneratorWorker(attach_job, str(path), name=f"attaching {path.name}")
-        worker.yielded.connect(lambda ev: w.status(ev.text, 0))
-        worker.returned.connect(self._attach)
-        worker.errored.connect(lambda msg: (w.show_message(f"Cannot attach {path.name}: {msg}", "error"),
-                                            self.attached.emit("")))
-        worker.aborted.connect(lambda: (w.status(f"Stopped reading {path.name}; nothing was attached (open it again "
-                                                 "to attach it)."),
-                                        self._attachable.add(str(path.resolve())), self.attached.emit("")))
-        self._start_io(worker)
-
-    def _attach(self, out: FileAttached) -> None:
-        w = self.window
-        path = Path(out.path)
-        current = w.current_entry()
-        done = attach_records(w.spectra.entries, out.path, out.items, lambda: w.runs.new_keys(1)[0])
-        w.runs.open_paths.add(str(path.resolve()))
-        if done.features or done.ms1 or done.added:
-            self._applying = True
-            try:
-                if done.features:  # rows gained scans: listed again, the selection kept
-                    entries = list(w.spectra.entries)
-                    w.spectra.clear()
-                    w.spectra.append(entries)
-                    w.spectra.add_runs(nested_entries(entries))
-                w.spectra.append(done.added)
-                w.spectra.add_runs(nested_entries(done.added))
-                w.spectra.all_changed()
-                w.document_replaced()
-                if current is not None:
-                    w.select_entry(current.key)
-            finally:
-                self._applying = False
-            self._changed()
-        w.show_message(done.describe(path.name), "info")
-        self.attached.emit(out.path)
 
     # ------------------------------------------------------------------------------------------
     # replacing and closing the document

@@ -8,7 +8,8 @@ the run's m/z recalibration. The app saves and opens projects (File ▸ Save Pro
 one into :func:`autosave_dir` for recovery after a crash; nothing here imports Qt.
 
 This module holds the document (the classes below), the source files' checks, writing and the autosave folder;
-reading a project file, and upgrading an older one, is :mod:`engine.files.project_read`.
+reading a project file, and upgrading an older one, is :mod:`engine.files.project_read`; the numeric side tables
+(below) are gathered by :mod:`engine.files.project_arrays`.
 
 **Spectra are embedded.** A project opens on a colleague's machine, or after its spectra files moved:
 every listed record (peaks, precursor, metadata; a skipped record with its reason and the peaks it kept)
@@ -109,6 +110,8 @@ import numpy as np
 from engine import __version__
 from engine.elucidation.pipeline import QueryParams, SpectrumResult
 from engine.errors import ConfigError, OutputError
+from engine.files.project_arrays import Arrays as _Arrays
+from engine.files.project_arrays import number as _num
 from engine.formulas.candidates import FormulaCandidate
 from engine.formulas.recalibration import Recalibration
 from engine.paths import data_dir
@@ -133,11 +136,6 @@ CANDIDATE_KEYS = ("rank", "smiles", "inchikey", "inchikey14", "formula", "count"
                   "compound_name")
 RESULT_KEYS = ("n_samples", "n_valid", "n_formula_consistent", "n_distinct_queries", "mean_query_bits",
                "fidelity", "reference_inchikey14", "reference_rank", "new_samples", "seconds")
-RAGGED = {"peaks": ("peaks_mz", "peaks_intensity"), "thresholds": ("thresholds",),
-          "candidate_bits": ("candidate_bits",),
-          "recal_points": ("recal_points_mz", "recal_points_ppm", "recal_points_precursor")}
-DTYPES = {"peaks_mz": np.float64, "peaks_intensity": np.float64, "thresholds": np.float64, "candidate_bits": np.int32,
-          "recal_points_mz": np.float64, "recal_points_ppm": np.float64, "recal_points_precursor": np.bool_}
 FEATURE_KEYS = ("id", "index", "precursor_mz", "rt_min", "rt_max")
 MS1_KEYS = ("scan_id", "retention_time", "precursor_mz", "precursor_intensity", "n_scans")
 RECALIBRATION_KEYS = ("offset_ppm", "slope_ppm", "scatter_ppm", "n_features", "applied", "source", "note", "min_ppm",
@@ -324,69 +322,6 @@ def check_source(source: SourceFile, cache: dict | None = None, cancel: CancelFn
 
 
 # -- writing ----------------------------------------------------------------------------------------
-def _num(x) -> float | str | None:
-    if x is None:
-        return None
-    x = float(x)
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return x
-
-
-class _Arrays:
-    """The numeric side tables of a project being written."""
-
-    def __init__(self):
-        self.rows: dict[str, list[list[np.ndarray]]] = {k: [[] for _ in v] for k, v in RAGGED.items()}
-        self.posteriors: list[np.ndarray] = []
-        self._peak_rows: dict[bytes, int] = {}
-
-    def _add(self, table: str, *values: np.ndarray) -> int:
-        for column, v in zip(self.rows[table], values, strict=True):
-            column.append(v)
-        return len(self.rows[table][0]) - 1
-
-    def peaks(self, mz: np.ndarray, intensity: np.ndarray) -> int:
-        mz, intensity = np.asarray(mz, np.float64), np.asarray(intensity, np.float64)
-        key = hashlib.blake2b(mz.tobytes() + b"|" + intensity.tobytes(), digest_size=16).digest()
-        if key not in self._peak_rows:
-            self._peak_rows[key] = self._add("peaks", mz, intensity)
-        return self._peak_rows[key]
-
-    def thresholds(self, t: np.ndarray) -> int:
-        return self._add("thresholds", np.asarray(t, np.float64).ravel())
-
-    def candidate_bits(self, bits: np.ndarray) -> int:
-        return self._add("candidate_bits", np.asarray(bits, np.int32).ravel())
-
-    def posterior(self, p: np.ndarray) -> int:
-        p = np.asarray(p, np.float32).ravel()
-        if self.posteriors and p.size != self.posteriors[0].size:
-            raise ConfigError(f"A posterior of {p.size} bits among ones of {self.posteriors[0].size}: one project "
-                              "holds the posteriors of one fingerprint size.")
-        self.posteriors.append(p)
-        return len(self.posteriors) - 1
-
-    def recal_points(self, mz: np.ndarray, ppm: np.ndarray, precursor: np.ndarray) -> int:
-        return self._add("recal_points", np.asarray(mz, np.float64).ravel(), np.asarray(ppm, np.float64).ravel(),
-                         np.asarray(precursor, np.bool_).ravel())
-
-    def finish(self) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
-        dtypes = DTYPES
-        for table, names in RAGGED.items():
-            columns = self.rows[table]
-            lengths = [len(v) for v in columns[0]]
-            out[f"{table}_offsets"] = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
-            for name, column in zip(names, columns):
-                out[name] = np.concatenate(column).astype(dtypes[name]) if column else np.zeros(0, dtypes[name])
-        n_bits = self.posteriors[0].size if self.posteriors else 0
-        out["posteriors"] = np.stack(self.posteriors) if self.posteriors else np.zeros((0, n_bits), np.float32)
-        return out
-
-
 def _spectrum_json(s: Spectrum, arrays: _Arrays) -> dict:
     d = {k: getattr(s, k) for k in SPECTRUM_KEYS}
     d["precursor_mz"] = _num(s.precursor_mz)

@@ -27,7 +27,6 @@ from engine.files.project import (
     FORMAT,
     FORMAT_VERSION,
     PROJECT_SUFFIX,
-    RAGGED,
     RESULT_KEYS,
     SAME,
     SAMPLES,
@@ -41,6 +40,7 @@ from engine.files.project import (
     Selection,
     SourceFile,
 )
+from engine.files.project_arrays import RAGGED
 from engine.formulas.candidates import FormulaCandidate
 from engine.formulas.recalibration import Recalibration
 from engine.progress import CancelFn, check_cancel, run_to_end
