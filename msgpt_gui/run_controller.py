@@ -299,6 +299,12 @@ class RunController(QObject):
             return None
         table = e.cached_formulas()
         runs = e.formula_runs
+        for r in runs:  # a reopened project's runs: sessions again from the samples it kept (nothing redrawn)
+            if r.session is None and r.result is not None and r.model_checksum == self.bundle.checksum:
+                try:
+                    r.session = r.new_session(self.bundle, self.libraries)
+                except MsgptError:
+                    pass
         if table is not None and runs and all(r.session is not None and r.model_checksum == self.bundle.checksum
                                               for r in runs):
             wanted = [(c.formula, c.ion_type) for c in table.runnable(top_k, supported)]

@@ -137,6 +137,13 @@ def test_a_saved_lcms_run_reopens_as_it_was(qtbot, make_window, ran, run, tmp_pa
         third.files.open_files([run, path])
     assert rows(third) == before_rows and third.runs.is_open(run)
 
+    # Run again on the reopened feature: its formula runs take the samples the project kept, nothing is redrawn
+    other.select_entry(again.key)
+    with qtbot.waitSignal(other.run_finished, timeout=120_000):
+        other.run_menu.run_selected()
+    assert [r.spectrum.formula for r in again.formula_runs] == [r[0] for r in before_runs]
+    assert all(r.result is not None and r.result.new_samples == 0 for r in again.formula_runs)
+
 
 def v1_document(doc: dict, samples: dict) -> tuple[dict, dict]:
     """``doc`` as version 1 wrote it: no features or recalibrations, formula runs as entries after theirs."""
