@@ -9,12 +9,10 @@ from typing import Any
 
 from engine.errors import ConfigError
 from training.core.loop import TrainingConfig
-from training.encoder.train_encoder import (
-    EncoderTrainConfig,
-)
+from training.encoder.train_encoder import EncoderTrainConfig
 
-# Fields that may differ between a run and its resumption (they do not change what is computed).
 OOF_FORMAT_VERSION = 1
+# Fields that may differ between a run and its resumption (they do not change what is computed).
 _RESUMABLE_CHANGES = frozenset({"resume", "threads", "checkpoint_minutes", "cache_dir", "reference_val"})
 
 

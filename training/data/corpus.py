@@ -62,13 +62,7 @@ from engine.errors import ConfigError, InputFileError
 from engine.model.tokenizer import SafeTokenizer
 
 from training.data.corpus_format import FORMAT, FORMAT_VERSION, MAX_CONTEXT_BITS  # noqa: F401  (re-exported)
-from training.data.corpus_convert import (
-    ChunkResult,
-    ConvertSettings,
-    DropCounter,
-    _convert_chunk,
-    _init_worker,
-)
+from training.data.corpus_convert import ChunkResult, ConvertSettings, DropCounter, _convert_chunk, _init_worker
 from training.data.corpus_inputs import (
     DEFAULT_MGF_LICENSES,
     iter_smiles_file,

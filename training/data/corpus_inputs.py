@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-import re
 import csv
 import gzip
+import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -16,7 +16,6 @@ from engine.chem import molecules as chem
 from engine.errors import InputFileError
 
 DEFAULT_MGF_LICENSES: tuple[str, ...] = ("CC0", "CC BY", "CC BY-SA", "dl-de/by-2-0")
-
 _INCHIKEY14 = re.compile(r"[A-Z]{14}")
 
 

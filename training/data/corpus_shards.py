@@ -16,20 +16,12 @@ from typing import TypeVar
 import numpy as np
 
 from engine.chem.formula import ELEMENTS
-from training.data.corpus_convert import (
-    DropCounter,
-    Dropped,
-    Record,
-)
+from training.data.corpus_convert import DropCounter, Dropped, Record
 from training.data.corpus_format import MAX_CONTEXT_BITS
 
 DONE_MARKER = "DONE"
-
-
 TEXT_FIELDS: tuple[str, ...] = ("smiles", "safe", "formula", "inchikey14")
 T = TypeVar("T")
-
-
 R = TypeVar("R")
 
 

@@ -21,29 +21,13 @@ from engine.errors import ConfigError
 from engine.model.bundle import sha256_file
 
 PACK_FORMAT = "msgpt-accelerator-pack"
-
-
 PACK_VERSION = 1
-
-
 REPORT = "remote_report.json"
-
-
 PART_BYTES = 15 * 1024 * 1024  # under the 16 MiB a returned file may have
-
-
 TRAVEL_LIMIT = 64 * 1024 * 1024
-
-
 DEFAULT_MODEL = "resources/default_model"
-
-
 PARKED = "resources"  # the bundled model and libraries: on disk, out of what travels (the remote step needs none)
-
-
 DEFAULT_PACK = ".carry/accel"
-
-
 RUN_CHARS = 2000  # the device tool's longest command
 
 

@@ -113,11 +113,7 @@ from training.core.checkpoint import (
     truncate_metrics,
     write_json_atomic,
 )
-from training.core.loop import (
-    autocast,
-    stop_on_signals,
-    torch_threads,
-)
+from training.core.loop import autocast, stop_on_signals, torch_threads
 from training.data.oof_data import load_oof
 from training.decoder.adapt_config import (
     AdaptConfig,

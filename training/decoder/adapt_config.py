@@ -11,24 +11,12 @@ from torch import nn
 
 from engine.errors import ConfigError
 from engine.model.decoder import ConditionalDecoder
-from training.core.loop import (
-    DEVICES,
-    PRECISIONS,
-    TrainingConfig,
-    int_at_least,
-    one_of,
-)
+from training.core.loop import DEVICES, PRECISIONS, TrainingConfig, int_at_least, one_of
 from training.data.spectra import SHIPPABLE_LICENSES
 
 GROUPS = ("frozen-hit", "residual", "low-coverage")
-
-
 FP_TARGET_CHOICES = ("q_proj", "k_proj", "v_proj", "out_proj")
-
-
 GROUPINGS = ("pool", "expected")
-
-
 SELECT_METRICS = {"expected_share": "max", "token_accuracy": "max", "nll": "min"}
 
 

@@ -17,9 +17,7 @@ from engine.errors import ConfigError, MsgptError
 from engine.model.bundle import ModelBundle, sha256_file, weights_checksum
 from engine.spectra.spectrum import Spectrum
 from training.data.spectra import is_unit_resolution
-from training.decoder.adapt_config import (
-    AdaptConfig,
-)
+from training.decoder.adapt_config import AdaptConfig
 
 
 @dataclass(frozen=True)

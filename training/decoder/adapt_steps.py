@@ -18,20 +18,9 @@ from engine.errors import BundleError, ConfigError
 from engine.model.bundle import load_bundle
 from engine.model.decoder import PAD_ID, ConditionalDecoder, collate_queries
 from engine.model.sampling import filter_probs
-from training.core.loop import (
-    lr_at,
-    reseed,
-)
-from training.decoder.adapt_config import (
-    AdaptConfig,
-    attach_lora,
-    trainable_parameters,
-)
-from training.decoder.adapt_examples import (
-    Example,
-    batch_indices,
-    draw_thresholds,
-)
+from training.core.loop import lr_at, reseed
+from training.decoder.adapt_config import AdaptConfig, attach_lora, trainable_parameters
+from training.decoder.adapt_examples import Example, batch_indices, draw_thresholds
 
 
 def collate_examples(examples: Sequence[Example], thresholds: Sequence[float], config) -> dict[str, torch.Tensor]:

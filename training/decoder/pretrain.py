@@ -79,13 +79,7 @@ from training.core.checkpoint import (
     write_json_atomic,
 )
 from training.data.dataset import IGNORE_INDEX, CorpusDataset
-from training.core.loop import (
-    autocast,
-    lr_at,
-    reseed,
-    stop_on_signals,
-    torch_threads,
-)
+from training.core.loop import autocast, lr_at, reseed, stop_on_signals, torch_threads
 from training.encoder.noise import FingerprintNoise
 from training.decoder.pretrain_config import (
     CheckpointSaved,

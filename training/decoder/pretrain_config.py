@@ -7,13 +7,7 @@ from dataclasses import dataclass, field
 
 from engine.errors import ConfigError
 from engine.model.decoder import DecoderConfig
-from training.core.loop import (
-    DEVICES,
-    PRECISIONS,
-    TrainingConfig,
-    int_at_least,
-    one_of,
-)
+from training.core.loop import DEVICES, PRECISIONS, TrainingConfig, int_at_least, one_of
 
 
 @dataclass

@@ -22,15 +22,10 @@ from torch.nn import functional as F
 
 from engine.errors import ConfigError
 from engine.model.decoder import ConditionalDecoder, DecoderConfig
-from training.core.checkpoint import (
-    latest_checkpoint,
-    load_decoder,
-)
+from training.core.checkpoint import latest_checkpoint, load_decoder
 from training.data.batching import FormulaGroupedBatchSampler
 from training.data.dataset import IGNORE_INDEX, CorpusDataset
-from training.decoder.pretrain_config import (
-    PretrainConfig,
-)
+from training.decoder.pretrain_config import PretrainConfig
 from training.encoder.noise import FingerprintNoise
 
 NOISE_STREAM = 0x6E6F6973  # tags the noise generator's seed sequence apart from reseed()'s

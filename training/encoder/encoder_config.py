@@ -9,13 +9,7 @@ from engine.errors import ConfigError, MsgptError
 from engine.model.encoder import ENCODER_PRESETS, EncoderConfig
 from engine.spectra.annotate import get_ion_type
 from training.core.loop import TrainingConfig, int_at_least
-from training.data.spectra import (
-    DEFAULT_ADDUCTS,
-    SHIPPABLE_LICENSES,
-    CacheHit,
-    FeatureSettings,
-    ReadProgress,
-)
+from training.data.spectra import DEFAULT_ADDUCTS, SHIPPABLE_LICENSES, CacheHit, FeatureSettings, ReadProgress
 
 SELECT_METRICS = {"ap_micro": "max", "auroc_micro": "max", "tanimoto": "max", "tanimoto_density": "max", "bce": "min"}
 

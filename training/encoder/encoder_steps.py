@@ -21,24 +21,10 @@ from engine.errors import ConfigError
 from engine.model.encoder import SpectrumEncoder, fold_bits
 from training.core.checkpoint import atomic_folder, complete_folder, module_weights
 from training.core.metrics import bit_metrics, density_matched_threshold, mean_tanimoto
-from training.data.spectra import (
-    LabelledSpectra,
-    describe_selection,
-    iter_load_labelled_spectra,
-    structure_folds,
-)
-from training.encoder.encoder_config import (
-    _RESUMABLE_CHANGES,
-    EncoderTrainConfig,
-    Event,
-)
+from training.data.spectra import LabelledSpectra, describe_selection, iter_load_labelled_spectra, structure_folds
+from training.encoder.encoder_config import _RESUMABLE_CHANGES, EncoderTrainConfig, Event
 from training.encoder.forward import load_simulated
-from training.encoder.substructures import (
-    FragmentLabels,
-    SubstructureSettings,
-    concatenate_labels,
-    fragment_labels,
-)
+from training.encoder.substructures import FragmentLabels, SubstructureSettings, concatenate_labels, fragment_labels
 
 CHECKPOINT_FORMAT_VERSION = 1
 

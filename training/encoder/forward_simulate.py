@@ -16,11 +16,7 @@ from engine.chem import molecules as chem
 from engine.chem.formula import ELEMENTS, element_masses, formula_vector
 from engine.errors import ConfigError, MsgptError
 from engine.model.encoder import EncoderConfig
-from engine.model.forward import (
-    Candidates,
-    ForwardModel,
-    candidates,
-)
+from engine.model.forward import Candidates, ForwardModel, candidates
 from training.core.loop import TrainingConfig, int_at_least, torch_threads
 from training.data.corpus_inputs import open_text, read_mgf_headers
 from training.data.spectra import FeatureSettings, LabelledSpectra

@@ -65,13 +65,7 @@ from engine.model.encoder import ENCODER_PRESETS, EncoderConfig, SpectrumEncoder
 
 from training.core.checkpoint import write_json_atomic
 from training.core.loop import lr_at, stop_on_signals, torch_threads
-from training.data.spectra import (
-    SHIPPABLE_LICENSES,
-    CacheHit,
-    LabelledSpectra,
-    ReadProgress,
-    describe_selection,
-)
+from training.data.spectra import SHIPPABLE_LICENSES, CacheHit, LabelledSpectra, ReadProgress, describe_selection
 from training.encoder.substructures import FragmentLabels, LabelProgress
 from training.encoder.encoder_config import (
     CheckpointSaved,

@@ -23,26 +23,12 @@ from engine.spectra.io import iter_spectra
 from engine.spectra.spectrum import Spectrum
 
 VARIANTS = ("oracle", "point", "f1", "cosine", "outer", "band", "band+adapter")
-
-
 DEFAULT_VARIANTS = ("oracle", "point", "band", "band+adapter")
-
-
 NEEDS_THRESHOLD = {"f1": "f1", "cosine": "cosine"}
-
-
 KAPPA_SWEEP = tuple(round(float(k), 2) for k in np.arange(0.5, 2.0001, 0.05))
-
-
 THRESHOLD_GRID = np.round(np.arange(0.001, 1.0, 0.001), 3)  # F1/cosine-optimal t, reported to 3 decimals
-
-
 TOP_K = 10  # candidates kept per record (Top-10 metrics; MCES later without sampling again)
-
-
 FORMAT_VERSION = 3  # 3: samples decoded without safe-mol's fixing; decoding modes; rankings
-
-
 FREE_SUFFIX = "/free"  # variant name suffix of free (unconstrained) decoding
 
 

@@ -14,8 +14,6 @@ import numpy as np
 from training.studies.retrieval import TRACKS, ci95
 
 KS = (1, 5, 20)
-
-
 _BITS: dict[str, np.ndarray | None] = {}
 
 

@@ -14,26 +14,12 @@ import numpy as np
 from engine.errors import ConfigError
 
 LIBRARY_SIZE = 256  # the truth plus up to 255 corpus structures
-
-
 MASS_PPM = 10.0
-
-
 HIT_KS = (1, 5, 20)
-
-
 CROWDING_KS = (1, 10)
-
-
 QUERY_POSITIONS = (0.5, 0.15, 0.85)  # places in the band (0 = sparse end); the first alone is the 1-query score
-
-
 TRACKS = ("formula", "mass")
-
-
 SHORTLIST = 20  # candidates the decoder re-ranks (Hit@20 needs no more)
-
-
 FORMAT_VERSION = 1
 
 
@@ -175,8 +161,6 @@ class Pool:
 
 
 SETTINGS = ("library", "joint", "denovo", "crowded")
-
-
 SETTING_KS = {"library": HIT_KS, "joint": HIT_KS, "denovo": CROWDING_KS, "crowded": CROWDING_KS}
 
 
@@ -301,11 +285,7 @@ def strip_private(result: dict) -> dict:
 
 # -- choosing weights ----------------------------------------------------------------------------------
 PRIORS = tuple(float(x) for x in np.arange(-10.0, 60.01, 2.0))
-
-
 DECODER_WEIGHTS = tuple(round(float(x), 2) for x in np.arange(0.0, 2.001, 0.1))
-
-
 FRAGMENT_WEIGHTS = tuple(float(x) for x in range(0, 41, 4))
 
 
