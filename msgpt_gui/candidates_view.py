@@ -93,7 +93,7 @@ class CandidatesPanel(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setAlternatingRowColors(True)
-        self.table.setWordWrap(False)
+        self.table.setWordWrap(True)  # names and origin tags take the rows' height (a SMILES has no spaces: elided)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.verticalHeader().hide()
         self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
@@ -105,10 +105,10 @@ class CandidatesPanel(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(False)
         fit_columns(self.table, {CandidatesModel.RANK: "9999", CandidatesModel.CHANGE: "▲99",
-                                 CandidatesModel.NAME: "chlorpyrifos-methyl",
+                                 CandidatesModel.NAME: "chlorpyrifos",
                                  CandidatesModel.ORIGIN: evidence.ORIGIN_SAMPLE,
                                  CandidatesModel.FORMULA: "C22H30NaO4", CandidatesModel.FORMULA_SCORE: "0.00 (#9)",
-                                 CandidatesModel.SCORE: "-000.0", CandidatesModel.REFERENCE: "★ MSBNK-XXXX000000",
+                                 CandidatesModel.SCORE: "-000.0", CandidatesModel.REFERENCE: "★ MSBNK-Eawag-EA290310",
                                  CandidatesModel.COUNT: "9999", CandidatesModel.FREQUENCY: "0.000",
                                  CandidatesModel.SIMILARITY: "0.000", NoveltyCandidatesModel.NOVELTY: "training corpus"},
                     bold_rows=True)  # the reference row is bold

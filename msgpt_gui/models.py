@@ -472,7 +472,7 @@ class CandidatesModel(ColumnsModel):
             return "" if math.isnan(c.fingerprint_score) else f"{c.fingerprint_score:.1f}"
         if col == self.REFERENCE:
             return evidence.reference_text(c, self.is_reference(c))
-        return {self.SMILES: c.smiles, self.NAME: evidence.name_text(c), self.ORIGIN: evidence.origin_text(c),
+        return {self.SMILES: c.smiles, self.NAME: evidence.name_text(c), self.ORIGIN: evidence.origin_cell(c),
                 self.FORMULA: c.formula, self.COUNT: c.count, self.FREQUENCY: f"{c.frequency:.3f}",
                 self.SIMILARITY: f"{c.posterior_similarity:.3f}"}[col]
 

@@ -44,7 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--spectrum", help="TITLE (or 1-based row) of the spectrum to run; "
                    "default: the runnable spectrum with the most peaks")
     p.add_argument("--out", default=str(ROOT / "docs" / "screenshot.png"), help="PNG to write")
-    p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
+    p.add_argument("--size", default="1280x800", help="window size WxH (default 1280x800, a laptop's screen)")
+    p.add_argument("--suspects", nargs="+", default=[], metavar="FILE",
+                   help="structure libraries to add as suspect lists (Run ▸ Libraries…) before the run")
     p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
     p.add_argument("--timeout", type=float, default=300, help="seconds to wait for the model and the run")
     p.add_argument("--tab", choices=("candidates", "formulas", "bits", "score"), default="candidates",
@@ -124,6 +126,11 @@ def shoot(args, width: int, height: int) -> int:
     if args.list_width:
         window.top_splitter.setSizes([args.list_width, width - args.list_width])
     wait(lambda: not window.busy and window.loader is None, "the model and the spectra")
+    libraries = window.libraries.controller
+    for path in args.suspects:
+        libraries.add(path)
+    # the ticked libraries (the bundled ones, and --suspects) are searched by the run, as a user waits for them
+    wait(lambda: all(s.state not in ("waiting", "opening") for s in libraries.sources), "the libraries")
     if window.bundle is None:
         sys.exit("No model could be loaded; give --model BUNDLE (see the docstring).")
     entries = [e for e in window.spectra.entries if e.spectrum is not None]

@@ -24,10 +24,10 @@ from functools import lru_cache
 from engine.elucidation.ranking import DE_NOVO, SPECTRAL_LIBRARY, STRUCTURE_LIBRARY
 from engine.library.cache import BUNDLED_NAME as BUNDLED_STRUCTURES_NAME
 
-TAG_CHARS = 10  # a suspect list's name in the Origin cell is cut to this many characters ("…" ends it)
+TAG_CHARS = 14  # a suspect list's name in the Origin cell is cut to this many characters ("…" ends it)
 IDENTIFIED_TAG, LIBRARY_TAG, SPECTRUM_TAG, DE_NOVO_TAG = "✔ 2a", "library", "spectrum", "de novo"
-#: the widest Origin cell there is (the table's column is sized for it: no cell is ever elided)
-ORIGIN_SAMPLE = f"◆ {'x' * TAG_CHARS} · {SPECTRUM_TAG} · {DE_NOVO_TAG}"
+#: the widest line of an Origin cell (one tag a line; the table's column is sized for it: no cell is ever elided)
+ORIGIN_SAMPLE = f"◆ {'x' * TAG_CHARS}"
 
 
 def _parts(c) -> set[str]:
@@ -70,7 +70,13 @@ def origin_tags(c) -> list[str]:
 
 
 def origin_text(c) -> str:
+    """The tags on one line (the summary, the details' title)."""
     return " · ".join(origin_tags(c))
+
+
+def origin_cell(c) -> str:
+    """The Origin cell: one tag a line (the table's rows are as tall as a depiction)."""
+    return "\n".join(origin_tags(c))
 
 
 def spectral_line(ev) -> str:
