@@ -60,8 +60,8 @@ SPECTRAL_LIBRARY = "spectral_library"  # a structure whose reference spectrum ma
 ORIGINS = (DE_NOVO, STRUCTURE_LIBRARY, SPECTRAL_LIBRARY)
 #: The least reference-spectrum match that puts ``spectral_library`` in a candidate's origin: (entropy similarity,
 #: matched peaks), both at least these, or an identification (:attr:`SpectralEvidence.in_origin`); a weaker match
-#: stays on the candidate as evidence. Measured by ``benchmarks/spectral_origin_floor.py`` on 2,000 FOLD=val spectra
-#: (docs/evidence/spectral_origin.md): a wrong hit under 0.3 is no closer to the truth than a random library
+#: stays on the candidate as evidence. Measured by ``benchmarks/studies/spectral_origin_floor.py`` on 2,000 FOLD=val
+#: spectra (docs/evidence/spectral_origin.md): a wrong hit under 0.3 is no closer to the truth than a random library
 #: structure of the formula (Tanimoto +0.02 to +0.04), one from 0.35 up is (+0.07 to +0.10); 0.3 drops 34% of
 #: the hits when the library lacks the truth and 4.7% of the true hits when it has it. Matched peaks add nothing
 #: (1: every hit): requiring 2 would drop 12.5% of the true hits for 25% of the false ones.

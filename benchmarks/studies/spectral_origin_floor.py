@@ -22,7 +22,7 @@ last table gives what each candidate floor (similarity â‰¥ S and matched peaks â
 drops: false hits (truth absent) and true hits. Prints those markdown tables (docs/evidence/spectral_origin.md) and
 the runtime (about 100 s for 2,000 spectra, one thread)::
 
-    python benchmarks/spectral_origin_floor.py --mgf ../shared/data/massbank_dev.mgf.gz --n 2000
+    python benchmarks/studies/spectral_origin_floor.py --mgf ../shared/data/massbank_dev.mgf.gz --n 2000
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.suspect_ranking import reference_spectra
