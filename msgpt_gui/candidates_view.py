@@ -66,6 +66,7 @@ class CandidatesPanel(QWidget):
 
         self.bundle = None  # the loaded model: why a result has no confidence (set when the model changes)
         self._shown = (None, None, 0)  # (entry, supported ion types, top k) of the last show_entry
+        self._auto_key = None  # the candidate the app selected itself (rank 1), not the user
         self.summary = QLabel()
         self.summary.setTextFormat(Qt.TextFormat.RichText)  # user data in it is escaped (_html)
         self.summary.setWordWrap(True)
@@ -154,6 +155,8 @@ class CandidatesPanel(QWidget):
         ``formula_text``: what the structures were drawn for when not the result's formula (several formulas);
         ``level``: the identification level of what the table shows (:func:`~msgpt_gui.logic.libraries.entry_level`)."""
         keep = self.selected_key()
+        if keep == self._auto_key:
+            keep = None  # picked by the app, not the user: rank 1 again (a ranking of several formulas moves it)
         self.model.set_result(result, previous, formula_scores)
         # shown for candidates drawn for ranked formula candidates only (a library's given formulas have none)
         self.table.setColumnHidden(CandidatesModel.FORMULA_SCORE, not self.model.formula_scores)
@@ -170,6 +173,7 @@ class CandidatesPanel(QWidget):
             self.table.selectionModel().setCurrentIndex(
                 idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
             )
+            self._auto_key = idx.data(KEY_ROLE) if keep is None else self._auto_key
         else:
             self.detail.show_candidate(None)
 

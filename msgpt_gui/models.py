@@ -17,7 +17,7 @@ from engine.spectra.spectrum import NO_FRAGMENTS_NOTE
 
 from .logic.confidence import missing_confidence
 from .logic.entries import SpectraFilter, SpectrumEntry, Status, compact_id, format_mz
-from .logic.formulas import library_run_label
+from .logic.formulas import format_probability, library_run_label
 from .logic import evidence
 from .logic.libraries import IDENTIFIED_TEXT, entry_level
 from .logic.tooltips import TIPS
@@ -467,7 +467,7 @@ class CandidatesModel(ColumnsModel):
             return self.change(c)[0]
         if col == self.FORMULA_SCORE:
             rank, score = self.formula_score(c)
-            return f"{float(score):.2f} (#{rank})" if score else ""
+            return f"{format_probability(float(score))} (#{rank})" if score else ""
         if col == self.SCORE:
             return "" if math.isnan(c.fingerprint_score) else f"{c.fingerprint_score:.1f}"
         if col == self.REFERENCE:

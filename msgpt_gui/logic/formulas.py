@@ -242,6 +242,12 @@ def combine_results(results: Sequence[SpectrumResult]) -> SpectrumResult | None:
     )
 
 
+def format_probability(p: float) -> str:
+    """A formula's probability in two decimals; one under 0.01 as ``<0.01`` (not a ``0.00`` that reads as none; the
+    spectra keep it rounded, so a stored 0 is one too small to write)."""
+    return f"{p:.2f}" if p >= 0.01 else "<0.01"
+
+
 def run_label(run, short: bool = False) -> str:
     """How a formula run is named in the formula selector: ``#1 C10H12N3O3PS2 [M+H]+ (P 0.62)`` for a formula
     candidate (rank, formula, ion type, probability), or the library's formula run (:func:`library_run_label`);
@@ -250,7 +256,7 @@ def run_label(run, short: bool = False) -> str:
     s = run.spectrum
     if c is None:
         return library_run_label(s)
-    return f"#{c.rank} {s.formula} {s.adduct}" + ("" if short else f" (P {c.probability:.2f})")
+    return f"#{c.rank} {s.formula} {s.adduct}" + ("" if short else f" (P {format_probability(c.probability)})")
 
 
 def formula_scores(results: Sequence[SpectrumResult]) -> dict[str, tuple[str, str]]:

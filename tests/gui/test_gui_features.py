@@ -22,8 +22,9 @@ from engine.chem.formula import formula_mass, parse_formula
 from engine.spectra.isotopes import isotope_pattern
 from msgpt_gui.logic.entries import Status
 from msgpt_gui.formulas_view import FormulaTableModel
+from msgpt_gui.logic.formulas import format_probability
 from engine.insight.identification import feature_ranks
-from msgpt_gui.models import CandidatesModel, SpectraModel
+from msgpt_gui.models import KEY_ROLE, CandidatesModel, SpectraModel
 
 CAFFEINE = "C8H10N4O2"
 FRAGMENTS = ["C6H7N3O", "C5H7N3", "C4H5N3", "C7H6N4O"]  # neutral subformulas; ions are +H
@@ -243,9 +244,18 @@ def test_run_best_k_gives_one_result_per_formula_in_one_ranked_list(qtbot, make_
     assert [(model.candidate(i).inchikey14, model.candidate(i).formula) for i in range(model.rowCount())] == \
         [by_rank[k] for k in range(1, sum(counts) + 1)]
     assert not window.candidates.table.isColumnHidden(CandidatesModel.FORMULA_SCORE)
-    probability = {c.formula: f"{c.probability:.2f} (#{c.rank})" for c in expected}
+    probability = {c.formula: f"{format_probability(c.probability)} (#{c.rank})" for c in expected}
     assert [model.index(i, CandidatesModel.FORMULA_SCORE).data() for i in range(model.rowCount())] == \
         [probability[model.candidate(i).formula] for i in range(model.rowCount())]
+    # the app's own selection follows rank 1 as the formulas finish; a candidate the user picks stays picked
+    panel_c = window.candidates
+    assert panel_c.selected_key() == model.candidate(0).inchikey14 and panel_c.detail.candidate.rank == 1
+    if model.rowCount() > 1:
+        pick = panel_c.proxy.index(1, 0).data(KEY_ROLE)
+        panel_c.select_candidate(pick)
+        window.show_current()
+        assert panel_c.selected_key() == pick
+        panel_c.select_candidate(model.candidate(0).inchikey14)
     # the formula selector lists the runs; choosing one narrows the table to it, ranked within it
     choice = window.candidates.formula_choice
     assert not choice.isHidden() and choice.count() == 3 and "feature" in choice.itemText(0)
