@@ -101,6 +101,7 @@ class DetailPane(QWidget):
         self.picture.setStyleSheet("background: white; border: 1px solid #d0d0d0;")
         self.title = QLabel()
         self.title.setTextFormat(Qt.TextFormat.RichText)
+        self.title.setWordWrap(True)  # a long name wraps instead of widening the pane past the window
         self.smiles = QLineEdit(readOnly=True)
         self.inchikey = QLineEdit(readOnly=True)
         self.scores = QLabel()

@@ -47,7 +47,17 @@ def suspect_list(c) -> str:
     return names[0] if names else (library_names(c) or ["suspect list"])[0]
 
 
+LIST_SUFFIXES = (".csv", ".tsv", ".sdf", ".sd", ".smi", ".smiles", ".txt")
+
+
 def _short(name: str) -> str:
+    """A list's name for a tag: without its file's suffix (``pesticides.csv.gz`` -> ``pesticides``), cut to
+    :data:`TAG_CHARS`."""
+    low = name.lower().removesuffix(".gz")
+    for suffix in LIST_SUFFIXES:
+        if low.endswith(suffix):
+            name = name[: len(low) - len(suffix)]
+            break
     return name if len(name) <= TAG_CHARS else name[: TAG_CHARS - 1].rstrip() + "…"
 
 
