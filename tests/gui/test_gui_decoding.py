@@ -39,9 +39,14 @@ def test_decoding_and_ranking_settings(qtbot, make_window, write_mgf):
 
 def test_decoding_and_ranking_persist(qtbot, make_window):
     window = make_window()
-    window.params_panel.ranking.setCurrentText("fingerprint")
-    window.params_panel.decoding.setCurrentText("free")
+    panel = window.params_panel
+    # both away from their defaults (formula, fingerprint), or a window that forgot them would pass
+    assert (panel.decoding.currentText(), panel.ranking.currentText()) == ("formula", "fingerprint")
+    panel.ranking.setCurrentText("frequency")
+    panel.decoding.setCurrentText("free")
+    assert (panel.decoding.currentText(), panel.ranking.currentText()) == ("free", "frequency")
     window.close()
     again = make_window()
-    assert again.params_panel.ranking.currentText() == "fingerprint"
+    assert again.params_panel.ranking.currentText() == "frequency"
     assert again.params_panel.decoding.currentText() == "free"
+    assert (again.query_params.decoding, again.query_params.ranking) == ("free", "frequency")

@@ -224,22 +224,33 @@ def test_a_project_keeps_the_reference_match_and_the_suspect_flag(tiny_bundle, s
 
 
 def test_the_mass_track_keeps_to_the_ion_types_asked_for(tiny_bundle_dir, home, captured):
-    """--ion-types limits the library's mass track as it limits the formula candidates."""
+    """--ion-types limits the library's mass track as it limits the formula candidates. The library holds a
+    structure that fits the precursor only as [M+Na]+ (C13H26N6O2, 3.5 ppm), a formula the formula ranking never
+    gives (it ranks one formula, C14H28N2O6 as [M+H]+): the mass track adds its run when [M+Na]+ is allowed, and
+    none when only [M+H]+ is."""
     from engine.cli import main
 
-    lib = suspect_csv(home / "lib.csv", [("L1", "an isomer", ISOMER)])
+    sodium = "NC(=N)NCCCC(N)C(=O)NC1CCCCC1C(=O)N"  # C13H26N6O2: [M+Na]+ 321.2009 vs 321.2020
+    lib = suspect_csv(home / "lib.csv", [("L1", "an isomer", ISOMER), ("L2", "a sodium ion's fit", sodium)])
     mgf = home / "one.mgf"
     block = FIXTURE.read_text().split("END IONS")[0]
     lines = [line for line in block.splitlines() if not line.startswith(("FORMULA=", "ADDUCT="))]
     mgf.write_text("\n".join(lines) + "\nEND IONS\n")
     argv = ["predict", str(mgf), "-o", str(home / "o.csv"), "--model", str(tiny_bundle_dir), "--groups", "2",
             "--pool-size", "4", "-q", "--no-bundled-libraries", "--structure-library", str(lib), "--formulas", "1"]
+
+    def runs():
+        return {(s.formula, s.adduct, s.metadata.get("formula_source")) for s in captured}
+
     assert main(argv) == 0
-    assert any(s.metadata.get("formula_source") == MASS_TRACK or s.formula == "C14H28N2O6" for s in captured)
+    assert ("C13H26N6O2", "[M+Na]+", MASS_TRACK) in runs()  # the track does add another ion type's run
+    assert ("C14H28N2O6", "[M+H]+") in {r[:2] for r in runs()}
+    captured.clear()
+    assert main(argv + ["--ion-types", "[M+H]+"]) == 0
+    assert {r[:2] for r in runs()} == {("C14H28N2O6", "[M+H]+")}  # no [M+Na]+ run from the track
     captured.clear()
     main(argv + ["--ion-types", "[M+NH4]+"])
     assert not captured  # no [M+NH4]+ run is possible, and the mass track adds none of another ion type
-
 
 
 def test_a_coarse_precursor_ranks_the_suspects_within_its_precision(tiny_bundle_dir, home, captured, capsys):
