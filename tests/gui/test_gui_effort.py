@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 SITAGLIPTIN = "MSBNK-Eawag-EA290310"
 
 
@@ -20,10 +22,20 @@ def test_deep_effort_runs_and_standard_comes_back(qtbot, make_window, write_mgf)
 
     panel.effort.setCurrentText("deep")  # starts nothing (issue #54): it applies to the next Run
     assert not window.busy
+    shown = []  # the progress bar's (value, text) as the run sends them
+    window.runs.progress.connect(lambda value, text: shown.append((value, text)))
     with qtbot.waitSignal(window.run_finished, timeout=600_000):  # deep: the standard pool, then the rounds
         window.run_selected()
     deep = entry.result
     assert deep.params.effort == "deep" and deep.n_samples > 100 and not deep.partial
+    # its progress: the deep phases by name, the samples drawn counting up to those the result holds beyond the
+    # standard pool, the bar's value within 0..1000 and never going back within the rounds
+    steps = [(value, text) for value, text in shown if text.startswith("deep search:") and "opening" not in text]
+    assert any("round 1" in text for _, text in steps) and "final ranking" in steps[-1][1]
+    counts = [int(m.group(1)) for _, text in steps if (m := re.search(r"\((\d+)/(\d+)\)$", text))]
+    assert counts == sorted(counts) and counts[-1] == deep.n_samples - standard.n_samples > 0
+    values = [value for value, _ in steps]
+    assert values == sorted(values) and 0 < values[-1] <= 1000
     assert {c.inchikey14 for c in standard.candidates} <= {c.inchikey14 for c in deep.candidates}
 
     panel.effort.setCurrentText("standard")

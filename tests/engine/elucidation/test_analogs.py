@@ -142,10 +142,22 @@ def test_predict_effort_deep_opens_the_libraries_analogs_with_progress(tiny_bund
             "--structure-library", str(lib), "--effort", "deep"]
     assert main(argv) == 0
     assert opened == ["mine.csv"]  # once, before the spectra, by the CLI (the search then reuses it)
-    assert out.is_file() and "1 spectra" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Analog fingerprints" in err and "1 spectra" in err  # the analogs' bits open with a progress bar
+
+    def drawn(path):  # samples drawn for the spectrum, and the effort the file says it ran at
+        rows = list(csv.DictReader(line for line in open(path) if not line.startswith("#")))
+        header = [line for line in open(path) if line.startswith("# parameters:")]
+        return {int(r["spectrum_samples"]) for r in rows}, header[0]
+
+    deep_samples, deep_header = drawn(out)
+    assert "effort=deep" in deep_header
+    assert len(deep_samples) == 1 and deep_samples.pop() > 2 * 2  # deep search draws beyond the standard pool
     opened.clear()
     assert main(argv[:-2] + ["--effort", "standard"]) == 0
     assert opened == []  # standard effort needs no analogs
+    assert "Analog fingerprints" not in capsys.readouterr().err
+    assert drawn(out)[0] == {2 * 2} and "effort=deep" not in drawn(out)[1]  # M x N = 4 samples, no more
     # libraries off: deep search borrows from the bundled library, whose bits the CLI opens first (a stand-in here)
     import engine.library
     from engine.elucidation import deep
