@@ -97,15 +97,21 @@ def test_export_rejects_unknown_extension(tmp_path):
 
 
 def test_cli_predict_csv(tmp_path, tiny_bundle_dir, capsys):
+    """--device is obeyed, or the fallback said: where there is no GPU, cuda falls back to the CPU saying so;
+    where there is one, cpu runs on the CPU."""
+    has_cuda = __import__("torch").cuda.is_available()
     out = tmp_path / "out.csv"
     rc = main(["predict", str(FIXTURE), "-o", str(out), "--model", str(tiny_bundle_dir), "--top", "3", "-q",
-               "--device", "cuda" if not __import__("torch").cuda.is_available() else "cpu"])
+               "--device", "cpu" if has_cuda else "cuda"])
     err = capsys.readouterr().err
     assert rc == 0
     assert "Processed 10 spectra" in err and "Skipped 2 spectra" in err
     assert "adduct [M-H]- is not supported" in err
-    if "CUDA was requested" not in err:
-        assert "Running on CPU" in err
+    if has_cuda:
+        assert "Running on CPU (" in err and "CUDA was requested" not in err
+    else:
+        assert "CUDA was requested but is not available here; running on CPU." in err
+        assert "Running on CPU (" not in err
     header, rows = read_csv(out)
     assert {r["spectrum_id"] for r in rows} <= {s.id for s in fixture_spectra()}
     assert max(int(r["rank"]) for r in rows) <= 3

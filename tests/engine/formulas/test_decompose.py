@@ -61,9 +61,19 @@ def test_chemical_rules(formula, ok, why):
     assert chemical_rules_mask(formula_vector(parse_formula(formula))[None, :])[0] == ok, why
 
 
-def test_golden_rules_can_be_switched_off():
-    v = formula_vector(parse_formula("CH2O4"))[None, :]
+@pytest.mark.parametrize("formula", ["CH2O4", "C2H2N10"])  # O/C 4 > 3, N/C 5 > 4: only the golden rules fail them
+def test_golden_rules_can_be_switched_off(formula):
+    """On (the default) the rules reject the formula, in the mask and in the decomposition; off, both keep it,
+    and the rules that are not golden ones (RDBE, radicals) still hold."""
+    v = formula_vector(parse_formula(formula))[None, :]
+    mass = formula_mass(parse_formula(formula))
+    assert not chemical_rules_mask(v)[0] and not chemical_rules_mask(v, DecompositionConfig(golden_rules=True))[0]
+    assert formula not in formulas(mass)
     assert chemical_rules_mask(v, DecompositionConfig(golden_rules=False))[0]
+    assert formula in formulas(mass, golden_rules=False)
+    for bad in ("CH6", "CH3"):
+        assert not chemical_rules_mask(formula_vector(parse_formula(bad))[None, :],
+                                       DecompositionConfig(golden_rules=False))[0], bad
 
 
 def test_rdbe_with_lowest_valences():
