@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import pytest
@@ -15,14 +16,32 @@ NICOTINE = "MSBNK-NaToxAq-NA003084"
 SITAGLIPTIN = "MSBNK-Eawag-EA290310"
 
 
+# small weights: the probability stays well inside (0, 1) (about 0.4 for the tiny decoder's one-candidate pools),
+# so a feature worked out wrong moves it (a saturated model gives 1.0 whatever the features)
+WEIGHTS, BIAS = (0.3, 0.2, 0.1, 0.05, -0.2, 0.1), -1.0
+MEAN, SCALE = (0.5, 0.5, 0.5, 10.0, 1.0, 0.5), (1.0, 1.0, 1.0, 10.0, 1.0, 1.0)
+
+
+def expected_confidence(result) -> float:
+    """The fixture model's probability, worked out here from the result's pool (the features as the model card
+    defines them: top_share, max_share, agreement, score_gap capped at 20, log_candidates, yield)."""
+    best = result.candidates[:10]
+    counts = [c.count for c in best]
+    n = result.n_samples
+    gap = min(best[0].fingerprint_score - best[1].fingerprint_score, 20.0) if len(best) > 1 else 20.0
+    x = (counts[0] / n, max(counts) / n, float(counts[0] == max(counts)), gap, math.log(len(result.candidates)),
+         result.n_formula_consistent / n)
+    z = BIAS + sum(w * (v - m) / s for w, v, m, s in zip(WEIGHTS, x, MEAN, SCALE))
+    return 1.0 / (1.0 + math.exp(-z))
+
+
 @pytest.fixture
 def confident_bundle(tiny_bundle_dir, tmp_path):
     from training.calibration.confidence import _settings, save_model
 
     folder = tmp_path / "bundle"
     shutil.copytree(tiny_bundle_dir, folder)
-    model = ConfidenceModel((2.0, 0.5, 0.3, 0.2, -0.4, 0.1), -1.0, (0.05, 0.08, 0.6, 2.0, 3.0, 0.5),
-                            (0.05, 0.08, 0.5, 2.0, 0.8, 0.2), FEATURES, {**_settings(QueryParams()), "adapter": False})
+    model = ConfidenceModel(WEIGHTS, BIAS, MEAN, SCALE, FEATURES, {**_settings(QueryParams()), "adapter": False})
     save_model(model, folder)
     return folder
 
@@ -42,7 +61,8 @@ def test_confidence_is_listed_sortable_and_summarised(qtbot, make_window, write_
     model = window.spectra
     for row, entry in enumerate(model.entries):
         p = entry.result.confidence
-        assert p is not None and 0 <= p <= 1
+        assert p is not None and 0.05 < p < 0.95
+        assert p == pytest.approx(expected_confidence(entry.result), abs=1e-9)  # this entry's own pool, this model
         cell = model.index(row, SpectraModel.CONFIDENCE)
         assert cell.data() == ("<1%" if p < 0.01 else f"{p:.0%}") and cell.data(SORT_ROLE) == p
     tip = model.headerData(SpectraModel.CONFIDENCE, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
