@@ -151,11 +151,15 @@ def test_thresholds_are_drawn_within_the_band_and_threshold_the_posterior():
     assert not np.array_equal(t, draw_thresholds(0, 6, 1000, t_lo, t_hi))
     rng = np.random.default_rng(1)
     posterior = rng.random(4096).astype(np.float32) ** 4
+    posterior[[7, 70, 700]] = (0.125, 0.25, 0.25)  # exactly at thresholds below: pi > t leaves them out
     keep = np.flatnonzero(posterior > t_lo)
     ex = Example("k", "train", "residual", 0.5, None, np.zeros(14, np.int64), np.array([1, 5, 2]),
                  np.array([1]), keep, posterior[keep])
-    for ti in t[:50]:
-        assert np.array_equal(ex.query(ti), threshold_query(posterior, float(ti)))  # z_t = 1[pi > t]
+    for ti in [*t[:50], 0.125, 0.25]:  # z_t = 1[pi > t], written out here: the bits strictly above t, in order
+        want = np.array([i for i, p in enumerate(posterior.tolist()) if p > float(ti)], dtype=np.int64)
+        assert np.array_equal(ex.query(ti), want)
+        assert np.array_equal(threshold_query(posterior, float(ti)), want)  # the engine's own query, the same
+    assert 70 not in ex.query(0.25) and 700 not in ex.query(0.25) and 70 in ex.query(0.2499)
 
 
 def test_batches_cover_every_example_once_per_epoch():
@@ -235,7 +239,13 @@ def test_out_of_fold_examples_keep_their_band_and_expected_groups(tiny_bundle_di
     band = np.linspace(0.2, 0.4, 4)
     ex = prepare_example(bundle, spectrum, "train", config, band, posterior)
     assert ex.band == (0.2, 0.4) and np.all(ex.post_val > 0.2) and 0 <= ex.hit_p <= 1
-    assert ex.group == recoverability_group(ex.hit_p >= 0.5, ex.coverage)
+    # coverage: the best Tanimoto of the reference's bits with a query of the band, worked out here
+    oracle = set(ex.oracle.tolist())
+    queries = [set(np.flatnonzero(posterior > t).tolist()) for t in band]
+    coverage = max(len(oracle & q) / len(oracle | q) for q in queries)
+    assert ex.coverage == pytest.approx(coverage, abs=1e-6)
+    want = "frozen-hit" if ex.hit_p >= 0.5 else ("residual" if coverage >= 0.40 else "low-coverage")
+    assert ex.group == want
     assert Example.from_json(json.loads(json.dumps(ex.to_json()))).to_json() == ex.to_json()
 
     # P = 1 - prod_t (1 - p_t)^(B / K): with p = 0.1 at both thresholds and B/K = 10 draws each
