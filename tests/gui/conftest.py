@@ -44,7 +44,9 @@ def no_examples(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture
 def no_default_model(tmp_path, monkeypatch) -> Path:
-    """The bundled default model is not there (as in this version): tests never depend on it."""
+    """The bundled default model is hidden: the GUI tests run on the tiny bundle (``make_window``), so that what
+    they assert does not hang on what the shipped model learned. tests/gui/test_gui_shipped_model.py runs the app
+    on the shipped one."""
     import msgpt_gui.model_controller as models
 
     folder = tmp_path / "no_default_model"
@@ -54,7 +56,7 @@ def no_default_model(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture
 def make_window(qtbot, home, no_examples, no_default_model, gui_bundle_dir):
-    """Build a MainWindow on the tiny bundle, or with ``model=None`` on the (missing) default one.
+    """Build a MainWindow on the tiny bundle, or with ``model=None`` on the (hidden) default one.
 
     Popups are off; every message is recorded in ``window.messages`` as (level, text).
     """
@@ -112,10 +114,19 @@ def _quiet_matplotlib_qt():
     yield
 
 
+@pytest.fixture
+def bundled_libraries():
+    """Asked for by a test that runs on the bundled libraries (tests/gui/test_gui_shipped_model.py): the autouse
+    :func:`no_bundled_libraries` then leaves them listed."""
+    return True
+
+
 @pytest.fixture(autouse=True)
-def no_bundled_libraries(monkeypatch):
+def no_bundled_libraries(request, monkeypatch):
     """The bundled structure and spectral libraries take seconds to index on first use: the GUI tests start with
-    none listed (a test adds tiny ones of its own)."""
+    none listed (a test adds tiny ones of its own), except a test that asks for :func:`bundled_libraries`."""
     import msgpt_gui.logic.libraries as libraries
 
+    if "bundled_libraries" in request.fixturenames:
+        return
     monkeypatch.setattr(libraries, "default_sources", lambda: [])
