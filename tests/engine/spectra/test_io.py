@@ -428,32 +428,6 @@ def test_qexactive_run_with_zlib_arrays():
 
 
 # ---------------------------------------------------------------------------------------------
-# Manual check: streaming memory (MSGPT_MANUAL_CHECKS=1 pytest tests/test_io.py -k streaming)
-# ---------------------------------------------------------------------------------------------
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-@pytest.mark.skipif(not os.environ.get("MSGPT_MANUAL_CHECKS") or not os.path.exists("/proc/self/statm"),
-                    reason="manual check (about a minute): set MSGPT_MANUAL_CHECKS=1")
-def test_streaming_100k_spectra_keeps_memory_flat(tmp_path):
-    path = tmp_path / "big.mgf.gz"
-    with gzip.open(path, "wt") as fh:
-        for i in range(100_000):
-            fh.write(mgf_record(TITLE=f"s{i}", peaks="\n".join(f"{50 + j * 7.1:.4f} {100 + j}" for j in range(30))))
-    rss = {}
-    for n, item in enumerate(iter_spectra(path), 1):
-        assert isinstance(item, Spectrum)
-        if n in (10_000, 100_000):
-            rss[n] = _rss_mb()
-    assert n == 100_000
-    assert rss[100_000] - rss[10_000] < 20, rss
-
-
-# ---------------------------------------------------------------------------------------------
 # Precursor m/z written at nominal precision (MassBank-style records)
 # ---------------------------------------------------------------------------------------------
 
