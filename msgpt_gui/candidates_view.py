@@ -2,8 +2,9 @@
 
 What the table shows is the feature's ranking (``msgpt predict``'s ``feature_rank``,
 :func:`msgpt_gui.logic.formulas.combine_results`): after a run of several formulas every candidate by its score
-whatever its formula; the formula selector above the table narrows it to one formula run. The summary's rank 1,
-the spectra list's Confidence and Level, and the table's rank 1 are the same candidate."""
+and its formula's probability (:data:`engine.insight.identification.FORMULA_WEIGHT`); the formula selector above
+the table narrows it to one formula run. The summary's rank 1, the spectra list's Confidence and Level, and the
+table's rank 1 are the same candidate."""
 
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ from .novelty_view import NoveltyCandidatesModel, NoveltyFilter, NoveltyProxy, O
 ALL_FORMULAS = "All formulas (feature ranking)"
 FORMULA_CHOICE_TIP = (
     "The table shows the feature's ranking: identifications first, then your suspect lists' structures, then "
-    "every candidate by its score whatever its formula (as msgpt predict's feature_rank). Choose one formula to "
-    "see only the candidates drawn for it, ranked within it")
+    "every candidate by its score and its formula's probability (as msgpt predict's feature_rank). Choose one "
+    "formula to see only the candidates drawn for it, ranked within it")
 
 
 def _html(text: str) -> str:

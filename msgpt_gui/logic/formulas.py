@@ -217,7 +217,7 @@ def formula_note(spectrum: Spectrum) -> tuple[str, str]:
 def combine_results(results: Sequence[SpectrumResult]) -> SpectrumResult | None:
     """The candidates of several formulas of one spectrum as one result, in the feature's ranking
     (:func:`engine.insight.identification.feature_ranks`, what ``msgpt predict`` writes as ``feature_rank``):
-    identifications, then suspects, then every candidate by score whatever its formula; each candidate's
+    identifications, then suspects, then every candidate by score and its formula's probability; each candidate's
     ``rank`` is its feature rank. Counts add up; the result holding rank 1 stands for the rest (spectrum,
     parameters, posterior, confidence), so the summary, the spectra list's Confidence and Level and the table's
     rank 1 describe the same candidate."""

@@ -96,9 +96,9 @@ TIPS = {
     "columns": {
         "Structure": "2D structure of the candidate (stereochemistry is not predicted)",
         "Rank": "The feature's rank, as msgpt predict's feature_rank: identifications first, then your suspect "
-                "lists' structures, then every candidate by its score whatever its formula (see Ranking: by "
-                "default the fingerprint score). With one formula chosen above the table: the rank within that "
-                "formula's run",
+                "lists' structures, then every candidate by its score (see Ranking: by default the fingerprint "
+                "score) and its formula's probability: a structure of an improbable formula comes first only when "
+                "it scores far better. With one formula chosen above the table: the rank within that formula's run",
         "Name": "The compound's name in the library or suspect list that holds it, or of the reference spectrum "
                 "that matched it; empty for a structure only the model drew",
         "Change": "How the rank moved since the previous ranking (other pool size or band): "

@@ -13,7 +13,7 @@ from synthetic_run import write_mzml
 from engine.elucidation.pipeline import QueryParams
 from engine.errors import Cancelled
 from engine.formulas.candidates import rank_formulas
-from engine.insight.identification import feature_ranks
+from engine.insight.identification import FORMULA_WEIGHT, feature_ranks, formula_log_probability
 from engine.spectra.spectrum import SkippedRecord
 from msgpt_gui.logic.entries import SpectrumEntry, Status
 from msgpt_gui.logic.formulas import (
@@ -105,12 +105,13 @@ def test_the_candidates_of_several_formulas_become_one_list_ranked_on(tiny_bundl
     combined = combine_results(results)
     n = [len(r.candidates) for r in results]
     assert [c.rank for c in combined.candidates] == list(range(1, sum(n) + 1))
-    # one ranking per feature, exactly msgpt predict's feature_rank: by score whatever the formula
+    # one ranking per feature, exactly msgpt predict's feature_rank: by score plus the formula's weighted log P
     franks = feature_ranks(results)
     expected = sorted(((k, c.smiles) for r, ks in zip(results, franks) for k, c in zip(ks, r.candidates)))
     assert [(c.rank, c.smiles) for c in combined.candidates] == expected
-    scores = [c.score for c in combined.candidates if c.rank_group == 2]
-    assert scores == sorted(scores, reverse=True)
+    log_p = {r.spectrum.formula: formula_log_probability(r) for r in results}
+    keys = [c.score + FORMULA_WEIGHT * log_p[c.formula] for c in combined.candidates if c.rank_group == 2]
+    assert keys == sorted(keys, reverse=True)
     best = next(r for r, ks in zip(results, franks) if 1 in ks)
     assert combined.confidence == best.confidence and combined.spectrum is best.spectrum
     assert combined.n_samples == sum(r.n_samples for r in results)
