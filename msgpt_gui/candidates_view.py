@@ -202,7 +202,8 @@ class CandidatesPanel(QWidget):
             shown = run.shown
             done = [] if running or shown is None or shown.partial else [shown]
             self.show_result(shown, run.result if run.live is not None else run.previous, running=running,
-                             note=_no_candidates_note(run, supported, top_k) if shown is None else "", flag=flag, formula_scores=formula_scores([shown]), detail=_formula_runs_detail(runs),
+                             note=_no_candidates_note(run, supported, top_k) if shown is None else "", flag=flag,
+                             formula_scores=formula_scores([shown]), detail=_formula_runs_detail(runs),
                              level=identification_level(done) if done else None)
             return
         shown = e.shown
@@ -240,7 +241,8 @@ class CandidatesPanel(QWidget):
         chosen = self.formula_choice.property("run")
         chosen = tuple(chosen) if chosen is not None and tuple(chosen) in keys else None
         self.formula_choice.blockSignals(True)
-        if [self.formula_choice.itemData(i) for i in range(self.formula_choice.count())] != keys:
+        listed = [self.formula_choice.itemData(i) for i in range(self.formula_choice.count())]
+        if [None if k is None else tuple(k) for k in listed] != keys:  # Qt may hand a tuple back as a list
             self.formula_choice.clear()
             for text, key in items:
                 self.formula_choice.addItem(text, key)
