@@ -165,7 +165,7 @@ class CandidatesPanel(QWidget):
         about = f"Identification level {level.code}: {level.text}" if level is not None and result else ""
         self.summary.setToolTip("\n\n".join(x for x in (about, detail) if x))
         if flag:
-            self.summary.setText(self.summary.text() + f"<br><span style='color:#a15c00'>⚠ {flag}</span>")
+            self.summary.setText(self.summary.text() + f"<br><span style='color:#a15c00'>⚠ {_html(flag)}</span>")
         row = self._proxy_row_of(keep) if keep else None
         if row is None and self.proxy.rowCount() and not running:
             row = 0

@@ -213,5 +213,7 @@ def test_a_run_that_could_not_take_the_best_ion_type_says_so(qtbot, make_window,
     status = window.spectra.index_of(entry.key).siblingAtColumn(SpectraModel.STATUS)
     assert status.data() == "done ⚠"
     assert entry.ion_note in status.data(Qt.ItemDataRole.ToolTipRole)
+    window.show_current()
+    assert entry.ion_note in window.candidates.summary.text()  # said in the candidates' summary too
     wait_table(qtbot, window, entry)
     assert entry.ion_note in window.formulas.panel.summary.text()
