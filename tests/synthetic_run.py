@@ -72,3 +72,42 @@ def write_mzml(path: str | Path, scans: list[dict]) -> Path:
     path = Path(path)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+#: Six compounds of a synthetic run (:func:`write_shifted_run`): formula -> fragments (neutral subformulas, seen as
+#: [M+H]+ ions).
+SHIFTED_RUN = {
+    "C8H10N4O2": ["C6H7N3O", "C5H7N3", "C4H5N3", "C7H6N4O"],
+    "C10H10O3": ["C10H8O2", "C9H8O", "C8H8O", "C7H6"],
+    "C9H8ClNO": ["C9H6ClN", "C8H8ClN", "C7H6Cl", "C6H5N"],
+    "C12H10N2O": ["C12H8N2", "C11H8N2", "C6H5N", "C6H6N2"],
+    "C7H14O6": ["C7H12O5", "C6H10O4", "C5H8O3", "C4H6O2"],
+    "C13H18O2": ["C13H16O", "C12H16", "C10H12", "C9H10"],
+}
+
+
+def protonated_mz(formula: str) -> float:
+    from engine.chem.adducts import precursor_mz_from_neutral
+    from engine.chem.formula import formula_mass, parse_formula
+
+    return precursor_mz_from_neutral(formula_mass(parse_formula(formula)), "[M+H]+")
+
+
+def write_shifted_run(path: str | Path, offset_ppm: float) -> Path:
+    """An mzML run of :data:`SHIFTED_RUN`, one compound a minute: a survey scan with its [M+H]+ isotope pattern and an
+    MS2 scan with four fragment ions, every m/z read ``offset_ppm`` high (a run to recalibrate)."""
+    from engine.chem.formula import format_formula, parse_formula
+    from engine.spectra.isotopes import isotope_pattern
+
+    shift = 1 + offset_ppm * 1e-6
+    scans = []
+    for i, (formula, fragments) in enumerate(SHIFTED_RUN.items()):
+        rt = 60.0 * (i + 1)
+        ion = dict(parse_formula(formula))
+        ion["H"] += 1
+        masses, abundances = isotope_pattern(format_formula(ion), 3, charge=1)
+        scans.append({"ms_level": 1, "rt": rt, "mz": np.asarray(masses) * shift, "intensity": abundances * 1e6})
+        scans.append({"ms_level": 2, "rt": rt + 0.5, "precursor_mz": protonated_mz(formula) * shift, "charge": 1,
+                      "ref": scan_id(len(scans) - 1), "mz": sorted(protonated_mz(f) * shift for f in fragments),
+                      "intensity": [100.0, 80.0, 60.0, 40.0]})
+    return write_mzml(path, scans)

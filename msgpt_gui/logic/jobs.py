@@ -38,7 +38,14 @@ from engine.spectra.features import FeatureConfig, build_feature, group_scans
 from engine.spectra.io import detect_format, iter_spectra
 from engine.spectra.spectrum import SkippedRecord, Spectrum, SurveyScan
 
-from .formulas import DEFAULT_TOP_K, current_config, formula_spectra, no_candidate_reason, rank_job
+from .formulas import (
+    DEFAULT_TOP_K,
+    current_config,
+    formula_spectra,
+    no_candidate_reason,
+    rank_job,
+    run_recalibration,
+)
 
 #: Keys a :class:`FormulaJob` holds for the runs its libraries add (a formula of the mass track each); more are
 #: not run (logged). Within 10 ppm a mass seldom has more than a few formulas.
@@ -437,9 +444,13 @@ def _formula_runs(job: FormulaJob, position: int, count: int, bundle, cancel: Ca
     except MsgptError as e:
         yield EntryFailed(job.key, str(e))
         return None
-    chosen = formula_spectra(job.base, table, bundle.supported_adducts, len(job.run_keys))
+    base = job.base  # the runs elucidate it with the run's m/z recalibration taken out, as msgpt predict does
+    recal = run_recalibration(base.source) if base.source else None  # the one the table was ranked with
+    if recal is not None and recal.applied:
+        base = recal.apply(base)
+    chosen = formula_spectra(base, table, bundle.supported_adducts, len(job.run_keys))
     config = current_config()
-    added = library_formula_spectra(job.libraries, job.base, [s for _, s in chosen], bundle.supported_adducts,
+    added = library_formula_spectra(job.libraries, base, [s for _, s in chosen], bundle.supported_adducts,
                                     config.ppm, config.ion_types or ()) if job.libraries else []
     reuse = {(formula, adduct): (key, session) for key, formula, adduct, session in job.reuse}
     run_keys, library_keys = iter(job.run_keys), iter(job.library_keys)

@@ -11,44 +11,20 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
-from synthetic_run import scan_id, write_mzml
+
+from synthetic_run import SHIFTED_RUN as RUN
+from synthetic_run import protonated_mz as mz_of
+from synthetic_run import write_shifted_run
 
 import engine.cli.predict as cli
-from engine.chem.adducts import precursor_mz_from_neutral
-from engine.chem.formula import format_formula, formula_mass, parse_formula
-from engine.spectra.isotopes import isotope_pattern
 
 OFFSET_PPM = 15.0
-RUN = {  # formula: fragments (neutral subformulas, seen as [M+H]+ ions)
-    "C8H10N4O2": ["C6H7N3O", "C5H7N3", "C4H5N3", "C7H6N4O"],
-    "C10H10O3": ["C10H8O2", "C9H8O", "C8H8O", "C7H6"],
-    "C9H8ClNO": ["C9H6ClN", "C8H8ClN", "C7H6Cl", "C6H5N"],
-    "C12H10N2O": ["C12H8N2", "C11H8N2", "C6H5N", "C6H6N2"],
-    "C7H14O6": ["C7H12O5", "C6H10O4", "C5H8O3", "C4H6O2"],
-    "C13H18O2": ["C13H16O", "C12H16", "C10H12", "C9H10"],
-}
-
-
-def mz_of(formula: str) -> float:
-    return precursor_mz_from_neutral(formula_mass(parse_formula(formula)), "[M+H]+")
 
 
 @pytest.fixture
 def shifted_run(tmp_path):
-    shift = 1 + OFFSET_PPM * 1e-6
-    scans = []
-    for i, (formula, fragments) in enumerate(RUN.items()):
-        rt = 60.0 * (i + 1)
-        ion = dict(parse_formula(formula))
-        ion["H"] += 1
-        masses, abundances = isotope_pattern(format_formula(ion), 3, charge=1)
-        scans.append({"ms_level": 1, "rt": rt, "mz": np.asarray(masses) * shift, "intensity": abundances * 1e6})
-        scans.append({"ms_level": 2, "rt": rt + 0.5, "precursor_mz": mz_of(formula) * shift, "charge": 1,
-                      "ref": scan_id(len(scans) - 1), "mz": sorted(mz_of(f) * shift for f in fragments),
-                      "intensity": [100.0, 80.0, 60.0, 40.0]})
-    return write_mzml(tmp_path / "run.mzML", scans)
+    return write_shifted_run(tmp_path / "run.mzML", OFFSET_PPM)
 
 
 def predict(run, tmp_path, tiny_bundle_dir, *extra):
