@@ -35,7 +35,7 @@ from .columns import FillColumn
 from .logic import evidence, tooltips
 from .logic.confidence import missing_confidence
 from .logic.entries import SpectrumEntry, Status
-from .logic.formulas import formula_scores, library_run_label, run_label
+from .logic.formulas import formula_scores, run_label
 from .logic.libraries import IDENTIFIED_TEXT, entry_level
 from .models import KEY_ROLE, NO_FRAGMENTS_TIP, CandidatesModel, format_confidence
 from .novelty_view import NoveltyCandidatesModel, NoveltyFilter, NoveltyProxy, OriginFilter
@@ -374,12 +374,9 @@ def _formula_runs_detail(runs) -> str:
         return ""
     parts = []
     for r in runs:
-        c = r.candidate
         got = (f"{len(r.shown.candidates)} candidates" if r.shown is not None else
                ("failed" if r.status == Status.FAILED else r.status))
-        name = (f"#{c.rank} {r.spectrum.formula} {r.spectrum.adduct} ({c.probability:.2f})" if c is not None else
-                library_run_label(r.spectrum))
-        parts.append(f"{name}: {got}")
+        parts.append(f"{run_label(r)}: {got}")
     return "Formula candidates run (the table ranks their candidates together):\n" + "\n".join(parts)
 
 

@@ -77,6 +77,7 @@ class SpectrumEntry:
     formula_runs: list[SpectrumEntry] = field(default_factory=list)  # one entry per formula Run took (not listed)
     owner_key: int | None = None  # a formula run: the key of the listed entry it belongs to
     candidate: object | None = None  # a formula run: its FormulaCandidate
+    _combined: tuple | None = field(default=None, repr=False)  # (the runs' results, their ranking): :attr:`shown`
     ion_note: str = ""  # Run took other ion types than the best formula's (logic.formulas.unsupported_ion_note)
 
     @classmethod
@@ -155,9 +156,14 @@ class SpectrumEntry:
     @property
     def shown(self) -> SpectrumResult | None:
         """What the candidate table shows: the live ranking while running, else the last result; after a run of
-        several formulas, their candidates as one list (ranks running on, formula by formula)."""
+        several formulas, the feature's ranking of their candidates (:func:`~msgpt_gui.logic.formulas.combine_results`,
+        made again only when a run's result changes: the spectra list asks for it on every paint)."""
         if self.formula_runs:
-            return combine_results([r.shown for r in self.formula_runs])
+            parts = tuple(r.shown for r in self.formula_runs)
+            cached = self._combined
+            if cached is None or len(cached[0]) != len(parts) or any(a is not b for a, b in zip(cached[0], parts)):
+                self._combined = cached = (parts, combine_results(parts))
+            return cached[1]
         return self.live if self.live is not None else self.result
 
     @property
