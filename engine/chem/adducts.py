@@ -233,6 +233,16 @@ PREFERRED_NAMES: tuple[str, ...] = (
 )  # fmt: skip
 
 
+#: The ion types of electrospray a chemist meets in LC-MS/MS runs (issue #56), by ion mode: every one is
+#: a formula candidate, a structure-library mass track and a spectral-library ion type. Which of them the
+#: model runs natively and which through a chemical mapping is the bundle's and
+#: :mod:`engine.model.ion_mapping`'s business, not this list's.
+COMMON_ION_TYPES: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "positive": ("[M+H]+", "[M+Na]+", "[M+NH4]+", "[M+K]+", "[M-H2O+H]+", "[M]+"),
+    "negative": ("[M-H]-", "[M+HCOO]-", "[M+CH3COO]-", "[M+Cl]-", "[M-H2O-H]-"),
+})
+
+
 def _identity(a: Adduct) -> tuple:
     return (a.n_molecules, a.charge, a.name.endswith("*"), frozenset(a.net_counts.items()))
 
