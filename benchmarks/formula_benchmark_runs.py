@@ -25,6 +25,22 @@ Rankings compared:
 * ``MS1, as measured``: with the survey scan, the run's m/z as they are;
 * ``MS1, recalibrated``: the run's m/z error estimated from the run itself and corrected first
   (:mod:`engine.formulas.recalibration`), tolerances from its measured scatter.
+
+**Every ion type** (issue #56): ``--adducts all`` takes every ion type of
+:data:`engine.chem.adducts.COMMON_ION_TYPES` that has FOLD=val spectra, and the table gets one row per ion type
+with its count (``--max-per-adduct`` keeps the first N structures of each, in the seeded order, to subsample the
+common ones)::
+
+    OMP_NUM_THREADS=1 python benchmarks/formula_benchmark_runs.py --mgf ../shared/data/massbank_dev.mgf.gz \
+        --fold val --adducts all --methods recalibrated --out runs/formula_benchmark_runs_ion_types.json
+
+**Co-detected adduct partners** (:func:`add_partners`): a molecule seen as one ion type in a real survey scan is
+often seen as others too (``[M+Na]+`` beside ``[M+H]+``). With ``--partner-rate`` p (default
+:data:`PARTNER_RATE`), each other ion type of :data:`PARTNER_ION_TYPES` of the spectrum's polarity is put into its
+survey scan with probability p, as a monoisotopic peak at 10^U(-1, 0.5) times the ion's own intensity, with the
+run's m/z error and scatter, removed below the instrument's trim and outside the 40 Da survey window a real
+feature keeps (``FeatureConfig.ms1_window_da``). A permanently charged ``[M]+`` has no partners. ``--partner-rate 0``
+gives the survey scans of before (no partners).
 """
 
 from __future__ import annotations
@@ -41,13 +57,65 @@ import numpy as np
 from formula_benchmark import select  # benchmarks/ is the script folder
 from realistic_runs import INSTRUMENTS, perturb_run
 
-from engine.chem.adducts import parse_adduct
+from engine.chem.adducts import COMMON_ION_TYPES, parse_adduct, precursor_mz_from_neutral
 from engine.chem.formula import formula_mass, parse_formula
+from engine.spectra.features import FeatureConfig
 from engine.formulas.candidates import FormulaConfig, rank_formulas
 from engine.formulas.recalibration import RecalibrationConfig, recalibrate_run
 from engine.formulas.scorer import default_scorer
 
 METHODS = ("no_ms1", "ms1", "recalibrated")
+#: The ion types put beside a spectrum's own in its survey scan as co-detected partners, by polarity.
+PARTNER_ION_TYPES = {
+    "positive": ("[M+H]+", "[M+Na]+", "[M+NH4]+", "[M+K]+"),
+    "negative": ("[M-H]-", "[M+Cl]-", "[M+HCOO]-", "[M+CH3COO]-"),
+}
+#: Default probability that each partner ion type is in a survey scan.
+PARTNER_RATE = 0.5
+#: A partner's monoisotopic intensity relative to the spectrum's own ion: 10 ** U(low, high).
+PARTNER_LOG10_RATIO = (-1.0, 0.5)
+#: Ion types that have no adduct partners (a permanent cation is not protonated or sodiated).
+NO_PARTNERS = frozenset({"[M]+"})
+
+
+def partner_peaks(formula: str, adduct: str, main_mz: float, main_intensity: float, calibration, instrument,
+                  rng, rate: float, window_da: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(mz, intensity)`` of the co-detected partner ions of one spectrum's molecule (module notes)."""
+    ion = parse_adduct(adduct)
+    if rate <= 0 or ion.name in NO_PARTNERS:
+        return np.zeros(0), np.zeros(0)
+    mass = formula_mass(parse_formula(formula))
+    mz, intensity = [], []
+    for other in PARTNER_ION_TYPES[ion.polarity]:
+        if other == ion.name:
+            continue
+        present, ratio = rng.random() < rate, 10 ** rng.uniform(*PARTNER_LOG10_RATIO)
+        theo = precursor_mz_from_neutral(mass, other)
+        shifted = theo * (1.0 + (float(calibration.ppm(theo)) + rng.normal(0.0, instrument.scatter_ppm)) * 1e-6)
+        counts = main_intensity * ratio
+        if present and counts >= instrument.trim_counts and abs(shifted - main_mz) <= window_da:
+            mz.append(shifted)
+            intensity.append(counts)
+    return np.asarray(mz, dtype=np.float64), np.asarray(intensity, dtype=np.float64)
+
+
+def add_partners(items, calibration, instrument, rng, rate: float, window_da: float | None = None) -> list:
+    """The simulated spectra of one run with their partner ions added to their survey scans (module notes)."""
+    window_da = FeatureConfig().ms1_window_da if window_da is None else window_da
+    out = []
+    for it in items:
+        if it.ms1 is None:
+            out.append(it)
+            continue
+        mz, intensity = partner_peaks(it.formula, it.adduct, it.ms1.precursor_mz, it.ms1.precursor_intensity,
+                                      calibration, instrument, rng, rate, window_da)
+        if len(mz):
+            all_mz, all_int = np.r_[it.ms1.mz, mz], np.r_[it.ms1.intensity, intensity]
+            order = np.argsort(all_mz, kind="stable")
+            ms1 = dataclasses.replace(it.ms1, mz=all_mz[order], intensity=all_int[order])
+            it = dataclasses.replace(it, ms1=ms1)
+        out.append(it)
+    return out
 
 
 def rank_of(table, formula: str, adduct: str) -> int | None:
@@ -58,13 +126,16 @@ def rank_of(table, formula: str, adduct: str) -> int | None:
 
 
 def run_instrument(spectra, instrument, run_size: int, seed: int, config: FormulaConfig, scorer,
-                   methods=METHODS, recalibration: RecalibrationConfig | None = None) -> list[dict]:
+                   methods=METHODS, recalibration: RecalibrationConfig | None = None,
+                   partner_rate: float = PARTNER_RATE) -> list[dict]:
     rng = np.random.default_rng(seed)
+    partner_rng = np.random.default_rng(seed + 101)  # its own stream: the runs' other draws stay as before
     rows = []
     groups = ([s for s in spectra if parse_adduct(s.adduct).charge > 0], [s for s in spectra if parse_adduct(s.adduct).charge < 0])
     runs = [group[i:i + run_size] for group in groups for i in range(0, len(group), run_size)]  # one polarity each
     for number, run in enumerate(runs, 1):
         calibration, items = perturb_run(run, instrument, rng)
+        items = add_partners(items, calibration, instrument, partner_rng, partner_rate)
         t0 = time.perf_counter()
         recal = recalibrate_run([(it.spectrum.with_adduct(None), it.ms1) for it in items], config=config, scorer=scorer,
                                 recalibration=recalibration or RecalibrationConfig())
@@ -74,6 +145,7 @@ def run_instrument(spectra, instrument, run_size: int, seed: int, config: Formul
         for it in items:
             query = it.spectrum.with_adduct(None)
             row = {"id": query.id, "formula": it.formula, "adduct": it.adduct, "has_ms1": it.ms1 is not None,
+                   "partners": _n_partners(it),
                    "true_offset_ppm": float(calibration.ppm(query.precursor_mz)),
                    "estimated_offset_ppm": float(recal.ppm(query.precursor_mz)) if recal.applied else None,
                    "recalibration_seconds": t_recal / len(items)}
@@ -91,8 +163,42 @@ def run_instrument(spectra, instrument, run_size: int, seed: int, config: Formul
     return rows
 
 
+def _n_partners(it) -> int:
+    """How many partner ions of the spectrum's molecule its survey scan holds (within 10 ppm)."""
+    if it.ms1 is None or parse_adduct(it.adduct).name in NO_PARTNERS:
+        return 0
+    ion, mass = parse_adduct(it.adduct), formula_mass(parse_formula(it.formula))
+    found = 0
+    for other in PARTNER_ION_TYPES[ion.polarity]:
+        if other != ion.name:
+            target = precursor_mz_from_neutral(mass, other)
+            found += bool(np.any(np.abs(it.ms1.mz - target) <= 10e-6 * target + 1e-9))
+    return found
+
+
+def choose_adducts(names: list[str]) -> tuple[str, ...]:
+    """The ion types of ``--adducts``: ``all`` is every entry of COMMON_ION_TYPES, names are normalised."""
+    if names == ["all"]:
+        return tuple(a for mode in ("positive", "negative") for a in COMMON_ION_TYPES[mode])
+    return tuple(dict.fromkeys(parse_adduct(a).name for a in names))
+
+
+def cap_per_adduct(spectra: list, cap: int | None) -> list:
+    """The first ``cap`` spectra of each ion type, in their (seeded) order; all when ``cap`` is None."""
+    if not cap:
+        return list(spectra)
+    seen: dict[str, int] = {}
+    out = []
+    for s in spectra:
+        seen[s.adduct] = seen.get(s.adduct, 0) + 1
+        if seen[s.adduct] <= cap:
+            out.append(s)
+    return out
+
+
 def summarise(rows: list[dict]) -> dict:
-    entry = {"n": len(rows), "with_ms1": sum(r["has_ms1"] for r in rows)}
+    entry = {"n": len(rows), "with_ms1": sum(r["has_ms1"] for r in rows),
+             "with_partner": sum(r.get("partners", 0) > 0 for r in rows)}
     adducts = sorted({r["adduct"] for r in rows})
     if len(adducts) > 1:
         entry["by_adduct"] = {a: summarise([r for r in rows if r["adduct"] == a]) for a in adducts}
@@ -100,11 +206,21 @@ def summarise(rows: list[dict]) -> dict:
         for k in (1, 5):
             hits = [r[method] is not None and r[method] <= k for r in rows if method in r]
             entry[f"{method}_top{k}"] = 100.0 * float(np.mean(hits)) if hits else float("nan")
+            entry[f"{method}_top{k}_hits"] = int(np.sum(hits))
     errors = [abs(r["estimated_offset_ppm"] - r["true_offset_ppm"]) for r in rows if r["estimated_offset_ppm"] is not None]
     entry["recalibrated_share"] = 100.0 * len(errors) / len(rows)
     entry["calibration_error_ppm_median"] = float(np.median(errors)) if errors else float("nan")
     entry["seconds_per_spectrum"] = float(np.mean([r["seconds"] + r["recalibration_seconds"] for r in rows]))
     return entry
+
+
+def _cell(entry: dict, method: str) -> str:
+    """``Top-1 / Top-5 %`` of one ion type's row, with the Top-1 count when it is small (``1 of 9``)."""
+    top1, top5 = entry[f"{method}_top1"], entry[f"{method}_top5"]
+    if np.isnan(top1):
+        return "—"
+    count = f" ({entry[f'{method}_top1_hits']} of {entry['n']})" if entry["n"] < 50 else ""
+    return f"{top1:.1f} / {top5:.1f}{count}"
 
 
 def formula_config(settings: list[str], base=None, flag: str = "--set"):
@@ -133,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-size", type=int, default=25, help="spectra per simulated run")
     p.add_argument("--max-mass", type=float, default=500.0, help="neutral masses at or above this are left out, Da")
     p.add_argument("--min-mass", type=float, default=0.0, help="neutral masses below this are left out, Da")
-    p.add_argument("--adducts", nargs="+", default=["[M+H]+"], help="ion types of the spectra chosen (one per structure each)")
+    p.add_argument("--adducts", nargs="+", default=["[M+H]+"],
+                   help="ion types of the spectra chosen (one per structure each); 'all': every COMMON_ION_TYPES entry")
+    p.add_argument("--max-per-adduct", type=int, help="at most this many structures of each ion type (seeded order)")
+    p.add_argument("--partner-rate", type=float, default=PARTNER_RATE,
+                   help="probability that each other ion type of the molecule is in its survey scan (0: none)")
     p.add_argument("--max-structures", type=int)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the per-spectrum ranks and the summary as JSON")
@@ -143,37 +263,43 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recalibration", nargs="*", default=[], metavar="FIELD=VALUE",
                    help="RecalibrationConfig fields to change from the defaults, e.g. fragment_weight=0 (for tuning on train)")
     args = p.parse_args(argv)
-    chosen, _ = select(args.mgf, args.fold, args.seed, None, tuple(args.adducts))
+    if not 0.0 <= args.partner_rate <= 1.0:
+        raise SystemExit(f"--partner-rate {args.partner_rate}: give a probability from 0 to 1.")
+    adducts = choose_adducts(args.adducts)
+    chosen, _ = select(args.mgf, args.fold, args.seed, None, adducts)
     spectra = [s for s in chosen if args.min_mass <= formula_mass(parse_formula(s.formula)) < args.max_mass]
-    spectra = spectra[: args.max_structures]
-    print(f"{len(spectra)} FOLD={args.fold} spectra ({', '.join(args.adducts)}; one per structure and ion type) of "
-          f"{args.min_mass:g} to below {args.max_mass:g} Da, runs of {args.run_size}; "
-          f"machine: {platform.processor() or platform.machine()}", flush=True)
+    spectra = cap_per_adduct(spectra, args.max_per_adduct)[: args.max_structures]
+    counts = {a: sum(s.adduct == a for s in spectra) for a in adducts}
+    print(f"{len(spectra)} FOLD={args.fold} spectra (one per structure and ion type: "
+          f"{', '.join(f'{a} {n}' for a, n in counts.items())}) of {args.min_mass:g} to below {args.max_mass:g} Da, "
+          f"runs of {args.run_size}, partner rate {args.partner_rate:g}; ion types tried: the defaults of "
+          f"engine.formulas.candidates; machine: {platform.processor() or platform.machine()}", flush=True)
     config, scorer = formula_config(args.set), default_scorer()
     recalibration = formula_config(args.recalibration, RecalibrationConfig(), "--recalibration")
-    report = {"fold": args.fold, "config": args.set, "recalibration": args.recalibration, "adducts": args.adducts,
+    report = {"fold": args.fold, "config": args.set, "recalibration": args.recalibration, "adducts": list(adducts),
+              "counts": counts, "partner_rate": args.partner_rate, "max_per_adduct": args.max_per_adduct,
               "min_mass": args.min_mass, "max_mass": args.max_mass, "run_size": args.run_size, "seed": args.seed,
               "runs": {}}
-    print("| instrument | n (with MS1) | no MS1 Top-1 / Top-5 | MS1, as measured | MS1, recalibrated | "
+    print("| instrument | n (with MS1; with a partner) | no MS1 Top-1 / Top-5 | MS1, as measured | MS1, recalibrated | "
           "runs recalibrated % | calibration error, median ppm | s / spectrum |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name in args.instruments:
         rows = run_instrument(spectra, INSTRUMENTS[name], args.run_size, args.seed, config, scorer, args.methods,
-                              recalibration)
+                              recalibration, args.partner_rate)
         e = summarise(rows)
         report["runs"][name] = {"summary": e, "rows": rows}
         if args.out:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps(report, indent=1))
-        print(f"| {name} | {e['n']} ({e['with_ms1']}) | {e['no_ms1_top1']:.1f} / {e['no_ms1_top5']:.1f} | "
-              f"{e['ms1_top1']:.1f} / {e['ms1_top5']:.1f} | {e['recalibrated_top1']:.1f} / {e['recalibrated_top5']:.1f} | "
-              f"{e['recalibrated_share']:.0f} | {e['calibration_error_ppm_median']:.2f} | {e['seconds_per_spectrum']:.2f} |",
+        print(f"| {name} | {e['n']} ({e['with_ms1']}; {e['with_partner']}) | {_cell(e, 'no_ms1')} | {_cell(e, 'ms1')} | "
+              f"{_cell(e, 'recalibrated')} | {e['recalibrated_share']:.0f} | {e['calibration_error_ppm_median']:.2f} | {e['seconds_per_spectrum']:.2f} |",
               flush=True)
-        for adduct, a in e.get("by_adduct", {}).items():
-            print(f"| {name}: {adduct} | {a['n']} ({a['with_ms1']}) | {a['no_ms1_top1']:.1f} / {a['no_ms1_top5']:.1f} | "
-                  f"{a['ms1_top1']:.1f} / {a['ms1_top5']:.1f} | {a['recalibrated_top1']:.1f} / {a['recalibrated_top5']:.1f} | "
-                  f"{a['recalibrated_share']:.0f} | {a['calibration_error_ppm_median']:.2f} | {a['seconds_per_spectrum']:.2f} |",
-                  flush=True)
+        for adduct in adducts:
+            a = e.get("by_adduct", {}).get(adduct)
+            if a is not None:
+                print(f"| {name}: {adduct} | {a['n']} ({a['with_ms1']}; {a['with_partner']}) | {_cell(a, 'no_ms1')} | {_cell(a, 'ms1')} | "
+                      f"{_cell(a, 'recalibrated')} | {a['recalibrated_share']:.0f} | "
+                      f"{a['calibration_error_ppm_median']:.2f} | {a['seconds_per_spectrum']:.2f} |", flush=True)
     return 0
 
 
