@@ -57,12 +57,16 @@ import numpy as np
 from formula_benchmark import select  # benchmarks/ is the script folder
 from realistic_runs import INSTRUMENTS, perturb_run
 
-from engine.chem.adducts import COMMON_ION_TYPES, parse_adduct, precursor_mz_from_neutral
+from engine.chem.adducts import (
+    COMMON_ION_TYPES,
+    parse_adduct,
+    precursor_mz_from_neutral,
+)
 from engine.chem.formula import formula_mass, parse_formula
-from engine.spectra.features import FeatureConfig
 from engine.formulas.candidates import FormulaConfig, rank_formulas
 from engine.formulas.recalibration import RecalibrationConfig, recalibrate_run
 from engine.formulas.scorer import default_scorer
+from engine.spectra.features import FeatureConfig
 
 METHODS = ("no_ms1", "ms1", "recalibrated")
 #: The ion types put beside a spectrum's own in its survey scan as co-detected partners, by polarity.
