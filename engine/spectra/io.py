@@ -12,8 +12,10 @@ a record into a Spectrum) is :mod:`engine.spectra.reading`.
 
 Rules (docs/bad_inputs.md lists what each bad input gives, generated from tests/bad_inputs.py):
 
-* **Format**: the extension (``.mgf``, ``.mzML``, either + ``.gz``) decides, and the first 64 KB
-  must confirm it; other extensions are accepted when the content is clearly MGF or mzML.
+* **Format**: the extension (``.mgf``, ``.mzML``, ``.msp``/``.mat``, ``.ms``, each + ``.gz``) decides, and the first
+  64 KB must confirm it; other extensions are accepted when the content is clearly MGF, mzML, MSP
+  (``PRECURSORMZ:`` and ``Num Peaks:`` lines) or SIRIUS ``.ms`` (a ``>compound``/``>parentmass`` line). MSP and
+  ``.ms`` records are read by :mod:`engine.spectra.handoff` (the feature exports of MS-DIAL and SIRIUS).
   Compression is recognised by gzip's magic bytes, whatever the name says.
 * **Text**: UTF-8 (a byte-order mark is dropped), or UTF-16 when the file starts with its
   byte-order mark; any line ends (LF, CR LF, CR). Bytes that are not UTF-8 (a Latin-1 name) become
@@ -70,7 +72,11 @@ from engine.spectra.reading import ReadOptions, is_gzip, open_binary, text_encod
 from engine.spectra.spectrum import DEFAULT_TOL_DA, DEFAULT_TOL_PPM, SkippedRecord, Spectrum, SurveyScan
 
 _SNIFF_BYTES = 64 * 1024
-_SUPPORTED = "supported are .mgf and .mzML files, optionally gzip-compressed (.mgf.gz, .mzML.gz)"
+_MSP_PRECURSOR = re.compile(r"^\s*PRECURSOR_?MZ\s*:", re.MULTILINE | re.IGNORECASE)  # MS-DIAL, MoNA, NIST MSP
+_MSP_PEAKS = re.compile(r"^\s*Num\s*Peaks\s*:", re.MULTILINE | re.IGNORECASE)
+_SIRIUS_MS = re.compile(r"^>(compound|parentmass)\b", re.MULTILINE)
+_SUPPORTED = ("supported are .mgf and .mzML files, optionally gzip-compressed (.mgf.gz, .mzML.gz), and the feature "
+              "exports of MS-DIAL (.msp) and SIRIUS (.ms)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -97,7 +103,12 @@ def iter_spectra(
     """
     options = ReadOptions.create(path, default_adduct, default_formula, tol_ppm, tol_da, survey_scans)
     fmt = detect_format(path)
-    records = iter_mgf(options) if fmt == "mgf" else iter_mzml(options)
+    if fmt in ("msp", "sirius_ms"):
+        from engine.spectra.handoff import iter_msp, iter_sirius_ms
+
+        records = iter_msp(options) if fmt == "msp" else iter_sirius_ms(options)
+    else:
+        records = iter_mgf(options) if fmt == "mgf" else iter_mzml(options)
     return _file_errors_wrapped(options.source, fmt, records)
 
 
@@ -113,7 +124,9 @@ def read_spectra(
 
 
 def detect_format(path: str | os.PathLike) -> str:
-    """``"mgf"`` or ``"mzml"`` from the extension, confirmed by the content; else ``InputFileError``."""
+    """``"mgf"``, ``"mzml"``, ``"msp"`` (MS-DIAL / NIST MSP) or ``"sirius_ms"`` (SIRIUS ``.ms``) from the
+    extension, confirmed by the content; else ``InputFileError``. Which tool wrote an MGF (MZmine's SIRIUS or
+    GNPS export) is :func:`engine.spectra.handoff.handoff_kind`'s question."""
     p = Path(path)
     head = _read_head(p)
     encoding = text_encoding(head)
@@ -123,6 +136,15 @@ def detect_format(path: str | os.PathLike) -> str:
     is_mzml = "<mzML" in text or "<indexedmzML" in text
     is_mgf = re.search(r"^\s*BEGIN IONS\s*$", text, re.MULTILINE | re.IGNORECASE) is not None
     name = p.name.lower().removesuffix(".gz")
+    is_msp = _MSP_PRECURSOR.search(text) is not None and _MSP_PEAKS.search(text) is not None
+    is_sirius = _SIRIUS_MS.search(text) is not None
+    if name.endswith((".msp", ".mat")) or (name.endswith(".ms") and not is_mgf and not is_mzml):
+        kind, label = ("msp", "MSP") if not name.endswith(".ms") else ("sirius_ms", "SIRIUS .ms")
+        if (is_msp if kind == "msp" else is_sirius):
+            return kind
+        raise InputFileError(p, f"not a {label} file: no "
+                                f"{'PRECURSORMZ: and Num Peaks: lines' if kind == 'msp' else '>compound or >parentmass line'}"
+                                " in its first 64 KB.")
     if name.endswith(".mgf"):
         if is_mgf:
             return "mgf"
@@ -140,7 +162,12 @@ def detect_format(path: str | os.PathLike) -> str:
         return "mzml"
     if is_mgf:
         return "mgf"
-    raise InputFileError(p, f"neither MGF ('BEGIN IONS') nor mzML (<mzML>) content; {_SUPPORTED}.")
+    if is_sirius:
+        return "sirius_ms"
+    if is_msp:
+        return "msp"
+    raise InputFileError(p, "neither MGF ('BEGIN IONS'), MSP ('PRECURSORMZ:'), SIRIUS .ms ('>compound') nor mzML "
+                            f"(<mzML>) content; {_SUPPORTED}.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,7 +204,7 @@ def _file_errors_wrapped(source: str, fmt: str, records: Iterable) -> Iterator:
     from lxml import etree
     from pyteomics.auxiliary import PyteomicsError
 
-    label = "MGF" if fmt == "mgf" else "mzML"
+    label = {"mgf": "MGF", "msp": "MSP", "sirius_ms": "SIRIUS .ms"}.get(fmt, "mzML")
     try:
         yield from records
     except InputFileError:

@@ -21,7 +21,7 @@ from engine.spectra.reading import (
     skipped_record,
     text_encoding,
 )
-from engine.spectra.spectrum import PRECURSOR_DECIMALS_KEY, SkippedRecord, Spectrum, written_decimals
+from engine.spectra.spectrum import PRECURSOR_DECIMALS_KEY, SkippedRecord, Spectrum, SurveyScan, written_decimals
 
 MISSING = frozenset({"", "n/a", "na", "null", "none", "nan"})
 
@@ -48,8 +48,12 @@ _RT_UNITS = {
 }  # fmt: skip
 
 
-def iter_mgf(options: ReadOptions) -> Iterator[Spectrum | SkippedRecord]:
+def iter_mgf(options: ReadOptions) -> Iterator[Spectrum | SkippedRecord | SurveyScan]:
     """Split the file into records, streaming, and read each on its own.
+
+    With ``options.survey_scans``, an ``MSLEVEL=1`` record (the isotope pattern MZmine's SIRIUS export writes
+    beside each feature's MS2) is a :class:`~engine.spectra.spectrum.SurveyScan` whose id is the record's
+    ``FEATURE_ID`` (else its id); without, it is skipped ("only MS2 spectra are used").
 
     PEPMASS and CHARGE go through pyteomics.mgf's own parsers, so they mean what they mean to
     pyteomics. Records are not handed to a pyteomics reader: a reader over the whole file stops
@@ -123,6 +127,8 @@ def _mgf_record(
                 del mz[len(intensity):]
                 bad_peak = bad_peak or (lineno, line)
     spectrum_id = _first(raw, _ID_KEYS) or str(index)
+    if options.survey_scans and _ms_level(_first(raw, ("mslevel",)) or "") == "1" and bad_peak is None:
+        return _survey_record(options, index, _first(raw, ("feature_id",)) or spectrum_id, raw, mz, intensity)
     garbled = [key.upper() for key, value in raw.items() if "\ufffd" in value]
     if garbled:
         add_warning(raw, f"{', '.join(garbled)} held bytes that are not UTF-8 (Latin-1?), shown as '\ufffd'; "
@@ -144,13 +150,33 @@ def _mgf_record(
     return build_spectrum(options, rec)
 
 
+def _survey_record(options: ReadOptions, index: int, record_id: str, raw: Mapping[str, str], mz: list[float],
+                   intensity: list[float]) -> SurveyScan | SkippedRecord:
+    """An ``MSLEVEL=1`` record as a survey scan (its usable peaks, its RTINSECONDS, the polarity of its CHARGE)."""
+    mz_a, int_a = np.array(mz, dtype=np.float64), np.array(intensity, dtype=np.float64)
+    keep = np.isfinite(mz_a) & np.isfinite(int_a) & (mz_a > 0) & (int_a > 0)
+    if not keep.any():
+        return skipped_record(options, index, record_id, "the MSLEVEL=1 record has no usable peaks")
+    rt = None
+    try:
+        rt = float(raw["rtinseconds"]) if _first(raw, ("rtinseconds",)) is not None else None
+    except ValueError:
+        rt = None
+    charge = _first(raw, ("charge",)) or ""
+    mode = _POLARITY_WORDS.get((_first(raw, _IONMODE_KEYS) or "").lower())
+    polarity = mode or ("negative" if charge.endswith("-") or charge.startswith("-") else
+                        "positive" if charge else None)
+    return SurveyScan(id=record_id, index=index, retention_time=rt if rt is None or rt >= 0 else None,
+                      polarity=polarity, mz=mz_a[keep], intensity=int_a[keep], source=options.source)
+
+
 def _mgf_fill(rec: RawRecord, raw: Mapping[str, str], line_of: Mapping[str, int]) -> None:
     """Precursor, charge, polarity, annotations and retention time of an MGF record."""
     from pyteomics.auxiliary import PyteomicsError
     from pyteomics.mgf import MGFBase
 
     level = _first(raw, ("mslevel",))
-    if level is not None and level != "2":
+    if level is not None and _ms_level(level) != "2":
         raise SpectrumError(f"MSLEVEL is {level!r}; only MS2 spectra are used")
     charge_text, charge_key = _first(raw, ("charge",)), "charge"
     pepmass = _first(raw, ("pepmass",))
@@ -208,6 +234,12 @@ def _mgf_fill(rec: RawRecord, raw: Mapping[str, str], line_of: Mapping[str, int]
     if rec.retention_time is not None and not (0 <= rec.retention_time < math.inf):
         add_warning(rec.metadata, f"retention time {rec.retention_time:g} s is not a time >= 0; left empty")
         rec.retention_time = None
+
+
+def _ms_level(text: str) -> str:
+    """``2`` for ``2``, ``MS2`` or ``ms2`` (MZmine's library export writes ``MSLEVEL=MS2``)."""
+    text = text.strip()
+    return text[2:].strip() if text[:2].upper() == "MS" else text
 
 
 def _first(values: Mapping[str, str], keys: Iterable[str]) -> str | None:
