@@ -36,6 +36,13 @@ MGF libraries hold one spectrum per record, already merged; with ``grouping="aut
 record is its own feature, unchanged, and only mzML runs are grouped. ``grouping="never"`` keeps every
 scan of a run as its own feature, unchanged (with its MS1 evidence); ``"always"`` groups MGF too.
 
+Adduct groups (``adduct_groups``, default on): once a run's features are made, those that are ions of one compound
+(an ``[M+H]+`` and its ``[M+Na]+``, ...) are joined into compound groups by :mod:`engine.spectra.adduct_groups`
+(co-eluting apexes within the run's measured peak width, an m/z difference of two known ion types, correlated MS1
+traces); each member feature holds its :class:`~engine.spectra.adduct_groups.CompoundGroup` (``group``) and its
+spectrum's metadata ``compound_group`` and ``group_ion_type``. Only runs read whole (mzML, not ``grouping="never"``)
+with survey scans are grouped.
+
 MS1 evidence (:func:`ms1_evidence`): among the survey scans within ``ms1_rt_pad_s`` of the
 feature's retention-time range (and those its scans name as their precursor scan), the one where the
 precursor peak is most intense (the apex seen by MS1) and up to ``ms1_scans`` (default 5) of the most
@@ -57,6 +64,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.errors import ConfigError, InputFileError
+from engine.spectra.adduct_groups import CompoundGroup, GroupConfig, GroupResult, find_groups
 from engine.spectra.spectrum import SkippedRecord, Spectrum, SurveyScan
 
 GROUPINGS = ("auto", "always", "never")
@@ -83,6 +91,9 @@ class FeatureConfig:
         "help": "a survey scan is averaged when its precursor peak holds this share of the apex's"})
     grouping: str = field(default="auto", metadata={
         "help": "auto: group mzML runs, keep MGF records as they are; always; never (one feature per scan)"})
+    adduct_groups: bool = field(default=True, metadata={
+        "help": "join the features that are ions of one compound ([M+H]+ and [M+Na]+, ...) into compound groups"})
+    groups: GroupConfig = field(default_factory=GroupConfig, metadata={"help": "how compound groups are found"})
 
     def __post_init__(self):
         for name in ("mz_tol_ppm", "mz_tol_da", "rt_gap_s", "jitter_ppm", "fragment_tol_ppm", "fragment_tol_da",
@@ -138,6 +149,23 @@ class Feature:
     scans: tuple[Spectrum, ...]  # sorted by retention time
     spectrum: Spectrum  # the consensus spectrum (the scan itself for a single scan)
     ms1: MS1Evidence | None = None
+    group: CompoundGroup | None = None  # the compound group this feature is a member of (engine.spectra.adduct_groups)
+    partners: tuple[Feature, ...] = field(default=(), repr=False)  # the group's other member features (no partners)
+
+    @property
+    def group_members(self) -> tuple[Feature, ...]:
+        """This feature and its partners in its group's order (m/z), or () outside a group or with partners missing."""
+        if self.group is None or len(self.partners) + 1 != len(self.group.members):
+            return ()
+        by_id = {f.id: f for f in (self, *self.partners)}
+        if set(by_id) != {m.feature_id for m in self.group.members}:
+            return ()
+        return tuple(by_id[m.feature_id] for m in self.group.members)
+
+    @property
+    def ion_type_in_group(self) -> str | None:
+        """The ion type the feature's compound group gives it, or None outside a group."""
+        return None if self.group is None else self.group.ion_type_of(self.id)
 
     @property
     def n_scans(self) -> int:
@@ -474,20 +502,62 @@ def library_feature(spectrum: Spectrum) -> Feature:
                    scans=(spectrum,), spectrum=spectrum, ms1=None)
 
 
+def with_groups(features: Sequence[Feature], result: GroupResult) -> list[Feature]:
+    """The features with their compound groups attached (``group``, ``partners``; spectrum metadata
+    ``compound_group`` and ``group_ion_type``); features outside every group come back as they were."""
+    of = {m.feature_id: g for g in result.groups for m in g.members}
+    out = []
+    for f in features:
+        g = of.get(f.id)
+        if g is None:
+            out.append(f)
+            continue
+        metadata = {**f.spectrum.metadata, "compound_group": g.id, "group_ion_type": g.ion_type_of(f.id)}
+        out.append(dataclasses.replace(f, group=g, partners=(), spectrum=dataclasses.replace(f.spectrum, metadata=metadata)))
+    return with_partners(out)
+
+
+def with_partners(features: Sequence[Feature]) -> list[Feature]:
+    """The features, each group member with its partners (``partners``) taken from ``features`` (after a change
+    to them, e.g. a recalibration, so that the partners are the changed ones)."""
+    members: dict[str, list[Feature]] = {}
+    for f in features:
+        if f.group is not None:
+            members.setdefault(f.group.id, []).append(dataclasses.replace(f, partners=()))
+    return [f if f.group is None else
+            dataclasses.replace(f, partners=tuple(p for p in members[f.group.id] if p.id != f.id))
+            for f in features]
+
+
+def group_features(features: Sequence[Feature], survey_scans: Sequence[SurveyScan], config: FeatureConfig = FeatureConfig()
+                   ) -> tuple[list[Feature], GroupResult | None]:
+    """A run's features with their compound groups (``config.adduct_groups``; module notes) and the grouping's
+    result (None when off)."""
+    if not config.adduct_groups or not survey_scans:
+        return list(features), None
+    result = find_groups(features, survey_scans, config.groups)
+    return with_groups(features, result), result
+
+
 @dataclass
 class RunCounts:
-    """What a file held: MS2 spectra read and skipped, MS1 survey scans, features made."""
+    """What a file held: MS2 spectra read and skipped, MS1 survey scans, features made, compound groups found."""
 
     source: str = ""
     n_ms2: int = 0
     n_skipped: int = 0
     n_survey: int = 0
     n_features: int = 0
+    n_groups: int = 0
+    n_grouped: int = 0  # features in a compound group
+    peak_width_s: float | None = None  # the run's peak width the groups were found with
 
     def describe(self) -> str:
         survey = f", {self.n_survey} MS1 survey scans (precursor evidence)" if self.n_survey else ""
+        groups = (f"; {self.n_groups} compound groups of {self.n_grouped} features (adduct partners, peak width "
+                  f"{self.peak_width_s:.1f} s)" if self.n_groups else "")
         return (f"{self.source}: {self.n_ms2} MS2 spectra ({self.n_skipped} skipped){survey} -> "
-                f"{self.n_features} precursor features")
+                f"{self.n_features} precursor features{groups}")
 
 
 def iter_features(
@@ -542,8 +612,12 @@ def iter_features(
                 spectra.append(item)
     except InputFileError as e:  # a run cut off mid-way: the scans read before still count
         error = e
-    features = build_features(spectra, survey, config)
+    features, grouping = group_features(build_features(spectra, survey, config), survey, config)
     counts.n_features += len(features)
+    if grouping is not None:
+        counts.n_groups = len(grouping.groups)
+        counts.n_grouped = sum(len(g.members) for g in grouping.groups)
+        counts.peak_width_s = grouping.peak_width_s
     yield from features
     if error is not None:
         raise error
