@@ -63,13 +63,15 @@ def _features(paths: list[str], args: argparse.Namespace, file_errors: list[str]
     that cannot be read (or stops being readable mid-way) prints one line and the next input goes on.
     """
     from engine.spectra.features import RunCounts, iter_features
+    from engine.spectra.handoff import attach_quant
 
     config = _feature_config(args)
     for position, path in enumerate(paths):
         run = RunCounts(source=path)
         counts.append(run)
         try:
-            for item in _recalibrated(iter_features(path, config, counts=run), path, args):
+            features = attach_quant(iter_features(path, config, counts=run), getattr(args, "quant", None), config)
+            for item in _recalibrated(features, path, args):
                 yield position, item
         except InputFileError as e:
             counts.remove(run)
@@ -116,17 +118,17 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
         config = run_formula_config(spectrum, formula_config)
         coarse = None  # a precursor too coarse for formulas: only suspect lists by mass, and identifications
         try:
-            table = rank_formulas(spectrum, ms1=feature.ms1, config=config, supported_adducts=bundle.supported_adducts)
+            table = rank_formulas(spectrum, ms1=feature.ms1, config=config, supported_adducts=bundle.runnable_adducts)
         except PrecursorPrecisionError as e:
             table, coarse = None, e
     except (SpectrumError, FormulaError, AdductError) as e:
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
     chosen = [] if table is None else [with_formula_candidate(spectrum, c, table.elements)
-                                       for c in table.runnable(args.formulas, bundle.supported_adducts)]
-    chosen += library_formula_spectra(libraries, spectrum, chosen, bundle.supported_adducts, config.ppm,
+                                       for c in table.runnable(args.formulas, bundle.runnable_adducts)]
+    chosen += library_formula_spectra(libraries, spectrum, chosen, bundle.runnable_adducts, config.ppm,
                                       config.ion_types or (), precision_da=coarse.precision if coarse else 0.0)
     if not chosen:
-        reason = str(coarse) if coarse else table.why_none_runnable(bundle.supported_adducts, args.formula_ppm)
+        reason = str(coarse) if coarse else table.why_none_runnable(bundle.runnable_adducts, args.formula_ppm)
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, reason)
     return chosen
 
@@ -164,6 +166,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from engine.files.export import export_format
 
     export_format(args.output)  # fail on a bad output name before loading anything
+    _check_handoff_args(args)
     if args.posteriors and Path(args.posteriors).suffix.lower() != ".npz":
         raise MsgptError(f"--posteriors {args.posteriors!r}: give a file name ending in .npz.")
     n = args.samples_per_group
@@ -230,6 +233,17 @@ def _finish_renamed(args, bundle, formula_config, journal, sink: PosteriorSink |
         sink.close()
     summary.report(args.output, 0.0, written=True)
     return 0
+
+
+def _check_handoff_args(args: argparse.Namespace) -> None:
+    """--feature-table's name and --quant's table, checked before the model loads (#60)."""
+    from engine.files.feature_table import table_delimiter
+    from engine.spectra.handoff import read_quant_table
+
+    if getattr(args, "feature_table", None):
+        table_delimiter(Path(args.feature_table))
+    if getattr(args, "quant", None):
+        args.quant = read_quant_table(args.quant)  # read once; its errors name the file and line
 
 
 def _check_cluster(args: argparse.Namespace) -> None:
@@ -325,7 +339,8 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     from tqdm import tqdm
 
     from engine.errors import OutputError
-    from engine.files.export import CandidateWriter, provenance
+    from engine.files.export import CandidateWriter, export_format, provenance
+    from engine.files.feature_table import FeatureTableSink
     from engine.files.journal import new_header, partial_path
 
     output = Path(args.output)
@@ -348,6 +363,8 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     writer = CandidateWriter(output, info, args.top, partial=partial, resume_at=plan.state.offset if resuming else None,
                              novelty=marker)
     done = plan.state.keys() if resuming else set()
+    table = FeatureTableSink(args.feature_table, args.inputs, args.feature_table_style) if getattr(
+        args, "feature_table", None) else None  # --feature-table: one row per feature (#60)
     file_errors: list[str] = []
     t0 = time.perf_counter()
     bar = tqdm(desc="spectra", unit="spectrum", disable=args.quiet, file=sys.stderr, dynamic_ncols=True,
@@ -366,6 +383,8 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
             journal.start(new_header(settings, info, offset))
         for position, item, outcomes in computed:
             entry, offset = _write_feature(position, item, outcomes, writer, sink, offset)
+            if table is not None:
+                table.add(position, item, outcomes)
             journal.append(entry)
             summary.add(entry)
             bar.update(1)
@@ -392,6 +411,10 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     written = summary.done_before + summary.done > 0
     _end_output(written, journal, writer, partial, sink)
     summary.report(args.output, time.perf_counter() - t0, written)
+    if table is not None:
+        if resuming and written and export_format(output) == "csv":
+            table.add_earlier(output)
+        err(f"{table.write()} features written to {args.feature_table}.")
     for counts in run_counts:  # what each LC-MS/MS run held, MS1 survey scans included
         if counts.n_survey or counts.n_features != counts.n_ms2:
             err(f"  {counts.describe()}")
@@ -473,7 +496,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     cal = bundle.calibration
     print(f"Model bundle: {bundle.path}")
     print(f"  name: {bundle.name}\n  checksum: {bundle.checksum}")
-    print(f"  supported adducts: {', '.join(bundle.supported_adducts)}")
+    print(f"  supported adducts: {', '.join(bundle.supported_adducts)} (natively); "
+          f"{', '.join(bundle.runnable_adducts[len(bundle.supported_adducts):]) or 'none'} by mapping")
     print(f"  adapter: {'yes' if bundle.has_adapter else 'no'}")
     for k, v in parameter_counts(bundle.decoder).items():
         print(f"  decoder {k}: {v:,}")

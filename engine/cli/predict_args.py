@@ -15,6 +15,7 @@ def add_predict_arguments(pr: argparse.ArgumentParser) -> None:
     _add_device_arguments(pr)
     _add_formula_arguments(pr)
     _add_feature_arguments(pr)
+    _add_handoff_arguments(pr)
     _add_ranking_arguments(pr)
     _add_output_arguments(pr)
     _add_library_arguments(pr)
@@ -82,6 +83,22 @@ def _add_feature_arguments(pr: argparse.ArgumentParser) -> None:
                     help="mzML: longest gap between consecutive MS2 scans of one feature (default 30 s)")
     pr.add_argument("--no-merge", action="store_true",
                     help="mzML: predict every MS2 scan on its own instead of one consensus per precursor feature")
+
+
+def _add_handoff_arguments(pr: argparse.ArgumentParser) -> None:
+    """Hand-offs with MZmine, MS-DIAL, GNPS and SIRIUS: abundances in, results keyed by feature out (docs/cli.md)."""
+    pr.add_argument("--quant", metavar="TABLE.csv",
+                    help="a quantification table (MZmine/GNPS _quant.csv, an MS-DIAL alignment table, or a CSV/TSV "
+                    "with a feature ID column and one numeric column per sample): each feature gets its abundance, "
+                    "joined by feature ID, else by m/z and retention time (a <name>_quant.csv beside a feature MGF "
+                    "is used without this flag)")
+    pr.add_argument("--feature-table", metavar="OUT.tsv",
+                    help="also write one row per feature (feature ID as the source tool wrote it, m/z, RT, ion type, "
+                    "rank-1 structure, name, level, confidence, formula, abundance) to join back to the source "
+                    "tool's table (.tsv or .csv)")
+    pr.add_argument("--feature-table-style", choices=("msgpt", "gnps"), default="msgpt",
+                    help="column names of --feature-table: msgpt (default), or gnps (those of a GNPS library search "
+                    "result: #Scan#, CompoundName, Smiles, ...)")
 
 
 def _add_ranking_arguments(pr: argparse.ArgumentParser) -> None:

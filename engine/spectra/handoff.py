@@ -423,7 +423,7 @@ def handoff_feature(fid: str, ms2: list[Spectrum], ms1: list[SurveyScan], kind: 
         height = _first(scans[0].metadata, ("intensity",))  # MS-DIAL's INTENSITY
         try:
             if height is not None and float(height) > 0:
-                metadata[ABUNDANCE_KEY] = f"{float(height):g}"
+                metadata[ABUNDANCE_KEY] = repr(float(height))
                 metadata[ABUNDANCE_SOURCE_KEY] = "the file's INTENSITY"
         except ValueError:
             pass
@@ -613,7 +613,7 @@ def _with_table(feature, table: QuantTable, config):
                               "or m/z and RT)")
         return with_metadata(feature, metadata)
     values = dict(zip(table.samples, row.values))
-    metadata = {**feature.spectrum.metadata, ABUNDANCE_KEY: f"{max(row.values, default=0.0):g}",
+    metadata = {**feature.spectrum.metadata, ABUNDANCE_KEY: repr(max(row.values, default=0.0)),
                 SAMPLES_KEY: json.dumps(values), ABUNDANCE_SOURCE_KEY: f"{Path(table.path).name} row {row.id} (by {how})",
                 "quant_row_id": row.id}
     return with_metadata(feature, metadata)
