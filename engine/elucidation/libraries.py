@@ -7,13 +7,16 @@ A run's ``libraries`` is one sequence holding :class:`~engine.library.StructureL
 * A spectrum gets every structure of its formula from every structure library (:func:`library_structures`);
   a spectrum without a given formula also gets, for each formula a library holds within the tolerance of its
   precursor that the formula ranking did not propose, a run of those structures alone (the mass track,
-  :func:`mass_track_spectra`). Structures of a suspect list (``StructureLibrary.suspect``) rank before the
-  predictions.
+  :func:`mass_track_spectra`), under every common ion type of its polarity the model can run (natively or by
+  mapping, :func:`library_ion_types`). A structure's charge decides its ion types (:func:`charge_fits`): a
+  permanent cation (choline, a quaternary ammonium) is ``[M]+`` only, at its own m/z, and a neutral molecule is
+  never ``[M]+``. Structures of a suspect list (``StructureLibrary.suspect``) rank before the predictions.
 * Its MS/MS spectrum is searched in every spectral library (:func:`search_spectrum`, identity search: precursor
   within 0.01 Da, entropy similarity). The structure of each hit of the pool's formula joins the pool with the
   match as evidence (:func:`spectral_structures`) when the match reaches the origin floor
   (``ranking.SPECTRAL_ORIGIN_FLOOR``; a weaker one stays on a candidate drawn or held anyway); a rank-1 hit that
-  passes the shipped, calibrated threshold (:func:`engine.spectral_library.default_threshold`) and is of the query's ion type is an identification: it
+  passes the shipped, calibrated threshold (:func:`engine.spectral_library.default_threshold`) and was measured as
+  the query's ion type (spellings normalised by :func:`~engine.chem.adducts.parse_adduct`) is an identification: it
   ranks first, or, when a suspect list's analog term weighs its match, with the suspects by score
   (:func:`engine.elucidation.ranking.rank_group`). :func:`identified_formulas` gives the formulas of such hits,
   so a caller that ranks formula candidates can make sure the identified structure's formula is among those run.
@@ -65,14 +68,45 @@ def split_libraries(libraries: Sequence) -> tuple[tuple[StructureLibrary, ...], 
     return structures, spectra
 
 
-def library_structures(libraries: Sequence, formula: str) -> list[KnownStructure]:
+def charge_fits(charge: int, adduct) -> bool:
+    """Whether a structure of net formal charge ``charge`` can be seen as ``adduct``: an ion type that adds and
+    removes nothing (``[M]+``, ``[M]-``) is the molecule's own charge, so only a structure of that charge
+    (a permanent cation for ``[M]+``); every other ion type (``[M+H]+``, ``[M+NH4]+``, ``[M+HCOO]-``, the radical
+    ``[M]+*``) charges a neutral molecule (zwitterions included)."""
+    from engine.chem.adducts import parse_adduct
+
+    a = parse_adduct(adduct)
+    intrinsic = a.n_molecules == 1 and not a.net_counts and not a.name.endswith("*")
+    return charge == (a.charge if intrinsic else 0)
+
+
+def library_ion_types(polarity: str | None, runnable: Sequence[str], allowed: Sequence[str] = ()) -> tuple[str, ...]:
+    """The ion types the structure libraries are matched under for a spectrum of ``polarity`` (``None`` or
+    unknown: both): every common electrospray ion type (:data:`engine.chem.adducts.COMMON_ION_TYPES`), then any
+    other of ``runnable``, kept when the model can run it (``runnable``: the caller's model's native and mapped
+    ion types) and the run allows it (``allowed``; empty: all). Names are normalised."""
+    from engine.chem.adducts import COMMON_ION_TYPES, parse_adduct
+
+    modes = (polarity,) if polarity in COMMON_ION_TYPES else tuple(COMMON_ION_TYPES)
+    can = {parse_adduct(a).name for a in runnable}
+    ok = {parse_adduct(a).name for a in allowed}
+    names = [a for mode in modes for a in COMMON_ION_TYPES[mode]]
+    names += [parse_adduct(a).name for a in runnable if parse_adduct(a).polarity in modes]
+    return tuple(a for a in dict.fromkeys(names) if a in can and (not ok or a in ok))
+
+
+def library_structures(libraries: Sequence, formula: str, adduct: str | None = None) -> list[KnownStructure]:
     """Every structure of ``formula`` the structure libraries among ``libraries`` hold, in library order (a
-    structure in several libraries comes once per library; the pool keeps one candidate of it)."""
+    structure in several libraries comes once per library; the pool keeps one candidate of it). With ``adduct``,
+    only the structures whose charge can form that ion type (:func:`charge_fits`: a permanent cation for ``[M]+``,
+    a neutral molecule for the rest)."""
     formula = normalize_formula(formula)
     out = []
     for lib in split_libraries(libraries)[0]:
         for row in lib.rows_of_formula(formula):
             rec = lib.record(int(row))
+            if adduct and not charge_fits(rec.charge, adduct):
+                continue
             out.append(KnownStructure(smiles=rec.smiles, inchikey14=rec.inchikey14, formula=formula,
                                       bits=lib.bits(int(row)), library=lib.name, identifier=rec.identifier,
                                       name=rec.name, suspect=lib.suspect))
@@ -83,13 +117,16 @@ def library_structures(libraries: Sequence, formula: str) -> list[KnownStructure
 MASS_TRACK = "structure library (mass)"
 
 
-def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, supported_adducts: Sequence[str],
+def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, ion_types: Sequence[str],
                        ppm: float, precision_da: float = 0.0) -> list:
     """Copies of ``spectrum`` (of unknown formula) for each formula and ion type under which a structure library
     holds structures within ``ppm`` of its precursor m/z, and that ``have`` (the formula candidates a caller is
     about to run) lacks: those structures are ranked on their own (:meth:`SpectrumSession.rank_known`, no
     samples drawn), so a library structure of the right mass is not lost when the formula ranking missed its
-    formula. Ion types are the model's supported ones of the spectrum's polarity.
+    formula. ``ion_types`` are tried in their order (those of the spectrum's polarity;
+    :func:`library_ion_types` gives a run's); a structure counts under an ion type its charge can form
+    (:func:`charge_fits`: choline, ``C5H14NO`` as drawn, only as ``[M]+`` at m/z 104.1070). Each copy carries the
+    real ion type: a caller runs an ion type the model does not run natively through its mapping.
 
     ``precision_da``: the precursor is written to this many Da, too coarse to rank formulas (a record of 2
     decimals): the window is that wide, and only suspect lists are searched, as suspect screening matches a
@@ -104,16 +141,18 @@ def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, supported_
         structures = [lib for lib in structures if lib.suspect]
     if not structures or spectrum.formula:
         return []
-    seen = {(s.formula, s.adduct) for s in have}
+    seen = {(s.formula, _ion_type(s.adduct) if s.adduct else s.adduct) for s in have}
     out = []
-    for adduct in supported_adducts:
+    for adduct in ion_types:
         a = parse_adduct(adduct)
         if spectrum.polarity and (a.charge > 0) != (spectrum.polarity == "positive"):
             continue
         mass = neutral_mass_from_precursor(spectrum.precursor_mz, a)
-        window = max(ppm, 1e6 * precision_da / mass) if mass > 0 else ppm
-        formulas = sorted({lib.record(int(r)).formula for lib in structures
-                           for r in lib.rows_near_mass(mass, window)})
+        if mass <= 0:
+            continue
+        window = max(ppm, 1e6 * precision_da / mass)
+        formulas = sorted({lib.record(int(r)).formula for lib in structures for r in lib.rows_near_mass(mass, window)
+                           if charge_fits(lib.charge(int(r)), a)})
         for formula in formulas:
             if (formula, a.name) in seen:
                 continue
@@ -230,17 +269,17 @@ def library_formula_spectra(libraries: Sequence, spectrum, have: Sequence, suppo
                             ppm: float, ion_types: Sequence[str] = (), precision_da: float = 0.0) -> list:
     """What the libraries add to the runs of a spectrum of unknown formula beside ``have`` (its formula candidates
     about to run): the formula of a spectral identification (:func:`identified_formula_spectra`) and the mass
-    track (:func:`mass_track_spectra`, within ``ppm``) of the ``supported_adducts`` among ``ion_types`` (the ion
-    types the run allows; empty: all). ``precision_da``: the precursor is too coarse for formula candidates
-    (``have`` is empty); the mass track searches the suspect lists within it, and its runs carry a warning saying
-    there are no predictions and how to get them. ``msgpt predict`` and the app's Run both use it."""
-    from engine.chem.adducts import parse_adduct
+    track (:func:`mass_track_spectra`, within ``ppm``) under every common ion type of the spectrum's polarity
+    that the model runs (``supported_adducts``: the ion types the caller's model runs, natively or by mapping,
+    ``ModelBundle.runnable_adducts``) and ``ion_types`` allows (the ion types the run allows; empty: all;
+    :func:`library_ion_types`). ``precision_da``: the precursor is too coarse for formula candidates (``have`` is
+    empty); the mass track searches the suspect lists within it, and its runs carry a warning saying there are no
+    predictions and how to get them. ``msgpt predict`` and the app's Run both use it."""
     from engine.spectra.spectrum import with_warning
 
-    allowed = {parse_adduct(a).name for a in ion_types}
-    ion_types = [a for a in supported_adducts if not allowed or parse_adduct(a).name in allowed]
-    out = identified_formula_spectra(spectrum, search_spectrum(libraries, spectrum), have, supported_adducts)
-    track = mass_track_spectra(libraries, spectrum, [*have, *out], ion_types, ppm, precision_da=precision_da)
+    allowed = library_ion_types(spectrum.polarity, supported_adducts, ion_types)
+    out = identified_formula_spectra(spectrum, search_spectrum(libraries, spectrum), have, allowed)
+    track = mass_track_spectra(libraries, spectrum, [*have, *out], allowed, ppm, precision_da=precision_da)
     if precision_da > 0:
         why = (f"the precursor m/z {spectrum.precursor_mz:g} is written to {precision_da:g} Da, too coarse for "
                f"formulas: the suspect-list structures within {precision_da:g} Da were ranked, without de novo "
@@ -253,16 +292,19 @@ def identified_formula_spectra(spectrum, matches: SpectralMatches | None, have: 
                                supported_adducts: Sequence[str]) -> list:
     """Copies of ``spectrum`` with the formula and ion type of its spectral identification (at most one), when
     ``have`` (the formula candidates a caller is about to run) lacks it: the identified structure can only join
-    the pool of its own formula, whatever the formula ranking said. Nothing when the reference's ion type is
-    one the model cannot run, or its formula does not fit the precursor m/z."""
+    the pool of its own formula, whatever the formula ranking said. ``supported_adducts``: the ion types the
+    caller can run (natively or by mapping; a ``[M]+`` reference of a permanent cation is run as ``[M]+`` when it
+    is among them). Nothing when the reference's ion type is not among them, or its formula does not fit the
+    precursor m/z."""
     from engine.errors import MsgptError
 
+    runnable = {_ion_type(a) for a in supported_adducts}
     out = []
     for formula, adduct in identified_formulas(matches):
-        adduct = adduct or spectrum.adduct
-        if not adduct or adduct not in supported_adducts:
+        adduct = _ion_type(adduct or spectrum.adduct or "")
+        if not adduct or adduct not in runnable:
             continue
-        if any(s.formula == formula and s.adduct == adduct for s in have):
+        if any(s.formula == formula and s.adduct and _ion_type(s.adduct) == adduct for s in have):
             continue
         try:
             new = spectrum.with_adduct(adduct, check=False).with_formula(formula)
@@ -274,7 +316,7 @@ def identified_formula_spectra(spectrum, matches: SpectralMatches | None, have: 
     return out
 
 
-__all__ = ["LIBRARY_PRIOR", "MASS_TRACK", "SPECTRAL_HITS", "UNDRAWN_PRIOR", "analog_references",
+__all__ = ["LIBRARY_PRIOR", "MASS_TRACK", "SPECTRAL_HITS", "UNDRAWN_PRIOR", "analog_references", "charge_fits",
            "identified_formula_spectra", "identified_formulas", "is_identification", "library_formula_spectra",
-           "library_structures", "mass_track_spectra", "search_analogs", "search_spectrum", "spectral_structures",
-           "split_libraries"]
+           "library_ion_types", "library_structures", "mass_track_spectra", "search_analogs", "search_spectrum",
+           "spectral_structures", "split_libraries"]

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,28 @@ class LibraryRecord:
     identifier: str
     cas: str
     source: str  # the row's source column, else the library's name
+    charge: int = 0  # net formal charge of the structure as stored (+1: a permanent cation such as choline)
+
+
+_BRACKET_ATOM = re.compile(r"\[([^\]]*)\]")
+_CHARGE_SPEC = re.compile(r"([+-])(\d+|[+-]*)$")
+
+
+def smiles_charge(smiles: str) -> int:
+    """Net formal charge of a SMILES: the sum of its bracket atoms' charges (``[N+]`` +1, ``[O-]`` -1, ``[Fe+2]``
+    and ``[Fe++]`` +2). A standardised library structure keeps a charge only where RDKit's Uncharger cannot take it
+    off: a quaternary ammonium, phosphonium or sulfonium cation (``C[N+](C)(C)CCO``, choline: +1), or a
+    zwitterion (betaine, carnitine's inner salt: 0). Its formula is that of the atoms drawn
+    (:func:`engine.chem.molecules.mol_formula` drops the charge: choline is ``C5H14NO``) and its mass theirs, so
+    a cation's ``M`` is the ion's atoms: it is seen as ``[M]+`` at ``M - e``."""
+    total = 0
+    for atom in _BRACKET_ATOM.findall(smiles):
+        m = _CHARGE_SPEC.search(atom.split(":", 1)[0])
+        if m is None:
+            continue
+        sign, rest = (1 if m.group(1) == "+" else -1), m.group(2)
+        total += sign * (int(rest) if rest.isdigit() else 1 + len(rest))
+    return total
 
 
 class TextColumn:
@@ -210,6 +233,11 @@ class StructureLibrary:
     def smiles(self, row: int) -> str:
         return self.text["smiles"][row]
 
+    def charge(self, row: int) -> int:
+        """Net formal charge of ``row``'s structure (:func:`smiles_charge`): +1 for a permanent cation, else
+        mostly 0."""
+        return smiles_charge(self.smiles(int(row)))
+
     def record(self, row: int) -> LibraryRecord:
         """Everything stored about ``row``."""
         row = int(row)
@@ -219,7 +247,7 @@ class StructureLibrary:
         return LibraryRecord(row=row, smiles=t["smiles"], inchikey14=self.inchikey14(row),
                              formula=self._formula_names[self._formula_of_row[row]].decode("ascii"),
                              mass=float(self._mass[row]), name=t["name"], identifier=t["identifier"],
-                             cas=t["cas"], source=t["source"] or self.name)
+                             cas=t["cas"], source=t["source"] or self.name, charge=smiles_charge(t["smiles"]))
 
     # -- files ---------------------------------------------------------------------------------
     def arrays(self) -> dict[str, np.ndarray]:
