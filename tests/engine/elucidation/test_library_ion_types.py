@@ -17,6 +17,7 @@ from engine.chem.adducts import (
 )
 from engine.chem.formula import formula_mass, parse_formula
 from engine.elucidation.libraries import (
+    MASS_TRACK,
     charge_fits,
     identified_formula_spectra,
     is_identification,
@@ -164,3 +165,35 @@ def test_identity_compares_ion_types_after_normalising_their_spelling(home):
     assert hit.reference.adduct == "[M-H2O+H]+"
     assert is_identification(matches, hit, "[M+H-H2O]+") and is_identification(matches, hit, "[M-H2O+H]1+")
     assert not is_identification(matches, hit, "[M+H]+") and not is_identification(matches, hit, "[M+NH4]+")
+
+
+def test_predict_ranks_a_suspect_seen_only_as_its_ammonium_adduct_first(tiny_bundle_dir, home, captured):
+    """A feature of no given formula whose precursor is only the [M+NH4]+ of a suspect (the first fixture
+    spectrum's molecule, C14H28N2O6, at m/z 338.2286 instead of its [M+H]+ 321.2020): the mass track runs the
+    suspect's formula as [M+NH4]+ (the model through its mapping), and the suspect is the feature's rank 1."""
+    from tiny_bundle import FIXTURE
+
+    from engine.chem import molecules as chem
+    from engine.cli import main
+
+    reference = "O=C(CCCCC(=O)N(CCO)CCO)N(CCO)CCO"
+    mz = precursor_mz_from_neutral(formula_mass(parse_formula("C14H28N2O6")), "[M+NH4]+")
+    block = FIXTURE.read_text().split("END IONS")[0]
+    lines = [f"PEPMASS={mz:.4f}" if line.startswith("PEPMASS=") else line for line in block.splitlines()
+             if not line.startswith(("FORMULA=", "ADDUCT=", "SMILES=", "INCHIKEY=", "INCHI="))]
+    mgf = home / "ammonium.mgf"
+    mgf.write_text("\n".join(lines) + "\nEND IONS\n")
+    lib = home / "suspects.csv"
+    with open(lib, "w", newline="") as fh:
+        csv.writer(fh).writerows([["Name", "Norman_SusDat_ID", "SMILES"], ["the suspect", "NS0001", reference]])
+    out = home / "o.csv"
+    argv = ["predict", str(mgf), "-o", str(out), "--model", str(tiny_bundle_dir), "--groups", "2", "--pool-size", "4",
+            "-q", "--no-bundled-libraries", "--structure-library", str(lib), "--formulas", "1"]
+    assert main(argv) == 0
+    sources = {(s.formula, s.adduct): s.metadata.get("formula_source") for s in captured}
+    assert sources[("C14H28N2O6", "[M+NH4]+")] == MASS_TRACK  # the formula ranking's own runs lack it
+    with open(out) as fh:
+        rows = [r for r in csv.DictReader(line for line in fh if not line.startswith("#"))]
+    top = min(rows, key=lambda r: int(r["feature_rank"]))
+    assert (top["feature_rank"], top["InChIkey2D"], top["adduct"], top["formula"]) == \
+        ("1", chem.inchikey14(reference), "[M+NH4]+", "C14H28N2O6")
