@@ -111,3 +111,95 @@ def write_shifted_run(path: str | Path, offset_ppm: float) -> Path:
                       "ref": scan_id(len(scans) - 1), "mz": sorted(protonated_mz(f) * shift for f in fragments),
                       "intensity": [100.0, 80.0, 60.0, 40.0]})
     return write_mzml(path, scans)
+
+
+def ion_mz(formula: str, ion_type: str) -> float:
+    from engine.chem.adducts import precursor_mz_from_neutral
+    from engine.chem.formula import formula_mass, parse_formula
+
+    return precursor_mz_from_neutral(formula_mass(parse_formula(formula)), ion_type)
+
+
+def elution_run(ions: list[dict], rt_range: tuple[float, float], step_s: float = 0.5) -> list[dict]:
+    """Scans of a run in which each ion elutes as a Gaussian peak: survey scans every ``step_s`` seconds holding every
+    ion's isotope pattern (M, M+1, M+2) at its height at that time, and, for each ion with ``fragments``, one MS2
+    scan at its apex. An ion is ``{"formula", "ion_type", "apex", "sigma", "height", "fragments": [(m/z,
+    intensity), ...] or None}``; scans come in time order (an MS2 scan names the survey scan before it)."""
+    from engine.chem.adducts import parse_adduct
+    from engine.chem.formula import parse_formula
+    from engine.spectra.isotopes import isotope_pattern
+
+    patterns = []
+    for ion in ions:
+        adduct = parse_adduct(ion["ion_type"])
+        masses, abundances = isotope_pattern(adduct.ion_counts(parse_formula(ion["formula"])), 3, adduct.charge)
+        patterns.append((np.asarray(masses), np.asarray(abundances) / abundances[0]))
+    times = np.arange(rt_range[0], rt_range[1] + 1e-9, step_s)
+    events = [(t, 1, None) for t in times] + [(ion["apex"] + step_s / 4, 2, k) for k, ion in enumerate(ions)
+                                              if ion.get("fragments")]
+    scans: list[dict] = []
+    last_survey = None
+    for t, level, k in sorted(events, key=lambda e: (e[0], e[1])):
+        if level == 1:
+            mz, intensity = [], []
+            for ion, (masses, ratios) in zip(ions, patterns):
+                height = ion["height"] * np.exp(-0.5 * ((t - ion["apex"]) / ion["sigma"]) ** 2)
+                if height >= 1e3:
+                    mz.extend(masses)
+                    intensity.extend(ratios * height)
+            mz.append(1000.0)  # a background ion: no survey scan is empty
+            intensity.append(1e3)
+            order = np.argsort(mz)
+            scans.append({"ms_level": 1, "rt": float(t), "mz": np.array(mz)[order],
+                          "intensity": np.array(intensity)[order]})
+            last_survey = len(scans) - 1
+        else:
+            ion = ions[k]
+            precursor = ion_mz(ion["formula"], ion["ion_type"])
+            peaks = sorted([*ion["fragments"], (precursor, 20.0)])
+            scans.append({"ms_level": 2, "rt": float(t), "precursor_mz": precursor, "charge": 1,
+                          "ref": scan_id(last_survey) if last_survey is not None else None,
+                          "mz": [p[0] for p in peaks], "intensity": [p[1] for p in peaks]})
+    return scans
+
+
+#: A run of adduct partners (:func:`write_adduct_run`): caffeine as [M+H]+ (four fragments) and [M+Na]+ (one weak
+#: fragment) co-eluting at 60 s; a caffeine isomer seen only as [M+Na]+ at 150 s (not a partner: another time);
+#: at 60 s a co-eluting ion whose m/z is caffeine's [M+K]+ but whose peak is 3 s later (another compound: its trace
+#: does not follow caffeine's); and an [M+H]+ ion 1 s later (C5H5N5O4: its [M+NH4]+ would be caffeine's [M+Na]+
+#: m/z within 10 ppm, a second partner for that feature that the weaker evidence loses).
+CAFFEINE = "C8H10N4O2"
+CAFFEINE_FRAGMENTS = ["C6H7N3O", "C5H7N3", "C4H5N3", "C7H6N4O"]  # neutral subformulas, seen as [M+H]+ ions
+
+
+def adduct_run_ions() -> list[dict]:
+    from engine.chem.adducts import parse_adduct
+
+    k_partner = ion_mz(CAFFEINE, "[M+K]+")
+    proton = parse_adduct("[M+H]+").mass_delta
+    return [
+        {"name": "caffeine [M+H]+", "formula": CAFFEINE, "ion_type": "[M+H]+", "apex": 60.0, "sigma": 2.0,
+         "height": 1e7, "fragments": [(ion_mz(f, "[M+H]+"), 100.0) for f in CAFFEINE_FRAGMENTS]},
+        {"name": "caffeine [M+Na]+", "formula": CAFFEINE, "ion_type": "[M+Na]+", "apex": 60.0, "sigma": 2.0,
+         "height": 3e6, "fragments": [(ion_mz("C6H7N3O", "[M+Na]+"), 5.0)]},
+        {"name": "isomer [M+Na]+", "formula": CAFFEINE, "ion_type": "[M+Na]+", "apex": 150.0, "sigma": 2.0,
+         "height": 3e6, "fragments": [(ion_mz("C6H7N3O", "[M+Na]+"), 5.0)]},
+        {"name": "other compound at caffeine's [M+K]+ m/z", "formula": _formula_of_mz(k_partner - proton),
+         "ion_type": "[M+H]+", "apex": 63.0, "sigma": 1.5, "height": 2e6, "fragments": [(120.0808, 50.0)]},
+        {"name": "C5H5N5O4 [M+H]+", "formula": "C5H5N5O4", "ion_type": "[M+H]+", "apex": 61.0, "sigma": 2.0,
+         "height": 2e6, "fragments": [(ion_mz("C5H3N5O3", "[M+H]+"), 50.0)]},
+    ]
+
+
+def _formula_of_mz(neutral: float) -> str:
+    """A formula of (close to) the neutral mass: the nearest CHNO decomposition (test fixtures only)."""
+    from engine.chem.formula import format_formula, formula_mass
+
+    best = min(((c, h, n, o) for c in range(1, 20) for n in range(0, 6) for o in range(0, 6) for h in range(0, 40)),
+               key=lambda v: abs(formula_mass({"C": v[0], "H": v[1], "N": v[2], "O": v[3]}) - neutral))
+    return format_formula({k: v for k, v in zip("CHNO", best) if v})
+
+
+def write_adduct_run(path: str | Path, ions: list[dict] | None = None) -> Path:
+    """The run of :func:`adduct_run_ions` (or ``ions``) as mzML, 30-180 s, a survey scan every 0.5 s."""
+    return write_mzml(path, elution_run(ions if ions is not None else adduct_run_ions(), (30.0, 180.0)))

@@ -71,12 +71,30 @@ def _features(paths: list[str], args: argparse.Namespace, file_errors: list[str]
         counts.append(run)
         try:
             features = attach_quant(iter_features(path, config, counts=run), getattr(args, "quant", None), config)
-            for item in _recalibrated(features, path, args):
+            for item in _with_partners(_recalibrated(features, path, args)):
                 yield position, item
         except InputFileError as e:
             counts.remove(run)
             file_errors.append(str(e))
             err(f"error: {e}")
+
+
+def _with_partners(items) -> Iterator:
+    """The features of one input, each member of a compound group held back until its whole group has come and then
+    given with its (recalibrated) partners (engine.spectra.features.with_partners): a group decides together."""
+    from engine.spectra.features import with_partners
+
+    waiting: dict[str, list] = {}
+    for item in items:
+        group = getattr(item, "group", None)
+        if group is None:
+            yield item
+            continue
+        waiting.setdefault(group.id, []).append(item)
+        if len(waiting[group.id]) == len(group.members):
+            yield from with_partners(waiting.pop(group.id))
+    for members in waiting.values():  # a run cut off mid-way: the members read, each on its own
+        yield from (dataclasses.replace(f, partners=()) for f in members)
 
 
 def _recalibrated(items, path: str, args: argparse.Namespace) -> Iterator:
@@ -89,7 +107,8 @@ def _recalibrated(items, path: str, args: argparse.Namespace) -> Iterator:
                                 report=lambda r: err(f"{Path(path).name}: {r.describe()}"))
 
 
-def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_config, libraries=()) -> list:
+def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_config, libraries=(), table=None,
+                        metadata=None) -> list:
     """The spectra to elucidate for one feature, or a SkippedRecord saying why there are none.
 
     The feature's spectrum with ``--formula``/``--adduct`` applied and the no-fragments note; with a
@@ -99,7 +118,8 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
     they lack it, and the formulas of structure-library structures within the tolerance of the precursor that they
     lack (the mass track, ranked without sampling). A precursor written too coarsely for formula candidates (a
     record of 2 decimals) gets only the libraries' runs (the mass track of the suspect lists within its
-    precision, noted); with none, it is skipped.
+    precision, noted); with none, it is skipped. ``table`` (a compound group's joint ranking, engine.formulas.groups)
+    replaces the feature's own formula ranking; ``metadata`` is added to every spectrum run.
     """
     from engine.elucidation.libraries import library_formula_spectra
     from engine.elucidation.pipeline import apply_overrides
@@ -113,12 +133,18 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
         if args.formula or args.adduct:
             spectrum = apply_overrides(spectrum, formula=args.formula, adduct=args.adduct)
         spectrum = note_no_fragments(spectrum)
-        if (spectrum.formula and spectrum.adduct) or args.formulas == 0:
+        if metadata:
+            spectrum = dataclasses.replace(spectrum, metadata={**spectrum.metadata, **metadata})
+        if table is not None:
+            spectrum = spectrum.with_adduct(table.candidates[0].ion_type, check=False)
+        if (spectrum.formula and spectrum.adduct and table is None) or args.formulas == 0:
             return [spectrum]
         config = run_formula_config(spectrum, formula_config)
         coarse = None  # a precursor too coarse for formulas: only suspect lists by mass, and identifications
         try:
-            table = rank_formulas(spectrum, ms1=feature.ms1, config=config, supported_adducts=bundle.runnable_adducts)
+            if table is None:
+                table = rank_formulas(spectrum, ms1=feature.ms1, config=config,
+                                      supported_adducts=bundle.runnable_adducts)
         except PrecursorPrecisionError as e:
             table, coarse = None, e
     except (SpectrumError, FormulaError, AdductError) as e:
@@ -371,8 +397,10 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
                initial=len(done))
     todo = _todo(_features(args.inputs, args, file_errors, run_counts), done, sink, args, bundle, formula_config,
                  libraries)
+    group_cache = _GroupCache()
     computed = (_cluster_outcomes(cluster, todo) if cluster is not None
-                else ((position, item, _elucidate_feature(item, args, bundle, params, formula_config, bar, libraries))
+                else ((position, item, _elucidate_feature(item, args, bundle, params, formula_config, bar, libraries,
+                                                          group_cache))
                       for position, item in todo))  # lazy: nothing is computed before the loop
     try:
         if resuming:
@@ -475,10 +503,75 @@ def _feature_task(bundle, item: tuple, args, params, formula_config, libraries) 
     return _elucidate_feature(feature, args, bundle, params, formula_config, _NoBar(), libraries)
 
 
-def _elucidate_feature(item, args, bundle, params, formula_config, bar, libraries=()) -> list:
-    """The outcomes of one feature (or skipped record): its skip, or a result (or skip) for each of its spectra,
-    its own or one per formula candidate."""
+class _GroupCache:
+    """The decisions and the lead's outcomes of the compound groups under way (in one process), so that a group's lead
+    is elucidated once for all its members; the oldest go first beyond ``size``."""
+
+    def __init__(self, size: int = 64):
+        self.size = size
+        self.entries: dict = {}
+
+    def get(self, key):
+        return self.entries.get(key)
+
+    def put(self, key, value) -> None:
+        self.entries[key] = value
+        while len(self.entries) > self.size:
+            self.entries.pop(next(iter(self.entries)))
+
+
+def _grouped(item, args) -> bool:
+    """Whether a feature is decided with its compound group: a member with all its partners, formulas ranked
+    (``--formulas`` > 0) and neither formula nor ion type forced."""
+    return (getattr(item, "group", None) is not None and bool(item.group_members) and args.formulas > 0
+            and not args.formula and not args.adduct and not item.spectrum.formula)
+
+
+def _elucidate_group_member(item, args, bundle, params, formula_config, bar, libraries=(), cache=None) -> list | None:
+    """The outcomes of a compound group's member (engine.formulas.groups): the group ranks one neutral formula over
+    all its members, its lead is elucidated with that ranking, and every other member shows the lead's results as
+    its own (its id, ion type and precursor). None when no formula explains every member (each is then run alone)."""
+    from engine.formulas.groups import as_member_result, decide_group, lead_metadata
+    from engine.formulas.recalibration import run_formula_config
     from engine.spectra.spectrum import SkippedRecord
+
+    key = (item.spectrum.source, item.group.id)
+    entry = cache.get(key) if cache is not None else None
+    if entry is None:
+        runnable = getattr(bundle, "runnable_adducts", bundle.supported_adducts)
+        decision = decide_group(item.group_members, formula_config,
+                                config_of=lambda s: run_formula_config(s, formula_config),
+                                runnable=runnable, supported_adducts=runnable)
+        outcomes = None
+        if decision.joint.candidates:
+            lead = decision.features[decision.lead_id]
+            todo = _spectra_of_feature(lead, args, bundle, formula_config, libraries, table=decision.joint,
+                                       metadata=lead_metadata(decision))
+            outcomes = [todo] if isinstance(todo, SkippedRecord) else [
+                _elucidate_one(bundle, s, params, bar, libraries) for s in todo]
+        entry = (decision, outcomes)
+        if cache is not None:
+            cache.put(key, entry)
+    decision, outcomes = entry
+    if outcomes is None:
+        return None
+    if item.id == decision.lead_id:
+        return outcomes
+    return [SkippedRecord(o.source, item.index, item.id, f"{o.reason} (the lead {decision.lead_id} of compound group "
+                                                            f"{decision.group_id})")
+            if isinstance(o, SkippedRecord) else as_member_result(o, item, decision) for o in outcomes]
+
+
+def _elucidate_feature(item, args, bundle, params, formula_config, bar, libraries=(), cache=None) -> list:
+    """The outcomes of one feature (or skipped record): its skip, or a result (or skip) for each of its spectra,
+    its own or one per formula candidate; a compound group's member shows its group's (``cache`` keeps a group's
+    lead outcomes for its other members)."""
+    from engine.spectra.spectrum import SkippedRecord
+
+    if _grouped(item, args):
+        outcomes = _elucidate_group_member(item, args, bundle, params, formula_config, bar, libraries, cache)
+        if outcomes is not None:
+            return outcomes
 
     todo = item if isinstance(item, SkippedRecord) else _spectra_of_feature(item, args, bundle, formula_config,
                                                                              libraries)

@@ -83,6 +83,9 @@ def _add_feature_arguments(pr: argparse.ArgumentParser) -> None:
                     help="mzML: longest gap between consecutive MS2 scans of one feature (default 30 s)")
     pr.add_argument("--no-merge", action="store_true",
                     help="mzML: predict every MS2 scan on its own instead of one consensus per precursor feature")
+    pr.add_argument("--no-adduct-groups", action="store_true",
+                    help="mzML: solve every feature alone instead of joining the ions of one compound ([M+H]+ and "
+                         "[M+Na]+, ...) into a compound group that decides one formula and answer for all of them")
 
 
 def _add_handoff_arguments(pr: argparse.ArgumentParser) -> None:
@@ -169,7 +172,8 @@ def _feature_config(args: argparse.Namespace):
     from engine.spectra.features import FeatureConfig
 
     return FeatureConfig(mz_tol_ppm=args.feature_ppm, rt_gap_s=args.feature_rt_gap,
-                         grouping="never" if args.no_merge else "auto")
+                         grouping="never" if args.no_merge else "auto",
+                         adduct_groups=not getattr(args, "no_adduct_groups", False))
 
 
 def _formula_config(args: argparse.Namespace):

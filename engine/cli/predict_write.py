@@ -89,7 +89,8 @@ def _run_settings(args: argparse.Namespace, bundle, params, libraries=()) -> dic
         "adduct": args.adduct,
         "formula_candidates": f"k={args.formulas} ppm={args.formula_ppm} ion_types={args.ion_types} "
                               f"elements={args.elements} recalibrate={args.recalibrate}",
-        "features": f"ppm={args.feature_ppm} rt_gap={args.feature_rt_gap} merge={not args.no_merge}",
+        "features": f"ppm={args.feature_ppm} rt_gap={args.feature_rt_gap} merge={not args.no_merge}"
+                    f" adduct_groups={not getattr(args, 'no_adduct_groups', False)}",
         "inputs": [identity(p) for p in args.inputs],
         **({"known": identity(args.known)} if getattr(args, "known", None) else {}),
         **({"libraries": [_library_identity(lib) for lib in libraries]} if libraries else {}),
