@@ -66,6 +66,7 @@ CSV_COLUMNS = (
     "reference_license",
     "reference_contributor",
     "identification_level",
+    "compound_group",
 )
 FORMATS = {".csv": "csv", ".sdf": "sdf", ".sd": "sdf"}
 
@@ -183,6 +184,7 @@ def candidate_rows(
             "reference_license": "" if ev is None else ev.license,
             "reference_contributor": "" if ev is None else ev.contributor,
             "identification_level": level,
+            "compound_group": s.metadata.get("compound_group", ""),  # the feature's adduct group (engine.formulas.groups)
         }
 
 
