@@ -105,7 +105,8 @@ def file_case(name: str, what: str, error: str, content: bytes | None = None, **
     return Case(name, what, {}, f"file error: {error}", content, **kw)
 
 
-SUPPORTED = "supported are .mgf and .mzML files, optionally gzip-compressed (.mgf.gz, .mzML.gz)"
+SUPPORTED = ("supported are .mgf and .mzML files, optionally gzip-compressed (.mgf.gz, .mzML.gz), and the "
+             "feature exports of MS-DIAL (.msp) and SIRIUS (.ms)")
 EXAMPLES = "[M+H]+, [M+Na]+, [M-H]-, [M+NH4]+, [M-H2O+H]+, [2M+H]+, [M+2H]2+, [M+FA-H]-, [M+Cl]-"
 ELEMENTS = "C, H, N, O, S, P, F, Cl, Br, I, B, Si, Se, As"
 GOOD = {"good": "read"}

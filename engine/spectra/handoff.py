@@ -316,6 +316,7 @@ def _sirius_compound(options: ReadOptions, index: int,
                 yield skipped_record(options, index + k, feature, f">parentmass {parent!r} is not a number")
                 continue
         rec.polarity, rec.adduct, rec.retention_time = polarity, ionization, rt
+        rec.charge, rec.charge_signed = _sirius_charge(charge, polarity), False  # SIRIUS: singly charged ions
         rec.formula = _first(fields, ("formula",))
         rec.smiles = _first(fields, ("smiles",))
         rec.inchikey = _first(fields, ("inchikey",))
@@ -323,6 +324,14 @@ def _sirius_compound(options: ReadOptions, index: int,
     if n_ms2 == 0:
         yield skipped_record(options, index, feature, f"compound {feature!r} has no >ms2 (or >collision) block; "
                                                       "MS-GPT needs its MS/MS spectrum")
+
+
+def _sirius_charge(text: str, polarity: str | None) -> int:
+    """``>charge`` (``1``, ``+1``, ``-1``) as a number of charges; 1 when only the polarity is known."""
+    digits = re.sub(r"[^0-9]", "", text)
+    if digits:
+        return int(digits)
+    return 1 if polarity else 0
 
 
 def _sirius_rt(text: str | None, metadata: dict[str, str]) -> float | None:
@@ -441,7 +450,7 @@ def handoff_feature(fid: str, ms2: list[Spectrum], ms1: list[SurveyScan], kind: 
 
 _ID_COLUMNS = ("row ID", "Alignment ID", "feature_id", "Feature ID", "FEATURE_ID", "shared name", "id", "ID")
 _MZ_COLUMNS = ("row m/z", "Average Mz", "mz", "m/z", "precursor_mz", "row mz")
-_RT_MINUTE_COLUMNS = ("row retention time", "Average Rt(min)", "rt_min", "retention_time_min", "RT")
+_RT_MINUTE_COLUMNS = ("row retention time", "Average Rt(min)", "rt", "rt_min", "retention_time_min", "RT")  # minutes
 _RT_SECOND_COLUMNS = ("rt_s", "retention_time_s", "RTINSECONDS")
 _PEAK_AREA = re.compile(r"^(.*?)\s*Peak (area|height)\s*$", re.IGNORECASE)  # MZmine legacy / GNPS
 _DATAFILE = re.compile(r"^datafile:(.+):(area|height)$", re.IGNORECASE)  # MZmine 3 full CSV export
