@@ -128,7 +128,7 @@ class ModelController(QObject):
         """What follows the model: the "Use adapter" box (enabled only for a model with an adapter; the
         parameters follow it) and the ion types offered and accepted."""
         w = self.window
-        adducts = self.bundle.supported_adducts if self.bundle is not None else None
+        adducts = self.bundle.runnable_adducts if self.bundle is not None else None
         w.spectra.bundle = w.candidates.bundle = self.bundle  # why a confidence is missing
         w.spectra.set_supported_adducts(adducts)
         w.spectrum_panel.editor.set_supported_adducts(adducts)
@@ -200,7 +200,8 @@ class ModelController(QObject):
             b = self.bundle
             card = b.path / "MODEL_CARD.md"
             text = (f"{b.describe()}\n\nFolder: {b.path}\nChecksum: {b.checksum}\n"
-                    f"Supported adducts: {', '.join(b.supported_adducts)}")
+                    f"Supported adducts: {', '.join(b.supported_adducts)} natively; "
+                    f"{', '.join(b.runnable_adducts[len(b.supported_adducts):]) or 'none'} by mapping")
             if card.is_file():
                 text += "\n\n" + card.read_text(encoding="utf-8", errors="replace")[:3000]
         self.window.message_shown.emit("info", text)

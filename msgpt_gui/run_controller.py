@@ -239,7 +239,7 @@ class RunController(QObject):
             return False
         jobs = []
         skipped = 0
-        supported = self.bundle.supported_adducts
+        supported = self.bundle.runnable_adducts
         for e in entries:
             if e.owner_key is None and (formulas or e.needs_formulas):
                 job = self._formula_job(e, top_k, force=formulas)
@@ -288,7 +288,7 @@ class RunController(QObject):
     def _formula_job(self, e: SpectrumEntry, top_k: int, force: bool):
         """What runs ``e`` for its best ``top_k`` formulas: its formula runs again when they are those formulas
         for this model (a list of session jobs), else a :class:`FormulaJob`; None when it cannot (said)."""
-        supported = self.bundle.supported_adducts
+        supported = self.bundle.runnable_adducts
         base = e.formula_base()
         why_not = readiness(base, supported)
         if why_not is not None:
@@ -357,7 +357,7 @@ class RunController(QObject):
     def _entry_event(self, e: SpectrumEntry, ev) -> None:
         if isinstance(ev, FormulasRanked):
             e.keep_formulas(ev.base, ev.table)
-            e.ion_note = unsupported_ion_note(ev.table, self.bundle.supported_adducts, len(ev.runs))
+            e.ion_note = unsupported_ion_note(ev.table, self.bundle.runnable_adducts, len(ev.runs))
             before = {r.key: r for r in e.formula_runs}
             runs = []
             for run in ev.runs:

@@ -39,11 +39,12 @@ from engine.model.bundle import ModelBundle
 from engine.model.confidence import spectrum_confidence
 from engine.model.featurize import collate, featurize_spectrum
 from engine.model.forward import ForwardScorer, PeakSettings
+from engine.model.ion_mapping import MappedSpectrum, map_spectrum
 from engine.model.querying import QueryPlan, band_thresholds, build_queries, check_kappa
 from engine.model.sampling import DECODING_MODES, QueryRequest, sample_queries
 from engine.model.scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking
 from engine.progress import CancelFn, check_cancel
-from engine.spectra.spectrum import SkippedRecord, Spectrum, check_formula_matches_precursor
+from engine.spectra.spectrum import SkippedRecord, Spectrum, check_formula_matches_precursor, with_warning
 from engine.spectral_library import SpectralMatches
 
 
@@ -213,6 +214,7 @@ class SpectrumResult:
     posterior: np.ndarray | None = field(default=None, repr=False, compare=False)  # π (float32, n_bits)
     confidence: float | None = None  # P(rank 1 is right) (engine.model.confidence); None: partial, or no model for it
     spectral_matches: SpectralMatches | None = field(default=None, repr=False, compare=False)  # reference hits
+    ion_mapping: str = ""  # how a mapped ion type was run ("run as [M+H]+ after NH3 loss (mapping)"); "" native
 
     @property
     def identified(self) -> Candidate | None:
@@ -238,8 +240,10 @@ class RunSummary:
 
 
 
-def require_usable(bundle: ModelBundle, spectrum: Spectrum) -> None:
-    """Raise SpectrumError saying why this model cannot run on ``spectrum`` (and how to fix it)."""
+def require_usable(bundle: ModelBundle, spectrum: Spectrum) -> MappedSpectrum:
+    """Raise SpectrumError saying why this model cannot run on ``spectrum`` (and how to fix it); else what the model
+    runs for it: the spectrum itself, or its chemical mapping onto an ion type the model runs natively
+    (:func:`engine.model.ion_mapping.map_spectrum`: ``[M+NH4]+`` as ``[M+H]+`` after NH3 loss, ...)."""
     if not spectrum.formula:
         raise SpectrumError(
             "no molecular formula: MS-GPT elucidates structures for a known formula; add FORMULA= "
@@ -249,20 +253,32 @@ def require_usable(bundle: ModelBundle, spectrum: Spectrum) -> None:
     if not spectrum.adduct:
         raise SpectrumError(
             f"no adduct: give the precursor ion type (--adduct, or ADDUCT= in the file); this model "
-            f"supports {', '.join(bundle.supported_adducts)}"
+            f"runs {', '.join(bundle.runnable_adducts)}"
         )
-    if spectrum.adduct not in bundle.supported_adducts:
+    if spectrum.adduct not in bundle.runnable_adducts:
         raise SpectrumError(
-            f"adduct {spectrum.adduct} is not supported by the model {bundle.name} "
-            f"(it was trained on {', '.join(bundle.supported_adducts)})"
+            f"adduct {spectrum.adduct} is not supported by the model {bundle.name}: it runs "
+            f"{', '.join(bundle.supported_adducts)} natively (it was trained on them)"
+            + (f" and {', '.join(bundle.runnable_adducts[len(bundle.supported_adducts):])} by mapping"
+               if len(bundle.runnable_adducts) > len(bundle.supported_adducts) else "")
         )
     check_formula_matches_precursor(spectrum)
+    return map_spectrum(spectrum, bundle.supported_adducts)
+
+
+def model_spectrum(bundle: ModelBundle, spectrum: Spectrum) -> Spectrum:
+    """The spectrum the model runs for ``spectrum``: itself for a native ion type, else its mapping
+    (:mod:`engine.model.ion_mapping`); without formula or adduct, itself (the encoder then says what is missing)."""
+    if not spectrum.formula or not spectrum.adduct or spectrum.adduct in bundle.supported_adducts:
+        return spectrum
+    return map_spectrum(spectrum, bundle.supported_adducts).spectrum
 
 
 @torch.inference_mode()
 def compute_posterior(bundle: ModelBundle, spectrum: Spectrum) -> np.ndarray:
-    """The encoder's fingerprint posterior π (float32, n_bits) for one spectrum."""
-    features = featurize_spectrum(spectrum, bundle.encoder.config)
+    """The encoder's fingerprint posterior π (float32, n_bits) for one spectrum (of a mapped ion type: of its
+    mapping, :func:`model_spectrum`)."""
+    features = featurize_spectrum(model_spectrum(bundle, spectrum), bundle.encoder.config)
     batch = {k: v.to(bundle.device) for k, v in collate([features]).items()}
     return bundle.encoder.predict_proba(batch)[0].float().cpu().numpy()
 
@@ -276,14 +292,18 @@ class SpectrumSession:
         ``libraries``: structure libraries (their structures of the spectrum's formula join the ranking) and
         spectral libraries (the spectrum is searched in them; the structures of its hits join the ranking,
         :mod:`engine.elucidation.libraries`); ``spectral_matches``: that search, when the caller has done it."""
-        require_usable(bundle, spectrum)
+        mapped = require_usable(bundle, spectrum)
         self.bundle = bundle
+        self.model_spectrum = mapped.spectrum  # what the encoder and the forward model read (the mapping's spectrum)
+        self.ion_mapping = mapped.note  # "run as [M+H]+ after NH3 loss (mapping)"; "" for a native ion type
         self.libraries = tuple(libraries)
         self.spectral_matches = spectral_matches if spectral_matches is not None else search_spectrum(
             self.libraries, spectrum)
-        self.spectrum = spectrum
+        self.spectrum = spectrum  # what the user sees: the original ion type, formula and precursor
+        # the results' spectrum: the same, with the mapping noted in its warnings (the CLI's notes, the app's)
+        self._shown = with_warning(spectrum, mapped.note) if mapped.note else spectrum
         self.index = index
-        self.formula = spectrum.formula
+        self.formula = mapped.formula  # whose structures are drawn (the spectrum's, but for a mapped [M]+: see there)
         self.reference_bits, self.reference_inchikey14 = _reference(spectrum, bundle.decoder.config.fp_bits)
         self._posterior: np.ndarray | None = None if posterior is None else np.asarray(posterior, dtype=np.float32)
         self._key: tuple | None = None
@@ -291,13 +311,13 @@ class SpectrumSession:
         self._thresholds = np.zeros(0)
         self._plan: QueryPlan | None = None
         self.pool: CandidatePool | None = None
-        self._fragments = fragment_rerank(bundle, spectrum)
+        self._fragments = fragment_rerank(bundle, self.model_spectrum)
         self._analogs: AnalogRerank | None | bool = False  # False: not searched yet
 
     @property
     def posterior(self) -> np.ndarray:
         if self._posterior is None:
-            self._posterior = compute_posterior(self.bundle, self.spectrum)
+            self._posterior = compute_posterior(self.bundle, self.model_spectrum)
         return self._posterior
 
     def _prepare(self, params: QueryParams, plan: QueryPlan | None) -> None:
@@ -410,7 +430,7 @@ class SpectrumSession:
         if self.reference_bits is not None:
             fidelity = chem.max_tanimoto(self.reference_bits, [q.bits for q in self._queries])
         result = SpectrumResult(
-            spectrum=self.spectrum,
+            spectrum=self._shown,
             params=params,
             candidates=tuple(candidates),
             n_samples=counts["samples"],
@@ -428,6 +448,7 @@ class SpectrumSession:
             plan=self._plan,
             posterior=self._posterior,
             spectral_matches=self.spectral_matches,
+            ion_mapping=self.ion_mapping,
         )
         confidence = spectrum_confidence(self.bundle, result)
         return result if confidence is None else replace(result, confidence=confidence)

@@ -92,6 +92,8 @@ DEFAULT_ION_TYPES = {
     "positive": ("[M+H]+", "[M+Na]+", "[M+NH4]+"),
     "negative": ("[M-H]-", "[M+Cl]-", "[M+HCOO]-"),
 }
+#: Ion types whose formula is the ion's own (a permanently charged cation): decomposed as ``[M'+H]+`` plus one H.
+CATION_ION_TYPES = ("[M]+",)
 #: Other ion types of the same molecule looked for in a survey scan (co-detected adducts).
 PARTNER_ION_TYPES = {
     "positive": ("[M+H]+", "[M+Na]+", "[M+NH4]+", "[M+K]+"),
@@ -274,6 +276,8 @@ def _stage1(spectrum: Spectrum, ion_type: str, neutral: float, tol: float, confi
         masses = v @ element_mass_array()
         keep = np.abs(masses - neutral) <= tol
         vectors, masses = v[keep], masses[keep]
+    elif ion_type in CATION_ION_TYPES:
+        vectors, masses = cation_decompositions(neutral, tol, config)
     else:
         vectors, masses = decompose_mass(neutral, tol, config.decomposition)
     adduct = parse_adduct(ion_type)
@@ -288,6 +292,20 @@ def _stage1(spectrum: Spectrum, ion_type: str, neutral: float, tol: float, confi
         isotopes = isotope_scores_many(isotope_patterns_many(vectors, ion_type, config.isotope_peaks), observed,
                                        config.isotope_ratio_sd)
     return _Stage1(ion_type, vectors, masses, theo_mz, ppm, features, stage1, isotopes)
+
+
+def cation_decompositions(mass: float, tol: float, config: FormulaConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Formulas ``F`` of an even-electron cation (``[M]+``: quaternary ammonium, phosphonium, flavylium) of mass
+    ``mass``: the decompositions ``M'`` of ``mass - H`` that obey the neutral rules, plus one H (``F = M' + H``, the
+    same atoms as the ``[M'+H]+`` ion). Decomposing ``mass`` itself would give radical cations ``M+•``, which
+    electrospray rarely makes and the model does not run (:mod:`engine.model.ion_mapping`)."""
+    h = element_mass_array()[ELEMENTS.index("H")]
+    if mass - h <= 0:
+        return np.zeros((0, len(ELEMENTS)), dtype=np.int64), np.zeros(0)
+    vectors, masses = decompose_mass(mass - h, tol, config.decomposition)
+    vectors = vectors.copy()
+    vectors[:, ELEMENTS.index("H")] += 1
+    return vectors, masses + h
 
 
 class PrecursorPrecisionError(SpectrumError):

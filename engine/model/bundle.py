@@ -135,7 +135,16 @@ class ModelBundle:
 
     @property
     def supported_adducts(self) -> tuple[str, ...]:
+        """The ion types the model was trained on (it runs them natively)."""
         return tuple(self.config.get("supported_adducts", ("[M+H]+", "[M+Na]+")))
+
+    @property
+    def runnable_adducts(self) -> tuple[str, ...]:
+        """The ion types the model runs: natively (:attr:`supported_adducts`), then by a chemical mapping onto one of
+        them (:data:`engine.model.ion_mapping.MAPPINGS`: ``[M+NH4]+`` as ``[M+H]+`` after NH3 loss, ...)."""
+        from engine.model.ion_mapping import runnable_ion_types  # engine.spectra: RDKit-free, but only when asked
+
+        return runnable_ion_types(self.supported_adducts)
 
     def set_adapter(self, active: bool) -> None:
         """Switch the LoRA adapter on (merged weights) or off (the base weights, bit-identical).

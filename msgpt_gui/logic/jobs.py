@@ -448,9 +448,9 @@ def _formula_runs(job: FormulaJob, position: int, count: int, bundle, cancel: Ca
     recal = run_recalibration(base.source) if base.source else None  # the one the table was ranked with
     if recal is not None and recal.applied:
         base = recal.apply(base)
-    chosen = formula_spectra(base, table, bundle.supported_adducts, len(job.run_keys))
+    chosen = formula_spectra(base, table, bundle.runnable_adducts, len(job.run_keys))
     config = current_config()
-    added = library_formula_spectra(job.libraries, base, [s for _, s in chosen], bundle.supported_adducts,
+    added = library_formula_spectra(job.libraries, base, [s for _, s in chosen], bundle.runnable_adducts,
                                     config.ppm, config.ion_types or ()) if job.libraries else []
     reuse = {(formula, adduct): (key, session) for key, formula, adduct, session in job.reuse}
     run_keys, library_keys = iter(job.run_keys), iter(job.library_keys)
@@ -474,7 +474,7 @@ def _formula_runs(job: FormulaJob, position: int, count: int, bundle, cancel: Ca
                     not_run, len(job.library_keys))
     yield FormulasRanked(job.key, job.base, table, tuple(runs))
     if not runs:
-        yield EntryFailed(job.key, no_candidate_reason(table, bundle.supported_adducts))
+        yield EntryFailed(job.key, no_candidate_reason(table, bundle.runnable_adducts))
         return None
     for run in runs:
         if run.session is None:

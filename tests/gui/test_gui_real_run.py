@@ -285,7 +285,8 @@ def test_only_the_models_ion_types_are_offered_and_others_are_refused_before_run
     loaded(qtbot, window, write_mgf("two.mgf", titles={NICOTINE, DAPHNORETIN}))
     editor = window.spectrum_panel.editor
     offered = [editor.adduct.itemText(i) for i in range(editor.adduct.count())]
-    assert offered == list(window.bundle.supported_adducts) == ["[M+H]+", "[M+Na]+"]
+    assert offered == list(window.bundle.runnable_adducts)  # natively, then by mapping (engine.model.ion_mapping)
+    assert offered == ["[M+H]+", "[M+Na]+", "[M+NH4]+", "[M-H2O+H]+", "[M+K]+", "[M]+"]
     assert "[M+H]+, [M+Na]+" in editor.adduct.toolTip()
 
     negative = next(e for e in window.spectra.entries if e.id == DAPHNORETIN)

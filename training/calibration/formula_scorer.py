@@ -19,8 +19,14 @@
    per spectrum (sampling alternatives keeps the estimates consistent).
 4. **Stage 2** (+ fragments): the same on the ``--max-scored`` best formulas of stage 1, with their
    fragment features.
-5. **Ion types**: the log frequency of each default ion type among FOLD=train spectra of its
-   polarity (add-one smoothing).
+5. **Ion types**: the log frequency of each common ion type (:data:`engine.chem.adducts.COMMON_ION_TYPES`) among
+   FOLD=train records of its ion mode (add-one smoothing): every record's ADDUCT field normalised with
+   :func:`engine.chem.adducts.parse_adduct` (``[M+FA-H]-`` is ``[M+HCOO]-``), read from the MGF text, so records the
+   spectrum reader refuses count too (MassBank's ``[M]+`` records write the cation's charged formula, ``C5H14NO+``).
+   ``--ion-types-only`` refits this part alone and rewrites only ``ion_type_log_prior`` in ``--out``'s scorer::
+
+       python -m training.calibration.formula_scorer --ion-types-only --mgf ../shared/data/massbank_dev.mgf.gz \
+           --out resources
 
 FOLD=val is never read. The scorer (``formula_scorer.json`` + ``formula_isomers.tsv.gz``) goes to
 ``--out``. Work files (corpus formulas, features) are cached in ``--work``, so a refit is quick.
@@ -39,9 +45,15 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.chem.adducts import neutral_mass_from_precursor, precursor_mz_from_neutral
+from engine.chem.adducts import (
+    COMMON_ION_TYPES,
+    neutral_mass_from_precursor,
+    parse_adduct_or_none,
+    precursor_mz_from_neutral,
+)
 from engine.chem.formula import formula_mass, formula_vector, parse_formula
-from engine.formulas.candidates import DEFAULT_ION_TYPES, FormulaConfig
+from engine.errors import MsgptError
+from engine.formulas.candidates import FormulaConfig
 from engine.formulas.decompose import decompose_mass
 from engine.formulas.evidence import fragment_features_many, fragment_peaks
 from engine.formulas.prior import FormulaPrior
@@ -204,20 +216,70 @@ def stage2_data(full, w1: np.ndarray, config: FormulaConfig):
     return groups, truth, n_out
 
 
-def ion_type_log_prior(ion_counts: Counter) -> dict[str, float]:
+def count_ion_types(mgf: Path, fold: str = "train") -> dict[str, Counter]:
+    """Records of ``fold`` by ion mode (``positive`` / ``negative``: IONMODE, else the adduct's charge) and ion type
+    (ADDUCT normalised with :func:`parse_adduct_or_none`; unreadable or missing ones are left out), read from the MGF
+    text so that records the spectrum reader refuses count too."""
+    import gzip
+
+    counts: dict[str, Counter] = {"positive": Counter(), "negative": Counter()}
+    fields: dict[str, str] = {}
+    opener = gzip.open if Path(mgf).suffix == ".gz" else open
+    with opener(mgf, "rt", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            line = line.strip()
+            if line == "BEGIN IONS":
+                fields = {}
+            elif line == "END IONS":
+                if fields.get("fold") != fold:
+                    continue
+                try:
+                    adduct = parse_adduct_or_none(fields.get("adduct"))
+                except MsgptError:
+                    continue
+                if adduct is None:
+                    continue
+                mode = fields.get("ionmode", "").lower()
+                mode = mode if mode in counts else adduct.polarity
+                counts[mode][adduct.name] += 1
+            elif "=" in line and line[:1].isalpha():
+                key, value = line.split("=", 1)
+                if key.lower() in ("fold", "adduct", "ionmode"):
+                    fields[key.lower()] = value.strip()
+    return counts
+
+
+def ion_type_log_prior(counts: dict[str, Counter]) -> dict[str, float]:
+    """log P(ion type | ion mode) of each COMMON_ION_TYPES entry, add-one smoothed, from :func:`count_ion_types`."""
     out = {}
-    for polarity, names in DEFAULT_ION_TYPES.items():
-        total = sum(ion_counts.get(a, 0) + 1 for a in names)
+    for polarity, names in COMMON_ION_TYPES.items():
+        seen = counts.get(polarity, Counter())
+        total = sum(seen.get(a, 0) + 1 for a in names)
         for a in names:
-            out[a] = round(math.log((ion_counts.get(a, 0) + 1) / total), 4)
+            out[a] = round(math.log((seen.get(a, 0) + 1) / total), 4)
     return out
+
+
+def refit_ion_types(mgf: Path, out: Path) -> dict[str, float]:
+    """Rewrite only ``ion_type_log_prior`` (and its ``info`` line) of the scorer in ``out``, from FOLD=train."""
+    from engine.formulas.scorer import SCORER_FILE
+
+    path = out / SCORER_FILE if out.is_dir() else out
+    d = json.loads(path.read_text(encoding="utf-8"))
+    counts = count_ion_types(mgf, "train")
+    d["ion_type_log_prior"] = ion_type_log_prior(counts)
+    d.setdefault("info", {})["ion_types"] = (
+        f"{Path(mgf).name} FOLD=train ADDUCT counts by ion mode (add-one): "
+        + "; ".join(f"{a} {counts[p].get(a, 0)}" for p, names in COMMON_ION_TYPES.items() for a in names))
+    path.write_text(json.dumps(d, indent=1) + "\n", encoding="utf-8")
+    return d["ion_type_log_prior"]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.calibration.formula_scorer", description=__doc__.split("\n\n")[0])
-    p.add_argument("--molecules", required=True, help="molecule corpus (smiles<TAB>inchikey14<TAB>source, .tsv.gz)")
+    p.add_argument("--molecules", help="molecule corpus (smiles<TAB>inchikey14<TAB>source, .tsv.gz)")
     p.add_argument("--mgf", required=True, help="labelled MGF with FOLD=train records")
-    p.add_argument("--work", required=True, help="folder for cached work files")
+    p.add_argument("--work", help="folder for cached work files")
     p.add_argument("--out", required=True, help="folder for formula_scorer.json (e.g. resources)")
     p.add_argument("--max-structures", type=int, default=3000, help="training structures (one spectrum each)")
     p.add_argument("--noise-ppm", type=float, default=3.0, help="simulated precursor mass error (sd, ppm)")
@@ -225,14 +287,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-scored", type=int, default=FormulaConfig().max_scored)
     p.add_argument("--l2", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ion-types-only", action="store_true",
+                   help="refit the ion types' log prior alone, rewriting only that part of --out's scorer")
     args = p.parse_args(argv)
+    if args.ion_types_only:
+        prior = refit_ion_types(Path(args.mgf), Path(args.out))
+        print("ion_type_log_prior " + json.dumps(prior))
+        return 0
+    if not args.molecules or not args.work:
+        p.error("--molecules and --work are needed to fit the scorer (or give --ion-types-only)")
 
     work, t0 = Path(args.work), time.time()
     work.mkdir(parents=True, exist_ok=True)
     counts, corpus_keys = corpus_formulas(Path(args.molecules), work)
     prior = FormulaPrior.fit(counts)
     print(f"corpus: {prior.n_structures} structures, {prior.n_formulas} formulas ({time.time() - t0:.0f} s)", flush=True)
-    examples, ion_counts = select_examples(Path(args.mgf), "train", "[M+H]+", args.seed, args.max_structures)
+    examples, _ = select_examples(Path(args.mgf), "train", "[M+H]+", args.seed, args.max_structures)
     print(f"examples: {len(examples)} FOLD=train [M+H]+ structures ({time.time() - t0:.0f} s)", flush=True)
     config = FormulaConfig(max_scored=args.max_scored)
     g1, t1, full, n_missing = build_stage_data(examples, prior, corpus_keys, config, args.noise_ppm,
@@ -254,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         prior=prior,
         stage1={f: round(float(w), 6) for f, w in zip(STAGE1_FEATURES, w1)},
         stage2={f: round(float(w), 6) for f, w in zip(STAGE2_FEATURES, w2)},
-        ion_type_log_prior=ion_type_log_prior(ion_counts),
+        ion_type_log_prior=ion_type_log_prior(count_ion_types(Path(args.mgf), "train")),
         info={
             "trained_by": "python -m training.calibration.formula_scorer",
             "corpus": f"{Path(args.molecules).name}: {prior.n_structures} structures, {prior.n_formulas} formulas",

@@ -7,6 +7,8 @@ happens to generate.
 
 import csv
 import io
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -109,11 +111,33 @@ def test_no_merge_and_no_formulas_give_the_old_per_scan_behaviour(run, tmp_path,
 
 
 def test_ion_types_the_model_cannot_run_are_not_predicted(run, tmp_path, tiny_bundle_dir, captured, capsys):
-    rc = cli.main(["predict", str(run), "-o", str(tmp_path / "o.csv"), "--model", str(tiny_bundle_dir),
+    sodium_only = tmp_path / "sodium_only"  # a model trained on [M+Na]+ alone: nothing maps onto it
+    shutil.copytree(tiny_bundle_dir, sodium_only)
+    config = json.loads((sodium_only / "config.json").read_text())
+    (sodium_only / "config.json").write_text(json.dumps({**config, "supported_adducts": ["[M+Na]+"]}))
+    rc = cli.main(["predict", str(run), "-o", str(tmp_path / "o.csv"), "--model", str(sodium_only),
                    "--ion-types", "[M+NH4]+", *FAST])
     err = capsys.readouterr().err
     assert rc == 1 and not captured
-    assert "no formula candidate of an ion type the model supports ([M+H]+, [M+Na]+; tried [M+NH4]+)" in err
+    assert "no formula candidate of an ion type the model supports ([M+Na]+; tried [M+NH4]+)" in err
+
+
+def test_an_ammonium_record_runs_as_the_protonated_molecule_keeping_its_ion_type(tmp_path, tiny_bundle_dir, captured,
+                                                                                 capsys):
+    nh4 = mz_of(CAFFEINE, "[M+NH4]+")  # the [M+H]+ fragments of caffeine, the NH4 precursor and NH4+
+    peaks = sorted([mz_of(f) for f in FRAGMENTS] + [18.0338, nh4])
+    mgf = tmp_path / "nh4.mgf"
+    mgf.write_text("BEGIN IONS\nTITLE=caffeine_nh4\nPEPMASS=%.5f\nCHARGE=1+\nADDUCT=[M+NH4]+\nFORMULA=%s\n%s\nEND IONS\n"
+                   % (nh4, CAFFEINE, "\n".join(f"{m:.5f} 100" for m in peaks)))
+    out = tmp_path / "o.csv"
+    rc = cli.main(["predict", str(mgf), "-o", str(out), "--model", str(tiny_bundle_dir), *FAST])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert [(s.adduct, s.formula) for s in captured] == [("[M+NH4]+", CAFFEINE)]  # run as given, mapped inside
+    assert "run as [M+H]+ after NH3 loss (mapping)" in err  # the run's notes say how
+    rows = read_rows(out)
+    assert rows and all(r["spectrum_id"] == "caffeine_nh4" for r in rows)
+    assert {(r["adduct"], r["formula"], r["precursor_mz"]) for r in rows} == {("[M+NH4]+", CAFFEINE, f"{nh4:.5f}")}
 
 
 @pytest.mark.parametrize(
