@@ -197,3 +197,24 @@ def test_predict_ranks_a_suspect_seen_only_as_its_ammonium_adduct_first(tiny_bun
     top = min(rows, key=lambda r: int(r["feature_rank"]))
     assert (top["feature_rank"], top["InChIkey2D"], top["adduct"], top["formula"]) == \
         ("1", chem.inchikey14(reference), "[M+NH4]+", "C14H28N2O6")
+
+
+def test_an_m_plus_reference_is_the_identification_of_the_m_plus_run(tiny_bundle, home):
+    """Through the session: the run msgpt predict adds for a [M]+ hit (choline, C5H14NO as [M]+) ranks the
+    reference's cation first as an identification; the feature's [M+H]+ run of the same m/z (C5H13NO) has the hit
+    as another ion type's evidence at most, never as its identification."""
+    from engine.elucidation.pipeline import QueryParams, SpectrumSession
+    from engine.progress import run_to_end
+
+    refs = reference_mgf(home / "refs.mgf", "C[N+](C)(C)CCO", "[M]+", CHOLINE_MZ)
+    spectrum = query_like_reference(CHOLINE_MZ)
+    matches = search_spectrum([refs], spectrum)
+    (cation_run,) = identified_formula_spectra(spectrum, matches, [], tiny_bundle.runnable_adducts)
+    params = QueryParams(groups=2, samples_per_group=2, seed=0)
+    result = run_to_end(SpectrumSession(tiny_bundle, cation_run, libraries=[refs], spectral_matches=matches).run(params))
+    first = result.candidates[0]
+    assert (cation_run.adduct, cation_run.formula) == ("[M]+", "C5H14NO")
+    assert first.identified and result.identified is first and first.spectral.accession == "REF-1"
+    protonated = spectrum.with_adduct("[M+H]+").with_formula("C5H13NO")
+    other = run_to_end(SpectrumSession(tiny_bundle, protonated, libraries=[refs], spectral_matches=matches).run(params))
+    assert other.identified is None
