@@ -23,8 +23,9 @@ from .logic.entries import SpectrumEntry
 from .logic.jobs import FileSummary, export_info
 from .logic.projects import used_libraries
 
-SPECTRA_FILTER = "Spectra (*.mgf *.mgf.gz *.mzML *.mzml *.mzML.gz *.mzml.gz);;All files (*)"
-SPECTRA_SUFFIXES = (".mgf", ".mzml", ".mgf.gz", ".mzml.gz")
+SPECTRA_FILTER = ("Spectra (*.mgf *.mgf.gz *.mzML *.mzml *.mzML.gz *.mzml.gz *.msp *.mat *.ms);;"
+                  "All files (*)")  # .msp/.mat: MS-DIAL, .ms: SIRIUS (#60)
+SPECTRA_SUFFIXES = (".mgf", ".mzml", ".mgf.gz", ".mzml.gz", ".msp", ".mat", ".ms")
 EXAMPLES_CLOSED = ("The example spectra were closed to make room for yours (File ▸ Open Example Spectra opens them "
                    "again).")
 
@@ -69,6 +70,10 @@ class FileController(QObject):
         self.act_export_all = a(window, "Export Candidates of &All Spectra…", lambda: self.export_dialog("all"),
                                 "Ctrl+Shift+E", "Write the candidates of every spectrum that has them to a CSV or SDF "
                                 "file")
+        self.act_export_features = a(window, "Export &Feature Table…", self.export_features_dialog,
+                                     tip="One row per listed feature (its ID as the source tool wrote it, m/z, RT, "
+                                     "rank-1 structure, level, confidence, abundance) to join back to MZmine, MS-DIAL "
+                                     "or GNPS (docs/app.md)")
         self.act_close_all = a(window, "&Close All Spectra", self.close_all_spectra,
                                tip="Remove every spectrum from the list")
         self.recent_menu = None
@@ -260,6 +265,32 @@ class FileController(QObject):
         if path:
             settings.remember_export_dir(path)
             self.export(path, scope)
+
+    def export_features_dialog(self) -> None:
+        """File ▸ Export Feature Table: every listed row, run or not, to a TSV/CSV keyed by feature ID (#60)."""
+        if not self.window.spectra.entries:
+            self.window.show_message("Nothing to export: open spectra first.")
+            return
+        suggested = str(Path(self.window.settings.export_dir(self.spectra_folder())) / "features.tsv")
+        name, _ = QFileDialog.getSaveFileName(self.window, "Export feature table", suggested,
+                                              "Tab-separated table (*.tsv);;CSV table (*.csv)")
+        if name:
+            self.export_feature_table(name if Path(name).suffix.lower() in (".tsv", ".csv") else name + ".tsv")
+
+    def export_feature_table(self, path: str | Path) -> int:
+        """Write the feature table of every listed row; returns the rows written (0 when it failed)."""
+        from engine.files.feature_table import write_feature_table
+
+        from .logic.handoff_files import entry_feature_rows
+
+        try:
+            n = write_feature_table(path, entry_feature_rows(self.window.spectra.entries))
+        except MsgptError as err:
+            self.window.show_message(str(err))
+            return 0
+        self.window.settings.remember_export_dir(str(path))
+        self.window.status(f"{n} features written to {Path(path).name}.")
+        return n
 
     def ask_save_path(self, suggested: str) -> str | None:
         """Ask where to export (a method, so tests can replace the dialog)."""

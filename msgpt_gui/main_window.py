@@ -214,6 +214,7 @@ class MainWindow(QMainWindow):
         m.addSeparator()
         m.addAction(f.act_export)
         m.addAction(f.act_export_all)
+        m.addAction(f.act_export_features)
         self.insights.add_file_actions(m)
         m.addSeparator()
         m.addAction(f.act_close_all)

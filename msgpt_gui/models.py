@@ -78,8 +78,9 @@ class SpectraModel(QAbstractItemModel):
     them by key, and a change to one shows in the row of the entry they belong to.
     """
 
-    ID, MZ, ADDUCT, FORMULA, RT, SCANS, PEAKS, STATUS, CONFIDENCE, LEVEL = range(10)
-    COLUMNS = ("ID", "Prec. m/z", "Adduct", "Formula", "RT (min)", "Scans", "Peaks", "Status", "Confidence", "Level")
+    ID, MZ, ADDUCT, FORMULA, RT, SCANS, PEAKS, STATUS, CONFIDENCE, LEVEL, ABUNDANCE = range(11)
+    COLUMNS = ("ID", "Prec. m/z", "Adduct", "Formula", "RT (min)", "Scans", "Peaks", "Status", "Confidence", "Level",
+               "Abundance")
     TIPS = TIPS["spectra_columns"]
 
     def __init__(self, parent=None):
@@ -91,6 +92,7 @@ class SpectraModel(QAbstractItemModel):
         self.bundle = None  # the loaded model: why a confidence is missing (the Confidence cell's tooltip)
         self.has_features = False  # some row is a precursor feature (the Scans column is shown)
         self.has_children = False  # some row has child rows (the tree's branches are drawn)
+        self.has_abundance = False  # some row has an abundance (a quant table, #60): the Abundance column is shown
 
     # -- editing (main thread only)
     def append(self, entries: list[SpectrumEntry]) -> None:
@@ -106,6 +108,7 @@ class SpectraModel(QAbstractItemModel):
                 self._by_key[child.key] = child
             self.has_features |= e.feature is not None
             self.has_children |= bool(e.children)
+            self.has_abundance |= e.abundance is not None
         self.endInsertRows()
 
     def add_runs(self, runs: list[SpectrumEntry]) -> None:
@@ -118,7 +121,7 @@ class SpectraModel(QAbstractItemModel):
         self.entries.clear()
         self._row_of.clear()
         self._by_key.clear()
-        self.has_features = self.has_children = False
+        self.has_features = self.has_children = self.has_abundance = False
         self.endResetModel()
 
     def set_supported_adducts(self, adducts) -> None:
@@ -240,7 +243,7 @@ class SpectraModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.ForegroundRole:
             return self._foreground(e, col)
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (self.MZ, self.RT, self.SCANS, self.PEAKS,
-                                                                 self.CONFIDENCE, self.LEVEL):
+                                                                 self.CONFIDENCE, self.LEVEL, self.ABUNDANCE):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
@@ -272,6 +275,9 @@ class SpectraModel(QAbstractItemModel):
         if col == self.SCANS:
             n = e.n_scans
             return (-1 if n is None else n) if sort else ("" if n is None else n)
+        if col == self.ABUNDANCE:
+            a = e.abundance
+            return (-1.0 if a is None else a) if sort else ("" if a is None else f"{a:.4g}")
         if col == self.PEAKS:
             n = e.n_peaks
             if sort or n is None:
@@ -342,6 +348,11 @@ class SpectraModel(QAbstractItemModel):
             lo, hi = e.rt_range
             return f"Scans from {lo / 60:.2f} to {hi / 60:.2f} min ({lo:.1f}–{hi:.1f} s); precursor at " \
                    f"{e.retention_time / 60:.2f} min"
+        if col == self.ABUNDANCE and e.abundance is not None:
+            samples = e.abundance_samples
+            lines = [f"{name}: {value:.6g}" for name, value in list(samples.items())[:20]]
+            source = e.spectrum.metadata.get("abundance_source", "") if e.spectrum is not None else ""
+            return "\n".join(["Largest abundance over the samples" + (f" ({source})" if source else ""), *lines])
         if col == self.SCANS and e.feature is not None:
             return ("MS/MS scans of this precursor merged into its consensus spectrum:\n" +
                     "\n".join(compact_id(i) for i in e.feature.scan_ids[:20]) +

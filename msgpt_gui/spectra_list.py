@@ -22,7 +22,8 @@ STATUS_SAMPLE = "cancelled (partial)"  # the longest words the Status column sho
 #: Confidence and Level stand after the formula (before Status, RT, Scans, Peaks): the answer is in view in a
 #: list of 700 px (a 1600 px window), the rest scrolls sideways (issue #54)
 VISUAL_ORDER = (SpectraModel.ID, SpectraModel.MZ, SpectraModel.ADDUCT, SpectraModel.FORMULA, SpectraModel.CONFIDENCE,
-                SpectraModel.LEVEL, SpectraModel.STATUS, SpectraModel.RT, SpectraModel.SCANS, SpectraModel.PEAKS)
+                SpectraModel.LEVEL, SpectraModel.STATUS, SpectraModel.RT, SpectraModel.SCANS, SpectraModel.PEAKS,
+                SpectraModel.ABUNDANCE)
 ROWS = QItemSelectionModel.SelectionFlag.Rows
 
 
@@ -65,6 +66,7 @@ class SpectraList(QWidget):
         fit_columns(view, {1: "1234.5678 *", 2: "[M+Na]+", 3: "C22H30NO4 *", 4: "99.99–99.99",
                            5: "Scans", 6: "999 ⚠", 7: STATUS_SAMPLE, 9: "2a"})
         view.setColumnHidden(SpectraModel.SCANS, True)  # shown once a run's features are listed
+        view.setColumnHidden(SpectraModel.ABUNDANCE, True)  # shown once a feature has an abundance (#60)
         for visual, logical in enumerate(VISUAL_ORDER):
             header.moveSection(header.visualIndex(logical), visual)
         header.setStretchLastSection(False)
@@ -109,6 +111,7 @@ class SpectraList(QWidget):
     def follow_tree(self) -> None:
         """The Scans column and the branches of the tree appear once a run's features are listed."""
         self.view.setColumnHidden(SpectraModel.SCANS, not self.model.has_features)
+        self.view.setColumnHidden(SpectraModel.ABUNDANCE, not self.model.has_abundance)
         self.view.setRootIsDecorated(self.model.has_children)
 
     def update_title(self) -> None:

@@ -83,14 +83,15 @@ def _feature_fields(item, source: str) -> dict:
     if isinstance(item, SkippedRecord):
         return {"feature_id": item.spectrum_id, "source_file": Path(source).name, "mz": None,
                 "rt_s": item.retention_time}
-    spectrum = item.spectrum
+    spectrum = getattr(item, "spectrum", item)  # a Feature, or a Spectrum (an MGF record) as its own feature
     top, samples = feature_abundance(spectrum.metadata)
     return {"feature_id": item.id, "source_file": Path(source).name, "mz": item.precursor_mz,
             "rt_s": item.retention_time, "ion_type": spectrum.adduct or "", "abundance": top, "samples": samples}
 
 
 def feature_row(item, outcomes: Sequence, source: str) -> FeatureRow:
-    """The row of one feature from its outcomes (``SpectrumResult`` per formula run, or ``SkippedRecord``)."""
+    """The row of one feature (a ``Feature``, a ``Spectrum`` or a ``SkippedRecord``) from its outcomes
+    (``SpectrumResult`` per formula run, or ``SkippedRecord``; none: ``not run``)."""
     from engine.insight.identification import feature_ranks, identification_level
     from engine.spectra.spectrum import SkippedRecord
 
@@ -98,7 +99,7 @@ def feature_row(item, outcomes: Sequence, source: str) -> FeatureRow:
     results = [o for o in outcomes if not isinstance(o, SkippedRecord)]
     if not results:
         reason = outcomes[0].reason if outcomes else (item.reason if isinstance(item, SkippedRecord) else "")
-        row.status = f"skipped: {reason}"
+        row.status = f"skipped: {reason}" if reason else "not run"
         return row
     row.identification_level = identification_level(results).code
     row.n_candidates = sum(len(r.candidates) for r in results)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from engine.elucidation.pipeline import SpectrumResult, SpectrumSession
 from engine.spectra.features import Feature
+from engine.spectra.handoff import feature_abundance
 from engine.spectra.spectrum import NO_FRAGMENTS_NOTE, PRECURSOR_DECIMALS_KEY, SkippedRecord, Spectrum, has_fragments
 
 from .formulas import combine_results, formula_base, readiness, table_key
@@ -134,6 +135,15 @@ class SpectrumEntry:
     @property
     def precursor_mz(self) -> float | None:
         return self.spectrum.precursor_mz if self.spectrum is not None else None
+
+    @property
+    def abundance(self) -> float | None:
+        """The largest abundance over the samples (a quant table or the file, engine.spectra.handoff), or None."""
+        return feature_abundance(self.spectrum.metadata)[0] if self.spectrum is not None else None
+
+    @property
+    def abundance_samples(self) -> dict[str, float]:
+        return feature_abundance(self.spectrum.metadata)[1] if self.spectrum is not None else {}
 
     @property
     def retention_time(self) -> float | None:
@@ -396,6 +406,7 @@ FILTER_TIP = (
     "<b>163.1</b> — precursor m/z starting with these digits (or the number in an ID or name)<br>"
     "<b>mz:163.05-163.15</b> — precursor m/z range (<b>mz:163.1</b>: 163.1 to 163.2)<br>"
     "<b>rt:4-5</b> — retention time range in minutes (<b>rt:4.2</b>: 4.2 to 4.3 min; <b>rt:-2</b>: up to 2)<br>"
+    "<b>abundance:100000-</b> — abundance range (a quantification table's largest sample; <b>ab:</b> for short)<br>"
     "anything else — text in the ID, name, adduct, formula, status or notes (e.g. <b>[M+H]+</b>, "
     "<b>\"needs formula\"</b>, <b>\"no fragments\"</b>: quotes keep words together)"
 )
@@ -443,10 +454,11 @@ class SpectraFilter:
                 continue
             low = word.lower()
             key, _, value = low.partition(":")
-            if value and key in ("mz", "m/z", "rt"):
+            if value and key in ("mz", "m/z", "rt", "abundance", "ab"):
                 span = _span(value)
                 if span is not None:
-                    self.terms.append(_Term("rt" if key == "rt" else "mz", low, span, not _SINGLE.match(value)))
+                    kind = {"rt": "rt", "abundance": "abundance", "ab": "abundance"}.get(key, "mz")
+                    self.terms.append(_Term(kind, low, span, not _SINGLE.match(value) or kind == "abundance"))
                     continue
             if _SINGLE.match(low):
                 self.terms.append(_Term("number", low, _span(low), False))
@@ -466,6 +478,8 @@ class SpectraFilter:
             elif term.kind == "rt":
                 rt = entry.retention_time
                 ok = _within(None if rt is None else rt / 60.0, term.span, term.closed)
+            elif term.kind == "abundance":
+                ok = _within(entry.abundance, term.span, term.closed)
             else:
                 if words is None:
                     words = _searchable(entry, supported_adducts)

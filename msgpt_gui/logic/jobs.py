@@ -172,6 +172,12 @@ def load_file(
     MS1 survey scans are counted and give the features their MS1 evidence, not listed."""
     path = str(path)
     summary = FileSummary(path)
+    from engine.spectra.handoff import handoff_kind
+
+    if features is not None and (kind := handoff_kind(path)) is not None:  # tools' feature exports (#60)
+        from .handoff_files import load_handoff
+
+        return (yield from load_handoff(path, kind, summary, cancel, batch, interval_s, features))
     items: list = []
     last = time.perf_counter()
     grouped = features is not None and detect_format(path) == "mzml"

@@ -92,6 +92,9 @@ TIPS = {
         "spectrum identifies rank 1",
         "Identification level (Schymanski et al. 2014): 2a a reference spectrum match identifies rank 1; 3 "
         "tentative candidates; 4 a molecular formula only; 5 an exact mass only (the tooltip says more)",
+        "The feature's abundance, largest over the samples, from the quantification table (a <name>_quant.csv "
+        "beside a GNPS/MZmine MGF) or the file (MS-DIAL's INTENSITY); the tooltip lists each sample. Filter: "
+        "abundance:100000- ",
     ),
     "columns": {
         "Structure": "2D structure of the candidate (stereochemistry is not predicted)",

@@ -1,0 +1,58 @@
+"""The app's reading of hand-off files (#60): MZmine's SIRIUS export, GNPS-FBMN MGF (with its ``_quant.csv``
+beside it), MS-DIAL MSP and SIRIUS ``.ms`` listed one row per feature (:mod:`engine.spectra.handoff`), in batches
+as :func:`msgpt_gui.logic.jobs.load_file` lists other files. No Qt here."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+
+from engine.errors import MsgptError
+from engine.progress import CancelFn, check_cancel
+from engine.spectra.features import FeatureConfig, RunCounts
+from engine.spectra.handoff import iter_handoff_features
+from engine.spectra.spectrum import SkippedRecord
+
+from .jobs import FileSummary, RecordsRead, reason_kind
+
+
+def load_handoff(path: str, kind: str, summary: FileSummary, cancel: CancelFn | None = None, batch: int = 500,
+                 interval_s: float = 0.15, features: FeatureConfig | None = None,
+                 ) -> Generator[RecordsRead, None, FileSummary]:
+    """The file's features (and skipped records) in batches; returns ``summary`` filled in. A file that breaks off
+    mid-way lists what was read before, then raises."""
+    counts = RunCounts()
+    items: list = []
+    last = time.perf_counter()
+    try:
+        for item in iter_handoff_features(path, kind, features or FeatureConfig(), counts):
+            check_cancel(cancel)
+            items.append(item)
+            summary.records += 1
+            if isinstance(item, SkippedRecord):
+                summary.skipped[reason_kind(item.reason)] += 1
+            else:
+                summary.spectra += 1
+            if len(items) >= batch or time.perf_counter() - last >= interval_s:
+                yield RecordsRead(path, tuple(items))
+                items, last = [], time.perf_counter()
+    except MsgptError:
+        if items:
+            yield RecordsRead(path, tuple(items))
+        raise
+    summary.survey_scans = counts.n_survey
+    if items:
+        yield RecordsRead(path, tuple(items))
+    return summary
+
+
+def entry_feature_rows(entries) -> list:
+    """One :class:`~engine.files.feature_table.FeatureRow` per listed entry (File ▸ Export Feature Table): its
+    feature (or record), its complete results (best formula first), ``not run`` or the reason it was skipped."""
+    from engine.files.feature_table import feature_row
+
+    rows = []
+    for e in entries:
+        item = e.feature if e.feature is not None else (e.spectrum if e.spectrum is not None else e.skipped)
+        rows.append(feature_row(item, e.results(), e.source))
+    return rows
