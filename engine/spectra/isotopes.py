@@ -8,7 +8,12 @@ natural abundances) are IUPAC's, as tabulated in ``pyteomics.mass.nist_mass``; e
 by convolution, element counts by repeated squaring, so a formula costs microseconds.
 
 :func:`isotope_envelope` reads the same peaks from a survey scan: the precursor peak, then for each
-``k`` the peaks within 20 mDa of ``k`` neutron masses above it, summed (the same for every formula).
+``k`` the peaks summed over the window where an M+k peak can lie (:func:`isotope_window`, the same for every
+formula): from ``k`` times the smallest mass shift per neutron of any heavier isotope (15N, 0.99704 Da; 34S,
+37Cl and 81Br lie between, 0.9979-0.9990 Da) to ``k`` times 13C's (1.00335 Da), widened by 10 mDa for the
+scan's m/z error. A fixed window of ``k`` 13C masses +- 20 mDa (before issue #56) missed the M+4 of two 37Cl
+(19.3 mDa below 4 13C) and the M+5 of Cl3 whenever the scan read it 1 mDa light, so a Cl3 formula was scored
+against an M+4 of 0 and lost to a bromine formula (fluopicolide on a TripleTOF run).
 :func:`isotope_score` compares the two (module :mod:`engine.formulas.candidates` adds it to a formula's score):
 
     score = -1/2 * sum_k ((o_k - t_k) / sigma_k)^2,   sigma_k = abs_error + rel_error * t_k
@@ -30,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -39,10 +44,11 @@ from engine.chem.formula import ELECTRON_MASS, ELEMENTS, parse_formula
 from engine.errors import ConfigError
 
 NEUTRON_SHIFT = 1.0033548378  # 13C - 12C, the spacing of isotope peaks of charge 1
-ISOTOPE_WINDOW_DA = 0.02  # half-width of the observed M+k windows (covers 37Cl / 81Br / 34S / 13C2)
+LIGHTEST_SHIFT = 0.9970349  # 15N - 14N: the smallest mass shift per neutron (34S 0.99790, 37Cl 0.99853, 81Br 0.99898)
+ISOTOPE_WINDOW_DA = 0.01  # the observed M+k windows reach this far beyond the isotope shifts (m/z error)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _element_isotopes(symbol: str) -> tuple[tuple[int, float, float], ...]:
     """``(nominal shift, abundance, mass offset from the lightest)`` of an element's stable isotopes."""
     from pyteomics.mass import nist_mass
@@ -55,7 +61,7 @@ def _element_isotopes(symbol: str) -> tuple[tuple[int, float, float], ...]:
     return tuple((number - base_number, abundance, mass - base_mass) for number, mass, abundance in isotopes)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _lightest_mass(symbol: str) -> float:
     """Mass of the lightest stable isotope (the monoisotopic one for every element formulas here use)."""
     from pyteomics.mass import nist_mass
@@ -150,24 +156,37 @@ def observed_pattern(
     return out_mz, out_int
 
 
+def isotope_window(k: int, charge: int = 1, margin_da: float = ISOTOPE_WINDOW_DA) -> tuple[float, float]:
+    """``(low, high)`` m/z offsets from the monoisotopic peak between which an ion's M+``k`` peak lies.
+
+    From ``k`` neutrons of the lightest shift (15N's; 34S, 37Cl, 81Br and 18O lie between) to ``k`` of 13C's,
+    divided by the charge and widened by ``margin_da`` on both sides: at M+4, 3.978 to 4.023 Da for charge 1 (two
+    37Cl at 3.994, two 81Br at 3.996, four 13C at 4.013). ``k`` 0 is the monoisotopic peak itself (0, 0).
+    """
+    if k == 0:
+        return 0.0, 0.0
+    z = abs(charge) or 1
+    return k * LIGHTEST_SHIFT / z - margin_da, k * NEUTRON_SHIFT / z + margin_da
+
+
 def isotope_envelope(
     mz: np.ndarray, intensity: np.ndarray, mono_mz: float, n_peaks: int = 4, charge: int = 1,
     window_da: float = ISOTOPE_WINDOW_DA,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Observed M, M+1, ... of an ion whose monoisotopic peak is at ``mono_mz``: ``(m/z, intensity)``.
 
-    Peak ``k`` sums the survey peaks within ``window_da`` of ``mono_mz + k * 1.00335 / charge``: wide
-    enough for 37Cl, 81Br and 34S (which sit 9-11 mDa below 13C2 at M+2), and summed because a
-    high-resolution scan may split them, as the theoretical pattern does not. Its m/z is the
+    Peak ``k`` sums the survey peaks in :func:`isotope_window` ``(k, charge, window_da)`` above ``mono_mz``: 37Cl,
+    81Br and 34S sit 9-11 mDa below 13C2 at M+2 and 17-19 mDa below 13C4 at M+4 (two of them), and are summed
+    because a high-resolution scan may split them, as the theoretical pattern does not. Its m/z is the
     intensity-weighted mean; NaN and 0 where nothing was found.
     """
     mz = np.asarray(mz, dtype=np.float64)
     intensity = np.asarray(intensity, dtype=np.float64)
     out_mz, out_int = np.full(n_peaks, np.nan), np.zeros(n_peaks)
     for k in range(n_peaks):
-        target = mono_mz + k * NEUTRON_SHIFT / charge
-        window = window_da if k else 1e-9  # k = 0: the monoisotopic peak itself (mono_mz is its m/z)
-        lo, hi = np.searchsorted(mz, target - window, "left"), np.searchsorted(mz, target + window, "right")
+        low, high = isotope_window(k, charge, window_da) if k else (-1e-9, 1e-9)  # k 0: mono_mz is the peak's m/z
+        lo = np.searchsorted(mz, mono_mz + low, "left")
+        hi = np.searchsorted(mz, mono_mz + high, "right")
         if hi > lo:
             out_int[k] = intensity[lo:hi].sum()
             out_mz[k] = float((mz[lo:hi] * intensity[lo:hi]).sum() / out_int[k])
