@@ -166,6 +166,8 @@ class CandidatesPanel(QWidget):
         self.summary.setToolTip("\n\n".join(x for x in (about, detail) if x))
         if flag:
             self.summary.setText(self.summary.text() + f"<br><span style='color:#a15c00'>⚠ {_html(flag)}</span>")
+        if result is not None and result.ion_mapping:  # an ion type the model runs by a mapping (engine.model.ion_mapping)
+            self.summary.setText(self.summary.text() + f"<br>{result.spectrum.adduct}: {_html(result.ion_mapping)}")
         row = self._proxy_row_of(keep) if keep else None
         if row is None and self.proxy.rowCount() and not running:
             row = 0

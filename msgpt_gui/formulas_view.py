@@ -8,8 +8,6 @@ the tab is shown for a spectrum that has none yet, and kept on the entry; a Run 
 
 from __future__ import annotations
 
-from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
-
 from PySide6.QtCore import QItemSelectionModel, QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -29,6 +27,7 @@ from PySide6.QtWidgets import (
 from engine.errors import MsgptError
 from engine.formulas.candidates import FormulaCandidate, isotope_comparison
 
+from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 from .formula_plots import IsotopeCanvas, theoretical_only
 from .formula_table import FormulaTableModel, _html
 from .logic.entries import Status
@@ -40,6 +39,7 @@ from .logic.formulas import (
     RecalibrationChoice,
     current_config,
     current_recalibration,
+    mapped_ion_note,
     rank_job,
     readiness,
     run_recalibration,
@@ -201,8 +201,9 @@ class FormulaPanel(QWidget):
         self.recalibration.show_recalibration(None)
         self._update_buttons()
 
-    def show_table(self, entry, table, supported) -> None:
-        """``table`` of ``entry`` (its rows marked by what ``supported`` ion types the model runs)."""
+    def show_table(self, entry, table, supported, native=None) -> None:
+        """``table`` of ``entry`` (its rows marked by what ``supported`` ion types the model runs; ``native``: those
+        it runs without a mapping, for the note on the others)."""
         same = entry is self.entry and self.model.table is table
         keep = self.selected() if same else None
         self.entry = entry
@@ -216,6 +217,8 @@ class FormulaPanel(QWidget):
         ion_note = entry.ion_note or unsupported_ion_note(table, supported, self.k.value()).replace(
             ": ran ", ": Run takes ")  # before Run: what it will take
         notes = "".join(f"<br><span style='color:#a15c00'>{_html(n)}</span>" for n in (*table.notes, ion_note) if n)
+        mapped = mapped_ion_note(table, supported, native, self.k.value())
+        notes += f"<br>{_html(mapped)}" if mapped else ""
         source = entry.spectrum.source if entry.spectrum is not None else ""
         self.recalibration.show_recalibration(run_recalibration(source) if source else None)
         self.summary.setText(
@@ -409,7 +412,7 @@ class FormulaController(QObject):
         table = e.cached_formulas()
         if table is not None:
             if force or panel.entry is not e or panel.model.table is not table:
-                panel.show_table(e, table, supported)
+                panel.show_table(e, table, supported, self.window.bundle.supported_adducts if self.window.bundle else None)
                 self.table_shown.emit(len(table.candidates))
             else:
                 panel.refresh_runs(e)

@@ -33,7 +33,13 @@ from engine.elucidation.libraries import (
     search_spectrum,
     spectral_structures,
 )
-from engine.elucidation.ranking import AnalogRerank, Candidate, CandidatePool, FragmentRerank, reference_rank
+from engine.elucidation.ranking import (
+    AnalogRerank,
+    Candidate,
+    CandidatePool,
+    FragmentRerank,
+    reference_rank,
+)
 from engine.errors import ConfigError, MsgptError, SpectrumError
 from engine.model.bundle import ModelBundle
 from engine.model.confidence import spectrum_confidence
@@ -44,9 +50,13 @@ from engine.model.querying import QueryPlan, band_thresholds, build_queries, che
 from engine.model.sampling import DECODING_MODES, QueryRequest, sample_queries
 from engine.model.scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking
 from engine.progress import CancelFn, check_cancel
-from engine.spectra.spectrum import SkippedRecord, Spectrum, check_formula_matches_precursor, with_warning
+from engine.spectra.spectrum import (
+    SkippedRecord,
+    Spectrum,
+    check_formula_matches_precursor,
+    with_warning,
+)
 from engine.spectral_library import SpectralMatches
-
 
 # settings that never change the samples
 RANKING_ONLY = ("ranking", "library_prior", "undrawn_prior", "effort", "fragment_score", "analog_score")

@@ -47,7 +47,12 @@ from types import MappingProxyType
 
 import numpy as np
 
-from engine.chem.adducts import ELECTRON_MASS, neutral_mass_from_precursor, parse_adduct, precursor_mz_from_neutral
+from engine.chem.adducts import (
+    ELECTRON_MASS,
+    neutral_mass_from_precursor,
+    parse_adduct,
+    precursor_mz_from_neutral,
+)
 from engine.chem.formula import element_mass, format_formula, parse_formula
 from engine.errors import SpectrumError
 from engine.spectra.spectrum import DEFAULT_TOL_DA, DEFAULT_TOL_PPM, Spectrum

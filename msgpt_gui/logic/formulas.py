@@ -30,6 +30,7 @@ from engine.formulas.candidates import (
     with_formula_candidate,
 )
 from engine.formulas.recalibration import Recalibration, parse_setting, recalibrate_run
+from engine.model.ion_mapping import mapping_for
 from engine.progress import check_cancel
 from engine.spectra.spectrum import Spectrum, precursor_precision_da
 
@@ -266,6 +267,21 @@ def formula_scores(results: Sequence[SpectrumResult]) -> dict[str, tuple[str, st
         if r is not None and r.spectrum.formula and any(formula_note(r.spectrum)):
             out.setdefault(r.spectrum.formula, formula_note(r.spectrum))
     return out
+
+
+def mapped_ion_note(table: FormulaTable | None, runnable: Sequence[str] | None, native: Sequence[str] | None,
+                    k: int = DEFAULT_TOP_K) -> str:
+    """How the model runs the ion types of the ``k`` formulas Run takes from ``table`` that it does not run natively
+    (``native``; ``runnable``: natively or by a mapping, :mod:`engine.model.ion_mapping`), e.g. "[M+NH4]+ runs as
+    [M+H]+ after NH3 loss (mapping)"; '' when all are native or no model is loaded."""
+    if table is None or runnable is None or native is None:
+        return ""
+    notes = []
+    for ion in dict.fromkeys(c.ion_type for c in table.runnable(k, runnable)):
+        m = mapping_for(ion, native)
+        if m is not None:
+            notes.append(f"{ion} runs as {m.target}{'' if m.what.startswith(',') else ' '}{m.what} (mapping)")
+    return "; ".join(notes)
 
 
 def unsupported_ion_note(table: FormulaTable | None, supported_adducts: Sequence[str] | None,

@@ -298,6 +298,6 @@ def test_only_the_models_ion_types_are_offered_and_others_are_refused_before_run
     assert not editor.apply.isEnabled()
 
     window.select_entry(window.spectra.entries[0].key)  # nicotine, [M+H]+
-    editor.adduct.setEditText("[M+K]+")
-    assert GREEN not in editor.message.text() and "[M+K]+ is not supported by this model" in editor.message.text()
+    editor.adduct.setEditText("[M+Li]+")  # neither native nor mapped ([M+K]+ is mapped onto [M+H]+)
+    assert GREEN not in editor.message.text() and "[M+Li]+ is not supported by this model" in editor.message.text()
     assert not editor.apply.isEnabled()

@@ -57,7 +57,12 @@ from engine.formulas.candidates import FormulaConfig
 from engine.formulas.decompose import decompose_mass
 from engine.formulas.evidence import fragment_features_many, fragment_peaks
 from engine.formulas.prior import FormulaPrior
-from engine.formulas.scorer import STAGE1_FEATURES, STAGE2_FEATURES, FormulaScorer, fragment_terms
+from engine.formulas.scorer import (
+    STAGE1_FEATURES,
+    STAGE2_FEATURES,
+    FormulaScorer,
+    fragment_terms,
+)
 
 
 def corpus_formulas(molecules: Path, work: Path) -> tuple[dict[str, int], set[str]]:

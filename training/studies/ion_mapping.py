@@ -195,7 +195,7 @@ def collect(args) -> None:
 
     torch.set_num_threads(1)
     chosen, pairs, counts = select(Path(args.mgf), args.per_type, args.fold)
-    print("FOLD=%s counts: %s" % (args.fold, json.dumps(counts, sort_keys=True)), flush=True)
+    print(f"FOLD={args.fold} counts: {json.dumps(counts, sort_keys=True)}", flush=True)
     cache = Path(args.cache)
     done = set()
     if cache.is_file():

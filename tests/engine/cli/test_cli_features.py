@@ -127,8 +127,9 @@ def test_an_ammonium_record_runs_as_the_protonated_molecule_keeping_its_ion_type
     nh4 = mz_of(CAFFEINE, "[M+NH4]+")  # the [M+H]+ fragments of caffeine, the NH4 precursor and NH4+
     peaks = sorted([mz_of(f) for f in FRAGMENTS] + [18.0338, nh4])
     mgf = tmp_path / "nh4.mgf"
-    mgf.write_text("BEGIN IONS\nTITLE=caffeine_nh4\nPEPMASS=%.5f\nCHARGE=1+\nADDUCT=[M+NH4]+\nFORMULA=%s\n%s\nEND IONS\n"
-                   % (nh4, CAFFEINE, "\n".join(f"{m:.5f} 100" for m in peaks)))
+    lines = "\n".join(f"{m:.5f} 100" for m in peaks)
+    mgf.write_text(f"BEGIN IONS\nTITLE=caffeine_nh4\nPEPMASS={nh4:.5f}\nCHARGE=1+\nADDUCT=[M+NH4]+\nFORMULA={CAFFEINE}\n"
+                   f"{lines}\nEND IONS\n")
     out = tmp_path / "o.csv"
     rc = cli.main(["predict", str(mgf), "-o", str(out), "--model", str(tiny_bundle_dir), *FAST])
     err = capsys.readouterr().err
