@@ -99,9 +99,10 @@ def _add_handoff_arguments(pr: argparse.ArgumentParser) -> None:
                     help="also write one row per feature (feature ID as the source tool wrote it, m/z, RT, ion type, "
                     "rank-1 structure, name, level, confidence, formula, abundance) to join back to the source "
                     "tool's table (.tsv or .csv)")
-    pr.add_argument("--feature-table-style", choices=("msgpt", "gnps"), default="msgpt",
-                    help="column names of --feature-table: msgpt (default), or gnps (those of a GNPS library search "
-                    "result: #Scan#, CompoundName, Smiles, ...)")
+    pr.add_argument("--feature-table-style", choices=("msgpt", "gnps", "mzmine"), default="msgpt",
+                    help="column names of --feature-table: msgpt (default); gnps (those of a GNPS library search "
+                    "result: #Scan#, CompoundName, Smiles, ...); mzmine (annotated rows only, named as MZmine 3's "
+                    "local compound database (CSV) search reads them: mz, rt, name, formula, smiles, ...)")
 
 
 def _add_ranking_arguments(pr: argparse.ArgumentParser) -> None:

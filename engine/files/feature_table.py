@@ -9,10 +9,12 @@ the model's confidence that rank 1 is right, the number of candidates, a status 
 from a quantification table or the file: :mod:`engine.spectra.handoff`). Every feature read gets a row, skipped or
 not, so a join on ``feature_id`` loses none of the source tool's rows that reached MS-GPT.
 
-Two styles: ``msgpt`` (the columns above) and ``gnps``: the same rows under the column names of a GNPS library
+Three styles: ``msgpt`` (the columns above); ``gnps``: the same rows under the column names of a GNPS library
 search result table (``#Scan#`` = feature ID, ``SpectrumFile``, ``CompoundName``, ``Smiles``, ``INCHI``,
 ``MQScore``, ``SpecMZ``, ``Charge``, ``LibraryName``), which GNPS and Cytoscape (``shared name`` = ``#Scan#``) key
-by feature ID. TSV for ``.tsv``/``.txt``, CSV for ``.csv``; written atomically (a failed write leaves an earlier
+by feature ID; ``mzmine``: the annotated rows only, under the default column names of MZmine 3's local compound
+database (CSV) search (``internal_id``, ``mz``, ``rt`` in minutes, ``adduct``, ``inchi_key``, ``name``,
+``formula``, ``smiles``), which annotates MZmine's feature list by m/z and RT. TSV for ``.tsv``/``.txt``, CSV for ``.csv``; written atomically (a failed write leaves an earlier
 file as it was).
 
 :class:`FeatureTableSink` collects the rows as ``msgpt predict`` computes each feature (``--feature-table``);
@@ -32,11 +34,14 @@ from pathlib import Path
 
 from engine.errors import ConfigError, OutputError
 
-STYLES = ("msgpt", "gnps")
+STYLES = ("msgpt", "gnps", "mzmine")
 COLUMNS = ("feature_id", "source_file", "mz", "rt_min", "rt_s", "ion_type", "formula", "smiles", "inchikey", "name",
            "identification_level", "confidence", "score", "origin", "n_candidates", "status", "abundance")
 GNPS_COLUMNS = {"feature_id": "#Scan#", "source_file": "SpectrumFile", "name": "CompoundName", "smiles": "Smiles",
                 "inchikey": "INCHI", "confidence": "MQScore", "mz": "SpecMZ", "abundance": "Abundance"}
+#: MZmine 3's "Local compound database (CSV) search" default column names (mzmine_documentation,
+#: docs/module_docs/id_prec_local_cmpd_db/local-cmpd-db-search.md): rt in minutes, matched by m/z and RT.
+MZMINE_COLUMNS = {"feature_id": "internal_id", "rt_min": "rt", "ion_type": "adduct", "inchikey": "inchi_key"}
 SAMPLE_PREFIX = "abundance:"
 
 
@@ -154,7 +159,10 @@ def write_feature_table(path: str | os.PathLike, rows: Iterable[FeatureRow], sty
     rows = list(rows)
     samples = list(dict.fromkeys(s for r in rows for s in r.samples))
     columns = list(COLUMNS) + [SAMPLE_PREFIX + s for s in samples]
-    header = [GNPS_COLUMNS.get(c, c) for c in columns] if style == "gnps" else columns
+    renamed = {"gnps": GNPS_COLUMNS, "mzmine": MZMINE_COLUMNS}.get(style, {})
+    header = [renamed.get(c, c) for c in columns]
+    if style == "mzmine":
+        rows = [r for r in rows if r.status == "annotated"]  # an empty annotation would name every matched feature
     if style == "gnps":
         header += ["Charge", "LibraryName"]
     try:

@@ -131,10 +131,8 @@ def iter_msp(options: ReadOptions) -> Iterator[Spectrum | SkippedRecord | Survey
     number)."""
     with open_binary(options.path) as fh:
         encoding = text_encoding(fh.read(2))
-    index = 0
-    for start, lines in _msp_blocks(options.path, encoding):
+    for index, (start, lines) in enumerate(_msp_blocks(options.path, encoding)):
         yield from _msp_record(options, index, start, lines)
-        index += 1
 
 
 def _msp_blocks(path: Path, encoding: str) -> Iterator[tuple[int, list[tuple[int, str]]]]:
@@ -399,7 +397,12 @@ def iter_handoff_features(path: str | os.PathLike, kind: str, config=None, count
 
 def handoff_feature(fid: str, ms2: list[Spectrum], ms1: list[SurveyScan], kind: str, config) -> object:
     """One feature as its tool wrote it: ID, m/z (the records' precursor), RT, merged MS2, MS1 pattern, adduct."""
-    from engine.spectra.features import Feature, MS1Evidence, _common, consensus_spectrum
+    from engine.spectra.features import (
+        Feature,
+        MS1Evidence,
+        _common,
+        consensus_spectrum,
+    )
 
     scans = sorted(ms2, key=lambda s: (math.inf if s.retention_time is None else s.retention_time, s.index))
     times = [s.retention_time for s in scans if s.retention_time is not None]

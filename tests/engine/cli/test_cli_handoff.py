@@ -10,7 +10,12 @@ import pytest
 from synthetic_run import write_shifted_run
 
 import engine.cli.predict as cli
-from engine.files.feature_table import COLUMNS, FeatureRow, rows_from_candidate_csv, write_feature_table
+from engine.files.feature_table import (
+    COLUMNS,
+    FeatureRow,
+    rows_from_candidate_csv,
+    write_feature_table,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("write_handoff_files", ROOT / "scripts" / "write_handoff_files.py")
@@ -38,7 +43,7 @@ def read_candidates(path: Path) -> list[dict]:
 @pytest.mark.parametrize("kind", ["feature_mgf", "mzmine_sirius", "msp", "sirius_ms"])
 def test_feature_ids_travel_end_to_end_and_the_table_joins_the_quant_table(handoff, tmp_path, tiny_bundle_dir, capsys,
                                                                          kind):
-    run, paths = handoff
+    _, paths = handoff
     out, table = tmp_path / "out.csv", tmp_path / "features.tsv"
     rc = cli.main(["predict", str(paths[kind]), "-o", str(out), "--model", str(tiny_bundle_dir), "--quant",
                    str(paths["quant"]), "--feature-table", str(table), *FAST])
@@ -64,7 +69,7 @@ def test_feature_ids_travel_end_to_end_and_the_table_joins_the_quant_table(hando
 
 def test_pandas_join_loses_no_quant_row(handoff, tmp_path, tiny_bundle_dir, capsys):
     pd = pytest.importorskip("pandas")
-    run, paths = handoff
+    _, paths = handoff
     table = tmp_path / "features.csv"
     assert cli.main(["predict", str(paths["feature_mgf"]), "-o", str(tmp_path / "o.csv"), "--model",
                      str(tiny_bundle_dir), "--feature-table", str(table), *FAST]) == 0
@@ -126,3 +131,15 @@ def test_rows_from_a_candidate_csv_and_writing_both_formats(tmp_path):
     assert write_feature_table(out, [row]) == 1
     got = read_table(out, ",")
     assert list(got[0]) == [*COLUMNS, "abundance:s1", "abundance:s2"] and got[0]["rt_min"] == "0.2000"
+
+
+def test_mzmine_style_keeps_the_annotated_rows_under_mzmines_column_names(tmp_path):
+    out = tmp_path / "db.csv"
+    rows = [FeatureRow("1", "a.mgf", 195.0877, 60.0, ion_type="[M+H]+", formula="C8H10N4O2",
+                       smiles="Cn1cnc2c1c(=O)n(C)c(=O)n2C", inchikey="RYYVLZVUVIJVGH-UHFFFAOYSA-N", status="annotated"),
+            FeatureRow("2", "a.mgf", 200.0, 90.0, status="no candidates")]
+    assert write_feature_table(out, rows, style="mzmine") == 1  # the row without an answer is left out
+    got = read_table(out, ",")
+    assert [r["internal_id"] for r in got] == ["1"]
+    assert (got[0]["mz"], got[0]["rt"], got[0]["adduct"], got[0]["inchi_key"]) == (
+        "195.08770", "1.0000", "[M+H]+", "RYYVLZVUVIJVGH-UHFFFAOYSA-N")

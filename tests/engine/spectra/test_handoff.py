@@ -130,7 +130,7 @@ def test_ms_dial_isotopes_decide_the_formula_too(handoff):
 
 
 def test_gnps_quant_table_beside_the_mgf_gives_each_feature_its_abundance(handoff):
-    _, paths, reference = handoff
+    _, paths, _ = handoff
     features, _ = features_of(paths["feature_mgf"])
     table = read_quant_table(paths["quant"])
     assert table.samples == ("run.mzML",) and set(table.rows) == {f.id for f in features}
