@@ -37,6 +37,7 @@ Usage (the QC-pool run of ../shared/data/mzml is MIT-licensed, from mzmine/mzmin
 
     python scripts/write_handoff_files.py ../shared/data/mzml/qexactive_dda_qc_pool.mzML OUT_DIR
     python scripts/write_handoff_files.py RUN.mzML OUT_DIR --features 20   # only the 20 most intense features
+    python scripts/write_handoff_files.py RUN.mzML OUT_DIR --check   # and read them back against the mzML's features
 
 It prints what it wrote (features, records, bytes). The tests build the same files from
 ``tests/synthetic_run.py`` with :func:`write_all`, so they run without ../shared.
@@ -231,11 +232,42 @@ def write_all(mzml: str | Path, out_dir: str | Path, limit: int | None = None) -
     return paths
 
 
+def check(paths: dict[str, Path], reference: Sequence) -> list[str]:
+    """Read each hand-off back as features and compare with the mzML's: one line per export (what the docs quote)."""
+    from engine.formulas.candidates import rank_formulas
+    from engine.spectra.features import iter_features
+    from engine.spectra.handoff import feature_abundance
+    from engine.spectra.spectrum import SkippedRecord
+
+    lines = []
+    ref_tables = [rank_formulas(r.spectrum, ms1=r.ms1) for r in reference]
+    for kind in ("mzmine_sirius", "feature_mgf", "msp", "sirius_ms"):
+        items = list(iter_features(paths[kind]))
+        features = [i for i in items if not isinstance(i, SkippedRecord)]
+        same_ms2 = sum(f.spectrum.mz.size == r.spectrum.mz.size and np.allclose(f.spectrum.mz, r.spectrum.mz, atol=1e-4)
+                       for f, r in zip(features, reference))
+        same_top = same_all = ranked = 0
+        for f, r, theirs in zip(features, reference, ref_tables):
+            mine = rank_formulas(f.spectrum, ms1=f.ms1)
+            ranked += bool(theirs.candidates)
+            same_top += bool(mine.candidates and theirs.candidates
+                             and mine.candidates[0].formula == theirs.candidates[0].formula)
+            same_all += [c.formula for c in mine.candidates] == [c.formula for c in theirs.candidates]
+        abundance = sum(feature_abundance(f.spectrum.metadata)[0] is not None for f in features)
+        lines.append(f"  {kind:14s} {len(features)}/{len(reference)} features ({len(items) - len(features)} skipped), "
+                     f"same MS2 peaks {same_ms2}, MS1 evidence {sum(f.ms1 is not None for f in features)}, "
+                     f"same rank-1 formula {same_top} of the {ranked} the mzML gives candidates, same formula list "
+                     f"{same_all}, with abundance {abundance}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mzml", help="an LC-MS/MS run (mzML)")
     parser.add_argument("out_dir", help="folder for the hand-off files")
     parser.add_argument("--features", type=int, metavar="N", help="only the N most intense features (run order kept)")
+    parser.add_argument("--check", action="store_true",
+                        help="read each file back and compare its features and formula candidates with the mzML's")
     args = parser.parse_args(argv)
     paths = write_all(args.mzml, args.out_dir, args.features)
     features, _ = run_features(args.mzml, args.features)
@@ -243,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(f.n_scans for f in features)} MS2 scans)")
     for kind, path in paths.items():
         print(f"  {kind:14s} {path} ({path.stat().st_size} bytes)")
+    if args.check:
+        print("read back as features, against the mzML's (formula candidates: rank_formulas with the MS1 evidence):")
+        print("\n".join(check(paths, features)))
     return 0
 
 
