@@ -26,6 +26,7 @@ from engine.chem.plausibility import plausibility_note
 
 from .logic import evidence
 from .logic.depict import depict_png
+from .logic.libraries import identification_words
 from .logic.plotting import find_hit, plot_mirror
 from .models import IMPLAUSIBLE, CandidatesModel
 
@@ -139,7 +140,7 @@ class DetailPane(QWidget):
         """``matches``: the result's spectral library search (its hit of ``c`` is drawn as a mirror plot)."""
         self.candidate = c
         has = c is not None
-        self.library.setText(library_html(c) if has else "")
+        self.library.setText(library_html(c, matches) if has else "")
         self.library.setVisible(bool(has and self.library.text()))
         self.mirror.show_hit(matches, find_hit(matches, c) if has else None)
         for w in (self.copy_smiles, self.copy_inchikey):
@@ -194,10 +195,11 @@ class DetailPane(QWidget):
             QGuiApplication.clipboard().setText(text)
 
 
-def library_html(c) -> str:
+def library_html(c, matches=None) -> str:
     """The library lines of the detail pane: the suspect list or library that holds the candidate (identifier,
     name) and its reference spectrum match (accession, licence, contributor; a match below the floor of spectral
-    evidence says so); "" for a de novo structure only."""
+    evidence says so; an identification with its calibrated confidence and, from the result's identity search
+    ``matches``, the isomers it cannot tell apart, which make it level 3); "" for a de novo structure only."""
     lines = []
     suspect = evidence.suspect_list(c)
     if suspect:
@@ -213,11 +215,16 @@ def library_html(c) -> str:
     ev = c.spectral
     if ev is not None:
         weak = "spectral_library" not in (c.origin or "")
-        verdict = ("<b style='color:#1b7f3b'>identified (level 2a)</b>" if ev.identified else
+        sure, isomers = identification_words(matches) if ev.identified else ("", "")
+        verdict = ("<b style='color:#a15c00'>identified, but its isomers match nearly as well (level 3)</b>" if isomers
+                   else "<b style='color:#1b7f3b'>identified (level 2a)</b>" if ev.identified else
                    "<span style='color:#777'>too weak to count as evidence</span>" if weak else
                    "<span style='color:#a15c00'>matched, below the identification threshold</span>")
         lines.append(f"Reference spectrum {_html(ev.accession)} ({_html(ev.library)}): {verdict}, similarity "
-                     f"{ev.similarity:.2f}, {ev.matched_peaks} matched peaks")
+                     f"{ev.similarity:.2f}, {ev.matched_peaks} matched peaks" + (f", {sure}" if sure else ""))
+        if isomers:
+            lines.append(f"<span style='color:#a15c00'>{_html(isomers[0].upper() + isomers[1:])}: the library cannot "
+                         "tell them apart by their spectra</span>")
         about = [x for x in (ev.reference_name, ev.adduct, ev.collision_energy, ev.instrument_type) if x]
         if about:
             lines.append(_html(" · ".join(about)))

@@ -66,6 +66,7 @@ CSV_COLUMNS = (
     "reference_license",
     "reference_contributor",
     "identification_level",
+    "identification_note",
     "compound_group",
 )
 FORMATS = {".csv": "csv", ".sdf": "sdf", ".sd": "sdf"}
@@ -123,7 +124,7 @@ def parameters_provenance(results: Sequence[SpectrumResult | Sequence[SpectrumRe
 
 def candidate_rows(
     result: SpectrumResult, top: int | None = None, novelty: NoveltyMarker | None = None, rank_offset: int = 0,
-    feature_ranks: Sequence[int] | None = None, level: str = "",
+    feature_ranks: Sequence[int] | None = None, level: str = "", level_note: str = "",
 ) -> Iterable[dict]:
     """CSV rows of the candidates; ``novelty`` labels each training corpus / user list / new (else empty).
 
@@ -133,7 +134,8 @@ def candidate_rows(
     ``formula_evidence`` what its table's isotopes and fragments showed of the elements (empty: nothing).
     ``feature_ranks``: each shown candidate's rank over the whole feature
     (:func:`engine.insight.identification.feature_ranks`; default: ``rank``); ``level``: the feature's
-    identification level (:func:`engine.insight.identification.identification_level`).
+    identification level (:func:`engine.insight.identification.identification_level`); ``level_note``: its text
+    where a reference spectrum decided it (the match, and the isomers it cannot tell apart), else empty.
     """
     s = result.spectrum
     shown = result.candidates[:top]
@@ -184,8 +186,15 @@ def candidate_rows(
             "reference_license": "" if ev is None else ev.license,
             "reference_contributor": "" if ev is None else ev.contributor,
             "identification_level": level,
+            "identification_note": level_note,
             "compound_group": s.metadata.get("compound_group", ""),  # the feature's adduct group (engine.formulas.groups)
         }
+
+
+def _level_note(level) -> str:
+    """The ``identification_note`` of an :class:`engine.insight.identification.IdentificationLevel`: its text when a
+    reference spectrum decided it (2a, or 3 with the isomers it cannot tell apart), else empty."""
+    return level.text if level.code == "2a" or level.isomers else ""
 
 
 def _num(x: float, digits: int) -> str:
@@ -287,19 +296,20 @@ class CandidateWriter:
         self._csv.writeheader()
 
     def write(self, result: SpectrumResult, rank_offset: int = 0, feature_ranks: Sequence[int] | None = None,
-              level: str | None = None) -> int:
+              level=None) -> int:
         """Add the candidates of one spectrum (ranks after ``rank_offset``; ``feature_ranks`` and the feature's
         identification ``level`` when it is one of several formula runs of a feature, see :meth:`write_feature`);
         returns the number of rows written."""
-        level = identification_level([result]).code if level is None else level
-        rows = list(candidate_rows(result, self.top, self.novelty, rank_offset, feature_ranks, level))
+        level = identification_level([result]) if level is None else level
+        code, note = (level, "") if isinstance(level, str) else (level.code, _level_note(level))
+        rows = list(candidate_rows(result, self.top, self.novelty, rank_offset, feature_ranks, code, note))
         self._guarded(self._write_rows, rows)
         return len(rows)
 
     def write_feature(self, results: Sequence[SpectrumResult]) -> int:
         """Add the candidates of one feature's results (its formula runs, ranked on in one list, each candidate
         with its rank over the feature); returns the number of rows written."""
-        level = identification_level(results).code
+        level = identification_level(results)
         written = 0
         for result, franks in zip(results, feature_ranks(results, self.top), strict=True):
             written += self.write(result, rank_offset=written, feature_ranks=franks, level=level)

@@ -5,9 +5,14 @@
 level  when
 =====  =====================================================================================================
 2a     rank 1 is identified by a reference spectrum: an identity match (precursor within 0.01 Da, same ion
-       type) passing the calibrated threshold (:mod:`engine.elucidation.libraries`)
+       type) passing the calibrated rule (:class:`engine.spectral_library.identity.IdentityRule`: its probability of
+       being the query's structure, :mod:`engine.elucidation.libraries`), and no reference of
+       another structure of its formula within :data:`engine.spectral_library.identity.ISOMER_WINDOW` of its
+       similarity among the search's hits
 3      tentative candidates: structures ranked by the predicted fingerprint (de novo, from a library or a
-       suspect list), or a reference spectrum too weak to identify
+       suspect list), a reference spectrum too weak to identify, or a reference spectrum match whose isomer's
+       reference is nearly as similar (identified or not; the level's text names it: "or its isomer X, similarity
+       0.93")
 4      no structure, but a molecular formula
 5      neither: an exact mass of interest
 =====  =====================================================================================================
@@ -22,12 +27,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.elucidation.pipeline import SpectrumResult
+from engine.spectral_library.identity import CloseIsomer, close_isomers
 
 
 @dataclass(frozen=True)
 class IdentificationLevel:
     code: str  # "2a", "3", "4", "5"
     text: str  # one line a chemist can report
+    isomers: tuple[CloseIsomer, ...] = ()  # isomers nearly as similar as an identification's reference (level 3)
 
     def __str__(self) -> str:
         return f"level {self.code}: {self.text}"
@@ -35,17 +42,50 @@ class IdentificationLevel:
 
 def identification_level(results: Sequence[SpectrumResult]) -> IdentificationLevel:
     """The level of a feature's results (one per formula run; the best answer decides)."""
-    firsts = [(r.candidates[0], formula_log_probability(r)) for r in results if r.candidates]
-    best = min(firsts, key=lambda cl: _feature_key(*cl))[0] if firsts else None  # the feature's rank 1 (feature_ranks)
+    firsts = [(r.candidates[0], formula_log_probability(r), r) for r in results if r.candidates]
+    # the feature's rank 1 (feature_ranks)
+    best, _, result = min(firsts, key=lambda clr: _feature_key(clr[0], clr[1])) if firsts else (None, 0.0, None)
     if best is not None and best.identified:
         ev = best.spectral
-        return IdentificationLevel("2a", f"reference spectrum match, entropy similarity {ev.similarity:.2f} with "
-                                         f"{ev.matched_peaks} matched peaks ({ev.accession}, {ev.library})")
+        match = (f"reference spectrum match, entropy similarity {ev.similarity:.2f} with {ev.matched_peaks} matched "
+                 f"peaks ({ev.accession}, {ev.library})")
+        isomers = close_isomers(result.spectral_matches)
+        if isomers:
+            return IdentificationLevel("3", f"{match}, {'; '.join(i.text() for i in isomers)}: the library holds "
+                                            "isomers whose spectra it cannot tell apart", tuple(isomers))
+        return IdentificationLevel("2a", match)
     if any(r.candidates for r in results):
+        ambiguous = _ambiguous_match(result)
+        if ambiguous is not None:
+            return ambiguous
         return IdentificationLevel("3", "tentative candidates ranked by the predicted fingerprint")
     if any(r.spectrum.formula for r in results):
         return IdentificationLevel("4", "molecular formula, no structure")
     return IdentificationLevel("5", "exact mass only")
+
+
+def _ambiguous_match(result: SpectrumResult | None) -> IdentificationLevel | None:
+    """Level 3 naming the isomers when the rank-1 identity hit of ``result``'s search (of its ion type, similarity at
+    least the identification rule's floor) is not an identification and references of its isomers match nearly as
+    well: the library holds the structure, but cannot say which of them the query is; None otherwise."""
+    from engine.elucidation.libraries import is_identification
+    from engine.spectral_library.search import AnswerThreshold, default_threshold
+
+    matches = None if result is None else result.spectral_matches
+    if matches is None or not matches.hits:
+        return None
+    first = matches.hits[0]
+    floor = default_threshold()
+    if not (floor.accepts(first) and is_identification(matches, first, result.spectrum.adduct, AnswerThreshold(0.0, 0))):
+        return None
+    isomers = close_isomers(matches)
+    if not isomers:
+        return None
+    ref = first.reference
+    return IdentificationLevel("3", f"reference spectrum match {ref.name or ref.inchikey14}, entropy similarity "
+                                    f"{first.similarity:.2f} with {first.matched_peaks} matched peaks ({ref.accession}, "
+                                    f"{ref.library}), {'; '.join(i.text() for i in isomers)}: not identified, the "
+                                    "library holds isomers whose spectra it cannot tell apart", tuple(isomers))
 
 
 #: Weight of a run's formula log-probability in the feature's ranking: a candidate of the rest (rank group 2) ranks by

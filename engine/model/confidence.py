@@ -31,11 +31,13 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from engine.errors import BundleError
+from engine.spectral_library.identity import IDENTITY_FEATURES, confidence_path, identity_features
 
 FEATURES = ("top_share", "max_share", "agreement", "score_gap", "log_candidates", "yield")
 SCORE_GAP_CAP = 20.0
@@ -91,9 +93,10 @@ class ConfidenceModel:
         if not (len(self.weights) == len(self.mean) == len(self.scale) == n):
             raise BundleError(f"confidence model: {len(self.weights)} weights, {len(self.mean)} means and "
                               f"{len(self.scale)} scales for {n} features; refit it with `python -m training.calibration.confidence`.")
-        unknown = [f for f in self.features if f not in FEATURES]
+        unknown = [f for f in self.features if f not in FEATURES + IDENTITY_FEATURES]
         if unknown:
-            raise BundleError(f"confidence model reads unknown features {unknown}; this version knows {list(FEATURES)}.")
+            raise BundleError(f"confidence model reads unknown features {unknown}; this version knows "
+                              f"{list(FEATURES + IDENTITY_FEATURES)}.")
         if self.recalibration:
             xs, ys = (np.asarray(v, float) for v in self.recalibration)
             if (len(xs) != len(ys) or len(xs) < 2 or np.any(np.diff(xs) <= 0) or np.any(np.diff(ys) < 0)
@@ -297,12 +300,18 @@ def spectrum_confidence(bundle, result) -> float | None:
     :func:`why_no_confidence` has a reason (no confidence model, other settings than the fit's, an ion mode the
     fit saw none of, ...).
 
+    For a rank 1 a reference spectrum identifies it is the identification's confidence
+    (:func:`engine.spectral_library.identity.identification_confidence`: its reference match, the isomers near it,
+    fitted on leave-one-lab-out identity searches), whatever the pool.
+
     For a formula taken from the ranked formula candidates (``formula_source`` "ranked candidates", an
     LC-MS feature without a given formula) it is P(formula) x P(rank 1 right | formula): the structure can
     only be right when the formula is.
     """
     if why_no_confidence(bundle, result):
         return None
+    if _identified_first(result):
+        return identification_confidence(result.spectral_matches)
     p = bundle.confidence.probability(result_features(result))
     md = result.spectrum.metadata
     if md.get("formula_source") == "ranked candidates" and md.get("formula_score") not in (None, ""):
@@ -312,16 +321,21 @@ def spectrum_confidence(bundle, result) -> float | None:
 
 def why_no_confidence(bundle, result) -> str:
     """Why :func:`spectrum_confidence` gives ``result`` (drawn with ``bundle``) no confidence, in one sentence a
-    chemist can act on; "" when it gives one. The checks, in order: library structures ranked without samples, a
-    rank 1 a reference spectrum identifies, or a rank 1 from a suspect list (the model describes predictions
-    only); a confidence model at all; a finished run
+    chemist can act on; "" when it gives one. The checks, in order: a rank 1 a reference spectrum identifies (its
+    confidence is the identification's: "" unless none ships beside the spectral library or the result lacks the
+    search's hits); library structures ranked without samples; a rank 1 from a suspect list (the model describes
+    predictions only); a confidence model at all; a finished run
     of the κ band's queries; an ion mode the fit saw (``meta["polarities"]``, positive when absent); the fit's
     settings (κ band, M, N, decoding, ranking, sampling, adapter); a known probability of a ranked formula."""
+    if _identified_first(result):
+        if identity_model() is None:
+            return (f"rank 1 is identified by a reference spectrum, and no confidence of identifications ships beside "
+                    f"the spectral library ({confidence_path()})")
+        if identity_features(result.spectral_matches) is None:
+            return "rank 1 is identified by a reference spectrum, but this result does not keep the search's hits"
+        return ""
     if result.n_samples == 0 and not result.partial:
         return "no candidate was drawn: these are library structures of a formula only a library proposes"
-    if result.candidates and getattr(result.candidates[0], "identified", False):
-        return ("rank 1 is identified by a reference spectrum; how often such a match is wrong is measured on "
-                "the spectral library (docs/spectral_library.md), not by the confidence model of predictions")
     if result.candidates and getattr(result.candidates[0], "suspect", False):
         return ("rank 1 comes from your suspect list, whose structures rank before the predictions; the confidence "
                 "model describes predictions ranked by their fingerprint score, and cannot know whether the "
@@ -353,6 +367,39 @@ def why_no_confidence(bundle, result) -> str:
         except (TypeError, ValueError):
             return "the probability of the formula these candidates were drawn for is not known"
     return ""
+
+
+@lru_cache(maxsize=4)
+def _load_identity_model(path: str) -> ConfidenceModel | None:
+    p = Path(path)
+    if not p.is_file():
+        return None
+    model = ConfidenceModel.load(p)
+    if set(model.features) - set(IDENTITY_FEATURES):
+        raise BundleError(f"{p}: not a confidence of identifications (features {list(model.features)}); refit it with "
+                          "`python -m training.calibration.identity_confidence fit`.")
+    return model
+
+
+def identity_model(path: str | Path | None = None) -> ConfidenceModel | None:
+    """The confidence of identifications at ``path`` (default: the one shipped beside the bundled spectral library,
+    :func:`engine.spectral_library.identity.confidence_path`); None when there is none."""
+    return _load_identity_model(str(path or confidence_path()))
+
+
+def identification_confidence(matches, model: ConfidenceModel | None = None) -> float | None:
+    """P(the rank-1 reference of the identity search ``matches`` is the query's structure)
+    (:mod:`engine.spectral_library.identity`); None without a hit or a model."""
+    model = model or identity_model()
+    features = identity_features(matches)
+    if model is None or features is None:
+        return None
+    return model.probability(features)
+
+
+def _identified_first(result) -> bool:
+    """Rank 1 of ``result`` is identified by a reference spectrum (its confidence is the identification's)."""
+    return bool(result.candidates) and bool(getattr(result.candidates[0], "identified", False))
 
 
 _SETTING_WORDS = {  # how a setting of the fit is written (the QueryParams field, or "adapter")

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import weakref
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -31,6 +33,7 @@ import numpy as np
 from engine import paths
 from engine.errors import ConfigError
 
+from .identity import IdentityRule, confidence_path, load_rule
 from .index import (
     MAX_FRAGMENT_TOL_DA,
     Group,
@@ -41,6 +44,11 @@ from .index import (
 from .records import POLARITIES
 
 MODES = ("identity", "open", "neutral_loss", "hybrid")
+#: References of each ion-mode group an identity search keeps before it reports its hits: what the rank-1 hit's
+#: other-structure, isomer and same-structure numbers of :class:`SpectralMatches` are read from.
+IDENTITY_CANDIDATES = 64
+#: A reference of the rank-1 structure counts in ``SpectralMatches.structure_spectra`` from this similarity on.
+STRUCTURE_SPECTRA_FLOOR = 0.5
 CALIBRATION_FILE = "calibration.json"
 # Used only when resources/spectral_library/calibration.json is missing (a source checkout without it).
 FALLBACK_THRESHOLD = (0.75, 3)
@@ -77,22 +85,38 @@ class SearchParams:
 
 @dataclass(frozen=True)
 class AnswerThreshold:
-    """When a rank-1 identity hit is a spectral answer: similarity and matched peaks at least these. The
-    measured rates come with it (``resources/spectral_library/calibration.json``, docs/spectral_library.md)."""
+    """When a rank-1 identity hit is a spectral answer: similarity and matched peaks at least these and, with a
+    calibrated ``rule`` (:class:`engine.spectral_library.identity.IdentityRule`), its probability of being the query's
+    structure at least the rule's. The measured rates come with it (``resources/spectral_library/confidence.json``
+    and ``calibration.json``, docs/spectral_library.md)."""
 
     min_similarity: float
     min_matched_peaks: int
     false_answer_rate: float | None = None  # structure-disjoint queries answered at rank 1
     true_answer_rate: float | None = None  # queries of library structures answered correctly
     source: str = ""
+    rule: IdentityRule | None = None
 
     def accepts(self, hit: SpectralHit) -> bool:
+        """``hit`` passes the similarity and matched-peak floor (the rule, if any, also needs its search)."""
         return hit.similarity >= self.min_similarity and hit.matched_peaks >= self.min_matched_peaks
+
+    def accepts_first(self, matches: SpectralMatches) -> bool:
+        """The rank-1 hit of ``matches`` passes the floor and the calibrated rule."""
+        return bool(matches.hits) and self.accepts(matches.hits[0]) and (self.rule is None or
+                                                                         self.rule.accepts(matches))
 
 
 @lru_cache(maxsize=1)
 def default_threshold() -> AnswerThreshold:
-    """The threshold shipped with the bundled library's calibration (a fixed fallback if it is missing)."""
+    """The identification rule shipped beside the bundled library: the calibrated :class:`IdentityRule` of
+    ``confidence.json`` with its floor, or without one the similarity and matched-peak threshold of
+    ``calibration.json`` (a fixed fallback if both are missing)."""
+    rule = load_rule(confidence_path())
+    if rule is not None:
+        measured = rule.measured or {}
+        return AnswerThreshold(rule.min_similarity, rule.min_matched_peaks, measured.get("false_answer_rate"),
+                               measured.get("true_answer_rate"), str(confidence_path()), rule)
     path = calibration_path()
     try:
         chosen = json.loads(path.read_text(encoding="utf-8"))["chosen"]
@@ -141,14 +165,22 @@ class SpectralMatches:
     hits: tuple[SpectralHit, ...] = ()
     notes: tuple[str, ...] = field(default=())
     libraries: tuple[str, ...] = ()
+    # identity mode, about the rank-1 hit (0 / None without one), over every reference that scored, not only the
+    # reported hits: the distinct structures (first InChIKey block) of its formula the searched libraries hold, its
+    # own included; the best similarity of a reference of another structure; the best reference of another structure
+    # of the same formula (an isomer) as (similarity, record); the references of its own structure scoring >= 0.5
+    formula_structures: int = 0
+    other_similarity: float = 0.0
+    best_isomer: tuple[float, ReferenceRecord] | None = None
+    structure_spectra: int = 0
 
     def answer(self, threshold: AnswerThreshold | None = None) -> SpectralHit | None:
         """The rank-1 hit when it is a spectral answer: identity mode and passing ``threshold`` (default: the
-        shipped calibration, :func:`default_threshold`); ``None`` otherwise."""
+        shipped rule, :func:`default_threshold`); ``None`` otherwise."""
         if self.params.mode != "identity" or not self.hits:
             return None
         threshold = threshold or default_threshold()
-        return self.hits[0] if threshold.accepts(self.hits[0]) else None
+        return self.hits[0] if threshold.accepts_first(self) else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -194,9 +226,10 @@ def matched_peaks(query_mz: np.ndarray, query_precursor: float, ref_mz: np.ndarr
 # ----------------------------------------------------------------------------------------------
 
 
-def _group_scores(group: Group, peaks: np.ndarray, precursor_mz: float,
-                  params: SearchParams) -> tuple[np.ndarray, np.ndarray]:
-    """(group positions, similarities) of the group's spectra that score above zero."""
+def _group_scores(group: Group, peaks: np.ndarray, precursor_mz: float, params: SearchParams,
+                  exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(group positions, similarities) of the group's spectra that score above zero; library rows in ``exclude``
+    never score."""
     core, tol = group.core, params.fragment_tol_da
     if params.mode == "identity":
         lo, hi = group.range_of(precursor_mz, params.precursor_tol_da)
@@ -212,9 +245,13 @@ def _group_scores(group: Group, peaks: np.ndarray, precursor_mz: float,
         scores = core.search(method=method, precursor_mz=precursor_mz, peaks=peaks, ms2_tolerance_in_da=tol,
                              search_type=0)
         offset = 0
+    if exclude is not None and exclude.size:
+        scores = np.where(np.isin(group.rows[offset:offset + scores.size], exclude), 0.0, scores)
     keep = np.flatnonzero(scores > max(params.min_similarity, 0.0) - 1e-7)
     keep = keep[scores[keep] > 0]
     n = params.top_k * 4 + 8  # room for hits dropped by min_matched_peaks
+    if params.mode == "identity":
+        n = max(n, IDENTITY_CANDIDATES)  # room for the rank-1 structure's many spectra and its isomers
     if keep.size > n:
         keep = keep[np.argpartition(-scores[keep], n - 1)[:n]]
     return keep + offset, scores[keep]
@@ -224,9 +261,43 @@ def _groups_for(polarity: str | None) -> tuple[str, ...]:
     return (polarity, "unknown") if polarity in POLARITIES else ("positive", "negative", "unknown")
 
 
+_FORMULA_INDEX: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _formula_rows(library: SpectralLibrary) -> dict[str, np.ndarray]:
+    """Rows of each formula of ``library`` (built once per library object)."""
+    index = _FORMULA_INDEX.get(library)
+    if index is None:
+        rows: dict[str, list[int]] = defaultdict(list)
+        for row, formula in enumerate(library.columns["formula"]):
+            if formula:
+                rows[formula].append(row)
+        index = {f: np.asarray(r, dtype=np.int64) for f, r in rows.items()}
+        _FORMULA_INDEX[library] = index
+    return index
+
+
+def formula_structures(libraries: Sequence[SpectralLibrary], formula: str,
+                       exclude: Mapping[str, np.ndarray] | None = None) -> int:
+    """Distinct structures (first InChIKey block) of ``formula`` that ``libraries`` hold, rows in ``exclude``
+    (library name -> rows) left out."""
+    keys = set()
+    for lib in libraries:
+        rows = _formula_rows(lib).get(formula)
+        if rows is None:
+            continue
+        if exclude and exclude.get(lib.name) is not None:
+            rows = rows[~np.isin(rows, exclude[lib.name])]
+        keys.update(k for k in (lib.columns["inchikey14"][int(r)] for r in rows) if k)
+    return len(keys)
+
+
 def search_peaks(libraries: SpectralLibrary | Sequence[SpectralLibrary], precursor_mz: float, mz, intensity,
-                 polarity: str | None = None, params: SearchParams | None = None) -> SpectralMatches:
-    """Search one query (precursor m/z, peaks, ion mode or ``None``) in one or several libraries."""
+                 polarity: str | None = None, params: SearchParams | None = None,
+                 exclude: Mapping[str, np.ndarray] | None = None) -> SpectralMatches:
+    """Search one query (precursor m/z, peaks, ion mode or ``None``) in one or several libraries. ``exclude``: rows
+    of each library (by name) left out of the search, as if the library lacked them (the leave-one-lab-out
+    measurements of :mod:`training.calibration.identity_confidence`)."""
     params = params or SearchParams()
     libraries = [libraries] if isinstance(libraries, SpectralLibrary) else list(libraries)
     try:
@@ -249,7 +320,8 @@ def search_peaks(libraries: SpectralLibrary | Sequence[SpectralLibrary], precurs
                 group = lib.groups.get(name)
                 if group is None or not len(group):
                     continue
-                positions, scores = _group_scores(group, peaks, precursor_mz, params)
+                positions, scores = _group_scores(group, peaks, precursor_mz, params,
+                                                  None if exclude is None else exclude.get(lib.name))
                 candidates.extend((float(s), li, int(group.rows[p]), lib) for p, s in zip(positions, scores))
     candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
     hits: list[SpectralHit] = []
@@ -269,8 +341,30 @@ def search_peaks(libraries: SpectralLibrary | Sequence[SpectralLibrary], precurs
             break
     query_mz = np.ascontiguousarray(peaks[:, 0])
     query_intensity = np.ascontiguousarray(peaks[:, 1])
+    about = {}
+    if params.mode == "identity" and hits:
+        about = _about_rank1(hits[0], candidates)
+        if hits[0].reference.formula:
+            about["formula_structures"] = formula_structures(libraries, hits[0].reference.formula, exclude)
     return SpectralMatches(precursor_mz, polarity, query_mz, query_intensity, params, tuple(hits), tuple(notes),
-                           tuple(lib.name for lib in libraries))
+                           tuple(lib.name for lib in libraries), **about)
+
+
+def _about_rank1(first: SpectralHit, candidates: Sequence[tuple[float, int, int, SpectralLibrary]]) -> dict:
+    """What the references that scored say about the rank-1 hit ``first`` (the fields of :class:`SpectralMatches`
+    after ``formula_structures``)."""
+    key = first.reference.inchikey14 or first.reference.accession
+    formula = first.reference.formula
+    other, isomer, same = 0.0, None, 0
+    for score, _, row, lib in candidates:  # best first
+        k = lib.columns["inchikey14"][row] or lib.columns["accession"][row]
+        if k == key:
+            same += score >= STRUCTURE_SPECTRA_FLOOR
+            continue
+        other = max(other, min(score, 1.0))
+        if isomer is None and formula and lib.columns["formula"][row] == formula:
+            isomer = (min(score, 1.0), lib.record(row))
+    return {"other_similarity": other, "best_isomer": isomer, "structure_spectra": int(same)}
 
 
 def search(libraries: SpectralLibrary | Sequence[SpectralLibrary], spectrum,

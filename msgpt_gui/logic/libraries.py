@@ -211,6 +211,24 @@ def entry_level(entry):
 IDENTIFIED_TEXT = "identified (level 2a)"  # what stands for the confidence when a reference spectrum identifies rank 1
 
 
+def identification_words(matches) -> tuple[str, str]:
+    """What the detail pane says of an identification beside its match, from the result's identity search
+    ``matches``: (its calibrated confidence, e.g. "confidence 93%", "" without one; the isomers of its formula whose
+    references are nearly as similar, e.g. "or its isomer vitexin, similarity 0.93", "" without any: then the level
+    is 3, not 2a)."""
+    from engine.model.confidence import identification_confidence
+    from engine.spectral_library.identity import close_isomers
+
+    p = identification_confidence(matches) if matches is not None else None
+    sure = "" if p is None else f"confidence {format_probability(p)}"
+    return sure, "; ".join(i.text() for i in close_isomers(matches))
+
+
+def format_probability(p: float) -> str:
+    """A probability as the app writes it: whole percent, "<1%" and ">99%" at the ends."""
+    return "<1%" if p < 0.01 else ">99%" if p > 0.99 else f"{p:.0%}"
+
+
 def stale_entries(entries: Sequence, current) -> list:
     """The listed entries with results ranked with other libraries than those on now (``current(entry)``: whether
     an entry, or a formula run, searched them): what a change of libraries re-runs."""

@@ -1,8 +1,10 @@
-"""The spectral identification rule on hits that are not the query itself (issue #61, item 3): a reference of the
-query's precursor whose spectrum is the query's diluted by three foreign peaks, its similarity set just above and
-just below the shipped rule (engine.spectral_library.search.default_threshold, bundled calibration.json), run
-through ``msgpt predict``: above, the reference's structure is identified (rank 1, level 2a, its evidence written);
-below, it is not, and nothing is called 2a. The margins (0.01-0.05 either side) stay far above float noise."""
+"""The spectral identification rule on hits that are not the query itself (issue #61, item 3; issue #57): a reference
+of the query's precursor whose spectrum is the query's diluted by three foreign peaks, the value the shipped rule
+decides on set just above and just below its cut (engine.spectral_library.search.default_threshold: the calibrated
+probability of resources/spectral_library/confidence.json's rule, or the similarity of calibration.json without
+one), run through ``msgpt predict``: above, the reference's structure is identified (rank 1, level 2a, its evidence
+written); below, it is not, and nothing is called 2a. The margins (0.001-0.05 either side) stay far above float
+noise."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from engine.chem import molecules as chem
 from engine.elucidation.libraries import search_spectrum
 from engine.elucidation.ranking import SPECTRAL_LIBRARY
 from engine.spectral_library import load_spectral_library
+from engine.spectral_library.identity import identity_features
 from engine.spectral_library.search import default_threshold
 
 ISOMER = "O=C(CCCCCC(=O)N(CCO)CCO)N(CCO)CO"  # the first fixture spectrum's formula, not its structure
@@ -41,25 +44,32 @@ def diluted_reference(path, share: float):
     return path
 
 
-def similarity(path) -> tuple[float, int]:
-    hit = search_spectrum([load_spectral_library(path)], fixture_spectra()[0]).hits[0]
-    return hit.similarity, hit.matched_peaks
+def similarity(path) -> tuple[float, int, float]:
+    """(similarity, matched peaks, the value the shipped rule cuts: its probability, or the similarity)."""
+    matches = search_spectrum([load_spectral_library(path)], fixture_spectra()[0])
+    hit, rule = matches.hits[0], default_threshold().rule
+    return hit.similarity, hit.matched_peaks, hit.similarity if rule is None else rule.probability(
+        identity_features(matches))
+
+
+def cut() -> float:
+    rule = default_threshold()
+    return rule.min_similarity if rule.rule is None else rule.rule.min_probability
 
 
 def constructed(home, above: bool):
-    """A reference whose similarity to the query lies 0.01-0.05 above (or below) the rule's, with enough
-    matched peaks: the rule's similarity alone decides. Found on a grid of dilutions (similarity falls as the
-    foreign peaks grow)."""
+    """A reference whose value under the rule lies 0.001-0.05 above (or below) its cut, with enough matched peaks
+    and similarity: the rule's cut alone decides. Found on a grid of dilutions (similarity, and with it the
+    probability, falls as the foreign peaks grow)."""
     rule = default_threshold()
     for i in range(81):
         share = 0.05 * i
         path = diluted_reference(home / f"ref_{'above' if above else 'below'}_{i}.mgf", share)
-        s, matched = similarity(path)
-        window = (rule.min_similarity + 0.01, rule.min_similarity + 0.05) if above else \
-            (rule.min_similarity - 0.05, rule.min_similarity - 0.01)
-        if window[0] <= s <= window[1] and matched >= rule.min_matched_peaks + 3:
+        s, matched, value = similarity(path)
+        window = (cut() + 0.001, cut() + 0.05) if above else (cut() - 0.05, cut() - 0.001)
+        if window[0] <= value <= window[1] and matched >= rule.min_matched_peaks + 3 and s >= rule.min_similarity:
             return path, s
-    pytest.fail(f"no dilution puts the similarity {'above' if above else 'below'} {rule.min_similarity}")
+    pytest.fail(f"no dilution puts the rule's value {'above' if above else 'below'} {cut()}")
 
 
 def predict(tiny_bundle_dir, home, refs, name):
@@ -86,7 +96,7 @@ def test_a_hit_just_above_the_rule_identifies_its_structure(tiny_bundle_dir, hom
 
 def test_a_hit_just_below_the_rule_identifies_nothing(tiny_bundle_dir, home):
     refs, s = constructed(home, above=False)
-    assert s < default_threshold().min_similarity
+    assert similarity(refs)[2] < cut()
     rows = predict(tiny_bundle_dir, home, refs, "below.csv")
     assert rows and not [r for r in rows if r["identification_level"] == "2a"]
     assert not [r for r in rows if r["InChIkey2D"] == chem.inchikey14(ISOMER) and r["feature_rank"] == "1"
