@@ -34,6 +34,9 @@ common ones)::
     OMP_NUM_THREADS=1 python benchmarks/formula_benchmark_runs.py --mgf ../shared/data/massbank_dev.mgf.gz \
         --fold val --adducts all --methods recalibrated --out runs/formula_benchmark_runs_ion_types.json
 
+The ion types tried for each spectrum are ``engine.formulas.candidates``' defaults of its polarity, or those of
+``--ion-types`` (``all``: every COMMON_ION_TYPES entry of the polarity, each with its prior).
+
 **Co-detected adduct partners** (:func:`add_partners`): a molecule seen as one ion type in a real survey scan is
 often seen as others too (``[M+Na]+`` beside ``[M+H]+``). With ``--partner-rate`` p (default
 :data:`PARTNER_RATE`), each other ion type of :data:`PARTNER_ION_TYPES` of the spectrum's polarity is put into its
@@ -181,7 +184,8 @@ def _n_partners(it) -> int:
 
 
 def choose_adducts(names: list[str]) -> tuple[str, ...]:
-    """The ion types of ``--adducts``: ``all`` is every entry of COMMON_ION_TYPES, names are normalised."""
+    """The ion types of ``--adducts`` or ``--ion-types``: ``all`` is every entry of COMMON_ION_TYPES, names are
+    normalised."""
     if names == ["all"]:
         return tuple(a for mode in ("positive", "negative") for a in COMMON_ION_TYPES[mode])
     return tuple(dict.fromkeys(parse_adduct(a).name for a in names))
@@ -256,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--adducts", nargs="+", default=["[M+H]+"],
                    help="ion types of the spectra chosen (one per structure each); 'all': every COMMON_ION_TYPES entry")
     p.add_argument("--max-per-adduct", type=int, help="at most this many structures of each ion type (seeded order)")
+    p.add_argument("--ion-types", nargs="+", metavar="ION",
+                   help="the ion types tried for every spectrum (default: engine.formulas.candidates' defaults of its "
+                   "polarity); 'all': every COMMON_ION_TYPES entry")
     p.add_argument("--partner-rate", type=float, default=PARTNER_RATE,
                    help="probability that each other ion type of the molecule is in its survey scan (0: none)")
     p.add_argument("--max-structures", type=int)
@@ -276,11 +283,14 @@ def main(argv: list[str] | None = None) -> int:
     counts = {a: sum(s.adduct == a for s in spectra) for a in adducts}
     print(f"{len(spectra)} FOLD={args.fold} spectra (one per structure and ion type: "
           f"{', '.join(f'{a} {n}' for a, n in counts.items())}) of {args.min_mass:g} to below {args.max_mass:g} Da, "
-          f"runs of {args.run_size}, partner rate {args.partner_rate:g}; ion types tried: the defaults of "
-          f"engine.formulas.candidates; machine: {platform.processor() or platform.machine()}", flush=True)
+          f"runs of {args.run_size}, partner rate {args.partner_rate:g}; ion types tried: "
+          f"{', '.join(choose_adducts(args.ion_types)) if args.ion_types else 'the defaults of engine.formulas.candidates'}"
+          f"; machine: {platform.processor() or platform.machine()}", flush=True)
     config, scorer = formula_config(args.set), default_scorer()
+    if args.ion_types:
+        config = dataclasses.replace(config, ion_types=choose_adducts(args.ion_types))
     recalibration = formula_config(args.recalibration, RecalibrationConfig(), "--recalibration")
-    report = {"fold": args.fold, "config": args.set, "recalibration": args.recalibration, "adducts": list(adducts),
+    report = {"fold": args.fold, "config": args.set, "ion_types": args.ion_types, "recalibration": args.recalibration, "adducts": list(adducts),
               "counts": counts, "partner_rate": args.partner_rate, "max_per_adduct": args.max_per_adduct,
               "min_mass": args.min_mass, "max_mass": args.max_mass, "run_size": args.run_size, "seed": args.seed,
               "runs": {}}
