@@ -289,7 +289,9 @@ class CandidatesPanel(QWidget):
         head = ""
         if first is not None:
             name = evidence.name_text(first)
-            sure = (f"<b style='color:#1b7f3b'>{IDENTIFIED_TEXT}</b>" if identified else
+            sure = (f"<b style='color:#1b7f3b'>{IDENTIFIED_TEXT}</b>" + (  # with the identification's confidence
+                    f", confidence <b>{_html(format_confidence(r.confidence))}</b>" if done and r.confidence is not None
+                    else "") if identified else
                     f"confidence <b>{_html(format_confidence(r.confidence))}</b>"
                     if done and r.confidence is not None else "")
             label = name or (first.smiles if len(first.smiles) <= 40 else first.smiles[:39] + "…")

@@ -28,7 +28,7 @@ from msgpt_gui.logic.libraries import (
     sources_from_setting,
 )
 from msgpt_gui.logic.plotting import MATCHED_QUERY_COLOR, MATCHED_REFERENCE_COLOR, find_hit, plot_mirror
-from msgpt_gui.models import CandidatesModel, SpectraModel
+from msgpt_gui.models import CandidatesModel, SpectraModel, format_confidence
 
 SITAGLIPTIN = "MSBNK-Eawag-EA290310"
 NICOTINE = "MSBNK-NaToxAq-NA003084"
@@ -179,7 +179,11 @@ def test_spectral_library_hits_reach_the_run_table_filter_level_and_mirror(qtbot
     assert "identified (level 2a)" in panel.summary.text() and "level <b>2a</b>" in panel.summary.text()
     spectra = window.spectra
     assert spectra.index_of(entry.key, SpectraModel.LEVEL).data() == "2a"
-    assert spectra.index_of(entry.key, SpectraModel.CONFIDENCE).data() == "identified (level 2a)"
+    # the identification's calibrated confidence (issue #57), in the list, the summary and the detail pane
+    assert result.confidence is not None and result.confidence >= 0.01
+    shown = format_confidence(result.confidence)
+    assert spectra.index_of(entry.key, SpectraModel.CONFIDENCE).data() == shown
+    assert f"confidence <b>{shown}</b>" in panel.summary.text() and "confidence" in detail.library.text()
 
     # the export: the level, the reference's accession and the libraries used
     out = path.parent / "out.csv"
