@@ -235,14 +235,13 @@ def write_all(mzml: str | Path, out_dir: str | Path, limit: int | None = None) -
 def check(paths: dict[str, Path], reference: Sequence) -> list[str]:
     """Read each hand-off back as features and compare with the mzML's: one line per export (what the docs quote)."""
     from engine.formulas.candidates import rank_formulas
-    from engine.spectra.features import iter_features
-    from engine.spectra.handoff import feature_abundance
+    from engine.spectra.handoff import feature_abundance, iter_input_features
     from engine.spectra.spectrum import SkippedRecord
 
     lines = []
     ref_tables = [rank_formulas(r.spectrum, ms1=r.ms1) for r in reference]
     for kind in ("mzmine_sirius", "feature_mgf", "msp", "sirius_ms"):
-        items = list(iter_features(paths[kind]))
+        items = list(iter_input_features(paths[kind]))
         features = [i for i in items if not isinstance(i, SkippedRecord)]
         same_ms2 = sum(f.spectrum.mz.size == r.spectrum.mz.size and np.allclose(f.spectrum.mz, r.spectrum.mz, atol=1e-4)
                        for f, r in zip(features, reference))

@@ -62,15 +62,15 @@ def _features(paths: list[str], args: argparse.Namespace, file_errors: list[str]
     (engine.spectra.features). ``counts`` gets one :class:`~engine.spectra.features.RunCounts` per input. A file
     that cannot be read (or stops being readable mid-way) prints one line and the next input goes on.
     """
-    from engine.spectra.features import RunCounts, iter_features
-    from engine.spectra.handoff import attach_quant
+    from engine.spectra.features import RunCounts
+    from engine.spectra.handoff import attach_quant, iter_input_features
 
     config = _feature_config(args)
     for position, path in enumerate(paths):
         run = RunCounts(source=path)
         counts.append(run)
         try:
-            features = attach_quant(iter_features(path, config, counts=run), getattr(args, "quant", None), config)
+            features = attach_quant(iter_input_features(path, config, counts=run), getattr(args, "quant", None), config)
             for item in _with_partners(_recalibrated(features, path, args)):
                 yield position, item
         except InputFileError as e:

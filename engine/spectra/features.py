@@ -576,11 +576,6 @@ def iter_features(
 
     counts = counts if counts is not None else RunCounts()
     counts.source = str(path)
-    from engine.spectra.handoff import handoff_kind, iter_handoff_features
-
-    if (kind := handoff_kind(path)) is not None:  # MZmine, GNPS, MS-DIAL and SIRIUS feature exports (#60)
-        yield from iter_handoff_features(path, kind, config, counts, **io_kwargs)
-        return
     fmt = detect_format(path)
     if fmt == "mgf" and config.grouping in ("auto", "never"):
         for item in iter_spectra(path, **io_kwargs):

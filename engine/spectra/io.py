@@ -15,7 +15,8 @@ Rules (docs/bad_inputs.md lists what each bad input gives, generated from tests/
 * **Format**: the extension (``.mgf``, ``.mzML``, ``.msp``/``.mat``, ``.ms``, each + ``.gz``) decides, and the first
   64 KB must confirm it; other extensions are accepted when the content is clearly MGF, mzML, MSP
   (``PRECURSORMZ:`` and ``Num Peaks:`` lines) or SIRIUS ``.ms`` (a ``>compound``/``>parentmass`` line). MSP and
-  ``.ms`` records are read by :mod:`engine.spectra.handoff` (the feature exports of MS-DIAL and SIRIUS).
+  ``.ms`` records are read by :mod:`engine.spectra.feature_exports` (MS-DIAL's and SIRIUS' feature exports; the
+  features are made by :mod:`engine.spectra.handoff`).
   Compression is recognised by gzip's magic bytes, whatever the name says.
 * **Text**: UTF-8 (a byte-order mark is dropped), or UTF-16 when the file starts with its
   byte-order mark; any line ends (LF, CR LF, CR). Bytes that are not UTF-8 (a Latin-1 name) become
@@ -104,7 +105,7 @@ def iter_spectra(
     options = ReadOptions.create(path, default_adduct, default_formula, tol_ppm, tol_da, survey_scans)
     fmt = detect_format(path)
     if fmt in ("msp", "sirius_ms"):
-        from engine.spectra.handoff import iter_msp, iter_sirius_ms
+        from engine.spectra.feature_exports import iter_msp, iter_sirius_ms
 
         records = iter_msp(options) if fmt == "msp" else iter_sirius_ms(options)
     else:

@@ -1,11 +1,12 @@
 """The app's reading of hand-off files (#60): MZmine's SIRIUS export, GNPS-FBMN MGF (with its ``_quant.csv``
 beside it), MS-DIAL MSP and SIRIUS ``.ms`` listed one row per feature (:mod:`engine.spectra.handoff`), in batches
-as :func:`msgpt_gui.logic.jobs.load_file` lists other files. No Qt here."""
+that :func:`msgpt_gui.logic.jobs.load_file` hands on as it lists other files (this module does not import it: no
+import circle); and the rows of File ▸ Export Feature Table. No Qt here."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Iterator
 
 from engine.errors import MsgptError
 from engine.progress import CancelFn, check_cancel
@@ -13,14 +14,13 @@ from engine.spectra.features import FeatureConfig, RunCounts
 from engine.spectra.handoff import iter_handoff_features
 from engine.spectra.spectrum import SkippedRecord
 
-from .jobs import FileSummary, RecordsRead, reason_kind
 
-
-def load_handoff(path: str, kind: str, summary: FileSummary, cancel: CancelFn | None = None, batch: int = 500,
-                 interval_s: float = 0.15, features: FeatureConfig | None = None,
-                 ) -> Generator[RecordsRead, None, FileSummary]:
-    """The file's features (and skipped records) in batches; returns ``summary`` filled in. A file that breaks off
-    mid-way lists what was read before, then raises."""
+def handoff_batches(path: str, kind: str, summary, reason_kind: Callable[[str], str], cancel: CancelFn | None = None,
+                    batch: int = 500, interval_s: float = 0.15, features: FeatureConfig | None = None,
+                    ) -> Iterator[tuple]:
+    """The file's features (and skipped records) in batches (tuples), filling in ``summary`` (a
+    :class:`~msgpt_gui.logic.jobs.FileSummary`; ``reason_kind`` names a skip's kind). A file that breaks off mid-way
+    gives what was read before, then raises."""
     counts = RunCounts()
     items: list = []
     last = time.perf_counter()
@@ -34,16 +34,15 @@ def load_handoff(path: str, kind: str, summary: FileSummary, cancel: CancelFn | 
             else:
                 summary.spectra += 1
             if len(items) >= batch or time.perf_counter() - last >= interval_s:
-                yield RecordsRead(path, tuple(items))
+                yield tuple(items)
                 items, last = [], time.perf_counter()
     except MsgptError:
         if items:
-            yield RecordsRead(path, tuple(items))
+            yield tuple(items)
         raise
     summary.survey_scans = counts.n_survey
     if items:
-        yield RecordsRead(path, tuple(items))
-    return summary
+        yield tuple(items)
 
 
 def entry_feature_rows(entries) -> list:

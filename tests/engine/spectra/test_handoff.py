@@ -18,6 +18,7 @@ from engine.spectra.handoff import (
     attach_quant,
     feature_abundance,
     handoff_kind,
+    iter_input_features,
     read_quant_table,
 )
 from engine.spectra.io import detect_format, read_spectra
@@ -64,7 +65,7 @@ def handoff(tmp_path_factory):
 
 
 def features_of(path, **kwargs):
-    items = list(iter_features(path, **kwargs))
+    items = list(iter_input_features(path, **kwargs))
     return [i for i in items if not isinstance(i, SkippedRecord)], [i for i in items if isinstance(i, SkippedRecord)]
 
 
