@@ -3,7 +3,11 @@
 
 from engine.chem.adducts import COMMON_ION_TYPES, precursor_mz_from_neutral
 from engine.chem.formula import formula_mass, parse_formula
-from engine.formulas.candidates import FormulaConfig, cation_decompositions, rank_formulas
+from engine.formulas.candidates import (
+    FormulaConfig,
+    cation_decompositions,
+    rank_formulas,
+)
 from engine.formulas.scorer import default_scorer
 from engine.model.ion_mapping import is_even_electron_cation
 from engine.spectra.spectrum import Spectrum

@@ -5,9 +5,12 @@ in a scorer file (--ion-types-only)."""
 import json
 import math
 
-from training.calibration.formula_scorer import count_ion_types, ion_type_log_prior, main
-
 from engine.chem.adducts import COMMON_ION_TYPES
+from training.calibration.formula_scorer import (
+    count_ion_types,
+    ion_type_log_prior,
+    main,
+)
 
 
 def record(adduct, fold="train", mode="positive", formula="C10H10O3"):
