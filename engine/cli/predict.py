@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_score_parser(sub)
 
+    from engine.cli.calibrate_library import add_calibrate_library_parser
+
+    add_calibrate_library_parser(sub)
+
     info = sub.add_parser("info", help="describe a model bundle")
     info.add_argument("--model", help="model bundle folder (default: the bundled model)")
     info.set_defaults(func=cmd_info)

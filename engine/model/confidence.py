@@ -328,11 +328,13 @@ def why_no_confidence(bundle, result) -> str:
     of the κ band's queries; an ion mode the fit saw (``meta["polarities"]``, positive when absent); the fit's
     settings (κ band, M, N, decoding, ranking, sampling, adapter); a known probability of a ranked formula."""
     if _identified_first(result):
-        if identity_model() is None:
-            return (f"rank 1 is identified by a reference spectrum, and no confidence of identifications ships beside "
-                    f"the spectral library ({confidence_path()})")
-        if identity_features(result.spectral_matches) is None:
+        matches = result.spectral_matches
+        if identity_features(matches) is None:
             return "rank 1 is identified by a reference spectrum, but this result does not keep the search's hits"
+        own = matches.calibration_file(matches.hits[0].library)
+        if identity_model(own) is None:
+            return (f"rank 1 is identified by a reference spectrum, and no confidence of identifications ships beside "
+                    f"the spectral library ({own or confidence_path()})")
         return ""
     if result.n_samples == 0 and not result.partial:
         return "no candidate was drawn: these are library structures of a formula only a library proposes"
@@ -369,8 +371,8 @@ def why_no_confidence(bundle, result) -> str:
     return ""
 
 
-@lru_cache(maxsize=4)
-def _load_identity_model(path: str) -> ConfidenceModel | None:
+@lru_cache(maxsize=16)
+def _load_identity_model(path: str, mtime: float) -> ConfidenceModel | None:
     p = Path(path)
     if not p.is_file():
         return None
@@ -384,14 +386,21 @@ def _load_identity_model(path: str) -> ConfidenceModel | None:
 def identity_model(path: str | Path | None = None) -> ConfidenceModel | None:
     """The confidence of identifications at ``path`` (default: the one shipped beside the bundled spectral library,
     :func:`engine.spectral_library.identity.confidence_path`); None when there is none."""
-    return _load_identity_model(str(path or confidence_path()))
+    p = Path(path or confidence_path())
+    try:
+        mtime = p.stat().st_mtime
+    except OSError:
+        return None
+    return _load_identity_model(str(p), mtime)  # a rewritten file (msgpt calibrate-library) is read again
 
 
 def identification_confidence(matches, model: ConfidenceModel | None = None) -> float | None:
     """P(the rank-1 reference of the identity search ``matches`` is the query's structure)
-    (:mod:`engine.spectral_library.identity`); None without a hit or a model."""
-    model = model or identity_model()
+    (:mod:`engine.spectral_library.identity`), by ``model`` or the calibration of the hit's library (its own,
+    ``msgpt calibrate-library``, or the shipped one); None without a hit or a model."""
     features = identity_features(matches)
+    if model is None and features is not None:  # the calibration of the rank-1 hit's library, if it has its own
+        model = identity_model(matches.calibration_file(matches.hits[0].library))
     if model is None or features is None:
         return None
     return model.probability(features)

@@ -46,6 +46,9 @@ from engine.errors import BundleError
 IDENTITY_FEATURES = ("similarity", "log_matched", "matched_intensity", "margin", "isomer_similarity",
                      "log_isomers", "log_structure_spectra")
 CONFIDENCE_FILE = "confidence.json"
+#: A user's library ``X.msp`` uses the calibration ``X.msp.confidence.json`` beside it when there is one (written by
+#: ``msgpt calibrate-library``, :mod:`engine.cli.calibrate_library`).
+USER_SUFFIX = ".confidence.json"
 #: A reference of another structure of the same formula whose similarity is within this of the rank-1 hit's makes
 #: the identification ambiguous (level 3, the isomer named). Chosen on FOLD=train leave-one-lab-out searches by
 #: ``python -m training.calibration.identity_confidence report`` (docs/spectral_library.md).
@@ -170,6 +173,11 @@ class IdentityRule:
         except (KeyError, TypeError, ValueError) as e:
             raise BundleError(f"{where or 'confidence file'}: bad identification rule ({e}); refit it with "
                               "`python -m training.calibration.identity_confidence fit`.") from e
+
+
+def user_calibration_path(library_path: str | Path) -> Path:
+    """Where the calibration of the user's library file ``library_path`` lives: beside it, ``<file>.confidence.json``."""
+    return Path(str(library_path) + USER_SUFFIX)
 
 
 def load_rule(path: str | Path) -> IdentityRule | None:

@@ -33,7 +33,7 @@ import numpy as np
 from engine import paths
 from engine.errors import ConfigError
 
-from .identity import IdentityRule, confidence_path, load_rule
+from .identity import IdentityRule, confidence_path, load_rule, user_calibration_path
 from .index import (
     MAX_FRAGMENT_TOL_DA,
     Group,
@@ -126,6 +126,38 @@ def default_threshold() -> AnswerThreshold:
         return AnswerThreshold(*FALLBACK_THRESHOLD, source="fallback (calibration.json missing)")
 
 
+@lru_cache(maxsize=16)
+def file_threshold(path: str, mtime: float = 0.0) -> AnswerThreshold:
+    """The rule of a library's own calibration file (``mtime``: a rewritten file is read again); the shipped rule when
+    the file has none."""
+    rule = load_rule(path)
+    if rule is None:
+        return default_threshold()
+    measured = rule.measured or {}
+    return AnswerThreshold(rule.min_similarity, rule.min_matched_peaks, measured.get("false_answer_rate"),
+                           measured.get("true_answer_rate"), path, rule)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return Path(path).stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+_CALIBRATION: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def library_calibration(library: SpectralLibrary) -> str | None:
+    """The library's own calibration file (:func:`engine.spectral_library.identity.user_calibration_path` of the file
+    it was read from) when there is one; looked up once per library object."""
+    if library not in _CALIBRATION:
+        source = getattr(getattr(library, "report", None), "path", "") or ""
+        path = user_calibration_path(source) if source else None
+        _CALIBRATION[library] = str(path) if path is not None and path.is_file() else ""
+    return _CALIBRATION[library] or None
+
+
 @dataclass(frozen=True)
 class SpectralHit:
     """One reference matched by a query. ``fragment_pairs``/``loss_pairs`` are ``(n, 2)`` int arrays of
@@ -173,13 +205,25 @@ class SpectralMatches:
     other_similarity: float = 0.0
     best_isomer: tuple[float, ReferenceRecord] | None = None
     structure_spectra: int = 0
+    # (library name, its own calibration file) of the searched libraries that have one (``msgpt calibrate-library``)
+    calibrations: tuple[tuple[str, str], ...] = ()
+
+    def calibration_file(self, library: str) -> str | None:
+        """The calibration file of the searched library named ``library`` (None: the shipped one applies)."""
+        return dict(self.calibrations).get(library)
+
+    def threshold_for(self, library: str) -> AnswerThreshold:
+        """The identification rule of a hit of ``library``: its own calibration's, or the shipped
+        :func:`default_threshold`."""
+        path = self.calibration_file(library)
+        return default_threshold() if path is None else file_threshold(path, _mtime(path))
 
     def answer(self, threshold: AnswerThreshold | None = None) -> SpectralHit | None:
-        """The rank-1 hit when it is a spectral answer: identity mode and passing ``threshold`` (default: the
-        shipped rule, :func:`default_threshold`); ``None`` otherwise."""
+        """The rank-1 hit when it is a spectral answer: identity mode and passing ``threshold`` (default: the rule
+        of its library, :meth:`threshold_for`); ``None`` otherwise."""
         if self.params.mode != "identity" or not self.hits:
             return None
-        threshold = threshold or default_threshold()
+        threshold = threshold or self.threshold_for(self.hits[0].library)
         return self.hits[0] if threshold.accepts_first(self) else None
 
 
@@ -346,8 +390,9 @@ def search_peaks(libraries: SpectralLibrary | Sequence[SpectralLibrary], precurs
         about = _about_rank1(hits[0], candidates)
         if hits[0].reference.formula:
             about["formula_structures"] = formula_structures(libraries, hits[0].reference.formula, exclude)
+    calibrations = tuple((lib.name, path) for lib in libraries if (path := library_calibration(lib)))
     return SpectralMatches(precursor_mz, polarity, query_mz, query_intensity, params, tuple(hits), tuple(notes),
-                           tuple(lib.name for lib in libraries), **about)
+                           tuple(lib.name for lib in libraries), calibrations=calibrations, **about)
 
 
 def _about_rank1(first: SpectralHit, candidates: Sequence[tuple[float, int, int, SpectralLibrary]]) -> dict:
