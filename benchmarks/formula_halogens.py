@@ -19,7 +19,8 @@ Two measurements (issue #56, items 3 and 4), on formulas of neutral mass below `
   (``benchmarks/formula_benchmark_runs.py``'s :func:`run_instrument`: a survey scan with the formula's isotope
   pattern M .. M+5 under the instrument's m/z and intensity errors), formula and ion type hidden; Top-1 of the
   true formula and ion type with the survey scan as measured and after the run's m/z recalibration. The no Cl/Br
-  group is subsampled to ``--max-plain`` structures (seeded), the others are taken whole.
+  group is subsampled to ``--max-plain`` structures (seeded), the others are taken whole (or ``--max-per-group``);
+  P+S structures are all kept.
 """
 
 from __future__ import annotations
@@ -166,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-size", type=int, default=25, help="spectra per simulated run")
     p.add_argument("--max-mass", type=float, default=500.0, help="neutral masses at or above this are left out, Da")
     p.add_argument("--max-plain", type=int, default=300, help="structures without Cl or Br kept (seeded subsample)")
+    p.add_argument("--max-per-group", type=int, help="structures kept of each Cl/Br group (seeded; default: all)")
     p.add_argument("--noise-ppm", type=float, default=3.0, help="precursor m/z error sd of the reachability check")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip-runs", action="store_true", help="only the reachability check")
@@ -178,8 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     spectra = [s for s in chosen if formula_mass(parse_formula(s.formula)) < args.max_mass]
     rng = np.random.default_rng(args.seed)
     plain = [s for s in spectra if halogen_group(s.formula) == "no Cl/Br"]
-    keep_plain = {id(plain[i]) for i in rng.permutation(len(plain))[: args.max_plain]}
-    spectra = [s for s in spectra if halogen_group(s.formula) != "no Cl/Br" or id(s) in keep_plain]
+    kept = set()
+    for group in HALOGEN_GROUPS:
+        members = [s for s in spectra if halogen_group(s.formula) == group]
+        most = args.max_plain if group == "no Cl/Br" else args.max_per_group
+        kept |= {id(members[i]) for i in rng.permutation(len(members))[:most]}
+    spectra = [s for s in spectra if id(s) in kept or "P+S" in groups_of(s.formula)]  # P+S: all
     spectra = [spectra[i] for i in rng.permutation(len(spectra))]  # runs mix the groups
     machine = platform.processor() or platform.machine()
     counts = {g: sum(g in groups_of(s.formula) for s in spectra) for g in GROUPS}

@@ -72,7 +72,7 @@ from engine.formulas.decompose import (
 )
 from engine.formulas.elements import ElementEvidence, combine, fragment_elements, isotope_elements
 from engine.formulas.evidence import fragment_features_many, fragment_peaks
-from engine.formulas.prior import element_mass_array
+from engine.formulas.prior import element_mass_array, pattern_codes
 from engine.formulas.scorer import FormulaScorer, default_scorer, fragment_terms
 from engine.spectra.annotate import DEFAULT_TOL_DA as FRAGMENT_TOL_DA
 from engine.spectra.annotate import DEFAULT_TOL_PPM as FRAGMENT_TOL_PPM
@@ -116,6 +116,8 @@ class FormulaConfig:
         "help": "ion types to consider when the record has none (None: [M+H]+, [M+Na]+, [M+NH4]+ or the negative three)"})
     decomposition: DecompositionConfig = field(default_factory=DecompositionConfig)
     max_scored: int = field(default=60, metadata={"help": "formulas per ion type scored by their fragments"})
+    per_pattern: int = field(default=0, metadata={
+        "help": "also scored by their fragments: the best formulas of each element pattern beyond CHNO, per ion type"})
     max_mass: float = field(default=1000.0, metadata={
         "help": "largest neutral mass decomposed, Da (above it formulas are too many to rank: give the formula)"})
     fragment_tol_ppm: float = FRAGMENT_TOL_PPM
@@ -143,6 +145,8 @@ class FormulaConfig:
             raise ConfigError(f"`mass_sigma_ppm` must be > 0, got {self.mass_sigma_ppm!r}.")
         if self.ppm == 0 and self.da == 0:
             raise ConfigError("`ppm` and `da` are both 0; give a precursor mass tolerance > 0.")
+        if isinstance(self.per_pattern, bool) or not isinstance(self.per_pattern, int) or self.per_pattern < 0:
+            raise ConfigError(f"`per_pattern` must be a whole number >= 0, got {self.per_pattern!r}.")
         for name in ("max_scored", "isotope_peaks"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -308,6 +312,23 @@ def cation_decompositions(mass: float, tol: float, config: FormulaConfig) -> tup
     return vectors, masses + h
 
 
+def shortlist(stage1: np.ndarray, vectors: np.ndarray, max_scored: int, per_pattern: int = 0) -> np.ndarray:
+    """Indices of the formulas the fragment stage scores, best stage-1 score first: the ``max_scored`` best, and the
+    ``per_pattern`` best of each element pattern beyond C, H, N, O (:func:`engine.formulas.prior.pattern_codes`), so
+    that the corpus prior cannot push a whole composition out (thiophosphates: P and S; issue #56)."""
+    order = np.argsort(-np.asarray(stage1), kind="stable")
+    keep = np.zeros(len(order), dtype=bool)
+    keep[:max_scored] = True
+    if per_pattern > 0 and len(order):
+        codes = pattern_codes(np.asarray(vectors)[order])
+        by_code = np.argsort(codes, kind="stable")  # positions grouped by pattern, best first within each
+        sorted_codes = codes[by_code]
+        starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+        within = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+        keep[by_code[within < per_pattern]] = True
+    return order[keep]
+
+
 class PrecursorPrecisionError(SpectrumError):
     """The precursor m/z is written to fewer decimals (``precision`` Da) than ranking formulas needs."""
 
@@ -372,7 +393,7 @@ def rank_formulas(
                                          np.concatenate([st.isotopes for st in with_iso]), observed), shown)
     rows = []  # (ion_type, vector, mass, theoretical m/z, ppm, stage-1 features)
     for st in stages:
-        for i in np.argsort(-st.stage1, kind="stable")[: config.max_scored]:
+        for i in shortlist(st.stage1, st.vectors, config.max_scored, config.per_pattern):
             rows.append((st.ion_type, st.vectors[i], float(st.masses[i]), float(st.theo_mz[i]), float(st.ppm[i]),
                          {k: float(np.asarray(f)[i]) for k, f in st.features.items()}))
     notes.extend(shown.notes)

@@ -14,11 +14,14 @@ whose monoisotopic mass lies within ``tol_da`` of a mass, that obeys:
 * **element ratios** (rule 4, the "extended" ranges that hold for 99.99 % of the paper's
   databases): H/C 0.1-6 (halogens counted with H for the floor: C6Cl6 passes), N/C <= 4, O/C <= 3, P/C <= 2, S/C <= 3, F/C <= 6, Cl/C <= 2, Br/C <= 2,
   I/C <= 2, Si/C <= 1;
-* **HNOPS counts** (rule 5): N, O, P, S all > 1: N < 10, O < 20, P < 4, S < 3; N, O, P all > 3:
-  N < 11, O < 22, P < 6; O, P, S all > 1: O < 14, P < 3, S < 3; P, S, N all > 1: P < 3, S < 3,
-  N < 4; N, O, S all > 6: N < 19, O < 14, S < 8;
+* **HNOPS counts** (rule 5): N, O, P, S all > 1: N < 10, O < 20, P < 4, S < 5; N, O, P all > 3:
+  N < 11, O < 22, P < 6; O, P, S all > 1: O < 14, P < 3, S < 5; P, S, N all > 1: P < 3, S < 5,
+  N < 4; N, O, S all > 6: N < 19, O < 14, S < 8. Kind & Fiehn's S < 3 in the three P-and-S rules
+  dropped pesticides with two P and three or four S (ethion C9H22O4P2S4, temephos C16H20O6P2S3; issue #56);
 * at most ``max_rare_elements`` (3) distinct elements besides C, H, N, O (the corpus has 0.02 %
-  structures with four).
+  structures with four), or ``max_rare_with_p_and_s`` (4) when two of them are P and S: thiophosphate
+  pesticides carry two halogens (profenofos C11H15BrClO3PS, bromophos C8H8BrCl2O3PS, iodofenphos
+  C8H8Cl2IO3PS).
 
 The search meets in the middle: all (C, H, N, O) compositions up to the mass, sorted by mass, and
 all compositions of the other elements; for each of the latter a binary search finds the (C, H, N,
@@ -47,6 +50,8 @@ RATIO_LIMITS: Mapping[str, tuple[float, float]] = MappingProxyType({
     "H": (0.1, 6.0), "N": (0.0, 4.0), "O": (0.0, 3.0), "P": (0.0, 2.0), "S": (0.0, 3.0), "F": (0.0, 6.0),
     "Cl": (0.0, 2.0), "Br": (0.0, 2.0), "I": (0.0, 2.0), "Si": (0.0, 1.0),
 })  # fmt: skip
+#: S must stay below this in rule 5's P-and-S parts (Kind & Fiehn: 3; 5 keeps ethion's S4 and temephos' S3).
+HNOPS_MAX_S = 5
 _CORE = ("C", "H", "N", "O")
 _HALOGENS = ("F", "Cl", "Br", "I")
 _I = ELEMENT_INDEX
@@ -60,6 +65,8 @@ class DecompositionConfig:
     max_counts: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_MAX_COUNTS), metadata={
         "help": "most atoms per element (elements left out keep their default)"})
     max_rare_elements: int = field(default=3, metadata={"help": "distinct elements besides C, H, N, O"})
+    max_rare_with_p_and_s: int = field(default=4, metadata={
+        "help": "distinct elements besides C, H, N, O when P and S are two of them (thiophosphates with halogens)"})
     min_rdbe: float = field(default=0.0, metadata={"help": "lowest ring-plus-double-bond equivalent"})
     golden_rules: bool = field(default=True, metadata={"help": "element ratios and HNOPS counts (Kind & Fiehn)"})
 
@@ -80,6 +87,10 @@ class DecompositionConfig:
         object.__setattr__(self, "max_counts", MappingProxyType(counts))
         if isinstance(self.max_rare_elements, bool) or not isinstance(self.max_rare_elements, int) or self.max_rare_elements < 0:
             raise ConfigError(f"`max_rare_elements` must be a whole number >= 0, got {self.max_rare_elements!r}.")
+        value = self.max_rare_with_p_and_s
+        if isinstance(value, bool) or not isinstance(value, int) or value < self.max_rare_elements:
+            raise ConfigError(f"`max_rare_with_p_and_s` must be a whole number >= max_rare_elements "
+                              f"({self.max_rare_elements}), got {value!r}.")
         if not math.isfinite(self.min_rdbe):
             raise ConfigError(f"`min_rdbe` must be a number, got {self.min_rdbe!r}.")
 
@@ -103,7 +114,9 @@ def chemical_rules_mask(vectors: np.ndarray, config: DecompositionConfig = Decom
     for e in ELEMENTS:
         ok &= v[:, _I[e]] <= (config.cap(e) if e in DECOMPOSITION_ELEMENTS else 0)
     rare = [e for e in DECOMPOSITION_ELEMENTS if e not in _CORE]
-    ok &= (v[:, [_I[e] for e in rare]] > 0).sum(axis=1) <= config.max_rare_elements
+    n_rare = (v[:, [_I[e] for e in rare]] > 0).sum(axis=1)
+    p_and_s = (v[:, _I["P"]] > 0) & (v[:, _I["S"]] > 0)
+    ok &= (n_rare <= config.max_rare_elements) | (p_and_s & (n_rare <= config.max_rare_with_p_and_s))
     if config.golden_rules:
         c = v[:, _I["C"]].astype(np.float64)
         for e, (lo, hi) in RATIO_LIMITS.items():
@@ -112,10 +125,10 @@ def chemical_rules_mask(vectors: np.ndarray, config: DecompositionConfig = Decom
                 n = n + sum(v[:, _I[x]] for x in _HALOGENS)
             ok &= (n >= lo * c) & (n <= hi * c)
         n, o, p, s = (v[:, _I[e]] for e in ("N", "O", "P", "S"))
-        ok &= ~((n > 1) & (o > 1) & (p > 1) & (s > 1) & ((n >= 10) | (o >= 20) | (p >= 4) | (s >= 3)))
+        ok &= ~((n > 1) & (o > 1) & (p > 1) & (s > 1) & ((n >= 10) | (o >= 20) | (p >= 4) | (s >= HNOPS_MAX_S)))
         ok &= ~((n > 3) & (o > 3) & (p > 3) & ((n >= 11) | (o >= 22) | (p >= 6)))
-        ok &= ~((o > 1) & (p > 1) & (s > 1) & ((o >= 14) | (p >= 3) | (s >= 3)))
-        ok &= ~((p > 1) & (s > 1) & (n > 1) & ((p >= 3) | (s >= 3) | (n >= 4)))
+        ok &= ~((o > 1) & (p > 1) & (s > 1) & ((o >= 14) | (p >= 3) | (s >= HNOPS_MAX_S)))
+        ok &= ~((p > 1) & (s > 1) & (n > 1) & ((p >= 3) | (s >= HNOPS_MAX_S) | (n >= 4)))
         ok &= ~((n > 6) & (o > 6) & (s > 6) & ((n >= 19) | (o >= 14) | (s >= 8)))
     return ok
 
@@ -134,15 +147,20 @@ def _grid(axes: list[np.ndarray]) -> np.ndarray:
 
 
 @lru_cache(maxsize=4)
-def _rare_part(elements: tuple[str, ...], caps: tuple[int, ...], max_rare: int, max_mass: float):
-    """Every composition of the non-CHNO elements (at most ``max_rare`` of them) up to ``max_mass``."""
+def _rare_part(elements: tuple[str, ...], caps: tuple[int, ...], max_rare: int, max_mass: float,
+               max_rare_with_p_and_s: int | None = None):
+    """Every composition of the non-CHNO elements (at most ``max_rare`` of them, or ``max_rare_with_p_and_s`` when
+    P and S are two of them) up to ``max_mass``."""
     masses = _masses()
     rows = [np.zeros(len(ELEMENTS), dtype=np.int64)]
     rare = [(e, c) for e, c in zip(elements, caps) if e not in _CORE and c > 0]
     from itertools import combinations
 
-    for k in range(1, max_rare + 1):
+    with_p_and_s = max(max_rare, max_rare_with_p_and_s or 0)
+    for k in range(1, with_p_and_s + 1):
         for combo in combinations(rare, k):
+            if k > max_rare and not {"P", "S"} <= {e for e, _ in combo}:
+                continue
             grid = _grid([np.arange(1, c + 1) for _, c in combo])  # (G, k)
             block = np.zeros((len(grid), len(ELEMENTS)), dtype=np.int64)
             for j, (e, _) in enumerate(combo):
@@ -223,7 +241,8 @@ def decompose_mass(
     hi = mass + tol_da
     caps = tuple(config.cap(e) for e in DECOMPOSITION_ELEMENTS)  # 0 for elements not allowed
     # the rare part is cached for a mass range (rounded up to 100 Da, so nearby masses share it)
-    rare, rare_mass = _rare_part(DECOMPOSITION_ELEMENTS, caps, config.max_rare_elements, float(math.ceil(hi / 100.0) * 100.0))
+    rare, rare_mass = _rare_part(DECOMPOSITION_ELEMENTS, caps, config.max_rare_elements, float(math.ceil(hi / 100.0) * 100.0),
+                                 config.max_rare_with_p_and_s)
     within = rare_mass <= hi
     rare, rare_mass = rare[within], rare_mass[within]
     extra_h = max(config.cap("P") + 2 * config.cap("Si"), 0)

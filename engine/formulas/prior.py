@@ -53,10 +53,14 @@ def formula_keys(vectors: np.ndarray) -> np.ndarray:
     return np.where(ok, keys, -1)
 
 
-def _pattern_codes(vectors: np.ndarray) -> np.ndarray:
-    """Which non-CHNO elements each count vector holds, as a bit code (bit j: _RARE[j])."""
+def pattern_codes(vectors: np.ndarray) -> np.ndarray:
+    """Which elements beyond C, H, N, O each count vector holds (its element pattern), as a bit code (bit j: the
+    j-th of P, S, F, Cl, Br, I, Si)."""
     present = np.asarray(vectors)[:, [ELEMENT_INDEX[e] for e in _RARE]] > 0  # (K, 7)
     return present.astype(np.int64) @ (1 << np.arange(len(_RARE)))
+
+
+_pattern_codes = pattern_codes
 
 
 def _pattern(vector_row: np.ndarray) -> str:
