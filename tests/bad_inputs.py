@@ -39,7 +39,8 @@ TABLE = ROOT / "docs" / "bad_inputs.md"
 
 GOOD_BASE = "MSBNK-Antwerp_Univ-METOX_P102203_EF88"  # N-acetylphenylalanine, [M+H]+, C11H13NO3
 NEGATIVE_BASE = "MSBNK-Washington_State_Univ-BML00201"  # daphnoretin, [M-H]-
-MODEL = SimpleNamespace(name="MODEL", supported_adducts=("[M+H]+", "[M+Na]+"))  # stands in for a bundle
+MODEL = SimpleNamespace(name="MODEL", supported_adducts=("[M+H]+", "[M+Na]+"),  # stands in for a bundle
+                        runnable_adducts=("[M+H]+", "[M+Na]+", "[M+NH4]+", "[M-H2O+H]+", "[M+K]+", "[M]+"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -110,6 +111,7 @@ SUPPORTED = ("supported are .mgf and .mzML files, optionally gzip-compressed (.m
 EXAMPLES = "[M+H]+, [M+Na]+, [M-H]-, [M+NH4]+, [M-H2O+H]+, [2M+H]+, [M+2H]2+, [M+FA-H]-, [M+Cl]-"
 ELEMENTS = "C, H, N, O, S, P, F, Cl, Br, I, B, Si, Se, As"
 GOOD = {"good": "read"}
+MAPPED = "[M+NH4]+, [M-H2O+H]+, [M+K]+, [M]+"  # what the tiny model runs by a mapping (engine.model.ion_mapping)
 
 
 def _make_peaks_100k(folder: Path) -> Path:
@@ -233,13 +235,13 @@ CASES: list[Case] = [
          {**GOOD, "bad": "skipped: Cannot parse adduct 'protonated'; write it like [M+H]+ ([kM, then +/- groups, "
                          f"then the charge); examples: {EXAMPLES}."},
          content=with_good(record("bad", ADDUCT="protonated"))),
-    Case("unsupported_adduct", "an adduct the model was not trained on, [M+K]+",
-         {**GOOD, "bad": "skipped: adduct [M+K]+ is not supported by the model MODEL (it was trained on [M+H]+, "
-                         "[M+Na]+)"},
-         content=with_good(record("bad", ADDUCT="[M+K]+", PEPMASS="246.0527"))),
+    Case("unsupported_adduct", "an adduct the model neither was trained on nor maps onto one it was, [M+Li]+",
+         {**GOOD, "bad": "skipped: adduct [M+Li]+ is not supported by the model MODEL: it runs [M+H]+, [M+Na]+ "
+                         f"natively (it was trained on them) and {MAPPED} by mapping"},
+         content=with_good(record("bad", ADDUCT="[M+Li]+", PEPMASS="214.1050"))),
     Case("negative_mode", "a negative-mode spectrum ([M-H]-, a real MassBank record)",
-         {**GOOD, "bad": "skipped: adduct [M-H]- is not supported by the model MODEL (it was trained on [M+H]+, "
-                         "[M+Na]+)"},
+         {**GOOD, "bad": "skipped: adduct [M-H]- is not supported by the model MODEL: it runs [M+H]+, [M+Na]+ "
+                         f"natively (it was trained on them) and {MAPPED} by mapping"},
          content=with_good(record("bad", base=NEGATIVE_BASE))),
     Case("polarity_conflict", "IONMODE=negative with ADDUCT [M+H]+",
          {**GOOD, "bad": "skipped: conflicting polarity: IONMODE is negative but CHARGE is 1+ and ADDUCT [M+H]+ "
