@@ -5,7 +5,8 @@ a Cl3 pattern, an HCl loss, a PO3- ion. :func:`engine.formulas.candidates.rank_f
 finds (``FormulaTable.elements`` and ``notes``); the app shows them above the table, where a user can narrow the
 element set in the Formulas tab's settings.
 
-* **Isotopes** (:func:`isotope_elements`): the survey scan's M..M+5 pattern is scored against every formula
+* **Isotopes** (:func:`isotope_elements`): the survey scan's M..M+5 pattern (M+4 read where two 37Cl or 81Br put
+  it, :func:`engine.spectra.isotopes.isotope_window`; the note gives M+2 and, from 2% of M, M+4) is scored against every formula
   within tolerance at once (:func:`engine.spectra.isotopes.isotope_scores_many`, the same score as the table's
   isotope term, one detector factor on all ratios); Cl or Br is *present* when the best formula holding one
   beats the best without by :data:`ISOTOPE_MARGIN` (a 37Cl / 81Br M+2 nothing else explains), *absent* the
@@ -39,6 +40,8 @@ MIN_DIAGNOSTIC_SHARE = 0.05
 #: without it (or the other way round) before the isotope pattern is said to show it.
 ISOTOPE_MARGIN = 6.0
 HALOGENS = ("Cl", "Br")
+#: The note names M+4 from this share of M (Cl2 10%, Cl3 32%, Br2 97%; a CHNO molecule's M+4 is below 0.5%).
+MIN_NOTED_M4 = 0.02
 MIN_FRAGMENT_MZ = 40.0  # a loss leaving less than this is not looked for (below most scan ranges)
 
 
@@ -94,6 +97,8 @@ def isotope_elements(vectors: np.ndarray, scores: np.ndarray, observed: Observed
         return ElementEvidence()
     best_with, best_without = float(scores[with_h].max()), float(scores[~with_h].max())
     m2 = f"M+2 at {observed.ratios[2]:.0%} of M" if len(observed.ratios) > 2 else "no M+2"
+    if len(observed.ratios) > 4 and observed.ratios[4] >= MIN_NOTED_M4:  # Cl2, Cl3, Br2: M+4 tells them apart
+        m2 = f"M+2 at {observed.ratios[2]:.0%}, M+4 at {observed.ratios[4]:.0%} of M"
     if best_with - best_without >= margin:
         return ElementEvidence(present=(HALOGENS,), notes=(f"isotopes: Cl or Br present ({m2})",))
     if best_without - best_with >= margin:

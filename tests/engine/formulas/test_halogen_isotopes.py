@@ -67,3 +67,11 @@ def test_the_cl3_formula_beats_the_bromine_formula():
     assert FLUOPICOLIDE in ranks
     assert ranks[FLUOPICOLIDE] < ranks.get(BROMINE_FORMULA, len(table.candidates) + 1)
     assert ranks[FLUOPICOLIDE] <= 5  # without fragments: among the few Cl3 formulas of this mass
+
+
+def test_the_table_notes_the_m4_it_read():
+    ms1 = cl3_survey()
+    query = Spectrum(id="fluopicolide", mz=np.array([91.0]), intensity=np.array([1.0]),
+                     precursor_mz=ms1.precursor_mz, polarity="positive")
+    table = rank_formulas(query, ms1=ms1)
+    assert "isotopes: Cl or Br present (M+2 at 97%, M+4 at 32% of M)" in table.notes
