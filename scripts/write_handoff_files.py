@@ -22,16 +22,21 @@ MS2 of each precursor, its MS1 isotope pattern, RT, m/z), this writes
   area is the sum of its MS1 precursor intensities over the survey scans within its RT range (a stand-in for
   MZmine's chromatogram area, enough to test that abundances travel).
 * ``<name>_msdial.msp``: **MS-DIAL's alignment spectra export** (MAT layout, as ``writeMsAnnotationTag`` of
-  MS-DIAL's ``ResultExportLcUtility`` writes it, systemsomicslab/MsdialWorkbench): ``NAME: Unknown``,
+  MS-DIAL's ``UtilityForAIF`` writes an aligned feature for MS-FINDER / as MSP; MS-DIAL 4 source, namespace
+  ``Rfx.Riken.OsakaUniv``): ``NAME: Unknown``,
   ``SCANNUMBER: <alignment ID>``, ``RETENTIONTIME: <min>``, ``PRECURSORMZ``, ``PRECURSORTYPE`` (``[M+H]+``
   / ``[M-H]-`` when the feature has no adduct assigned, as MS-DIAL does), ``IONMODE: Positive``,
   ``SPECTRUMTYPE: Centroid``, ``INTENSITY: <height>``, ``INCHIKEY:``, ``SMILES:``, ``FORMULA:``, ``COMMENT:``,
   ``MSTYPE: MS1`` + ``Num Peaks: 3`` (M, M+1.00335, M+2.00671 heights, m/z rounded to 5 decimals), ``MSTYPE: MS2``
   + ``Num Peaks: n`` + ``m/z<TAB>intensity`` (5 decimals, intensity rounded to 0 decimals; MS-DIAL keeps peaks
   >= 0.5); records separated by a blank line.
-* ``<name>.ms``: **SIRIUS .ms** (SIRIUS documentation, "Supported input formats: .ms"; JenaMsWriter):
-  ``>compound <feature ID>``, ``>parentmass``, ``>ionization [M+?]+`` (the polarity only, no adduct assigned),
-  ``>rt <seconds>s``, ``>ms1`` peaks, blank line, ``>ms2`` peaks; compounds separated by a blank line.
+* ``<name>.ms``: **SIRIUS .ms** as SIRIUS' ``JenaMsWriter.write`` writes one compound (sirius-ms/sirius,
+  ``io/src/main/java/de/unijena/bioinf/babelms/ms/JenaMsWriter.java``): ``>compound <name>``, ``>parentmass``,
+  ``>ionization`` (``[M+?]+``: the polarity only, no adduct assigned), ``>feature_id <row ID>``,
+  ``>rt <seconds>s``, a blank line, ``>ms1merged``
+  (the merged MS1: here the survey peaks MS-GPT averaged) with its peaks and a blank line, ``>ms2peaks`` (no
+  collision energy known) with its peaks and a blank line (the optional ``>formula``, ``>instrumentation``,
+  ``>quality`` lines are left out); compounds follow one another.
 
 Usage (the QC-pool run of ../shared/data/mzml is MIT-licensed, from mzmine/mzmine; see its README)::
 
@@ -180,11 +185,11 @@ def sirius_ms(features: Sequence) -> str:
     out: list[str] = []
     for k, f in enumerate(features):
         ionization = f.spectrum.adduct or f"[M+?]{_sign(f)}"
-        out += [f">compound {_row_id(k)}", f">parentmass {f.precursor_mz!r}", f">ionization {ionization}",
-                f">rt {f.retention_time!r}s", ""]
+        out += [f">compound feature_{_row_id(k)}", f">parentmass {f.precursor_mz!r}", f">ionization {ionization}",
+                f">feature_id {_row_id(k)}", f">rt {f.retention_time!r}s", ""]
         if f.ms1 is not None:
-            out += [">ms1", *_peaks(f.ms1.mz, f.ms1.intensity), ""]
-        out += [">ms2", *_peaks(f.spectrum.mz, f.spectrum.intensity), ""]
+            out += [">ms1merged", *_peaks(f.ms1.mz, f.ms1.intensity), ""]
+        out += [">ms2peaks", *_peaks(f.spectrum.mz, f.spectrum.intensity), ""]
     return "\n".join(out) + "\n"
 
 

@@ -10,12 +10,12 @@ from a quantification table or the file: :mod:`engine.spectra.handoff`). Every f
 not, so a join on ``feature_id`` loses none of the source tool's rows that reached MS-GPT.
 
 Three styles: ``msgpt`` (the columns above); ``gnps``: the same rows under the column names of a GNPS library
-search result table (``#Scan#`` = feature ID, ``SpectrumFile``, ``CompoundName``, ``Smiles``, ``INCHI``,
+search result table (``#Scan#`` = feature ID, ``SpectrumFile``, ``CompoundName``, ``Smiles``, ``InChIKey``,
 ``MQScore``, ``SpecMZ``, ``Charge``, ``LibraryName``), which GNPS and Cytoscape (``shared name`` = ``#Scan#``) key
 by feature ID; ``mzmine``: the annotated rows only, under the default column names of MZmine 3's local compound
 database (CSV) search (``internal_id``, ``mz``, ``rt`` in minutes, ``adduct``, ``inchi_key``, ``name``,
-``formula``, ``smiles``), which annotates MZmine's feature list by m/z and RT. TSV for ``.tsv``/``.txt``, CSV for ``.csv``; written atomically (a failed write leaves an earlier
-file as it was).
+``formula``, ``smiles``), which annotates MZmine's feature list by m/z and RT. TSV for ``.tsv``/``.txt``, CSV
+for ``.csv``; written atomically (a failed write leaves an earlier file as it was).
 
 :class:`FeatureTableSink` collects the rows as ``msgpt predict`` computes each feature (``--feature-table``);
 :func:`rows_from_candidate_csv` reads the rank-1 rows of a finished candidate CSV (the features an interrupted run
@@ -38,7 +38,7 @@ STYLES = ("msgpt", "gnps", "mzmine")
 COLUMNS = ("feature_id", "source_file", "mz", "rt_min", "rt_s", "ion_type", "formula", "smiles", "inchikey", "name",
            "identification_level", "confidence", "score", "origin", "n_candidates", "status", "abundance")
 GNPS_COLUMNS = {"feature_id": "#Scan#", "source_file": "SpectrumFile", "name": "CompoundName", "smiles": "Smiles",
-                "inchikey": "INCHI", "confidence": "MQScore", "mz": "SpecMZ", "abundance": "Abundance"}
+                "inchikey": "InChIKey", "confidence": "MQScore", "mz": "SpecMZ", "abundance": "Abundance"}
 #: MZmine 3's "Local compound database (CSV) search" default column names (mzmine_documentation,
 #: docs/module_docs/id_prec_local_cmpd_db/local-cmpd-db-search.md): rt in minutes, matched by m/z and RT.
 MZMINE_COLUMNS = {"feature_id": "internal_id", "rt_min": "rt", "ion_type": "adduct", "inchikey": "inchi_key"}

@@ -212,7 +212,7 @@ def _sirius_compound(options: ReadOptions, index: int,
                                      f"line {lineno}: {line!r} {where}")
                 return
             blocks[-1][3].append(point)
-    feature = first(fields, ("compound",)) or str(index + 1)
+    feature = first(fields, ("feature_id", "featureid", "compound")) or str(index + 1)  # JenaMsWriter: >feature_id
     metadata = {**fields, "feature_id": feature}
     rt = _sirius_rt(fields.get("rt") or fields.get("retention"), metadata)
     charge = first(fields, ("charge",)) or ""

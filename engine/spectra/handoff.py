@@ -8,9 +8,11 @@
 * **MS-DIAL's MSP/MAT export**: ``NAME:``/``SCANNUMBER:`` (the alignment ID)/``ALIGNMENTID:``/``RETENTIONTIME:``
   (minutes)/``PRECURSORMZ:``/``PRECURSORTYPE:`` (MS-DIAL's adduct spelling, e.g. ``[M+Hac-H]-``)/``IONMODE:``/
   ``INTENSITY:``, optionally ``MSTYPE: MS1`` peaks (M, M+1, M+2) before ``MSTYPE: MS2``, each ``Num Peaks: n``;
-* **SIRIUS .ms**: ``>compound``, ``>parentmass``, ``>ionization``, ``>charge``, ``>rt`` (seconds, ``s``/``min``
-  suffix), ``>formula``, ``>ms1`` (also ``>ms1peaks``/``>ms1merged``) and ``>ms2`` (also ``>collision E``,
-  ``>ms2peaks``/``>ms2merged``) peak blocks, ``#key value`` comments kept in the metadata.
+* **SIRIUS .ms** (as SIRIUS' ``JenaMsWriter`` writes it): ``>compound``, ``>formula``, ``>parentmass``,
+  ``>ionization``, ``>feature_id`` (the feature's ID; else the compound name), ``>smiles``, ``>InChIKey``,
+  ``>rt`` (seconds, ``s`` suffix; ``min`` understood), ``>charge``; ``>ms1merged``/``>ms1peaks``/``>ms1`` and
+  ``>ms2peaks``/``>collision E``/``>ms2`` peak blocks (``m/z intensity``, an ``# comment`` after them allowed);
+  ``#key value`` lines kept in the metadata.
 
 Which of them a file is comes from its content (:func:`handoff_kind`; :func:`engine.spectra.io.detect_format`
 tells MSP and ``.ms`` from MGF and mzML, a ``FEATURE_ID`` key tells a feature MGF from a library MGF, an

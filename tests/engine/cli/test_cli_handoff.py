@@ -89,7 +89,7 @@ def test_gnps_style_names_the_columns_as_a_gnps_library_result(handoff, tmp_path
                      str(tiny_bundle_dir), "--feature-table", str(table), "--feature-table-style", "gnps", *FAST]) == 0
     rows = read_table(table)
     assert [r["#Scan#"] for r in rows] == [str(k) for k in range(1, 7)]
-    assert {"SpectrumFile", "CompoundName", "Smiles", "INCHI", "MQScore", "SpecMZ", "Charge", "LibraryName"} <= set(rows[0])
+    assert {"SpectrumFile", "CompoundName", "Smiles", "InChIKey", "MQScore", "SpecMZ", "Charge", "LibraryName"} <= set(rows[0])
 
 
 def test_a_quant_table_joins_an_mzml_run_by_mz_and_rt(handoff, tmp_path, tiny_bundle_dir, capsys):
