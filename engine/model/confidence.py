@@ -22,6 +22,13 @@ A logistic model over these features overpredicts at its top end (its reliabilit
 the fit may add a monotone **recalibration**: knots of an isotonic map from the logistic's probability to
 the rate observed on cross-fitted training pools, read by linear interpolation (:func:`isotonic_knots`).
 
+A rank 1 that a reference spectrum identifies gets the identification's confidence instead
+(:func:`identification_confidence`): the same kind of model over the identity search's
+:data:`engine.spectral_library.identity.IDENTITY_FEATURES`, fitted by :mod:`training.calibration.identity_confidence`
+on leave-one-lab-out identity searches and shipped beside the spectral library
+(``resources/spectral_library/confidence.json``, :func:`identity_model`; a user's library may carry its own,
+``msgpt calibrate-library``). A rank 1 from a suspect list still gets none (:func:`why_no_confidence` says why).
+
 Plain JSON (weights, feature means and scales, knots); no pickle, no scikit-learn at run time.
 """
 
