@@ -272,13 +272,17 @@ def _norm_id(text: str) -> str:
 
 
 def sibling_quant_table(path: str | os.PathLike) -> Path | None:
-    """``<name>_quant.csv`` beside ``<name>.mgf`` (MZmine's GNPS-FBMN export), if it exists."""
+    """``<name>_quant.csv`` beside ``<name>.mgf`` (MZmine's GNPS-FBMN export) or beside ``<name>_sirius.mgf`` (its
+    SIRIUS export of the same feature list), if it exists."""
     p = Path(path)
     stem = p.name
     for suffix in (".gz", ".mgf"):
         stem = stem[: -len(suffix)] if stem.lower().endswith(suffix) else stem
-    candidate = p.with_name(stem + QUANT_SUFFIX)
-    return candidate if candidate.is_file() else None
+    for name in dict.fromkeys([stem, stem.removesuffix("_sirius")]):
+        candidate = p.with_name(name + QUANT_SUFFIX)
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def read_quant_table(path: str | os.PathLike) -> QuantTable:

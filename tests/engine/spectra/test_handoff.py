@@ -266,3 +266,13 @@ def test_the_qc_pool_run_round_trips_through_every_export(tmp_path):
         assert [c.formula for c in mine.candidates[:5]] == [c.formula for c in theirs.candidates[:5]]
     quant = json.loads(features_of(paths["feature_mgf"])[0][0].spectrum.metadata["abundance_samples"])
     assert list(quant) == ["qexactive_dda_qc_pool.mzML"]
+
+
+def test_the_sirius_export_finds_the_quant_table_of_its_feature_list(handoff, tmp_path):
+    """MZmine names its exports of one feature list <name>_sirius.mgf and <name>.mgf + <name>_quant.csv."""
+    _, paths, _ = handoff
+    (tmp_path / "list_sirius.mgf").write_bytes(paths["mzmine_sirius"].read_bytes())
+    (tmp_path / "list_quant.csv").write_bytes(paths["quant"].read_bytes())
+    features, _ = features_of(tmp_path / "list_sirius.mgf")
+    assert all(feature_abundance(f.spectrum.metadata)[0] > 0 for f in features)
+    assert all("list_quant.csv row" in f.spectrum.metadata["abundance_source"] for f in features)
