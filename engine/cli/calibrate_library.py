@@ -32,8 +32,12 @@ from engine.errors import ConfigError, MsgptError
 from engine.model.confidence import ConfidenceModel, identity_model, isotonic_knots
 from engine.progress import CancelFn, check_cancel, run_to_end
 from engine.spectral_library import load_spectral_library
-from engine.spectral_library.identity import IDENTITY_FEATURES, confidence_path, identity_features, load_rule, \
-    user_calibration_path
+from engine.spectral_library.identity import (
+    confidence_path,
+    identity_features,
+    load_rule,
+    user_calibration_path,
+)
 from engine.spectral_library.read import ReadReport, iter_references
 from engine.spectral_library.search import AnswerThreshold, SearchParams, search_peaks
 

@@ -44,7 +44,11 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import BundleError
-from engine.spectral_library.identity import IDENTITY_FEATURES, confidence_path, identity_features
+from engine.spectral_library.identity import (
+    IDENTITY_FEATURES,
+    confidence_path,
+    identity_features,
+)
 
 FEATURES = ("top_share", "max_share", "agreement", "score_gap", "log_candidates", "yield")
 SCORE_GAP_CAP = 20.0

@@ -49,12 +49,25 @@ import numpy as np
 from engine.elucidation.libraries import SPECTRAL_HITS, is_identification
 from engine.errors import ConfigError, MsgptError
 from engine.model.confidence import ConfidenceModel, fit_logistic, reliability
-from engine.spectral_library.identity import IDENTITY_FEATURES, ISOMER_WINDOW, identity_features
 from engine.progress import run_to_end
-from engine.spectral_library.index import SpectralLibrary, build_library, library_from_references
+from engine.spectral_library.identity import (
+    IDENTITY_FEATURES,
+    ISOMER_WINDOW,
+    identity_features,
+)
+from engine.spectral_library.index import (
+    SpectralLibrary,
+    build_library,
+    library_from_references,
+)
 from engine.spectral_library.read import iter_references
 from engine.spectral_library.records import ReferenceSpectrum
-from engine.spectral_library.search import AnswerThreshold, SearchParams, SpectralMatches, search_peaks
+from engine.spectral_library.search import (
+    AnswerThreshold,
+    SearchParams,
+    SpectralMatches,
+    search_peaks,
+)
 from training.calibration.confidence import cross_validate, recalibration_knots
 
 log = logging.getLogger(__name__)
@@ -222,7 +235,7 @@ def fit(collected: str | Path, l2: float = 1.0) -> tuple[ConfidenceModel, dict]:
                           "queries (--train) before fitting.")
     w, b, mean, scale = fit_logistic(X, y, l2=l2)
     plain, recalibrated = cross_validate(X, y, l2)
-    cv = {"folds": 5, "queries": int(len(y)), "logistic": _short(reliability(plain, y)),
+    cv = {"folds": 5, "queries": len(y), "logistic": _short(reliability(plain, y)),
           "recalibrated": _short(reliability(recalibrated, y))}
     kept = bool(cv["recalibrated"]["brier"] < cv["logistic"]["brier"])
     knots = recalibration_knots(X, y, l2) if kept else ()
@@ -232,7 +245,7 @@ def fit(collected: str | Path, l2: float = 1.0) -> tuple[ConfidenceModel, dict]:
     model = ConfidenceModel(tuple(float(v) for v in w), float(b), tuple(float(v) for v in mean),
                             tuple(float(v) for v in scale), IDENTITY_FEATURES, {}, recalibration=knots)
     meta = {"what": "P(the rank-1 identity hit is the query's structure); engine.spectral_library.identity",
-            "fit": {"collected": str(collected), "queries": int(len(y)), "right": int(y.sum()), "l2": l2,
+            "fit": {"collected": str(collected), "queries": len(y), "right": int(y.sum()), "l2": l2,
                     "how": "FOLD=train records of the bundled library searched without their lab's records",
                     "cross_validated": cv, "recalibration_kept": kept}}
     section = {"min_probability": rule.min_probability, "min_similarity": rule.min_similarity,
@@ -275,10 +288,10 @@ def report(collected: str | Path, model_path: str | Path | None = None) -> str:
     rule = Rule(section["min_probability"], section["isomer_window"], section["min_similarity"],
                 section["min_matched_peaks"])
     today = Rule(0.0, 0.0)
-    train, val, disjoint = (read_rows(collected / f"{name}.jsonl") for name in ("train", "val", "disjoint"))
+    val, disjoint = (read_rows(collected / f"{name}.jsonl") for name in ("val", "disjoint"))
     lines = [f"model and rule: {path}", f"FOLD=train (chosen there): {json.dumps(section['measured'])}",
-             f"rule: P >= {rule.min_probability:g}, similarity >= {rule.min_similarity:g}, matched peaks >= "
-             f"{rule.min_matched_peaks}, the query's ion type, no isomer within {rule.window:g}"]
+             (f"rule: P >= {rule.min_probability:g}, similarity >= {rule.min_similarity:g}, matched peaks >= "
+              f"{rule.min_matched_peaks}, the query's ion type, no isomer within {rule.window:g}")]
     y = np.array([r["right"] for r in val], dtype=bool)
     p = np.array([model.probability(r["features"]) for r in val])
     a_today, a_now = today.level_2a(val, p), rule.level_2a(val, p)

@@ -13,7 +13,12 @@ from engine.cli import main
 from engine.errors import ConfigError
 from engine.model.confidence import identification_confidence, identity_model
 from engine.spectral_library import load_spectral_library, search_peaks
-from engine.spectral_library.identity import confidence_path, identity_features, load_rule, user_calibration_path
+from engine.spectral_library.identity import (
+    confidence_path,
+    identity_features,
+    load_rule,
+    user_calibration_path,
+)
 
 
 def key(i: int) -> str:

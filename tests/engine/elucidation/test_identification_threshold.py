@@ -95,7 +95,7 @@ def test_a_hit_just_above_the_rule_identifies_its_structure(tiny_bundle_dir, hom
 
 
 def test_a_hit_just_below_the_rule_identifies_nothing(tiny_bundle_dir, home):
-    refs, s = constructed(home, above=False)
+    refs, _ = constructed(home, above=False)
     assert similarity(refs)[2] < cut()
     rows = predict(tiny_bundle_dir, home, refs, "below.csv")
     assert rows and not [r for r in rows if r["identification_level"] == "2a"]

@@ -17,9 +17,9 @@ from engine.elucidation.pipeline import QueryParams, SpectrumSession
 from engine.files.export import CandidateWriter
 from engine.insight.identification import identification_level
 from engine.model.confidence import ConfidenceModel, identification_confidence
-from engine.spectral_library.identity import IDENTITY_FEATURES
 from engine.progress import run_to_end
 from engine.spectral_library import load_spectral_library
+from engine.spectral_library.identity import IDENTITY_FEATURES
 from engine.spectral_library.search import AnswerThreshold
 
 SEARCH = importlib.import_module("engine.spectral_library.search")

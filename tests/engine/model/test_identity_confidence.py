@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from engine.errors import BundleError
 from engine.model.confidence import (
     ConfidenceModel,
     identification_confidence,
@@ -17,9 +18,16 @@ from engine.model.confidence import (
     spectrum_confidence,
     why_no_confidence,
 )
-from engine.spectral_library.identity import IDENTITY_FEATURES, close_isomers, identity_features
-from engine.errors import BundleError
-from engine.spectral_library import ReferenceSpectrum, library_from_references, search_peaks
+from engine.spectral_library import (
+    ReferenceSpectrum,
+    library_from_references,
+    search_peaks,
+)
+from engine.spectral_library.identity import (
+    IDENTITY_FEATURES,
+    close_isomers,
+    identity_features,
+)
 from engine.spectral_library.index import clean_peaks
 
 PRECURSOR = 301.1
