@@ -74,6 +74,10 @@ class FileController(QObject):
                                      tip="One row per listed feature (its ID as the source tool wrote it, m/z, RT, "
                                      "rank-1 structure, level, confidence, abundance) to join back to MZmine, MS-DIAL "
                                      "or GNPS (docs/app.md)")
+        self.act_add_quant = a(window, "Add &Quantification Table…", self.add_quant_dialog,
+                               tip="Give the listed features their abundance per sample from a quantification table "
+                               "(MZmine/GNPS _quant.csv, MS-DIAL alignment table, any CSV/TSV with a feature ID "
+                               "column): by feature ID, else by m/z and RT")
         self.act_close_all = a(window, "&Close All Spectra", self.close_all_spectra,
                                tip="Remove every spectrum from the list")
         self.recent_menu = None
@@ -265,6 +269,35 @@ class FileController(QObject):
         if path:
             settings.remember_export_dir(path)
             self.export(path, scope)
+
+    def add_quant_dialog(self) -> None:
+        """File ▸ Add Quantification Table: pick a table and attach it to the listed rows (#60)."""
+        name, _ = QFileDialog.getOpenFileName(self.window, "Add quantification table",
+                                              self.window.settings.open_dir(self.spectra_folder()),
+                                              "Tables (*.csv *.tsv *.txt);;All files (*)")
+        if name:
+            self.add_quant_table(name)
+
+    def add_quant_table(self, path: str | Path) -> int:
+        """Attach the table at ``path`` to every listed row; returns the rows matched (0 also when it failed)."""
+        from engine.spectra.handoff import read_quant_table
+
+        from .logic.handoff_files import attach_quant_to_entries, has_abundance
+
+        w = self.window
+        try:
+            table = read_quant_table(path)
+        except MsgptError as err:
+            w.show_message(str(err))
+            return 0
+        entries = list(w.spectra.all_entries())
+        matched = attach_quant_to_entries(entries, table)
+        w.spectra.has_abundance = has_abundance(entries)
+        w.spectra.all_changed()
+        w.spectra_list.follow_tree()
+        w.status(f"{Path(path).name}: {matched} of {len(entries)} listed rows got their abundance "
+                 f"({len(table.rows)} rows in the table).")
+        return matched
 
     def export_features_dialog(self) -> None:
         """File ▸ Export Feature Table: every listed row, run or not, to a TSV/CSV keyed by feature ID (#60)."""

@@ -215,6 +215,7 @@ class MainWindow(QMainWindow):
         m.addAction(f.act_export)
         m.addAction(f.act_export_all)
         m.addAction(f.act_export_features)
+        m.addAction(f.act_add_quant)
         self.insights.add_file_actions(m)
         m.addSeparator()
         m.addAction(f.act_close_all)

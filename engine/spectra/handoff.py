@@ -392,11 +392,13 @@ def _with_table(feature, table: QuantTable, config):
         add_warning(metadata, f"not in the quantification table {Path(table.path).name} (by {table.id_column} "
                               "or m/z and RT)")
         return with_metadata(feature, metadata)
-    values = dict(zip(table.samples, row.values))
-    metadata = {**feature.spectrum.metadata, ABUNDANCE_KEY: repr(max(row.values, default=0.0)),
-                SAMPLES_KEY: json.dumps(values), ABUNDANCE_SOURCE_KEY: f"{Path(table.path).name} row {row.id} (by {how})",
-                "quant_row_id": row.id}
-    return with_metadata(feature, metadata)
+    return with_metadata(feature, {**feature.spectrum.metadata, **quant_metadata(table, row, how)})
+
+
+def quant_metadata(table: QuantTable, row: QuantRow, how: str) -> dict[str, str]:
+    """The metadata keys a feature's abundance is kept in (module notes), from its row of ``table``."""
+    return {ABUNDANCE_KEY: repr(max(row.values, default=0.0)), SAMPLES_KEY: json.dumps(dict(zip(table.samples, row.values))),
+            ABUNDANCE_SOURCE_KEY: f"{Path(table.path).name} row {row.id} (by {how})", "quant_row_id": row.id}
 
 
 def with_metadata(feature, metadata: dict[str, str]):

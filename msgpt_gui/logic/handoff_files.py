@@ -1,17 +1,19 @@
 """The app's reading of hand-off files (#60): MZmine's SIRIUS export, GNPS-FBMN MGF (with its ``_quant.csv``
 beside it), MS-DIAL MSP and SIRIUS ``.ms`` listed one row per feature (:mod:`engine.spectra.handoff`), in batches
 that :func:`msgpt_gui.logic.jobs.load_file` hands on as it lists other files (this module does not import it: no
-import circle); and the rows of File ▸ Export Feature Table. No Qt here."""
+import circle); a quantification table attached to the listed rows (File ▸ Add Quantification Table); and the rows
+of File ▸ Export Feature Table. No Qt here."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 
 from engine.errors import MsgptError
 from engine.progress import CancelFn, check_cancel
 from engine.spectra.features import FeatureConfig, RunCounts
-from engine.spectra.handoff import iter_handoff_features
+from engine.spectra.handoff import ABUNDANCE_KEY, QuantTable, iter_handoff_features, quant_metadata
 from engine.spectra.spectrum import SkippedRecord
 
 
@@ -55,3 +57,29 @@ def entry_feature_rows(entries) -> list:
         item = e.feature if e.feature is not None else (e.spectrum if e.spectrum is not None else e.skipped)
         rows.append(feature_row(item, e.results(), e.source))
     return rows
+
+
+def attach_quant_to_entries(entries, table: QuantTable, config: FeatureConfig | None = None) -> int:
+    """Give every listed entry its row of ``table`` (by ID, else m/z and RT: :meth:`QuantTable.row_for`); its spectrum,
+    the spectrum as read and its feature get the abundance in their metadata. Returns how many rows were matched."""
+    config = config or FeatureConfig()
+    matched = 0
+    for e in entries:
+        if e.spectrum is None:
+            continue
+        row, how = table.row_for(e, config.mz_tol_ppm, config.mz_tol_da, config.rt_gap_s)
+        if row is None:
+            continue
+        matched += 1
+        extra = quant_metadata(table, row, how)
+        e.spectrum = dataclasses.replace(e.spectrum, metadata={**e.spectrum.metadata, **extra})
+        if e.original is not None:
+            e.original = dataclasses.replace(e.original, metadata={**e.original.metadata, **extra})
+        if e.feature is not None:
+            spectrum = dataclasses.replace(e.feature.spectrum, metadata={**e.feature.spectrum.metadata, **extra})
+            e.feature = dataclasses.replace(e.feature, spectrum=spectrum)
+    return matched
+
+
+def has_abundance(entries) -> bool:
+    return any(e.spectrum is not None and ABUNDANCE_KEY in e.spectrum.metadata for e in entries)

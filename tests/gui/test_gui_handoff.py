@@ -76,3 +76,18 @@ def test_an_opened_mzmine_sirius_export_keeps_its_isotope_pattern(qtbot, make_wi
     assert [e.id for e in entries] == [str(k) for k in range(1, 7)]
     assert all(e.ms1 is not None and e.ms1.mz.size >= 2 for e in entries)
     assert window.spectra_view.isColumnHidden(SpectraModel.ABUNDANCE)  # no quant table, no intensity: no column
+
+
+def test_a_quant_table_added_to_an_open_mzml_run_fills_the_abundance_column(qtbot, make_window, handoff, tmp_path):
+    run = handoff["quant"].parent.parent / "run.mzML"
+    window = make_window()
+    with qtbot.waitSignal(window.file_loaded, timeout=30_000):
+        window.files.open_files([run])
+    assert window.spectra_view.isColumnHidden(SpectraModel.ABUNDANCE)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n", encoding="utf-8")
+    assert window.files.add_quant_table(bad) == 0
+    assert "no feature ID column" in window.messages[-1][1]
+    assert window.files.add_quant_table(handoff["quant"]) == 6  # MS-GPT's own IDs: joined by m/z and RT
+    assert not window.spectra_view.isColumnHidden(SpectraModel.ABUNDANCE)
+    assert all(e.abundance == 1e6 for e in window.spectra.entries)
