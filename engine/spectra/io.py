@@ -27,7 +27,7 @@ Rules (docs/bad_inputs.md lists what each bad input gives, generated from tests/
 * **Charge**: ``CHARGE=0`` means unknown; an unsigned charge (``1``, mzML's charge state) takes
   its sign from the polarity, else positive. Only singly charged precursors are kept.
 * **Polarity**: from ``IONMODE``, the charge sign and the adduct; a conflict skips the record.
-* **Adduct**: from ``ADDUCT``/``ION``/``IONTYPE``/``PRECURSOR_TYPE``/``PRECURSORTYPE``; none
+* **Adduct**: from ``ADDUCT``/``ION``/``IONTYPE``/``PRECURSOR_TYPE``/``PRECURSORTYPE``/``ADDUCTIONNAME``; none
   given stays ``None``. ``default_adduct`` fills in records without one when polarity and charge
   agree with it (a polarity-switching file keeps its other-polarity scans without an adduct).
 * **Formula**: ``FORMULA``, else ``default_formula``; it must use supported elements and, with an
@@ -38,7 +38,7 @@ Rules (docs/bad_inputs.md lists what each bad input gives, generated from tests/
 * **Precursor m/z** must be a number > 0 (else the record is skipped).
 * **Retention time** (seconds in the Spectrum): ``RTINSECONDS`` is seconds (text that is not a
   number leaves it empty, with a note: it is not needed to elucidate the spectrum);
-  ``RETENTION_TIME``/``RETENTIONTIME`` are free text as MassBank writes them: the first number,
+  ``RETENTION_TIME``/``RETENTIONTIME``/``RTINMINUTES`` are free text as MassBank writes them: the first number,
   in the unit written right after it (``s``/``sec``, ``min``, ``h``), minutes when no unit is
   written; text without a leading number gives ``None`` and a warning. mzML: scan start time in
   its stated unit.

@@ -28,12 +28,12 @@ MISSING = frozenset({"", "n/a", "na", "null", "none", "nan"})
 # MGF keys (lower case) by meaning, in order of preference.
 _ID_KEYS = ("title", "feature_id", "scans")
 _PRECURSOR_KEYS = ("precursor_mz", "precursormz")  # after PEPMASS
-_ADDUCT_KEYS = ("adduct", "ion", "iontype", "precursor_type", "precursortype")
+_ADDUCT_KEYS = ("adduct", "ion", "iontype", "precursor_type", "precursortype", "adductionname")  # last: MS-DIAL
 _IONMODE_KEYS = ("ionmode", "ion_mode", "polarity")
 _FORMULA_KEYS = ("formula",)
 _SMILES_KEYS = ("smiles",)
 _INCHIKEY_KEYS = ("inchikey", "inchiaux")
-_RT_MINUTES_KEYS = ("retention_time", "retentiontime")
+_RT_MINUTES_KEYS = ("retention_time", "retentiontime", "rtinminutes")  # RTINMINUTES: MS-DIAL's MGF export
 
 _POLARITY_WORDS = {
     "positive": "positive", "pos": "positive", "p": "positive", "+": "positive",

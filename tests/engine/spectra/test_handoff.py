@@ -276,3 +276,12 @@ def test_the_sirius_export_finds_the_quant_table_of_its_feature_list(handoff, tm
     features, _ = features_of(tmp_path / "list_sirius.mgf")
     assert all(feature_abundance(f.spectrum.metadata)[0] > 0 for f in features)
     assert all("list_quant.csv row" in f.spectrum.metadata["abundance_source"] for f in features)
+
+
+def test_ms_dial_mgf_keys_are_read(tmp_path):
+    """MS-DIAL's MGF export (saveSpectraTableAsMascotFormat): RTINMINUTES and ADDUCTIONNAME in MS-DIAL's spelling."""
+    mgf = tmp_path / "msdial.mgf"
+    mgf.write_text("BEGIN IONS\nTITLE=Unknown\nRTINMINUTES=2.5\nPEPMASS=239.0561\nMETABOLITENAME=\n"
+                   "ADDUCTIONNAME=[M+Hac-H]-\n59.0139\t100\n179.0350\t40\nEND IONS\n", encoding="utf-8")
+    spectra, skipped = read_spectra(mgf)
+    assert not skipped and spectra[0].adduct == "[M+CH3COO]-" and spectra[0].retention_time == pytest.approx(150.0)
