@@ -15,6 +15,17 @@ that stands for one run:
 * **noise peaks** in MS2: a Poisson number (mean ``noise_peaks``) at random m/z below the precursor with
   0.3-10% of the base peak.
 
+**LC-MS runs with adduct partners** (issue #56, item 2; :func:`lcms_run`): ions elute as Gaussian peaks (apex,
+sigma), sampled by survey scans every ``step_s`` seconds that hold every eluting ion's isotope pattern at its height
+then (with the run's m/z error, the per-run detector factor, per-peak intensity errors and the trim), and one
+data-dependent MS2 scan per ion with an MS2 spectrum near its apex (the spectrum's fragments with the run's m/z error
+and noise peaks; formula, structure and ion type hidden). :func:`adduct_partner_ions` makes the ions of one
+compound: its ``[M+H]+`` and, at given rates, co-eluting ``[M+Na]+``/``[M+NH4]+``/``[M+K]+`` partners (same apex and
+peak shape, a fraction of the ``[M+H]+`` height) with their own MS2 (a real spectrum of that ion type and structure
+when the library has one, else the precursor and noise: an adduct that does not fragment), and, at a given rate, a
+**decoy**: another compound whose ion lies within a few ppm of a partner m/z, eluting 1-3 s apart with its own peak
+shape, which must not join the group.
+
 The instrument types' numbers (:data:`INSTRUMENTS`) are typical figures (QTOF runs: run offsets of several
 ppm without lock mass; Orbitrap: about 1-3 ppm), not fitted to any file.
 """
@@ -140,3 +151,124 @@ def perturb_run(spectra: Sequence[Spectrum], instrument: Instrument, rng) -> tup
                                      mz=mz, intensity=intensity, metadata=metadata)
         out.append(SimulatedSpectrum(hidden, ms1, s.formula, s.adduct))
     return calibration, out
+
+
+# ----------------------------------------------------------------------------------------------
+# LC-MS runs with adduct partners (issue #56, item 2)
+# ----------------------------------------------------------------------------------------------
+
+PARTNER_ION_TYPES = ("[M+Na]+", "[M+NH4]+", "[M+K]+")
+
+
+@dataclass(frozen=True, eq=False)
+class ElutingIon:
+    """One ion of a simulated LC-MS run: what it is (compound key, formula, ion type, role), how it elutes and
+    the MS2 spectrum it triggers (None: seen in MS1 only)."""
+
+    compound: str
+    formula: str
+    ion_type: str
+    apex: float  # s
+    sigma: float  # s
+    height: float  # counts of M at the apex
+    ms2: Spectrum | None
+    role: str  # "main", "partner" or "decoy"
+    mz_offset_ppm: float = 0.0  # a decoy's ion placed off its own formula's m/z (near a partner's)
+    source: str = ""  # "real" (library spectrum of this ion type) or "simulated" (precursor and noise)
+
+    @property
+    def mz(self) -> float:
+        from engine.chem.adducts import precursor_mz_from_neutral
+        from engine.chem.formula import formula_mass
+
+        return precursor_mz_from_neutral(formula_mass(parse_formula(self.formula)), self.ion_type) * (
+            1 + self.mz_offset_ppm * 1e-6)
+
+
+def weak_ms2(template: Spectrum, precursor_mz: float) -> Spectrum:
+    """An adduct's MS2 that shows little but its precursor (sodium and potassium adducts often do): the precursor
+    peak alone (:func:`lcms_run` adds the noise peaks)."""
+    return dataclasses.replace(template, precursor_mz=precursor_mz, mz=np.array([precursor_mz]),
+                               intensity=np.array([100.0]))
+
+
+def adduct_partner_ions(key: str, main: Spectrum, partner_spectra: dict, apex: float, sigma: float, height: float,
+                        rates: dict, rng) -> list[ElutingIon]:
+    """The ions of one compound (module notes): its ``[M+H]+`` (``main``, a spectrum with formula) and partners
+    drawn at ``rates`` (ion type -> probability), each with the real spectrum of ``partner_spectra`` (ion type ->
+    Spectrum) or :func:`weak_ms2`; a partner is 5-60% of the ``[M+H]+`` height."""
+    ions = [ElutingIon(key, main.formula, "[M+H]+", apex, sigma, height, main, "main", source="real")]
+    for ion_type in PARTNER_ION_TYPES:
+        if rng.random() >= rates.get(ion_type, 0.0):
+            continue
+        real = partner_spectra.get(ion_type)
+        part = ElutingIon(key, main.formula, ion_type, apex, sigma, height * rng.uniform(0.05, 0.6), None, "partner")
+        ms2 = real if real is not None else weak_ms2(main, part.mz)
+        ions.append(dataclasses.replace(part, ms2=ms2, source="real" if real is not None else "simulated"))
+    return ions
+
+
+def decoy_ion(key: str, near: ElutingIon, other: Spectrum, rng, max_ppm: float = 3.0) -> ElutingIon:
+    """Another compound's ion within ``max_ppm`` of ``near``'s m/z, eluting 1-3 s apart with its own peak width."""
+    from engine.chem.adducts import precursor_mz_from_neutral
+    from engine.chem.formula import formula_mass
+
+    own = precursor_mz_from_neutral(formula_mass(parse_formula(other.formula)), "[M+H]+")
+    offset = (near.mz * (1 + rng.uniform(-max_ppm, max_ppm) * 1e-6) - own) / own * 1e6
+    delta = rng.uniform(1.0, 3.0) * rng.choice([-1.0, 1.0])
+    return ElutingIon(key, other.formula, "[M+H]+", near.apex + delta, rng.uniform(1.5, 3.0),
+                      near.height * rng.uniform(0.3, 1.5), other, "decoy", mz_offset_ppm=offset, source="real")
+
+
+def lcms_run(ions: Sequence[ElutingIon], instrument: Instrument, rng, rt_range: tuple[float, float],
+             step_s: float = 0.5, source: str = "simulated.mzML"):
+    """``(MS2 spectra, survey scans, calibration, ion of each MS2 spectrum)`` of a simulated run of ``ions``
+    (module notes). Formula, structure and ion type of the MS2 spectra are hidden."""
+    from engine.spectra.spectrum import SurveyScan
+
+    calibration = RunCalibration(rng.normal(0, instrument.offset_sd_ppm), rng.normal(0, instrument.slope_sd_ppm))
+    bias = rng.uniform(*instrument.ratio_bias)
+    patterns = []
+    for ion in ions:
+        adduct = parse_adduct(ion.ion_type)
+        mz, ratios = isotope_pattern(adduct.ion_counts(parse_formula(ion.formula)), 4, adduct.charge)
+        mz = np.asarray(mz) * (1 + ion.mz_offset_ppm * 1e-6)
+        patterns.append((mz, np.asarray(ratios) / ratios[0] * np.r_[1.0, np.full(len(ratios) - 1, bias)]))
+    apex = np.array([i.apex for i in ions])
+    sigma = np.array([i.sigma for i in ions])
+    events = [(float(t), 1, -1) for t in np.arange(rt_range[0], rt_range[1] + 1e-9, step_s)]
+    for k, ion in enumerate(ions):
+        if ion.ms2 is not None:
+            events.append((ion.apex + rng.uniform(-0.5, 0.5) * ion.sigma, 2, k))
+    events.sort()
+    spectra, survey, owner = [], [], []
+    last = None
+    for t, level, k in events:
+        index = len(spectra) + len(survey)
+        if level == 1:
+            active = np.flatnonzero(np.abs(t - apex) < 4 * sigma)
+            mz_parts, int_parts = [np.array([1000.0])], [np.array([instrument.trim_counts * 2])]
+            for j in active:
+                theo_mz, ratios = patterns[j]
+                height = ions[j].height * np.exp(-0.5 * ((t - apex[j]) / sigma[j]) ** 2)
+                counts = height * ratios * (1 + rng.normal(0, instrument.rel_error, ratios.size))
+                counts = counts + rng.normal(0, instrument.abs_error_counts, ratios.size)
+                keep = counts >= instrument.trim_counts
+                mz_parts.append(_shift(theo_mz[keep], calibration, instrument.scatter_ppm, rng))
+                int_parts.append(counts[keep])
+            mz, intensity = np.concatenate(mz_parts), np.concatenate(int_parts)
+            order = np.argsort(mz)
+            last = SurveyScan(id=f"scan={index + 1}", index=index, retention_time=t, polarity="positive",
+                              mz=mz[order], intensity=intensity[order], source=source)
+            survey.append(last)
+            continue
+        ion = ions[k]
+        precursor = float(_shift(np.array([ion.mz]), calibration, instrument.scatter_ppm, rng)[0])
+        frag_mz, frag_int = noisy_fragments(dataclasses.replace(ion.ms2, precursor_mz=ion.mz), calibration, instrument,
+                                            rng)
+        metadata = {"scan": str(index + 1)} | ({"precursor_scan_id": last.id} if last is not None else {})
+        spectra.append(Spectrum(id=f"scan={index + 1}", precursor_mz=precursor, charge=1, polarity="positive",
+                                retention_time=t, mz=frag_mz, intensity=frag_int, metadata=metadata, source=source,
+                                index=index))
+        owner.append(ion)
+    return spectra, survey, calibration, owner

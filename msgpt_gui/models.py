@@ -78,9 +78,9 @@ class SpectraModel(QAbstractItemModel):
     them by key, and a change to one shows in the row of the entry they belong to.
     """
 
-    ID, MZ, ADDUCT, FORMULA, RT, SCANS, PEAKS, STATUS, CONFIDENCE, LEVEL, ABUNDANCE = range(11)
+    ID, MZ, ADDUCT, FORMULA, RT, SCANS, PEAKS, STATUS, CONFIDENCE, LEVEL, ABUNDANCE, GROUP = range(12)
     COLUMNS = ("ID", "Prec. m/z", "Adduct", "Formula", "RT (min)", "Scans", "Peaks", "Status", "Confidence", "Level",
-               "Abundance")
+               "Abundance", "Group")
     TIPS = TIPS["spectra_columns"]
 
     def __init__(self, parent=None):
@@ -93,6 +93,7 @@ class SpectraModel(QAbstractItemModel):
         self.has_features = False  # some row is a precursor feature (the Scans column is shown)
         self.has_children = False  # some row has child rows (the tree's branches are drawn)
         self.has_abundance = False  # some row has an abundance (a quant table, #60): the Abundance column is shown
+        self.has_groups = False  # some row is in a compound group (adduct partners, #56): the Group column is shown
 
     # -- editing (main thread only)
     def append(self, entries: list[SpectrumEntry]) -> None:
@@ -109,6 +110,7 @@ class SpectraModel(QAbstractItemModel):
             self.has_features |= e.feature is not None
             self.has_children |= bool(e.children)
             self.has_abundance |= e.abundance is not None
+            self.has_groups |= e.feature is not None and e.feature.group is not None
         self.endInsertRows()
 
     def add_runs(self, runs: list[SpectrumEntry]) -> None:
@@ -121,7 +123,7 @@ class SpectraModel(QAbstractItemModel):
         self.entries.clear()
         self._row_of.clear()
         self._by_key.clear()
-        self.has_features = self.has_children = self.has_abundance = False
+        self.has_features = self.has_children = self.has_abundance = self.has_groups = False
         self.endResetModel()
 
     def set_supported_adducts(self, adducts) -> None:
@@ -275,6 +277,8 @@ class SpectraModel(QAbstractItemModel):
         if col == self.SCANS:
             n = e.n_scans
             return (-1 if n is None else n) if sort else ("" if n is None else n)
+        if col == self.GROUP:
+            return e.group_label
         if col == self.ABUNDANCE:
             a = e.abundance
             return (-1.0 if a is None else a) if sort else ("" if a is None else f"{a:.4g}")
@@ -288,6 +292,10 @@ class SpectraModel(QAbstractItemModel):
         if col == self.MZ:
             return s.precursor_mz if sort else format_mz(s) + (" *" if e.precursor_typed else "")
         runs = e.formula_runs
+        if e.group_lead is not None:  # a compound group's member: the group's formula, its own ion type
+            runs = e.group_lead.formula_runs
+            if col == self.ADDUCT:
+                return e.feature.ion_type_in_group or ""
         if col == self.ADDUCT:
             if runs and not s.adduct:
                 return runs[0].spectrum.adduct or ""
@@ -306,6 +314,8 @@ class SpectraModel(QAbstractItemModel):
         s = e.spectrum
         if col == self.STATUS:
             return e.status_text(self.supported_adducts)
+        if col == self.GROUP or (col == self.FORMULA and e.group_lead is not None):
+            return e.group_text() or None
         if col == self.LEVEL:
             level = entry_level(e) if e.status != Status.RUNNING else None
             return str(level) if level is not None else None

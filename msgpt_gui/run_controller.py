@@ -38,6 +38,7 @@ from .logic.jobs import (
     ExportProgress,
     FormulaJob,
     FormulasRanked,
+    GroupDecided,
     RecordsRead,
     elucidate_sessions,
     export_candidates,
@@ -95,6 +96,7 @@ class RunController(QObject):
         self._next_key = 0
         self._loading: dict = {}
         self._run: dict = {}
+        self._followers: dict[int, tuple[int, ...]] = {}  # a compound group's lead -> the members showing its answer
         self._announcements: list = []
 
     @property
@@ -240,8 +242,15 @@ class RunController(QObject):
         jobs = []
         skipped = 0
         supported = self.bundle.runnable_adducts
+        groups_queued = set()
         for e in entries:
             if e.owner_key is None and (formulas or e.needs_formulas):
+                members = self._group_members(e)
+                if members:  # a compound group decides together: one job for all its members
+                    if (e.spectrum.source, e.feature.group.id) not in groups_queued:
+                        groups_queued.add((e.spectrum.source, e.feature.group.id))
+                        jobs.append(self._group_job(e, members, top_k))
+                    continue
                 job = self._formula_job(e, top_k, force=formulas)
                 if job is None:
                     skipped += 1
@@ -276,6 +285,7 @@ class RunController(QObject):
             self.message.emit("warning", f"None of the selected spectra can run: {reason}.")
             return False
         keys = [j.key if isinstance(j, FormulaJob) else j[0] for j in jobs]
+        keys += [k for j in jobs if isinstance(j, FormulaJob) for k, _, _ in j.group if k != j.key]
         self._run = {"keys": keys, "retune": retune, "skipped": skipped, "libraries": libraries_changed}
         self.run_t0 = time.perf_counter()
         worker = GeneratorWorker(elucidate_sessions, jobs, params, bundle=self.bundle, name="elucidation")
@@ -332,6 +342,40 @@ class RunController(QObject):
                           tuple(self.new_keys(LIBRARY_RUNS)) if self.libraries else (),
                           run_items=run_items_of(self.spectra.entries, e))
 
+    def _group_members(self, e: SpectrumEntry) -> list[SpectrumEntry]:
+        """The listed entries of ``e``'s compound group (engine.spectra.adduct_groups) when the group can decide
+        together: every member listed, none given a formula or ion type by hand; else [] (``e`` runs alone)."""
+        f = e.feature
+        if f is None or f.group is None:
+            return []
+        ids = {m.feature_id for m in f.group.members}
+        members = [x for x in self.spectra.entries if x.feature is not None and x.feature.id in ids
+                   and x.spectrum is not None and x.spectrum.source == e.spectrum.source]
+        if len(members) != len(ids) or any(x.spectrum.formula or x.spectrum.adduct for x in members):
+            return []
+        return members
+
+    def _group_job(self, e: SpectrumEntry, members: list[SpectrumEntry], top_k: int) -> FormulaJob:
+        """The job of a compound group: its members queued, one formula ranking over all of them, its lead run
+        (:func:`msgpt_gui.logic.jobs._formula_runs`), the others showing the lead's answer (GroupDecided)."""
+        for m in members:
+            m.reset_results()
+            m.status, m.reason = Status.QUEUED, ""
+            self.spectra.entry_changed(m.key)
+        return FormulaJob(e.key, e.formula_base(), e.ms1, None, tuple(self.new_keys(top_k)), self.libraries,
+                          tuple(self.new_keys(LIBRARY_RUNS)) if self.libraries else (),
+                          run_items=run_items_of(self.spectra.entries, e),
+                          group=tuple((m.key, m.feature, m.formula_base()) for m in members))
+
+    def _sync_followers(self, lead: SpectrumEntry) -> None:
+        """The members of ``lead``'s compound group that show its answer: their status and rows follow it."""
+        for key in self._followers.get(lead.key, ()):
+            m = self.spectra.entry(key)
+            if m is not None and m.group_lead is lead:
+                m.sync_status()
+                self.spectra.entry_changed(key)
+                self.entry_updated.emit(key, "result")
+
     def libraries_current(self, e: SpectrumEntry) -> bool:
         """Whether ``e``'s session (and result) searched the libraries enabled now."""
         return refs_key(e.library_refs) == library_key(self.libraries)
@@ -348,13 +392,30 @@ class RunController(QObject):
         if e is None:
             return
         self._entry_event(e, ev)
+        listed = e
         if e.owner_key is not None:  # a formula run: the listed entry shows them together
             owner = self.spectra.entry(e.owner_key)
             if owner is not None:
                 owner.sync_status()
                 self.spectra.entry_changed(owner.key)
+            listed = owner
+        if listed is not None and listed.key in self._followers and not isinstance(ev, (EntryProgress, EntryRanking)):
+            self._sync_followers(listed)
 
     def _entry_event(self, e: SpectrumEntry, ev) -> None:
+        if isinstance(ev, GroupDecided):  # the lead runs; every other member shows its answer
+            lead = self.spectra.entry(ev.lead_key)
+            self._followers[ev.lead_key] = tuple(k for k in ev.member_keys if k != ev.lead_key)
+            for key in ev.member_keys:
+                m = self.spectra.entry(key)
+                if m is None:
+                    continue
+                m.group_decision, m.group_lead, m._group_view = ev.decision, (None if m is lead else lead), None
+                if m is not lead:
+                    m.sync_status()
+                self.spectra.entry_changed(key)
+                self.entry_updated.emit(key, "result")
+            return
         if isinstance(ev, FormulasRanked):
             e.keep_formulas(ev.base, ev.table)
             e.ion_note = unsupported_ion_note(ev.table, self.bundle.runnable_adducts, len(ev.runs))
@@ -407,9 +468,13 @@ class RunController(QObject):
 
     def _end_run(self, running_status: str, reason: str = "") -> None:
         """After a cancelled/failed run: no partial result stays; unfinished spectra go back."""
+        followers = []
         for key in self._run.get("keys", []):
             e = self.spectra.entry(key)
             if e is None:
+                continue
+            if e.group_lead is not None:  # a compound group's member: it follows its lead (below)
+                followers.append(e)
                 continue
             for run in e.formula_runs:
                 if run.status == Status.RUNNING and running_status == Status.CANCELLED and self._keep_partial(run):
@@ -441,6 +506,10 @@ class RunController(QObject):
             if owner is not None:
                 owner.sync_status()
                 self.spectra.entry_changed(owner.key)
+        for e in followers:
+            e.sync_status()
+            self.spectra.entry_changed(e.key)
+            self.entry_updated.emit(e.key, "status")
 
     @staticmethod
     def _keep_partial(e: SpectrumEntry) -> bool:

@@ -23,7 +23,7 @@ STATUS_SAMPLE = "cancelled (partial)"  # the longest words the Status column sho
 #: list of 700 px (a 1600 px window), the rest scrolls sideways (issue #54)
 VISUAL_ORDER = (SpectraModel.ID, SpectraModel.MZ, SpectraModel.ADDUCT, SpectraModel.FORMULA, SpectraModel.CONFIDENCE,
                 SpectraModel.LEVEL, SpectraModel.STATUS, SpectraModel.RT, SpectraModel.SCANS, SpectraModel.PEAKS,
-                SpectraModel.ABUNDANCE)
+                SpectraModel.ABUNDANCE, SpectraModel.GROUP)
 ROWS = QItemSelectionModel.SelectionFlag.Rows
 
 
@@ -67,6 +67,7 @@ class SpectraList(QWidget):
                            5: "Scans", 6: "999 ⚠", 7: STATUS_SAMPLE, 9: "2a"})
         view.setColumnHidden(SpectraModel.SCANS, True)  # shown once a run's features are listed
         view.setColumnHidden(SpectraModel.ABUNDANCE, True)  # shown once a feature has an abundance (#60)
+        view.setColumnHidden(SpectraModel.GROUP, True)  # shown once a run has compound groups (#56)
         for visual, logical in enumerate(VISUAL_ORDER):
             header.moveSection(header.visualIndex(logical), visual)
         header.setStretchLastSection(False)
@@ -112,6 +113,7 @@ class SpectraList(QWidget):
         """The Scans column and the branches of the tree appear once a run's features are listed."""
         self.view.setColumnHidden(SpectraModel.SCANS, not self.model.has_features)
         self.view.setColumnHidden(SpectraModel.ABUNDANCE, not self.model.has_abundance)
+        self.view.setColumnHidden(SpectraModel.GROUP, not self.model.has_groups)
         self.view.setRootIsDecorated(self.model.has_children)
 
     def update_title(self) -> None:

@@ -80,10 +80,16 @@ def _explains(formula: str, feature, config: FormulaConfig) -> bool:
     return abs(theo - feature.precursor_mz) <= config.tolerance(feature.precursor_mz)
 
 
-def joint_scores(tables: Sequence[FormulaTable], features: Sequence, configs: Sequence[FormulaConfig]
-                 ) -> dict[str, dict[str, float]]:
+PRIOR_COUNTS = ("once", "each")
+
+
+def joint_scores(tables: Sequence[FormulaTable], features: Sequence, configs: Sequence[FormulaConfig],
+                 prior: str = "once") -> dict[str, dict[str, float]]:
     """``formula -> summed terms`` over the members (module notes, step 2), for the formulas that explain every
-    member's m/z; ``tables``, ``features`` and ``configs`` are the members', in one order."""
+    member's m/z; ``tables``, ``features`` and ``configs`` are the members', in one order. ``prior`` "each" counts
+    the formula prior once per member (the plain sum of the members' scores) instead of once."""
+    if prior not in PRIOR_COUNTS:
+        raise ConfigError(f"`prior` must be one of {', '.join(PRIOR_COUNTS)}, got {prior!r}.")
     own = [{c.formula: c for c in t.candidates} for t in tables]
     weakest = []
     for t in tables:
@@ -96,7 +102,7 @@ def joint_scores(tables: Sequence[FormulaTable], features: Sequence, configs: Se
     out: dict[str, dict[str, float]] = {}
     for formula in dict.fromkeys(f for t in tables for f in (c.formula for c in t.candidates)):
         terms = {k: 0.0 for k in ("prior", *SUMMED_TERMS)}
-        prior = None
+        prior_value = None
         for mine, worst, feature, config in zip(own, weakest, features, configs, strict=True):
             c = mine.get(formula)
             if c is None:
@@ -104,12 +110,12 @@ def joint_scores(tables: Sequence[FormulaTable], features: Sequence, configs: Se
                     break
                 part = worst
             else:
-                prior = c.terms["prior"]
+                prior_value = c.terms["prior"]
                 part = {k: v for k, v in c.terms.items() if k != "prior"}
             for k, v in part.items():
                 terms[k] = terms.get(k, 0.0) + (max(v, MEMBER_ISOTOPE_FLOOR) if k == "isotopes" else v)
         else:
-            terms["prior"] = prior
+            terms["prior"] = prior_value * (len(tables) if prior == "each" else 1)
             out[formula] = terms
     return out
 
@@ -166,7 +172,7 @@ def choose_lead(features: Sequence, tables: dict, formula: str | None, runnable:
 
 def decide_group(features: Sequence, config: FormulaConfig = FormulaConfig(), *,
                  config_of: Callable | None = None, runnable: Sequence[str] | None = None,
-                 supported_adducts: Sequence[str] | None = None, scorer=None,
+                 supported_adducts: Sequence[str] | None = None, scorer=None, prior: str = "once",
                  cancel: Callable[[], bool] | None = None) -> GroupDecision:
     """The decision of the compound group whose member features are ``features`` (module notes).
 
@@ -185,7 +191,7 @@ def decide_group(features: Sequence, config: FormulaConfig = FormulaConfig(), *,
     tables = {f.id: rank_formulas(s, ms1=f.ms1, config=c, supported_adducts=supported_adducts, scorer=scorer,
                                   cancel=cancel)
               for f, s, c in zip(features, spectra, configs)}
-    joint = joint_scores([tables[f.id] for f in features], features, configs)
+    joint = joint_scores([tables[f.id] for f in features], features, configs, prior)
     best = max(joint, key=lambda k: sum(joint[k].values())) if joint else None
     lead = choose_lead(features, tables, best, runnable)
     by_id = {f.id: f for f in features}

@@ -319,13 +319,14 @@ def find_groups(features: Sequence, survey_scans: Sequence, config: GroupConfig 
     width, source = run_peak_width(traces, config)
     apex = [t.apex_rt if t is not None else None for t in traces]
     edges: list[PairEvidence] = []
-    weak: list[PairEvidence] = []
     for a, b, ion_a, ion_b, mass, error in candidate_pairs(mz, apex, polarity, width, config):
         mid = (apex[a] + apex[b]) / 2
         r, shared = ms1_agreement(mz[a], mz[b], mid, width, by_polarity[polarity[a]], by_polarity_times[polarity[a]],
                                   config)
-        ev = PairEvidence(a, b, ion_a, ion_b, mass, apex[b] - apex[a], error, r if r == r else -1.0, shared)
-        (edges if shared >= config.min_shared_scans and r == r and r >= config.min_correlation else weak).append(ev)
+        r = -1.0 if math.isnan(r) else r  # a flat trace: no evidence
+        ev = PairEvidence(a, b, ion_a, ion_b, mass, apex[b] - apex[a], error, r, shared)
+        if shared >= config.min_shared_scans and r >= config.min_correlation:
+            edges.append(ev)
     edges.sort(key=lambda e: e.strength, reverse=True)
     component: dict[int, int] = {}  # feature -> group key
     members: dict[int, dict[int, str]] = {}  # group key -> feature -> ion type

@@ -80,6 +80,11 @@ class SpectrumEntry:
     candidate: object | None = None  # a formula run: its FormulaCandidate
     _combined: tuple | None = field(default=None, repr=False)  # (the runs' results, their ranking): :attr:`shown`
     ion_note: str = ""  # Run took other ion types than the best formula's (logic.formulas.unsupported_ion_note)
+    # compound groups (engine.spectra.adduct_groups): what the group decided (engine.formulas.groups.GroupDecision),
+    # and, for a member that is not the one elucidated, the entry of the group's lead: it shows the lead's answer
+    group_decision: object | None = None
+    group_lead: SpectrumEntry | None = None
+    _group_view: tuple | None = field(default=None, repr=False)  # (the lead's shown, it as this member's)
 
     @classmethod
     def from_item(cls, key: int, item: Spectrum | SkippedRecord) -> SpectrumEntry:
@@ -168,6 +173,12 @@ class SpectrumEntry:
         """What the candidate table shows: the live ranking while running, else the last result; after a run of
         several formulas, the feature's ranking of their candidates (:func:`~msgpt_gui.logic.formulas.combine_results`,
         made again only when a run's result changes: the spectra list asks for it on every paint)."""
+        if self.group_lead is not None:  # the group's answer, as this member's (its id, ion type and precursor)
+            lead = self.group_lead.shown
+            cached = self._group_view
+            if cached is None or cached[0] is not lead:
+                self._group_view = cached = (lead, None if lead is None else self._as_member(lead))
+            return cached[1]
         if self.formula_runs:
             parts = tuple(r.shown for r in self.formula_runs)
             cached = self._combined
@@ -176,9 +187,40 @@ class SpectrumEntry:
             return cached[1]
         return self.live if self.live is not None else self.result
 
+    def _as_member(self, result: SpectrumResult) -> SpectrumResult:
+        from engine.formulas.groups import as_member_result
+
+        return as_member_result(result, self.feature, self.group_decision)
+
+    @property
+    def group_label(self) -> str:
+        """``G0001 [M+Na]+`` for a member of a compound group, else empty."""
+        f = self.feature
+        return f"{f.group.id} {f.ion_type_in_group}" if f is not None and f.group is not None else ""
+
+    def group_text(self) -> str:
+        """The Group column's tooltip: the group's members, and whose answer this member shows."""
+        f = self.feature
+        if f is None or f.group is None:
+            return ""
+        g = f.group
+        members = "\n".join(f"  {m.ion_type} {m.feature_id.split('_', 1)[0]} (m/z {m.precursor_mz:.4f})"
+                            for m in g.members)
+        text = (f"Compound group {g.id}: ions of one compound of neutral mass {g.neutral_mass:.4f} (same apex, m/z of "
+                f"two ion types, MS1 traces that rise and fall together):\n{members}")
+        d = self.group_decision
+        if d is not None:
+            lead = d.lead_id.split("_", 1)[0]
+            which = "this is it" if self.group_lead is None else "this member shows its answer"
+            text += (f"\nRun ranked one formula over all of them and elucidated {lead} ({d.ion_type(d.lead_id)}), "
+                     f"the member whose fragments it explains best; {which}.")
+        return text
+
     @property
     def baseline(self) -> SpectrumResult | None:
         """What the Change column compares :attr:`shown` with."""
+        if self.group_lead is not None:
+            return None
         if self.formula_runs:
             runs = self.formula_runs
             if any(r.live is not None for r in runs):
@@ -187,13 +229,18 @@ class SpectrumEntry:
         return self.result if self.live is not None else self.previous
 
     def results(self) -> list[SpectrumResult]:
-        """The complete results of this entry: its own, or those of its formula runs (best formula first)."""
+        """The complete results of this entry: its own, or those of its formula runs (best formula first); a compound
+        group's member that was not elucidated: its lead's, as its own."""
+        if self.group_lead is not None:
+            return [self._as_member(r) for r in self.group_lead.results()]
         if self.formula_runs:
             return [r.result for r in self.formula_runs if r.result is not None]
         return [self.result] if self.result is not None else []
 
     @property
     def has_results(self) -> bool:
+        if self.group_lead is not None:
+            return self.group_lead.has_results
         return self.result is not None or any(r.result is not None for r in self.formula_runs)
 
     @property
@@ -217,7 +264,11 @@ class SpectrumEntry:
         self.formula_table, self.formula_table_key = table, table_key(base)
 
     def sync_status(self) -> None:
-        """A listed entry with formula runs: its status follows theirs (running while one is, done when one is)."""
+        """A listed entry with formula runs: its status follows theirs (running while one is, done when one is); a
+        compound group's member shows its lead's status."""
+        if self.group_lead is not None:
+            self.status, self.reason = self.group_lead.status, self.group_lead.reason
+            return
         runs = self.formula_runs
         if not runs:
             return
@@ -368,6 +419,7 @@ class SpectrumEntry:
         self.drawn_samples = ()
         self.formula_runs = []
         self.ion_note = ""
+        self.group_decision = self.group_lead = self._group_view = None
         if self.spectrum is not None:
             self.status, self.reason = Status.NOT_RUN, ""
 
@@ -493,7 +545,7 @@ def _searchable(entry: SpectrumEntry, supported_adducts: Sequence[str] | None) -
     s = entry.spectrum
     parts = [entry.id, entry.name, entry.status_label(supported_adducts), *entry.notes(), entry.user_notes]
     if entry.feature is not None:
-        parts += list(entry.feature.scan_ids)
+        parts += [*entry.feature.scan_ids, entry.group_label]
     if s is not None:
         parts += [s.adduct or "", s.formula or ""]
     parts += [r.spectrum.formula or "" for r in entry.formula_runs]

@@ -191,6 +191,35 @@ def rank_job(spectrum: Spectrum, ms1=None, cancel: Callable[[], bool] | None = N
     yield  # a generator, so GeneratorWorker runs it like every other job
 
 
+def rank_group_job(members: Sequence, runnable: Sequence[str] | None = None, cancel: Callable[[], bool] | None = None,
+                   run_items=None) -> Generator[None, None, object]:
+    """The decision of a compound group (:func:`engine.formulas.groups.decide_group`, as ``msgpt predict`` makes it)
+    from its member features, as a job: each member with the run's m/z recalibration (see :func:`rank_job`), one
+    neutral formula ranked over all of them, the member elucidated. Returns the
+    :class:`~engine.formulas.groups.GroupDecision`; its joint table's first note says the recalibration."""
+    from engine.formulas.groups import decide_group
+    from engine.spectra.features import with_partners
+
+    check_cancel(cancel)
+    config = current_config()
+    source = members[0].spectrum.source
+    recal = run_recalibration(source, run_items, cancel) if source else None
+    if recal is not None and recal.applied:
+        members = [dataclasses.replace(f, spectrum=recal.apply(f.spectrum), ms1=recal.apply_ms1(f.ms1))
+                   for f in members]
+        members = [dataclasses.replace(f, precursor_mz=f.spectrum.precursor_mz) for f in members]
+        config = recal.formula_config(config)
+    members = with_partners(members)
+    decision = decide_group(members[0].group_members, config, runnable=runnable, supported_adducts=runnable,
+                            cancel=cancel)
+    if recal is not None:
+        decision = dataclasses.replace(decision, joint=dataclasses.replace(
+            decision.joint, notes=(recal.describe(), *decision.joint.notes)))
+    check_cancel(cancel)
+    return decision
+    yield  # a generator, so GeneratorWorker runs it like every other job
+
+
 def formula_spectra(base: Spectrum, table: FormulaTable, supported_adducts: Sequence[str] | None,
                     k: int) -> list[tuple[FormulaCandidate, Spectrum]]:
     """The spectra Run elucidates for the best ``k`` formulas: ``base`` with each candidate's formula and ion type,

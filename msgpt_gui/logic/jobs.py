@@ -33,8 +33,9 @@ from engine.elucidation.libraries import MASS_TRACK, library_formula_spectra
 from engine.elucidation.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
 from engine.errors import Cancelled, MsgptError
 from engine.files.export import CandidateWriter
+from engine.formulas.groups import lead_metadata
 from engine.progress import CancelFn, check_cancel
-from engine.spectra.features import FeatureConfig, build_feature, group_scans
+from engine.spectra.features import FeatureConfig, build_feature, group_features, group_scans
 from engine.spectra.io import detect_format, iter_spectra
 from engine.spectra.spectrum import SkippedRecord, Spectrum, SurveyScan
 
@@ -43,6 +44,7 @@ from .formulas import (
     current_config,
     formula_spectra,
     no_candidate_reason,
+    rank_group_job,
     rank_job,
     run_recalibration,
 )
@@ -86,6 +88,7 @@ class FileSummary:
     survey_scans: int = 0  # MS1 scans of an mzML run (not listed)
     ms2_scans: int = 0  # an mzML run: the usable MS2 scans merged into its features
     features: int = 0  # an mzML run: precursor features listed
+    compound_groups: int = 0  # an mzML run: adduct groups of its features (engine.spectra.adduct_groups)
 
     @property
     def n_skipped(self) -> int:
@@ -109,6 +112,11 @@ class FileSummary:
                      "The MS/MS scans of one precursor (m/z within 10 ppm, no gap over 30 s) are merged into one "
                      f"consensus spectrum ({merged:,} scans merged into others); expand a feature (▸) to see its "
                      "scans."]
+            if self.compound_groups:
+                lines += ["", f"{self.compound_groups:,} compound group{'s' if self.compound_groups != 1 else ''}: "
+                              "features that are ions of one compound ([M+H]+ and [M+Na]+, ...; same apex, m/z of "
+                              "two ion types, MS1 traces that rise and fall together). Run decides each group "
+                              "together and every member shows its answer (the Group column)."]
         else:
             lines = [f"{name}: {self.records:,} MS/MS record{'s' if self.records != 1 else ''} listed, "
                      f"{ready:,} ready to run."]
@@ -220,9 +228,14 @@ def load_file(
     if spectra:
         survey.sort(key=lambda s: (math.inf if s.retention_time is None else s.retention_time))
         groups = group_scans([s.precursor_mz for s in spectra], [s.retention_time for s in spectra], features, survey)
+        built = []
         for k, group in enumerate(groups):
             check_cancel(cancel)
-            items.append(build_feature(k, [spectra[i] for i in group], survey, features))
+            built.append(build_feature(k, [spectra[i] for i in group], survey, features))
+        built, grouping = group_features(built, survey, features)  # adduct groups (engine.spectra.adduct_groups)
+        summary.compound_groups = len(grouping.groups) if grouping is not None else 0
+        for feature in built:
+            items.append(feature)
             summary.records += 1
             summary.spectra += 1
             summary.features += 1
@@ -307,6 +320,20 @@ class FormulaJob:
     # runs to keep, as (key, formula, ion type, session): the libraries changed after a run, so what they add is
     # worked out again, and a run of the same formula and ion type keeps its key and samples (only re-ranked)
     reuse: tuple = ()
+    # a compound group's member (engine.spectra.adduct_groups): every member as (key, feature, formula base); the
+    # group decides one formula ranking and the member elucidated (rank_group_job), the others show its answer
+    group: tuple = ()
+
+
+@dataclass(frozen=True)
+class GroupDecided:
+    """A compound group's decision (engine.formulas.groups.GroupDecision): ``lead_key`` is the member whose formula
+    runs follow (:class:`FormulasRanked` under its key); ``member_keys`` every member's entry."""
+
+    key: int  # the entry the job was started for
+    lead_key: int
+    member_keys: tuple[int, ...]
+    decision: object
 
 
 @dataclass(frozen=True)
@@ -445,6 +472,15 @@ def _formula_runs(job: FormulaJob, position: int, count: int, bundle, cancel: Ca
     """Rank (unless given) and start the formula runs of ``job``; None when there is nothing to run (said)."""
     yield EntryStarted(job.key, position, count)
     try:
+        if job.group:  # a compound group: one ranking for all members, its lead elucidated
+            decision = yield from rank_group_job([f for _, f, _ in job.group], bundle.runnable_adducts, cancel,
+                                                 run_items=job.run_items)
+            lead_key, lead, lead_base = next(m for m in job.group if m[1].id == decision.lead_id)
+            yield GroupDecided(job.key, lead_key, tuple(k for k, _, _ in job.group), decision)
+            if lead_key != job.key:
+                yield EntryStarted(lead_key, position, count)
+            base = dataclasses.replace(lead_base, metadata={**lead_base.metadata, **lead_metadata(decision)})
+            job = dataclasses.replace(job, key=lead_key, base=base, ms1=lead.ms1, table=decision.joint)
         table = job.table if job.table is not None else (
             yield from rank_job(job.base, job.ms1, cancel, run_items=job.run_items))
     except Cancelled:

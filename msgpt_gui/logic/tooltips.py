@@ -95,6 +95,10 @@ TIPS = {
         "The feature's abundance, largest over the samples, from the quantification table (a <name>_quant.csv "
         "beside a GNPS/MZmine MGF) or the file (MS-DIAL's INTENSITY); the tooltip lists each sample. Filter: "
         "abundance:100000- ",
+        "Compound group of an LC-MS run: features that are ions of one compound (G0001 [M+Na]+: its sodium adduct; "
+        "same apex, m/z of two ion types, MS1 traces that rise and fall together). Run ranks one formula over all "
+        "of them, elucidates the member whose fragments it explains best, and every member shows that answer "
+        "(the tooltip says which)",
     ),
     "columns": {
         "Structure": "2D structure of the candidate (stereochemistry is not predicted)",
