@@ -228,7 +228,7 @@ def test_the_mass_track_keeps_to_the_ion_types_asked_for(tiny_bundle_dir, home, 
     """--ion-types limits the library's mass track as it limits the formula candidates. The library holds a
     structure that fits the precursor only as [M+Na]+ (C13H26N6O2, 3.5 ppm), a formula the formula ranking never
     gives (it ranks one formula, C14H28N2O6 as [M+H]+): the mass track adds its run when [M+Na]+ is allowed, and
-    none when only [M+H]+ is."""
+    none when only [M+H]+ (or only [M+NH4]+) is."""
     from engine.cli import main
 
     sodium = "NC(=N)NCCCC(N)C(=O)NC1CCCCC1C(=O)N"  # C13H26N6O2: [M+Na]+ 321.2009 vs 321.2020
@@ -250,8 +250,8 @@ def test_the_mass_track_keeps_to_the_ion_types_asked_for(tiny_bundle_dir, home, 
     assert main(argv + ["--ion-types", "[M+H]+"]) == 0
     assert {r[:2] for r in runs()} == {("C14H28N2O6", "[M+H]+")}  # no [M+Na]+ run from the track
     captured.clear()
-    main(argv + ["--ion-types", "[M+NH4]+"])
-    assert not captured  # no [M+NH4]+ run is possible, and the mass track adds none of another ion type
+    assert main(argv + ["--ion-types", "[M+NH4]+"]) == 0  # [M+NH4]+ runs by mapping (#56)
+    assert captured and {s.adduct for s in captured} == {"[M+NH4]+"}  # the track adds none of another ion type
 
 
 def test_a_coarse_precursor_ranks_the_suspects_within_its_precision(tiny_bundle_dir, home, captured, capsys):
