@@ -265,6 +265,32 @@ def _finish_renamed(args, bundle, formula_config, journal, sink: PosteriorSink |
     return 0
 
 
+def _write_feature_table(args: argparse.Namespace, table, earlier: bool, journal=()) -> None:
+    """--feature-table (#60): the rows collected in this run, and with ``earlier`` those an interrupted run finished
+    (the inputs read again, without recalibration; status from its ``journal`` entries, answers from OUTPUT's rank-1
+    rows)."""
+    from engine.files.export import export_format
+    from engine.files.feature_table import FeatureTableSink
+    from engine.spectra.handoff import attach_quant, iter_input_features
+
+    if not getattr(args, "feature_table", None):
+        return
+    table = table if table is not None else FeatureTableSink(args.feature_table, args.inputs, args.feature_table_style)
+    if earlier and export_format(args.output) == "csv":
+        config = _feature_config(args)
+
+        def features():
+            for position, path in enumerate(args.inputs):
+                try:
+                    for item in attach_quant(iter_input_features(path, config), getattr(args, "quant", None), config):
+                        yield position, item
+                except InputFileError:
+                    continue  # said when the run read it
+
+        table.add_earlier(args.output, features(), journal)
+    err(f"{table.write()} features written to {args.feature_table}.")
+
+
 def _check_handoff_args(args: argparse.Namespace) -> None:
     """--feature-table's name and --quant's table, checked before the model loads (#60)."""
     from engine.files.feature_table import table_delimiter
@@ -369,7 +395,7 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     from tqdm import tqdm
 
     from engine.errors import OutputError
-    from engine.files.export import CandidateWriter, export_format, provenance
+    from engine.files.export import CandidateWriter, provenance
     from engine.files.feature_table import FeatureTableSink
     from engine.files.journal import new_header, partial_path
 
@@ -384,7 +410,9 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     for entry in plan.state.entries if plan.state else ():
         summary.add(entry, earlier=True)
     if plan.action == "finish":  # every spectrum was done; the interrupted run only missed the rename
-        return _finish_renamed(args, bundle, formula_config, journal, sink, summary, partial, libraries)
+        rc = _finish_renamed(args, bundle, formula_config, journal, sink, summary, partial, libraries)
+        _write_feature_table(args, None, earlier=True, journal=plan.state.entries)
+        return rc
 
     cluster = _open_cluster(args, bundle, params, formula_config, libraries)  # before OUT.partial: a bad address leaves none
     resuming = plan.action == "resume"
@@ -443,10 +471,8 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     written = summary.done_before + summary.done > 0
     _end_output(written, journal, writer, partial, sink)
     summary.report(args.output, time.perf_counter() - t0, written)
-    if table is not None:
-        if resuming and written and export_format(output) == "csv":
-            table.add_earlier(output)
-        err(f"{table.write()} features written to {args.feature_table}.")
+    if table is not None and written:
+        _write_feature_table(args, table, earlier=resuming, journal=plan.state.entries if resuming else ())
     for counts in run_counts:  # what each LC-MS/MS run held, MS1 survey scans included
         if counts.n_survey or counts.n_features != counts.n_ms2:
             err(f"  {counts.describe()}")

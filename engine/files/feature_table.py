@@ -19,7 +19,7 @@ for ``.csv``; written atomically (a failed write leaves an earlier file as it wa
 
 :class:`FeatureTableSink` collects the rows as ``msgpt predict`` computes each feature (``--feature-table``);
 :func:`rows_from_candidate_csv` reads the rank-1 rows of a finished candidate CSV (the features an interrupted run
-finished before ``--resume``). May import :mod:`engine.insight`, :mod:`engine.spectra` and the standard library;
+finished before ``--resume``, :meth:`FeatureTableSink.add_earlier`). May import :mod:`engine.insight`, :mod:`engine.spectra` and the standard library;
 never Qt.
 """
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import csv
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -203,20 +203,38 @@ class FeatureTableSink:
         if style not in STYLES:
             raise ConfigError(f"feature table style must be one of {', '.join(STYLES)}, got {style!r}.")
         self.path, self.inputs, self.style = Path(path), list(inputs), style
-        self.rows: list[tuple[int, int, FeatureRow]] = []
+        self.rows: list[tuple[int, int, FeatureRow]] = []  # (input position, record index in the file, row)
 
     def add(self, position: int, item, outcomes: Sequence) -> None:
-        self.rows.append((position, len(self.rows), feature_row(item, outcomes, self.inputs[position])))
+        self.rows.append((position, item.index, feature_row(item, outcomes, self.inputs[position])))
 
-    def add_earlier(self, candidates_csv: str | os.PathLike, done_ids: Mapping[str, int] | None = None) -> None:
-        """Rows for the features an interrupted run finished (``--resume``), from the output's rank-1 rows, for the
-        IDs not collected in this run."""
-        seen = {row.feature_id for _, _, row in self.rows}
-        for sid, row in rows_from_candidate_csv(candidates_csv).items():
-            if sid not in seen:
-                position = (done_ids or {}).get(sid, 0)
-                row.source_file = Path(self.inputs[position]).name if self.inputs else ""
-                self.rows.append((position, len(self.rows), row))
+    def add_earlier(self, candidates_csv: str | os.PathLike, features: Iterable[tuple[int, object]],
+                    journal: Iterable[dict] = ()) -> None:
+        """Rows for the features an interrupted run finished (``--resume``): ``features`` are ``(input position,
+        Feature or SkippedRecord)`` of the inputs read again; those not collected in this run take their status from
+        the interrupted run's ``journal`` entries (``input``, ``id``, ``status``, ``rows``, ``reason``) and their
+        answer from the output's rank-1 rows (by ID)."""
+        from engine.spectra.spectrum import SkippedRecord
+
+        seen = {(position, row.feature_id) for position, _, row in self.rows}
+        answers = rows_from_candidate_csv(candidates_csv)
+        done = {(e.get("input"), e.get("id")): e for e in journal if e.get("status") in ("done", "skipped")}
+        for position, item in features:
+            fid = item.spectrum_id if isinstance(item, SkippedRecord) else item.id
+            if (position, fid) in seen:
+                continue
+            row = feature_row(item, [], self.inputs[position])
+            entry, answer = done.get((position, fid)), answers.get(fid)
+            if entry is not None and entry["status"] == "skipped":
+                row.status = f"skipped: {entry.get('reason', '')}"
+            elif answer is not None:
+                for name in ("ion_type", "formula", "smiles", "inchikey", "name", "identification_level", "confidence",
+                             "score", "origin", "n_candidates", "status"):
+                    setattr(row, name, getattr(answer, name))
+            elif entry is not None:
+                row.status = "no candidates"
+            self.rows.append((position, item.index, row))
 
     def write(self) -> int:
+        """Write the rows in input order, each input's in file order; returns the number written."""
         return write_feature_table(self.path, [r for _, _, r in sorted(self.rows, key=lambda t: t[:2])], self.style)

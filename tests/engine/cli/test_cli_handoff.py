@@ -143,3 +143,33 @@ def test_mzmine_style_keeps_the_annotated_rows_under_mzmines_column_names(tmp_pa
     assert [r["internal_id"] for r in got] == ["1"]
     assert (got[0]["mz"], got[0]["rt"], got[0]["adduct"], got[0]["inchi_key"]) == (
         "195.08770", "1.0000", "[M+H]+", "RYYVLZVUVIJVGH-UHFFFAOYSA-N")
+
+
+def test_a_resumed_run_writes_every_feature_with_the_earlier_answers(handoff, tmp_path, tiny_bundle_dir, monkeypatch,
+                                                                    capsys):
+    from engine.files import export
+
+    _, paths = handoff
+    args = ["--model", str(tiny_bundle_dir), "--formulas", "1", *FAST]
+    reference = tmp_path / "reference.tsv"
+    assert cli.main(["predict", str(paths["feature_mgf"]), "-o", str(tmp_path / "ref.csv"), *args,
+                     "--feature-table", str(reference)]) == 0
+    real, calls = export.CandidateWriter.write, {"n": 0}
+
+    def write(self, result, **kwargs):  # Ctrl+C while the third result is written
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise KeyboardInterrupt
+        return real(self, result, **kwargs)
+
+    out, table = tmp_path / "out.csv", tmp_path / "features.tsv"
+    monkeypatch.setattr(export.CandidateWriter, "write", write)
+    assert cli.main(["predict", str(paths["feature_mgf"]), "-o", str(out), *args, "--feature-table", str(table)]) == 130
+    assert not table.exists()  # an interrupted run writes no feature table
+    monkeypatch.undo()
+    assert cli.main(["predict", str(paths["feature_mgf"]), "-o", str(out), *args, "--resume",
+                     "--feature-table", str(table)]) == 0
+    mine, theirs = read_table(table), read_table(reference)
+    assert [r["feature_id"] for r in mine] == [r["feature_id"] for r in theirs] == [str(k) for k in range(1, 7)]
+    for a, b in zip(mine, theirs):  # the earlier features' answers come from OUTPUT, their abundance from the table
+        assert (a["smiles"], a["status"], a["abundance"]) == (b["smiles"], b["status"], b["abundance"])
