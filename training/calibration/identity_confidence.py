@@ -12,8 +12,10 @@ identity searches, and choose the isomer window that withholds level 2a.
     # 2. fit on FOLD=train (logistic + isotonic, as engine.model.confidence), write the model beside the library
     python -m training.calibration.identity_confidence fit --collected runs/identity_confidence \\
         --out resources/spectral_library/confidence.json
-    # 3. the isomer window (chosen on FOLD=train) and every number of docs/spectral_library.md on FOLD=val
+    # 3. the rule's choice (FOLD=train) and every number of docs/spectral_library.md on FOLD=val
     python -m training.calibration.identity_confidence report --collected runs/identity_confidence
+    # features the model does not read (the query's instrument, energy, peaks), measured on FOLD=train
+    python -m training.calibration.identity_confidence extras --collected runs/identity_confidence
 
 **Why leave-one-lab-out**: a user's spectrum is never one of the library's; the nearest case MassBank offers is a
 query whose own laboratory's records (the lab code of the accession, ``MSBNK-<lab>-...``) are all taken out of the
@@ -93,16 +95,23 @@ def lab_rows(library: SpectralLibrary) -> dict[str, np.ndarray]:
     return {k: np.asarray(v, dtype=np.int64) for k, v in rows.items()}
 
 
-def record(matches: SpectralMatches, truth: str, adduct: str, query_id: str) -> dict | None:
-    """One query's row: its rank-1 hit's features, whether it is right, whether it passes the identification rule."""
+def record(matches: SpectralMatches, truth: str, adduct: str, query_id: str, instrument: str = "",
+           energy: str = "") -> dict | None:
+    """One query's row: its rank-1 hit's features, whether it is right, whether it passes the identification rule;
+    ``extra``: what the model does not read (the query's peaks, precursor, and its and the reference's instrument
+    type and collision energy), for measuring whether it would help."""
     features = identity_features(matches)
     if features is None:
         return None
     first = matches.hits[0]
+    extra = {"query_peaks": int(matches.query_mz.size), "precursor_mz": float(matches.precursor_mz),
+             "instrument": instrument, "reference_instrument": first.reference.instrument_type,
+             "energy": energy, "reference_energy": first.reference.collision_energy}
     return {"id": query_id, "lab": lab(query_id), "truth": truth, "rank1": first.reference.inchikey14,
             "rank1_name": first.reference.name, "adduct": adduct, "right": bool(first.reference.inchikey14 == truth),
             "identified": bool(is_identification(matches, first, adduct or None, TODAY)),
-            "ion_type_ok": bool(is_identification(matches, first, adduct or None, ANY)), "features": features}
+            "ion_type_ok": bool(is_identification(matches, first, adduct or None, ANY)), "features": features,
+            "extra": extra}
 
 
 HIGH_RES = re.compile(r"TOF|FT|ORBITRAP", re.IGNORECASE)  # as training.bundle.spectral_library keeps references
@@ -140,7 +149,8 @@ def collect(mgf: str, library_path: str, out: str | Path, n_train: int = 15000, 
             matches = search_peaks(bundled, float(bundled.precursor_mz[row]), mz, intensity,
                                    bundled.columns["polarity"][row], PARAMS, {"bundled": labs[query_lab]})
             rec = record(matches, bundled.columns["inchikey14"][row], bundled.columns["adduct"][row],
-                         bundled.columns["accession"][row])
+                         bundled.columns["accession"][row], bundled.columns["instrument_type"][row],
+                         bundled.columns["collision_energy"][row])
             n += 1
             if rec is not None:
                 f.write(json.dumps(rec) + "\n")
@@ -156,7 +166,8 @@ def collect(mgf: str, library_path: str, out: str | Path, n_train: int = 15000, 
             exclude = {"bundled": labs.get(query_lab, empty), "val": val_labs.get(query_lab, empty)}
             for libs, ex, f in (([bundled, val_lib], exclude, fv), ([bundled], None, fd)):
                 matches = search_peaks(libs, ref.precursor_mz, ref.mz, ref.intensity, ref.polarity, PARAMS, ex)
-                rec = record(matches, ref.inchikey14, ref.adduct, ref.accession)
+                rec = record(matches, ref.inchikey14, ref.adduct, ref.accession, ref.instrument_type,
+                             ref.collision_energy)
                 if rec is not None:
                     f.write(json.dumps(rec) + "\n")
     counts["val_queries"] = len(queries)
@@ -337,6 +348,46 @@ def report(collected: str | Path, model_path: str | Path | None = None) -> str:
     return "\n".join(lines)
 
 
+def _instrument_class(text: str) -> str:
+    t = text.upper()
+    return "tof" if "TOF" in t else "ft" if ("FT" in t or "ORBI" in t) else t
+
+
+def _energy(text: str) -> float | None:
+    m = re.search(r"\d+(\.\d+)?", text or "")
+    return float(m.group(0)) if m else None
+
+
+def extra_features(row: dict) -> list[float]:
+    """What the model does not read, as numbers: log query peaks, precursor m/z / 500, the same instrument class as
+    the reference (TOF, FT), the collision-energy gap / 50 (capped at 2; 0.5 when either is unknown)."""
+    e = row["extra"]
+    a, b = _energy(e["energy"]), _energy(e["reference_energy"])
+    gap = min(abs(a - b) / 50, 2.0) if a is not None and b is not None else 0.5
+    return [math.log(max(e["query_peaks"], 1)), e["precursor_mz"] / 500,
+            float(_instrument_class(e["instrument"]) == _instrument_class(e["reference_instrument"])), gap]
+
+
+def compare_extras(collected: str | Path, l2: float = 1.0) -> str:
+    """On FOLD=train only: the cross-validated AUROC and Brier, and the calibrated rule's best level-2a count at at
+    most half of today's wrong ones, with and without the features the model does not read (the query's peaks and
+    precursor; instrument and collision-energy agreement with the reference)."""
+    rows = read_rows(Path(collected) / "train.jsonl")
+    X, y = matrix(rows)
+    ex = np.array([extra_features(r) for r in rows])
+    _, today_wrong = counts(Rule(0.0, 0.0).level_2a(rows, np.zeros(len(rows))), y)
+    lines = ["| features | CV AUROC | CV Brier | level 2a right / wrong at <= half today's wrong |",
+             "| --- | ---: | ---: | ---: |"]
+    for name, XX in (("shipped (7)", X), ("+ query peaks, precursor", np.hstack([X, ex[:, :2]])),
+                     ("+ those, instrument and energy agreement", np.hstack([X, ex]))):
+        _, p = cross_validate(XX, y, l2)
+        best = max((counts(Rule(q, ISOMER_WINDOW).level_2a(rows, p), y) for q in PROBABILITIES
+                    if counts(Rule(q, ISOMER_WINDOW).level_2a(rows, p), y)[1] <= today_wrong / 2), default=(0, 0))
+        lines.append(f"| {name} | {reliability(p, y)['auroc']:.4f} | {np.mean((p - y) ** 2):.4f} | "
+                     f"{best[0]} / {best[1]} |")
+    return "\n".join(lines)
+
+
 def _val_adducts(mgf: str, adduct: str) -> Iterator[str]:
     for ref in held_out_queries(mgf):
         if ref.adduct == adduct:
@@ -358,6 +409,8 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--collected", required=True)
     f.add_argument("--out", required=True, help="the model's JSON (resources/spectral_library/confidence.json)")
     f.add_argument("--l2", type=float, default=1.0)
+    x = sub.add_parser("extras", help="FOLD=train: would the query's peaks, instrument and energy help?")
+    x.add_argument("--collected", required=True)
     r = sub.add_parser("report", help="print the window's choice and the FOLD=val numbers")
     r.add_argument("--collected", required=True)
     r.add_argument("--model", default=None, help="model JSON (default: the shipped one)")
@@ -375,6 +428,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             save(model, section, args.out)
             log.info("wrote %s: %s; rule %s", args.out, json.dumps(model.meta["fit"]["cross_validated"]),
                      json.dumps(section))
+        elif args.command == "extras":
+            print(compare_extras(args.collected))
         else:
             print(report(args.collected, args.model))
     except MsgptError as e:

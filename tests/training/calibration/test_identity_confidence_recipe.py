@@ -97,3 +97,11 @@ def test_collect_searches_without_the_querys_lab(tmp_path):
         rec = ic.record(matches, truth, "[M+H]+", f"MSBNK-A-{row_:06d}")
         assert rec["right"] is right and rec["lab"] == "A" and rec["ion_type_ok"]
         assert rec["rank1"] in ("KEYA", "KEYD")  # never a record of lab A
+
+
+def test_extra_features_read_instrument_and_energy_agreement():
+    row = {"extra": {"query_peaks": 8, "precursor_mz": 250.0, "instrument": "LC-ESI-QTOF",
+                     "reference_instrument": "ESI-TOF", "energy": "20 eV", "reference_energy": "45(NCE)"}}
+    assert ic.extra_features(row) == pytest.approx([math.log(8), 0.5, 1.0, 0.5])
+    row["extra"].update(reference_instrument="LC-ESI-QFT", reference_energy="")
+    assert ic.extra_features(row)[2:] == [0.0, 0.5]  # another instrument class; an unknown energy
