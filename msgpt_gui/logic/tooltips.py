@@ -88,10 +88,11 @@ TIPS = {
         "encoder never saw (the model card gives how well it holds on held-out spectra); sort by it to look at "
         "the surest answers first. For a formula Run picked from the candidates it includes that formula's "
         "probability. Empty: not run, or the settings differ from the default band, B = 100 and decoding the "
-        "confidence was fitted with (a cell's tooltip says why); 'identified (level 2a)' when a reference "
-        "spectrum identifies rank 1",
-        "Identification level (Schymanski et al. 2014): 2a a reference spectrum match identifies rank 1; 3 "
-        "tentative candidates; 4 a molecular formula only; 5 an exact mass only (the tooltip says more)",
+        "confidence was fitted with (a cell's tooltip says why). When a reference spectrum identifies rank 1, the "
+        "identification's own probability, calibrated on identity searches without the query's lab",
+        "Identification level (Schymanski et al. 2014): 2a a reference spectrum match identifies rank 1 (the "
+        "calibrated rule); 3 tentative candidates, or a reference match whose isomer matches nearly as well (named); "
+        "4 a molecular formula only; 5 an exact mass only (the tooltip says more)",
         "The feature's abundance, largest over the samples, from the quantification table (a <name>_quant.csv "
         "beside a GNPS/MZmine MGF) or the file (MS-DIAL's INTENSITY); the tooltip lists each sample. Filter: "
         "abundance:100000- ",
