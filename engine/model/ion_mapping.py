@@ -15,7 +15,9 @@ ion type           runs as         what changes
                                    (``[M+Na]+`` by exchange was measured too: :func:`potassium_as_sodium`)
 ``[M]+``           ``[M+H]+``      of ``M' = F − H`` (F: the cation's formula): same precursor m/z, same
                                    fragments; structures are still drawn for ``F`` (a cation's drawn formula
-                                   drops its charge, :func:`engine.chem.molecules.mol_formula`). Only an
+                                   drops its charge, :func:`engine.chem.molecules.mol_formula`), so library
+                                   structures of the cation (suspects, reference spectra) join the ranking; the
+                                   decoder itself rarely draws a cation (measured: docs/ion_types.md). Only an
                                    even-electron cation (``F`` with a half-integer RDBE); a radical cation
                                    ``M+•`` cannot be run
 ``[M+HCOO]-``      ``[M-H]-``      precursor − HCOOH; peaks above the new precursor and HCOO- dropped
@@ -224,6 +226,7 @@ class IonMapping:
     function: Callable[[Spectrum], Spectrum]
     what: str  # for the note: "after NH3 loss"
     draws: str = "target"
+    caveat: str = ""  # what the measurement says the user should know (docs/ion_types.md)
 
 
 #: ion type → its mapping; every entry maps to an ion type some bundle runs natively
@@ -231,7 +234,8 @@ MAPPINGS: Mapping[str, IonMapping] = MappingProxyType({m.source: m for m in (
     IonMapping("[M+NH4]+", "[M+H]+", ammonium_as_protonated, "after NH3 loss"),
     IonMapping("[M-H2O+H]+", "[M+H]+", water_loss_as_protonated, "with the water loss put back"),
     IonMapping("[M+K]+", "[M+H]+", potassium_as_protonated, "by K/H exchange"),
-    IonMapping("[M]+", "[M+H]+", cation_as_protonated, ", the cation's formula minus H", draws="source"),
+    IonMapping("[M]+", "[M+H]+", cation_as_protonated, ", the cation's formula minus H", draws="source",
+               caveat="the model itself rarely draws a cation: library structures of the cation rank"),
     IonMapping("[M+HCOO]-", "[M-H]-", formate_as_deprotonated, "after HCOOH loss"),
     IonMapping("[M+CH3COO]-", "[M-H]-", acetate_as_deprotonated, "after CH3COOH loss"),
     IonMapping("[M+Cl]-", "[M-H]-", chloride_as_deprotonated, "after HCl loss"),
@@ -266,7 +270,8 @@ def apply_mapping(spectrum: Spectrum, mapping: IonMapping) -> MappedSpectrum:
     formula = spectrum.formula if mapping.draws == "source" else mapped.formula
     shown = "" if mapped.formula == spectrum.formula else f" of {mapped.formula}"
     sep = "" if mapping.what.startswith(",") else " "
-    note = f"run as {mapping.target}{shown}{sep}{mapping.what} (mapping)"
+    caveat = f"; {mapping.caveat}" if mapping.caveat else ""
+    note = f"run as {mapping.target}{shown}{sep}{mapping.what} (mapping{caveat})"
     return MappedSpectrum(mapped, formula, note, spectrum.adduct)
 
 

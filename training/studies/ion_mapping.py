@@ -30,11 +30,14 @@ import gzip
 import hashlib
 import json
 import platform
+import re
 import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -242,15 +245,22 @@ def table(cache: Path) -> str:
         top1 = sum(r["rank"] == 1 for r in ok)
         top10 = sum(r["rank"] is not None and r["rank"] <= 10 for r in ok)
         pool = sum(r["rank"] is not None for r in ok)
-        return f"{n:>3} | {100 * top1 / n:5.1f} | {100 * top10 / n:5.1f} | {100 * pool / n:5.1f}"
+        structures = len({r["inchikey14"] for r in ok})
+        consistent = float(np.median([r["n_consistent"] for r in ok]))
+        return (f"{n:>3} ({structures}) | {100 * top1 / n:5.1f} | {100 * top10 / n:5.1f} | {100 * pool / n:5.1f} | "
+                f"{consistent:g}")
 
-    lines = ["| ion type | run as | n | Top-1 % | Top-10 % | in pool % |", "|---|---|---|---|---|---|"]
+    def how(rs):  # the note, without the molecule's own formula
+        note = next((r.get("note") for r in rs if r.get("note")), "") or "-"
+        return re.sub(r"(run as \S+) of [A-Z][A-Za-z0-9]*", r"\1 of F − H", note)
+
+    header = "| ion type | run as | n (structures) | Top-1 % | Top-10 % | in pool % | formula-consistent samples of 100 (median) |"
+    lines = [header, "|---|---|---|---|---|---|---|"]
     for ion in sorted({i for i, _ in groups}):
         mapped = groups.get((ion, "mapped"), [])
-        note = next((r.get("note") for r in mapped if r.get("note")), "")
-        lines.append(f"| {ion} | {note or '-'} | {stats(mapped)} |")
+        lines.append(f"| {ion} | {how(mapped)} | {stats(mapped)} |")
         for variant in sorted(v for i, v in groups if i == ion and v.startswith("alt:")):
-            lines.append(f"| {ion} | alternative {variant[4:]} | {stats(groups[(ion, variant)])} |")
+            lines.append(f"| {ion} | alternative: {how(groups[(ion, variant)])} | {stats(groups[(ion, variant)])} |")
         natives = groups.get((ion, "native"), [])
         if natives:
             ids = {r["id"] for r in natives}

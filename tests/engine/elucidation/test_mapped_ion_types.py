@@ -19,6 +19,7 @@ from engine.elucidation.pipeline import (
     require_usable,
 )
 from engine.errors import SpectrumError
+from engine.spectra.spectrum import Spectrum
 
 NH3 = 14.0030740048 + 3 * 1.00782503207
 NH4_ION = 14.0030740048 + 4 * 1.00782503207 - 0.00054857990946
@@ -83,3 +84,29 @@ def test_require_usable_names_what_the_model_runs(tiny_bundle, make_spectrum):
     radical = make_spectrum(adduct="[M]+", precursor_mz=178.0624, mz=[77.0], intensity=[1.0])  # C10H10O3+•
     with pytest.raises(SpectrumError, match="radical cation"):
         require_usable(tiny_bundle, radical)
+
+
+def test_a_permanent_cation_runs_mapped_and_library_structures_of_the_cation_join_its_ranking(tiny_bundle, tmp_path,
+                                                                                           monkeypatch):
+    from engine.chem import molecules as chem
+    from engine.elucidation.ranking import STRUCTURE_LIBRARY
+    from engine.library import load_library
+    from engine.progress import run_to_end
+
+    monkeypatch.setenv("MSGPT_HOME", str(tmp_path / "home"))
+    choline, neutral = "C[N+](C)(C)CCO", "CN(C)CCCO"  # C5H14NO+ and a C5H13NO amine (the mapping's M' = F - H)
+    path = tmp_path / "suspects.csv"
+    path.write_text(f"Identifier,CompoundName,SMILES\nC1,choline,{choline}\nN1,an amine,{neutral}\n")
+    library = load_library(path, "suspects")
+    ion = 5 * 12.0 + 14 * 1.00782503207 + 14.0030740048 + 15.99491461956 - 0.00054857990946
+    s = Spectrum(id="choline", precursor_mz=ion, adduct="[M]+", formula="C5H14NO", mz=[58.0651, 60.0808, ion],
+                 intensity=[100.0, 40.0, 10.0])
+    session = SpectrumSession(tiny_bundle, s, libraries=[library])
+    assert session.model_spectrum.adduct == "[M+H]+" and session.model_spectrum.formula == "C5H13NO"
+    assert session.formula == "C5H14NO"  # structures of the cation are drawn and ranked
+    result = run_to_end(session.run(QueryParams(groups=2, samples_per_group=2, kappa_min=1.0, kappa_max=1.2)))
+    keys = {c.inchikey14: c for c in result.candidates}
+    assert chem.inchikey14(choline) in keys and STRUCTURE_LIBRARY in keys[chem.inchikey14(choline)].origin
+    assert chem.inchikey14(neutral) not in keys  # another formula
+    assert result.spectrum.adduct == "[M]+" and result.spectrum.formula == "C5H14NO"
+    assert result.ion_mapping.startswith("run as [M+H]+ of C5H13NO, the cation's formula minus H (mapping; ")
