@@ -87,18 +87,10 @@ def simulate(batch, pool, instrument, rng, rates: dict, decoy_rate: float, spaci
     return ions, length + 60.0
 
 
-def evaluate_run(ions, instrument, rng, rt_end, config: FormulaConfig, groups: GroupConfig,
-                 priors: tuple[str, ...] = ("once",)):
-    spectra, survey, _, owner = lcms_run(ions, instrument, rng, (0.0, rt_end))
-    of_spectrum = {s.id: ion for s, ion in zip(spectra, owner)}
+def grouping_metrics(built, survey, groups: GroupConfig, ion_of: dict):
+    """``(metrics, grouped features)`` of one grouping setting on a run's features."""
     fconfig = FeatureConfig(groups=groups)
-    features, result = group_features(build_features(spectra, survey, fconfig), survey, fconfig)
-    features = with_partners(list(recalibrate_features(features, config=config)))
-    ion_of = {}
-    for f in features:
-        owners = [of_spectrum[s.id] for s in f.scans]
-        ion_of[f.id] = max(owners, key=owners.count)
-    # grouping: pairs
+    features, result = group_features(built, survey, fconfig)
     true_pairs, found_pairs = set(), set()
     for a, b in itertools.combinations(features, 2):
         ia, ib = ion_of[a.id], ion_of[b.id]
@@ -107,7 +99,34 @@ def evaluate_run(ions, instrument, rng, rt_end, config: FormulaConfig, groups: G
         if a.group is not None and b.group is not None and a.group.id == b.group.id:
             found_pairs.add((a.id, b.id))
     grouped = [f for f in features if f.group is not None]
-    rows = []
+    return {
+        "n_features": len(features), "true_pairs": len(true_pairs), "found_pairs": len(found_pairs),
+        "correct_pairs": len(true_pairs & found_pairs), "n_grouped": len(grouped),
+        "grouped_right_ion": sum(f.ion_type_in_group == ion_of[f.id].ion_type for f in grouped),
+        "decoys_grouped": sum(ion_of[f.id].role == "decoy" for f in grouped),
+        "decoys": sum(ion_of[f.id].role == "decoy" for f in features),
+        "peak_width_s": None if result is None else result.peak_width_s,
+    }, features
+
+
+def evaluate_run(ions, instrument, rng, rt_end, config: FormulaConfig, groups: GroupConfig,
+                 priors: tuple[str, ...] = ("once",), sweep: tuple = (), formulas: bool = True):
+    """One simulated run: the grouping's metrics (and each ``sweep`` setting's, ``(label, GroupConfig)``) and, with
+    ``formulas``, each partner's formula and ion type first alone and with its group."""
+    spectra, survey, _, owner = lcms_run(ions, instrument, rng, (0.0, rt_end))
+    of_spectrum = {s.id: ion for s, ion in zip(spectra, owner)}
+    built = build_features(spectra, survey, FeatureConfig(groups=groups))
+    ion_of = {}
+    for f in built:
+        owners = [of_spectrum[s.id] for s in f.scans]
+        ion_of[f.id] = max(owners, key=owners.count)
+    out, features = grouping_metrics(built, survey, groups, ion_of)
+    out["sweep"] = {label: grouping_metrics(built, survey, g, ion_of)[0] for label, g in sweep}
+    out["rows"] = []
+    if not formulas:
+        return out
+    features = with_partners(list(recalibrate_features(features, config=config)))
+    rows = out["rows"]
     decisions = {}
     for f in features:
         ion = ion_of[f.id]
@@ -121,11 +140,13 @@ def evaluate_run(ions, instrument, rng, rt_end, config: FormulaConfig, groups: G
         row["alone_top"] = f"{top.formula} {top.ion_type}" if top else ""
         for prior in priors:
             name = "group" if prior == priors[0] else f"group_{prior}"
+            how, _, weight = prior.partition(":")
             row[name] = row["alone"]
             if f.group is not None and f.group_members:
                 key = f.group.id, prior
                 if key not in decisions:
-                    decisions[key] = decide_group(f.group_members, config, prior=prior,
+                    decisions[key] = decide_group(f.group_members, config, prior=how,
+                                                  partner_weight=float(weight or 1.0),
                                                   config_of=lambda s: run_formula_config(s, config))
                 d = decisions[key]
                 if d.joint.candidates:
@@ -134,21 +155,24 @@ def evaluate_run(ions, instrument, rng, rt_end, config: FormulaConfig, groups: G
                     row[f"{name}_top"] = f"{view.formula} {view.ion_type}"
                     row["lead"] = d.lead_id == f.id
         rows.append(row)
-    return {
-        "n_features": len(features), "true_pairs": len(true_pairs), "found_pairs": len(found_pairs),
-        "correct_pairs": len(true_pairs & found_pairs), "n_grouped": len(grouped),
-        "grouped_right_ion": sum(f.ion_type_in_group == ion_of[f.id].ion_type for f in grouped),
-        "decoys_grouped": sum(ion_of[f.id].role == "decoy" for f in grouped),
-        "decoys": sum(ion_of[f.id].role == "decoy" for f in features),
-        "peak_width_s": None if result is None else result.peak_width_s, "rows": rows,
-    }
+    return out
+
+
+COUNTS = ("n_features", "true_pairs", "found_pairs", "correct_pairs", "n_grouped", "grouped_right_ion",
+          "decoys_grouped", "decoys")
+
+
+def _grouping_total(runs: list[dict]) -> dict:
+    total = {k: sum(r[k] for r in runs) for k in COUNTS}
+    total["precision"] = total["correct_pairs"] / total["found_pairs"] if total["found_pairs"] else float("nan")
+    total["recall"] = total["correct_pairs"] / total["true_pairs"] if total["true_pairs"] else float("nan")
+    return total
 
 
 def summarise(runs: list[dict]) -> dict:
-    total = {k: sum(r[k] for r in runs) for k in ("n_features", "true_pairs", "found_pairs", "correct_pairs",
-                                                     "n_grouped", "grouped_right_ion", "decoys_grouped", "decoys")}
-    total["precision"] = total["correct_pairs"] / total["found_pairs"] if total["found_pairs"] else float("nan")
-    total["recall"] = total["correct_pairs"] / total["true_pairs"] if total["true_pairs"] else float("nan")
+    total = _grouping_total(runs)
+    labels = list(runs[0].get("sweep", {})) if runs else []
+    total["sweep"] = {label: _grouping_total([r["sweep"][label] for r in runs]) for label in labels}
     by = defaultdict(list)
     for r in runs:
         for row in r["rows"]:
@@ -157,15 +181,20 @@ def summarise(runs: list[dict]) -> dict:
         "n": len(rows), "alone": sum(x["alone"] for x in rows), "group": sum(x["group"] for x in rows),
         "grouped": sum(x["grouped"] for x in rows),
         **{k: sum(x[k] for x in rows) for k in rows[0] if k.startswith("group_") and not k.endswith("_top")}}
-        for (ion, source), rows in sorted(by.items())}
+        for (ion, source), rows in sorted(by.items()) if rows}
     return total
 
 
+def _grouping_line(s: dict) -> str:
+    return (f"grouping precision {s['precision']:.3f} ({s['correct_pairs']}/{s['found_pairs']} pairs), recall "
+            f"{s['recall']:.3f} ({s['correct_pairs']}/{s['true_pairs']}); grouped features with their true ion type "
+            f"{s['grouped_right_ion']}/{s['n_grouped']}; decoys grouped {s['decoys_grouped']}/{s['decoys']}")
+
+
 def report(name: str, s: dict) -> None:
-    print(f"{name}: {s['n_features']} features; grouping precision {s['precision']:.3f} "
-          f"({s['correct_pairs']}/{s['found_pairs']} pairs), recall {s['recall']:.3f} "
-          f"({s['correct_pairs']}/{s['true_pairs']}); grouped features with their true ion type "
-          f"{s['grouped_right_ion']}/{s['n_grouped']}; decoys grouped {s['decoys_grouped']}/{s['decoys']}")
+    print(f"{name}: {s['n_features']} features; {_grouping_line(s)}")
+    for label, t in s.get("sweep", {}).items():
+        print(f"  setting {label}: {_grouping_line(t)}")
     for key, v in s["formula_first"].items():
         print(f"  formula and ion type first, {key}: alone {v['alone']}/{v['n']} ({v['alone'] / v['n']:.1%}), "
               f"with the group {v['group']}/{v['n']} ({v['group'] / v['n']:.1%}); {v['grouped']} grouped"
@@ -184,18 +213,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partner-rates", nargs=3, type=float, default=[0.5, 0.25, 0.15], metavar=("NA", "NH4", "K"))
     p.add_argument("--decoy-rate", type=float, default=0.3)
     p.add_argument("--min-correlation", type=float, default=GroupConfig().min_correlation)
-    p.add_argument("--priors", nargs="+", default=["once"], choices=PRIOR_COUNTS,
-                   help="how the group's joint score counts the formula prior (engine.formulas.groups): the first is "
-                        "reported as 'with the group', the others beside it")
+    p.add_argument("--priors", nargs="+", default=["once"], metavar="PRIOR[:W]",
+                   help="how the group's joint score counts the formula prior (engine.formulas.groups: once, each) "
+                        "and, after a colon, the partners' weight (default 1): the first is reported as 'with the "
+                        "group', the others beside it")
+    p.add_argument("--apex-fraction", type=float, default=GroupConfig().apex_fraction)
+    p.add_argument("--sweep", nargs="*", default=[], metavar="R:F",
+                   help="other grouping settings (min correlation : apex fraction) scored on the same runs")
+    p.add_argument("--grouping-only", action="store_true", help="skip the formula rankings")
     p.add_argument("--out")
     args = p.parse_args(argv)
+    for prior in args.priors:
+        if prior.partition(":")[0] not in PRIOR_COUNTS:
+            p.error(f"--priors {prior!r}: give once or each, optionally with :WEIGHT")
     t0 = time.perf_counter()
     chosen = compounds(args.mgf, args.fold, args.seed, args.compounds)
     pool = [main for _, main, _ in chosen]
     n_real = {a: sum(a in partners for _, _, partners in chosen) for a in PARTNER_ION_TYPES}
     print(f"{len(chosen)} FOLD={args.fold} compounds; real partner spectra: {n_real}", file=sys.stderr)
     rates = dict(zip(PARTNER_ION_TYPES, args.partner_rates))
-    groups = GroupConfig(min_correlation=args.min_correlation)
+    groups = GroupConfig(min_correlation=args.min_correlation, apex_fraction=args.apex_fraction)
+    sweep = tuple((label, GroupConfig(min_correlation=float(label.split(":")[0]),
+                                      apex_fraction=float(label.split(":")[1]))) for label in args.sweep)
     config = FormulaConfig()
     out = {"settings": vars(args), "machine": f"{platform.processor() or platform.machine()}, "
            f"{platform.system()}, one thread", "instruments": {}}
@@ -206,12 +245,14 @@ def main(argv: list[str] | None = None) -> int:
         for start in range(0, len(chosen), args.run_size):
             batch = chosen[start:start + args.run_size]
             ions, end = simulate(batch, pool, INSTRUMENTS[name], rng, rates, args.decoy_rate, args.seconds_per_compound)
-            runs.append(evaluate_run(ions, INSTRUMENTS[name], rng, end, config, groups, tuple(args.priors)))
+            runs.append(evaluate_run(ions, INSTRUMENTS[name], rng, end, config, groups, tuple(args.priors), sweep,
+                                     formulas=not args.grouping_only))
             print(f"  {name}: run {len(runs)}, {runs[-1]['n_features']} features, "
                   f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         s = summarise(runs)
         report(name, s)
         out["instruments"][name] = s
+        out.setdefault("rows", {})[name] = [row for r in runs for row in r["rows"]]
         every.extend(runs)
     if len(args.instruments) > 1:
         s = summarise(every)

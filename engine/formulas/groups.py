@@ -83,11 +83,16 @@ def _explains(formula: str, feature, config: FormulaConfig) -> bool:
 PRIOR_COUNTS = ("once", "each")
 
 
+PROTONATED = ("[M+H]+", "[M-H]-")
+
+
 def joint_scores(tables: Sequence[FormulaTable], features: Sequence, configs: Sequence[FormulaConfig],
-                 prior: str = "once") -> dict[str, dict[str, float]]:
+                 prior: str = "once", partner_weight: float = 1.0) -> dict[str, dict[str, float]]:
     """``formula -> summed terms`` over the members (module notes, step 2), for the formulas that explain every
     member's m/z; ``tables``, ``features`` and ``configs`` are the members', in one order. ``prior`` "each" counts
-    the formula prior once per member (the plain sum of the members' scores) instead of once."""
+    the formula prior once per member (the plain sum of the members' scores) instead of once; ``partner_weight``
+    weighs the evidence of the members other than a group's [M+H]+ / [M-H]- (all members count fully in a group
+    without one)."""
     if prior not in PRIOR_COUNTS:
         raise ConfigError(f"`prior` must be one of {', '.join(PRIOR_COUNTS)}, got {prior!r}.")
     own = [{c.formula: c for c in t.candidates} for t in tables]
@@ -99,11 +104,13 @@ def joint_scores(tables: Sequence[FormulaTable], features: Sequence, configs: Se
             weakest.append({k: v for k, v in worst.terms.items() if k != "prior"})
         else:
             weakest.append(None)
+    has_main = any(f.ion_type_in_group in PROTONATED for f in features)
+    weights = [1.0 if not has_main or f.ion_type_in_group in PROTONATED else partner_weight for f in features]
     out: dict[str, dict[str, float]] = {}
     for formula in dict.fromkeys(f for t in tables for f in (c.formula for c in t.candidates)):
         terms = {k: 0.0 for k in ("prior", *SUMMED_TERMS)}
         prior_value = None
-        for mine, worst, feature, config in zip(own, weakest, features, configs, strict=True):
+        for mine, worst, feature, config, w in zip(own, weakest, features, configs, weights, strict=True):
             c = mine.get(formula)
             if c is None:
                 if worst is None or not _explains(formula, feature, config):
@@ -113,7 +120,7 @@ def joint_scores(tables: Sequence[FormulaTable], features: Sequence, configs: Se
                 prior_value = c.terms["prior"]
                 part = {k: v for k, v in c.terms.items() if k != "prior"}
             for k, v in part.items():
-                terms[k] = terms.get(k, 0.0) + (max(v, MEMBER_ISOTOPE_FLOOR) if k == "isotopes" else v)
+                terms[k] = terms.get(k, 0.0) + w * (max(v, MEMBER_ISOTOPE_FLOOR) if k == "isotopes" else v)
         else:
             terms["prior"] = prior_value * (len(tables) if prior == "each" else 1)
             out[formula] = terms
@@ -173,7 +180,7 @@ def choose_lead(features: Sequence, tables: dict, formula: str | None, runnable:
 def decide_group(features: Sequence, config: FormulaConfig = FormulaConfig(), *,
                  config_of: Callable | None = None, runnable: Sequence[str] | None = None,
                  supported_adducts: Sequence[str] | None = None, scorer=None, prior: str = "once",
-                 cancel: Callable[[], bool] | None = None) -> GroupDecision:
+                 partner_weight: float = 1.0, cancel: Callable[[], bool] | None = None) -> GroupDecision:
     """The decision of the compound group whose member features are ``features`` (module notes).
 
     ``config_of(spectrum)`` gives a member's formula config (``msgpt predict``: the run's recalibration scatter,
@@ -191,7 +198,7 @@ def decide_group(features: Sequence, config: FormulaConfig = FormulaConfig(), *,
     tables = {f.id: rank_formulas(s, ms1=f.ms1, config=c, supported_adducts=supported_adducts, scorer=scorer,
                                   cancel=cancel)
               for f, s, c in zip(features, spectra, configs)}
-    joint = joint_scores([tables[f.id] for f in features], features, configs, prior)
+    joint = joint_scores([tables[f.id] for f in features], features, configs, prior, partner_weight)
     best = max(joint, key=lambda k: sum(joint[k].values())) if joint else None
     lead = choose_lead(features, tables, best, runnable)
     by_id = {f.id: f for f in features}

@@ -7,9 +7,9 @@ its own, mostly wrong, answer. As MZmine's ion identity networking and MS-DIAL d
 such features into a **compound group**, on three kinds of evidence:
 
 1. **retention time**: the apexes of the two features' MS1 traces (their precursor's intensity over the survey
-   scans, :func:`trace_of`) lie within the run's **peak width**, measured from the run: the median full width at
-   half maximum of the features' traces (``peak_width_s`` fixes it instead; with no trace to measure,
-   ``default_peak_width_s``);
+   scans, :func:`trace_of`) lie within ``apex_fraction`` of the run's **peak width**, measured from the run: the
+   median full width at half maximum of the features' traces (``peak_width_s`` fixes it instead; with no trace
+   to measure, ``default_peak_width_s``);
 2. **m/z**: the two precursors are two ion types of :data:`engine.chem.adducts.COMMON_ION_TYPES` (``[M]+``
    left out: it pairs with nothing by a fixed mass) of one neutral mass, within ``max(mz_tol_ppm, mz_tol_da)``;
 3. **MS1**: both ions are seen in at least ``min_shared_scans`` of the survey scans across the peak
@@ -62,6 +62,8 @@ class GroupConfig:
     min_correlation: float = field(default=0.7, metadata={
         "help": "Pearson r of the two ions' intensities across the peak needed to group them"})
     min_shared_scans: int = field(default=3, metadata={"help": "survey scans across the peak that hold both ions"})
+    apex_fraction: float = field(default=1.0, metadata={
+        "help": "two ions of one compound have their apexes within this share of the peak width"})
 
     def __post_init__(self):
         for name in ("mz_tol_ppm", "mz_tol_da", "default_peak_width_s", "min_peak_width_s", "max_peak_width_s",
@@ -78,6 +80,9 @@ class GroupConfig:
         if self.min_peak_width_s > self.max_peak_width_s:
             raise ConfigError(f"`min_peak_width_s` ({self.min_peak_width_s}) is above `max_peak_width_s` "
                               f"({self.max_peak_width_s}); swap them.")
+        if isinstance(self.apex_fraction, bool) or not isinstance(self.apex_fraction, (int, float)) or not (
+                0 < self.apex_fraction < math.inf):
+            raise ConfigError(f"`apex_fraction` must be a number > 0, got {self.apex_fraction!r}.")
         if not (-1 <= self.min_correlation <= 1):
             raise ConfigError(f"`min_correlation` must be in [-1, 1], got {self.min_correlation!r}.")
         n = self.min_shared_scans
@@ -319,7 +324,8 @@ def find_groups(features: Sequence, survey_scans: Sequence, config: GroupConfig 
     width, source = run_peak_width(traces, config)
     apex = [t.apex_rt if t is not None else None for t in traces]
     edges: list[PairEvidence] = []
-    for a, b, ion_a, ion_b, mass, error in candidate_pairs(mz, apex, polarity, width, config):
+    apex_tol = config.apex_fraction * width
+    for a, b, ion_a, ion_b, mass, error in candidate_pairs(mz, apex, polarity, apex_tol, config):
         mid = (apex[a] + apex[b]) / 2
         r, shared = ms1_agreement(mz[a], mz[b], mid, width, by_polarity[polarity[a]], by_polarity_times[polarity[a]],
                                   config)
@@ -348,7 +354,7 @@ def find_groups(features: Sequence, survey_scans: Sequence, config: GroupConfig 
             rejected.append(e)
             continue
         if (ka is not None and kb is not None and set(members[ka].values()) & set(members[kb].values())) or \
-                not _consistent(current, mass, e, apex, width, config):
+                not _consistent(current, mass, e, apex, apex_tol, config):
             rejected.append(e)
             continue
         key = ka if ka is not None else (kb if kb is not None else next(new_key))
