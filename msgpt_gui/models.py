@@ -18,6 +18,7 @@ from engine.spectra.spectrum import NO_FRAGMENTS_NOTE
 from .logic.confidence import missing_confidence
 from .logic.entries import SpectraFilter, SpectrumEntry, Status, compact_id, format_mz
 from .logic.formulas import format_probability, library_run_label
+from .logic.handoff_files import abundance_cell, abundance_tip
 from .logic import evidence
 from .logic.libraries import IDENTIFIED_TEXT, entry_level
 from .logic.tooltips import TIPS
@@ -280,8 +281,7 @@ class SpectraModel(QAbstractItemModel):
         if col == self.GROUP:
             return e.group_label
         if col == self.ABUNDANCE:
-            a = e.abundance
-            return (-1.0 if a is None else a) if sort else ("" if a is None else f"{a:.4g}")
+            return abundance_cell(e, sort)
         if col == self.PEAKS:
             n = e.n_peaks
             if sort or n is None:
@@ -359,10 +359,7 @@ class SpectraModel(QAbstractItemModel):
             return f"Scans from {lo / 60:.2f} to {hi / 60:.2f} min ({lo:.1f}–{hi:.1f} s); precursor at " \
                    f"{e.retention_time / 60:.2f} min"
         if col == self.ABUNDANCE and e.abundance is not None:
-            samples = e.abundance_samples
-            lines = [f"{name}: {value:.6g}" for name, value in list(samples.items())[:20]]
-            source = e.spectrum.metadata.get("abundance_source", "") if e.spectrum is not None else ""
-            return "\n".join(["Largest abundance over the samples" + (f" ({source})" if source else ""), *lines])
+            return abundance_tip(e)
         if col == self.SCANS and e.feature is not None:
             return ("MS/MS scans of this precursor merged into its consensus spectrum:\n" +
                     "\n".join(compact_id(i) for i in e.feature.scan_ids[:20]) +

@@ -18,6 +18,7 @@ from pathlib import Path
 from engine import __version__
 from engine.cli.common import PosteriorSink, err, model_path, novelty_marker, open_model
 from engine.cli.predict_args import _feature_config, _formula_config, add_predict_arguments
+from engine.cli.predict_handoff import check_handoff_args, write_feature_table_of_run
 from engine.cli.predict_write import _abort, _end_output, _open_journal, _run_settings, _Summary, _write_feature
 from engine.errors import InputFileError, MsgptError
 
@@ -196,7 +197,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from engine.files.export import export_format
 
     export_format(args.output)  # fail on a bad output name before loading anything
-    _check_handoff_args(args)
+    check_handoff_args(args)
     if args.posteriors and Path(args.posteriors).suffix.lower() != ".npz":
         raise MsgptError(f"--posteriors {args.posteriors!r}: give a file name ending in .npz.")
     n = args.samples_per_group
@@ -263,43 +264,6 @@ def _finish_renamed(args, bundle, formula_config, journal, sink: PosteriorSink |
         sink.close()
     summary.report(args.output, 0.0, written=True)
     return 0
-
-
-def _write_feature_table(args: argparse.Namespace, table, earlier: bool, journal=()) -> None:
-    """--feature-table (#60): the rows collected in this run, and with ``earlier`` those an interrupted run finished
-    (the inputs read again, without recalibration; status from its ``journal`` entries, answers from OUTPUT's rank-1
-    rows)."""
-    from engine.files.export import export_format
-    from engine.files.feature_table import FeatureTableSink
-    from engine.spectra.handoff import attach_quant, iter_input_features
-
-    if not getattr(args, "feature_table", None):
-        return
-    table = table if table is not None else FeatureTableSink(args.feature_table, args.inputs, args.feature_table_style)
-    if earlier and export_format(args.output) == "csv":
-        config = _feature_config(args)
-
-        def features():
-            for position, path in enumerate(args.inputs):
-                try:
-                    for item in attach_quant(iter_input_features(path, config), getattr(args, "quant", None), config):
-                        yield position, item
-                except InputFileError:
-                    continue  # said when the run read it
-
-        table.add_earlier(args.output, features(), journal)
-    err(f"{table.write()} features written to {args.feature_table}.")
-
-
-def _check_handoff_args(args: argparse.Namespace) -> None:
-    """--feature-table's name and --quant's table, checked before the model loads (#60)."""
-    from engine.files.feature_table import table_delimiter
-    from engine.spectra.handoff import read_quant_table
-
-    if getattr(args, "feature_table", None):
-        table_delimiter(Path(args.feature_table))
-    if getattr(args, "quant", None):
-        args.quant = read_quant_table(args.quant)  # read once; its errors name the file and line
 
 
 def _check_cluster(args: argparse.Namespace) -> None:
@@ -411,7 +375,7 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
         summary.add(entry, earlier=True)
     if plan.action == "finish":  # every spectrum was done; the interrupted run only missed the rename
         rc = _finish_renamed(args, bundle, formula_config, journal, sink, summary, partial, libraries)
-        _write_feature_table(args, None, earlier=True, journal=plan.state.entries)
+        write_feature_table_of_run(args, None, earlier=True, journal=plan.state.entries)
         return rc
 
     cluster = _open_cluster(args, bundle, params, formula_config, libraries)  # before OUT.partial: a bad address leaves none
@@ -472,7 +436,7 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     _end_output(written, journal, writer, partial, sink)
     summary.report(args.output, time.perf_counter() - t0, written)
     if table is not None and written:
-        _write_feature_table(args, table, earlier=resuming, journal=plan.state.entries if resuming else ())
+        write_feature_table_of_run(args, table, earlier=resuming, journal=plan.state.entries if resuming else ())
     for counts in run_counts:  # what each LC-MS/MS run held, MS1 survey scans included
         if counts.n_survey or counts.n_features != counts.n_ms2:
             err(f"  {counts.describe()}")

@@ -88,3 +88,16 @@ def attach_quant_to_entries(entries, table: QuantTable, config: FeatureConfig | 
 
 def has_abundance(entries) -> bool:
     return any(e.spectrum is not None and ABUNDANCE_KEY in e.spectrum.metadata for e in entries)
+
+
+def abundance_cell(entry, sort: bool):
+    """The spectra list's Abundance cell: the largest sample's (``sort``: the number, -1 for none)."""
+    a = entry.abundance
+    return (-1.0 if a is None else a) if sort else ("" if a is None else f"{a:.4g}")
+
+
+def abundance_tip(entry) -> str:
+    """Its tooltip: where the abundance comes from and each sample's (the first 20)."""
+    lines = [f"{name}: {value:.6g}" for name, value in list(entry.abundance_samples.items())[:20]]
+    source = entry.spectrum.metadata.get("abundance_source", "") if entry.spectrum is not None else ""
+    return "\n".join(["Largest abundance over the samples" + (f" ({source})" if source else ""), *lines])
