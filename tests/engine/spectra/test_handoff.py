@@ -285,3 +285,35 @@ def test_ms_dial_mgf_keys_are_read(tmp_path):
                    "ADDUCTIONNAME=[M+Hac-H]-\n59.0139\t100\n179.0350\t40\nEND IONS\n", encoding="utf-8")
     spectra, skipped = read_spectra(mgf)
     assert not skipped and spectra[0].adduct == "[M+CH3COO]-" and spectra[0].retention_time == pytest.approx(150.0)
+
+
+FIXTURES = ROOT / "tests" / "data" / "handoff"
+
+
+def test_the_committed_qc_pool_fixtures_read_as_the_same_five_features():
+    """tests/data/handoff: five QC-pool features in each tool's export (tests/data/handoff/README.md)."""
+    exports = {kind: FIXTURES / name for kind, name in [
+        ("mzmine_sirius", "qexactive_dda_qc_pool_sirius.mgf"), ("feature_mgf", "qexactive_dda_qc_pool_gnps.mgf"),
+        ("msp", "qexactive_dda_qc_pool_msdial.msp"), ("sirius_ms", "qexactive_dda_qc_pool.ms")]}
+    read = {kind: features_of(path)[0] for kind, path in exports.items()}
+    assert {kind: handoff_kind(path) for kind, path in exports.items()} == {kind: kind for kind in exports}
+    mzmine = read["mzmine_sirius"]
+    assert [f.id for f in mzmine] == ["1", "2", "3", "4", "5"] and all(f.ms1 is not None for f in mzmine)
+    for kind, features in read.items():
+        assert [f.precursor_mz for f in features] == pytest.approx([f.precursor_mz for f in mzmine], abs=1e-4), kind
+        assert [f.spectrum.mz.size for f in features] == [f.spectrum.mz.size for f in mzmine], kind
+    for a, b in zip(mzmine, read["sirius_ms"]):  # both carry the survey window: the same formula candidates
+        assert [c.formula for c in rank_formulas(a.spectrum, ms1=a.ms1).candidates] == \
+               [c.formula for c in rank_formulas(b.spectrum, ms1=b.ms1).candidates]
+    quant = read_quant_table(FIXTURES / "qexactive_dda_qc_pool_gnps_quant.csv")
+    assert [feature_abundance(f.spectrum.metadata)[0] for f in read["feature_mgf"]] == [
+        quant.rows[f.id].values[0] for f in read["feature_mgf"]]
+
+
+@pytest.mark.skipif(not QC_POOL.exists(), reason="needs ../shared/data/mzml/qexactive_dda_qc_pool.mzML")
+def test_the_committed_fixtures_are_what_the_script_writes_from_the_run():
+    reference, _ = writer.run_features(QC_POOL, limit=5)
+    features, _ = features_of(FIXTURES / "qexactive_dda_qc_pool_sirius.mgf")
+    assert [f.precursor_mz for f in features] == pytest.approx([r.precursor_mz for r in reference]), (
+        "rerun: python scripts/write_handoff_files.py ../shared/data/mzml/qexactive_dda_qc_pool.mzML "
+        "tests/data/handoff --features 5")
