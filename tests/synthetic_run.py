@@ -166,7 +166,7 @@ def elution_run(ions: list[dict], rt_range: tuple[float, float], step_s: float =
 #: A run of adduct partners (:func:`write_adduct_run`): caffeine as [M+H]+ (four fragments) and [M+Na]+ (one weak
 #: fragment) co-eluting at 60 s; a caffeine isomer seen only as [M+Na]+ at 150 s (not a partner: another time);
 #: at 60 s a co-eluting ion whose m/z is caffeine's [M+K]+ but whose peak is 3 s later (another compound: its trace
-#: does not follow caffeine's); and an [M+H]+ ion 1 s later (C5H5N5O4: its [M+NH4]+ would be caffeine's [M+Na]+
+#: does not follow caffeine's); and an [M+H]+ ion 0.6 s later (C5H5N5O4: its [M+NH4]+ would be caffeine's [M+Na]+
 #: m/z within 10 ppm, a second partner for that feature that the weaker evidence loses).
 CAFFEINE = "C8H10N4O2"
 CAFFEINE_FRAGMENTS = ["C6H7N3O", "C5H7N3", "C4H5N3", "C7H6N4O"]  # neutral subformulas, seen as [M+H]+ ions
@@ -186,7 +186,7 @@ def adduct_run_ions() -> list[dict]:
          "height": 3e6, "fragments": [(ion_mz("C6H7N3O", "[M+Na]+"), 5.0)]},
         {"name": "other compound at caffeine's [M+K]+ m/z", "formula": _formula_of_mz(k_partner - proton),
          "ion_type": "[M+H]+", "apex": 63.0, "sigma": 1.5, "height": 2e6, "fragments": [(120.0808, 50.0)]},
-        {"name": "C5H5N5O4 [M+H]+", "formula": "C5H5N5O4", "ion_type": "[M+H]+", "apex": 61.0, "sigma": 2.0,
+        {"name": "C5H5N5O4 [M+H]+", "formula": "C5H5N5O4", "ion_type": "[M+H]+", "apex": 60.6, "sigma": 2.0,
          "height": 2e6, "fragments": [(ion_mz("C5H3N5O3", "[M+H]+"), 50.0)]},
     ]
 

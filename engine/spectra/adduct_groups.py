@@ -59,8 +59,9 @@ class GroupConfig:
     max_peak_width_s: float = field(default=30.0, metadata={"help": "a measured peak width is at most this, s"})
     trace_window_s: float = field(default=60.0, metadata={
         "help": "survey scans this far beyond a feature's MS2 scans make its MS1 trace, s"})
-    min_correlation: float = field(default=0.7, metadata={
-        "help": "Pearson r of the two ions' intensities across the peak needed to group them"})
+    min_correlation: float = field(default=0.8, metadata={
+        "help": "Pearson r of the two ions' intensities across the peak needed to group them (0.8: chosen on "
+                "FOLD=train simulated runs, docs/evidence/adduct_groups.md)"})
     min_shared_scans: int = field(default=3, metadata={"help": "survey scans across the peak that hold both ions"})
     apex_fraction: float = field(default=1.0, metadata={
         "help": "two ions of one compound have their apexes within this share of the peak width"})
