@@ -45,7 +45,7 @@ from engine.model.bundle import ModelBundle
 from engine.model.confidence import spectrum_confidence
 from engine.model.featurize import collate, featurize_spectrum
 from engine.model.forward import ForwardScorer, PeakSettings
-from engine.model.ion_mapping import MappedSpectrum, map_spectrum
+from engine.model.ion_mapping import MappedSpectrum, map_spectrum, runnable_ion_types
 from engine.model.querying import QueryPlan, band_thresholds, build_queries, check_kappa
 from engine.model.sampling import DECODING_MODES, QueryRequest, sample_queries
 from engine.model.scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking
@@ -250,10 +250,17 @@ class RunSummary:
 
 
 
-def require_usable(bundle: ModelBundle, spectrum: Spectrum) -> MappedSpectrum:
+def require_usable(bundle: ModelBundle, spectrum: Spectrum, mapped: bool = True) -> MappedSpectrum:
     """Raise SpectrumError saying why this model cannot run on ``spectrum`` (and how to fix it); else what the model
     runs for it: the spectrum itself, or its chemical mapping onto an ion type the model runs natively
-    (:func:`engine.model.ion_mapping.map_spectrum`: ``[M+NH4]+`` as ``[M+H]+`` after NH3 loss, ...)."""
+    (:func:`engine.model.ion_mapping.map_spectrum`: ``[M+NH4]+`` as ``[M+H]+`` after NH3 loss, ...).
+
+    ``mapped=False`` accepts the native ion types only (``bundle.supported_adducts``): what training and evaluation
+    select their spectra with, so that their data stay those the model was trained and measured on. ``bundle`` needs
+    ``name`` and ``supported_adducts`` only (an encoder training folder passes too).
+    """
+    native = tuple(bundle.supported_adducts)
+    runnable = runnable_ion_types(native) if mapped else native
     if not spectrum.formula:
         raise SpectrumError(
             "no molecular formula: MS-GPT elucidates structures for a known formula; add FORMULA= "
@@ -263,17 +270,16 @@ def require_usable(bundle: ModelBundle, spectrum: Spectrum) -> MappedSpectrum:
     if not spectrum.adduct:
         raise SpectrumError(
             f"no adduct: give the precursor ion type (--adduct, or ADDUCT= in the file); this model "
-            f"runs {', '.join(bundle.runnable_adducts)}"
+            f"runs {', '.join(runnable)}"
         )
-    if spectrum.adduct not in bundle.runnable_adducts:
+    if spectrum.adduct not in runnable:
         raise SpectrumError(
             f"adduct {spectrum.adduct} is not supported by the model {bundle.name}: it runs "
-            f"{', '.join(bundle.supported_adducts)} natively (it was trained on them)"
-            + (f" and {', '.join(bundle.runnable_adducts[len(bundle.supported_adducts):])} by mapping"
-               if len(bundle.runnable_adducts) > len(bundle.supported_adducts) else "")
+            f"{', '.join(native)} natively (it was trained on them)"
+            + (f" and {', '.join(runnable[len(native):])} by mapping" if len(runnable) > len(native) else "")
         )
     check_formula_matches_precursor(spectrum)
-    return map_spectrum(spectrum, bundle.supported_adducts)
+    return map_spectrum(spectrum, native)
 
 
 def model_spectrum(bundle: ModelBundle, spectrum: Spectrum) -> Spectrum:

@@ -81,7 +81,7 @@ def _eligible(bundle, mgf: str, oof_rows: dict[str, int], folds: Sequence[str]) 
         if folds and item.metadata.get("fold", "") not in folds:
             continue
         try:
-            require_usable(bundle, item)
+            require_usable(bundle, item, mapped=False)  # the ion types it was trained on (no mapping)
         except MsgptError:
             continue
         out.append(item)

@@ -148,7 +148,7 @@ def select_spectra(config: AdaptConfig, bundle: ModelBundle) -> Iterator[Reading
         if config.exclude_unit_resolution and is_unit_resolution(md.get("instrument_type")):
             continue
         try:
-            require_usable(bundle, item)
+            require_usable(bundle, item, mapped=False)  # the ion types it was trained on (no mapping)
         except MsgptError:
             continue
         eligible.append(item)

@@ -169,7 +169,7 @@ def select_spectra(model, cfg: EvalConfig) -> Selection:
             left_out["no reference SMILES"] += 1
             continue
         try:
-            require_usable(model, item)
+            require_usable(model, item, mapped=False)  # the ion types it was trained on (no mapping)
         except MsgptError:
             left_out["not usable by the model (formula, adduct or precursor)"] += 1
             continue

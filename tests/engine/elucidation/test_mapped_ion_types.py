@@ -110,3 +110,15 @@ def test_a_permanent_cation_runs_mapped_and_library_structures_of_the_cation_joi
     assert chem.inchikey14(neutral) not in keys  # another formula
     assert result.spectrum.adduct == "[M]+" and result.spectrum.formula == "C5H14NO"
     assert result.ion_mapping.startswith("run as [M+H]+ of C5H13NO, the cation's formula minus H (mapping; ")
+
+
+def test_training_and_evaluation_select_native_ion_types_only(make_spectrum):
+    from types import SimpleNamespace
+
+    encoder_only = SimpleNamespace(name="run", supported_adducts=("[M+H]+", "[M+Na]+"))  # no runnable_adducts
+    nh4 = ammonium(protonated())
+    assert require_usable(encoder_only, nh4).note == NOTE
+    with pytest.raises(SpectrumError, match=r"adduct \[M\+NH4\]\+ is not supported by the model run: it runs "
+                                            r"\[M\+H\]\+, \[M\+Na\]\+ natively \(it was trained on them\)$"):
+        require_usable(encoder_only, nh4, mapped=False)
+    assert not require_usable(encoder_only, make_spectrum(), mapped=False).mapped
