@@ -7,7 +7,8 @@ its own, mostly wrong, answer. As MZmine's ion identity networking and MS-DIAL d
 such features into a **compound group**, on three kinds of evidence:
 
 1. **retention time**: the apexes of the two features' MS1 traces (their precursor's intensity over the survey
-   scans, :func:`trace_of`) lie within ``apex_fraction`` of the run's **peak width**, measured from the run: the
+   scans, :func:`trace_of`; a feature's apex is the trace's highest point within ``apex_search_s`` of its MS2
+   scans, so that a later peak of the same m/z, another compound, is not taken for it) lie within ``apex_fraction`` of the run's **peak width**, measured from the run: the
    median full width at half maximum of the features' traces (``peak_width_s`` fixes it instead; with no trace
    to measure, ``default_peak_width_s``);
 2. **m/z**: the two precursors are two ion types of :data:`engine.chem.adducts.COMMON_ION_TYPES` (``[M]+``
@@ -59,6 +60,9 @@ class GroupConfig:
     max_peak_width_s: float = field(default=30.0, metadata={"help": "a measured peak width is at most this, s"})
     trace_window_s: float = field(default=60.0, metadata={
         "help": "survey scans this far beyond a feature's MS2 scans make its MS1 trace, s"})
+    apex_search_s: float = field(default=10.0, metadata={
+        "help": "a feature's apex is its trace's highest point this close to its MS2 scans, s (another peak of the "
+                "same m/z further away is another compound)"})
     min_correlation: float = field(default=0.8, metadata={
         "help": "Pearson r of the two ions' intensities across the peak needed to group them (0.8: chosen on "
                 "FOLD=train simulated runs, docs/evidence/adduct_groups.md)"})
@@ -68,7 +72,7 @@ class GroupConfig:
 
     def __post_init__(self):
         for name in ("mz_tol_ppm", "mz_tol_da", "default_peak_width_s", "min_peak_width_s", "max_peak_width_s",
-                     "trace_window_s"):
+                     "trace_window_s", "apex_search_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
                 raise ConfigError(f"`{name}` must be a number >= 0, got {value!r}.")
@@ -186,15 +190,20 @@ def _scans_between(survey, times: np.ndarray, lo: float, hi: float) -> Sequence:
     return survey[i:j]
 
 
-def trace_of(mz: float, rt_lo: float, rt_hi: float, survey: Sequence, times: np.ndarray, tol: float) -> Trace | None:
+def trace_of(mz: float, rt_lo: float, rt_hi: float, survey: Sequence, times: np.ndarray, tol: float,
+             apex_range: tuple[float, float] | None = None) -> Trace | None:
     """The precursor ``mz``'s intensity in the survey scans from ``rt_lo`` to ``rt_hi`` (``survey`` sorted by
-    retention time, ``times`` their retention times); None when no scan there holds the ion."""
+    retention time, ``times`` their retention times), its apex the highest point within ``apex_range`` (default:
+    anywhere); None when no scan there holds the ion."""
     scans = _scans_between(survey, times, rt_lo, rt_hi)
     if not scans:
         return None
     rt = np.array([s.retention_time for s in scans], dtype=np.float64)
     intensity = np.array([_intensity_near(s, mz, tol) for s in scans], dtype=np.float64)
-    k = int(np.argmax(intensity))
+    near = np.ones(rt.size, dtype=bool) if apex_range is None else (rt >= apex_range[0]) & (rt <= apex_range[1])
+    if not near.any():
+        return None
+    k = int(np.flatnonzero(near)[np.argmax(intensity[near])])
     if intensity[k] <= 0:
         return None
     return Trace(rt=rt, intensity=intensity, apex_rt=float(rt[k]), apex_intensity=float(intensity[k]),
@@ -321,7 +330,8 @@ def find_groups(features: Sequence, survey_scans: Sequence, config: GroupConfig 
             traces.append(None)
             continue
         traces.append(trace_of(f.precursor_mz, f.rt_min - config.trace_window_s, f.rt_max + config.trace_window_s,
-                               by_polarity[pol], by_polarity_times[pol], config.tolerance(f.precursor_mz)))
+                               by_polarity[pol], by_polarity_times[pol], config.tolerance(f.precursor_mz),
+                               (f.rt_min - config.apex_search_s, f.rt_max + config.apex_search_s)))
     width, source = run_peak_width(traces, config)
     apex = [t.apex_rt if t is not None else None for t in traces]
     edges: list[PairEvidence] = []

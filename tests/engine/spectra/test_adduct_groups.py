@@ -10,7 +10,7 @@ import pytest
 from synthetic_run import CAFFEINE, adduct_run_ions, elution_run, ion_mz, write_adduct_run, write_mzml
 
 from engine.errors import ConfigError
-from engine.spectra.adduct_groups import GroupConfig, _fwhm, candidate_pairs, find_groups, ion_pairs
+from engine.spectra.adduct_groups import GroupConfig, _fwhm, candidate_pairs, find_groups, ion_pairs, trace_of
 from engine.spectra.features import FeatureConfig, RunCounts, iter_features
 from engine.spectra.io import iter_spectra
 from engine.spectra.spectrum import SkippedRecord, SurveyScan
@@ -145,3 +145,15 @@ def test_groups_do_not_change_the_features_themselves(tmp_path):
         assert f.precursor_mz == g.precursor_mz and np.array_equal(f.spectrum.mz, g.spectrum.mz)
         meta = {k: v for k, v in f.spectrum.metadata.items() if k not in ("compound_group", "group_ion_type")}
         assert meta == g.spectrum.metadata
+
+
+def test_a_features_apex_is_the_peak_near_its_own_scans():
+    # the same m/z elutes twice: a small peak at 30 s (where the feature's MS2 scans are) and a large one at 80 s
+    t = np.arange(0.0, 120.0, 0.5)
+    scans = [SurveyScan(id=f"s{i}", index=i, retention_time=float(x), polarity="positive", mz=np.array([300.0]),
+                        intensity=np.array([1e4 * np.exp(-0.5 * ((x - 30) / 2) ** 2)
+                                            + 1e6 * np.exp(-0.5 * ((x - 80) / 2) ** 2) + 1.0]))
+             for i, x in enumerate(t)]
+    anywhere = trace_of(300.0, 0.0, 120.0, scans, t, 0.005)
+    near = trace_of(300.0, 0.0, 120.0, scans, t, 0.005, apex_range=(25.0, 40.0))
+    assert anywhere.apex_rt == 80.0 and near.apex_rt == 30.0
