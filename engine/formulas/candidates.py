@@ -35,7 +35,8 @@ formulas and ion types its precursor m/z allows and ranks them, as SIRIUS and BU
    FOLD=train MassBank spectra (``python -m training.calibration.formula_scorer``; never FOLD=val) and ship in
    ``resources/formula_scorer.json``, with the corpus statistics. Ranking runs in two stages: all
    formulas by mass, prior and ion type, then the best ``max_scored`` per ion type
-   (default 60) also by their fragments (and MS1); the table holds the latter. Its notes say what the
+   (default 100; 60 before issue #56 lost thiophosphates such as guthion whose precursor read 6 ppm off) also
+   by their fragments (and MS1); the table holds the latter. Its notes say what the
    isotopes and diagnostic fragments show (:mod:`engine.formulas.elements`: Cl or Br present or absent; an
    HCl loss, a PO3- ion).
 4. The candidates' probabilities are a softmax of the total scores over the table.
@@ -115,7 +116,7 @@ class FormulaConfig:
     ion_types: tuple[str, ...] | None = field(default=None, metadata={
         "help": "ion types to consider when the record has none (None: [M+H]+, [M+Na]+, [M+NH4]+ or the negative three)"})
     decomposition: DecompositionConfig = field(default_factory=DecompositionConfig)
-    max_scored: int = field(default=60, metadata={"help": "formulas per ion type scored by their fragments"})
+    max_scored: int = field(default=100, metadata={"help": "formulas per ion type scored by their fragments"})
     per_pattern: int = field(default=0, metadata={
         "help": "also scored by their fragments: the best formulas of each element pattern beyond CHNO, per ion type"})
     max_mass: float = field(default=1000.0, metadata={

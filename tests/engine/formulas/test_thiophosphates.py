@@ -8,12 +8,13 @@ import pytest
 
 from engine.chem.formula import formula_mass, formula_vector, parse_formula
 from engine.errors import ConfigError
-from engine.formulas.candidates import FormulaConfig, shortlist
+from engine.formulas.candidates import FormulaConfig, rank_formulas, shortlist
 from engine.formulas.decompose import (
     DecompositionConfig,
     chemical_rules_mask,
     decompose_mass,
 )
+from engine.spectra.spectrum import Spectrum
 
 PESTICIDES = {
     "ethion": "C9H22O4P2S4",
@@ -56,3 +57,13 @@ def test_the_shortlist_keeps_the_best_of_each_element_pattern():
     assert shortlist(stage1, vectors, 0, per_pattern=2).tolist() == [0, 1, 3, 4, 2, 5]
     with pytest.raises(ConfigError, match="per_pattern"):
         FormulaConfig(per_pattern=-1)
+
+
+@pytest.mark.parametrize(("ion", "mz", "ppm"), [("[M+H]+", 318.0129, 0.0), ("[M+H]+", 318.0129, -6.0),
+                                               ("[M+Na]+", 339.9951, 6.0)])
+def test_guthion_is_a_candidate_of_its_precursor(ion, mz, ppm):
+    # a TripleTOF run read its precursors 4-9 ppm off (issue #38); 60 formulas per ion type lost guthion there
+    precursor = mz * (1 + ppm * 1e-6)
+    query = Spectrum(id="guthion", mz=np.zeros(0), intensity=np.zeros(0), precursor_mz=precursor, polarity="positive")
+    table = rank_formulas(query, config=FormulaConfig(ion_types=("[M+H]+", "[M+Na]+", "[M+NH4]+")))
+    assert any(c.formula == GUTHION and c.ion_type == ion for c in table.candidates)
