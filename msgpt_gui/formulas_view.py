@@ -25,7 +25,11 @@ from PySide6.QtWidgets import (
 )
 
 from engine.errors import MsgptError
-from engine.formulas.candidates import FormulaCandidate, isotope_comparison
+from engine.formulas.candidates import (
+    DEFAULT_ION_TYPES,
+    FormulaCandidate,
+    isotope_comparison,
+)
 
 from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 from .formula_plots import IsotopeCanvas, theoretical_only
@@ -152,9 +156,10 @@ class FormulaPanel(QWidget):
         self.elements = QLineEdit(DEFAULT_ELEMENTS)
         self.elements.setToolTip("Elements formulas may hold, e.g. CHNOPSFClBrISi (C and H always)")
         self.ion_types = QLineEdit()
-        self.ion_types.setPlaceholderText("[M+H]+ [M+Na]+ [M+NH4]+ (default)")
-        self.ion_types.setToolTip("Ion types tried for a spectrum without one, separated by spaces (empty: "
-                                  "[M+H]+ [M+Na]+ [M+NH4]+, or [M-H]- [M+Cl]- [M+HCOO]- in negative mode)")
+        positive, negative = (" ".join(DEFAULT_ION_TYPES[p]) for p in ("positive", "negative"))
+        self.ion_types.setPlaceholderText(f"{positive} (default)")
+        self.ion_types.setToolTip(f"Ion types tried for a spectrum without one, separated by spaces (empty: {positive}, "
+                                  f"or {negative} in negative mode; [M-H2O+H]+ and [M]+ when asked)")
         self.ppm.editingFinished.connect(self._settings_edited)
         self.elements.editingFinished.connect(self._settings_edited)
         self.ion_types.editingFinished.connect(self._settings_edited)

@@ -64,9 +64,9 @@ def _add_formula_arguments(pr: argparse.ArgumentParser) -> None:
     pr.add_argument("--formula-ppm", type=float, default=10.0, metavar="PPM",
                     help="precursor mass tolerance of formula candidates (default 10 ppm, at least 1 mDa)")
     pr.add_argument("--ion-types", nargs="+", metavar="ION",
-                    help="ion types tried for a spectrum without an adduct (default [M+H]+ [M+Na]+ [M+NH4]+, in "
-                    "negative mode [M-H]- [M+Cl]- [M+HCOO]-); candidates of types the model cannot run are ranked "
-                    "but not predicted")
+                    help="ion types tried for a spectrum without an adduct (default [M+H]+ [M+Na]+ [M+NH4]+ [M+K]+, "
+                    "in negative mode [M-H]- [M+HCOO]- [M+CH3COO]- [M+Cl]- [M-H2O-H]-; [M-H2O+H]+ and [M]+ when "
+                    "asked); candidates of types the model cannot run are ranked but not predicted")
     pr.add_argument("--elements", default="CHNOPSFClBrISi", metavar="ELEMENTS",
                     help="elements formula candidates may hold (default CHNOPSFClBrISi; C and H always)")
     pr.add_argument("--recalibrate", default="auto", metavar="auto|off|PPM[,SLOPE]",
