@@ -196,3 +196,9 @@ def test_the_run_recalibration_is_one_line_and_can_be_set(run, tmp_path, tiny_bu
     rc = cli.main(["predict", str(run), "-o", str(tmp_path / "c.csv"), *args, "--recalibrate", "five"])
     err = capsys.readouterr().err
     assert rc == 2 and "give auto, off, or OFFSET[,SLOPE] in ppm" in err and "Traceback" not in err
+
+
+def test_info_names_the_ion_types_run_natively_and_by_mapping(tiny_bundle_dir, capsys):
+    assert cli.main(["info", "--model", str(tiny_bundle_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "supported adducts: [M+H]+, [M+Na]+ (natively); [M+NH4]+, [M-H2O+H]+, [M+K]+, [M]+ by mapping" in out
