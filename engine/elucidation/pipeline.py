@@ -315,9 +315,7 @@ class SpectrumSession:
         self.libraries = tuple(libraries)
         self.spectral_matches = spectral_matches if spectral_matches is not None else search_spectrum(
             self.libraries, spectrum)
-        self.spectrum = spectrum  # what the user sees: the original ion type, formula and precursor
-        # the results' spectrum: the same, with the mapping noted in its warnings (the CLI's notes, the app's)
-        self._shown = with_warning(spectrum, mapped.note) if mapped.note else spectrum
+        self.spectrum = spectrum  # what the user sees: the original ion type, formula and precursor (the results' too)
         self.index = index
         self.formula = mapped.formula  # whose structures are drawn (the spectrum's, but for a mapped [M]+: see there)
         self.reference_bits, self.reference_inchikey14 = _reference(spectrum, bundle.decoder.config.fp_bits)
@@ -446,7 +444,7 @@ class SpectrumSession:
         if self.reference_bits is not None:
             fidelity = chem.max_tanimoto(self.reference_bits, [q.bits for q in self._queries])
         result = SpectrumResult(
-            spectrum=self._shown,
+            spectrum=self.spectrum,
             params=params,
             candidates=tuple(candidates),
             n_samples=counts["samples"],
@@ -524,6 +522,7 @@ def elucidate(
 ) -> Generator[Event, None, RunSummary]:
     """Elucidate many spectra, one after the other. Yields events; returns a :class:`RunSummary`.
 
+    A spectrum of an ion type the model runs by a mapping finishes with the mapping's note in its ``warnings``.
     Records the reader skipped, and spectra this model cannot run (no formula, unsupported adduct),
     come out as :class:`SpectrumSkipped` with the reason; the rest go on. ``run_session(session, params,
     cancel)`` searches one spectrum (default :meth:`SpectrumSession.run`; ``params.effort="deep"`` needs
@@ -551,6 +550,8 @@ def elucidate(
         result = yield from (session.run(params, cancel) if run_session is None else
                              run_session(session, params, cancel))
         summary.n_done += 1
+        if result.ion_mapping:  # the run's notes (msgpt predict) say how a mapped ion type was run
+            result = replace(result, spectrum=with_warning(result.spectrum, result.ion_mapping))
         yield SpectrumFinished(index, result)
     summary.seconds = time.perf_counter() - t0
     return summary

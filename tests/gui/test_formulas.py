@@ -79,8 +79,8 @@ def test_the_best_k_of_the_supported_ion_types_become_spectra_with_their_rank_an
                                                                       for c in chosen[:2]]
     assert formula_note(spectra[0][1]) == ("1", f"{chosen[0].probability:.4f}")
     assert bare.formula is None  # never changed in place
-    assert table.runnable(3, ("[M+K]+",)) == () and "no formula candidate of an ion type the model supports" in \
-        no_candidate_reason(table, ("[M+K]+",))
+    assert table.runnable(3, ("[M+Li]+",)) == () and "no formula candidate of an ion type the model supports" in \
+        no_candidate_reason(table, ("[M+Li]+",))
     events, out = drain(rank_job(bare))
     assert events == [] and [c.formula for c in out.candidates] == [c.formula for c in table.candidates]
     with pytest.raises(Cancelled):
