@@ -23,11 +23,15 @@ formulas of neutral mass below ``--max-mass``:
   true formula and ion type with the survey scan as measured and after the run's m/z recalibration. The no Cl/Br
   group is subsampled to ``--max-plain`` structures (seeded), the others are taken whole (or ``--max-per-group``);
   P+S structures are all kept.
+
+``--cases FORMULA ...`` also ranks every ``[M+H]+`` record of those formulas (any fold) with an exact survey scan and
+prints the truth's rank beside the first formula's prior and fragment terms (fenamiphos: ``--cases C13H22NO3PS``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import platform
@@ -158,6 +162,34 @@ def fluopicolide_check(error_da: float = -0.002, floor: float = 0.002) -> list[t
     return out
 
 
+def formula_cases(mgf: str, formulas: list[str], config: FormulaConfig, scorer) -> list[dict]:
+    """Every ``[M+H]+`` record of ``mgf`` (any fold) whose formula is one of ``formulas``, ranked with its formula
+    hidden and an exact survey scan (the ion's isotope pattern down to 0.2% of M): the truth's rank, the first
+    formula, and the prior and fragment terms of both."""
+    from engine.spectra.features import MS1Evidence
+    from engine.spectra.io import iter_spectra
+    from engine.spectra.isotopes import isotope_pattern
+    from engine.spectra.spectrum import SkippedRecord
+
+    out = []
+    for s in iter_spectra(mgf):
+        if isinstance(s, SkippedRecord) or s.formula not in formulas or s.adduct != "[M+H]+":
+            continue
+        ion = parse_adduct("[M+H]+").ion_counts(parse_formula(s.formula))
+        mz, abundance = isotope_pattern(ion, 6, charge=1)
+        keep = abundance >= 0.002
+        ms1 = MS1Evidence(scan_id="exact", retention_time=None, precursor_mz=float(mz[0]), precursor_intensity=1e6,
+                          mz=mz[keep], intensity=abundance[keep] * 1e6)
+        query = dataclasses.replace(s, formula=None, smiles=None, inchikey=None).with_adduct(None)
+        table = rank_formulas(query, ms1=ms1, config=config, scorer=scorer)
+        truth = [c for c in table.candidates if c.formula == s.formula and c.ion_type == "[M+H]+"]
+        first = table.candidates[0]
+        out.append({"id": s.id, "formula": s.formula, "fold": s.metadata.get("fold"),
+                    "rank": truth[0].rank if truth else None, "first": f"{first.formula} {first.ion_type}",
+                    "first_terms": dict(first.terms), "truth_terms": dict(truth[0].terms) if truth else None})
+    return out
+
+
 def reach_summary(formulas: list[str], seed: int, noise_ppm: float, config: FormulaConfig, scorer) -> dict:
     rng = np.random.default_rng(seed + 11)
     hits = [reachable(f, rng, noise_ppm, config, scorer) for f in formulas]
@@ -199,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-per-group", type=int, help="structures kept of each Cl/Br group (seeded; default: all)")
     p.add_argument("--noise-ppm", type=float, default=3.0, help="precursor m/z error sd of the reachability check")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cases", nargs="*", default=[], metavar="FORMULA",
+                   help="also rank every [M+H]+ record of these formulas (any fold) with an exact survey scan")
     p.add_argument("--skip-runs", action="store_true", help="only the reachability check")
     p.add_argument("--out", help="write the summaries (and the simulated runs' ranks) as JSON")
     p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
@@ -232,6 +266,15 @@ def main(argv: list[str] | None = None) -> int:
     print("\nsynthetic fluopicolide [M+H]+ survey scan, M+2..M+5 read 2 mDa light, weakest peak 0.2% of M:")
     for formula, score, observed in fluopicolide_check():
         print(f"  {formula}: isotope score {round(score, 1) + 0.0:.1f}; observed M..M+5 / M {observed}")
+    if args.cases:
+        report["cases"] = formula_cases(args.mgf, args.cases, config, scorer)
+        print(f"\n{', '.join(args.cases)} [M+H]+ records, formula hidden, exact survey scan:")
+        for c in report["cases"]:
+            t, f = c["truth_terms"] or {}, c["first_terms"]
+            print(f"  {c['id']} (FOLD={c['fold']}): rank {c['rank']}; first {c['first']} (prior {f['prior']:.2f}, "
+                  f"fragments {f['fragments']:.2f}); truth prior {t.get('prior', float('nan')):.2f}, "
+                  f"fragments {t.get('fragments', float('nan')):.2f}", flush=True)
+        save()
     t0 = time.perf_counter()
     sets = {f"FOLD={args.fold} {g}": [s.formula for s in spectra if g in groups_of(s.formula)] for g in REACH_GROUPS}
     if args.corpus:
