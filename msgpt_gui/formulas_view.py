@@ -8,6 +8,8 @@ the tab is shown for a spectrum that has none yet, and kept on the entry; a Run 
 
 from __future__ import annotations
 
+from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
+
 from PySide6.QtCore import QItemSelectionModel, QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -31,7 +33,6 @@ from engine.formulas.candidates import (
     isotope_comparison,
 )
 
-from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 refcount bug)
 from .formula_plots import IsotopeCanvas, theoretical_only
 from .formula_table import FormulaTableModel, _html
 from .logic.entries import Status

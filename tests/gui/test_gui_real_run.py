@@ -82,7 +82,8 @@ def test_one_report_per_file_with_ms1_scans_skip_reasons_and_the_ion_types(qtbot
     assert "3 × no precursor m/z" in text and "type the precursor m/z above the plot" in text
     assert "5 precursor features from 5 MS/MS scans" in text
     assert "Without a molecular formula: 5" in text and "best 3 of each" in text
-    assert "The model tiny-test-bundle supports the ion types [M+H]+, [M+Na]+." in text
+    assert ("The model tiny-test-bundle supports the ion types [M+H]+, [M+Na]+, [M+NH4]+, [M-H2O+H]+, [M+K]+, [M]+."
+            in text)  # natively, then by mapping
     boxes = [b for b in window.findChildren(QMessageBox) if b.objectName() == "file_report"]
     assert len(boxes) == 1 and boxes[0].text() == text and boxes[0].isVisible()
     assert window.spectra.rowCount() == 8  # the skipped scans are listed
