@@ -140,13 +140,13 @@ def evaluate_run(ions, instrument, rng, rt_end, config: FormulaConfig, groups: G
         row["alone_top"] = f"{top.formula} {top.ion_type}" if top else ""
         for prior in priors:
             name = "group" if prior == priors[0] else f"group_{prior}"
-            how, _, weight = prior.partition(":")
+            how, weight, mass = (prior.split(":") + ["", ""])[:3]
             row[name] = row["alone"]
             if f.group is not None and f.group_members:
                 key = f.group.id, prior
                 if key not in decisions:
                     decisions[key] = decide_group(f.group_members, config, prior=how,
-                                                  partner_weight=float(weight or 1.0),
+                                                  partner_weight=float(weight or 1.0), mass=mass or "sum",
                                                   config_of=lambda s: run_formula_config(s, config))
                 d = decisions[key]
                 if d.joint.candidates:
@@ -213,10 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partner-rates", nargs=3, type=float, default=[0.5, 0.25, 0.15], metavar=("NA", "NH4", "K"))
     p.add_argument("--decoy-rate", type=float, default=0.3)
     p.add_argument("--min-correlation", type=float, default=GroupConfig().min_correlation)
-    p.add_argument("--priors", nargs="+", default=["once"], metavar="PRIOR[:W]",
-                   help="how the group's joint score counts the formula prior (engine.formulas.groups: once, each) "
-                        "and, after a colon, the partners' weight (default 1): the first is reported as 'with the "
-                        "group', the others beside it")
+    p.add_argument("--priors", nargs="+", default=["once"], metavar="PRIOR[:W[:MASS]]",
+                   help="how the group's joint score counts the formula prior (engine.formulas.groups: once, each), "
+                        "after a colon the partners' weight (default 1), after another sum or mean (the mass terms): "
+                        "the first is reported as 'with the group', the others beside it")
     p.add_argument("--apex-fraction", type=float, default=GroupConfig().apex_fraction)
     p.add_argument("--sweep", nargs="*", default=[], metavar="R:F",
                    help="other grouping settings (min correlation : apex fraction) scored on the same runs")

@@ -87,12 +87,15 @@ PROTONATED = ("[M+H]+", "[M-H]-")
 
 
 def joint_scores(tables: Sequence[FormulaTable], features: Sequence, configs: Sequence[FormulaConfig],
-                 prior: str = "once", partner_weight: float = 1.0) -> dict[str, dict[str, float]]:
+                 prior: str = "once", partner_weight: float = 1.0, mass: str = "sum") -> dict[str, dict[str, float]]:
     """``formula -> summed terms`` over the members (module notes, step 2), for the formulas that explain every
     member's m/z; ``tables``, ``features`` and ``configs`` are the members', in one order. ``prior`` "each" counts
     the formula prior once per member (the plain sum of the members' scores) instead of once; ``partner_weight``
     weighs the evidence of the members other than a group's [M+H]+ / [M-H]- (all members count fully in a group
-    without one)."""
+    without one); ``mass`` "mean" takes the members' mean mass term instead of their sum (their m/z share the run's
+    calibration error)."""
+    if mass not in ("sum", "mean"):
+        raise ConfigError(f"`mass` must be sum or mean, got {mass!r}.")
     if prior not in PRIOR_COUNTS:
         raise ConfigError(f"`prior` must be one of {', '.join(PRIOR_COUNTS)}, got {prior!r}.")
     own = [{c.formula: c for c in t.candidates} for t in tables]
@@ -123,6 +126,8 @@ def joint_scores(tables: Sequence[FormulaTable], features: Sequence, configs: Se
                 terms[k] = terms.get(k, 0.0) + w * (max(v, MEMBER_ISOTOPE_FLOOR) if k == "isotopes" else v)
         else:
             terms["prior"] = prior_value * (len(tables) if prior == "each" else 1)
+            if mass == "mean":
+                terms["mass"] /= len(tables)
             out[formula] = terms
     return out
 
@@ -180,7 +185,8 @@ def choose_lead(features: Sequence, tables: dict, formula: str | None, runnable:
 def decide_group(features: Sequence, config: FormulaConfig = FormulaConfig(), *,
                  config_of: Callable | None = None, runnable: Sequence[str] | None = None,
                  supported_adducts: Sequence[str] | None = None, scorer=None, prior: str = "once",
-                 partner_weight: float = 1.0, cancel: Callable[[], bool] | None = None) -> GroupDecision:
+                 partner_weight: float = 1.0, mass: str = "sum",
+                 cancel: Callable[[], bool] | None = None) -> GroupDecision:
     """The decision of the compound group whose member features are ``features`` (module notes).
 
     ``config_of(spectrum)`` gives a member's formula config (``msgpt predict``: the run's recalibration scatter,
@@ -198,7 +204,7 @@ def decide_group(features: Sequence, config: FormulaConfig = FormulaConfig(), *,
     tables = {f.id: rank_formulas(s, ms1=f.ms1, config=c, supported_adducts=supported_adducts, scorer=scorer,
                                   cancel=cancel)
               for f, s, c in zip(features, spectra, configs)}
-    joint = joint_scores([tables[f.id] for f in features], features, configs, prior, partner_weight)
+    joint = joint_scores([tables[f.id] for f in features], features, configs, prior, partner_weight, mass)
     best = max(joint, key=lambda k: sum(joint[k].values())) if joint else None
     lead = choose_lead(features, tables, best, runnable)
     by_id = {f.id: f for f in features}
