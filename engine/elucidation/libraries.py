@@ -113,12 +113,26 @@ def library_structures(libraries: Sequence, formula: str, adduct: str | None = N
     return out
 
 
+def general_ion_types(polarity: str | None) -> tuple[str, ...]:
+    """The ion types under which every structure library is matched by mass when the run names none: those the
+    formula ranking tries by default (:data:`engine.formulas.candidates.DEFAULT_ION_TYPES`, left out of which are
+    ``[M-H2O+H]+``, which cost formula accuracy, see docs/ion_types.md) and ``[M]+`` (only a library's permanent
+    cations can be it). The rest of the common ion types search the suspect lists only."""
+    from engine.formulas.candidates import DEFAULT_ION_TYPES
+
+    modes = (polarity,) if polarity in DEFAULT_ION_TYPES else tuple(DEFAULT_ION_TYPES)
+    names = [a for mode in modes for a in DEFAULT_ION_TYPES[mode]]
+    if "positive" in modes:
+        names.append("[M]+")
+    return tuple(dict.fromkeys(names))
+
+
 #: ``formula_source`` of a spectrum run for the library structures of its mass alone (no de novo samples).
 MASS_TRACK = "structure library (mass)"
 
 
 def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, ion_types: Sequence[str],
-                       ppm: float, precision_da: float = 0.0) -> list:
+                       ppm: float, precision_da: float = 0.0, general_ion_types: Sequence[str] | None = None) -> list:
     """Copies of ``spectrum`` (of unknown formula) for each formula and ion type under which a structure library
     holds structures within ``ppm`` of its precursor m/z, and that ``have`` (the formula candidates a caller is
     about to run) lacks: those structures are ranked on their own (:meth:`SpectrumSession.rank_known`, no
@@ -131,7 +145,13 @@ def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, ion_types:
     ``precision_da``: the precursor is written to this many Da, too coarse to rank formulas (a record of 2
     decimals): the window is that wide, and only suspect lists are searched, as suspect screening matches a
     list by m/z. The bundled library holds tens of formulas in such a window, which the fingerprint score alone,
-    without the predictions, could not tell apart."""
+    without the predictions, could not tell apart.
+
+    ``general_ion_types``: the ion types under which the libraries that are not suspect lists (the bundled
+    structure library) are matched; the others of ``ion_types`` search the suspect lists only (None: every library
+    under every ion type). A suspect list is a short list a chemist expects in the sample, worth its rarer ion types;
+    the bundled library's tens of thousands of structures under an in-source water loss would add runs of
+    structures 18 Da heavier than the precursor to every feature (see :func:`general_ion_types`)."""
     from engine.chem.adducts import neutral_mass_from_precursor, parse_adduct
     from engine.chem.formula import parse_formula
     from engine.errors import MsgptError
@@ -142,6 +162,7 @@ def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, ion_types:
     if not structures or spectrum.formula:
         return []
     seen = {(s.formula, _ion_type(s.adduct) if s.adduct else s.adduct) for s in have}
+    general = None if general_ion_types is None else {parse_adduct(a).name for a in general_ion_types}
     out = []
     for adduct in ion_types:
         a = parse_adduct(adduct)
@@ -151,7 +172,8 @@ def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, ion_types:
         if mass <= 0:
             continue
         window = max(ppm, 1e6 * precision_da / mass)
-        formulas = sorted({lib.record(int(r)).formula for lib in structures for r in lib.rows_near_mass(mass, window)
+        searched = structures if general is None or a.name in general else [lib for lib in structures if lib.suspect]
+        formulas = sorted({lib.record(int(r)).formula for lib in searched for r in lib.rows_near_mass(mass, window)
                            if charge_fits(lib.charge(int(r)), a)})
         for formula in formulas:
             if (formula, a.name) in seen:
@@ -279,7 +301,8 @@ def library_formula_spectra(libraries: Sequence, spectrum, have: Sequence, suppo
 
     allowed = library_ion_types(spectrum.polarity, supported_adducts, ion_types)
     out = identified_formula_spectra(spectrum, search_spectrum(libraries, spectrum), have, allowed)
-    track = mass_track_spectra(libraries, spectrum, [*have, *out], allowed, ppm, precision_da=precision_da)
+    track = mass_track_spectra(libraries, spectrum, [*have, *out], allowed, ppm, precision_da=precision_da,
+                               general_ion_types=None if ion_types else general_ion_types(spectrum.polarity))
     if precision_da > 0:
         why = (f"the precursor m/z {spectrum.precursor_mz:g} is written to {precision_da:g} Da, too coarse for "
                f"formulas: the suspect-list structures within {precision_da:g} Da were ranked, without de novo "
@@ -317,6 +340,6 @@ def identified_formula_spectra(spectrum, matches: SpectralMatches | None, have: 
 
 
 __all__ = ["LIBRARY_PRIOR", "MASS_TRACK", "SPECTRAL_HITS", "UNDRAWN_PRIOR", "analog_references", "charge_fits",
-           "identified_formula_spectra", "identified_formulas", "is_identification", "library_formula_spectra",
-           "library_ion_types", "library_structures", "mass_track_spectra", "search_analogs", "search_spectrum",
+           "general_ion_types", "identified_formula_spectra", "identified_formulas", "is_identification",
+           "library_formula_spectra", "library_ion_types", "library_structures", "mass_track_spectra", "search_analogs", "search_spectrum",
            "spectral_structures", "split_libraries"]

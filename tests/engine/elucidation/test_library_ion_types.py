@@ -19,6 +19,7 @@ from engine.chem.formula import formula_mass, parse_formula
 from engine.elucidation.libraries import (
     MASS_TRACK,
     charge_fits,
+    general_ion_types,
     identified_formula_spectra,
     is_identification,
     library_formula_spectra,
@@ -101,6 +102,22 @@ def test_the_mass_track_finds_a_suspect_seen_only_as_its_ammonium_adduct(home):
     added = library_formula_spectra([lib], spectrum, [], POSITIVE, ppm=10)
     assert runs(added) == [("C6H12O6", "[M+NH4]+")]
     assert library_formula_spectra([lib], spectrum, [], POSITIVE, ppm=10, ion_types=["[M+H]+", "[M+Na]+"]) == []
+
+
+def test_a_water_loss_searches_the_suspect_lists_but_not_the_general_libraries(home):
+    """The bundled library under [M-H2O+H]+ would add structures 18 Da heavier to every feature: only suspect lists
+    are matched under the ion types the formula ranking leaves out by default, unless the run names them."""
+    suspect = suspects(home / "s.csv", [("glucose", "NS3", GLUCOSE)])
+    general = suspects(home / "g.csv", [("glucose", "NS3", GLUCOSE)])
+    general.suspect = False
+    mz = precursor_mz_from_neutral(formula_mass(parse_formula("C6H12O6")), "[M-H2O+H]+")  # 163.0601
+    assert "[M-H2O+H]+" not in general_ion_types("positive") and "[M]+" in general_ion_types("positive")
+    assert runs(library_formula_spectra([suspect], query(mz), [], POSITIVE, ppm=10)) == [("C6H12O6", "[M-H2O+H]+")]
+    assert library_formula_spectra([general], query(mz), [], POSITIVE, ppm=10) == []
+    named = library_formula_spectra([general], query(mz), [], POSITIVE, ppm=10, ion_types=["[M-H2O+H]+"])
+    assert runs(named) == [("C6H12O6", "[M-H2O+H]+")]
+    nh4 = precursor_mz_from_neutral(formula_mass(parse_formula("C6H12O6")), "[M+NH4]+")  # a default ion type
+    assert runs(library_formula_spectra([general], query(nh4), [], POSITIVE, ppm=10)) == [("C6H12O6", "[M+NH4]+")]
 
 
 def test_the_mass_track_finds_a_formate_adduct_in_negative_mode(home):
