@@ -40,9 +40,12 @@ def test_dropped_files_load_in_the_background_and_list_every_record(qtbot, make_
     assert model.rowCount() == 24
     row = [model.index(0, c).data() for c in range(model.columnCount())]
     assert row == ["MSBNK-Athens_Univ-AU406406", "321.2020", "[M+H]+", "C14H28N2O6", "2.60", "", 27, Status.NOT_RUN, "",
-                   "", ""]  # confidence and identification level: not run yet; no abundance (no quant table)
-    # a library looks like a plain list: no Scans column, no branches
+                   "", "", ""]  # confidence and identification level: not run yet; no abundance (no quant table);
+    # no compound group (adduct groups, #56: an MGF library is never grouped)
+    assert model.COLUMNS[-1] == "Group" and len(row) == len(model.COLUMNS)
+    # a library looks like a plain list: no Scans column, no Group column, no branches
     assert window.spectra_view.isColumnHidden(model.SCANS) and not window.spectra_view.rootIsDecorated()
+    assert window.spectra_view.isColumnHidden(model.GROUP) and not model.has_groups
     assert window.current_entry() is model.entries[0]  # the first spectrum is shown
     assert window.spectrum_panel.canvas.annotation is not None
     assert "12 spectra" not in window.spectra_title.text() and "24 spectra" in window.spectra_title.text()
