@@ -9,9 +9,9 @@ by convolution, element counts by repeated squaring, so a formula costs microsec
 
 :func:`isotope_envelope` reads the same peaks from a survey scan: the precursor peak, then for each
 ``k`` the peaks summed over the window where an M+k peak can lie (:func:`isotope_window`, the same for every
-formula): from ``k`` times the smallest mass shift per neutron of any heavier isotope (15N, 0.99704 Da; 34S,
-37Cl and 81Br lie between, 0.9979-0.9990 Da) to ``k`` times 13C's (1.00335 Da), widened by 10 mDa for the
-scan's m/z error. A fixed window of ``k`` 13C masses +- 20 mDa (before issue #56) missed the M+4 of two 37Cl
+formula): from ``k`` times the smallest mass shift per neutron of an abundant heavier isotope (34S, 0.99790 Da;
+37Cl and 81Br lie between) to ``k`` times 13C's (1.00335 Da), widened by 5 mDa for the scan's m/z error (narrower
+than the old window at every k, so an unrelated ion falls into it less often). A fixed window of ``k`` 13C masses +- 20 mDa (before issue #56) missed the M+4 of two 37Cl
 (19.3 mDa below 4 13C) and the M+5 of Cl3 whenever the scan read it 1 mDa light, so a Cl3 formula was scored
 against an M+4 of 0 and lost to a bromine formula (fluopicolide on a TripleTOF run).
 :func:`isotope_score` compares the two (module :mod:`engine.formulas.candidates` adds it to a formula's score):
@@ -44,8 +44,9 @@ from engine.chem.formula import ELECTRON_MASS, ELEMENTS, parse_formula
 from engine.errors import ConfigError
 
 NEUTRON_SHIFT = 1.0033548378  # 13C - 12C, the spacing of isotope peaks of charge 1
-LIGHTEST_SHIFT = 0.9970349  # 15N - 14N: the smallest mass shift per neutron (34S 0.99790, 37Cl 0.99853, 81Br 0.99898)
-ISOTOPE_WINDOW_DA = 0.01  # the observed M+k windows reach this far beyond the isotope shifts (m/z error)
+LIGHTEST_SHIFT = 0.9978980  # (34S - 32S) / 2: the smallest shift per neutron of an abundant heavier isotope (37Cl 0.99853,
+# 81Br 0.99898; 15N's 0.99704 matters at M+1 only, inside the margin)
+ISOTOPE_WINDOW_DA = 0.005  # the observed M+k windows reach this far beyond the isotope shifts (m/z error)
 
 
 @cache
@@ -159,9 +160,9 @@ def observed_pattern(
 def isotope_window(k: int, charge: int = 1, margin_da: float = ISOTOPE_WINDOW_DA) -> tuple[float, float]:
     """``(low, high)`` m/z offsets from the monoisotopic peak between which an ion's M+``k`` peak lies.
 
-    From ``k`` neutrons of the lightest shift (15N's; 34S, 37Cl, 81Br and 18O lie between) to ``k`` of 13C's,
-    divided by the charge and widened by ``margin_da`` on both sides: at M+4, 3.978 to 4.023 Da for charge 1 (two
-    37Cl at 3.994, two 81Br at 3.996, four 13C at 4.013). ``k`` 0 is the monoisotopic peak itself (0, 0).
+    From ``k`` neutrons of the lightest abundant shift (34S's; 37Cl, 81Br and 18O lie between, 15N at M+1 inside the
+    margin) to ``k`` of 13C's, divided by the charge and widened by ``margin_da`` on both sides: at M+4, 3.987 to
+    4.018 Da for charge 1 (two 37Cl at 3.994, two 81Br at 3.996, four 13C at 4.013). ``k`` 0 is the monoisotopic peak itself (0, 0).
     """
     if k == 0:
         return 0.0, 0.0

@@ -13,6 +13,7 @@ from engine.chem.formula import parse_formula
 from engine.formulas.candidates import FormulaConfig, isotope_comparison, rank_formulas
 from engine.spectra.features import MS1Evidence
 from engine.spectra.isotopes import (
+    ISOTOPE_WINDOW_DA,
     NEUTRON_SHIFT,
     isotope_envelope,
     isotope_pattern,
@@ -39,9 +40,13 @@ def cl3_survey(error_da: float = -0.002) -> MS1Evidence:
 
 def test_the_m4_window_reaches_two_37cl_and_two_81br():
     low, high = isotope_window(4, 1)
-    assert low < 2 * 1.99705 - 0.005 and high > 4 * NEUTRON_SHIFT + 0.005  # 37Cl2 read 5 mDa light, 13C4 heavy
+    assert low < 2 * 1.99705 - 0.007 and high > 4 * NEUTRON_SHIFT + 0.004  # 37Cl2 read 7 mDa light, 13C4 4 heavy
+    assert low < 2 * 1.99580 - 0.004  # two 34S
+    assert high - low < 0.04  # narrower than the old 40 mDa: fewer unrelated ions fall in
     assert low > 3 * NEUTRON_SHIFT + 0.5 and high < 5 * 0.997 - 0.5  # and nothing of M+3 or M+5
-    assert isotope_window(2, 2) == pytest.approx(tuple(x / 2 + d for x, d in zip(isotope_window(2, 1, 0.0), (-0.01, 0.01))))
+    margin = ISOTOPE_WINDOW_DA
+    assert isotope_window(2, 2) == pytest.approx(tuple(x / 2 + d for x, d in zip(isotope_window(2, 1, 0.0),
+                                                                                   (-margin, margin))))
     assert isotope_window(0) == (0.0, 0.0)
 
 
