@@ -166,6 +166,16 @@ def _resolve_charge(rec: RawRecord, adduct: Adduct | None) -> tuple[int, str | N
     return (charge if polarity != "negative" else -charge), polarity
 
 
+def record_formula(text: str, adduct: Adduct | None) -> str:
+    """A record's FORMULA in Hill order. A permanently charged ion (``[M]+``, ``[M]-``) is its own molecule: MassBank
+    and MS-DIAL write its formula with the charge (``C5H14NO+`` for choline), which is read as the ion's atoms
+    (``C5H14NO``); any other formula must be the neutral one (the charge comes from the adduct)."""
+    text = text.strip()
+    if adduct is not None and adduct.name in ("[M]+", "[M]-") and text.endswith(adduct.name[-1]):
+        text = text[:-1]
+    return normalize_formula(text)
+
+
 def build_spectrum(options: ReadOptions, rec: RawRecord) -> Spectrum | SkippedRecord:
     """Validate one record; every problem becomes a SkippedRecord naming the bad value."""
     metadata = rec.metadata if rec.metadata is not None else {}
@@ -182,7 +192,7 @@ def build_spectrum(options: ReadOptions, rec: RawRecord) -> Spectrum | SkippedRe
         if adduct is None and default is not None and (polarity in (None, default.polarity)):
             adduct = default
             charge, polarity = default.charge, default.polarity
-        formula = normalize_formula(rec.formula) if rec.formula else options.default_formula
+        formula = record_formula(rec.formula, adduct) if rec.formula else options.default_formula
         smiles = rec.smiles
         if smiles is not None and mol_from_smiles(smiles) is None:
             add_warning(metadata, f"reference SMILES {smiles!r} cannot be parsed by RDKit and was dropped")

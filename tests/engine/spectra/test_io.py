@@ -253,6 +253,15 @@ def test_default_formula_and_adduct(tmp_path):
     assert isinstance(wrong, SkippedRecord) and "fix FORMULA or ADDUCT" in wrong.reason
 
 
+def test_a_permanent_cations_charged_formula_is_read_as_its_atoms(tmp_path):
+    """MassBank writes choline's [M]+ record as FORMULA=C5H14NO+: it reads as the cation's atoms C5H14NO; a charged
+    formula with any other ion type is still refused, naming the fix."""
+    s = read_one(tmp_path, mgf_record(FORMULA="C5H14NO+", ADDUCT="[M]+", PEPMASS="104.1070", CHARGE="1+"))
+    assert (s.adduct, s.formula, s.charge) == ("[M]+", "C5H14NO", 1)
+    wrong = read_one(tmp_path, mgf_record(FORMULA="C10H10O3+"))
+    assert isinstance(wrong, SkippedRecord) and "give the neutral formula" in wrong.reason
+
+
 def test_file_adduct_wins_over_default(tmp_path):
     s = read_one(tmp_path, mgf_record(ADDUCT="[M+Na]+", PEPMASS="201.0522"), default_adduct="[M+H]+")
     assert s.adduct == "[M+Na]+"
