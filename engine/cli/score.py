@@ -135,14 +135,14 @@ def _sdf_molblocks(path: Path) -> list[str]:
 
 def score_inputs(paths, formula: str | None, adduct: str | None, file_errors: list[str]):
     """The spectra to score, as ``msgpt predict`` reads them (MGF record by record, an mzML run as its
-    precursor features), with ``--formula``/``--adduct`` applied; a Spectrum or a SkippedRecord each."""
+    precursor features, a tool's feature export feature by feature), with ``--formula``/``--adduct`` applied; a Spectrum or a SkippedRecord each."""
     from engine.elucidation.pipeline import apply_overrides
-    from engine.spectra.features import iter_features
+    from engine.spectra.handoff import iter_input_features
     from engine.spectra.spectrum import SkippedRecord
 
     for path in paths:
         try:
-            for item in iter_features(path):
+            for item in iter_input_features(path):
                 if isinstance(item, SkippedRecord):
                     yield item
                     continue

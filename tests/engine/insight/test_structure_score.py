@@ -158,3 +158,15 @@ def test_msgpt_score_needs_structures_and_prints_to_stdout(tmp_path, tiny_bundle
                   "--spectrum", fixture_spectra()[0].id, *FAST]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].split(",") == list(SCORE_COLUMNS) and len(printed) == 2
+
+
+def test_msgpt_score_reads_a_tools_feature_export_feature_by_feature():
+    """MZmine's SIRIUS export interleaves MS1 and MS2 records of one FEATURE_ID: `msgpt score` reads it as
+    `msgpt predict` does, one spectrum per feature under the tool's ID (read record by record it was 24)."""
+    from engine.cli.score import score_inputs
+
+    errors = []
+    export = Path(__file__).parents[2] / "data" / "handoff" / "qexactive_dda_qc_pool_sirius.mgf"
+    spectra = list(score_inputs([str(export)], None, None, errors))
+    assert errors == [] and [s.id for s in spectra] == ["1", "2", "3", "4", "5"]
+    assert all(isinstance(s, Spectrum) and len(s.mz) > 0 for s in spectra)
