@@ -1,8 +1,10 @@
 """``msgpt`` command line: elucidate structures from MGF/mzML files, inspect a model bundle.
 
 ``msgpt predict`` by role, as ``msgpt score`` (:mod:`engine.cli.score`): its arguments are in
-:mod:`engine.cli.predict_args`, what it writes (output, journal, summary) in :mod:`engine.cli.predict_write`, and
-its runs here: the features of the inputs, their spectra and formula runs, in one process or on a cluster.
+:mod:`engine.cli.predict_args`, what it writes (output, journal, summary) in :mod:`engine.cli.predict_write`, the
+libraries it opens in :mod:`engine.cli.predict_libraries`, its compound groups' members in
+:mod:`engine.cli.predict_groups`, and its runs here: the features of the inputs, their spectra and formula runs, in
+one process or on a cluster.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from pathlib import Path
 from engine import __version__
 from engine.cli.common import PosteriorSink, err, model_path, novelty_marker, open_model
 from engine.cli.predict_args import _feature_config, _formula_config, add_predict_arguments
+from engine.cli.predict_groups import _elucidate_group_member, _GroupCache, _grouped
 from engine.cli.predict_handoff import check_handoff_args, write_feature_table_of_run
+from engine.cli.predict_libraries import _open_libraries
 from engine.cli.predict_write import _abort, _end_output, _open_journal, _run_settings, _Summary, _write_feature
 from engine.errors import InputFileError, MsgptError
 
@@ -170,8 +174,8 @@ def _elucidate_one(bundle, spectrum, params, bar, libraries=()):
     Problems of this spectrum alone (its formula is too large to annotate, ...) skip it; the
     batch goes on. Problems of the model or the parameters stop the batch.
     """
-    from engine.elucidation.libraries import MASS_TRACK
     from engine.elucidation.deep import run_session
+    from engine.elucidation.libraries import MASS_TRACK
     from engine.elucidation.pipeline import SamplesDrawn, SpectrumFinished, SpectrumSession, SpectrumSkipped, elucidate
     from engine.errors import AdductError, FormulaError, SpectrumError
     from engine.spectra.spectrum import SkippedRecord
@@ -277,79 +281,6 @@ def _check_cluster(args: argparse.Namespace) -> None:
 
     parse_address(args.cluster)
     require_distributed()
-
-
-def _open_libraries(args: argparse.Namespace) -> list:
-    """The structure and spectral libraries of the run: the bundled ones (unless ``--no-bundled-libraries``) and
-    those of ``--structure-library`` / ``--spectral-library`` (none with ``--no-libraries``), indexed into the
-    data folder on first use with a progress bar. A library that cannot be read is reported and left out."""
-    from engine.library import StructureLibrary, open_bundled_library, open_library
-    from engine.library.read import LibraryError
-    from engine.spectral_library import SpectralLibraryError, open_bundled_spectral_library, open_spectral_library
-
-    if args.no_libraries:
-        _open_bundled_analogs(args)
-        return []
-    bundled = [] if args.no_bundled_libraries else ["bundled"]
-    libraries = []
-    for source in dict.fromkeys(bundled + args.structure_library):
-        lib = _open_one(open_bundled_library() if source == "bundled" else open_library(source),
-                        "Structure library", source, LibraryError, args.quiet)
-        if lib is not None:
-            lib.suspect = source != "bundled"  # a library the user gives is a suspect list: its structures first
-            problems = f", {lib.n_problems} rows unreadable (first: {lib.problems[0]})" if lib.n_problems else ""
-            err(f"Structure library {lib.name}: {len(lib):,} structures{problems}.")
-            libraries.append(lib)
-            if args.effort == "deep":  # deep search borrows analogs' fragments: their bits, computed once
-                from engine.elucidation.analogs import open_analog_index
-
-                _open_one(open_analog_index(lib), "Analog fingerprints", source, ValueError, args.quiet,
-                          unit="structure")
-    for source in dict.fromkeys(bundled + args.spectral_library):
-        lib = _open_one(open_bundled_spectral_library() if source == "bundled" else open_spectral_library(source),
-                        "Spectral library", source, SpectralLibraryError, args.quiet)
-        if lib is not None:
-            err(f"Spectral library {lib.summary()}")
-            libraries.append(lib)
-    if not any(isinstance(lib, StructureLibrary) for lib in libraries):
-        _open_bundled_analogs(args)
-    return libraries
-
-
-def _open_bundled_analogs(args: argparse.Namespace) -> None:
-    """Deep search without structure libraries borrows fragments from the bundled one
-    (:func:`engine.elucidation.deep.bundled_analogs`): its bits are computed once, here, with a progress bar."""
-    if args.effort != "deep":
-        return
-    from engine.elucidation.analogs import open_analog_index
-    from engine.library import open_bundled_library
-    from engine.library.read import LibraryError
-
-    lib = _open_one(open_bundled_library(), "Structure library", "bundled", LibraryError, args.quiet)
-    if lib is not None:
-        _open_one(open_analog_index(lib), "Analog fingerprints", "bundled", ValueError, args.quiet, unit="structure")
-
-
-def _open_one(job, kind: str, source: str, error: type[Exception], quiet: bool, unit: str = "B"):
-    """Run a library's opening generator with a progress bar that names the step under way (checking the file,
-    indexing it, saving the index); ``None`` (reported) when it cannot be read."""
-    from tqdm import tqdm
-
-    with tqdm(total=None, unit=unit, unit_scale=True, desc=f"{kind} {source}", disable=quiet, file=sys.stderr,
-              leave=False) as bar:
-        try:
-            while True:
-                ev = next(job)
-                if getattr(ev, "text", None):  # each step starts again from 0: say which one it is
-                    bar.set_description_str(f"{kind}: {ev.text}", refresh=False)
-                bar.total = ev.total
-                bar.n = ev.done
-                bar.refresh()
-        except StopIteration as stop:
-            return stop.value
-        except error as e:
-            err(f"{kind} left out: {e}")
-            return None
 
 
 def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libraries=()) -> int:
@@ -497,82 +428,27 @@ def _feature_task(bundle, item: tuple, args, params, formula_config, libraries) 
     return _elucidate_feature(feature, args, bundle, params, formula_config, _NoBar(), libraries)
 
 
-class _GroupCache:
-    """The decisions and the lead's outcomes of the compound groups under way (in one process), so that a group's lead
-    is elucidated once for all its members; the oldest go first beyond ``size``."""
-
-    def __init__(self, size: int = 64):
-        self.size = size
-        self.entries: dict = {}
-
-    def get(self, key):
-        return self.entries.get(key)
-
-    def put(self, key, value) -> None:
-        self.entries[key] = value
-        while len(self.entries) > self.size:
-            self.entries.pop(next(iter(self.entries)))
-
-
-def _grouped(item, args) -> bool:
-    """Whether a feature is decided with its compound group: a member with all its partners, formulas ranked
-    (``--formulas`` > 0) and neither formula nor ion type forced."""
-    return (getattr(item, "group", None) is not None and bool(item.group_members) and args.formulas > 0
-            and not args.formula and not args.adduct and not item.spectrum.formula)
-
-
-def _elucidate_group_member(item, args, bundle, params, formula_config, bar, libraries=(), cache=None) -> list | None:
-    """The outcomes of a compound group's member (engine.formulas.groups): the group ranks one neutral formula over
-    all its members, its lead is elucidated with that ranking, and every other member shows the lead's results as
-    its own (its id, ion type and precursor). None when no formula explains every member (each is then run alone)."""
-    from engine.formulas.groups import as_member_result, decide_group, lead_metadata
-    from engine.formulas.recalibration import run_formula_config
-    from engine.spectra.spectrum import SkippedRecord
-
-    key = (item.spectrum.source, item.group.id)
-    entry = cache.get(key) if cache is not None else None
-    if entry is None:
-        runnable = getattr(bundle, "runnable_adducts", bundle.supported_adducts)
-        decision = decide_group(item.group_members, formula_config,
-                                config_of=lambda s: run_formula_config(s, formula_config),
-                                runnable=runnable, supported_adducts=runnable)
-        outcomes = None
-        if decision.joint.candidates:
-            lead = decision.features[decision.lead_id]
-            todo = _spectra_of_feature(lead, args, bundle, formula_config, libraries, table=decision.joint,
-                                       metadata=lead_metadata(decision))
-            outcomes = [todo] if isinstance(todo, SkippedRecord) else [
-                _elucidate_one(bundle, s, params, bar, libraries) for s in todo]
-        entry = (decision, outcomes)
-        if cache is not None:
-            cache.put(key, entry)
-    decision, outcomes = entry
-    if outcomes is None:
-        return None
-    if item.id == decision.lead_id:
-        return outcomes
-    return [SkippedRecord(o.source, item.index, item.id, f"{o.reason} (the lead {decision.lead_id} of compound group "
-                                                            f"{decision.group_id})")
-            if isinstance(o, SkippedRecord) else as_member_result(o, item, decision) for o in outcomes]
-
-
 def _elucidate_feature(item, args, bundle, params, formula_config, bar, libraries=(), cache=None) -> list:
     """The outcomes of one feature (or skipped record): its skip, or a result (or skip) for each of its spectra,
     its own or one per formula candidate; a compound group's member shows its group's (``cache`` keeps a group's
     lead outcomes for its other members)."""
     from engine.spectra.spectrum import SkippedRecord
 
-    if _grouped(item, args):
-        outcomes = _elucidate_group_member(item, args, bundle, params, formula_config, bar, libraries, cache)
+    def outcomes_of(todo) -> list:
+        # one feature: its spectrum, or one per formula candidate; their candidates are ranked on in one list
+        if isinstance(todo, SkippedRecord):
+            return [todo]
+        return [_elucidate_one(bundle, s, params, bar, libraries) for s in todo]
+
+    if _grouped(item, args):  # the lead with its group's joint ranking (engine.cli.predict_groups)
+        outcomes = _elucidate_group_member(
+            item, bundle, formula_config, cache=cache,
+            run_lead=lambda lead, table, metadata: outcomes_of(_spectra_of_feature(
+                lead, args, bundle, formula_config, libraries, table=table, metadata=metadata)))
         if outcomes is not None:
             return outcomes
-
-    todo = item if isinstance(item, SkippedRecord) else _spectra_of_feature(item, args, bundle, formula_config,
-                                                                             libraries)
-    # one feature: its spectrum, or one per formula candidate; their candidates are ranked on in one list
-    if isinstance(todo, SkippedRecord):
-        return [todo]
-    return [_elucidate_one(bundle, s, params, bar, libraries) for s in todo]
+    return outcomes_of(item if isinstance(item, SkippedRecord) else _spectra_of_feature(item, args, bundle,
+                                                                                        formula_config, libraries))
 
 
 def cmd_info(args: argparse.Namespace) -> int:

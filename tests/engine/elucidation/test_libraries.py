@@ -155,7 +155,7 @@ def test_predict_with_a_structure_library_writes_the_origin_columns(tiny_bundle_
 
 
 def test_the_library_progress_bar_names_each_step(capsys):
-    from engine.cli.predict import _open_one
+    from engine.cli.predict_libraries import _open_one
     from engine.library.build import LibraryProgress
     from engine.library.read import LibraryError
 
