@@ -46,8 +46,8 @@ from engine.chem.formula import formula_mass, parse_formula
 from engine.formulas.candidates import FormulaConfig, rank_formulas
 from engine.formulas.groups import PRIOR_COUNTS, decide_group, member_view
 from engine.formulas.recalibration import recalibrate_features, run_formula_config
-from engine.spectra.adduct_groups import GroupConfig
-from engine.spectra.features import FeatureConfig, build_features, group_features, with_partners
+from engine.spectra.adduct_groups import GroupConfig, group_features, with_partners
+from engine.spectra.features import FeatureConfig, build_features
 
 ION_TYPES = ("[M+H]+", *PARTNER_ION_TYPES)
 

@@ -32,10 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from engine.formulas.candidates import FormulaConfig, rank_formulas
+from engine.formulas.groups import decide_group
 from engine.formulas.recalibration import recalibrate_features, run_formula_config
 from engine.formulas.scorer import default_scorer
-from engine.formulas.groups import decide_group
-from engine.spectra.features import FeatureConfig, RunCounts, iter_features, with_partners
+from engine.spectra.adduct_groups import with_partners
+from engine.spectra.features import FeatureConfig
+from engine.spectra.run_features import RunCounts, iter_features
 from engine.spectra.spectrum import SkippedRecord, has_fragments
 
 

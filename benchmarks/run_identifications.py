@@ -33,7 +33,8 @@ from engine.elucidation.libraries import (
 )
 from engine.model.bundle import load_bundle
 from engine.paths import default_model_dir
-from engine.spectra.features import FeatureConfig, iter_features
+from engine.spectra.features import FeatureConfig
+from engine.spectra.run_features import iter_features
 from engine.spectral_library import load_bundled_spectral_library
 
 

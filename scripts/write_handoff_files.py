@@ -1,6 +1,6 @@
 """Write an LC-MS/MS run's features as the hand-off files of the chemist's pipeline, as each tool writes them (#60).
 
-From an mzML run, through MS-GPT's own feature building (:func:`engine.spectra.features.iter_features`: consensus
+From an mzML run, through MS-GPT's own feature building (:func:`engine.spectra.run_features.iter_features`: consensus
 MS2 of each precursor, its MS1 isotope pattern, RT, m/z), this writes
 
 * ``<name>_sirius.mgf``: **MZmine 3's SIRIUS export**. Per feature row, as ``SiriusExportTask.writeHeader`` writes

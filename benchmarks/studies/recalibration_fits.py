@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     recal_module._estimate, recal_module._points = _capture, _capture_points
     scorer, rc = default_scorer(), RecalibrationConfig()
     for path in args.mzml:
-        from engine.spectra.features import FeatureConfig, iter_features
+        from engine.spectra.features import FeatureConfig
+        from engine.spectra.run_features import iter_features
         from engine.spectra.spectrum import SkippedRecord
         features = [f for f in iter_features(path, FeatureConfig()) if not isinstance(f, SkippedRecord)]
         report_run(path.rsplit("/", 1)[-1], [(f.spectrum, f.ms1) for f in features if f.spectrum.formula is None],

@@ -68,11 +68,11 @@ def _features(paths: list[str], args: argparse.Namespace, file_errors: list[str]
     """``(input position, Feature or SkippedRecord)`` for every precursor of every input.
 
     MGF streams record by record; an mzML run is read whole and its MS2 scans grouped into features
-    (engine.spectra.features). ``counts`` gets one :class:`~engine.spectra.features.RunCounts` per input. A file
+    (engine.spectra.run_features). ``counts`` gets one :class:`~engine.spectra.run_features.RunCounts` per input. A file
     that cannot be read (or stops being readable mid-way) prints one line and the next input goes on.
     """
-    from engine.spectra.features import RunCounts
     from engine.spectra.handoff import attach_quant, iter_input_features
+    from engine.spectra.run_features import RunCounts
 
     config = _feature_config(args)
     for position, path in enumerate(paths):
@@ -90,8 +90,8 @@ def _features(paths: list[str], args: argparse.Namespace, file_errors: list[str]
 
 def _with_partners(items) -> Iterator:
     """The features of one input, each member of a compound group held back until its whole group has come and then
-    given with its (recalibrated) partners (engine.spectra.features.with_partners): a group decides together."""
-    from engine.spectra.features import with_partners
+    given with its (recalibrated) partners (engine.spectra.adduct_groups.with_partners): a group decides together."""
+    from engine.spectra.adduct_groups import with_partners
 
     waiting: dict[str, list] = {}
     for item in items:

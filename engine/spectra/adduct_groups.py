@@ -25,13 +25,16 @@ that fits two groups thus goes to the one with the stronger evidence; the weaker
 :attr:`GroupResult.rejected` (never silently merged). Groups are numbered ``G0001``... by their first apex.
 
 Without survey scans there is no MS1 evidence, and no groups (an MGF library's records are never grouped).
-What the group then decides (the ion types, one neutral formula for all members, the member elucidated) is
-:mod:`engine.formulas.groups`. Imports numpy, :mod:`engine.chem.adducts`, :mod:`engine.errors` and the
-spectrum classes; nothing of the model, the app or Qt.
+:func:`group_features` attaches the groups to a run's features (each member's ``group`` and ``partners``,
+:func:`with_partners` again after the features change). What the group then decides (the ion types, one neutral
+formula for all members, the member elucidated) is :mod:`engine.formulas.groups`. Imports numpy,
+:mod:`engine.chem.adducts`, :mod:`engine.errors` and the spectrum classes; nothing of the model, the app or Qt (the
+features are taken as they come: :mod:`engine.spectra.features` imports this module).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
@@ -388,3 +391,45 @@ def find_groups(features: Sequence, survey_scans: Sequence, config: GroupConfig 
             members=tuple(GroupMember(features[f].id, members[key][f], mz[f], float(apex[f])) for f in fs),
             evidence=tuple(joined[key])))
     return GroupResult(tuple(groups), width, source, tuple(rejected))
+
+
+# ----------------------------------------------------------------------------------------------
+# A run's features with their groups
+# ----------------------------------------------------------------------------------------------
+
+
+def with_groups(features: Sequence, result: GroupResult) -> list:
+    """The features (:class:`~engine.spectra.features.Feature`) with their compound groups attached (``group``,
+    ``partners``; spectrum metadata ``compound_group`` and ``group_ion_type``); features outside every group come
+    back as they were."""
+    of = {m.feature_id: g for g in result.groups for m in g.members}
+    out = []
+    for f in features:
+        g = of.get(f.id)
+        if g is None:
+            out.append(f)
+            continue
+        metadata = {**f.spectrum.metadata, "compound_group": g.id, "group_ion_type": g.ion_type_of(f.id)}
+        out.append(dataclasses.replace(f, group=g, partners=(), spectrum=dataclasses.replace(f.spectrum, metadata=metadata)))
+    return with_partners(out)
+
+
+def with_partners(features: Sequence) -> list:
+    """The features, each group member with its partners (``partners``) taken from ``features`` (after a change
+    to them, e.g. a recalibration, so that the partners are the changed ones)."""
+    members: dict[str, list] = {}
+    for f in features:
+        if f.group is not None:
+            members.setdefault(f.group.id, []).append(dataclasses.replace(f, partners=()))
+    return [f if f.group is None else
+            dataclasses.replace(f, partners=tuple(p for p in members[f.group.id] if p.id != f.id))
+            for f in features]
+
+
+def group_features(features: Sequence, survey_scans: Sequence, config) -> tuple[list, GroupResult | None]:
+    """A run's features with their compound groups (``config``, an :class:`~engine.spectra.features.FeatureConfig`:
+    ``adduct_groups`` on, found with ``groups``) and the grouping's result (None when off or without survey scans)."""
+    if not config.adduct_groups or not survey_scans:
+        return list(features), None
+    result = find_groups(features, survey_scans, config.groups)
+    return with_groups(features, result), result

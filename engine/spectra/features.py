@@ -40,8 +40,10 @@ Adduct groups (``adduct_groups``, default on): once a run's features are made, t
 (an ``[M+H]+`` and its ``[M+Na]+``, ...) are joined into compound groups by :mod:`engine.spectra.adduct_groups`
 (co-eluting apexes within the run's measured peak width, an m/z difference of two known ion types, correlated MS1
 traces); each member feature holds its :class:`~engine.spectra.adduct_groups.CompoundGroup` (``group``) and its
-spectrum's metadata ``compound_group`` and ``group_ion_type``. Only runs read whole (mzML, not ``grouping="never"``)
-with survey scans are grouped.
+spectrum's metadata ``compound_group`` and ``group_ion_type`` (:func:`~engine.spectra.adduct_groups.group_features`).
+Only runs read whole (mzML, not ``grouping="never"``) with survey scans are grouped. A file's features as they stream
+(:func:`~engine.spectra.run_features.iter_features`) are :mod:`engine.spectra.run_features`'s; this module makes
+them, and imports numpy, the adduct groups' classes and the spectrum classes of this package.
 
 MS1 evidence (:func:`ms1_evidence`): among the survey scans within ``ms1_rt_pad_s`` of the
 feature's retention-time range (and those its scans name as their precursor scan), the one where the
@@ -57,18 +59,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.errors import ConfigError, InputFileError
-from engine.spectra.adduct_groups import CompoundGroup, GroupConfig, GroupResult, find_groups
-from engine.spectra.spectrum import SkippedRecord, Spectrum, SurveyScan
+from engine.errors import ConfigError
+from engine.spectra.adduct_groups import CompoundGroup, GroupConfig
+from engine.spectra.spectrum import Spectrum, SurveyScan
 
 GROUPINGS = ("auto", "always", "never")
-MAX_SURVEY_BEHIND = 50  # survey scans an ungrouped MS2 scan may find its precursor in (the latest ones)
 
 
 @dataclass(frozen=True)
@@ -500,119 +500,3 @@ def library_feature(spectrum: Spectrum) -> Feature:
     rt = spectrum.retention_time
     return Feature(id=spectrum.id, index=spectrum.index, precursor_mz=spectrum.precursor_mz, rt_min=rt, rt_max=rt,
                    scans=(spectrum,), spectrum=spectrum, ms1=None)
-
-
-def with_groups(features: Sequence[Feature], result: GroupResult) -> list[Feature]:
-    """The features with their compound groups attached (``group``, ``partners``; spectrum metadata
-    ``compound_group`` and ``group_ion_type``); features outside every group come back as they were."""
-    of = {m.feature_id: g for g in result.groups for m in g.members}
-    out = []
-    for f in features:
-        g = of.get(f.id)
-        if g is None:
-            out.append(f)
-            continue
-        metadata = {**f.spectrum.metadata, "compound_group": g.id, "group_ion_type": g.ion_type_of(f.id)}
-        out.append(dataclasses.replace(f, group=g, partners=(), spectrum=dataclasses.replace(f.spectrum, metadata=metadata)))
-    return with_partners(out)
-
-
-def with_partners(features: Sequence[Feature]) -> list[Feature]:
-    """The features, each group member with its partners (``partners``) taken from ``features`` (after a change
-    to them, e.g. a recalibration, so that the partners are the changed ones)."""
-    members: dict[str, list[Feature]] = {}
-    for f in features:
-        if f.group is not None:
-            members.setdefault(f.group.id, []).append(dataclasses.replace(f, partners=()))
-    return [f if f.group is None else
-            dataclasses.replace(f, partners=tuple(p for p in members[f.group.id] if p.id != f.id))
-            for f in features]
-
-
-def group_features(features: Sequence[Feature], survey_scans: Sequence[SurveyScan], config: FeatureConfig = FeatureConfig()
-                   ) -> tuple[list[Feature], GroupResult | None]:
-    """A run's features with their compound groups (``config.adduct_groups``; module notes) and the grouping's
-    result (None when off)."""
-    if not config.adduct_groups or not survey_scans:
-        return list(features), None
-    result = find_groups(features, survey_scans, config.groups)
-    return with_groups(features, result), result
-
-
-@dataclass
-class RunCounts:
-    """What a file held: MS2 spectra read and skipped, MS1 survey scans, features made, compound groups found."""
-
-    source: str = ""
-    n_ms2: int = 0
-    n_skipped: int = 0
-    n_survey: int = 0
-    n_features: int = 0
-    n_groups: int = 0
-    n_grouped: int = 0  # features in a compound group
-    peak_width_s: float | None = None  # the run's peak width the groups were found with
-
-    def describe(self) -> str:
-        survey = f", {self.n_survey} MS1 survey scans (precursor evidence)" if self.n_survey else ""
-        groups = (f"; {self.n_groups} compound groups of {self.n_grouped} features (adduct partners, peak width "
-                  f"{self.peak_width_s:.1f} s)" if self.n_groups else "")
-        return (f"{self.source}: {self.n_ms2} MS2 spectra ({self.n_skipped} skipped){survey} -> "
-                f"{self.n_features} precursor features{groups}")
-
-
-def iter_features(
-    path: str | os.PathLike, config: FeatureConfig = FeatureConfig(), counts: RunCounts | None = None, **io_kwargs
-) -> Iterator[Feature | SkippedRecord]:
-    """The features of one file, then nothing else; ``counts`` (optional) is filled in as it goes.
-
-    MGF with ``grouping="auto"`` streams: each record is its own feature (:func:`library_feature`).
-    An mzML run (or ``grouping="always"``) is read whole, MS1 survey scans included, then grouped;
-    skipped records come first, then the features in order; a run that breaks off mid-way
-    (``InputFileError``) gives the features of the scans read before, then raises. With
-    ``grouping="never"`` an mzML run streams too, each scan with the survey scans read before it.
-    ``io_kwargs`` go to :func:`engine.spectra.io.iter_spectra`.
-    """
-    from engine.spectra.io import detect_format, iter_spectra
-
-    counts = counts if counts is not None else RunCounts()
-    counts.source = str(path)
-    fmt = detect_format(path)
-    if fmt == "mgf" and config.grouping in ("auto", "never"):
-        for item in iter_spectra(path, **io_kwargs):
-            if isinstance(item, SkippedRecord):
-                counts.n_skipped += 1
-                yield item
-            else:
-                counts.n_ms2 += 1
-                counts.n_features += 1
-                yield library_feature(item)
-        return
-    spectra: list[Spectrum] = []
-    survey: list[SurveyScan] = []
-    error: InputFileError | None = None
-    try:
-        for item in iter_spectra(path, survey_scans=True, **io_kwargs):
-            if isinstance(item, SurveyScan):
-                counts.n_survey += 1
-                survey.append(item)
-            elif isinstance(item, SkippedRecord):
-                counts.n_skipped += 1
-                yield item
-            elif config.grouping == "never":  # streams: each scan with the survey scans read so far
-                counts.n_ms2 += 1
-                counts.n_features += 1
-                yield single_scan_feature(item, survey[-MAX_SURVEY_BEHIND:], config)
-            else:
-                counts.n_ms2 += 1
-                spectra.append(item)
-    except InputFileError as e:  # a run cut off mid-way: the scans read before still count
-        error = e
-    features, grouping = group_features(build_features(spectra, survey, config), survey, config)
-    counts.n_features += len(features)
-    if grouping is not None:
-        counts.n_groups = len(grouping.groups)
-        counts.n_grouped = sum(len(g.members) for g in grouping.groups)
-        counts.peak_width_s = grouping.peak_width_s
-    yield from features
-    if error is not None:
-        raise error

@@ -19,7 +19,7 @@ tells MSP and ``.ms`` from MGF and mzML, a ``FEATURE_ID`` key tells a feature MG
 ``MSLEVEL=1``/``SPECTYPE`` record MZmine's SIRIUS export). MGF records are read by :mod:`engine.spectra.mgf`, MSP
 and ``.ms`` records by :mod:`engine.spectra.feature_exports`. :func:`iter_input_features` is the entry point of
 ``msgpt predict``: a tool's export through this module, any other input through
-:func:`engine.spectra.features.iter_features` (which does not import this module: no import circle).
+:func:`engine.spectra.run_features.iter_features` (which does not import this module: no import circle).
 :func:`iter_handoff_features` makes one
 :class:`~engine.spectra.features.Feature` per feature ID **as the source tool wrote it**: its MS2 records merged as
 :func:`engine.spectra.features.consensus_spectrum` merges a run's scans, its MS1 record as the feature's
@@ -102,9 +102,10 @@ def handoff_kind(path: str | os.PathLike) -> str | None:
 
 def iter_input_features(path: str | os.PathLike, config=None, counts=None, **io_kwargs) -> Iterator:
     """The features of any input: a tool's feature export (:func:`handoff_kind`) through
-    :func:`iter_handoff_features`, an mzML run or a library MGF through :func:`engine.spectra.features.iter_features`
-    (same arguments)."""
-    from engine.spectra.features import FeatureConfig, iter_features
+    :func:`iter_handoff_features`, an mzML run or a library MGF through
+    :func:`engine.spectra.run_features.iter_features` (same arguments)."""
+    from engine.spectra.features import FeatureConfig
+    from engine.spectra.run_features import iter_features
 
     config = config if config is not None else FeatureConfig()
     kind = handoff_kind(path)
@@ -121,8 +122,9 @@ def iter_handoff_features(path: str | os.PathLike, kind: str, config=None, count
     ``<name>_quant.csv`` beside a feature MGF is used (MZmine's GNPS export writes the pair). A file that breaks off
     mid-way gives the features read before, then raises its ``InputFileError``.
     """
-    from engine.spectra.features import FeatureConfig, RunCounts
+    from engine.spectra.features import FeatureConfig
     from engine.spectra.io import iter_spectra
+    from engine.spectra.run_features import RunCounts
 
     config = config if config is not None else FeatureConfig()
     counts = counts if counts is not None else RunCounts()

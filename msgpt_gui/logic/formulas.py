@@ -198,7 +198,7 @@ def rank_group_job(members: Sequence, runnable: Sequence[str] | None = None, can
     neutral formula ranked over all of them, the member elucidated. Returns the
     :class:`~engine.formulas.groups.GroupDecision`; its joint table's first note says the recalibration."""
     from engine.formulas.groups import decide_group
-    from engine.spectra.features import with_partners
+    from engine.spectra.adduct_groups import with_partners
 
     check_cancel(cancel)
     config = current_config()

@@ -12,13 +12,14 @@ from collections.abc import Callable, Iterator
 
 from engine.errors import MsgptError
 from engine.progress import CancelFn, check_cancel
-from engine.spectra.features import FeatureConfig, RunCounts
+from engine.spectra.features import FeatureConfig
 from engine.spectra.handoff import (
     ABUNDANCE_KEY,
     QuantTable,
     iter_handoff_features,
     quant_metadata,
 )
+from engine.spectra.run_features import RunCounts
 from engine.spectra.spectrum import SkippedRecord
 
 

@@ -35,7 +35,8 @@ from engine.errors import Cancelled, MsgptError
 from engine.files.export import CandidateWriter
 from engine.formulas.groups import lead_metadata
 from engine.progress import CancelFn, check_cancel
-from engine.spectra.features import FeatureConfig, build_feature, group_features, group_scans
+from engine.spectra.adduct_groups import group_features
+from engine.spectra.features import FeatureConfig, build_feature, group_scans
 from engine.spectra.io import detect_format, iter_spectra
 from engine.spectra.spectrum import SkippedRecord, Spectrum, SurveyScan
 

@@ -20,7 +20,7 @@ from engine.formulas.groups import (
     joint_scores,
     member_view,
 )
-from engine.spectra.features import iter_features
+from engine.spectra.run_features import iter_features
 from engine.spectra.spectrum import SkippedRecord
 
 RIGHT, WRONG = "C8H10N4O2", "C7H14O6"  # caffeine; another formula of its mass within 10 ppm

@@ -11,8 +11,9 @@ from synthetic_run import CAFFEINE, adduct_run_ions, elution_run, ion_mz, write_
 
 from engine.errors import ConfigError
 from engine.spectra.adduct_groups import GroupConfig, _fwhm, candidate_pairs, find_groups, ion_pairs, trace_of
-from engine.spectra.features import FeatureConfig, RunCounts, iter_features
+from engine.spectra.features import FeatureConfig
 from engine.spectra.io import iter_spectra
+from engine.spectra.run_features import RunCounts, iter_features
 from engine.spectra.spectrum import SkippedRecord, SurveyScan
 
 

@@ -7,14 +7,13 @@ from synthetic_run import scan_id, write_mzml
 from engine.errors import ConfigError
 from engine.spectra.features import (
     FeatureConfig,
-    RunCounts,
     build_features,
     consensus_spectrum,
     group_scans,
-    iter_features,
     merge_scans,
     ms1_evidence,
 )
+from engine.spectra.run_features import RunCounts, iter_features
 from engine.spectra.spectrum import SkippedRecord, Spectrum, SurveyScan
 
 

@@ -13,7 +13,6 @@ from synthetic_run import SHIFTED_RUN, protonated_mz, scan_id, write_mzml
 
 from engine.errors import InputFileError
 from engine.formulas.candidates import rank_formulas
-from engine.spectra.features import iter_features
 from engine.spectra.handoff import (
     attach_quant,
     feature_abundance,
@@ -22,6 +21,7 @@ from engine.spectra.handoff import (
     read_quant_table,
 )
 from engine.spectra.io import detect_format, read_spectra
+from engine.spectra.run_features import iter_features
 from engine.spectra.spectrum import SkippedRecord
 
 ROOT = Path(__file__).resolve().parents[3]
