@@ -68,6 +68,7 @@ CSV_COLUMNS = (
     "identification_level",
     "identification_note",
     "compound_group",
+    "abundance",
 )
 FORMATS = {".csv": "csv", ".sdf": "sdf", ".sd": "sdf"}
 
@@ -188,7 +189,17 @@ def candidate_rows(
             "identification_level": level,
             "identification_note": level_note,
             "compound_group": s.metadata.get("compound_group", ""),  # the feature's adduct group (engine.formulas.groups)
+            "abundance": _abundance(s.metadata),
         }
+
+
+def _abundance(metadata) -> str:
+    """The feature's largest abundance (a quant table's peak area, or the intensity a tool's export carries), as the
+    hand-off readers keep it (:mod:`engine.spectra.handoff`; per sample in the feature table); empty without one."""
+    from engine.spectra.handoff import feature_abundance
+
+    top = feature_abundance(metadata)[0]
+    return "" if top is None else f"{top:g}"
 
 
 def _level_note(level) -> str:

@@ -62,6 +62,8 @@ def test_feature_ids_travel_end_to_end_and_the_table_joins_the_quant_table(hando
     if kind != "msp":  # the quant table's row IDs are these IDs: joined by ID, abundance as in the table
         for r, q in zip(rows, quant):
             assert float(r["abundance"]) == float(r["abundance:run.mzML"]) == float(q["run.mzML Peak area"])
+        by_id = {r["feature_id"]: float(r["abundance"]) for r in rows}  # the candidate CSV carries it too
+        assert all(float(c["abundance"]) == by_id[c["spectrum_id"]] for c in read_candidates(out))
     annotated = [r for r in rows if r["status"] == "annotated"]
     assert annotated and all(r["smiles"] and r["inchikey"] and r["formula"] and r["identification_level"]
                              for r in annotated)
