@@ -108,10 +108,12 @@ class SpectrumEntry:
 
     @property
     def display_id(self) -> str:
-        """``F0007`` for a feature (``F0007 · scan=621`` when it is one scan), compact scan IDs otherwise."""
+        """``F0007`` for a feature (``F0007 · scan=621`` when it is one scan; a tool's feature export's ID, ``1``, as
+        written, not ``1 · 1``), compact scan IDs otherwise."""
         if self.feature is not None:
             short = self.feature.id.split("_", 1)[0]
-            return f"{short} · {compact_id(self.feature.scans[0].id)}" if self.feature.n_scans == 1 else short
+            scan = compact_id(self.feature.scans[0].id) if self.feature.n_scans == 1 else short
+            return short if scan == short else f"{short} · {scan}"
         return compact_id(self.id)
 
     @property

@@ -74,6 +74,7 @@ def test_an_opened_mzmine_sirius_export_keeps_its_isotope_pattern(qtbot, make_wi
         window.files.open_files([handoff["mzmine_sirius"]])
     entries = window.spectra.entries
     assert [e.id for e in entries] == [str(k) for k in range(1, 7)]
+    assert [e.display_id for e in entries] == [str(k) for k in range(1, 7)]  # the tool's ID as written, not "1 · 1"
     assert all(e.ms1 is not None and e.ms1.mz.size >= 2 for e in entries)
     assert window.spectra_view.isColumnHidden(SpectraModel.ABUNDANCE)  # no quant table, no intensity: no column
 
