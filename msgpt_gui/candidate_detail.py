@@ -24,11 +24,11 @@ from PySide6.QtWidgets import (
 
 from engine.chem.plausibility import plausibility_note
 
+from .candidates_model import IMPLAUSIBLE, CandidatesModel
 from .logic import evidence
 from .logic.depict import depict_png
 from .logic.libraries import identification_words
 from .logic.plotting import find_hit, plot_mirror
-from .models import IMPLAUSIBLE, CandidatesModel
 
 ROW_HEIGHT = 116
 STRUCTURE_WIDTH = 164

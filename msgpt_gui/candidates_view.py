@@ -31,13 +31,14 @@ from engine.elucidation.pipeline import SpectrumResult
 from engine.insight.identification import identification_level
 
 from .candidate_detail import ROW_HEIGHT, STRUCTURE_WIDTH, DetailPane, PixmapCache, StructureDelegate
+from .candidates_model import CandidatesModel
 from .columns import FillColumn
 from .logic import evidence, tooltips
 from .logic.confidence import missing_confidence
 from .logic.entries import SpectrumEntry, Status
 from .logic.formulas import formula_scores, run_label
 from .logic.libraries import IDENTIFIED_TEXT, entry_level
-from .models import KEY_ROLE, NO_FRAGMENTS_TIP, CandidatesModel, format_confidence
+from .models import KEY_ROLE, NO_FRAGMENTS_TIP, format_confidence
 from .novelty_view import NoveltyCandidatesModel, NoveltyFilter, NoveltyProxy, OriginFilter
 
 ALL_FORMULAS = "All formulas (feature ranking)"

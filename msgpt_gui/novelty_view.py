@@ -15,9 +15,10 @@ from PySide6.QtWidgets import QComboBox
 from engine.insight.novelty import CORPUS, NEW, USER, NoveltyMarker, categories
 from engine.model.known import KnownStructures
 
+from .candidates_model import CandidatesModel
 from .logic.insights import KnownList, read_known_list
 from .logic.libraries import ORIGIN_FILTERS, origin_accepted
-from .models import DISPLAY, SORT_ROLE, CandidatesModel, SortProxy
+from .models import DISPLAY, SORT_ROLE, SortProxy
 from .workers import GeneratorWorker
 
 log = logging.getLogger(__name__)

@@ -112,7 +112,7 @@ def test_without_a_confidence_model_the_summary_says_so(qtbot, make_window, writ
 
 # -- 3. the ID and SMILES columns --------------------------------------------------------------------------------
 def test_id_and_smiles_columns_keep_a_readable_width_in_a_narrow_window(qtbot, make_window, write_mgf, tmp_path):
-    from msgpt_gui.models import CandidatesModel
+    from msgpt_gui.candidates_model import CandidatesModel
 
     window = make_window()
     path = write_mgf("run.mgf", titles={NICOTINE, SITAGLIPTIN})
@@ -256,7 +256,7 @@ def test_file_dialogs_start_in_the_folders_used_last(qtbot, make_window, write_m
 def test_implausible_candidates_are_marked_without_changing_the_ranking(qtbot, make_window, write_mgf):
     from dataclasses import replace
 
-    from msgpt_gui.models import CandidatesModel
+    from msgpt_gui.candidates_model import CandidatesModel
 
     window = make_window()
     entry = run_one(qtbot, window, write_mgf("one.mgf", titles={NICOTINE}))

@@ -11,8 +11,9 @@ import pytest
 from PySide6.QtCore import Qt
 
 from engine.cli import main as cli_main
+from msgpt_gui.candidates_model import CandidatesModel
 from msgpt_gui.logic import evidence
-from msgpt_gui.models import CandidatesModel, SpectraModel
+from msgpt_gui.models import SpectraModel
 
 NICOTINE = "MSBNK-NaToxAq-NA003084"
 SITAGLIPTIN = "MSBNK-Eawag-EA290310"

@@ -20,11 +20,12 @@ from synthetic_run import scan_id, write_mzml
 from engine.chem.adducts import precursor_mz_from_neutral
 from engine.chem.formula import formula_mass, parse_formula
 from engine.spectra.isotopes import isotope_pattern
+from msgpt_gui.candidates_model import CandidatesModel
 from msgpt_gui.logic.entries import Status
 from msgpt_gui.formulas_view import FormulaTableModel
 from msgpt_gui.logic.formulas import format_probability
 from engine.insight.identification import feature_ranks
-from msgpt_gui.models import KEY_ROLE, CandidatesModel, SpectraModel
+from msgpt_gui.models import KEY_ROLE, SpectraModel
 
 CAFFEINE = "C8H10N4O2"
 FRAGMENTS = ["C6H7N3O", "C5H7N3", "C4H5N3", "C7H6N4O"]  # neutral subformulas; ions are +H

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from PySide6.QtCore import Qt
 
 from engine.spectra.io import read_spectra
+from msgpt_gui.candidates_model import CandidatesModel
 from msgpt_gui.library_view import SETTINGS_KEY, LibraryController
 from msgpt_gui.logic.libraries import (
     BUNDLED_SPECTRA,
@@ -28,7 +29,7 @@ from msgpt_gui.logic.libraries import (
     sources_from_setting,
 )
 from msgpt_gui.logic.plotting import MATCHED_QUERY_COLOR, MATCHED_REFERENCE_COLOR, find_hit, plot_mirror
-from msgpt_gui.models import CandidatesModel, SpectraModel, format_confidence
+from msgpt_gui.models import SpectraModel, format_confidence
 
 SITAGLIPTIN = "MSBNK-Eawag-EA290310"
 NICOTINE = "MSBNK-NaToxAq-NA003084"

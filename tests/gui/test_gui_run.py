@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from PySide6.QtCore import QElapsedTimer, Qt, QTimer
 
+from msgpt_gui.candidates_model import CandidatesModel
 from msgpt_gui.logic.entries import Status
-from msgpt_gui.models import CandidatesModel
 
 SITAGLIPTIN = "MSBNK-Eawag-EA290310"
 ACETYLPHE = "MSBNK-Antwerp_Univ-METOX_P102203_EF88"

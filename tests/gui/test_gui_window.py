@@ -10,8 +10,8 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence
 
 from engine.paths import config_dir
+from msgpt_gui.candidates_model import CandidatesModel
 from msgpt_gui.logic.entries import Status
-from msgpt_gui.models import CandidatesModel
 
 
 def drop(window, *paths):
