@@ -55,7 +55,13 @@ spectra came from and whether a file on this machine is still the same one (:fun
     SPECTRUM  {"id", "precursor_mz", "adduct", "charge", "polarity", "formula", "smiles", "inchikey",
                "retention_time" (s), "metadata", "source", "index", "peaks" (row of the peak arrays)}
     FEATURE   {"id", "index", "precursor_mz", "rt_min", "rt_max", "scans" ([SPECTRUM, ...], by retention time),
-               "ms1" (MS1 or null)}; its consensus spectrum is the entry's "original"
+               "ms1" (MS1 or null), "group" (GROUP; absent outside a compound group and in older files)}; its
+               consensus spectrum is the entry's "original"
+    GROUP     the feature's compound group (engine.spectra.adduct_groups.CompoundGroup): {"id", "neutral_mass",
+               "members": [{"feature_id", "ion_type", "precursor_mz", "apex_rt"}, ...], "evidence": [PairEvidence's
+               fields, ...]}; reading links each member's partners (the other entries' features of its run and
+               group). What the group decided is not a key: its lead is the member whose formula runs' spectra say
+               "group_lead" (their own feature id) in their metadata, and the app shows its answer on the others
     MS1       {"scan_id", "retention_time", "precursor_mz", "precursor_intensity", "n_scans", "peaks" (row of the peak
                arrays: the survey peaks around the precursor)}
     FORMULA   engine.formulas.candidates.FormulaCandidate's fields ("terms" an object)
@@ -112,6 +118,7 @@ from engine.elucidation.pipeline import QueryParams, SpectrumResult
 from engine.errors import ConfigError, OutputError
 from engine.files.project_arrays import Arrays as _Arrays
 from engine.files.project_arrays import number as _num
+from engine.files.project_groups import group_json
 from engine.formulas.candidates import FormulaCandidate
 from engine.formulas.recalibration import Recalibration
 from engine.paths import data_dir
@@ -389,6 +396,8 @@ def _feature_json(f: Feature, arrays: _Arrays) -> dict:
         d[k] = _num(d[k])
     d["scans"] = [_spectrum_json(s, arrays) for s in f.scans]
     d["ms1"] = _ms1_json(f.ms1, arrays) if f.ms1 is not None else None
+    if f.group is not None:
+        d["group"] = group_json(f.group)
     return d
 
 

@@ -41,6 +41,7 @@ from engine.files.project import (
     SourceFile,
 )
 from engine.files.project_arrays import RAGGED
+from engine.files.project_groups import link_partners, read_group
 from engine.formulas.candidates import FormulaCandidate
 from engine.formulas.recalibration import Recalibration
 from engine.progress import CancelFn, check_cancel, run_to_end
@@ -366,7 +367,11 @@ class _Reader:
             kw["id"], kw["index"] = str(kw["id"]), int(kw["index"])
         except (KeyError, TypeError, ValueError) as e:
             raise _Damaged(f"{where}: {type(e).__name__} {e}") from None
-        return Feature(**kw, scans=scans, spectrum=consensus, ms1=self.ms1(d.get("ms1"), f"{where}.ms1"))
+        try:
+            group = None if d.get("group") is None else read_group(d["group"], _float, f"{where}.group")
+        except (KeyError, TypeError, ValueError) as e:
+            raise _Damaged(f"{where}.group: {type(e).__name__} {e}") from None
+        return Feature(**kw, scans=scans, spectrum=consensus, ms1=self.ms1(d.get("ms1"), f"{where}.ms1"), group=group)
 
     def recalibration(self, d, where: str) -> RunRecalibration:
         if not isinstance(d, dict) or not isinstance(d.get("recalibration"), dict):
@@ -502,6 +507,7 @@ def read_project(path: str | os.PathLike, cancel: CancelFn | None = None) -> Gen
                 check_cancel(cancel)
                 yield ProjectProgress(k, len(raw), f"Reading {path.name}: {k}/{len(raw)} records")
             entries.append(reader.entry(d, k, samples))
+        link_partners(entries)  # a compound group's members: each other's partners again
         sel = doc.get("selection") or {}
         n = len(entries)
 

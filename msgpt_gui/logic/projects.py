@@ -8,7 +8,9 @@ samples it was ranked from, the status and the user's notes. A precursor feature
 its scans, RT range and MS1 evidence (the survey peaks around its precursor), and its scans that have a state of
 their own (run, notes, a formula set). The formula runs of an entry that ran for its best formula candidates are
 kept inside it (each with its formula candidate, spectrum and candidates), so a reopened project lists the entry
-once, done, with the Level, Confidence and combined candidates it had. The m/z recalibration measured for each
+once, done, with the Level, Confidence and combined candidates it had. A feature's compound group is kept with it,
+and a group that ran is linked again on opening (:func:`relink_groups`): its other members show its lead's answer.
+The m/z recalibration measured for each
 LC-MS run is kept too (the Formulas tab shows it again without measuring). The project records the libraries the
 results were ranked with (name, kind, checksum); a reopened result counts as ranked with all of them. Sessions are
 not saved: the next run of a reopened entry gets one back with its samples
@@ -239,7 +241,55 @@ def entries_from_project(project: Project, keys: Sequence[int],
     if new_key is None:
         new_key = itertools.count(max(keys, default=-1) + 1).__next__
     libraries = tuple(project.libraries)
-    return [_app_entry(p, key, new_key, libraries) for key, p in zip(keys, project.entries, strict=True)]
+    entries = [_app_entry(p, key, new_key, libraries) for key, p in zip(keys, project.entries, strict=True)]
+    relink_groups(entries)
+    return entries
+
+
+def relink_groups(entries: Sequence[SpectrumEntry]) -> None:
+    """A reopened project's compound groups that ran: each member's ``group_decision``, and each member without
+    results of its own showing its lead's answer (``group_lead``).
+
+    The lead is the member whose formula runs' spectra say ``group_lead`` (its own feature id) in their metadata
+    (:func:`engine.formulas.groups.lead_metadata`). The decision is rebuilt from what the project holds (the group,
+    its members' features, the lead, the joint ranking's candidates the lead ran for) rather than ranked again with
+    :func:`~engine.formulas.groups.decide_group`: that would take seconds per group on opening and could decide
+    otherwise under other settings; what a member shows (:func:`~engine.formulas.groups.as_member_result`) needs
+    no more. Each member's own table (``tables``) is not kept."""
+    from engine.formulas.candidates import FormulaTable
+    from engine.formulas.groups import GroupDecision
+
+    groups: dict[tuple[str, str], list[SpectrumEntry]] = {}
+    for e in entries:
+        if e.feature is not None and e.feature.group is not None:
+            groups.setdefault((e.source, e.feature.group.id), []).append(e)
+    for (_, gid), members in groups.items():
+        lead = next((m for m in members if any(r.spectrum is not None and r.spectrum.metadata.get("group_lead") ==
+                                               m.feature.id and r.spectrum.metadata.get("compound_group") == gid
+                                               for r in m.formula_runs)), None)
+        if lead is None:
+            continue
+        f = lead.feature
+        note = "the formulas the group's lead ran for, as its project kept them (the rest of the joint ranking is not)"
+        joint = FormulaTable(lead.id, f.precursor_mz, (f.ion_type_in_group,),
+                             tuple(r.candidate for r in lead.formula_runs if r.candidate is not None), 0,
+                             lead.ms1 is not None, 0, (note,))
+        decision = GroupDecision(gid, f.id, joint, {}, {m.feature.id: m.feature for m in members})
+        shown = [m for m in members if m is not lead and not m.has_results and not m.formula_runs]
+        for m in [lead, *shown]:
+            m.group_decision, m._group_view = decision, None
+        for m in shown:
+            m.group_lead = lead
+            m.sync_status()
+
+
+def group_followers(entries: Sequence[SpectrumEntry]) -> dict[int, tuple[int, ...]]:
+    """Lead key -> the keys of the members showing its answer (the run controller keeps their rows in step)."""
+    out: dict[int, tuple[int, ...]] = {}
+    for e in entries:
+        if e.group_lead is not None:
+            out[e.group_lead.key] = (*out.get(e.group_lead.key, ()), e.key)
+    return out
 
 
 def nested_entries(entries: Sequence[SpectrumEntry]) -> list[SpectrumEntry]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import zipfile
 
 from PySide6.QtCore import Qt
 from synthetic_run import CAFFEINE, ion_mz, write_adduct_run
@@ -72,3 +74,57 @@ def test_a_sodium_adduct_shows_its_groups_answer(qtbot, make_window, tmp_path):
     h_rows = [r for r in rows if r["spectrum_id"] == h.id]
     assert na_rows and [r["smiles"] for r in na_rows] == [r["smiles"] for r in h_rows]
     assert {r["adduct"] for r in na_rows} == {"[M+Na]+"} and {r["compound_group"] for r in na_rows + h_rows} == {"G0001"}
+
+
+def export_rows(qtbot, window, path):
+    with qtbot.waitSignal(window.export_finished, timeout=30_000):
+        assert window.files.export(path, "all")
+    text = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("#"))
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def group_cells(window):
+    m = window.spectra
+    return [(m.index(r, SpectraModel.ID).data(), m.index(r, SpectraModel.GROUP).data(),
+             m.index(r, SpectraModel.GROUP).data(TIP), m.index(r, SpectraModel.FORMULA).data(),
+             m.index(r, SpectraModel.ADDUCT).data(), m.index(r, SpectraModel.STATUS).data())
+            for r in range(m.rowCount())]
+
+
+def test_a_saved_group_reopens_as_it_was(qtbot, make_window, tmp_path):
+    """A project saved after a group ran keeps its groups: the Group column, each member's answer (the lead's
+    candidates under the member's own id and ion type) and the export come back as they were."""
+    window = make_window()
+    entries = loaded(qtbot, window, write_adduct_run(tmp_path / "adducts.mzML"))
+    na = entry_at(entries, ion_mz(CAFFEINE, "[M+Na]+"))
+    window.select_entry(na.key)
+    with qtbot.waitSignal(window.run_finished, timeout=120_000):
+        window.run_selected()
+    assert na.group_lead is not None
+    before_cells, before_rows = group_cells(window), export_rows(qtbot, window, tmp_path / "before.csv")
+    before_shown = {e.id: (e.shown.spectrum.id, e.shown.spectrum.adduct, e.shown.spectrum.formula,
+                           [c.smiles for c in e.shown.candidates]) for e in entries if e.shown is not None}
+    path = tmp_path / "groups.msgpt"
+    with qtbot.waitSignal(window.projects.saved, timeout=30_000):
+        assert window.projects.save_to(path)
+
+    other = make_window()
+    with qtbot.waitSignal(other.projects.opened, timeout=60_000):
+        assert other.projects.open_project(path)
+    again = other.spectra.entries
+    na2, h2 = (next(e for e in again if e.id == x.id) for x in (na, na.group_lead))
+    assert not other.spectra_view.isColumnHidden(SpectraModel.GROUP)
+    assert group_cells(other) == before_cells
+    assert na2.group_lead is h2 and h2.group_lead is None and na2.status == Status.DONE
+    assert other.runs._followers[h2.key] == (na2.key,)  # its row follows the lead's next run
+    assert {m.id for m in na2.feature.partners} == {h2.id} and na2.feature.group == na.feature.group
+    shown = {e.id: (e.shown.spectrum.id, e.shown.spectrum.adduct, e.shown.spectrum.formula,
+                    [c.smiles for c in e.shown.candidates]) for e in again if e.shown is not None}
+    assert shown == before_shown and shown[na2.id][:3] == (na.id, "[M+Na]+", CAFFEINE)
+    assert export_rows(qtbot, other, tmp_path / "after.csv") == before_rows
+
+    # saved again, unchanged: the same document
+    with qtbot.waitSignal(other.projects.saved, timeout=30_000):
+        assert other.projects.save_to(tmp_path / "again.msgpt")
+    documents = [json.loads(zipfile.ZipFile(p).read("project.json"))["entries"] for p in (path, tmp_path / "again.msgpt")]
+    assert documents[0] == documents[1]

@@ -9,7 +9,9 @@ import json
 import zipfile
 
 import numpy as np
+import pytest
 
+from engine.errors import InputFileError
 from engine.files.project import (
     FORMAT_VERSION,
     Project,
@@ -21,6 +23,7 @@ from engine.files.project import (
 from engine.files.project_read import _upgrade_1, load_project, read_summary
 from engine.formulas.candidates import FormulaCandidate
 from engine.formulas.recalibration import Recalibration
+from engine.spectra.adduct_groups import CompoundGroup, GroupMember, PairEvidence
 from engine.spectra.features import Feature, MS1Evidence
 
 
@@ -147,3 +150,41 @@ def test_the_committed_version_2_file_still_reads(data_dir):
     assert rc.file == "/data/run.mzML" and rc.recalibration.offset_ppm == 4.5 and rc.recalibration.mz_range == (
         150.25, 300.5) and rc.recalibration.points_precursor.tolist() == [False, True, True]
     assert project.summary() == "4 records, 2 with candidates, 1 with notes"
+
+
+def test_compound_groups_round_trip_with_their_partners_per_run(make_spectrum, tmp_path):
+    """FEATURE's "group" (issue #56 item 2): each member's CompoundGroup comes back, its partners are the other
+    entries' features of its run and group (a second run's G0001 is another group); features without one stay so."""
+    entries = []
+    for source in ("a.mzML", "b.mzML"):
+        ids = ("F0001_mz195.0877_rt60.0", "F0002_mz217.0696_rt60.0", "F0003_mz300.1000_rt90.0")
+        group = CompoundGroup("G0001", 194.0804, (GroupMember(ids[0], "[M+H]+", 195.0877, 60.0),
+                                                  GroupMember(ids[1], "[M+Na]+", 217.0696, 60.5)),
+                              (PairEvidence(0, 1, "[M+H]+", "[M+Na]+", 194.0804, 0.5, 0.0003, 0.97, 8),))
+        for k, (fid, mz) in enumerate(zip(ids, (195.0877, 217.0696, 300.1))):
+            s = make_spectrum(id=fid, formula=None, adduct=None, precursor_mz=mz, source=source, index=k)
+            f = Feature(fid, k, mz, 58.0, 62.0, (s,), s, None, group=group if k < 2 else None)
+            entries.append(ProjectEntry(s, s, feature=f))
+    path = tmp_path / "groups.msgpt"
+    save_project(path, Project(entries=entries))
+    with zipfile.ZipFile(path) as zf:
+        doc = json.loads(zf.read("project.json"))
+    assert doc["entries"][0]["feature"]["group"]["members"][1]["ion_type"] == "[M+Na]+"
+    assert "group" not in doc["entries"][2]["feature"]
+    back = load_project(path)
+    for e, was in zip(back.entries, entries, strict=True):
+        assert e.feature.group == was.feature.group
+    a_h, a_na, a_other, b_h, b_na, _ = (e.feature for e in back.entries)
+    assert [p.id for p in a_h.partners] == [a_na.id] and a_h.partners[0].spectrum.source == "a.mzML"
+    assert [p.spectrum.source for p in b_na.partners] == ["b.mzML"] and a_other.partners == ()
+    assert [f.id for f in a_na.group_members] == [a_h.id, a_na.id] and b_h.ion_type_in_group == "[M+H]+"
+
+    doc["entries"][0]["feature"]["group"]["members"][0].pop("ion_type")  # damaged: named
+    with zipfile.ZipFile(path) as zf:
+        arrays = {n: zf.read(n) for n in zf.namelist() if n != "project.json"}
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("project.json", json.dumps(doc))
+        for n, data in arrays.items():
+            zf.writestr(n, data)
+    with pytest.raises(InputFileError, match=r"entries\[0\]\.feature\.group"):
+        load_project(path)
