@@ -8,6 +8,9 @@ beside the task; a second task is refused while one runs (the window says why).
 
 Signals that end a task (``model_changed``, ``run_finished``, ``export_finished``) are emitted once
 the task slot is free again, so a listener may start the next task from them.
+
+By role: the file-loading queue is :class:`~msgpt_gui.load_queue.LoadQueueMixin`'s, a run's compound groups (adduct
+partners deciding together) :class:`~msgpt_gui.group_runs.GroupRunsMixin`'s; the signals and the state are here.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from PySide6.QtCore import QObject, Signal
 
 from engine.elucidation.pipeline import QueryParams
 from engine.errors import MsgptError
-from engine.spectra.features import Feature
 
+from .group_runs import GroupRunsMixin
+from .load_queue import LoadQueueMixin
 from .logic.entries import SpectrumEntry, Status
 from .logic.formulas import DEFAULT_TOP_K, readiness, unsupported_ion_note
 from .logic.jobs import (
@@ -39,10 +43,8 @@ from .logic.jobs import (
     FormulaJob,
     FormulasRanked,
     GroupDecided,
-    RecordsRead,
     elucidate_sessions,
     export_candidates,
-    load_file,
     load_model,
     run_items_of,
 )
@@ -57,7 +59,7 @@ def plural(n: int, one: str = "spectrum", many: str = "spectra") -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-class RunController(QObject):
+class RunController(LoadQueueMixin, GroupRunsMixin, QObject):
     """The app's long work; see the module notes."""
 
     worker_started = Signal(object)  # a GeneratorWorker about to start (tests hook into its signals)
@@ -107,90 +109,6 @@ class RunController(QObject):
     @property
     def running_retune(self) -> bool:
         return self.task_kind == "run" and bool(self._run.get("retune"))
-
-    # ------------------------------------------------------------------------------------------
-    # files
-    # ------------------------------------------------------------------------------------------
-    def is_open(self, path: Path) -> bool:
-        key = str(path.resolve()) if path.exists() else str(path)
-        return key in self.open_paths or path in self.load_queue
-
-    def load_files(self, paths) -> None:
-        """Queue files; they are read in the background, one after the other."""
-        self.load_queue.extend(Path(p) for p in paths)
-        self._next_load()
-
-    def reading(self, path: str) -> bool:
-        """Whether the file ``path`` is being read or waits to be (its features are not all listed yet)."""
-        target = Path(path).resolve()
-        now = [self._loading["path"]] if self.loader is not None and self._loading else []
-        return any(Path(p).resolve() == target for p in (*now, *self.load_queue))
-
-    def forget_files(self) -> None:
-        """The list was cleared: the same files may be opened again."""
-        self.open_paths.clear()
-
-    def _next_load(self) -> None:
-        if self.loader is not None or not self.load_queue:
-            self.loader_changed.emit()
-            return
-        path = self.load_queue.popleft()
-        self._loading = {"path": path, "n": 0, "t0": time.perf_counter()}
-        worker = GeneratorWorker(load_file, str(path), name=f"reading {path.name}")
-        self.loader = worker
-        worker.yielded.connect(self._records_read)
-        worker.returned.connect(lambda value: self._load_done(path, value))
-        worker.errored.connect(lambda msg: self._load_failed(path, msg))
-        worker.aborted.connect(lambda: self._load_cancelled(path))
-        worker.finished.connect(lambda: self._loader_finished(worker, path))
-        self.status.emit(f"Reading {path.name}…", 0)
-        self.worker_started.emit(worker)
-        worker.start()
-        self.loader_changed.emit()
-
-    def _take_key(self) -> int:
-        self._next_key += 1
-        return self._next_key - 1
-
-    def new_keys(self, n: int) -> range:
-        """Keys for ``n`` entries listed from elsewhere (a project being opened); never used twice."""
-        first = self._next_key
-        self._next_key += n
-        return range(first, first + n)
-
-    def _records_read(self, batch: RecordsRead) -> None:
-        self.open_paths.add(str(Path(batch.path).resolve()))
-        entries = []
-        for item in batch.items:
-            key = self._take_key()
-            if isinstance(item, Feature):
-                entries.append(SpectrumEntry.from_feature(key, item, self._take_key))
-            else:
-                entries.append(SpectrumEntry.from_item(key, item))
-        first_batch = self._loading["n"] == 0
-        self._loading["n"] += len(entries)
-        self.spectra.append(entries)
-        self.status.emit(f"Reading {Path(batch.path).name}: {self._loading['n']:,} records…", 0)
-        self.records_added.emit(batch.path, entries, first_batch)
-
-    def _load_done(self, path: Path, value) -> None:
-        self.open_paths.add(str(path.resolve()))
-        self.file_read.emit(str(path), value, time.perf_counter() - self._loading["t0"])
-
-    def _load_failed(self, path: Path, message: str) -> None:
-        n = self._loading["n"]
-        kept = f"\nThe {n} records read before the problem are kept." if n else ""
-        self.message.emit("error", f"Cannot read {path.name}:\n{message}{kept}")
-
-    def _load_cancelled(self, path: Path) -> None:
-        self.status.emit(f"Stopped reading {path.name} after {self._loading['n']:,} records.", 8000)
-
-    def _loader_finished(self, worker: GeneratorWorker, path: Path) -> None:
-        if self.loader is worker:
-            self.loader = None
-        worker.deleteLater()
-        self.file_loaded.emit(str(path))
-        self._next_load()
 
     # ------------------------------------------------------------------------------------------
     # model
@@ -342,40 +260,6 @@ class RunController(QObject):
                           tuple(self.new_keys(LIBRARY_RUNS)) if self.libraries else (),
                           run_items=run_items_of(self.spectra.entries, e))
 
-    def _group_members(self, e: SpectrumEntry) -> list[SpectrumEntry]:
-        """The listed entries of ``e``'s compound group (engine.spectra.adduct_groups) when the group can decide
-        together: every member listed, none given a formula or ion type by hand; else [] (``e`` runs alone)."""
-        f = e.feature
-        if f is None or f.group is None:
-            return []
-        ids = {m.feature_id for m in f.group.members}
-        members = [x for x in self.spectra.entries if x.feature is not None and x.feature.id in ids
-                   and x.spectrum is not None and x.spectrum.source == e.spectrum.source]
-        if len(members) != len(ids) or any(x.spectrum.formula or x.spectrum.adduct for x in members):
-            return []
-        return members
-
-    def _group_job(self, e: SpectrumEntry, members: list[SpectrumEntry], top_k: int) -> FormulaJob:
-        """The job of a compound group: its members queued, one formula ranking over all of them, its lead run
-        (:func:`msgpt_gui.logic.jobs._formula_runs`), the others showing the lead's answer (GroupDecided)."""
-        for m in members:
-            m.reset_results()
-            m.status, m.reason = Status.QUEUED, ""
-            self.spectra.entry_changed(m.key)
-        return FormulaJob(e.key, e.formula_base(), e.ms1, None, tuple(self.new_keys(top_k)), self.libraries,
-                          tuple(self.new_keys(LIBRARY_RUNS)) if self.libraries else (),
-                          run_items=run_items_of(self.spectra.entries, e),
-                          group=tuple((m.key, m.feature, m.formula_base()) for m in members))
-
-    def _sync_followers(self, lead: SpectrumEntry) -> None:
-        """The members of ``lead``'s compound group that show its answer: their status and rows follow it."""
-        for key in self._followers.get(lead.key, ()):
-            m = self.spectra.entry(key)
-            if m is not None and m.group_lead is lead:
-                m.sync_status()
-                self.spectra.entry_changed(key)
-                self.entry_updated.emit(key, "result")
-
     def libraries_current(self, e: SpectrumEntry) -> bool:
         """Whether ``e``'s session (and result) searched the libraries enabled now."""
         return refs_key(e.library_refs) == library_key(self.libraries)
@@ -404,17 +288,7 @@ class RunController(QObject):
 
     def _entry_event(self, e: SpectrumEntry, ev) -> None:
         if isinstance(ev, GroupDecided):  # the lead runs; every other member shows its answer
-            lead = self.spectra.entry(ev.lead_key)
-            self._followers[ev.lead_key] = tuple(k for k in ev.member_keys if k != ev.lead_key)
-            for key in ev.member_keys:
-                m = self.spectra.entry(key)
-                if m is None:
-                    continue
-                m.group_decision, m.group_lead, m._group_view = ev.decision, (None if m is lead else lead), None
-                if m is not lead:
-                    m.sync_status()
-                self.spectra.entry_changed(key)
-                self.entry_updated.emit(key, "result")
+            self._group_decided(ev)
             return
         if isinstance(ev, FormulasRanked):
             e.keep_formulas(ev.base, ev.table)
