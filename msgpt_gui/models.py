@@ -388,7 +388,10 @@ def _identified(e: SpectrumEntry) -> bool:
 
 
 def format_confidence(p: float) -> str:
-    return "<1%" if p < 0.01 else f"{p:.0%}"
+    """A probability as a chemist reads it: ``<1%``, ``42%``, ``>99%`` (an identification at 0.9995 is not certain)."""
+    if p < 0.01:
+        return "<1%"
+    return ">99%" if p > 0.99 else f"{p:.0%}"
 
 
 class SortProxy(QSortFilterProxyModel):

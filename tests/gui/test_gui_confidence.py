@@ -77,3 +77,11 @@ def test_without_a_confidence_model_the_column_stays_empty(qtbot, make_window, w
     assert window.spectra.entries[0].result is not None
     assert window.spectra.index(0, SpectraModel.CONFIDENCE).data() == ""
     assert window.spectra.index(0, SpectraModel.CONFIDENCE).data(SORT_ROLE) == -1.0
+
+
+def test_a_probability_reads_as_a_chemist_reads_it():
+    """An identification at 0.9995 reads '>99%', never '100%' (nothing is certain); a low one '<1%', never '0%'."""
+    from msgpt_gui.models import format_confidence
+
+    assert [format_confidence(p) for p in (0.0, 0.004, 0.01, 0.42, 0.99, 0.9995, 1.0)] == \
+        ["<1%", "<1%", "1%", "42%", "99%", ">99%", ">99%"]
