@@ -4,6 +4,7 @@ library candidates in the table (Origin column and filter, details, level 2a) an
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 from pathlib import Path
 
@@ -184,7 +185,7 @@ def test_spectral_library_hits_reach_the_run_table_filter_level_and_mirror(qtbot
     assert result.confidence is not None and result.confidence >= 0.01
     shown = format_confidence(result.confidence)
     assert spectra.index_of(entry.key, SpectraModel.CONFIDENCE).data() == shown
-    assert f"confidence <b>{shown}</b>" in panel.summary.text() and "confidence" in detail.library.text()
+    assert f"confidence <b>{html.escape(shown)}</b>" in panel.summary.text() and "confidence" in detail.library.text()
 
     # the export: the level, the reference's accession and the libraries used
     out = path.parent / "out.csv"
