@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.elucidation.pipeline import SpectrumResult
+from engine.formulas.groups import GROUP_ANSWER_KEY
 from engine.insight.identification import identification_level
 
 from .candidate_detail import ROW_HEIGHT, STRUCTURE_WIDTH, DetailPane, PixmapCache, StructureDelegate
@@ -169,6 +170,10 @@ class CandidatesPanel(QWidget):
             self.summary.setText(self.summary.text() + f"<br><span style='color:#a15c00'>⚠ {_html(flag)}</span>")
         if result is not None and result.ion_mapping:  # an ion type the model runs by a mapping (engine.model.ion_mapping)
             self.summary.setText(self.summary.text() + f"<br>{result.spectrum.adduct}: {_html(result.ion_mapping)}")
+        group = result.spectrum.metadata.get(GROUP_ANSWER_KEY) if result is not None else None
+        if group:  # a compound group's member shows its lead's answer (engine.formulas.groups)
+            said = _html(group[:1].upper() + group[1:])
+            self.summary.setText(self.summary.text() + f"<br><span style='color:#1f5fbf'>{said}</span>")
         row = self._proxy_row_of(keep) if keep else None
         if row is None and self.proxy.rowCount() and not running:
             row = 0

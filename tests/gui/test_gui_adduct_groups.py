@@ -63,6 +63,9 @@ def test_a_sodium_adduct_shows_its_groups_answer(qtbot, make_window, tmp_path):
     assert model.index(row[na.key], SpectraModel.ADDUCT).data() == "[M+Na]+"
     assert "this member shows its answer" in model.index(row[na.key], SpectraModel.GROUP).data(TIP)
     assert isomer.status == Status.NOT_RUN  # not a member: not run
+    window.select_entry(na.key)  # the summary says whose answer the sodium adduct shows
+    qtbot.waitUntil(lambda: "The answer of compound group G0001" in window.candidates.summary.text(), timeout=10_000)
+    assert "[M+H]+ member" in window.candidates.summary.text()
 
     # exported under its own id and ion type, with the group's candidates and compound_group
     path = tmp_path / "out.csv"
