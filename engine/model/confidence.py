@@ -335,7 +335,7 @@ def why_no_confidence(bundle, result) -> str:
     chemist can act on; "" when it gives one. The checks, in order: a rank 1 a reference spectrum identifies (its
     confidence is the identification's: "" unless none ships beside the spectral library or the result lacks the
     search's hits); library structures ranked without samples; a rank 1 from a suspect list (the model describes
-    predictions only); a confidence model at all; a finished run
+    predictions only); an ion type run by a chemical mapping (not measured); a confidence model at all; a finished run
     of the κ band's queries; an ion mode the fit saw (``meta["polarities"]``, positive when absent); the fit's
     settings (κ band, M, N, decoding, ranking, sampling, adapter); a known probability of a ranked formula."""
     if _identified_first(result):
@@ -353,6 +353,10 @@ def why_no_confidence(bundle, result) -> str:
         return ("rank 1 comes from your suspect list, whose structures rank before the predictions; the confidence "
                 "model describes predictions ranked by their fingerprint score, and cannot know whether the "
                 "compound is on your list (its fragment and analog scores are the evidence for it)")
+    if getattr(result, "ion_mapping", ""):
+        return (f"its ion type {result.spectrum.adduct} runs by a chemical mapping ({result.ion_mapping}): the "
+                f"confidence model was fitted on the ion types the model runs natively, and how often a mapped "
+                f"rank 1 is right was not measured for it (docs/ion_types.md)")
     model = getattr(bundle, "confidence", None)
     if model is None:
         return "this model ships no confidence model (confidence.json)"

@@ -56,6 +56,12 @@ def test_an_ammonium_spectrum_runs_as_the_protonated_molecule_and_keeps_its_own_
     assert result.spectrum is nh4 and result.ion_mapping == NOTE  # the app's entry holds this very spectrum
     assert result.candidates and all(c.formula == s.formula for c in result.candidates)  # the neutral formula
     assert result.reference_status == "exact"  # the tiny decoder draws the reference whatever the query
+    # the de novo confidence was fitted on native ion types only: a mapped rank 1 gets none, and says why
+    from engine.model.confidence import why_no_confidence
+
+    assert result.confidence is None and "chemical mapping" in why_no_confidence(tiny_bundle, result)
+    native = drain(SpectrumSession(tiny_bundle, s).run(QueryParams(ranking="frequency")))[1]
+    assert "chemical mapping" not in why_no_confidence(tiny_bundle, native)
 
 
 def test_a_mapped_spectrum_goes_through_elucidate_and_an_unmappable_one_is_skipped_saying_why(tiny_bundle):
