@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from engine.errors import MsgptError
 from engine.progress import CancelFn, check_cancel
@@ -20,15 +20,13 @@ from engine.spectra.handoff import (
     quant_metadata,
 )
 from engine.spectra.run_features import RunCounts
-from engine.spectra.spectrum import SkippedRecord
 
 
-def handoff_batches(path: str, kind: str, summary, reason_kind: Callable[[str], str], cancel: CancelFn | None = None,
-                    batch: int = 500, interval_s: float = 0.15, features: FeatureConfig | None = None,
-                    ) -> Iterator[tuple]:
-    """The file's features (and skipped records) in batches (tuples), filling in ``summary`` (a
-    :class:`~msgpt_gui.logic.jobs.FileSummary`; ``reason_kind`` names a skip's kind). A file that breaks off mid-way
-    gives what was read before, then raises."""
+def handoff_batches(path: str, kind: str, summary, cancel: CancelFn | None = None, batch: int = 500,
+                    interval_s: float = 0.15, features: FeatureConfig | None = None) -> Iterator[tuple]:
+    """The file's features (and skipped records) in batches (tuples), counted into ``summary`` (a
+    :class:`~msgpt_gui.logic.jobs.FileSummary`, :meth:`~msgpt_gui.logic.jobs.FileSummary.listed`). A file that
+    breaks off mid-way gives what was read before, then raises."""
     counts = RunCounts()
     items: list = []
     last = time.perf_counter()
@@ -36,11 +34,7 @@ def handoff_batches(path: str, kind: str, summary, reason_kind: Callable[[str], 
         for item in iter_handoff_features(path, kind, features or FeatureConfig(), counts):
             check_cancel(cancel)
             items.append(item)
-            summary.records += 1
-            if isinstance(item, SkippedRecord):
-                summary.skipped[reason_kind(item.reason)] += 1
-            else:
-                summary.spectra += 1
+            summary.listed(item)
             if len(items) >= batch or time.perf_counter() - last >= interval_s:
                 yield tuple(items)
                 items, last = [], time.perf_counter()

@@ -95,6 +95,14 @@ class FileSummary:
     def n_skipped(self) -> int:
         return sum(self.skipped.values())
 
+    def listed(self, item) -> None:
+        """Count one listed record: a spectrum (or precursor feature), or a skipped record by its reason's kind."""
+        self.records += 1
+        if isinstance(item, SkippedRecord):
+            self.skipped[reason_kind(item.reason)] += 1
+        else:
+            self.spectra += 1
+
     def report(self, entries: Sequence, supported_adducts: Sequence[str] | None, model_name: str = "",
                top_k: int = DEFAULT_TOP_K) -> tuple[str, bool]:
         """What the user should know about the file: (text, whether it is worth a dialog).
@@ -186,7 +194,7 @@ def load_file(
     if features is not None and (kind := handoff_kind(path)) is not None:  # tools' feature exports (#60)
         from .handoff_files import handoff_batches
 
-        for listed in handoff_batches(path, kind, summary, reason_kind, cancel, batch, interval_s, features):
+        for listed in handoff_batches(path, kind, summary, cancel, batch, interval_s, features):
             yield RecordsRead(path, listed)
         return summary
     items: list = []
@@ -211,11 +219,7 @@ def load_file(
                 summary.ms2_scans += 1
                 continue
             items.append(item)
-            summary.records += 1
-            if isinstance(item, SkippedRecord):
-                summary.skipped[reason_kind(item.reason)] += 1
-            else:
-                summary.spectra += 1
+            summary.listed(item)
             if due():
                 yield RecordsRead(path, tuple(items))
                 items, last = [], time.perf_counter()
@@ -237,8 +241,7 @@ def load_file(
         summary.compound_groups = len(grouping.groups) if grouping is not None else 0
         for feature in built:
             items.append(feature)
-            summary.records += 1
-            summary.spectra += 1
+            summary.listed(feature)
             summary.features += 1
             if due():
                 yield RecordsRead(path, tuple(items))
