@@ -114,9 +114,7 @@ def default_threshold() -> AnswerThreshold:
     ``calibration.json`` (a fixed fallback if both are missing)."""
     rule = load_rule(confidence_path())
     if rule is not None:
-        measured = rule.measured or {}
-        return AnswerThreshold(rule.min_similarity, rule.min_matched_peaks, measured.get("false_answer_rate"),
-                               measured.get("true_answer_rate"), str(confidence_path()), rule)
+        return _rule_threshold(rule, str(confidence_path()))
     path = calibration_path()
     try:
         chosen = json.loads(path.read_text(encoding="utf-8"))["chosen"]
@@ -131,11 +129,14 @@ def file_threshold(path: str, mtime: float = 0.0) -> AnswerThreshold:
     """The rule of a library's own calibration file (``mtime``: a rewritten file is read again); the shipped rule when
     the file has none."""
     rule = load_rule(path)
-    if rule is None:
-        return default_threshold()
+    return default_threshold() if rule is None else _rule_threshold(rule, path)
+
+
+def _rule_threshold(rule: IdentityRule, source: str) -> AnswerThreshold:
+    """The threshold of a calibrated rule: its floor, its measured rates, the rule itself."""
     measured = rule.measured or {}
     return AnswerThreshold(rule.min_similarity, rule.min_matched_peaks, measured.get("false_answer_rate"),
-                           measured.get("true_answer_rate"), path, rule)
+                           measured.get("true_answer_rate"), source, rule)
 
 
 def _mtime(path: str) -> float:
