@@ -40,6 +40,11 @@ class GroupRunsMixin:
                           run_items=run_items_of(self.spectra.entries, e),
                           group=tuple((m.key, m.feature, m.formula_base()) for m in members))
 
+    def follow_leads(self, followers: dict[int, tuple[int, ...]]) -> None:
+        """Members that show their group lead's answer (a reopened project's groups, lead key -> member keys): their
+        rows follow the lead when it runs again."""
+        self._followers.update(followers)
+
     def _sync_followers(self, lead: SpectrumEntry) -> None:
         """The members of ``lead``'s compound group that show its answer: their status and rows follow it."""
         for key in self._followers.get(lead.key, ()):

@@ -431,7 +431,7 @@ class ProjectController(AttachMixin, RecoveryMixin, QObject):
             entries = entries_from_project(project, w.runs.new_keys(len(project.entries)),
                                            lambda: w.runs.new_keys(1)[0])
             restore_recalibrations(project.recalibrations)  # before the Formulas tab ranks a feature's table
-            w.runs._followers.update(group_followers(entries))  # a compound group's members follow its lead
+            w.runs.follow_leads(group_followers(entries))  # a compound group's members follow its lead
             w.spectra.append(entries)
             w.spectra.add_runs(nested_entries(entries))
             for p in same_sources(out.sources):
