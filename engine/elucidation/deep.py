@@ -55,6 +55,20 @@ log = logging.getLogger(__name__)
 
 DEEP_ID_BASE = 1_000_000  # threshold index of the first deep sample identity (band indices are < M)
 ANALOG_PHASE = 9  # the identities of analog-seeded samples: DEEP_ID_BASE + 9 * 100_000 + ... (rounds are 1..8)
+# where a deep pool's structures come from (DeepSearch.sources_of) and where its time goes (DeepSearch.seconds)
+PHASES = ("standard", "allocation", "analogs", *(f"round {k}" for k in range(1, ANALOG_PHASE)), "edits",
+          "final ranking")
+
+
+def sample_phase(sample_id: tuple[int, int], samples_per_group: int = 0) -> str:
+    """The phase of deep search that drew sample ``(i, j)``: ``standard`` (a band sample, ``i < DEEP_ID_BASE``; with
+    ``samples_per_group``, only ``j`` below it, the rest ``allocation``), ``allocation`` (a band query's extra
+    samples), ``analogs`` or ``round k`` (the identities :class:`DeepSearch` gives its prefixes)."""
+    i, j = sample_id
+    if i < DEEP_ID_BASE:
+        return "allocation" if samples_per_group and j >= samples_per_group else "standard"
+    phase = (i - DEEP_ID_BASE) // 100_000
+    return "analogs" if phase == ANALOG_PHASE else f"round {phase}"
 
 
 @dataclass(frozen=True)
@@ -79,10 +93,13 @@ class DeepConfig:
     edit_parents: int = field(default=5, metadata={"help": "best not-yet-edited candidates edited per round"})
     edit_keep: int = field(default=20, metadata={
         "help": "edits per round that join the pool: those the fingerprint score ranks best"})
+    stop_top: int = field(default=0, metadata={
+        "help": "a refinement round that puts no new candidate among the best stop_top ends the rounds (0: one that "
+                "adds no new candidate at all)"})
 
     def __post_init__(self):
         for name in ("extra_queries", "extra_per_query", "rounds", "parents", "prefixes_per_parent",
-                     "samples_per_prefix", "max_new_samples", "analogs", "edit_rounds", "edit_parents", "edit_keep"):
+                     "samples_per_prefix", "max_new_samples", "analogs", "edit_rounds", "edit_parents", "edit_keep", "stop_top"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"`{name}` must be a non-negative integer, got {v!r}.")
@@ -256,13 +273,33 @@ class DeepSearch:
         self.pool: CandidatePool | None = None
         self.refined: set[str] = set()  # InChIKey first blocks already refined
         self.edited: set[str] = set()  # InChIKey first blocks already edited
+        self.edit_keys: set[str] = set()  # InChIKey first blocks of the edits offered to the pool
         self.query_of: dict[tuple[int, int], int] = {}  # sample identity -> index of its query
+        self.seconds: dict[str, float] = {}  # phase (PHASES) -> seconds spent in it, for profiles and the evaluation
+        self._clock = 0.0
+        self._per_group = 0  # the standard pool's samples per query (N): a band sample with j >= N is an extra one
+
+    def _spent(self, phase: str) -> None:
+        """Adds the time since the last phase ended to ``phase`` (``seconds``)."""
+        now = time.perf_counter()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._clock
+        self._clock = now
+
+    def sources_of(self, inchikey14: str) -> list[str]:
+        """The phases whose samples drew the structure (:func:`sample_phase`), ``"edits"`` when an edit made it and no
+        sample drew it; empty when it is not in the pool."""
+        phases = {sample_phase(sid, self._per_group) for sid, _ in self._strings_of(inchikey14)} if self.pool is not None else set()
+        if not phases and inchikey14 in self.edit_keys:
+            phases.add("edits")
+        return sorted(phases, key=PHASES.index)
 
     def run(self, params: QueryParams, cancel: CancelFn | None = None) -> Generator[object, None, SpectrumResult]:
         """Standard pool first (events as :meth:`SpectrumSession.run`), then the deep rounds, each begun by a
         :class:`DeepProgress` that names it; returns the result ranked over every sample drawn."""
-        t0 = time.perf_counter()
+        t0 = self._clock = time.perf_counter()
+        self._per_group = params.samples_per_group
         base = yield from self.session.run(params, cancel)
+        self._spent("standard")
         s, cfg = self.session, self.config
         self.pool = copy.deepcopy(s.pool)
         self.pool.fragments = None  # the search chooses by the fingerprint score; the final ranking adds fragments
@@ -277,8 +314,11 @@ class DeepSearch:
         requests = self._extra_requests(params, min(budget, cfg.extra_queries * cfg.extra_per_query))
         used = sum(len(r.sample_ids) for r, _ in requests)
         yield DeepProgress(index, "deep search: choosing analogs", base.new_samples, base.new_samples + budget)
+        self._spent("allocation")
         requests += self._analog_requests(params, requests, budget - used)
+        self._spent("analogs")
         for phase in range(cfg.rounds + 1):
+            name = f"round {phase}" if phase else "allocation"  # round 0: the extra and the analogs' samples
             if phase > 0:
                 requests = self._refine_requests(params, phase, budget - done)
             if not requests:
@@ -297,20 +337,32 @@ class DeepSearch:
                 # counted on from the standard pool's samples, so a progress bar never runs backwards
                 yield SamplesDrawn(index, base.new_samples + done, base.new_samples + max(total, budget))
             yield RankingUpdated(index, self._result(base, params, done, t0, partial=True))
-            after = {c.inchikey14 for c in self.pool.rank(None, params.ranking)[0]}
-            if phase > 0 and not after - before:
-                break  # new samples stopped adding candidates
+            ranked = self.pool.rank(None, params.ranking)[0]
+            self._spent(name)
+            if phase > 0 and not self._round_paid(before, ranked):
+                break  # the round added no candidate (with stop_top: none among the best stop_top)
             if done >= budget:
                 break
         # 5. edits: the isomers one move away from the best candidates, the best of them by fingerprint score
         for k in range(cfg.edit_rounds):
             yield DeepProgress(index, f"deep search: edits {k + 1} of {cfg.edit_rounds}")
-            if not self._edit_round(params, cancel):
+            added = self._edit_round(params, cancel)
+            self._spent("edits")
+            if not added:
                 break
             yield RankingUpdated(index, self._result(base, params, done, t0, partial=True))
+            self._spent("edits")
         check_cancel(cancel)
         yield DeepProgress(index, "deep search: final ranking")
-        return self._result(base, params, done, t0, partial=False)
+        result = self._result(base, params, done, t0, partial=False)
+        self._spent("final ranking")
+        return result
+
+    def _round_paid(self, before: set[str], ranked: list) -> bool:
+        """Whether a refinement round earned the next one: it added a candidate to the pool (``stop_top`` 0), or one
+        among the ``stop_top`` best by the search's ranking (module notes, 4)."""
+        new = [c.inchikey14 not in before for c in ranked]
+        return any(new[: self.config.stop_top] if self.config.stop_top else new)
 
     def _edit_round(self, params: QueryParams, cancel: CancelFn | None) -> int:
         """Offers the pool the ``edit_keep`` best-scoring new edits of the best ``edit_parents`` not-yet-edited
@@ -330,6 +382,7 @@ class DeepSearch:
                     scored[smiles] = self.pool.scorer.score(chem.morgan_bits(chem.mol_from_smiles(smiles)))
         best = sorted(scored, key=lambda x: (-scored[x], x))[: cfg.edit_keep]
         self.pool.add_edits(best)
+        self.edit_keys.update(decode_safe(x).inchikey14 for x in best)
         return len(best)
 
     # -- requests -----------------------------------------------------------------------------------------

@@ -75,31 +75,57 @@ def select(model, mgf: str, which: str, n: int, cache: Path) -> list:
     return chosen
 
 
+def deep_configs(base: dict, variants: list[str]) -> dict:
+    """The :class:`~engine.elucidation.deep.DeepConfig` of each deep method: ``deep`` is ``base`` (overrides of the
+    defaults), ``deep:NAME`` each ``NAME=<JSON overrides of the defaults>`` of ``variants``."""
+    from engine.elucidation.deep import DeepConfig
+
+    out = {"deep": DeepConfig(**base)}
+    for v in variants:
+        name, sep, spec = v.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--variant {v!r}: write NAME='<JSON overrides of DeepConfig>', e.g. "
+                             f"lean='{{\"max_new_samples\": 300}}'")
+        out[f"deep:{name}"] = DeepConfig(**json.loads(spec))
+    return out
+
+
 def run_method(model, spectrum, posterior, method: str, params, deep_config, analogs=None, exclude=frozenset()):
-    """(result, seconds) of one method on a fresh session (deep: ``analogs`` sources, ``exclude`` never analogs)."""
+    """(result, seconds, search) of one method on a fresh session (deep: ``deep_config`` with ``analogs`` sources,
+    ``exclude`` never analogs; ``search`` the :class:`DeepSearch`, for its phase times and sources; None else)."""
     from engine.elucidation.deep import DeepSearch
     from engine.elucidation.pipeline import SpectrumSession
     from engine.progress import run_to_end
 
     session = SpectrumSession(model, spectrum, posterior=posterior)
     t = time.perf_counter()
-    if method == "deep":
-        result = run_to_end(DeepSearch(session, deep_config, analogs=analogs or [], exclude=exclude).run(params))
+    search = None
+    if method.startswith("deep"):
+        search = DeepSearch(session, deep_config, analogs=analogs or [], exclude=exclude)
+        result = run_to_end(search.run(params))
     elif method == "standard":
         result = run_to_end(session.run(params))
     else:
         b = int(method.split("=")[1])
         result = run_to_end(session.run(replace(params, samples_per_group=b // params.groups)))
-    return result, time.perf_counter() - t
+    return result, time.perf_counter() - t, search
 
 
-def record(key: str, method: str, ref, result, seconds: float, posterior_seconds: float) -> dict:
+def record(key: str, method: str, ref, result, seconds: float, posterior_seconds: float, search=None) -> dict:
+    """One line of ``results.jsonl``; a deep search adds the seconds of each phase (the posterior's in
+    ``standard``) and the phases whose samples drew the truth (``edits``: only an edit made it)."""
     top = result.candidates[:10]
-    return {"spectrum": key, "method": method, "inchikey14": ref.inchikey14, "reference": ref.smiles,
-            "rank": result.reference_rank, "n_samples": result.n_samples,
-            "n_formula_consistent": result.n_formula_consistent, "n_candidates": len(result.candidates),
-            "seconds": seconds + posterior_seconds, "top_smiles": [c.smiles for c in top],
-            "top_scores": [round(c.fingerprint_score, 3) for c in top]}
+    row = {"spectrum": key, "method": method, "inchikey14": ref.inchikey14, "reference": ref.smiles,
+           "rank": result.reference_rank, "n_samples": result.n_samples,
+           "n_formula_consistent": result.n_formula_consistent, "n_candidates": len(result.candidates),
+           "seconds": seconds + posterior_seconds, "top_smiles": [c.smiles for c in top],
+           "top_scores": [round(c.fingerprint_score, 3) for c in top]}
+    if search is not None:
+        phases = dict(search.seconds)
+        phases["standard"] = phases.get("standard", 0.0) + posterior_seconds
+        row["phase_seconds"] = {k: round(v, 3) for k, v in phases.items()}
+        row["truth_sources"] = search.sources_of(ref.inchikey14)
+    return row
 
 
 def _best_tanimoto(row: dict) -> float:
@@ -110,12 +136,22 @@ def _best_tanimoto(row: dict) -> float:
     return max((chem.tanimoto(chem.morgan_bits(chem.mol_from_smiles(s)), ref) for s in row["top_smiles"]), default=0.0)
 
 
-def summarize(path: Path, methods) -> str:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _rows_by_spectrum(path: Path) -> dict[str, dict[str, dict]]:
     by: dict[str, dict[str, dict]] = {}
-    for r in rows:
-        by.setdefault(r["spectrum"], {})[r["method"]] = r
+    for line in path.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            by.setdefault(r["spectrum"], {})[r["method"]] = r
+    return by
+
+
+def summarize(path: Path, methods, baseline: str | None = None, baseline_run: Path | None = None) -> str:
+    """The table of ``methods`` on the spectra they all finished (and on those standard and deep finished); the
+    time and truth sources of each deep search's phases; with ``baseline`` (a method of ``baseline_run``, a run
+    folder; else of this run), each other deep method against it (:func:`paired_table`)."""
+    by = _rows_by_spectrum(path)
     lines = []
+    deep_methods = [m for m in methods if m.startswith("deep")]
     for scope, keep in (("every method done", [k for k, v in by.items() if all(m in v for m in methods)]),
                         ("standard and deep done", [k for k, v in by.items() if "standard" in v and "deep" in v])):
         if not keep:
@@ -136,7 +172,85 @@ def summarize(path: Path, methods) -> str:
                          f"{sum(_best_tanimoto(r) for r in rs) / len(rs):.3f} | "
                          f"{sum(r['n_candidates'] for r in rs) / len(rs):.0f} | {sec:.2f} | {sec / std:.2f} |")
         lines.append("")
+        if scope == "every method done":
+            lines += phase_table([by[k] for k in keep], deep_methods)
+    if baseline:
+        base_by = _rows_by_spectrum(Path(baseline_run) / "results.jsonl") if baseline_run else by
+        label = f"{baseline} of {baseline_run}" if baseline_run else baseline
+        for m in deep_methods:
+            if m != baseline or baseline_run:
+                lines += paired_table(by, m, base_by, baseline, label)
     return "\n".join(lines)
+
+
+def phase_table(rows: list[dict[str, dict]], methods) -> list[str]:
+    """Mean seconds per spectrum of each deep search phase, and the truths each phase put in the pool first (the
+    earliest phase, in :data:`~engine.elucidation.deep.PHASES` order, whose samples drew it; ``edits``: no sample
+    drew it, an edit made it)."""
+    from engine.elucidation.deep import PHASES
+
+    out = []
+    for m in methods:
+        rs = [r[m] for r in rows if m in r and "phase_seconds" in r[m]]
+        if not rs:
+            continue
+        seen = [p for p in PHASES if any(p in r["phase_seconds"] or p in r["truth_sources"] for r in rs)]
+        first = {p: sum(bool(r["truth_sources"]) and r["truth_sources"][0] == p for r in rs) for p in seen}
+        out += [f"{m}: time per phase and truths first put in the pool there ({len(rs)} spectra)", "",
+                "| phase | s / spectrum | share of time | truths first found there |", "| --- | ---: | ---: | ---: |"]
+        total = sum(sum(r["phase_seconds"].values()) for r in rs) / len(rs)
+        for p in seen:
+            sec = sum(r["phase_seconds"].get(p, 0.0) for r in rs) / len(rs)
+            out.append(f"| {p} | {sec:.2f} | {sec / max(total, 1e-9):.0%} | {first[p]} |")
+        out += [f"| all | {total:.2f} | 100% | {sum(first.values())} |", ""]
+    return out
+
+
+def mcnemar_p(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value of ``b`` discordant pairs one way and ``c`` the other (binomial, p = 1/2)."""
+    from math import comb
+
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(comb(n, k) for k in range(min(b, c) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def paired_table(by: dict, method: str, base_by: dict, base_method: str, label: str, reps: int = 10_000) -> list[str]:
+    """``method`` of this run against ``base_method`` of ``base_by`` on the spectra both finished: per measure (truth
+    in pool, Top-1, Top-10) the counts, the spectra only one of them got (exact McNemar p) and a 95% bootstrap interval
+    of the difference (spectra resampled, seed 0); and the time ratio to each run's own standard effort, with a
+    95% bootstrap interval of their difference."""
+    import numpy as np
+
+    keys = [k for k in by if method in by[k] and "standard" in by[k] and k in base_by
+            and base_method in base_by[k] and "standard" in base_by[k]]
+    if not keys:
+        return []
+    hit = {"truth in pool": lambda r: r is not None, "Top-1": lambda r: r == 1,
+           "Top-10": lambda r: r is not None and r <= 10}
+    rng = np.random.default_rng(0)
+    draws = rng.integers(0, len(keys), size=(reps, len(keys)))
+    out = [f"{method} against {label} ({len(keys)} spectra both finished)", "",
+           f"| measure | {method} | {label} | only {method} | only {label} | McNemar p | difference (95% CI) |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for name, ok in hit.items():
+        a = np.array([ok(by[k][method]["rank"]) for k in keys], dtype=float)
+        z = np.array([ok(base_by[k][base_method]["rank"]) for k in keys], dtype=float)
+        d = a - z
+        lo, hi = np.percentile(d[draws].sum(axis=1), [2.5, 97.5])
+        out.append(f"| {name} | {int(a.sum())} | {int(z.sum())} | {int((d > 0).sum())} | {int((d < 0).sum())} | "
+                   f"{mcnemar_p(int((d > 0).sum()), int((d < 0).sum())):.3f} | {int(d.sum()):+d} ({lo:+.0f} to {hi:+.0f}) |")
+    sec = {who: (np.array([b[k][m]["seconds"] for k in keys]), np.array([b[k]["standard"]["seconds"] for k in keys]))
+           for who, b, m in (("new", by, method), ("base", base_by, base_method))}
+    ratio = {who: s.sum() / st.sum() for who, (s, st) in sec.items()}
+    boot = [sec[w][0][draws].sum(axis=1) / sec[w][1][draws].sum(axis=1) for w in ("new", "base")]
+    lo, hi = np.percentile(boot[0] - boot[1], [2.5, 97.5])
+    lo_new, hi_new = np.percentile(boot[0], [2.5, 97.5])
+    out += [f"| × standard (each run's own) | {ratio['new']:.2f} ({lo_new:.2f} to {hi_new:.2f}) | {ratio['base']:.2f} | "
+            f"| | | {ratio['new'] - ratio['base']:+.2f} ({lo:+.2f} to {hi:+.2f}) |", ""]
+    return out
 
 
 def main(argv=None) -> int:
@@ -147,7 +261,14 @@ def main(argv=None) -> int:
     p.add_argument("--set", choices=("val", "train-unseen"), default="val")
     p.add_argument("--max-spectra", type=int, default=100)
     p.add_argument("--methods", nargs="+", default=list(METHODS),
-                   help="standard, deep and/or B=<pool size> (a multiple of 20)")
+                   help="standard, deep, deep:NAME (a --variant) and/or B=<pool size> (a multiple of 20)")
+    p.add_argument("--variant", action="append", default=[],
+                   help="NAME='<JSON overrides of DeepConfig's defaults>': the deep search of method deep:NAME")
+    p.add_argument("--baseline", default=None,
+                   help="a deep method every other deep method is compared with, paired (McNemar, bootstrap intervals)")
+    p.add_argument("--baseline-run", default=None,
+                   help="the run folder (--out of another run of the same spectra) whose --baseline method that is "
+                        "(default: this run)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--deep-config", default="{}", help="JSON overrides of DeepConfig fields")
     p.add_argument("--analogs", choices=("bundled", "none"), default="bundled",
@@ -160,12 +281,11 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
     if args.summary_only:
-        print(summarize(results, args.methods))
+        print(summarize(results, args.methods, args.baseline, args.baseline_run))
         return 0
 
     import torch
 
-    from engine.elucidation.deep import DeepConfig
     from engine.elucidation.pipeline import QueryParams, compute_posterior
     from engine.model.bundle import load_bundle
     from engine.paths import default_model_dir
@@ -174,9 +294,12 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     model = load_bundle(args.model or default_model_dir())
-    deep_config = DeepConfig(**json.loads(args.deep_config))
+    configs = deep_configs(json.loads(args.deep_config), args.variant)
+    for m in args.methods:
+        if m.startswith("deep") and m not in configs:
+            raise SystemExit(f"method {m!r} has no --variant {m[5:]}='<JSON>'")
     analogs = []
-    if args.analogs == "bundled" and "deep" in args.methods and deep_config.analogs:
+    if args.analogs == "bundled" and any(c.analogs for m, c in configs.items() if m in args.methods):
         from engine.elucidation.analogs import open_analog_index
         from engine.library.cache import open_bundled_library
         from engine.progress import run_to_end
@@ -184,11 +307,12 @@ def main(argv=None) -> int:
         analogs = [run_to_end(open_analog_index(run_to_end(open_bundled_library())))]
     params = QueryParams()
     for m in args.methods:
-        if m not in ("standard", "deep") and not (m.startswith("B=") and m[2:].isdigit() and int(m[2:]) % 20 == 0):
-            raise SystemExit(f"unknown method {m!r}: use standard, deep or B=<multiple of 20>")
+        if m not in ("standard", *configs) and not (m.startswith("B=") and m[2:].isdigit() and int(m[2:]) % 20 == 0):
+            raise SystemExit(f"unknown method {m!r}: use standard, deep, deep:NAME or B=<multiple of 20>")
     pairs = select(model, args.mgf, args.set, args.max_spectra, out / "selection.json")
     run_info = {"model": model.name, "checksum": model.checksum, "set": args.set, "methods": args.methods,
-                "deep_config": asdict(deep_config), "analogs": args.analogs, "threads": args.threads, "machine": platform.processor() or
+                "deep_config": {m: asdict(c) for m, c in configs.items() if m in args.methods},
+                "analogs": args.analogs, "threads": args.threads, "machine": platform.processor() or
                 platform.machine(), "python": platform.python_version(), "torch": torch.__version__}
     (out / "run.json").write_text(json.dumps(run_info, indent=1))
     done = set()
@@ -204,13 +328,13 @@ def main(argv=None) -> int:
             posterior = compute_posterior(model, spectrum)
             posterior_seconds = time.perf_counter() - t
             for m in todo:
-                result, seconds = run_method(model, spectrum, posterior, m, params, deep_config, analogs,
-                                             frozenset({ref.inchikey14}))
-                fh.write(json.dumps(record(key, m, ref, result, seconds, posterior_seconds)) + "\n")
+                result, seconds, search = run_method(model, spectrum, posterior, m, params, configs.get(m), analogs,
+                                                     frozenset({ref.inchikey14}))
+                fh.write(json.dumps(record(key, m, ref, result, seconds, posterior_seconds, search)) + "\n")
                 fh.flush()
                 print(f"{n + 1}/{len(pairs)} {spectrum.id} {m}: rank {result.reference_rank} "
                       f"{len(result.candidates)} candidates {seconds:.1f}s", file=sys.stderr, flush=True)
-    summary = summarize(results, args.methods)
+    summary = summarize(results, args.methods, args.baseline, args.baseline_run)
     (out / "summary.md").write_text(summary + "\n")
     print(summary)
     return 0

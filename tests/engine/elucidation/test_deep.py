@@ -146,3 +146,73 @@ def test_deep_search_reaches_a_true_structure_standard_effort_does_not(tiny_bund
     assert deep.reference_rank is not None  # reached, and ranked
     reached = next(c for c in deep.candidates if c.inchikey14 == deep.reference_inchikey14)
     assert reached.count == 0 and reached.origin == "de_novo"  # by an edit, not drawn
+
+
+def test_sample_phase_names_the_phase_that_drew_a_sample():
+    from engine.elucidation.deep import ANALOG_PHASE, sample_phase
+
+    assert sample_phase((3, 4), samples_per_group=5) == "standard"
+    assert sample_phase((3, 5), samples_per_group=5) == "allocation"  # a band query's extra samples: j >= N
+    assert sample_phase((DEEP_ID_BASE + 2 * 100_000 + 305, 1), 5) == "round 2"
+    assert sample_phase((DEEP_ID_BASE + ANALOG_PHASE * 100_000 + 3, 0), 5) == "analogs"
+
+
+@pytest.mark.parametrize("stop_top, new_at, paid", [(0, None, False), (0, 7, True), (3, 7, False), (3, 2, True),
+                                                    (3, 0, True)])
+def test_a_round_pays_when_it_adds_a_candidate_among_the_best_stop_top(stop_top, new_at, paid):
+    from types import SimpleNamespace
+
+    ranked = [SimpleNamespace(inchikey14=f"K{k}") for k in range(10)]
+    before = {c.inchikey14 for k, c in enumerate(ranked) if k != new_at}
+    search = DeepSearch(None, replace(SMALL, stop_top=stop_top))
+    assert search._round_paid(before, ranked) is paid
+
+
+@pytest.mark.parametrize("paid", [False, True])
+def test_the_stop_rule_ends_the_refinement_rounds(tiny_bundle, monkeypatch, paid):
+    """A round the rule finds unpaid is the last one; paid rounds go on until ``rounds`` or the budget ends them.
+    Each phase's time is kept (the evaluation's profile), and every drawn sample is counted in one phase."""
+    monkeypatch.setattr(DeepSearch, "_round_paid", lambda self, before, ranked: paid)
+    hot = QueryParams(ranking="frequency", temperature=2.0)
+    config = replace(SMALL, rounds=3, max_new_samples=10_000, edit_rounds=1, edit_parents=1, edit_keep=3)
+    search = DeepSearch(SpectrumSession(tiny_bundle, fixture_spectra()[0]), config)
+    result = run_to_end(search.run(hot))
+    rounds = sorted(p for p in search.seconds if p.startswith("round"))
+    assert rounds == (["round 1", "round 2", "round 3"] if paid else ["round 1"])
+    assert {"standard", "allocation", "analogs", "edits", "final ranking"} <= set(search.seconds)
+    assert all(v >= 0 for v in search.seconds.values())
+    from collections import Counter
+
+    from engine.elucidation.deep import sample_phase
+
+    drawn = Counter(sample_phase(sid, hot.samples_per_group) for sid, _ in search.pool.items())
+    assert drawn["standard"] == 100 and drawn["allocation"] == config.extra_queries * config.extra_per_query
+    assert set(drawn) - {"standard", "allocation", "analogs"} == set(rounds)
+    assert sum(drawn.values()) == result.n_samples
+
+
+def test_the_stop_rule_only_shortens_the_search(tiny_bundle):
+    """With ``stop_top`` the rounds end sooner or at the same round, never differently: every sample drawn is one
+    the search without it draws too (the same identities, the same strings)."""
+    hot = QueryParams(ranking="frequency", temperature=2.0)
+    config = replace(SMALL, rounds=4, max_new_samples=10_000, edit_rounds=0)
+    pools = {}
+    for stop_top in (0, 1):
+        search = DeepSearch(SpectrumSession(tiny_bundle, fixture_spectra()[1]), replace(config, stop_top=stop_top))
+        run_to_end(search.run(hot))
+        pools[stop_top] = dict(search.pool.items())
+    assert pools[1].items() <= pools[0].items()
+
+
+def test_sources_of_names_the_phase_that_found_a_structure(tiny_bundle):
+    spectrum = fixture_spectra()[0]
+    config = replace(SMALL, edit_rounds=1, edit_parents=1, edit_keep=5)
+    search = DeepSearch(SpectrumSession(tiny_bundle, spectrum), config)
+    result = run_to_end(search.run(PARAMS))
+    drawn = [c for c in result.candidates if c.count > 0]
+    edited = [c for c in result.candidates if c.count == 0]
+    assert drawn and edited
+    assert all(search.sources_of(c.inchikey14)[0] in ("standard", "allocation", "analogs", "round 1", "round 2")
+               for c in drawn)
+    assert all(search.sources_of(c.inchikey14) == ["edits"] for c in edited)
+    assert search.sources_of("NOTINTHEPOOLXX") == []
