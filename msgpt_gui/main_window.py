@@ -99,6 +99,7 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self._build_menus()
         self._build_statusbar()
+        self.run_menu.follow_loading()  # the status bar says what still loads; a run asked for meanwhile waits
         self._restore_layout()
         self._update_actions()
 
@@ -247,7 +248,8 @@ class MainWindow(QMainWindow):
         self.main_toolbar = tb
 
     def _build_statusbar(self) -> None:
-        self.tasks = TaskIndicator(self.statusBar(), self.run_menu.act_cancel, self.models.model_label,
+        self.tasks = TaskIndicator(self.statusBar(), self.run_menu.act_cancel, self.run_menu.loading_label,
+                                   self.models.model_label,
                                    self.models.device_label)
         self.models.show_label()
 
@@ -335,6 +337,7 @@ class MainWindow(QMainWindow):
     def show_current(self) -> None:
         e = self.current_entry()
         running = e is not None and e.status in (Status.RUNNING, Status.QUEUED)
+        self.runs.show_live(e)  # only the spectrum on screen is ranked live while it runs
         self.spectrum_panel.show_entry(e, editable=not running)
         self._show_candidates(e)
         self._update_actions()
@@ -402,7 +405,7 @@ class MainWindow(QMainWindow):
     def _update_actions(self) -> None:
         busy = self.busy
         self.run_menu.update_actions()
-        self.tasks.cancel_button.setVisible(busy or self.loader is not None)
+        self.tasks.cancel_button.setVisible(busy or self.loader is not None or self.run_menu.waiting is not None)
         self.files.update_actions(busy, any(e.has_results for e in self.spectra.all_entries()))
         self.models.update_actions(busy)
 

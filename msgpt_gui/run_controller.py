@@ -49,6 +49,7 @@ from .logic.jobs import (
     run_items_of,
 )
 from .logic.libraries import libraries_rerun_text, library_key, library_refs, refs_key
+from .logic.live import LiveFocus
 from .models import SpectraModel
 from .workers import GeneratorWorker
 
@@ -100,6 +101,7 @@ class RunController(LoadQueueMixin, GroupRunsMixin, QObject):
         self._run: dict = {}
         self._followers: dict[int, tuple[int, ...]] = {}  # a compound group's lead -> the members showing its answer
         self._announcements: list = []
+        self.live = LiveFocus()  # the entries on screen: only they get live rankings while a run goes on (#58)
 
     @property
     def busy(self) -> bool:
@@ -206,7 +208,8 @@ class RunController(LoadQueueMixin, GroupRunsMixin, QObject):
         keys += [k for j in jobs if isinstance(j, FormulaJob) for k, _, _ in j.group if k != j.key]
         self._run = {"keys": keys, "retune": retune, "skipped": skipped, "libraries": libraries_changed}
         self.run_t0 = time.perf_counter()
-        worker = GeneratorWorker(elucidate_sessions, jobs, params, bundle=self.bundle, name="elucidation")
+        worker = GeneratorWorker(elucidate_sessions, jobs, params, bundle=self.bundle, live=self.live,
+                                 name="elucidation")
         worker.yielded.connect(self._run_event)
         self._start_task("run", worker, on_returned=self._run_done, on_errored=self._run_failed,
                          on_aborted=self._run_cancelled)
@@ -259,6 +262,14 @@ class RunController(LoadQueueMixin, GroupRunsMixin, QObject):
         return FormulaJob(e.key, base, e.ms1, table, tuple(self.new_keys(top_k)), self.libraries,
                           tuple(self.new_keys(LIBRARY_RUNS)) if self.libraries else (),
                           run_items=run_items_of(self.spectra.entries, e))
+
+    def show_live(self, e: SpectrumEntry | None) -> None:
+        """The window shows ``e``: its spectrum (its formula runs, a compound group's lead) gets live rankings while
+        it runs, the others are ranked once at their end (:mod:`msgpt_gui.logic.live`)."""
+        keys = set() if e is None else {e.key, *(r.key for r in e.formula_runs)}
+        if e is not None and e.group_lead is not None:
+            keys |= {e.group_lead.key, *(r.key for r in e.group_lead.formula_runs)}
+        self.live.set(keys)
 
     def libraries_current(self, e: SpectrumEntry) -> bool:
         """Whether ``e``'s session (and result) searched the libraries enabled now."""

@@ -2,6 +2,10 @@
 Formulas tab's "Run best k", Cancel (Esc); and, when the parameters change after the current spectrum ran,
 re-ranking it once they rest (drawing only what is missing).
 
+At start-up the model and the libraries load in the background while the window is usable (issue #58): a run asked
+for meanwhile waits for them, the status bar says so (``loading_label``: what is still loading, "Run waits for: …"),
+and it starts when they are ready.
+
 :class:`RunMenu` checks what a run needs (a model, a free task slot, valid parameters, what was typed below the
 spectrum) and hands the entries to :class:`~msgpt_gui.run_controller.RunController`, which does the work.
 """
@@ -13,12 +17,14 @@ from . import qtcompat  # noqa: F401  (first: guards against a PySide6 6.12.0 re
 import dataclasses
 
 from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtWidgets import QLabel
 
 from engine.errors import MsgptError
 
 from .actions import make_action
 from .logic.entries import SpectrumEntry
 from .logic.libraries import stale_entries
+from .status_bar import loading_text
 
 RETUNE_DELAY_MS = 350
 
@@ -41,6 +47,44 @@ class RunMenu(QObject):
         self.retune_timer.timeout.connect(self._retune)
         self.stale_libraries = False  # the libraries changed: every spectrum that ran is re-run with them
         window.runs.retune_wanted.connect(self.retune_timer.start)
+        self.waiting: tuple[list[SpectrumEntry], dict] | None = None  # a run asked for while the model or libraries load
+        self.loading_label = QLabel(objectName="loading_label")
+        self.loading_label.setToolTip("What is still loading in the background; the window can be used meanwhile, "
+                                      "and a Run asked for now starts when they are ready")
+        self.loading_label.hide()
+
+    def follow_loading(self) -> None:
+        """Follow the model and the libraries as they load (once the window has built its libraries)."""
+        w = self.window
+        w.runs.task_started.connect(lambda _kind: self.show_loading())
+        w.model_changed.connect(lambda _bundle: self._ready_yet())
+        w.libraries.controller.sources_changed.connect(self.show_loading)
+        w.libraries.controller.finished_opening.connect(lambda _path: self._ready_yet())
+        self.show_loading()
+
+    def loading(self) -> tuple[str | None, list[str]]:
+        """What is still loading: the model's folder name (None: no model loads) and the enabled libraries not yet
+        open."""
+        w = self.window
+        model = w.models.model_dir.name if w.runs.task_kind == "model" else None
+        libraries = [s.name for s in w.libraries.controller.sources if s.enabled and s.state in ("waiting", "opening")]
+        return model, libraries
+
+    def show_loading(self) -> None:
+        model, libraries = self.loading()
+        text = loading_text(model, libraries, self.waiting is not None)
+        self.loading_label.setText(text)
+        self.loading_label.setVisible(bool(text))
+
+    def _ready_yet(self) -> None:
+        """The model or a library finished loading: a run that waited starts once nothing is left to load."""
+        self.show_loading()
+        model, libraries = self.loading()
+        if self.waiting is None or model is not None or libraries or self.window.busy:
+            return
+        (entries, options), self.waiting = self.waiting, None
+        self.show_loading()
+        self.run_entries(entries, **options)
 
     def add_menu_actions(self, menu) -> None:
         for act in (self.act_run, self.act_run_all, self.act_cancel):
@@ -49,11 +93,12 @@ class RunMenu(QObject):
     def update_actions(self) -> None:
         w = self.window
         busy, has_model = w.busy, w.bundle is not None
-        runnable = has_model and not busy and any(e.spectrum is not None for e in w.spectra.entries) and \
+        loading_model = w.runs.task_kind == "model"  # a run asked for now waits for it
+        runnable = (has_model or loading_model) and (not busy or loading_model) and any(e.spectrum is not None for e in w.spectra.entries) and \
             w.params_panel.error.isHidden()
         self.act_run.setEnabled(runnable)
         self.act_run_all.setEnabled(runnable)
-        self.act_cancel.setEnabled(busy or w.loader is not None)
+        self.act_cancel.setEnabled(busy or w.loader is not None or self.waiting is not None)
         tip = "" if has_model else " (no model loaded: Model ▸ Open Model Folder…)"
         self.act_run.setToolTip("Elucidate structures for the selected spectra (Ctrl+R)" + tip)
         self.act_run_all.setToolTip("Elucidate structures for every spectrum (Ctrl+Shift+R)" + tip)
@@ -75,8 +120,16 @@ class RunMenu(QObject):
     def run_entries(self, entries: list[SpectrumEntry], retune: bool = False, formulas: bool = False,
                     top_k: int | None = None, libraries_changed: bool = False) -> bool:
         """Run ``entries``: those without a formula for their best k formula candidates (``formulas``: every one
-        of them; ``top_k``: k, the Formulas tab's by default)."""
+        of them; ``top_k``: k, the Formulas tab's by default). While the model or the libraries load, the run waits
+        for them (said in the status bar) and starts when they are ready: True then too."""
         w = self.window
+        model, libraries = self.loading()
+        if not retune and (model is not None or libraries) and (w.bundle is not None or model is not None):
+            self.waiting = (list(entries), {"formulas": formulas, "top_k": top_k,
+                                            "libraries_changed": libraries_changed})
+            w.status(f"{loading_text(model, libraries, True)}: the run starts when they are ready.", 0)
+            self.show_loading()
+            return True
         if w.bundle is None:
             w.show_message("No model is loaded: choose Model ▸ Open Model Folder… to pick a model bundle folder.")
             return False
@@ -102,6 +155,10 @@ class RunMenu(QObject):
         return started
 
     def cancel(self) -> None:
+        if self.waiting is not None:
+            self.waiting = None
+            self.show_loading()
+            self.window.status("The run that waited for the model and libraries was cancelled.")
         self.window.runs.cancel()
 
     # ------------------------------------------------------------------------------------------

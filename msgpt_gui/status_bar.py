@@ -11,6 +11,17 @@ from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QProgressBar, QToolButton
 
 QUIET_S = 2.0  # after this long without progress, the bar counts the seconds of the step under way
+PAINT_MS = 100  # a run's progress repaints the bar at most this often (every batch of samples reports it)
+
+
+def loading_text(model: str | None, libraries: list[str], run_waiting: bool = False) -> str:
+    """What the status bar says is still loading at start-up (empty when nothing is): the model named ``model``
+    (None: none loading), the ``libraries`` still to open, and whether a Run asked for waits for them."""
+    parts = ([f"model {model}"] if model is not None else []) + libraries
+    if not parts:
+        return ""
+    what = ", ".join(parts)
+    return f"Run waits for: {what}" if run_waiting else f"Loading {what}…"
 
 
 class TaskIndicator(QObject):
@@ -24,6 +35,9 @@ class TaskIndicator(QObject):
         self.text, self.since = "", time.monotonic()  # the last progress text and when it came
         self.ticker = QTimer(self, interval=1000)
         self.ticker.timeout.connect(self._tick)
+        self.pending: tuple[int, str] | None = None  # progress that came while the bar waits to repaint
+        self.painter = QTimer(self, interval=PAINT_MS, singleShot=True)
+        self.painter.timeout.connect(self._paint_pending)
         self.progress.setRange(0, 1000)
         self.progress.hide()
         self.cancel_button = QToolButton()
@@ -35,6 +49,8 @@ class TaskIndicator(QObject):
 
     def task_started(self, kind: str) -> None:
         """``kind``: "model", "run" or "export" (a model load shows no progress)."""
+        self.painter.stop()
+        self.pending = None
         self.progress.setValue(0)
         self.progress.setVisible(kind != "model")
         self.cancel_button.setVisible(True)
@@ -43,11 +59,27 @@ class TaskIndicator(QObject):
 
     def task_ended(self, loading: bool) -> None:
         """``loading``: a file is still being read (that can be cancelled too)."""
+        self.painter.stop()
+        self.pending = None
         self.progress.hide()
         self.cancel_button.setVisible(loading)
         self.ticker.stop()
 
     def show_progress(self, value: int, text: str) -> None:
+        """Show ``value`` (0..1000) and ``text``: at once, then at most every ``PAINT_MS`` (the latest)."""
+        if self.painter.isActive():
+            self.pending = (value, text)
+            return
+        self._paint(value, text)
+        self.painter.start()
+
+    def _paint_pending(self) -> None:
+        if self.pending is not None:
+            (value, text), self.pending = self.pending, None
+            self._paint(value, text)
+            self.painter.start()
+
+    def _paint(self, value: int, text: str) -> None:
         self.progress.setValue(value)
         if text != self.text:
             self.text, self.since = text, time.monotonic()

@@ -49,6 +49,7 @@ from .formulas import (
     rank_job,
     run_recalibration,
 )
+from .live import EVERYTHING, LiveFocus
 
 #: Keys a :class:`FormulaJob` holds for the runs its libraries add (a formula of the mass track each); more are
 #: not run (logged). Within 10 ppm a mass seldom has more than a few formulas.
@@ -371,8 +372,11 @@ def run_items_of(entries: Sequence, entry) -> tuple | None:
 
 
 def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession, params: QueryParams,
-                   cancel: CancelFn, preview: bool) -> Generator[object, None, SpectrumResult]:
-    """One session's run with its progress and live rankings (see :func:`elucidate_sessions`); a mass-track run
+                   cancel: CancelFn, preview: bool, live: LiveFocus = EVERYTHING, owner: int | None = None
+                   ) -> Generator[object, None, SpectrumResult]:
+    """One session's run with its progress and live rankings (see :func:`elucidate_sessions`; ``live``: whether the
+    spectrum, or the entry ``owner`` it belongs to, is on screen, which alone gets the preview stage and its live
+    rankings, at most one per ``live.config.min_interval`` seconds); a mass-track run
     ranks its library structures without sampling. A deep search says its phase in each progress event: the
     analogs opened first (a minute or more the first time), the standard pool, each deep round."""
     t0 = time.perf_counter()
@@ -384,7 +388,8 @@ def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession
         for event in open_analog_sources(session, cancel):
             yield EntryProgress(key, position, count, event.done, event.total, event.phase)
     stages = [params]
-    if preview and params.samples_per_group > 1:
+    shown = live.throttle(key, owner)
+    if preview and params.samples_per_group > 1 and live.shows(key, owner):
         stages.insert(0, dataclasses.replace(params, samples_per_group=1, effort="standard"))
     new = 0
     result = None
@@ -411,10 +416,10 @@ def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession
                 if event.total:
                     counts = (offset + event.done, offset + event.total)
                 yield EntryProgress(key, position, count, *counts, phase)
-            elif isinstance(event, RankingUpdated):
+            elif isinstance(event, RankingUpdated) and shown.due():  # ranked only when shown (event.result)
                 yield EntryRanking(key, dataclasses.replace(event.result, partial=True))
         new += result.new_samples
-        if not final and result.new_samples:
+        if not final and result.new_samples and live.shows(key, owner):
             yield EntryRanking(key, dataclasses.replace(result, partial=True))
     return dataclasses.replace(result, new_samples=new, seconds=time.perf_counter() - t0, partial=False)
 
@@ -425,6 +430,7 @@ def elucidate_sessions(
     cancel: CancelFn | None = None,
     preview: bool = True,
     bundle=None,
+    live: LiveFocus = EVERYTHING,
 ) -> Generator[object, None, RunOutcome]:
     """Run ``params`` on each ``(key, session)``; yields Entry* events, returns a :class:`RunOutcome`.
 
@@ -432,6 +438,10 @@ def elucidate_sessions(
     query group (N=1, B=M) and show that ranking, then grow to the requested N. Because samples are
     identified by (query, index), growing draws only the missing ones and the final pool is the
     one a single run would draw; the first structures are on screen after about 1/N of the work.
+
+    ``live`` (:class:`~msgpt_gui.logic.live.LiveFocus`): which spectra are on screen; only those get the preview
+    stage and live rankings (throttled), the others are ranked once, at their end (default: every spectrum, every
+    batch). The final rankings are the same either way.
 
     A :class:`FormulaJob` (it needs ``bundle``) ranks the spectrum's formula candidates, says which it
     runs (:class:`FormulasRanked`), then runs each like a session, its events keyed by the run's key.
@@ -453,11 +463,12 @@ def elucidate_sessions(
             todo = [(run.key, run.session) for run in runs if run.session is not None]
         else:
             todo = [job]
+        top = job.key if isinstance(job, FormulaJob) else job[0]
         finished = False
         for key, session in todo:
             yield EntryStarted(key, position, count)
             try:
-                result = yield from _elucidate_one(key, position, count, session, params, cancel, preview)
+                result = yield from _elucidate_one(key, position, count, session, params, cancel, preview, live, top)
             except Cancelled:
                 raise
             except MsgptError as e:
@@ -465,7 +476,6 @@ def elucidate_sessions(
                 continue
             finished = True
             yield EntryFinished(key, result)
-        top = job.key if isinstance(job, FormulaJob) else job[0]
         (outcome.finished if finished else outcome.failed).append(top)
     outcome.seconds = time.perf_counter() - t_run
     return outcome
