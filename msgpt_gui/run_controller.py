@@ -25,13 +25,14 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from engine.elucidation.formula_runs import MIN_SAMPLED_PROBABILITY
 from engine.elucidation.pipeline import QueryParams
 from engine.errors import MsgptError
 
 from .group_runs import GroupRunsMixin
 from .load_queue import LoadQueueMixin
 from .logic.entries import SpectrumEntry, Status
-from .logic.formulas import DEFAULT_TOP_K, readiness, unsupported_ion_note
+from .logic.formulas import DEFAULT_TOP_K, formula_spectra, readiness, unsupported_ion_note
 from .logic.jobs import (
     LIBRARY_RUNS,
     EntryFailed,
@@ -238,7 +239,8 @@ class RunController(LoadQueueMixin, GroupRunsMixin, QObject):
                     pass
         if table is not None and runs and all(r.session is not None and r.model_checksum == self.bundle.checksum
                                               for r in runs):
-            wanted = [(c.formula, c.ion_type) for c in table.runnable(top_k, supported)]
+            wanted = [(s.formula, s.adduct) for _, s in formula_spectra(base, table, supported, top_k, self.libraries,
+                                                                         0.0 if force else MIN_SAMPLED_PROBABILITY)]
             if wanted == [(r.spectrum.formula, r.spectrum.adduct) for r in runs if r.candidate is not None]:
                 stale = not all(self.libraries_current(r) for r in runs)
                 for r in runs:
@@ -252,7 +254,8 @@ class RunController(LoadQueueMixin, GroupRunsMixin, QObject):
                     return FormulaJob(e.key, base, e.ms1, table, tuple(self.new_keys(top_k)), self.libraries,
                                       tuple(self.new_keys(LIBRARY_RUNS)) if self.libraries else (),
                                       reuse=tuple((r.key, r.spectrum.formula, r.spectrum.adduct, r.session)
-                                                  for r in runs if r.session is not None))
+                                                  for r in runs if r.session is not None),
+                                      min_probability=0.0 if force else MIN_SAMPLED_PROBABILITY)
                 return [(r.key, r.session) for r in runs]
         e.reset_results()
         if e.spectrum.formula and e.spectrum.adduct:  # "Run best k" over a formula set by hand
@@ -261,7 +264,8 @@ class RunController(LoadQueueMixin, GroupRunsMixin, QObject):
         self.spectra.entry_changed(e.key)
         return FormulaJob(e.key, base, e.ms1, table, tuple(self.new_keys(top_k)), self.libraries,
                           tuple(self.new_keys(LIBRARY_RUNS)) if self.libraries else (),
-                          run_items=run_items_of(self.spectra.entries, e))
+                          run_items=run_items_of(self.spectra.entries, e),
+                          min_probability=0.0 if force else MIN_SAMPLED_PROBABILITY)
 
     def show_live(self, e: SpectrumEntry | None) -> None:
         """The window shows ``e``: its spectrum (its formula runs, a compound group's lead) gets live rankings while

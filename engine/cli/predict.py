@@ -133,7 +133,8 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
     from engine.elucidation.libraries import library_formula_spectra
     from engine.elucidation.pipeline import apply_overrides
     from engine.errors import AdductError, FormulaError, SpectrumError
-    from engine.formulas.candidates import PrecursorPrecisionError, rank_formulas, with_formula_candidate
+    from engine.elucidation.formula_runs import formula_run_spectra
+    from engine.formulas.candidates import PrecursorPrecisionError, rank_formulas
     from engine.formulas.recalibration import run_formula_config
     from engine.spectra.spectrum import SkippedRecord, note_no_fragments
 
@@ -158,8 +159,8 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
             table, coarse = None, e
     except (SpectrumError, FormulaError, AdductError) as e:
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
-    chosen = [] if table is None else [with_formula_candidate(spectrum, c, table.elements)
-                                       for c in table.runnable(args.formulas, bundle.runnable_adducts)]
+    chosen = [] if table is None else [s for _, s in formula_run_spectra(
+        spectrum, table, args.formulas, bundle.runnable_adducts, libraries, args.min_formula_p)]
     chosen += library_formula_spectra(libraries, spectrum, chosen, bundle.runnable_adducts, config.ppm,
                                       config.ion_types or (), precision_da=coarse.precision if coarse else 0.0)
     if not chosen:
@@ -175,14 +176,14 @@ def _elucidate_one(bundle, spectrum, params, bar, libraries=()):
     batch goes on. Problems of the model or the parameters stop the batch.
     """
     from engine.elucidation.deep import run_session
-    from engine.elucidation.libraries import MASS_TRACK
+    from engine.elucidation.formula_runs import draws_samples
     from engine.elucidation.pipeline import SamplesDrawn, SpectrumFinished, SpectrumSession, SpectrumSkipped, elucidate
     from engine.errors import AdductError, FormulaError, SpectrumError
     from engine.spectra.spectrum import SkippedRecord
 
     outcome = None
     try:
-        if spectrum.metadata.get("formula_source") == MASS_TRACK:  # library structures of this formula, no samples
+        if not draws_samples(spectrum):  # the library structures of this formula alone, no samples
             return SpectrumSession(bundle, spectrum, libraries=libraries).rank_known(params)
         for ev in elucidate(bundle, [spectrum], params, libraries=libraries, run_session=run_session):
             if isinstance(ev, SamplesDrawn):
@@ -219,6 +220,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise MsgptError(f"--top must be at least 1, got {args.top}.")
     if args.formulas < 0:
         raise MsgptError(f"--formulas must be 0 or more, got {args.formulas}.")
+    if not 0.0 <= args.min_formula_p <= 1.0:
+        raise MsgptError(f"--min-formula-p must be a probability from 0 to 1, got {args.min_formula_p:g} "
+                         "(0 samples every one of the --formulas K).")
     _feature_config(args), _formula_config(args)  # bad tolerances or ion types stop here, before the model loads
     from engine.formulas.recalibration import parse_setting
 

@@ -56,11 +56,17 @@ def _add_device_arguments(pr: argparse.ArgumentParser) -> None:
 
 def _add_formula_arguments(pr: argparse.ArgumentParser) -> None:
     """Formulas and ion types of spectra that give none, and the run's m/z recalibration."""
+    from engine.elucidation.formula_runs import MIN_SAMPLED_PROBABILITY
+
     pr.add_argument("--formula", help="force this molecular formula on every input spectrum")
     pr.add_argument("--adduct", help="force this adduct (e.g. [M+H]+) on every input spectrum")
     pr.add_argument("--formulas", type=int, default=3, metavar="K",
                     help="spectra without a formula: predict for the K best formula candidates the model can run "
                     "(default 3; 0 skips them)")
+    pr.add_argument("--min-formula-p", type=float, default=MIN_SAMPLED_PROBABILITY, metavar="P",
+                    help="of those K, sample only the best and those of probability >= P (default "
+                    f"{MIN_SAMPLED_PROBABILITY:g}); the others rank their formula's library structures alone, without "
+                    "de novo samples (engine/elucidation/formula_runs.py); 0 samples all K")
     pr.add_argument("--formula-ppm", type=float, default=10.0, metavar="PPM",
                     help="precursor mass tolerance of formula candidates (default 10 ppm, at least 1 mDa)")
     pr.add_argument("--ion-types", nargs="+", metavar="ION",

@@ -87,7 +87,8 @@ def _run_settings(args: argparse.Namespace, bundle, params, libraries=()) -> dic
         "top": args.top,
         "formula": args.formula,
         "adduct": args.adduct,
-        "formula_candidates": f"k={args.formulas} ppm={args.formula_ppm} ion_types={args.ion_types} "
+        "formula_candidates": f"k={args.formulas} min_p={args.min_formula_p:g} ppm={args.formula_ppm} "
+                              f"ion_types={args.ion_types} "
                               f"elements={args.elements} recalibrate={args.recalibrate}",
         "features": f"ppm={args.feature_ppm} rt_gap={args.feature_rt_gap} merge={not args.no_merge}"
                     f" adduct_groups={not getattr(args, 'no_adduct_groups', False)}",

@@ -47,6 +47,7 @@ from engine.elucidation.ranking import AnalogReference, KnownStructure, Spectral
 from engine.library import StructureLibrary
 from engine.spectral_library import SpectralLibrary, SpectralMatches, search
 from engine.spectral_library.search import AnswerThreshold, SearchParams, SpectralHit
+from engine.timing import staged
 
 #: Log-odds bonus of a library structure in the fingerprint rankings (QueryParams.library_prior).
 LIBRARY_PRIOR = 0.0
@@ -95,6 +96,7 @@ def library_ion_types(polarity: str | None, runnable: Sequence[str], allowed: Se
     return tuple(a for a in dict.fromkeys(names) if a in can and (not ok or a in ok))
 
 
+@staged("library look-ups")
 def library_structures(libraries: Sequence, formula: str, adduct: str | None = None) -> list[KnownStructure]:
     """Every structure of ``formula`` the structure libraries among ``libraries`` hold, in library order (a
     structure in several libraries comes once per library; the pool keeps one candidate of it). With ``adduct``,
@@ -131,6 +133,7 @@ def general_ion_types(polarity: str | None) -> tuple[str, ...]:
 MASS_TRACK = "structure library (mass)"
 
 
+@staged("library look-ups")
 def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, ion_types: Sequence[str],
                        ppm: float, precision_da: float = 0.0, general_ion_types: Sequence[str] | None = None) -> list:
     """Copies of ``spectrum`` (of unknown formula) for each formula and ion type under which a structure library
@@ -189,6 +192,7 @@ def mass_track_spectra(libraries: Sequence, spectrum, have: Sequence, ion_types:
     return out
 
 
+@staged("spectral search")
 def search_spectrum(libraries: Sequence, spectrum) -> SpectralMatches | None:
     """Identity search of ``spectrum`` in the spectral libraries among ``libraries`` (``None`` without any)."""
     spectral = split_libraries(libraries)[1]
@@ -197,6 +201,7 @@ def search_spectrum(libraries: Sequence, spectrum) -> SpectralMatches | None:
     return search(spectral, spectrum, SearchParams(mode="identity", top_k=SPECTRAL_HITS))
 
 
+@staged("analog search")
 def search_analogs(libraries: Sequence, spectrum, hits: int) -> SpectralMatches | None:
     """Analog search of ``spectrum`` (hybrid: fragments and neutral losses, any precursor) in the spectral libraries
     among ``libraries``, its first ``hits`` hits (``None`` without any library)."""

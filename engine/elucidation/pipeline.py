@@ -18,6 +18,7 @@ import math
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -57,6 +58,7 @@ from engine.spectra.spectrum import (
     with_warning,
 )
 from engine.spectral_library import SpectralMatches
+from engine.timing import staged, timed
 
 # settings that never change the samples
 RANKING_ONLY = ("ranking", "library_prior", "undrawn_prior", "effort", "fragment_score", "analog_score")
@@ -184,8 +186,16 @@ class SamplesDrawn:
 
 @dataclass(frozen=True)
 class RankingUpdated:
+    """The ranking so far (``result.partial`` while samples are still being drawn). ``ranking`` is the result or a
+    function that ranks the pool when ``result`` is first read, before the run goes on: a consumer that only
+    follows the progress (``msgpt predict``) ranks nothing until the end."""
+
     index: int
-    result: SpectrumResult  # partial=True while samples are still being drawn
+    ranking: SpectrumResult | Callable[[], SpectrumResult] = field(repr=False)
+
+    @cached_property
+    def result(self) -> SpectrumResult:
+        return self.ranking() if callable(self.ranking) else self.ranking
 
 
 @dataclass(frozen=True)
@@ -291,6 +301,7 @@ def model_spectrum(bundle: ModelBundle, spectrum: Spectrum) -> Spectrum:
 
 
 @torch.inference_mode()
+@staged("encoder")
 def compute_posterior(bundle: ModelBundle, spectrum: Spectrum) -> np.ndarray:
     """The encoder's fingerprint posterior π (float32, n_bits) for one spectrum (of a mapped ion type: of its
     mapping, :func:`model_spectrum`)."""
@@ -408,11 +419,11 @@ class SpectrumSession:
                 cancel=cancel,
                 decoding=params.decoding,
             )
-            for req_index, strings in sampler:
+            for req_index, strings in timed("sampling", sampler):
                 self.pool.add(requests[req_index].sample_ids, strings)
                 done += len(strings)
                 yield SamplesDrawn(self.index, done, total)
-                yield RankingUpdated(self.index, self._result(params, done, t0, partial=done < total))
+                yield RankingUpdated(self.index, lambda done=done: self._result(params, done, t0, partial=done < total))
         check_cancel(cancel)
         return self._result(params, done, t0, partial=False)
 

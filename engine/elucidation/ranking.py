@@ -50,6 +50,7 @@ from engine.errors import ConfigError
 from engine.model.constraints import DEAD_END
 from engine.model.forward import ForwardRanking
 from engine.model.scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking, ranking_score, sort_key
+from engine.timing import staged
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +241,7 @@ class AnalogRerank:
 
 
 @lru_cache(maxsize=200_000)
+@staged("SAFE decoding")
 def decode_safe(safe_str: str) -> DecodedSample:
     """SAFE → canonical stereo-free SMILES, InChIKey and formula; cached (samples repeat a lot)."""
     import safe as sf
@@ -361,6 +363,7 @@ class CandidatePool:
         """SAFE strings of the samples with ``j < n_per_group`` (all when None)."""
         return [s for (_, j), s in self._samples.items() if n_per_group is None or j < n_per_group]
 
+    @staged("ranking")
     def rank(self, n_per_group: int | None = None, ranking: str | None = None) -> tuple[list[Candidate], dict[str, int]]:
         """Ranked candidates and counts ``{"samples", "valid", "formula_consistent"}``.
 

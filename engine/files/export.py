@@ -24,6 +24,7 @@ from engine.elucidation.pipeline import SpectrumResult
 from engine.errors import ConfigError, OutputError
 from engine.insight.identification import feature_ranks, identification_level
 from engine.insight.novelty import NoveltyMarker
+from engine.timing import staged
 
 CSV_COLUMNS = (
     "spectrum_id",
@@ -317,6 +318,7 @@ class CandidateWriter:
         self._guarded(self._write_rows, rows)
         return len(rows)
 
+    @staged("writing")
     def write_feature(self, results: Sequence[SpectrumResult]) -> int:
         """Add the candidates of one feature's results (its formula runs, ranked on in one list, each candidate
         with its rank over the feature); returns the number of rows written."""

@@ -90,6 +90,7 @@ from engine.spectra.isotopes import (
     observed_pattern,
 )
 from engine.spectra.spectrum import Spectrum, precursor_precision_da
+from engine.timing import staged
 
 #: Ion types ranked for a precursor without one: every common ion type (COMMON_ION_TYPES) but two. The in-source water
 #: loss [M-H2O+H]+ put a wrong formula first for 1 of 150 FOLD=val [M+H]+ structures on simulated runs
@@ -346,6 +347,7 @@ class PrecursorPrecisionError(SpectrumError):
         self.precision = precision
 
 
+@staged("formula ranking")
 def rank_formulas(
     spectrum: Spectrum,
     *,

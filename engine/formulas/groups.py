@@ -37,6 +37,7 @@ from engine.chem.formula import formula_mass, formula_vector, parse_formula
 from engine.errors import ConfigError
 from engine.formulas.candidates import FormulaCandidate, FormulaConfig, FormulaTable, rank_formulas
 from engine.formulas.decompose import rdbe_of
+from engine.timing import staged
 
 _ION_ORDER = {ion: k for k, ion in enumerate(COMMON_ION_TYPES["positive"] + COMMON_ION_TYPES["negative"])}
 SUMMED_TERMS = ("mass", "fragments", "ion_type", "isotopes", "adducts")  # each member's evidence; "prior" once
@@ -86,6 +87,7 @@ PRIOR_COUNTS = ("once", "each")
 PROTONATED = ("[M+H]+", "[M-H]-")
 
 
+@staged("formula ranking")
 def joint_scores(tables: Sequence[FormulaTable], features: Sequence, configs: Sequence[FormulaConfig],
                  prior: str = "once", partner_weight: float = 1.0, mass: str = "sum") -> dict[str, dict[str, float]]:
     """``formula -> summed terms`` over the members (module notes, step 2), for the formulas that explain every

@@ -43,6 +43,7 @@ from engine.formulas.candidates import FormulaConfig, rank_formulas
 from engine.formulas.evidence import fragment_peaks
 from engine.formulas.scorer import FormulaScorer
 from engine.spectra.annotate import annotate_peaks
+from engine.timing import staged
 
 DEFAULT_CONFIG = FormulaConfig()
 RECALIBRATED_KEY = "recalibrated_ppm"  # spectrum metadata: the correction taken out at its precursor m/z
@@ -287,6 +288,7 @@ def _estimate(items, config: FormulaConfig, rc: RecalibrationConfig, scorer, sig
                          min_ppm=rc.min_ppm, min_scatter_ppm=rc.min_scatter_ppm, mz_range=span)
 
 
+@staged("recalibration")
 def recalibrate_run(
     items: Sequence[tuple], *, config: FormulaConfig = DEFAULT_CONFIG, scorer: FormulaScorer | None = None,
     recalibration: RecalibrationConfig = RecalibrationConfig(), cancel: Callable[[], bool] | None = None,

@@ -49,6 +49,7 @@ from engine.spectral_library.identity import (
     confidence_path,
     identity_features,
 )
+from engine.timing import staged
 
 FEATURES = ("top_share", "max_share", "agreement", "score_gap", "log_candidates", "yield")
 SCORE_GAP_CAP = 20.0
@@ -306,6 +307,7 @@ def auroc(scores: Sequence[float], hits: Sequence[bool]) -> float | None:
     return float((ranks[h].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
+@staged("confidence")
 def spectrum_confidence(bundle, result) -> float | None:
     """The confidence of a finished :class:`engine.elucidation.pipeline.SpectrumResult`, or None when
     :func:`why_no_confidence` has a reason (no confidence model, other settings than the fit's, an ion mode the

@@ -72,6 +72,7 @@ import torch
 
 from engine.chem.formula import ELEMENT_INDEX, ELEMENTS
 from engine.model.safe_grammar import ATOM, BOND, CLOSE, DIGIT, DOT, HYPERVALENT, OPEN, SafeGrammar
+from engine.timing import staged
 
 START = -1  # the "previous token" of a row that has drawn nothing yet
 
@@ -472,6 +473,7 @@ class FormulaConstraint:
         self._prefix = [0] * n_rows
         self._trie: dict[tuple[int, int], int] = {}
 
+    @staged("formula masks")
     def allowed(self, left: int) -> torch.Tensor:
         """(rows, vocab) bool: tokens each row may draw, with ``left`` tokens left including this one."""
         g = self.grammar
@@ -484,6 +486,7 @@ class FormulaConstraint:
             out.append(m)
         return g.to_tensor(out)
 
+    @staged("formula masks")
     def advance(self, tokens: Sequence[int]) -> None:
         g, trie = self.grammar, self._trie
         for i, (r, t) in enumerate(zip(self.rows, tokens, strict=True)):

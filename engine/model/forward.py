@@ -41,6 +41,7 @@ from torch import nn
 from engine.chem.formula import ELEMENT_INDEX, ELEMENTS, element_masses
 from engine.errors import ConfigError, MsgptError
 from engine.spectra.annotate import rdbe
+from engine.timing import staged
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "forward.safetensors"
@@ -426,6 +427,7 @@ class ForwardScorer:
                 self._observed[formula] = None
         return self._observed[formula]
 
+    @staged("fragment scoring")
     def score(self, smiles: str) -> float | None:
         """The structure's forward score (module docstring); None when it cannot be computed."""
         if smiles in self._scores:

@@ -44,6 +44,7 @@ import numpy as np
 
 from engine.chem.adducts import COMMON_ION_TYPES, neutral_mass_from_precursor
 from engine.errors import ConfigError
+from engine.timing import staged
 
 #: Ion types without a fixed mass relation to the others (a permanent cation is not a protonated molecule).
 UNPAIRED_ION_TYPES = frozenset({"[M]+"})
@@ -414,6 +415,7 @@ def with_groups(features: Sequence, result: GroupResult) -> list:
     return with_partners(out)
 
 
+@staged("adduct groups")
 def with_partners(features: Sequence) -> list:
     """The features, each group member with its partners (``partners``) taken from ``features`` (after a change
     to them, e.g. a recalibration, so that the partners are the changed ones)."""

@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
+from engine.elucidation.formula_runs import MIN_SAMPLED_PROBABILITY, formula_run_spectra
 from engine.elucidation.pipeline import SpectrumResult
 from engine.errors import ConfigError, SpectrumError
 from engine.formulas.candidates import (
@@ -27,7 +28,6 @@ from engine.formulas.candidates import (
     FormulaTable,
     default_ion_types,
     rank_formulas,
-    with_formula_candidate,
 )
 from engine.formulas.recalibration import Recalibration, parse_setting, recalibrate_run
 from engine.model.ion_mapping import mapping_for
@@ -113,7 +113,7 @@ TERM_COLUMNS = (
     ("isotopes", "Isotopes", "MS1 isotope pattern of the precursor against the formula's (0 without a survey scan)"),
     ("adducts", "Adducts", "other ion types of the same molecule seen in the survey scan"),
 )
-SOURCE_KEYS = ("formula_rank", "formula_score", "formula_source")  # what with_formula_candidate notes
+SOURCE_KEYS = ("formula_rank", "formula_score", "formula_source", "formula_run")  # what formula_spectra notes
 
 
 def formula_base(spectrum: Spectrum, original: Spectrum | None = None) -> Spectrum:
@@ -221,10 +221,13 @@ def rank_group_job(members: Sequence, runnable: Sequence[str] | None = None, can
 
 
 def formula_spectra(base: Spectrum, table: FormulaTable, supported_adducts: Sequence[str] | None,
-                    k: int) -> list[tuple[FormulaCandidate, Spectrum]]:
+                    k: int, libraries: Sequence = (), min_probability: float = MIN_SAMPLED_PROBABILITY
+                    ) -> list[tuple[FormulaCandidate, Spectrum]]:
     """The spectra Run elucidates for the best ``k`` formulas: ``base`` with each candidate's formula and ion type,
-    its rank and score noted (exports write them)."""
-    return [(c, with_formula_candidate(base, c, table.elements)) for c in table.runnable(k, supported_adducts)]
+    its rank and score noted (exports write them); those below ``min_probability`` (but the best) rank the
+    ``libraries``' structures of their formula alone, as in ``msgpt predict``
+    (:func:`engine.elucidation.formula_runs.formula_run_spectra`)."""
+    return formula_run_spectra(base, table, k, supported_adducts, libraries, min_probability)
 
 
 def library_run_label(spectrum: Spectrum) -> str:

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.elucidation.deep import DeepConfig, DeepProgress, open_analog_sources, run_session
-from engine.elucidation.libraries import MASS_TRACK, library_formula_spectra
+from engine.elucidation.formula_runs import MIN_SAMPLED_PROBABILITY, draws_samples
+from engine.elucidation.libraries import library_formula_spectra
 from engine.elucidation.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
 from engine.errors import Cancelled, MsgptError
 from engine.files.export import CandidateWriter
@@ -328,6 +329,9 @@ class FormulaJob:
     # a compound group's member (engine.spectra.adduct_groups): every member as (key, feature, formula base); the
     # group decides one formula ranking and the member elucidated (rank_group_job), the others show its answer
     group: tuple = ()
+    # formula candidates below this probability (but the best) rank their library structures alone, unsampled
+    # (engine.elucidation.formula_runs); 0 when the chemist asked for the best k by name (the Formulas tab)
+    min_probability: float = MIN_SAMPLED_PROBABILITY
 
 
 @dataclass(frozen=True)
@@ -380,7 +384,7 @@ def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession
     ranks its library structures without sampling. A deep search says its phase in each progress event: the
     analogs opened first (a minute or more the first time), the standard pool, each deep round."""
     t0 = time.perf_counter()
-    if session.spectrum.metadata.get("formula_source") == MASS_TRACK:
+    if not draws_samples(session.spectrum):  # the mass track, or a formula the run budget does not sample
         check_cancel(cancel)
         return dataclasses.replace(session.rank_known(params), seconds=time.perf_counter() - t0, partial=False)
     deep = params.effort == "deep"
@@ -506,7 +510,8 @@ def _formula_runs(job: FormulaJob, position: int, count: int, bundle, cancel: Ca
     recal = run_recalibration(base.source) if base.source else None  # the one the table was ranked with
     if recal is not None and recal.applied:
         base = recal.apply(base)
-    chosen = formula_spectra(base, table, bundle.runnable_adducts, len(job.run_keys))
+    chosen = formula_spectra(base, table, bundle.runnable_adducts, len(job.run_keys), job.libraries,
+                             job.min_probability)
     config = current_config()
     added = library_formula_spectra(job.libraries, base, [s for _, s in chosen], bundle.runnable_adducts,
                                     config.ppm, config.ion_types or ()) if job.libraries else []

@@ -83,8 +83,10 @@ def _run_record(result) -> dict:
     return {"formula": _norm(result.spectrum.formula or ""), "adduct": result.spectrum.adduct or "",
             "source": md.get("formula_source", ""), "rank": md.get("formula_rank", ""),
             "p": float(score) if score not in (None, "") else None,
+            "seconds": result.seconds, "samples": result.new_samples,
             "cands": [[c.inchikey14, _norm(c.formula), None if c.score != c.score else float(c.score), c.rank_group,
-                       None if c.spectral is None else float(c.spectral.similarity)]
+                       None if c.spectral is None else float(c.spectral.similarity), c.count, c.origin,
+                       bool(c.suspect)]
                       for c in result.candidates[:KEEP]]}
 
 
@@ -180,7 +182,7 @@ def feature_order(rec: dict, w: float, rule: str, eps: float = EPS) -> list[tupl
     for i, run in enumerate(rec["runs"]):
         p = run_probability(run, rec, rule, eps)
         logp = 0.0 if p is None else math.log(max(p, eps))
-        for j, (key, formula, score, group, sim) in enumerate(run["cands"]):
+        for j, (key, formula, score, group, sim, *_) in enumerate(run["cands"]):
             if group == 0:
                 k = (0, -(sim or 0.0), 0.0)
             elif score is None:

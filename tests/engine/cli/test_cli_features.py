@@ -58,12 +58,29 @@ def run(tmp_path) -> Path:
     return write_mzml(tmp_path / "run.mzML", scans)
 
 
-FAST = ["--groups", "2", "--pool-size", "4", "-q", "--no-libraries"]  # libraries: tests/engine/elucidation
+FAST = ["--groups", "2", "--pool-size", "4", "-q", "--no-libraries",
+        "--min-formula-p", "0"]  # libraries: tests/engine/elucidation; every one of K sampled: tests/engine/elucidation/test_formula_runs.py
 
 
 def read_rows(path: Path) -> list[dict]:
     text = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("#"))
     return list(csv.DictReader(io.StringIO(text)))
+
+
+def test_the_run_budget_samples_only_the_likely_formulas(run, tmp_path, tiny_bundle_dir, captured, capsys):
+    """--min-formula-p 1: the best formula of each feature alone is sampled; without libraries the others, which could
+    only rank library structures, are not run at all (engine.elucidation.formula_runs)."""
+    fast = [a for a in FAST if a not in ("--min-formula-p", "0")]
+    rc = cli.main(["predict", str(run), "-o", str(tmp_path / "out.csv"), "--model", str(tiny_bundle_dir),
+                   "--formulas", "2", *fast, "--min-formula-p", "1"])
+    assert rc == 0, capsys.readouterr().err
+    assert [s.metadata["formula_rank"] for s in captured] == ["1", "1"]
+    assert len({s.id for s in captured}) == 2
+    captured.clear()
+    rc = cli.main(["predict", str(run), "-o", str(tmp_path / "x.csv"), "--model", str(tiny_bundle_dir), *fast,
+                   "--min-formula-p", "1.5"])
+    assert rc == 2 and "--min-formula-p must be a probability from 0 to 1, got 1.5" in capsys.readouterr().err
+    assert not captured
 
 
 def test_a_run_without_options_gives_one_result_per_precursor_feature(run, tmp_path, tiny_bundle_dir, captured, capsys):
