@@ -129,6 +129,7 @@ class RunMenu(QObject):
                                             "libraries_changed": libraries_changed})
             w.status(f"{loading_text(model, libraries, True)}: the run starts when they are ready.", 0)
             self.show_loading()
+            w.show_current()  # Cancel (Esc) drops the waiting run
             return True
         if w.bundle is None:
             w.show_message("No model is loaded: choose Model ▸ Open Model Folder… to pick a model bundle folder.")
@@ -159,6 +160,7 @@ class RunMenu(QObject):
             self.waiting = None
             self.show_loading()
             self.window.status("The run that waited for the model and libraries was cancelled.")
+            self.window.show_current()
         self.window.runs.cancel()
 
     # ------------------------------------------------------------------------------------------
