@@ -9,6 +9,7 @@ start indexes the bundled libraries (their indexes in the data folder are copied
     python benchmarks/bench_app.py                       # the current tree against ed963ef, 30 features
     python benchmarks/bench_app.py --features 10 --profile /tmp/app.prof   # cProfile of the current tree's run
     python benchmarks/bench_app.py --no-baseline --startup-only
+    python benchmarks/bench_app.py --compare --live-all    # docs/evidence/app_speed.md's table
 
 It prints, per version: (a) start-up, seconds from the process start to the window shown and turning its event
 loop (a zero-delay timer fired), to the model loaded, to the bundled libraries ready, to the run's features
@@ -16,8 +17,9 @@ listed, the longest the event loop stood still meanwhile (a 20 ms timer's longes
 things load), and the first start's libraries ready (indexing them); (b) Run All over the first
 ``--features`` features of ``--mzml`` (the QC-pool Q Exactive run) with the bundled libraries on, from the click
 (``run_entries`` of the Run menu, as Run All does for the listed features) to the run's end, as features per
-hour; and the ratios current / baseline. ``--compare`` also checks that the two versions ranked the same
-candidates (InChIKey-14 order of every formula run's final result) and prints how many features differ.
+hour; and the ratios current / baseline. ``--live-all`` adds the current tree ranking every spectrum live with the
+preview stage, as the app did before #58 (only the spectrum on screen is, now): what that saves on its own. ``--compare`` also checks whether the versions ranked the same
+candidates (every formula run's final InChIKey-14s and scores, in order) and prints the features that differ.
 
 The driver uses only what the baseline has too: ``msgpt_gui.app.create_window``, the window's ``run_menu``,
 ``spectra`` (entries), ``libraries.controller.sources``, ``bundle``, ``busy``, ``loader`` and ``run_finished``.
@@ -51,8 +53,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up start (cold library caches)")
     p.add_argument("--profile", metavar="FILE", help="cProfile the current tree's Run All into FILE (pstats)")
     p.add_argument("--compare", action="store_true", help="check both versions ranked the same candidates")
+    p.add_argument("--live-all", action="store_true",
+                   help="also measure the current tree ranking every spectrum live, each with the preview stage (the "
+                        "app before #58 did): what showing only the spectrum on screen saves, with identical results")
     p.add_argument("--timeout", type=float, default=3600, help="seconds a version may take")
     p.add_argument("--child", metavar="JSON", help=argparse.SUPPRESS)  # internal: measure one version into JSON
+    p.add_argument("--child-live-all", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -116,6 +122,10 @@ def child(args: argparse.Namespace) -> int:
     entries = [e for e in window.spectra.entries if e.spectrum is not None][:args.features]
     stamps["features"] = len(entries)
     window.select_entry(entries[0].key)  # the chemist looks at the first feature while the run goes on
+    if args.child_live_all:  # every spectrum ranked live after every batch, with the preview stage (before #58)
+        from msgpt_gui.logic.live import EVERYTHING
+
+        window.runs.live = EVERYTHING
     finished = []
     window.run_finished.connect(finished.append)
     profiler = None
@@ -163,7 +173,8 @@ def _finish(args, window, app, stamps: dict, entries) -> int:
 # ----------------------------------------------------------------------------------------------------------------
 # the driver
 # ----------------------------------------------------------------------------------------------------------------
-def measure(code: Path, args: argparse.Namespace, profile: str | None, startup_only: bool) -> dict:
+def measure(code: Path, args: argparse.Namespace, profile: str | None, startup_only: bool,
+            live_all: bool = False) -> dict:
     """One version: a warm-up start (unless --no-warmup), then the measured one, in fresh processes."""
     home = Path(tempfile.mkdtemp(prefix="msgpt-bench-app-"))
     try:
@@ -177,6 +188,8 @@ def measure(code: Path, args: argparse.Namespace, profile: str | None, startup_o
                 cmd.append("--startup-only")
             if profile and not warmup:
                 cmd += ["--profile", profile]
+            if live_all:
+                cmd.append("--child-live-all")
             env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                    "MSGPT_HOME": str(home / "warm" if warmup else home / "measured"),
                    "PYTHONPATH": str(code), "BENCH_APP_T0": repr(time.time())}
@@ -189,6 +202,7 @@ def measure(code: Path, args: argparse.Namespace, profile: str | None, startup_o
                 first = json.loads(out.read_text())
         stamps = json.loads(out.read_text())
         if first is not None:
+            stamps["first_start_window"] = first["window_responsive"]
             stamps["first_start_libraries_ready"] = first["libraries_ready"]
         return stamps
     finally:
@@ -218,6 +232,7 @@ def table(results: dict[str, dict], n_features: int, startup_only: bool) -> str:
             ("bundled libraries ready (s)", "libraries_ready", False),
             ("run's features listed (s)", "file_listed", False),
             ("longest event-loop stall while loading (s)", "longest_stall", False),
+            ("first start ever: window shown and responsive (s)", "first_start_window", False),
             ("first start ever: libraries indexed and ready (s)", "first_start_libraries_ready", False)]
     if not startup_only:
         rows += [(f"Run All, {n_features} features (s)", "run_seconds", False), ("features per hour", "fph", True)]
@@ -225,13 +240,14 @@ def table(results: dict[str, dict], n_features: int, startup_only: bool) -> str:
         if "run_seconds" in r:
             r["fph"] = 3600 * r["features"] / r["run_seconds"]
     names = list(results)
-    head = "| | " + " | ".join(names) + (" | current / baseline |" if len(names) == 2 else " |")
-    lines = [head, "|" + "---|" * (len(names) + 1 + (len(names) == 2))]
+    ratio = len(names) >= 2 and names[0].startswith("baseline")
+    head = "| | " + " | ".join(names) + (" | current / baseline |" if ratio else " |")
+    lines = [head, "|" + "---|" * (len(names) + 1 + ratio)]
     for label, key, higher in rows:
         vals = [results[n].get(key) for n in names]
         cells = [f"{v:.2f}" if isinstance(v, float) and v < 1 else f"{v:.1f}" if isinstance(v, float) else str(v) for v in vals]
-        if len(names) == 2 and None not in vals:
-            cells.append(f"{vals[1] / vals[0]:.2f}×")
+        if ratio:
+            cells.append(f"{vals[names.index('current')] / vals[0]:.2f}×" if None not in vals else "")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -249,15 +265,21 @@ def main(argv=None) -> int:
             results[f"baseline {args.baseline}"] = measure(tree, args, None, args.startup_only)
         finally:
             remove_tree(tree)
+    load = os.getloadavg()[0]
     results["current"] = measure(Path(args.code).resolve(), args, args.profile, args.startup_only)
+    if args.live_all and not args.startup_only:
+        results["current, every spectrum live"] = measure(Path(args.code).resolve(), args, None, False, live_all=True)
     print(f"bench_app: {Path(args.mzml).name}, first {args.features} features, bundled model and libraries, "
-          f"one torch thread, offscreen; {os.cpu_count()} CPUs")
+          f"one torch thread, offscreen; {os.cpu_count()} CPUs, load average {load:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end")
     print(table(results, args.features, args.startup_only))
-    if args.compare and len(results) == 2 and not args.startup_only:
-        a, b = (r["rankings"] for r in results.values())
-        diff = differing(a, b)
-        print(f"final rankings: {len(a) - len(diff)} of {len(a)} features identical"
-              + (f"; differ: {', '.join(diff)}" if diff else ""))
+    if args.compare and not args.startup_only:
+        current = results["current"]["rankings"]
+        for name, r in results.items():
+            if name != "current":
+                diff = differing(r["rankings"], current)
+                print(f"final rankings, {name} against current: {len(current) - len(diff)} of {len(current)} "
+                      "features identical" + (f"; differ: {', '.join(diff)}" if diff else ""))
     return 0
 
 
