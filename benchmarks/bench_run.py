@@ -1,0 +1,204 @@
+"""A whole LC-MS run through ``msgpt predict``: where the time goes, and features per hour against a baseline commit.
+
+::
+
+    python benchmarks/bench_run.py                       # the QC-pool Q Exactive run, against ed963ef
+    python benchmarks/bench_run.py --inputs RUN.mzML BATCH.mgf --baseline <rev> --threads 1
+
+Both versions run the same command on the same inputs with the same seed (bundled model and libraries, one torch
+thread unless ``--threads``), one after the other, each in its own process: the **baseline** from a ``git worktree``
+of ``--baseline`` (made in a temporary folder and removed after), the **current** tree with the engine's stage
+timers on (:mod:`engine.timing`). Printed:
+
+* per input and version: features, the seconds of the run (``msgpt predict``'s own "Processed ... in X s": reading,
+  formulas, the model, libraries, writing; the model and libraries loaded before it are counted apart as start-up),
+  features per hour, and the current/baseline ratio;
+* the current version's time per stage (exclusive: a stage inside another is taken out of it; ``unmarked`` is what no
+  stage covers: the pipeline's glue, the progress bar, building results);
+* the answers compared: per feature, whether rank 1 (``feature_rank`` 1) is the same structure (first InChIKey
+  block), and the overlap of the top-10 sets.
+
+``--concurrency`` also runs the two-jobs check of issue #58: the current code on ``--concurrency-input`` alone with
+``--threads 1``, then two copies of it at once with the default thread rule (:mod:`engine.threads`), and prints
+the per-job seconds of each against the one-job time.
+
+The machine is shared with whatever else runs: run it when it is quiet, and read the ratios (measured in one run)
+rather than the absolute seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RUN = ROOT.parent / "shared/data/mzml/qexactive_dda_qc_pool.mzML"
+BASELINE = "ed963ef"  # the code path before issue #58
+
+# Runs in the child process, with the tree to test first on sys.path: msgpt predict, under the stage timers when
+# the tree has them; prints one JSON line.
+CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+from engine.cli.predict import main
+argv = sys.argv[2:]
+try:
+    from engine.timing import measure
+except ImportError:
+    measure = None
+if measure is None:
+    rc, table = main(argv), None
+else:
+    with measure() as clock:
+        rc = main(argv)
+    table = {name: [s, clock.calls[name]] for name, s in clock.seconds.items()}
+print("BENCH " + json.dumps({"rc": rc, "wall": time.perf_counter() - t0, "stages": table}), flush=True)
+"""
+
+PROCESSED = re.compile(r"Processed (\d+) spectra in ([\d.]+) s")
+
+
+def run_version(tree: Path, inputs: list[str], out: Path, threads: int | None, extra: list[str]) -> dict:
+    """``msgpt predict`` of ``tree`` on ``inputs``; its JSON line plus the run's own seconds and features."""
+    argv = ["predict", *inputs, "-o", str(out), "--seed", "0", *(["--threads", str(threads)] if threads else []),
+            *extra]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(tree), *argv], cwd=tree, env=env, capture_output=True,
+                          text=True)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
+    if line is None:
+        raise SystemExit(f"msgpt predict of {tree} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    result = json.loads(line[6:])
+    m = PROCESSED.search(proc.stderr)
+    result["features"], result["seconds"] = (int(m.group(1)), float(m.group(2))) if m else (0, result["wall"])
+    result["stderr"] = proc.stderr
+    return result
+
+
+def feature_answers(path: Path) -> dict[str, list[str]]:
+    """Per feature (spectrum id), its candidates' first InChIKey blocks in ``feature_rank`` order."""
+    rows: dict[str, list[tuple[int, str]]] = {}
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(line for line in fh if not line.startswith("#")):
+            try:
+                rank = int(row.get("feature_rank") or row.get("rank") or 0)
+            except ValueError:
+                continue
+            rows.setdefault(row["spectrum_id"], []).append((rank, (row.get("inchikey") or "")[:14]))
+    return {k: [key for _, key in sorted(v)] for k, v in rows.items()}
+
+
+def compare(base: Path, new: Path) -> str:
+    a, b = feature_answers(base), feature_answers(new)
+    both = sorted(set(a) & set(b))
+    same1 = sum(bool(a[k]) and bool(b[k]) and a[k][0] == b[k][0] for k in both)
+    overlap = [len(set(a[k][:10]) & set(b[k][:10])) / max(1, len(set(a[k][:10]) | set(b[k][:10]))) for k in both]
+    only = (len(set(a) - set(b)), len(set(b) - set(a)))
+    return (f"{len(both)} features in both outputs ({only[0]} only in the baseline's, {only[1]} only in the "
+            f"current's): the same rank 1 for {same1}; top-10 sets overlap {100 * sum(overlap) / max(1, len(both)):.0f}%"
+            " on average (Jaccard)")
+
+
+def stage_table(stages: dict, seconds: float) -> list[str]:
+    rows = sorted(stages.items(), key=lambda kv: -kv[1][0])
+    marked = sum(s for s, _ in stages.values())
+    lines = ["| stage | seconds | calls | share |", "| --- | ---: | ---: | ---: |"]
+    lines += [f"| {name} | {s:.1f} | {n} | {100 * s / seconds:.0f}% |" for name, (s, n) in rows]
+    lines.append(f"| unmarked (glue, progress, results) | {max(0.0, seconds - marked):.1f} | | "
+                 f"{100 * max(0.0, seconds - marked) / seconds:.0f}% |")
+    return lines
+
+
+def concurrency(tree: Path, inputs: list[str], tmp: Path) -> list[str]:
+    """One job alone on one thread, then two at once with the default thread rule: per-job seconds."""
+    alone = run_version(tree, inputs, tmp / "alone.csv", 1, ["-q"])["wall"]
+    procs = []
+    t0 = time.perf_counter()
+    for k in range(2):
+        env = {k2: v for k2, v in os.environ.items() if k2 not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        env["PYTHONPATH"] = str(tree)
+        argv = ["predict", *inputs, "-o", str(tmp / f"job{k}.csv"), "--seed", "0", "-q"]
+        procs.append((time.perf_counter(), subprocess.Popen([sys.executable, "-c", CHILD, str(tree), *argv],
+                                                            cwd=tree, env=env, stdout=subprocess.PIPE,
+                                                            stderr=subprocess.PIPE, text=True)))
+    walls = []
+    for start, p in procs:
+        out, errs = p.communicate()
+        line = next((ln for ln in out.splitlines() if ln.startswith("BENCH ")), None)
+        if line is None:
+            raise SystemExit(f"a concurrent job failed:\n{errs[-2000:]}")
+        walls.append(json.loads(line[6:])["wall"])
+    both = time.perf_counter() - t0
+    return [f"two jobs at once (default threads): {walls[0]:.1f} s and {walls[1]:.1f} s each ({both:.1f} s for "
+            f"both); one job alone on one thread: {alone:.1f} s; per-job ratio {max(walls) / alone:.2f} "
+            "(≤ 1: no slower than one job on one core)"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--inputs", nargs="+", default=[str(DEFAULT_RUN)], help="runs or MGF files (default: QC pool)")
+    p.add_argument("--baseline", default=BASELINE, help=f"git revision of the baseline (default {BASELINE})")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of each version (default 1)")
+    p.add_argument("--no-baseline", action="store_true", help="time the current tree only (the stage table)")
+    p.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more msgpt predict flags, for both")
+    p.add_argument("--concurrency", action="store_true", help="also the two-jobs check (see the module docstring)")
+    p.add_argument("--concurrency-input", nargs="+", default=None, help="inputs of the two-jobs check")
+    p.add_argument("--keep", type=Path, default=None, help="copy both outputs into this folder")
+    a = p.parse_args(argv)
+
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
+          f"{platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M')}; threads {a.threads}")
+    tmp = Path(tempfile.mkdtemp(prefix="bench_run_"))
+    worktree = tmp / "baseline"
+    try:
+        results = {}
+        if not a.no_baseline:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), a.baseline],
+                           check=True, capture_output=True)
+            results["baseline"] = run_version(worktree, a.inputs, tmp / "baseline.csv", a.threads, ["-q"] + a.extra)
+        results["current"] = run_version(ROOT, a.inputs, tmp / "current.csv", a.threads, ["-q"] + a.extra)
+        print(f"inputs: {' '.join(a.inputs)}; msgpt predict -q --seed 0 --threads {a.threads} {' '.join(a.extra)}")
+        print("| version | features | run seconds | features / hour | start-up and loading s | ratio |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        base_rate = None
+        for name, r in results.items():
+            rate = 3600 * r["features"] / max(r["seconds"], 1e-9)
+            base_rate = rate if name == "baseline" else base_rate
+            ratio = f"{rate / base_rate:.2f}×" if base_rate and name != "baseline" else "1"
+            label = f"{name} ({a.baseline})" if name == "baseline" else f"{name} (working tree)"
+            print(f"| {label} | {r['features']} | {r['seconds']:.1f} | {rate:.0f} | {r['wall'] - r['seconds']:.1f} "
+                  f"| {ratio} |")
+        cur = results["current"]
+        if cur["stages"]:
+            print("\nCurrent version, time per stage (exclusive) of the run's seconds:")
+            print("\n".join(stage_table(cur["stages"], cur["seconds"])))
+        if "baseline" in results:
+            print("\nAnswers: " + compare(tmp / "baseline.csv", tmp / "current.csv"))
+        if a.keep:
+            a.keep.mkdir(parents=True, exist_ok=True)
+            for name in results:
+                shutil.copy(tmp / f"{name}.csv", a.keep / f"{name}.csv")
+        if a.concurrency:
+            print("\n" + "\n".join(concurrency(ROOT, a.concurrency_input or a.inputs, tmp)))
+    finally:
+        if worktree.exists():
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
