@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector, parse_formula
 from engine.elucidation.analogs import AnalogIndex
-from engine.elucidation.edits import isomer_edits
+from engine.elucidation.edits import isomer_edit_mols
 from engine.elucidation.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
 from engine.elucidation.ranking import CandidatePool, decode_safe, reference_rank
 from engine.errors import ConfigError
@@ -93,13 +93,15 @@ class DeepConfig:
     edit_parents: int = field(default=5, metadata={"help": "best not-yet-edited candidates edited per round"})
     edit_keep: int = field(default=20, metadata={
         "help": "edits per round that join the pool: those the fingerprint score ranks best"})
+    edit_max_atoms: int = field(default=80, metadata={
+        "help": "heavy atoms of the spectrum's formula above which nothing is edited (the moves grow as atoms squared)"})
     stop_top: int = field(default=0, metadata={
-        "help": "a refinement round that puts no new candidate among the best stop_top ends the rounds (0: one that "
-                "adds no new candidate at all)"})
+        "help": "a refinement (edit) round that puts no new candidate among the best stop_top ends the refinement "
+                "(edit) rounds (0: one that adds no new candidate at all)"})
 
     def __post_init__(self):
         for name in ("extra_queries", "extra_per_query", "rounds", "parents", "prefixes_per_parent",
-                     "samples_per_prefix", "max_new_samples", "analogs", "edit_rounds", "edit_parents", "edit_keep", "stop_top"):
+                     "samples_per_prefix", "max_new_samples", "analogs", "edit_rounds", "edit_parents", "edit_keep", "edit_max_atoms", "stop_top"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"`{name}` must be a non-negative integer, got {v!r}.")
@@ -317,13 +319,13 @@ class DeepSearch:
         self._spent("allocation")
         requests += self._analog_requests(params, requests, budget - used)
         self._spent("analogs")
+        keys = {c.inchikey14 for c in self.pool.rank(None, params.ranking)[0]}  # the pool's structures so far
         for phase in range(cfg.rounds + 1):
             name = f"round {phase}" if phase else "allocation"  # round 0: the extra and the analogs' samples
             if phase > 0:
                 requests = self._refine_requests(params, phase, budget - done)
             if not requests:
                 break
-            before = {c.inchikey14 for c in self.pool.rank(None, params.ranking)[0]}
             total = done + sum(len(r.sample_ids) for r, _ in requests)
             yield DeepProgress(index, f"deep search: round {phase} of {cfg.rounds}" if phase else
                                "deep search: extra samples", base.new_samples + done,
@@ -336,10 +338,11 @@ class DeepSearch:
                 done += len(strings)
                 # counted on from the standard pool's samples, so a progress bar never runs backwards
                 yield SamplesDrawn(index, base.new_samples + done, base.new_samples + max(total, budget))
-            yield RankingUpdated(index, self._result(base, params, done, t0, partial=True))
-            ranked = self.pool.rank(None, params.ranking)[0]
+            partial = self._result(base, params, done, t0, partial=True)
             self._spent(name)
-            if phase > 0 and not self._round_paid(before, ranked):
+            yield RankingUpdated(index, partial)
+            paid, keys = self._round_paid(keys, partial.candidates), {c.inchikey14 for c in partial.candidates}
+            if phase > 0 and not paid:
                 break  # the round added no candidate (with stop_top: none among the best stop_top)
             if done >= budget:
                 break
@@ -347,11 +350,15 @@ class DeepSearch:
         for k in range(cfg.edit_rounds):
             yield DeepProgress(index, f"deep search: edits {k + 1} of {cfg.edit_rounds}")
             added = self._edit_round(params, cancel)
-            self._spent("edits")
             if not added:
+                self._spent("edits")
                 break
-            yield RankingUpdated(index, self._result(base, params, done, t0, partial=True))
+            partial = self._result(base, params, done, t0, partial=True)
             self._spent("edits")
+            yield RankingUpdated(index, partial)
+            paid, keys = self._round_paid(keys, partial.candidates), {c.inchikey14 for c in partial.candidates}
+            if cfg.stop_top and not paid:
+                break  # no edit among the best stop_top: the next round's parents would be the same
         check_cancel(cancel)
         yield DeepProgress(index, "deep search: final ranking")
         result = self._result(base, params, done, t0, partial=False)
@@ -359,8 +366,8 @@ class DeepSearch:
         return result
 
     def _round_paid(self, before: set[str], ranked: list) -> bool:
-        """Whether a refinement round earned the next one: it added a candidate to the pool (``stop_top`` 0), or one
-        among the ``stop_top`` best by the search's ranking (module notes, 4)."""
+        """Whether a refinement or edit round earned the next one: it added a candidate to the pool (``stop_top`` 0),
+        or one among the ``stop_top`` best by the search's ranking (module notes, 4 and 5)."""
         new = [c.inchikey14 not in before for c in ranked]
         return any(new[: self.config.stop_top] if self.config.stop_top else new)
 
@@ -370,6 +377,8 @@ class DeepSearch:
         cfg = self.config
         if self.pool.scorer is None:  # no posterior to score edits by
             return 0
+        if sum(n for el, n in parse_formula(self.session.formula).items() if el != "H") > cfg.edit_max_atoms:
+            return 0
         candidates, _ = self.pool.rank(None, params.ranking)
         have = {c.smiles for c in candidates}
         parents = [c for c in candidates if c.inchikey14 not in self.edited][: cfg.edit_parents]
@@ -377,9 +386,9 @@ class DeepSearch:
         for c in parents:
             check_cancel(cancel)
             self.edited.add(c.inchikey14)
-            for smiles in isomer_edits(c.smiles):
+            for smiles, mol in isomer_edit_mols(c.smiles).items():
                 if smiles not in have and smiles not in scored:
-                    scored[smiles] = self.pool.scorer.score(chem.morgan_bits(chem.mol_from_smiles(smiles)))
+                    scored[smiles] = self.pool.scorer.score(chem.morgan_bits(mol))
         best = sorted(scored, key=lambda x: (-scored[x], x))[: cfg.edit_keep]
         self.pool.add_edits(best)
         self.edit_keys.update(decode_safe(x).inchikey14 for x in best)

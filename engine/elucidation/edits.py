@@ -108,9 +108,15 @@ def isomer_edits(smiles: str, max_group: int = 8, swaps: bool = True) -> list[st
     """Every isomer one move (migrate, swap; module notes) away from ``smiles``, as stereo-free canonical SMILES,
     in a stable order; ``smiles`` itself is not among them. Empty when the structure cannot be edited (it does
     not parse, is disconnected, or has more than :data:`MAX_ATOMS` heavy atoms)."""
+    return list(isomer_edit_mols(smiles, max_group, swaps))
+
+
+def isomer_edit_mols(smiles: str, max_group: int = 8, swaps: bool = True) -> dict[str, Chem.Mol]:
+    """:func:`isomer_edits` with each edit's molecule (parsed from its SMILES, as a fresh parse perceives it), so a
+    caller that fingerprints every edit parses none again."""
     mol = _editable(smiles)
     if mol is None:
-        return []
+        return {}
     formula = rdMolDescriptors.CalcMolFormula(mol)
     own = canonical_smiles(smiles)
     moves = itertools.chain(_migrations(mol, max_group), _swaps(mol) if swaps else ())
@@ -125,12 +131,12 @@ def isomer_edits(smiles: str, max_group: int = 8, swaps: bool = True) -> list[st
             if "." not in s:
                 out[s] = None
     # canonical again from the string: aromaticity perceived as a fresh parse would (the key that decodes agree on)
-    result: dict[str, None] = {}
+    result: dict[str, Chem.Mol] = {}
     for s in out:
         m = Chem.MolFromSmiles(s)
         if m is None or implausible(m):
             continue
         c = Chem.MolToSmiles(m)
         if c != own:
-            result.setdefault(c, None)
-    return list(result)
+            result.setdefault(c, m)
+    return result

@@ -216,3 +216,33 @@ def test_sources_of_names_the_phase_that_found_a_structure(tiny_bundle):
                for c in drawn)
     assert all(search.sources_of(c.inchikey14) == ["edits"] for c in edited)
     assert search.sources_of("NOTINTHEPOOLXX") == []
+
+
+@pytest.mark.parametrize("stop_top, rounds_run", [(0, 3), (5, 1)])
+def test_the_stop_rule_ends_the_edit_rounds(tiny_bundle, monkeypatch, stop_top, rounds_run):
+    """With ``stop_top`` an edit round that puts no edit among the best stop_top is the last; without it the edit
+    rounds go on while they add anything (today's rule)."""
+    monkeypatch.setattr(DeepSearch, "_round_paid", lambda self, before, ranked: False)
+    calls = []
+    original = DeepSearch._edit_round
+
+    def counted(self, params, cancel):
+        calls.append(1)
+        return original(self, params, cancel)
+
+    monkeypatch.setattr(DeepSearch, "_edit_round", counted)
+    config = replace(SMALL, rounds=1, edit_rounds=3, edit_parents=1, edit_keep=2, stop_top=stop_top)
+    run_to_end(DeepSearch(SpectrumSession(tiny_bundle, fixture_spectra()[0]), config).run(PARAMS))
+    assert len(calls) == rounds_run
+
+
+def test_no_edits_above_edit_max_atoms(tiny_bundle):
+    spectrum = fixture_spectra()[0]
+    from engine.chem.formula import parse_formula
+
+    heavy = sum(n for el, n in parse_formula(spectrum.formula).items() if el != "H")
+    for cap, edited in ((heavy - 1, False), (heavy, True)):
+        config = replace(SMALL, edit_rounds=1, edit_parents=1, edit_keep=5, edit_max_atoms=cap)
+        search = DeepSearch(SpectrumSession(tiny_bundle, spectrum), config)
+        run_to_end(search.run(PARAMS))
+        assert bool(search.edit_keys) is edited and ("edits" in search.seconds)

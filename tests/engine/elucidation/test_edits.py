@@ -5,7 +5,7 @@ import pytest
 
 from engine.chem import molecules as chem
 from engine.chem.plausibility import implausible
-from engine.elucidation.edits import MAX_ATOMS, isomer_edits
+from engine.elucidation.edits import MAX_ATOMS, isomer_edit_mols, isomer_edits
 
 CYPROCONAZOLE = "CC(C1CC1)C(O)(Cn1cncn1)c1ccc(Cl)cc1"
 DISULFIRAM = "CCN(CC)C(=S)SSC(=S)N(CC)CC"
@@ -50,3 +50,13 @@ def test_two_moves_reach_what_one_cannot():
 @pytest.mark.parametrize("smiles", ["", "not a molecule", "CCO.CC", "C" * (MAX_ATOMS + 1)])
 def test_what_cannot_be_edited_gives_nothing(smiles):
     assert isomer_edits(smiles) == []
+
+
+@pytest.mark.parametrize("smiles", [CYPROCONAZOLE, DISULFIRAM, "Cn1cnc2c1c(=O)n(C)c(=O)n2C"])
+def test_edit_mols_are_the_edits_as_a_fresh_parse_reads_them(smiles):
+    """Deep search fingerprints the returned molecules instead of parsing each edit again: the same edits, in the same
+    order, with the bits a parse of the SMILES gives."""
+    mols = isomer_edit_mols(smiles)
+    assert list(mols) == isomer_edits(smiles)
+    for e, mol in mols.items():
+        assert chem.morgan_bits(mol).tolist() == chem.morgan_bits(chem.mol_from_smiles(e)).tolist()
