@@ -8,6 +8,8 @@ which ``tests/engine/test_layers.py`` checks on every import, lazy ones included
 ``engine.progress`` the cancel check and ``run_to_end`` for generators of progress events
 ``engine.paths``   user folders and the bundled resources
 ``engine.stamps``  a file's SHA-256 and the stamps that let an unchanged library file reopen without hashing
+``engine.threads`` how many CPU threads torch takes (one rule for the command, the app and cluster workers)
+``engine.timing``  the stage timers a benchmark switches on (where a run's time goes)
 ``chem``           molecules (RDKit): SMILES, InChIKeys, Morgan fingerprints; molecular formulas; adducts
 ``spectra``        the spectrum record, MGF/mzML reading, LC-MS features, peak annotation, isotopes,
                    fragment explanations of a structure's peaks

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import traceback
 from logging.handlers import RotatingFileHandler
@@ -67,11 +66,10 @@ def install_excepthook(window_getter) -> None:
 def configure_threads() -> None:
     """Leave one core to the window: torch's thread pool otherwise takes them all, and a busy
     pool on an oversubscribed machine slows decoding many times over. OMP_NUM_THREADS wins."""
-    if os.environ.get("OMP_NUM_THREADS"):
-        return
-    import torch
+    from engine import threads
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+    threads.prepare_openmp()  # before torch loads: waiting OpenMP threads sleep (engine/threads.py)
+    threads.apply(reserve=1)  # OMP_NUM_THREADS wins
 
 
 def create_window(argv: list[str] | None = None, **window_options):

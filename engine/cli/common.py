@@ -19,14 +19,12 @@ def err(msg: str) -> None:
 def open_model(args: argparse.Namespace, use_adapter: bool):
     """The bundle of ``--model`` on ``--device`` / ``--precision``, after applying ``--threads``
     (``msgpt predict`` and ``msgpt score`` share it); says which device runs it."""
-    import torch
-
+    from engine import threads
     from engine.model.bundle import load_bundle, resolve_device
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise MsgptError(f"--threads must be at least 1, got {args.threads}.")
-        torch.set_num_threads(args.threads)
+    if args.threads is not None and args.threads < 1:
+        raise MsgptError(f"--threads must be at least 1, got {args.threads}.")
+    threads.apply(args.threads)  # --threads, else OMP_NUM_THREADS, else the cores this process may use
     _, device_msg = resolve_device(args.device)
     err(device_msg)
     return load_bundle(model_path(args.model), device=args.device, use_adapter=use_adapter,

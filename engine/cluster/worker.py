@@ -11,7 +11,6 @@ refuses at start-up does not join the cluster; one already running makes the reg
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,13 +56,11 @@ class ModelPlugin(WorkerPlugin):
         self.run_id, self.spec, self.shared = run_id, spec, shared
 
     def setup(self, worker) -> None:
-        import torch
-
+        from engine import threads
         from engine.model.bundle import load_bundle
 
         spec = self.spec
-        threads = spec.threads or max(1, (os.cpu_count() or 1) // max(1, worker.state.nthreads))
-        torch.set_num_threads(threads)
+        threads.apply(spec.threads, workers=worker.state.nthreads)
         path = Path(spec.path)
         if spec.default and not spec.files:
             from engine.paths import default_model_dir

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from import_graph import ROOT, imports, module_name
 
-LAYERS = ("errors progress paths stamps", "chem", "spectra", "formulas", "library", "spectral_library", "model", "elucidation",
+LAYERS = ("errors progress paths stamps threads timing", "chem", "spectra", "formulas", "library", "spectral_library", "model", "elucidation",
           "insight", "files", "cluster", "cli")
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names.split()}
 #: training/'s packages, lowest first (training/__init__.py); every one may import engine/ too
