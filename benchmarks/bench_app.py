@@ -128,6 +128,14 @@ def child(args: argparse.Namespace) -> int:
         window.runs.live = EVERYTHING
     finished = []
     window.run_finished.connect(finished.append)
+    events: dict[str, int] = {}  # what the run's worker sent the window, by kind
+
+    def count(worker) -> None:
+        if worker.name == "elucidation":
+            worker.yielded.connect(lambda ev: events.__setitem__(type(ev).__name__,
+                                                                 events.get(type(ev).__name__, 0) + 1))
+
+    window.worker_started.connect(count)
     profiler = None
     if args.profile:
         import cProfile
@@ -144,6 +152,8 @@ def child(args: argparse.Namespace) -> int:
         profiler.disable()
         profiler.dump_stats(args.profile)
     stamps["run_outcome"] = finished[0]
+    stamps["live_rankings"] = events.get("EntryRanking", 0)
+    stamps["progress_events"] = events.get("EntryProgress", 0)
     return _finish(args, window, app, stamps, entries)
 
 
@@ -235,7 +245,9 @@ def table(results: dict[str, dict], n_features: int, startup_only: bool) -> str:
             ("first start ever: window shown and responsive (s)", "first_start_window", False),
             ("first start ever: libraries indexed and ready (s)", "first_start_libraries_ready", False)]
     if not startup_only:
-        rows += [(f"Run All, {n_features} features (s)", "run_seconds", False), ("features per hour", "fph", True)]
+        rows += [(f"Run All, {n_features} features (s)", "run_seconds", False), ("features per hour", "fph", True),
+                 ("live rankings sent to the window", "live_rankings", False),
+                 ("progress events sent to the window", "progress_events", False)]
     for r in results.values():
         if "run_seconds" in r:
             r["fph"] = 3600 * r["features"] / r["run_seconds"]
