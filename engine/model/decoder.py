@@ -314,15 +314,18 @@ class ContextKV:
     slots: int = 1
 
     def for_rows(self, group: torch.Tensor) -> ContextKV:
-        """The contexts read by rows whose context index is ``group`` (B,), sorted ascending; unread ones dropped."""
-        used, g = torch.unique_consecutive(group, return_inverse=True)  # (G',), (B,)
+        """The contexts read by rows whose context index is ``group`` (B,), in any order; unread ones dropped."""
+        used, g = torch.unique(group, return_inverse=True)  # (G',), (B,)
         counts = torch.bincount(g)
         slots = int(counts.max())
         kv = [(k[used], v[used]) for k, v in self.kv]
-        if len(group) == len(used) * slots:  # equal shares: rows already form the grid
-            return ContextKV(kv, self.mask[used], None, slots)
-        rank = torch.arange(len(group), device=group.device) - (counts.cumsum(0) - counts)[g]  # row's place in its group
-        return ContextKV(kv, self.mask[used], g * slots + rank, slots)
+        order = torch.argsort(g, stable=True)
+        rank = torch.empty_like(g)
+        rank[order] = torch.arange(len(g), device=g.device) - (counts.cumsum(0) - counts)[g[order]]  # place in group
+        slot = g * slots + rank
+        if len(group) == len(used) * slots and bool((slot == torch.arange(len(g), device=g.device)).all()):
+            return ContextKV(kv, self.mask[used], None, slots)  # rows already form the grid
+        return ContextKV(kv, self.mask[used], slot, slots)
 
 
 class ConditionalDecoder(nn.Module):

@@ -7,7 +7,9 @@ What makes it fast (see docs/architecture.md, benchmarks/bench_sampling.py):
   all steps (rows of one query are laid out so its K/V is read once per step: cross-attention over a
   270-token context is bound by memory reads);
 - rows of every request batched together (up to ``max_batch_rows``); finished rows are dropped from
-  the batch once a quarter of it has finished.
+  the batch once a quarter of it has finished;
+- rows of one query that drew the same tokens so far are one *sequence* for the decoder (it runs once for them;
+  a sequence forks when its rows draw different tokens): a third of the row-steps at B=100 (issue #58).
 
 What makes it reproducible: sample (i, j) draws its random numbers from a generator seeded by
 (seed, i, j), one uniform per step, turned into a token by inverse-CDF over the filtered distribution.
@@ -51,10 +53,15 @@ class KVCache:
     included (zeros, masked by the causal mask): attention then reads contiguous memory, where a
     strided ``[:length]`` view would be copied by every bf16 matmul. Capacity grows 16 positions at a
     time, so little of what attention reads is spare (reading the cache is memory-bound at B=100).
+
+    Rows are preallocated too (``max_rows``, at least the first batch), so :meth:`fork` can give a row a copy
+    of another's past without moving the rest; :meth:`select` keeps some rows (in a new order, repeats allowed).
     """
 
-    def __init__(self, n_layer: int, max_len: int):
+    def __init__(self, n_layer: int, max_len: int, max_rows: int = 0):
         self.max_len = max_len
+        self.max_rows = max_rows
+        self.rows = 0  # rows in use: the buffers' first ``rows``
         self.k: list[torch.Tensor | None] = [None] * n_layer
         self.v: list[torch.Tensor | None] = [None] * n_layer
         self.lengths = [0] * n_layer
@@ -66,22 +73,51 @@ class KVCache:
         """Append k, v (B, nh, T, hs) to layer ``layer_idx``; returns its buffers (B, nh, capacity, hs)."""
         start = self.lengths[layer_idx]
         end = start + k.size(2)
-        if self.k[layer_idx] is None or self.k[layer_idx].size(2) < end:
+        n = k.size(0)
+        buf = self.k[layer_idx]
+        if buf is None or buf.size(2) < end or buf.size(0) < n:
             cap = min(self.max_len, end + 15 - (end - 1) % 16)  # next multiple of 16
-            for buf in (self.k, self.v):
-                new = k.new_zeros(k.size(0), k.size(1), cap, k.size(3))
-                if buf[layer_idx] is not None:
-                    new[:, :, :start] = buf[layer_idx][:, :, :start]
-                buf[layer_idx] = new
-        self.k[layer_idx][:, :, start:end] = k
-        self.v[layer_idx][:, :, start:end] = v
+            rows = max(n, self.max_rows, 0 if buf is None else buf.size(0))
+            for store in (self.k, self.v):
+                new = k.new_zeros(rows, k.size(1), cap, k.size(3))
+                if store[layer_idx] is not None:
+                    old = store[layer_idx]
+                    new[: min(rows, old.size(0)), :, :start] = old[: min(rows, old.size(0)), :, :start]
+                store[layer_idx] = new
+        self.rows = n
+        self.k[layer_idx][:n, :, start:end] = k
+        self.v[layer_idx][:n, :, start:end] = v
         self.lengths[layer_idx] = end
-        return self.k[layer_idx], self.v[layer_idx]
+        return self.k[layer_idx][:n], self.v[layer_idx][:n]
 
     def select(self, rows: torch.Tensor) -> None:
-        """Keep only ``rows`` (bool mask or indices) of the batch."""
-        self.k = [t[rows] for t in self.k]
-        self.v = [t[rows] for t in self.v]
+        """Keep only ``rows`` (a bool mask, or indices in their new order, repeats allowed) of the batch."""
+        if rows.dtype == torch.bool:
+            rows = rows.nonzero().flatten()
+        n = len(rows)
+        for store in (self.k, self.v):
+            for i, t in enumerate(store):
+                if t is None:
+                    continue
+                if n > t.size(0):
+                    store[i] = t[rows]
+                else:
+                    t[:n] = t[rows]  # the right side is gathered into a new tensor first
+        self.rows = n
+
+    def fork(self, parents: torch.Tensor) -> None:
+        """Append one row per entry of ``parents``: a copy of that row's past (its keys and values so far)."""
+        n, start = len(parents), self.rows
+        for store in (self.k, self.v):
+            for i, t in enumerate(store):
+                if t is None:
+                    continue
+                if start + n > t.size(0):
+                    grown = t.new_zeros(start + n, *t.shape[1:])
+                    grown[:start] = t[:start]
+                    store[i] = t = grown
+                t[start : start + n] = t[parents]
+        self.rows = start + n
 
 
 def filter_probs(logits, temperature: float = 1.0, top_k: int = 50, top_p: float = 0.95):
@@ -203,7 +239,13 @@ def _generate(model, bits, formula_vec, group, u, cancel, *, bos, eos, min_new, 
               forced=None, **filters):
     """Sample B = len(group) rows; yields (finished row indices, their tokens (n, t), dead-end flags (n,))
     as rows finish. With a ``grammar``, tokens are drawn under :class:`FormulaConstraint` masks; ``forced``
-    (B, P) gives tokens rows must take first (-1: sample)."""
+    (B, P) gives tokens rows must take first (-1: sample).
+
+    Rows that read the same query and drew the same tokens so far are in the same state, so the decoder runs once
+    for all of them: it runs on *sequences* (distinct query and prefix), each row reads its sequence's logits and
+    draws with its own uniforms, and a sequence whose rows draw different tokens forks (the new sequence gets a copy
+    of its past keys and values). About a third of a spectrum's row-steps are such repeats at B=100 (issue #58);
+    each row's tokens are what it would draw alone."""
     device = next(model.parameters()).device
     group, u = group.to(device), u.to(device)
     forced = None if forced is None else forced.to(device)
@@ -211,16 +253,22 @@ def _generate(model, bits, formula_vec, group, u, cancel, *, bos, eos, min_new, 
     alive = torch.ones_like(rows, dtype=torch.bool)  # (b,) not finished yet
     idx = torch.full((len(group), 1), bos, device=device)  # (b, 1 + t) tokens so far
     contexts = _contexts(model, bits, formula_vec, device, dtype)
-    context = contexts.for_rows(group)
-    cache = KVCache(model.config.n_layer, model.config.block_size) if use_cache else None
+    # sequences: one per distinct (query, tokens so far); row_seq (b,) is each row's
+    seq_group, row_seq = torch.unique(group, return_inverse=True)  # (S,), (b,)
+    seq_idx = torch.full((len(seq_group), 1), bos, device=device)  # (S, 1 + t)
+    seq_live = torch.ones(len(seq_group), dtype=torch.bool, device=device)  # (S,) read by a live row
+    context = contexts.for_rows(seq_group)
+    cache = KVCache(model.config.n_layer, model.config.block_size, max_rows=len(group)) if use_cache else None
     constraint = FormulaConstraint(grammar, formula_vec, len(group)) if grammar is not None else None
     dead = torch.zeros_like(alive)  # (b,) rows that ran out of legal tokens
+    vocab = model.config.vocab_size
     steps = u.size(1)
     for t in range(steps):
         if cancel is not None and cancel():
             raise Cancelled("Sampling was cancelled.")
         with _autocast(model, dtype):
-            logits = model.decode(idx if cache is None else idx[:, -1:], context, cache)[:, -1].float()  # (b, V)
+            out = model.decode(seq_idx if cache is None else seq_idx[:, -1:], context, cache)[:, -1].float()  # (S, V)
+        logits = out[row_seq]  # (b, V)
         if t < min_new:
             logits[:, eos] = float("-inf")
         if constraint is not None:
@@ -246,12 +294,56 @@ def _generate(model, bits, formula_vec, group, u, cancel, *, bos, eos, min_new, 
             return
         if (~alive).sum() >= COMPACT_FRACTION * len(alive):  # finished rows stop costing compute
             keep = alive
-            rows, idx, group, alive, dead = rows[keep], idx[keep], group[keep], alive[keep], dead[keep]
-            context = contexts.for_rows(group)
+            rows, idx, alive, dead, tok, row_seq = rows[keep], idx[keep], alive[keep], dead[keep], tok[keep], row_seq[keep]
             if constraint is not None:
                 constraint.select(keep.nonzero().flatten().tolist())
+        seq_idx, seq_group, seq_live, row_seq, context = _next_sequences(
+            seq_idx, seq_group, seq_live, row_seq, tok, alive, vocab, contexts, context, cache)
+
+
+def _next_sequences(seq_idx, seq_group, seq_live, row_seq, tok, alive, vocab, contexts, context, cache):
+    """The sequences of the next step: each (sequence, token) a live row drew. The first token drawn from a
+    sequence continues it in place; each other forks it into a new sequence at the end (a copy of its past); a
+    sequence no live row reads is left in place, unread, until they are a quarter of all, then the sequences are
+    laid out afresh. Returns the new ``seq_idx, seq_group, seq_live, row_seq, context``."""
+    n_seq = len(seq_group)
+    live_rows = alive.nonzero().flatten()
+    key = row_seq[live_rows] * vocab + tok[live_rows]
+    uniq, inv = torch.unique(key, return_inverse=True)  # sorted: by parent sequence, then token
+    parent, token = uniq // vocab, uniq % vocab
+    first = torch.ones_like(parent, dtype=torch.bool)
+    first[1:] = parent[1:] != parent[:-1]
+    n_fork = int((~first).sum())
+    unread = n_seq - int(first.sum())
+    changed = n_fork > 0  # the contexts follow the sequences' queries, which only a fork or a new layout changes
+    if unread + n_fork and (unread >= COMPACT_FRACTION * (n_seq + n_fork)):
+        # lay the sequences out afresh: child k at slot k
+        if cache is not None:
+            cache.select(parent)
+        slot = torch.arange(len(uniq), device=parent.device)
+        seq_idx, seq_group = seq_idx[parent], seq_group[parent]
+        seq_live = torch.ones(len(uniq), dtype=torch.bool, device=parent.device)
+        changed = True
+    else:
+        slot = torch.empty_like(parent)
+        slot[first] = parent[first]
+        forks = parent[~first]
+        slot[~first] = torch.arange(n_seq, n_seq + n_fork, device=parent.device)
+        if n_fork:
             if cache is not None:
-                cache.select(keep)
+                cache.fork(forks)
+            seq_idx = torch.cat([seq_idx, seq_idx[forks]])
+            seq_group = torch.cat([seq_group, seq_group[forks]])
+        seq_live = torch.zeros(len(seq_group), dtype=torch.bool, device=parent.device)
+        seq_live[slot] = True
+    column = torch.full((len(seq_group), 1), 0, dtype=seq_idx.dtype, device=seq_idx.device)
+    column[slot, 0] = token
+    seq_idx = torch.cat([seq_idx, column], dim=1)
+    row_seq = torch.zeros_like(row_seq)
+    row_seq[live_rows] = slot[inv]
+    if changed:
+        context = contexts.for_rows(seq_group)
+    return seq_idx, seq_group, seq_live, row_seq, context
 
 
 def _force(tok, want, dead, alive, allowed, eos):

@@ -7,7 +7,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 
 from engine.errors import Cancelled, ConfigError
 from engine.model.decoder import ConditionalDecoder, DecoderConfig
-from engine.model.sampling import KVCache, QueryRequest, draw, filter_probs, sample_queries
+from engine.model.sampling import COMPACT_FRACTION, KVCache, QueryRequest, draw, filter_probs, sample_queries
 from engine.model.tokenizer import SafeTokenizer
 
 SAFE = [
@@ -201,3 +201,39 @@ def test_kv_cache_grows_and_selects():
     out_k, _ = cache.update(ks[0][[0, 2]], ks[0][[0, 2]], 0)
     torch.testing.assert_close(out_k[:, :, :41], torch.cat([*ks, ks[0]], dim=2)[[0, 2]])
     assert cache.get_seq_length() == 41
+
+
+def test_rows_in_the_same_state_run_once(model, tok, monkeypatch):
+    """The decoder runs on distinct (query, prefix) sequences: at the first step one per query, then at most the rows
+    and the sequences no row reads any more (under a quarter of all); the samples are those each row draws alone
+    (max_batch_rows=1: one row a batch)."""
+    reqs = requests()
+    sizes = []
+    real = model.decode
+
+    def spy(idx, context, cache=None):
+        sizes.append(idx.size(0))
+        return real(idx, context, cache)
+
+    monkeypatch.setattr(model, "decode", spy)
+    together = by_id(reqs, run(model, tok, reqs))
+    assert sizes[0] == 3 and max(sizes) < 12 / (1 - COMPACT_FRACTION) + 1
+    sizes.clear()
+    alone = by_id(reqs, run(model, tok, reqs, max_batch_rows=1))
+    assert alone == together and set(sizes) == {1}
+
+
+def test_kv_cache_forks_rows_in_place():
+    cache = KVCache(n_layer=1, max_len=64, max_rows=4)
+    k = torch.randn(2, 2, 3, 4)
+    cache.update(k, -k, 0)
+    cache.fork(torch.tensor([1, 1]))  # two copies of row 1's past, appended
+    assert cache.rows == 4
+    step = torch.randn(4, 2, 1, 4)
+    out_k, out_v = cache.update(step, step, 0)
+    torch.testing.assert_close(out_k[:, :, :3], k[[0, 1, 1, 1]])
+    torch.testing.assert_close(out_k[:, :, 3:4], step)
+    cache.select(torch.tensor([3, 0]))  # a new order
+    torch.testing.assert_close(cache.k[0][:2, :, :4], torch.cat([k[[1, 0]], step[[3, 0]]], dim=2))
+    cache.fork(torch.tensor([0, 1, 1]))  # beyond the rows allocated: the buffers grow
+    assert cache.rows == 5 and cache.k[0].size(0) >= 5
