@@ -73,16 +73,17 @@ def sample_phase(sample_id: tuple[int, int], samples_per_group: int = 0) -> str:
 
 @dataclass(frozen=True)
 class DeepConfig:
-    """How deep search spends its budget (defaults: about 9x the samples of B=100)."""
+    """How deep search spends its budget (defaults: at most 320 samples beyond B=100, chosen for issue #58 on
+    train-unseen spectra; docs/deep_search.md)."""
 
     extra_queries: int = field(default=5, metadata={"help": "queries whose best candidates score highest that get extra blind samples"})
-    extra_per_query: int = field(default=20, metadata={"help": "extra blind samples per such query (j = N, N+1, ...)"})
-    rounds: int = field(default=4, metadata={"help": "refinement rounds at most"})
-    parents: int = field(default=10, metadata={"help": "best not-yet-refined candidates refined per round"})
+    extra_per_query: int = field(default=10, metadata={"help": "extra blind samples per such query (j = N, N+1, ...)"})
+    rounds: int = field(default=2, metadata={"help": "refinement rounds at most"})
+    parents: int = field(default=5, metadata={"help": "best not-yet-refined candidates refined per round"})
     prefixes_per_parent: int = field(default=6, metadata={"help": "kept-fragment prefixes per refined candidate"})
     samples_per_prefix: int = field(default=4, metadata={"help": "completions drawn per prefix"})
-    max_new_samples: int = field(default=800, metadata={"help": "budget: samples drawn beyond the standard pool"})
-    analogs: int = field(default=10, metadata={
+    max_new_samples: int = field(default=320, metadata={"help": "budget: samples drawn beyond the standard pool"})
+    analogs: int = field(default=5, metadata={
         "help": "library structures the posterior scores best (any formula but the spectrum's) whose fragments seed "
                 "prefixes (0: none)"})
     truncate_fractions: tuple[float, ...] = field(default=(0.5, 0.7), metadata={
@@ -93,9 +94,9 @@ class DeepConfig:
     edit_parents: int = field(default=5, metadata={"help": "best not-yet-edited candidates edited per round"})
     edit_keep: int = field(default=20, metadata={
         "help": "edits per round that join the pool: those the fingerprint score ranks best"})
-    edit_max_atoms: int = field(default=80, metadata={
+    edit_max_atoms: int = field(default=50, metadata={
         "help": "heavy atoms of the spectrum's formula above which nothing is edited (the moves grow as atoms squared)"})
-    stop_top: int = field(default=0, metadata={
+    stop_top: int = field(default=10, metadata={
         "help": "a refinement (edit) round that puts no new candidate among the best stop_top ends the refinement "
                 "(edit) rounds (0: one that adds no new candidate at all)"})
 

@@ -246,3 +246,28 @@ def test_no_edits_above_edit_max_atoms(tiny_bundle):
         search = DeepSearch(SpectrumSession(tiny_bundle, spectrum), config)
         run_to_end(search.run(PARAMS))
         assert bool(search.edit_keys) is edited and ("edits" in search.seconds)
+
+
+@pytest.mark.parametrize("budget", [None, 70])
+def test_the_default_search_keeps_its_phase_budget(tiny_bundle, budget):
+    """The defaults (issue #58: at most 320 samples beyond the standard pool, 2 refinement rounds, the stop rule on):
+    each phase draws at most its share, the whole search at most ``max_new_samples`` (70: the rounds get 20)."""
+    from collections import Counter
+
+    from engine.elucidation.deep import sample_phase
+
+    config = DeepConfig()
+    assert config.stop_top > 0 and config.max_new_samples <= 320 and config.rounds <= 2
+    config = config if budget is None else replace(config, max_new_samples=budget)
+    hot = QueryParams(ranking="frequency", temperature=2.0)
+    search = DeepSearch(SpectrumSession(tiny_bundle, fixture_spectra()[0]), config)
+    result = run_to_end(search.run(hot))
+    drawn = Counter(sample_phase(sid, hot.samples_per_group) for sid, _ in search.pool.items())
+    assert drawn.pop("standard") == 100
+    assert drawn["allocation"] == config.extra_queries * config.extra_per_query
+    per_round = config.parents * config.prefixes_per_parent * config.samples_per_prefix
+    assert all(n <= per_round for p, n in drawn.items() if p.startswith("round"))
+    assert set(drawn) <= {"allocation", "analogs", *(f"round {k}" for k in range(1, config.rounds + 1))}
+    assert 0 < sum(drawn.values()) == result.n_samples - 100 <= config.max_new_samples
+    if budget is not None:  # unbounded, the rounds would draw more (266 in all here): the budget cuts them
+        assert sum(drawn.values()) == budget
