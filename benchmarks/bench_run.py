@@ -18,6 +18,10 @@ timers on (:mod:`engine.timing`). Printed:
 * the answers compared: per feature, whether rank 1 (``feature_rank`` 1) is the same structure (first InChIKey
   block), and the overlap of the top-10 sets.
 
+``--val N`` runs, instead of ``--inputs``, an MGF batch of the first N FOLD=val ``[M+H]+`` spectra of msgpt-eval's
+seeded selection (formula given, as ``training/studies/deep_search_eval.py`` reports on) and prints both versions'
+Top-1/Top-10 of the true structures, and for how many spectra the truth's rank differs.
+
 ``--concurrency`` also runs the two-jobs check of issue #58: the current code on ``--concurrency-input`` alone with
 ``--threads 1``, then two copies of it at once with the default thread rule (:mod:`engine.threads`), and prints
 the per-job seconds of each against the one-job time.
@@ -86,6 +90,49 @@ def run_version(tree: Path, inputs: list[str], out: Path, threads: int | None, e
     result["features"], result["seconds"] = (int(m.group(1)), float(m.group(2))) if m else (0, result["wall"])
     result["stderr"] = proc.stderr
     return result
+
+
+def val_batch(n: int, path: Path) -> tuple[Path, dict[str, str]]:
+    """The first ``n`` spectra of msgpt-eval's seeded one-per-structure FOLD=val ``[M+H]+`` selection (the one
+    training/studies/deep_search_eval.py reports on), their records copied as written (formula kept) into ``path``;
+    and each one's true InChIKey first block by id."""
+    import gzip
+
+    from engine.model.bundle import load_bundle
+    from engine.paths import default_model_dir
+    from training.evaluation.evaluate import EvalConfig, select_spectra
+
+    mgf = ROOT.parent / "shared/data/massbank_dev.mgf.gz"
+    model = load_bundle(default_model_dir())
+    sel = select_spectra(model, EvalConfig(model=str(default_model_dir()), mgf=str(mgf), out="", folds=("val",),
+                                           one_per_structure=True, seed=0, variants=(), kappa_sweep=False,
+                                           adducts=("[M+H]+",)))
+    chosen = {s.id: r.inchikey14 for s, r in sel.chosen[:n]}
+    blocks, block = [], []
+    with gzip.open(mgf, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            block.append(line)
+            if line.startswith("END IONS"):
+                title = next((ln[6:].strip() for ln in block if ln.startswith("TITLE=")), "")
+                if title in chosen:
+                    blocks.append("".join(block))
+                block = []
+    path.write_text("".join(blocks), encoding="utf-8")
+    return path, chosen
+
+
+def truth_ranks(path: Path, truth: dict[str, str]) -> list[int | None]:
+    """Per true structure (in ``truth`` order), its ``feature_rank`` in the output at ``path`` (None: absent)."""
+    answers = feature_answers(path)
+    return [next((k + 1 for k, key in enumerate(answers.get(sid, [])) if key == t), None) for sid, t in truth.items()]
+
+
+def top_k_line(name: str, ranks: list[int | None]) -> str:
+    n = len(ranks)
+    top1 = sum(r == 1 for r in ranks)
+    top10 = sum(r is not None and r <= 10 for r in ranks)
+    pool = sum(r is not None for r in ranks)
+    return f"{name}: Top-1 {top1}/{n}, Top-10 {top10}/{n}, truth among the written candidates {pool}/{n}"
 
 
 def feature_answers(path: Path) -> dict[str, list[str]]:
@@ -157,13 +204,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", action="store_true", help="also the two-jobs check (see the module docstring)")
     p.add_argument("--concurrency-input", nargs="+", default=None, help="inputs of the two-jobs check")
     p.add_argument("--keep", type=Path, default=None, help="copy both outputs into this folder")
+    p.add_argument("--val", type=int, default=0, metavar="N",
+                   help="instead of --inputs: an MGF batch of the first N FOLD=val [M+H]+ spectra of msgpt-eval's "
+                   "selection (formula given), with Top-1/Top-10 of both versions against the true structures")
     a = p.parse_args(argv)
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
           f"{platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M')}; threads {a.threads}")
     tmp = Path(tempfile.mkdtemp(prefix="bench_run_"))
     worktree = tmp / "baseline"
+    truth = None
     try:
+        if a.val:
+            path, truth = val_batch(a.val, tmp / "val.mgf")
+            a.inputs = [str(path)]
         results = {}
         if not a.no_baseline:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), a.baseline],
@@ -187,6 +241,13 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(stage_table(cur["stages"], cur["seconds"])))
         if "baseline" in results:
             print("\nAnswers: " + compare(tmp / "baseline.csv", tmp / "current.csv"))
+        if truth:
+            ranks = {name: truth_ranks(tmp / f"{name}.csv", truth) for name in results}
+            for name, r in ranks.items():
+                print(top_k_line(name, r))
+            if "baseline" in ranks:
+                changed = sum(x != y for x, y in zip(ranks["baseline"], ranks["current"]))
+                print(f"the truth's rank differs between the versions for {changed} of {len(truth)} spectra")
         if a.keep:
             a.keep.mkdir(parents=True, exist_ok=True)
             for name in results:
