@@ -17,12 +17,17 @@ that the fingerprint score already likes, so deep search starts from the standar
    fragment alone, largest first) that the formula still allows become prefixes too, drawn with the first
    allocation. A relative in a library (the same scaffold, another substituent) thus lends its fragments to the
    spectrum's own formula; a structure of that formula itself would be an answer, not an analog.
-4. Rounds stop when the sample budget is spent or a round adds no new candidate.
+4. Rounds stop when the sample budget is spent or a round puts no new candidate among the ``stop_top`` best
+   (``stop_top`` 0: adds no new candidate at all).
 5. **Edits** (:mod:`engine.elucidation.edits`, no decoder): the best candidates not yet edited give every isomer
    one formula-preserving move away (a substituent moved to another atom, two atoms of different elements
    swapped); the fingerprint score picks the best few, which join the pool (with count 0: no sample drew
    them), and the next round edits the new best, so two or three moves compound (a methyl walked from one
-   N-alkyl chain to the other).
+   N-alkyl chain to the other). The same stop rule ends the edit rounds; a formula of more than
+   ``edit_max_atoms`` heavy atoms gets none (the moves grow as the atoms squared).
+
+:attr:`DeepSearch.seconds` keeps the time of each phase (:data:`PHASES`) and :meth:`DeepSearch.sources_of` the
+phases that drew a structure, for the evaluation's profile (``training.studies.deep_search_eval``).
 
 The search works on a copy of the session's pool, so the session (and standard effort) is unchanged; deep
 samples get identities ``(i, j)`` with ``i >= DEEP_ID_BASE``, so their random numbers never collide with

@@ -15,9 +15,16 @@ once per spectrum (its time is added to every method): ``standard`` (B=100, the 
 structure left out, ``--analogs none`` for none). All methods of one spectrum run one after the other in the same
 process, so their time ratio is measured under the same load.
 
+``deep:NAME`` is a deep search with other settings (``--variant NAME='{"max_new_samples": 300}'``, overrides of
+the defaults), run in the same process as the others.
+
 **Output.** ``<out>/results.jsonl``, one line per (spectrum, method), written as it goes (the same command again
-continues); ``<out>/summary.md`` the table: spectra with the truth in the pool, Top-1, Top-10, mean seconds per
-spectrum and the ratio to standard on the spectra every method finished.
+continues; a deep search's line adds the seconds of each phase and the phases whose samples drew the truth);
+``<out>/summary.md`` the tables: spectra with the truth in the pool, Top-1, Top-10, mean seconds per spectrum and
+the ratio to standard on the spectra every method finished; each deep method's time per phase and the truths each
+phase found first; with ``--baseline METHOD`` (``--baseline-run DIR``: a method of another run of the same
+spectra), each deep method against it, paired: exact McNemar and 95% bootstrap intervals of the differences and
+of the time ratio.
 
 Its table: docs/deep_search.md, "Measured", with the command above.
 """
