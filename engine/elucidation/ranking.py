@@ -262,10 +262,22 @@ def decode_safe(safe_str: str) -> DecodedSample:
     smiles = chem.canonical_smiles(mol)
     if "." in smiles:
         return DecodedSample(smiles, None, None, None, "disconnected fragments")
-    key = chem.inchikey(mol)
+    key = _inchikey(mol)
+    if key is None:  # RDKit may hold (and write) an aromatic system it cannot kekulize for InChI: read it back
+        mol = chem.mol_from_smiles(smiles)
+        if mol is None:
+            return DecodedSample(smiles, None, None, None, "RDKit cannot parse the molecule")
+        smiles, key = chem.canonical_smiles(mol), _inchikey(mol)
     if not key:
         return DecodedSample(smiles, None, None, None, "no InChIKey")
     return DecodedSample(smiles, key[:14], key, chem.mol_formula(mol))
+
+
+def _inchikey(mol) -> str | None:
+    try:
+        return chem.inchikey(mol)
+    except Exception:  # RDKit raises KekulizeException (and others) for some sanitized aromatic systems  # noqa: BLE001
+        return None
 
 
 class CandidatePool:
