@@ -112,3 +112,23 @@ def test_edits_join_with_count_zero_and_leave_the_sample_counts():
     assert set(by_smiles) == {"CCO", "COC"} and pool.n_edits == 4
     assert by_smiles["CCO"].count == 2
     assert by_smiles["COC"].count == 0 and by_smiles["COC"].origin == "de_novo" and by_smiles["COC"].library == ""
+
+
+def test_a_molecule_without_an_inchi_is_read_back_from_its_smiles(monkeypatch):
+    """RDKit can parse a SAFE string into a molecule it cannot kekulize for InChI (a QC-pool sample did): the
+    decoder reads its canonical SMILES back, as the safe-mol path did, instead of stopping the run."""
+    real, calls = chem.inchikey, []
+
+    def flaky(mol):
+        calls.append(mol)
+        if len(calls) == 1:
+            raise ValueError("Can't kekulize mol")
+        return real(mol)
+
+    monkeypatch.setattr(chem, "inchikey", flaky)
+    decode_safe.cache_clear()
+    d = decode_safe("c1ccccc1O.C")  # not a fragment pair: plain phenol plus methane, disconnected
+    assert d.inchikey14 is None and len(calls) == 0
+    d = decode_safe("c13ccc(O)cc1.CC2=O.N23")
+    assert d.inchikey14 == chem.inchikey14("CC(=O)Nc1ccc(O)cc1") and len(calls) == 2
+    decode_safe.cache_clear()
