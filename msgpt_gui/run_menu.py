@@ -24,7 +24,7 @@ from engine.errors import MsgptError
 from .actions import make_action
 from .logic.entries import SpectrumEntry
 from .logic.libraries import stale_entries
-from .status_bar import loading_text
+from .status_bar import loading_text, loading_tip
 
 RETUNE_DELAY_MS = 350
 
@@ -49,8 +49,6 @@ class RunMenu(QObject):
         window.runs.retune_wanted.connect(self.retune_timer.start)
         self.waiting: tuple[list[SpectrumEntry], dict] | None = None  # a run asked for while the model or libraries load
         self.loading_label = QLabel(objectName="loading_label")
-        self.loading_label.setToolTip("What is still loading in the background; the window can be used meanwhile, "
-                                      "and a Run asked for now starts when they are ready")
         self.loading_label.hide()
 
     def follow_loading(self) -> None:
@@ -74,6 +72,7 @@ class RunMenu(QObject):
         model, libraries = self.loading()
         text = loading_text(model, libraries, self.waiting is not None)
         self.loading_label.setText(text)
+        self.loading_label.setToolTip(loading_tip(model, libraries))
         self.loading_label.setVisible(bool(text))
 
     def _ready_yet(self) -> None:
@@ -127,7 +126,7 @@ class RunMenu(QObject):
         if not retune and (model is not None or libraries) and (w.bundle is not None or model is not None):
             self.waiting = (list(entries), {"formulas": formulas, "top_k": top_k,
                                             "libraries_changed": libraries_changed})
-            w.status(f"{loading_text(model, libraries, True)}: the run starts when they are ready.", 0)
+            w.status("The run starts when the model and the libraries have loaded (Esc cancels it).", 0)
             self.show_loading()
             w.show_current()  # Cancel (Esc) drops the waiting run
             return True

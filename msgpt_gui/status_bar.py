@@ -15,13 +15,22 @@ PAINT_MS = 100  # a run's progress repaints the bar at most this often (every ba
 
 
 def loading_text(model: str | None, libraries: list[str], run_waiting: bool = False) -> str:
-    """What the status bar says is still loading at start-up (empty when nothing is): the model named ``model``
-    (None: none loading), the ``libraries`` still to open, and whether a Run asked for waits for them."""
-    parts = ([f"model {model}"] if model is not None else []) + libraries
+    """What the status bar says is still loading at start-up (empty when nothing is), short enough for a laptop's
+    status bar: the model (``model``: its name, None when none loads) and the ``libraries`` still to open (named
+    when one, counted when more; :func:`loading_tip` names them all), and whether a Run asked for waits for them."""
+    parts = (["the model"] if model is not None else []) + \
+        ([libraries[0]] if len(libraries) == 1 else [f"{len(libraries)} libraries"] if libraries else [])
     if not parts:
         return ""
-    what = ", ".join(parts)
-    return f"Run waits for: {what}" if run_waiting else f"Loading {what}…"
+    what = " and ".join(parts)
+    return f"Run waits for {what}" if run_waiting else f"Loading {what}…"
+
+
+def loading_tip(model: str | None, libraries: list[str]) -> str:
+    """The tooltip of :func:`loading_text`: everything still loading, by name."""
+    names = ([f"the model {model}"] if model is not None else []) + libraries
+    return ("Still loading in the background: " + ", ".join(names) + ". The window can be used meanwhile; a Run "
+            "asked for now starts when they are ready (Esc cancels it).") if names else ""
 
 
 class TaskIndicator(QObject):

@@ -10,7 +10,7 @@ from progress_events import drain
 from engine.elucidation.pipeline import QueryParams, SpectrumSession
 from msgpt_gui.logic.jobs import EntryFinished, EntryProgress, EntryRanking, elucidate_sessions
 from msgpt_gui.logic.live import EVERYTHING, LiveConfig, LiveFocus
-from msgpt_gui.status_bar import loading_text
+from msgpt_gui.status_bar import loading_text, loading_tip
 
 PARAMS = QueryParams(groups=4, samples_per_group=3)
 CSV = "name,smiles,id\nCaffeine,CN1C=NC2=C1C(=O)N(C(=O)N2C)C,L1\nMellein,CC1Cc2cccc(O)c2C(=O)O1,L2\n"
@@ -49,9 +49,11 @@ def test_only_the_focus_is_shown_and_its_rankings_are_spaced_by_the_interval():
 
 
 def test_loading_text_names_what_still_loads_and_whether_a_run_waits():
-    assert loading_text(None, []) == ""
-    assert loading_text("default_model", ["MassBank"]) == "Loading model default_model, MassBank…"
-    assert loading_text(None, ["MassBank"], run_waiting=True) == "Run waits for: MassBank"
+    assert loading_text(None, []) == "" and loading_tip(None, []) == ""
+    assert loading_text("default_model", ["MassBank", "COCONUT"]) == "Loading the model and 2 libraries…"
+    assert loading_text(None, ["MassBank"], run_waiting=True) == "Run waits for MassBank"
+    assert loading_tip("default_model", ["MassBank", "COCONUT"]).startswith(
+        "Still loading in the background: the model default_model, MassBank, COCONUT.")
 
 
 # -- the run's events (no Qt) --------------------------------------------------------------------------------------
@@ -109,12 +111,13 @@ def test_the_status_bar_says_the_model_loads_and_a_run_asked_for_meanwhile_waits
     label = window.run_menu.loading_label
     assert not label.isVisibleTo(window)
     window.models.load_model(window.models.model_dir)  # the model loads again, as at start-up
-    assert label.isVisibleTo(window) and label.text().startswith("Loading model ")
+    assert label.isVisibleTo(window) and label.text() == "Loading the model…"
+    assert window.models.model_dir.name in label.toolTip()
     assert window.run_menu.act_run.isEnabled()  # Run can be asked for while it loads
     with qtbot.waitSignal(window.run_finished, timeout=60_000) as finished:
         assert window.run_menu.run_entries([entry]) is True
-        assert label.text().startswith("Run waits for: model ") and not window.runs.task_kind == "run"
-        assert "starts when they are ready" in window.statusBar().currentMessage()
+        assert label.text() == "Run waits for the model" and not window.runs.task_kind == "run"
+        assert "The run starts when the model and the libraries have loaded" in window.statusBar().currentMessage()
     assert finished.args == ["done"] and entry.result is not None
     assert not label.isVisibleTo(window)
 
@@ -131,7 +134,7 @@ def test_a_run_asked_for_while_a_library_opens_waits_for_it_and_searches_it(qtbo
     assert source.state == "opening"
     with qtbot.waitSignal(window.run_finished, timeout=60_000):
         assert window.run_menu.run_entries([entry]) is True
-        assert not window.busy and window.run_menu.loading_label.text() == f"Run waits for: {source.name}"
+        assert not window.busy and window.run_menu.loading_label.text() == f"Run waits for {source.name}"
     assert source.state == "open" and entry.result is not None
     assert window.runs.libraries_current(entry)  # it ran with the library, not before it was open
 
