@@ -74,7 +74,7 @@ def test_the_best_k_of_the_supported_ion_types_become_spectra_with_their_rank_an
     chosen = table.runnable(3, ADDUCTS)
     assert len(chosen) == 3 and all(c.ion_type in ADDUCTS for c in chosen)
     assert [c.rank for c in chosen] == sorted(c.rank for c in chosen)
-    spectra = formula_spectra(bare, table, ADDUCTS, 2)
+    spectra = formula_spectra(bare, table, ADDUCTS, 2, min_probability=0.0)  # every one of the best k (no budget)
     assert [(c.formula, s.formula, s.adduct) for c, s in spectra] == [(c.formula, c.formula, c.ion_type)
                                                                       for c in chosen[:2]]
     assert formula_note(spectra[0][1]) == ("1", f"{chosen[0].probability:.4f}")
@@ -89,8 +89,8 @@ def test_the_best_k_of_the_supported_ion_types_become_spectra_with_their_rank_an
 
 def test_the_candidates_of_several_formulas_become_one_list_ranked_on(tiny_bundle, bare):
     table = rank_formulas(bare, supported_adducts=tiny_bundle.supported_adducts)
-    spectra = [s for _, s in formula_spectra(bare, table, tiny_bundle.supported_adducts, 3)]
-    jobs = [FormulaJob(7, bare, None, table, (100, 101, 102))]
+    spectra = [s for _, s in formula_spectra(bare, table, tiny_bundle.supported_adducts, 3, min_probability=0.0)]
+    jobs = [FormulaJob(7, bare, None, table, (100, 101, 102), min_probability=0.0)]  # the best 3 all sample
     events, outcome = drain(elucidate_sessions(jobs, FAST, bundle=tiny_bundle, preview=False))
     ranked = [e for e in events if isinstance(e, FormulasRanked)]
     assert len(ranked) == 1 and ranked[0].table is table  # a table given is not ranked again
