@@ -97,6 +97,13 @@ def deep_configs(base: dict, variants: list[str]) -> dict:
     return out
 
 
+def heavy_atoms(formula: str) -> int:
+    """Atoms other than hydrogen in ``formula``."""
+    from engine.chem.formula import parse_formula
+
+    return sum(n for element, n in parse_formula(formula).items() if element != "H")
+
+
 def run_method(model, spectrum, posterior, method: str, params, deep_config, analogs=None, exclude=frozenset()):
     """(result, seconds, search) of one method on a fresh session (deep: ``deep_config`` with ``analogs`` sources,
     ``exclude`` never analogs; ``search`` the :class:`DeepSearch`, for its phase times and sources; None else)."""
@@ -281,6 +288,9 @@ def main(argv=None) -> int:
     p.add_argument("--analogs", choices=("bundled", "none"), default="bundled",
                    help="where deep search looks for analogs: the bundled structure library (each spectrum's true "
                         "structure left out) or nowhere")
+    p.add_argument("--heavier-than", type=int, default=None, metavar="N",
+                   help="only the selected spectra whose formula has more than N heavy atoms (to rerun those a setting "
+                        "such as DeepConfig.edit_max_atoms changes; the others' results are the same)")
     p.add_argument("--summary-only", action="store_true")
     args = p.parse_args(argv)
 
@@ -317,6 +327,8 @@ def main(argv=None) -> int:
         if m not in ("standard", *configs) and not (m.startswith("B=") and m[2:].isdigit() and int(m[2:]) % 20 == 0):
             raise SystemExit(f"unknown method {m!r}: use standard, deep, deep:NAME or B=<multiple of 20>")
     pairs = select(model, args.mgf, args.set, args.max_spectra, out / "selection.json")
+    if args.heavier_than is not None:
+        pairs = [(s, r) for s, r in pairs if heavy_atoms(s.formula) > args.heavier_than]
     run_info = {"model": model.name, "checksum": model.checksum, "set": args.set, "methods": args.methods,
                 "deep_config": {m: asdict(c) for m, c in configs.items() if m in args.methods},
                 "analogs": args.analogs, "threads": args.threads, "machine": platform.processor() or
