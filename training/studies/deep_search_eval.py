@@ -159,11 +159,15 @@ def _rows_by_spectrum(path: Path) -> dict[str, dict[str, dict]]:
     return by
 
 
-def summarize(path: Path, methods, baseline: str | None = None, baseline_run: Path | None = None) -> str:
+def summarize(path: Path, methods, baseline: str | None = None, baseline_run: Path | None = None,
+              overlay: Path | None = None) -> str:
     """The table of ``methods`` on the spectra they all finished (and on those standard and deep finished); the
     time and truth sources of each deep search's phases; with ``baseline`` (a method of ``baseline_run``, a run
-    folder; else of this run), each other deep method against it (:func:`paired_table`)."""
+    folder; else of this run), each other deep method against it (:func:`paired_table`). ``overlay``: a run
+    folder whose spectra replace this run's (all their methods' lines: a ``--heavier-than`` rerun)."""
     by = _rows_by_spectrum(path)
+    if overlay:
+        by.update(_rows_by_spectrum(Path(overlay) / "results.jsonl"))
     lines = []
     deep_methods = [m for m in methods if m.startswith("deep")]
     for scope, keep in (("every method done", [k for k, v in by.items() if all(m in v for m in methods)]),
@@ -291,6 +295,9 @@ def main(argv=None) -> int:
     p.add_argument("--heavier-than", type=int, default=None, metavar="N",
                    help="only the selected spectra whose formula has more than N heavy atoms (to rerun those a setting "
                         "such as DeepConfig.edit_max_atoms changes; the others' results are the same)")
+    p.add_argument("--overlay", default=None, metavar="DIR",
+                   help="with --summary-only: a run folder whose spectra replace this run's lines for them (a "
+                        "--heavier-than rerun of those a setting changes)")
     p.add_argument("--summary-only", action="store_true")
     args = p.parse_args(argv)
 
@@ -298,7 +305,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
     if args.summary_only:
-        print(summarize(results, args.methods, args.baseline, args.baseline_run))
+        print(summarize(results, args.methods, args.baseline, args.baseline_run, args.overlay))
         return 0
 
     import torch
