@@ -72,8 +72,9 @@ def ran(qtbot, make_window, run):  # noqa: F811
     show_formulas(qtbot, window, caffeine)
     recal = formulas.run_recalibration(str(run))
     assert recal is not None and window.formulas.panel.recalibration.recalibration is recal
-    with qtbot.waitSignal(window.run_finished, timeout=120_000) as blocker:
-        window.run_menu.run_all()
+    with qtbot.waitSignal(window.run_finished, timeout=120_000) as blocker:  # every one of the best k formulas
+        # samples (the Formulas tab's Run best k; Run All's formula-run budget would sample only the likely ones)
+        window.run_menu.run_entries([e for e in window.spectra.entries if e.spectrum is not None], formulas=True)
     assert blocker.args == ["done"]
     assert caffeine.status == Status.DONE and len(caffeine.formula_runs) >= 2 and caffeine.ms1 is not None
     return window, caffeine, recal
@@ -140,7 +141,7 @@ def test_a_saved_lcms_run_reopens_as_it_was(qtbot, make_window, ran, run, tmp_pa
     # Run again on the reopened feature: its formula runs take the samples the project kept, nothing is redrawn
     other.select_entry(again.key)
     with qtbot.waitSignal(other.run_finished, timeout=120_000):
-        other.run_menu.run_selected()
+        other.run_menu.run_entries([again], formulas=True)  # its best k again, as the fixture ran them
     assert [r.spectrum.formula for r in again.formula_runs] == [r[0] for r in before_runs]
     assert all(r.result is not None and r.result.new_samples == 0 for r in again.formula_runs)
 
