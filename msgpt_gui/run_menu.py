@@ -22,11 +22,12 @@ from PySide6.QtWidgets import QLabel
 from engine.errors import MsgptError
 
 from .actions import make_action
-from .logic.entries import SpectrumEntry
+from .logic.entries import SpectrumEntry, Status
 from .logic.libraries import stale_entries
 from .status_bar import loading_text, loading_tip
 
 RETUNE_DELAY_MS = 350
+WAIT_REASON = "waits for the model and the libraries to load"  # the Status tooltip of an entry whose run waits
 
 
 class RunMenu(QObject):
@@ -47,7 +48,8 @@ class RunMenu(QObject):
         self.retune_timer.timeout.connect(self._retune)
         self.stale_libraries = False  # the libraries changed: every spectrum that ran is re-run with them
         window.runs.retune_wanted.connect(self.retune_timer.start)
-        self.waiting: tuple[list[SpectrumEntry], dict] | None = None  # a run asked for while the model or libraries load
+        # a run asked for while the model or libraries load: its entries, options and their statuses before it
+        self.waiting: tuple[list[SpectrumEntry], dict, dict] | None = None
         self.loading_label = QLabel(objectName="loading_label")
         self.loading_label.hide()
 
@@ -81,9 +83,35 @@ class RunMenu(QObject):
         model, libraries = self.loading()
         if self.waiting is None or model is not None or libraries or self.window.busy:
             return
-        (entries, options), self.waiting = self.waiting, None
-        self.show_loading()
+        entries, options, _ = self.waiting
+        self._release()
         self.run_entries(entries, **options)
+
+    def _hold(self, entries: list[SpectrumEntry], options: dict) -> None:
+        """A run waits: its entries show "queued" (their tooltip says for what) until it starts or is cancelled."""
+        before = {} if self.waiting is None else self.waiting[2]
+        for e in entries:
+            if e.spectrum is not None and e.status not in (Status.RUNNING, Status.QUEUED):
+                before[e.key] = (e.status, e.reason)
+                e.status, e.reason = Status.QUEUED, WAIT_REASON
+                self.window.spectra.entry_changed(e.key)
+        self.waiting = (list(entries), options, before)
+        self.show_loading()
+
+    def _release(self) -> None:
+        """The waiting run starts or is dropped: its entries show what they did before (those a model change reset
+        since keep that)."""
+        if self.waiting is None:
+            return
+        _, _, before = self.waiting
+        self.waiting = None
+        spectra = self.window.spectra
+        for key, (status, reason) in before.items():
+            e = spectra.entry(key)
+            if e is not None and e.status == Status.QUEUED and e.reason == WAIT_REASON:
+                e.status, e.reason = status, reason
+                spectra.entry_changed(key)
+        self.show_loading()
 
     def add_menu_actions(self, menu) -> None:
         for act in (self.act_run, self.act_run_all, self.act_cancel):
@@ -124,10 +152,8 @@ class RunMenu(QObject):
         w = self.window
         model, libraries = self.loading()
         if not retune and (model is not None or libraries) and (w.bundle is not None or model is not None):
-            self.waiting = (list(entries), {"formulas": formulas, "top_k": top_k,
-                                            "libraries_changed": libraries_changed})
+            self._hold(list(entries), {"formulas": formulas, "top_k": top_k, "libraries_changed": libraries_changed})
             w.status("The run starts when the model and the libraries have loaded (Esc cancels it).", 0)
-            self.show_loading()
             w.show_current()  # Cancel (Esc) drops the waiting run
             return True
         if w.bundle is None:
@@ -156,8 +182,7 @@ class RunMenu(QObject):
 
     def cancel(self) -> None:
         if self.waiting is not None:
-            self.waiting = None
-            self.show_loading()
+            self._release()
             self.window.status("The run that waited for the model and libraries was cancelled.")
             self.window.show_current()
         self.window.runs.cancel()

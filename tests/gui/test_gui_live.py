@@ -8,6 +8,7 @@ import pytest
 from progress_events import drain
 
 from engine.elucidation.pipeline import QueryParams, SpectrumSession
+from msgpt_gui.logic.entries import Status
 from msgpt_gui.logic.jobs import EntryFinished, EntryProgress, EntryRanking, elucidate_sessions
 from msgpt_gui.logic.live import EVERYTHING, LiveConfig, LiveFocus
 from msgpt_gui.status_bar import loading_text, loading_tip
@@ -117,6 +118,7 @@ def test_the_status_bar_says_the_model_loads_and_a_run_asked_for_meanwhile_waits
     with qtbot.waitSignal(window.run_finished, timeout=60_000) as finished:
         assert window.run_menu.run_entries([entry]) is True
         assert label.text() == "Run waits for the model" and not window.runs.task_kind == "run"
+        assert entry.status == Status.QUEUED and "waits for the model" in entry.reason  # the list says so too
         assert "The run starts when the model and the libraries have loaded" in window.statusBar().currentMessage()
     assert finished.args == ["done"] and entry.result is not None
     assert not label.isVisibleTo(window)
@@ -146,9 +148,11 @@ def test_cancel_drops_a_run_that_waits(qtbot, make_window, write_mgf, tmp_path):
     path = tmp_path / "mine.csv"
     path.write_text(CSV)
     source = window.libraries.controller.add(path)
+    before = entry.status
     assert window.run_menu.run_entries([entry]) is True and window.run_menu.act_cancel.isEnabled()
+    assert entry.status == Status.QUEUED
     window.run_menu.cancel()
-    assert window.run_menu.waiting is None
+    assert window.run_menu.waiting is None and entry.status == before
     qtbot.waitUntil(lambda: source.state not in ("waiting", "opening"), timeout=60_000)
     assert not window.busy and entry.result is None
 
