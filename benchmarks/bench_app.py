@@ -52,6 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--startup-only", action="store_true", help="measure start-up only (no Run All)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up start (cold library caches)")
     p.add_argument("--profile", metavar="FILE", help="cProfile the current tree's Run All into FILE (pstats)")
+    p.add_argument("--stages", action="store_true",
+                   help="the current tree's Run All by engine stage (engine.timing), the rest being the app's")
     p.add_argument("--compare", action="store_true", help="check both versions ranked the same candidates")
     p.add_argument("--live-all", action="store_true",
                    help="also measure the current tree ranking every spectrum live, each with the preview stage (the "
@@ -59,6 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=3600, help="seconds a version may take")
     p.add_argument("--child", metavar="JSON", help=argparse.SUPPRESS)  # internal: measure one version into JSON
     p.add_argument("--child-live-all", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--child-stages", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -142,12 +145,21 @@ def child(args: argparse.Namespace) -> int:
 
         profiler = cProfile.Profile()
         profiler.enable()
+    clock = None
+    if args.child_stages:
+        from engine.timing import measure as measure_stages
+
+        clock = measure_stages()
+        stage_clock = clock.__enter__()
     t0 = time.perf_counter()
     started = window.run_menu.run_entries(entries)
     if not started:
         raise SystemExit("the run did not start")
     wait(lambda: finished, "the run")
     stamps["run_seconds"] = time.perf_counter() - t0
+    if clock is not None:
+        clock.__exit__(None, None, None)
+        stamps["stages"] = stage_clock.table(stamps["run_seconds"])
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(args.profile)
@@ -200,6 +212,8 @@ def measure(code: Path, args: argparse.Namespace, profile: str | None, startup_o
                 cmd += ["--profile", profile]
             if live_all:
                 cmd.append("--child-live-all")
+            if args.stages and not warmup and not live_all:
+                cmd.append("--child-stages")
             env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                    "MSGPT_HOME": str(home / "warm" if warmup else home / "measured"),
                    "PYTHONPATH": str(code), "BENCH_APP_T0": repr(time.time())}
@@ -259,7 +273,8 @@ def table(results: dict[str, dict], n_features: int, startup_only: bool) -> str:
         vals = [results[n].get(key) for n in names]
         cells = [f"{v:.2f}" if isinstance(v, float) and v < 1 else f"{v:.1f}" if isinstance(v, float) else str(v) for v in vals]
         if ratio:
-            cells.append(f"{vals[names.index('current')] / vals[0]:.2f}×" if None not in vals else "")
+            r = vals[names.index("current")] / vals[0] if None not in vals and vals[0] else None
+            cells.append("" if r is None else f"{r:.2f}×" if r >= 0.1 else f"{r:.3f}×")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -285,6 +300,13 @@ def main(argv=None) -> int:
           f"one torch thread, offscreen; {os.cpu_count()} CPUs, load average {load:.1f} at the start, "
           f"{os.getloadavg()[0]:.1f} at the end")
     print(table(results, args.features, args.startup_only))
+    for name, r in results.items():
+        if r.get("stages"):
+            print(f"\n{name}: Run All by stage (engine.timing; 'unmarked' is what no engine stage covers: the app's "
+                  "jobs, Qt events, waiting for the GIL)")
+            print("| stage | seconds | calls | share |\n|---|---|---|---|")
+            for stage_name, seconds, calls, share in r["stages"]:
+                print(f"| {stage_name} | {seconds:.1f} | {calls} | {100 * share:.0f}% |")
     if args.compare and not args.startup_only:
         current = results["current"]["rankings"]
         for name, r in results.items():
