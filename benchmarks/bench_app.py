@@ -28,6 +28,7 @@ The driver uses only what the baseline has too: ``msgpt_gui.app.create_window``,
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -119,7 +120,7 @@ def child(args: argparse.Namespace) -> int:
     wait(lambda: window.loader is None and not window.busy, "the mzML file")
     stamps["file_listed"] = since()
     ticker.stop()
-    stamps["longest_stall"] = max(b - a for a, b in zip(ticks, ticks[1:])) if len(ticks) > 1 else 0.0
+    stamps["longest_stall"] = max(b - a for a, b in itertools.pairwise(ticks)) if len(ticks) > 1 else 0.0
     if args.startup_only:
         return _finish(args, window, app, stamps, [])
     entries = [e for e in window.spectra.entries if e.spectrum is not None][:args.features]

@@ -121,12 +121,13 @@ class RunMenu(QObject):
         w = self.window
         busy, has_model = w.busy, w.bundle is not None
         loading_model = w.runs.task_kind == "model"  # a run asked for now waits for it
-        runnable = (has_model or loading_model) and (not busy or loading_model) and any(e.spectrum is not None for e in w.spectra.entries) and \
-            w.params_panel.error.isHidden()
+        runnable = (has_model or loading_model) and (not busy or loading_model) and \
+            any(e.spectrum is not None for e in w.spectra.entries) and w.params_panel.error.isHidden()
         self.act_run.setEnabled(runnable)
         self.act_run_all.setEnabled(runnable)
         self.act_cancel.setEnabled(busy or w.loader is not None or self.waiting is not None)
-        tip = "" if has_model else " (no model loaded: Model ▸ Open Model Folder…)"
+        tip = "" if has_model else " (the model is loading: the run starts when it has)" if loading_model else \
+            " (no model loaded: Model ▸ Open Model Folder…)"
         self.act_run.setToolTip("Elucidate structures for the selected spectra (Ctrl+R)" + tip)
         self.act_run_all.setToolTip("Elucidate structures for every spectrum (Ctrl+Shift+R)" + tip)
 

@@ -9,7 +9,12 @@ from progress_events import drain
 
 from engine.elucidation.pipeline import QueryParams, SpectrumSession
 from msgpt_gui.logic.entries import Status
-from msgpt_gui.logic.jobs import EntryFinished, EntryProgress, EntryRanking, elucidate_sessions
+from msgpt_gui.logic.jobs import (
+    EntryFinished,
+    EntryProgress,
+    EntryRanking,
+    elucidate_sessions,
+)
 from msgpt_gui.logic.live import EVERYTHING, LiveConfig, LiveFocus
 from msgpt_gui.status_bar import loading_text, loading_tip
 
@@ -117,7 +122,7 @@ def test_the_status_bar_says_the_model_loads_and_a_run_asked_for_meanwhile_waits
     assert window.run_menu.act_run.isEnabled()  # Run can be asked for while it loads
     with qtbot.waitSignal(window.run_finished, timeout=60_000) as finished:
         assert window.run_menu.run_entries([entry]) is True
-        assert label.text() == "Run waits for the model" and not window.runs.task_kind == "run"
+        assert label.text() == "Run waits for the model" and window.runs.task_kind != "run"
         assert entry.status == Status.QUEUED and "waits for the model" in entry.reason  # the list says so too
         assert "The run starts when the model and the libraries have loaded" in window.statusBar().currentMessage()
     assert finished.args == ["done"] and entry.result is not None
