@@ -15,7 +15,7 @@ _spec.loader.exec_module(bench_app)
 def stamps(run_seconds: float, window: float) -> dict:
     return {"window_responsive": window, "model_loaded": 6.0, "libraries_ready": 5.0, "file_listed": 7.0,
             "longest_stall": 0.25, "first_start_window": window, "first_start_libraries_ready": 20.0,
-            "run_seconds": run_seconds, "features": 30}
+            "run_seconds": run_seconds, "run_cpu_seconds": run_seconds / 2, "features": 30}
 
 
 def test_the_table_gives_features_per_hour_and_current_over_baseline():
@@ -25,6 +25,8 @@ def test_the_table_gives_features_per_hour_and_current_over_baseline():
     assert lines[0] == "| | baseline abc | current | current, every spectrum live | current / baseline |"
     fph = next(line for line in lines if line.startswith("| features per hour"))
     assert fph == "| features per hour | 360.0 | 1080.0 | 720.0 | 3.00× |"
+    cpu = next(line for line in lines if line.startswith("| features per CPU hour"))
+    assert cpu.endswith("| 720.0 | 2160.0 | 1440.0 | 3.00× |")
     window = next(line for line in lines if line.startswith("| window shown"))
     assert window.endswith("| 4.0 | 2.0 | 2.0 | 0.50× |")
     assert "0.25" in next(line for line in lines if "stall" in line)
