@@ -256,7 +256,6 @@ def _generate(model, bits, formula_vec, group, u, cancel, *, bos, eos, min_new, 
     # sequences: one per distinct (query, tokens so far); row_seq (b,) is each row's
     seq_group, row_seq = torch.unique(group, return_inverse=True)  # (S,), (b,)
     seq_idx = torch.full((len(seq_group), 1), bos, device=device)  # (S, 1 + t)
-    seq_live = torch.ones(len(seq_group), dtype=torch.bool, device=device)  # (S,) read by a live row
     context = contexts.for_rows(seq_group)
     cache = KVCache(model.config.n_layer, model.config.block_size, max_rows=len(group)) if use_cache else None
     constraint = FormulaConstraint(grammar, formula_vec, len(group)) if grammar is not None else None
@@ -294,18 +293,19 @@ def _generate(model, bits, formula_vec, group, u, cancel, *, bos, eos, min_new, 
             return
         if (~alive).sum() >= COMPACT_FRACTION * len(alive):  # finished rows stop costing compute
             keep = alive
-            rows, idx, alive, dead, tok, row_seq = rows[keep], idx[keep], alive[keep], dead[keep], tok[keep], row_seq[keep]
+            rows, idx, alive, dead = rows[keep], idx[keep], alive[keep], dead[keep]
+            tok, row_seq = tok[keep], row_seq[keep]
             if constraint is not None:
                 constraint.select(keep.nonzero().flatten().tolist())
-        seq_idx, seq_group, seq_live, row_seq, context = _next_sequences(
-            seq_idx, seq_group, seq_live, row_seq, tok, alive, vocab, contexts, context, cache)
+        seq_idx, seq_group, row_seq, context = _next_sequences(seq_idx, seq_group, row_seq, tok, alive, vocab,
+                                                               contexts, context, cache)
 
 
-def _next_sequences(seq_idx, seq_group, seq_live, row_seq, tok, alive, vocab, contexts, context, cache):
+def _next_sequences(seq_idx, seq_group, row_seq, tok, alive, vocab, contexts, context, cache):
     """The sequences of the next step: each (sequence, token) a live row drew. The first token drawn from a
     sequence continues it in place; each other forks it into a new sequence at the end (a copy of its past); a
     sequence no live row reads is left in place, unread, until they are a quarter of all, then the sequences are
-    laid out afresh. Returns the new ``seq_idx, seq_group, seq_live, row_seq, context``."""
+    laid out afresh. Returns the new ``seq_idx, seq_group, row_seq, context``."""
     n_seq = len(seq_group)
     live_rows = alive.nonzero().flatten()
     key = row_seq[live_rows] * vocab + tok[live_rows]
@@ -316,13 +316,12 @@ def _next_sequences(seq_idx, seq_group, seq_live, row_seq, tok, alive, vocab, co
     n_fork = int((~first).sum())
     unread = n_seq - int(first.sum())
     changed = n_fork > 0  # the contexts follow the sequences' queries, which only a fork or a new layout changes
-    if unread + n_fork and (unread >= COMPACT_FRACTION * (n_seq + n_fork)):
+    if unread and unread >= COMPACT_FRACTION * (n_seq + n_fork):
         # lay the sequences out afresh: child k at slot k
         if cache is not None:
             cache.select(parent)
         slot = torch.arange(len(uniq), device=parent.device)
         seq_idx, seq_group = seq_idx[parent], seq_group[parent]
-        seq_live = torch.ones(len(uniq), dtype=torch.bool, device=parent.device)
         changed = True
     else:
         slot = torch.empty_like(parent)
@@ -334,8 +333,6 @@ def _next_sequences(seq_idx, seq_group, seq_live, row_seq, tok, alive, vocab, co
                 cache.fork(forks)
             seq_idx = torch.cat([seq_idx, seq_idx[forks]])
             seq_group = torch.cat([seq_group, seq_group[forks]])
-        seq_live = torch.zeros(len(seq_group), dtype=torch.bool, device=parent.device)
-        seq_live[slot] = True
     column = torch.full((len(seq_group), 1), 0, dtype=seq_idx.dtype, device=seq_idx.device)
     column[slot, 0] = token
     seq_idx = torch.cat([seq_idx, column], dim=1)
@@ -343,7 +340,7 @@ def _next_sequences(seq_idx, seq_group, seq_live, row_seq, tok, alive, vocab, co
     row_seq[live_rows] = slot[inv]
     if changed:
         context = contexts.for_rows(seq_group)
-    return seq_idx, seq_group, seq_live, row_seq, context
+    return seq_idx, seq_group, row_seq, context
 
 
 def _force(tok, want, dead, alive, allowed, eos):
