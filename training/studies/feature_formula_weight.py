@@ -38,6 +38,19 @@ whose Top-1 / Top-5 / Top-10 are no lower than with 0 (32 moved one truth from r
 formula within the tolerance, which ``msgpt predict`` skips without a formula; 20 min on one thread.)
 
 Its table: docs/evidence/feature_formula_weight.md.
+
+``budget`` (issue #58) asks which of those runs are worth their samples: for each threshold, the formula runs below
+it that are not the feature's best lose their de novo candidates (their library structures stay, as
+engine.elucidation.formula_runs runs them), and the engine's feature ranking (``FORMULA_WEIGHT``, library-added runs
+at the floor) gives Top-1/5/10 against sampling every run, paired, with the share of the pipeline's seconds the
+unsampled runs took; ``--measured`` compares a second ``collect`` made with the budget on (msgpt predict's own run,
+not the simulation). A cache collected before candidates carried their sample count and origin must be collected
+again. Its table: docs/evidence/formula_run_budget.md::
+
+    python -m training.studies.feature_formula_weight collect --min-formula-p 0 --cache /tmp/feature_formula_weight.jsonl
+    python -m training.studies.feature_formula_weight collect --cache /tmp/feature_formula_weight_budget.jsonl
+    python -m training.studies.feature_formula_weight budget --cache /tmp/feature_formula_weight.jsonl \\
+        --measured /tmp/feature_formula_weight_budget.jsonl
 """
 
 from __future__ import annotations
@@ -138,7 +151,8 @@ def collect(a: argparse.Namespace) -> int:
             query = Path(tmp) / "query.mgf"  # the formula hidden, as in a real run; the SMILES stays
             query.write_text("".join(line for r in todo for line in r if not line.startswith("FORMULA=")))
             rc = msgpt(["predict", str(query), "-o", str(Path(tmp) / "out.csv"), "-q", "--seed", "0",
-                        "--top", str(KEEP), "--threads", "1"])
+                        "--top", str(KEEP), "--threads", "1",
+                        *([] if a.min_formula_p is None else ["--min-formula-p", str(a.min_formula_p)])])
     finally:
         fc.rank_formulas, export.CandidateWriter.write_feature = rank_formulas, write_feature
     print(f"msgpt predict exited with {rc} after {time.perf_counter() - t0:.0f} s", file=sys.stderr)
@@ -256,6 +270,95 @@ def evaluate(a: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------------- budget
+def budget_record(rec: dict, threshold: float, undrawn: float) -> tuple[dict, float, int]:
+    """``rec`` as the formula-run budget (engine.elucidation.formula_runs) would have run it: a ranked formula run
+    below ``threshold`` that is not the best loses its de novo candidates; its library structures stay (one a sample
+    drew, neither suspect nor identified, takes the ``undrawn`` prior, as a structure no sample drew); the run goes
+    when none stays. Returns the record, the seconds its unsampled runs took and how many runs were unsampled."""
+    runs, saved, cut = [], 0.0, 0
+    ranked = [r for r in rec["runs"] if r["p"] is not None]
+    best = ranked[0] if ranked else None
+    for run in rec["runs"]:
+        if run["p"] is None or run is best or run["p"] >= threshold:
+            runs.append(run)
+            continue
+        saved, cut = saved + run.get("seconds", 0.0), cut + 1
+        kept = []
+        for key, formula, score, group, sim, count, origin, suspect in run["cands"]:
+            if origin == "de_novo":
+                continue
+            if count and score is not None and group == 2 and not suspect:
+                score += undrawn
+            kept.append([key, formula, score, group, sim, count, origin, suspect])
+        if kept:
+            kept.sort(key=lambda c: -(c[2] if c[2] is not None else -math.inf))
+            runs.append({**run, "cands": kept})
+    return {**rec, "runs": runs}, saved, cut
+
+
+def budget(a: argparse.Namespace) -> int:
+    """Top-1/5/10 of the feature ranking (the engine's: ``FORMULA_WEIGHT``, library-added runs at the floor) when
+    formula runs below each threshold are not sampled, against sampling all, with paired intervals; and the share
+    of the pipeline's seconds and of the sampled runs saved."""
+    from engine.elucidation.libraries import UNDRAWN_PRIOR
+    from engine.insight.identification import FORMULA_FLOOR, FORMULA_WEIGHT
+    from training.evaluation.report import bootstrap_ci
+
+    records = [r for r in load(a.cache) if r.get("truth") and any(run["cands"] for run in r["runs"])]
+    if records and len(records[0]["runs"][0]["cands"][0] if records[0]["runs"][0]["cands"] else [0] * 8) < 8:
+        raise SystemExit(f"{a.cache} was collected before candidates carried their count and origin: collect again")
+    total = sum(r.get("seconds", 0.0) for r in records)
+    sampled_runs = sum(run["p"] is not None for r in records for run in r["runs"])
+    base = metrics(records, FORMULA_WEIGHT, "eps", FORMULA_FLOOR)
+    print(f"data: {a.cache}: {len(records)} FOLD=val spectra with candidates, {sampled_runs} ranked formula runs "
+          f"({sampled_runs / max(len(records), 1):.2f} a spectrum), pipeline {total / 60:.1f} min; "
+          f"w = {FORMULA_WEIGHT:g}, floor {FORMULA_FLOOR:g}, undrawn prior {UNDRAWN_PRIOR:g}")
+    print("| min P sampled | Top-1 | Top-5 | Top-10 | ΔTop-1 (95%) | ΔTop-10 (95%) | runs unsampled | seconds saved |")
+    print("| ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |")
+    out = {}
+    for t in a.thresholds:
+        done = [budget_record(r, t, UNDRAWN_PRIOR) for r in records]
+        m = metrics([d[0] for d in done], FORMULA_WEIGHT, "eps", FORMULA_FLOOR)
+        d1, d10 = m["top1"] - base["top1"], m["top10"] - base["top10"]
+        (l1, h1), (l10, h10) = bootstrap_ci(d1), bootstrap_ci(d10)
+        saved, cut = sum(d[1] for d in done), sum(d[2] for d in done)
+        print(f"| {t:g} | {100 * m['top1'].mean():.1f} | {100 * m['top5'].mean():.1f} | {100 * m['top10'].mean():.1f} "
+              f"| {100 * d1.mean():+.1f} ({100 * l1:+.1f} … {100 * h1:+.1f}) "
+              f"| {100 * d10.mean():+.1f} ({100 * l10:+.1f} … {100 * h10:+.1f}) "
+              f"| {cut} ({100 * cut / max(sampled_runs, 1):.0f}%) | {100 * saved / max(total, 1e-9):.0f}% |")
+        out[f"{t:g}"] = {**{k: float(v.mean()) for k, v in m.items()}, "unsampled": cut, "seconds_saved": saved}
+    print(f"(% of {len(records)} spectra; 0 = every one of the best 3 sampled, today's rule)")
+    if a.measured:
+        out["measured"] = measured(records, a.measured, FORMULA_WEIGHT, FORMULA_FLOOR, bootstrap_ci)
+    if a.json:
+        a.json.write_text(json.dumps({"spectra": len(records), "results": out}, indent=1))
+    return 0
+
+
+def measured(records: list[dict], cache: Path, w: float, floor: float, bootstrap_ci) -> dict:
+    """The budget as ``msgpt predict`` ran it (``cache``: a ``collect`` of the same spectra with the budget on) against
+    ``records`` (sampling all): Top-1/5/10 paired on the spectra both ran, and the pipeline's seconds."""
+    new = {r["id"]: r for r in load(cache) if r.get("truth")}
+    pairs = [(r, new[r["id"]]) for r in records if r["id"] in new]
+    before = metrics([p[0] for p in pairs], w, "eps", floor)
+    after = metrics([p[1] for p in pairs], w, "eps", floor)
+    t0, t1 = sum(p[0].get("seconds", 0.0) for p in pairs), sum(p[1].get("seconds", 0.0) for p in pairs)
+    runs = [sum(run["p"] is not None and run.get("samples", 1) > 0 for run in p[1]["runs"]) for p in pairs]
+    print(f"\nmeasured: msgpt predict with the budget ({cache}) on {len(pairs)} of these spectra: "
+          f"{sum(runs) / max(len(pairs), 1):.2f} sampled formula runs a spectrum; the pipeline's seconds "
+          f"{t1 / 60:.1f} min against {t0 / 60:.1f} ({t0 / max(t1, 1e-9):.2f}x, the two collects ran at different "
+          "times on a shared machine)")
+    out = {"spectra": len(pairs), "seconds_before": t0, "seconds_after": t1}
+    for k in ("top1", "top5", "top10"):
+        d = after[k] - before[k]
+        lo, hi = bootstrap_ci(d)
+        print(f"  {k}: {100 * before[k].mean():.1f}% -> {100 * after[k].mean():.1f}% "
+              f"(paired difference {100 * d.mean():+.1f}, 95% {100 * lo:+.1f} … {100 * hi:+.1f})")
+        out[k] = [float(before[k].mean()), float(after[k].mean())]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="step", required=True)
@@ -264,13 +367,21 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--positive", type=int, default=300)
     c.add_argument("--negative", type=int, default=200)
     c.add_argument("--cache", type=Path, default=Path("/tmp/feature_formula_weight.jsonl"))
+    c.add_argument("--min-formula-p", type=float, default=None,
+                   help="msgpt predict's run budget (default its own; 0 samples every formula run, as before #58)")
     e = sub.add_parser("evaluate")
     e.add_argument("--cache", type=Path, default=Path("/tmp/feature_formula_weight.jsonl"))
     e.add_argument("--weights", type=float, nargs="+", default=list(WEIGHTS))
     e.add_argument("--eps", type=float, default=EPS)
     e.add_argument("--json", type=Path, default=None)
+    b = sub.add_parser("budget", help="the formula-run budget: Top-k when unlikely formulas are not sampled")
+    b.add_argument("--cache", type=Path, default=Path("/tmp/feature_formula_weight.jsonl"))
+    b.add_argument("--thresholds", type=float, nargs="+", default=[0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0])
+    b.add_argument("--json", type=Path, default=None)
+    b.add_argument("--measured", type=Path, default=None,
+                   help="a collect of the same spectra made with the budget on: its Top-k paired against --cache's")
     a = p.parse_args(argv)
-    return collect(a) if a.step == "collect" else evaluate(a)
+    return {"collect": collect, "evaluate": evaluate, "budget": budget}[a.step](a)
 
 
 if __name__ == "__main__":
