@@ -38,7 +38,7 @@ def _add_sampling_arguments(pr: argparse.ArgumentParser) -> None:
                     help="standard: the pool of B samples; deep: then refine its best candidates, borrow the "
                     "fragments of the structure libraries' closest analogs (the bundled library's when libraries are "
                     "off; never a structure of the spectrum's formula) and try the isomers one move away from the "
-                    "best (about 5-10x the time, docs/deep_search.md)")
+                    "best (about 4.5x the time, docs/deep_search.md)")
     pr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
     pr.add_argument("--top-k", type=int, default=50, help="top-k sampling (default 50)")
     pr.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
