@@ -47,7 +47,13 @@ from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector, parse_formula
 from engine.elucidation.analogs import AnalogIndex
 from engine.elucidation.edits import isomer_edit_mols
-from engine.elucidation.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
+from engine.elucidation.pipeline import (
+    QueryParams,
+    RankingUpdated,
+    SamplesDrawn,
+    SpectrumResult,
+    SpectrumSession,
+)
 from engine.elucidation.ranking import CandidatePool, decode_safe, reference_rank
 from engine.errors import ConfigError
 from engine.model.confidence import spectrum_confidence

@@ -53,7 +53,6 @@ def _spectrum_dict(s) -> dict:
 def select(model, mgf: str, which: str, n: int, cache: Path) -> list:
     """The first ``n`` spectra of the seeded one-per-structure ``[M+H]+`` selection of ``which`` (cached)."""
     from engine.spectra.spectrum import Spectrum
-
     from training.evaluation.evaluate import EvalConfig, Reference, select_spectra
 
     key = {"mgf": str(Path(mgf).resolve()), "set": which, "n": n, "model": model.checksum}
@@ -266,8 +265,8 @@ def paired_table(by: dict, method: str, base_by: dict, base_method: str, label: 
     boot = [sec[w][0][draws].sum(axis=1) / sec[w][1][draws].sum(axis=1) for w in ("new", "base")]
     lo, hi = np.percentile(boot[0] - boot[1], [2.5, 97.5])
     lo_new, hi_new = np.percentile(boot[0], [2.5, 97.5])
-    out += [f"| × standard (each run's own) | {ratio['new']:.2f} ({lo_new:.2f} to {hi_new:.2f}) | {ratio['base']:.2f} | "
-            f"| | | {ratio['new'] - ratio['base']:+.2f} ({lo:+.2f} to {hi:+.2f}) |", ""]
+    out += [(f"| × standard (each run's own) | {ratio['new']:.2f} ({lo_new:.2f} to {hi_new:.2f}) | {ratio['base']:.2f} | "
+             f"| | | {ratio['new'] - ratio['base']:+.2f} ({lo:+.2f} to {hi:+.2f}) |"), ""]
     return out
 
 
@@ -313,7 +312,6 @@ def main(argv=None) -> int:
     from engine.elucidation.pipeline import QueryParams, compute_posterior
     from engine.model.bundle import load_bundle
     from engine.paths import default_model_dir
-
     from training.evaluation.evaluate import spectrum_key
 
     torch.set_num_threads(args.threads)

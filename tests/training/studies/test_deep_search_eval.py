@@ -6,7 +6,13 @@ import json
 import pytest
 
 from engine.elucidation.deep import DeepConfig
-from training.studies.deep_search_eval import deep_configs, heavy_atoms, mcnemar_p, paired_table, summarize
+from training.studies.deep_search_eval import (
+    deep_configs,
+    heavy_atoms,
+    mcnemar_p,
+    paired_table,
+    summarize,
+)
 
 
 def rows(path, spec):
@@ -54,7 +60,7 @@ def test_summary_overlays_a_rerun_and_profiles_the_phases(tmp_path):
     phases = {"standard": 1.0, "allocation": 2.0, "edits": 1.0}
     run = rows(tmp_path / "run", [("a", "standard", None, 1.0), ("a", "deep", None, 4.0, phases, []),
                                   ("b", "standard", None, 1.0), ("b", "deep", 2, 4.0, phases, ["edits"])])
-    rerun = rows(tmp_path / "rerun", [("a", "standard", None, 1.0),
+    rows(tmp_path / "rerun", [("a", "standard", None, 1.0),
                                       ("a", "deep", 1, 6.0, phases, ["allocation", "round 1"])])
     plain = summarize(run / "results.jsonl", ["standard", "deep"])
     assert "| deep | 1 | 0 | 1 |" in plain and "| edits | 1.00 | 25% | 1 |" in plain
