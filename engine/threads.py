@@ -1,17 +1,17 @@
-"""How many CPU threads torch takes, one rule for ``msgpt predict``/``score``, the app and cluster workers (issue #58).
+"""How many CPU threads torch takes: one rule for ``msgpt predict``/``score``, the app and cluster workers (issue #58).
 
-Decoding is a long chain of small matrix products (B=100 rows of 256 columns), so each torch operation is a short
-OpenMP parallel region. Two things follow:
+Decoding is a long chain of small matrix products (B=100 rows of 256 columns), each a short OpenMP parallel region,
+too small for threads to pay. Measured with ``msgpt predict`` on 30 FOLD=val spectra on the 2-core AMD EPYC
+(docs/evidence/run_speed.md): one job alone took 31.8 s on one thread and 26.9 s on two (torch's default, threads
+spinning while they wait; 41.0 s with sleeping waits, ``OMP_WAIT_POLICY=PASSIVE``); two such two-thread jobs side by
+side took 172 s each, their spinning threads taking the cores from each other's work, where two one-thread jobs took
+32.7 and 34.4 s. So:
 
-* **Waiting threads must sleep.** GNU OpenMP (torch's CPU build) lets a thread that reaches the end of a region
-  spin for a while before it sleeps. Alone on the machine that saves a wake-up; with a second job on the same cores
-  the spinning threads take the CPU from the threads doing work, and two ``msgpt predict`` jobs with torch's
-  default threads on 2 cores ran about 8× slower than one each with ``--threads 1``. :func:`prepare_openmp` sets
-  ``OMP_WAIT_POLICY=PASSIVE`` (threads sleep at once) unless the user set a policy; it must run before torch is
-  imported, so every entry point calls it first.
-* **One job takes the cores it may use**, the cores of this process's CPU affinity (a container or ``taskset``
-  limit counts) divided among the workers that share them (``--cluster local:N``: N workers; the app keeps one core
-  for its window). ``--threads T`` or ``OMP_NUM_THREADS`` override it.
+* **a job samples on one thread** (the command, the app): at most a fifth slower alone than on every core, and two
+  jobs, or the app and a job, share a machine without slowing each other;
+* **features run in parallel as processes**: ``--cluster local:N`` gives each of its N workers ``cores / N`` threads
+  (a worker you start yourself, ``cores / its --nthreads``);
+* ``--threads T`` or ``OMP_NUM_THREADS`` override both.
 
 Pure standard library until :func:`apply` (which imports torch).
 """
@@ -19,18 +19,6 @@ Pure standard library until :func:`apply` (which imports torch).
 from __future__ import annotations
 
 import os
-import sys
-
-WAIT_POLICY = "PASSIVE"
-
-
-def prepare_openmp() -> bool:
-    """Make OpenMP threads sleep when they wait (``OMP_WAIT_POLICY``), unless the user chose a policy. False when
-    torch was imported before (too late: OpenMP reads it when it starts)."""
-    if "torch" in sys.modules:
-        return False
-    os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
-    return True
 
 
 def available_cores() -> int:
@@ -41,19 +29,27 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def default_threads(workers: int = 1, reserve: int = 0) -> int:
-    """Threads for each of ``workers`` jobs sharing this machine's cores, ``reserve`` cores left to others (the
-    app's window); ``OMP_NUM_THREADS`` when set."""
+def _from_environment() -> int | None:
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return max(1, (available_cores() - reserve) // max(1, workers))
+    return int(env) if env.isdigit() and int(env) > 0 else None
 
 
-def apply(threads: int | None = None, workers: int = 1, reserve: int = 0) -> int:
-    """Set torch's thread count (``threads``, else :func:`default_threads`) and return it."""
+def job_threads() -> int:
+    """Threads of one job (``msgpt predict``, the app's runs): ``OMP_NUM_THREADS`` when set, else one."""
+    return _from_environment() or 1
+
+
+def worker_threads(workers: int) -> int:
+    """Threads of each of ``workers`` processes that share this machine's cores (a cluster's workers):
+    ``OMP_NUM_THREADS`` when set, else the cores over the workers."""
+    return _from_environment() or max(1, available_cores() // max(1, workers))
+
+
+def apply(threads: int | None = None, workers: int | None = None) -> int:
+    """Set torch's thread count (``threads``; else :func:`worker_threads` of ``workers``; else :func:`job_threads`)
+    and return it."""
     import torch
 
-    n = threads if threads else default_threads(workers, reserve)
+    n = threads or (worker_threads(workers) if workers else job_threads())
     torch.set_num_threads(n)
     return n

@@ -64,12 +64,11 @@ def install_excepthook(window_getter) -> None:
 
 
 def configure_threads() -> None:
-    """Leave one core to the window: torch's thread pool otherwise takes them all, and a busy
-    pool on an oversubscribed machine slows decoding many times over. OMP_NUM_THREADS wins."""
+    """Runs sample on one thread (engine/threads.py): the window keeps a core, and a busy thread pool on a machine
+    shared with other jobs slows decoding many times over. OMP_NUM_THREADS wins."""
     from engine import threads
 
-    threads.prepare_openmp()  # before torch loads: waiting OpenMP threads sleep (engine/threads.py)
-    threads.apply(reserve=1)  # OMP_NUM_THREADS wins
+    threads.apply()
 
 
 def create_window(argv: list[str] | None = None, **window_options):

@@ -24,7 +24,7 @@ def open_model(args: argparse.Namespace, use_adapter: bool):
 
     if args.threads is not None and args.threads < 1:
         raise MsgptError(f"--threads must be at least 1, got {args.threads}.")
-    threads.apply(args.threads)  # --threads, else OMP_NUM_THREADS, else the cores this process may use
+    threads.apply(args.threads)  # --threads, else OMP_NUM_THREADS, else one (engine/threads.py)
     _, device_msg = resolve_device(args.device)
     err(device_msg)
     return load_bundle(model_path(args.model), device=args.device, use_adapter=use_adapter,

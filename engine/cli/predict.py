@@ -496,9 +496,6 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.threads import prepare_openmp
-
-    prepare_openmp()  # before torch loads: waiting OpenMP threads sleep (engine/threads.py)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     args = build_parser().parse_args(argv)
     try:

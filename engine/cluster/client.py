@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.errors import ConfigError
-from engine.threads import default_threads
+from engine.threads import worker_threads
 
 INSTALL_HINT = 'pip install -e ".[cluster]" (or pip install "dask[distributed]")'
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class ClusterRun:
             if ship:
                 spec = replace(spec, files=bundle_files(Path(spec.path)))
             if address.local and spec.threads is None:  # N workers share this machine's cores
-                spec = replace(spec, threads=default_threads(workers=address.n_workers))
+                spec = replace(spec, threads=worker_threads(address.n_workers))
             self.run_id = uuid.uuid4().hex[:12]
             self.plugin_name = f"msgpt-model-{self.run_id}"
             self._workers = set(self.client.nthreads())  # every worker (scheduler_info lists only a few in newer versions)

@@ -62,7 +62,7 @@ from engine.timing import staged, timed
 
 # settings that never change the samples
 RANKING_ONLY = ("ranking", "library_prior", "undrawn_prior", "effort", "fragment_score", "analog_score")
-EFFORTS = ("standard", "deep")  # deep: engine.elucidation.deep refines the standard pool (about 5-10x the time)
+EFFORTS = ("standard", "deep")  # deep: engine.elucidation.deep refines the standard pool (about 4.5x the time)
 
 
 @dataclass(frozen=True)

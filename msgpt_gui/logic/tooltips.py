@@ -67,7 +67,7 @@ EFFORT = (
     "the best candidates: it keeps all but one or two of their fragments and lets the generator redraw the "
     "rest, draws more for the queries whose candidates score best, borrows fragments from the closest library "
     "structures of other formulas, and tries the isomers one move away from the best (a substituent moved, two "
-    "atoms swapped). It takes about 5–10 times as long and finds the true structure about twice as often "
+    "atoms swapped). It takes about 4–5 times as long and finds the true structure about twice as often "
     "(docs/deep_search.md)."
 )
 

@@ -1,58 +1,58 @@
-"""The thread rule (engine.threads): OpenMP threads sleep when they wait, and one job takes the cores it may use."""
-
-import os
-import subprocess
-import sys
+"""The thread rule (engine.threads): a job samples on one thread, a cluster's workers share the cores, and
+OMP_NUM_THREADS or --threads win."""
 
 import pytest
 
 from engine import threads
 
 
-def test_omp_num_threads_wins(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert threads.default_threads() == 3 and threads.default_threads(workers=2, reserve=1) == 3
-
-
-def test_the_cores_are_shared_among_workers_and_a_reserve(monkeypatch):
+@pytest.fixture
+def eight_cores(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads, "available_cores", lambda: 8)
-    assert threads.default_threads() == 8
-    assert threads.default_threads(workers=3) == 2
-    assert threads.default_threads(reserve=1) == 7
-    assert threads.default_threads(workers=16) == 1  # never 0
-    monkeypatch.setattr(threads, "available_cores", lambda: 1)
-    assert threads.default_threads(reserve=1) == 1
 
 
-def test_apply_sets_torch(monkeypatch):
+def test_a_job_takes_one_thread_whatever_the_cores(eight_cores):
+    assert threads.job_threads() == 1
+
+
+def test_workers_share_the_cores(eight_cores):
+    assert threads.worker_threads(1) == 8 and threads.worker_threads(3) == 2
+    assert threads.worker_threads(16) == 1  # never 0
+
+
+def test_omp_num_threads_wins(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads.job_threads() == 3 and threads.worker_threads(2) == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "zero")
+    assert threads.job_threads() == 1  # not a count: the rule
+
+
+def test_apply_sets_torch(eight_cores):
     import torch
 
     before = torch.get_num_threads()
     try:
-        assert threads.apply(1) == 1 and torch.get_num_threads() == 1
+        assert threads.apply() == 1 and torch.get_num_threads() == 1
+        assert threads.apply(workers=4) == 2 and torch.get_num_threads() == 2
+        assert threads.apply(3) == 3 and torch.get_num_threads() == 3  # --threads
     finally:
         torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("user", [None, "ACTIVE"])
-def test_waiting_threads_sleep_unless_the_user_chose(user):
-    """In a fresh process (torch not loaded yet): PASSIVE is set, a policy the user set stays; too late once torch
-    is loaded."""
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    if user:
-        env["OMP_WAIT_POLICY"] = user
-    code = ("import os, sys; from engine import threads; ok = threads.prepare_openmp(); "
-            "print(ok, os.environ.get('OMP_WAIT_POLICY')); import torch; print(threads.prepare_openmp())")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["True", user or "PASSIVE", "False"]
+def test_the_command_line_opens_the_model_on_one_thread(monkeypatch, tiny_bundle_dir):
+    import argparse
 
+    import torch
 
-def test_msgpt_sets_the_policy_before_torch_loads():
-    """Importing the command line loads no torch, and its main() sets the policy first thing."""
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    code = ("import os, sys; from engine.cli import main; loaded = 'torch' in sys.modules\n"
-            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(loaded, os.environ.get('OMP_WAIT_POLICY'))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split()[-2:] == ["False", "PASSIVE"]
+    from engine.cli.common import open_model
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        args = argparse.Namespace(threads=None, device="cpu", model=str(tiny_bundle_dir), precision="fp32")
+        open_model(args, use_adapter=False)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
