@@ -64,11 +64,11 @@ def install_excepthook(window_getter) -> None:
 
 
 def configure_threads() -> None:
-    """Runs sample on one thread (engine/threads.py): the window keeps a core, and a busy thread pool on a machine
-    shared with other jobs slows decoding many times over. OMP_NUM_THREADS wins."""
+    """Runs take the cores but one, which the window keeps (their share when other msgpt jobs run: each run
+    registers, engine.threads.JobShare). OMP_NUM_THREADS wins."""
     from engine import threads
 
-    threads.apply()
+    threads.apply(threads.job_threads(reserve=1))
 
 
 def create_window(argv: list[str] | None = None, **window_options):

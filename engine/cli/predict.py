@@ -297,6 +297,7 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
     from engine.files.export import CandidateWriter, provenance
     from engine.files.feature_table import FeatureTableSink
     from engine.files.journal import new_header, partial_path
+    from engine.threads import JobShare
 
     output = Path(args.output)
     sink = PosteriorSink(args.posteriors, bundle, params) if args.posteriors else None
@@ -333,7 +334,10 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
                 else ((position, item, _elucidate_feature(item, args, bundle, params, formula_config, bar, libraries,
                                                           group_cache))
                       for position, item in todo))  # lazy: nothing is computed before the loop
+    share = JobShare(threads=args.threads) if cluster is None else None  # the cores shared with other jobs
     try:
+        if share is not None:
+            share.__enter__()
         if resuming:
             journal.resume(plan.state)
             offset = plan.state.offset
@@ -341,6 +345,8 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
             offset = writer.sync()
             journal.start(new_header(settings, info, offset))
         for position, item, outcomes in computed:
+            if share is not None:
+                share.rebalance()  # another job started or ended: this one's share of the cores (engine/threads.py)
             entry, offset = _write_feature(position, item, outcomes, writer, sink, offset)
             if table is not None:
                 table.add(position, item, outcomes)
@@ -363,6 +369,8 @@ def _run_batch(args, bundle, params, settings: dict, journal, plan, marker, libr
         raise
     finally:
         computed.close()
+        if share is not None:
+            share.__exit__(None, None, None)
         if cluster is not None:
             cluster.close()  # cancels the futures still pending, closes the client (and a local:N cluster)
     bar.close()

@@ -36,6 +36,7 @@ from engine.errors import Cancelled, MsgptError
 from engine.files.export import CandidateWriter
 from engine.formulas.groups import lead_metadata
 from engine.progress import CancelFn, check_cancel
+from engine.threads import JobShare
 from engine.spectra.adduct_groups import group_features
 from engine.spectra.features import FeatureConfig, build_feature, group_scans
 from engine.spectra.io import detect_format, iter_spectra
@@ -457,30 +458,32 @@ def elucidate_sessions(
     outcome = RunOutcome()
     t_run = time.perf_counter()
     count = len(jobs)
-    for position, job in enumerate(jobs):
-        check_cancel(cancel)
-        if isinstance(job, FormulaJob):
-            runs = yield from _formula_runs(job, position, count, bundle, cancel)
-            if runs is None:
-                outcome.failed.append(job.key)
-                continue
-            todo = [(run.key, run.session) for run in runs if run.session is not None]
-        else:
-            todo = [job]
-        top = job.key if isinstance(job, FormulaJob) else job[0]
-        finished = False
-        for key, session in todo:
-            yield EntryStarted(key, position, count)
-            try:
-                result = yield from _elucidate_one(key, position, count, session, params, cancel, preview, live, top)
-            except Cancelled:
-                raise
-            except MsgptError as e:
-                yield EntryFailed(key, str(e))
-                continue
-            finished = True
-            yield EntryFinished(key, result)
-        (outcome.finished if finished else outcome.failed).append(top)
+    with JobShare(reserve=1) as share:  # the cores shared with other msgpt jobs (engine/threads.py)
+        for position, job in enumerate(jobs):
+            check_cancel(cancel)
+            share.rebalance()
+            if isinstance(job, FormulaJob):
+                runs = yield from _formula_runs(job, position, count, bundle, cancel)
+                if runs is None:
+                    outcome.failed.append(job.key)
+                    continue
+                todo = [(run.key, run.session) for run in runs if run.session is not None]
+            else:
+                todo = [job]
+            top = job.key if isinstance(job, FormulaJob) else job[0]
+            finished = False
+            for key, session in todo:
+                yield EntryStarted(key, position, count)
+                try:
+                    result = yield from _elucidate_one(key, position, count, session, params, cancel, preview, live, top)
+                except Cancelled:
+                    raise
+                except MsgptError as e:
+                    yield EntryFailed(key, str(e))
+                    continue
+                finished = True
+                yield EntryFinished(key, result)
+            (outcome.finished if finished else outcome.failed).append(top)
     outcome.seconds = time.perf_counter() - t_run
     return outcome
 
