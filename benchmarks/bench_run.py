@@ -154,9 +154,9 @@ def compare(base: Path, new: Path) -> str:
     same1 = sum(bool(a[k]) and bool(b[k]) and a[k][0] == b[k][0] for k in both)
     overlap = [len(set(a[k][:10]) & set(b[k][:10])) / max(1, len(set(a[k][:10]) | set(b[k][:10]))) for k in both]
     only = (len(set(a) - set(b)), len(set(b) - set(a)))
+    mean_overlap = 100 * sum(overlap) / max(1, len(both))
     return (f"{len(both)} features in both outputs ({only[0]} only in the baseline's, {only[1]} only in the "
-            f"current's): the same rank 1 for {same1}; top-10 sets overlap {100 * sum(overlap) / max(1, len(both)):.0f}%"
-            " on average (Jaccard)")
+            f"current's): the same rank 1 for {same1}; top-10 sets overlap {mean_overlap:.0f}% on average (Jaccard)")
 
 
 def stage_table(stages: dict, seconds: float) -> list[str]:
@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
             print("\n" + "\n".join(concurrency(ROOT, a.concurrency_input or a.inputs, tmp)))
     finally:
         if worktree.exists():
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], capture_output=True)
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
+                           capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

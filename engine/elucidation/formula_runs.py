@@ -12,7 +12,8 @@ formula no library holds a structure of is left out. :data:`MIN_SAMPLED_PROBABIL
 (docs/evidence/formula_run_budget.md). A formula the user asks for by name (the app's Formulas tab, ``--formula``)
 is always sampled.
 
-Imports the formula tables and the library look-ups (where they are used); used by ``msgpt predict`` and the app's Run.
+Imports the formula tables and the library look-ups (where they are used); used by ``msgpt predict`` and the app's
+Run.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def sampled(position: int, probability: float, min_probability: float) -> bool:
 
 def formula_run_spectra(spectrum, table: FormulaTable, k: int, runnable_adducts: Sequence[str],
                         libraries: Sequence = (), min_probability: float = MIN_SAMPLED_PROBABILITY) -> list[tuple]:
-    """``(formula candidate, spectrum)`` pairs: copies of ``spectrum`` for its best ``k`` runnable formula candidates (``runnable_adducts``: the ion types the
-    model runs, ``ModelBundle.runnable_adducts``), each with its formula, ion type, rank and probability noted; one
+    """``(formula candidate, spectrum)`` pairs: copies of ``spectrum`` for its best ``k`` runnable formula candidates
+    (``runnable_adducts``: the ion types the model runs, ``ModelBundle.runnable_adducts``), each with its formula, ion
+    type, rank and probability noted; one
     below ``min_probability`` (not the best) is marked :data:`LIBRARY_ONLY` (``formula_run``, with a note in its
     warnings) and kept only when ``libraries`` hold a structure of its formula, or a reference spectrum of one
     matched the spectrum. ``min_probability=0`` samples every one."""

@@ -20,8 +20,8 @@ def write(path: Path, rows: list[tuple[str, int, str]]) -> Path:
 
 
 def test_answers_are_read_in_feature_rank_order(tmp_path):
-    out = write(tmp_path / "a.csv", [("F1", 2, "BBBBBBBBBBBBBB"), ("F1", 1, "AAAAAAAAAAAAAA"), ("F2", 1, "CCCCCCCCCCCCCC")])
-    assert bench_run.feature_answers(out) == {"F1": ["AAAAAAAAAAAAAA", "BBBBBBBBBBBBBB"], "F2": ["CCCCCCCCCCCCCC"]}
+    out = write(tmp_path / "a.csv", [("F1", 2, "B" * 14), ("F1", 1, "A" * 14), ("F2", 1, "C" * 14)])
+    assert bench_run.feature_answers(out) == {"F1": ["A" * 14, "B" * 14], "F2": ["C" * 14]}
 
 
 def test_the_comparison_counts_the_same_rank_1_and_features_only_one_wrote(tmp_path):

@@ -47,7 +47,8 @@ unsampled runs took; ``--measured`` compares a second ``collect`` made with the 
 not the simulation). A cache collected before candidates carried their sample count and origin must be collected
 again. Its table: docs/evidence/formula_run_budget.md::
 
-    python -m training.studies.feature_formula_weight collect --min-formula-p 0 --cache /tmp/feature_formula_weight.jsonl
+    python -m training.studies.feature_formula_weight collect --min-formula-p 0 \\
+        --cache /tmp/feature_formula_weight.jsonl
     python -m training.studies.feature_formula_weight collect --cache /tmp/feature_formula_weight_budget.jsonl
     python -m training.studies.feature_formula_weight budget --cache /tmp/feature_formula_weight.jsonl \\
         --measured /tmp/feature_formula_weight_budget.jsonl
@@ -314,7 +315,8 @@ def budget(a: argparse.Namespace) -> int:
     print(f"data: {a.cache}: {len(records)} FOLD=val spectra with candidates, {sampled_runs} ranked formula runs "
           f"({sampled_runs / max(len(records), 1):.2f} a spectrum), pipeline {total / 60:.1f} min; "
           f"w = {FORMULA_WEIGHT:g}, floor {FORMULA_FLOOR:g}, undrawn prior {UNDRAWN_PRIOR:g}")
-    print("| min P sampled | Top-1 | Top-5 | Top-10 | ΔTop-1 (95%) | ΔTop-10 (95%) | runs unsampled | seconds saved |")
+    print("| min P sampled | Top-1 | Top-5 | Top-10 | ΔTop-1 (95%) | ΔTop-10 (95%) | runs unsampled "
+          "| seconds saved |")
     print("| ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |")
     out = {}
     for t in a.thresholds:
