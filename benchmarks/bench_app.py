@@ -41,6 +41,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.worktree import worktree  # noqa: E402
 DEFAULT_MZML = ROOT.parent / "shared" / "data" / "mzml" / "qexactive_dda_qc_pool.mzML"
 BASELINE = "ed963ef"
 
@@ -243,18 +246,6 @@ def measure(code: Path, args: argparse.Namespace, profile: str | None, startup_o
         shutil.rmtree(home, ignore_errors=True)
 
 
-def baseline_tree(commit: str) -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="msgpt-baseline-")) / "tree"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(folder), commit], check=True,
-                   stdout=subprocess.DEVNULL)
-    return folder
-
-
-def remove_tree(folder: Path) -> None:
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(folder)], check=False)
-    shutil.rmtree(folder.parent, ignore_errors=True)
-
-
 def differing(a: dict, b: dict) -> list[str]:
     """Features whose final rankings differ between two versions (formula runs, candidates, scores, order)."""
     return [k for k in a if a[k] != b.get(k)]
@@ -302,11 +293,8 @@ def main(argv=None) -> int:
         sys.exit(f"No LC-MS run at {args.mzml}: give --mzml FILE (the QC-pool run is in ../shared/data/mzml/).")
     results: dict[str, dict] = {}
     if not args.no_baseline:
-        tree = baseline_tree(args.baseline)
-        try:
+        with worktree(args.baseline) as tree:
             results[f"baseline {args.baseline}"] = measure(tree, args, None, args.startup_only)
-        finally:
-            remove_tree(tree)
     load = os.getloadavg()[0]
     results["current"] = measure(Path(args.code).resolve(), args, args.profile, args.startup_only)
     if args.live_all and not args.startup_only:

@@ -46,6 +46,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.worktree import worktree  # noqa: E402
 DEFAULT_RUN = ROOT.parent / "shared/data/mzml/qexactive_dda_qc_pool.mzML"
 BASELINE = "ed963ef"  # the code path before issue #58
 
@@ -224,7 +227,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
           f"{platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M')}; threads {a.threads}")
     tmp = Path(tempfile.mkdtemp(prefix="bench_run_"))
-    worktree = tmp / "baseline"
     truth = None
     try:
         if a.val:
@@ -232,9 +234,8 @@ def main(argv: list[str] | None = None) -> int:
             a.inputs = [str(path)]
         results = {}
         if not a.no_baseline:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), a.baseline],
-                           check=True, capture_output=True)
-            results["baseline"] = run_version(worktree, a.inputs, tmp / "baseline.csv", a.threads, ["-q"] + a.extra)
+            with worktree(a.baseline) as tree:
+                results["baseline"] = run_version(tree, a.inputs, tmp / "baseline.csv", a.threads, ["-q"] + a.extra)
         results["current"] = run_version(ROOT, a.inputs, tmp / "current.csv", a.threads, ["-q"] + a.extra)
         print(f"inputs: {' '.join(a.inputs)}; msgpt predict -q --seed 0 --threads {a.threads} {' '.join(a.extra)}")
         print("| version | features | run seconds | features / hour | start-up and loading s | ratio |")
@@ -267,9 +268,6 @@ def main(argv: list[str] | None = None) -> int:
         if a.concurrency:
             print("\n" + "\n".join(concurrency(ROOT, a.concurrency_input or a.inputs, tmp)))
     finally:
-        if worktree.exists():
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
-                           capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
