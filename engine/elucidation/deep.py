@@ -43,10 +43,15 @@ import time
 from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 
-from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector, parse_formula
 from engine.elucidation.analogs import AnalogIndex
-from engine.elucidation.edits import isomer_edit_mols
+from engine.elucidation.edits import (
+    EDIT_KEEP,
+    EDIT_MAX_ATOMS,
+    EDIT_PARENTS,
+    best_edits,
+    editable_formula,
+)
 from engine.elucidation.pipeline import (
     QueryParams,
     RankingUpdated,
@@ -102,10 +107,11 @@ class DeepConfig:
     edit_rounds: int = field(default=3, metadata={
         "help": "rounds of formula-preserving edits (a substituent moved, two atoms swapped) of the best candidates "
                 "(0: none)"})
-    edit_parents: int = field(default=5, metadata={"help": "best not-yet-edited candidates edited per round"})
-    edit_keep: int = field(default=20, metadata={
+    edit_parents: int = field(default=EDIT_PARENTS, metadata={
+        "help": "best not-yet-edited candidates edited per round"})
+    edit_keep: int = field(default=EDIT_KEEP, metadata={
         "help": "edits per round that join the pool: those the fingerprint score ranks best"})
-    edit_max_atoms: int = field(default=50, metadata={
+    edit_max_atoms: int = field(default=EDIT_MAX_ATOMS, metadata={
         "help": "heavy atoms of the spectrum's formula above which nothing is edited (the moves grow as atoms squared)"})
     stop_top: int = field(default=10, metadata={
         "help": "a refinement (edit) round that puts no new candidate among the best stop_top ends the refinement "
@@ -316,6 +322,9 @@ class DeepSearch:
         self._spent("standard")
         s, cfg = self.session, self.config
         self.pool = copy.deepcopy(s.pool)
+        edits, edited = s.edits(params)  # standard effort's edit rounds: deep search's go on from them
+        self.edited.update(edited)
+        self.edit_keys.update(decode_safe(x).inchikey14 for x in edits)
         self.pool.fragments = None  # the search chooses by the fingerprint score; the final ranking adds fragments
         queries = s._queries
         for qi, q in enumerate(queries):
@@ -387,21 +396,14 @@ class DeepSearch:
         """Offers the pool the ``edit_keep`` best-scoring new edits of the best ``edit_parents`` not-yet-edited
         candidates (:meth:`CandidatePool.add_edits`: count 0, no sample); returns how many."""
         cfg = self.config
-        if self.pool.scorer is None:  # no posterior to score edits by
-            return 0
-        if sum(n for el, n in parse_formula(self.session.formula).items() if el != "H") > cfg.edit_max_atoms:
-            return 0
+        if self.pool.scorer is None or not editable_formula(self.session.formula, cfg.edit_max_atoms):
+            return 0  # no posterior to score edits by, or too many atoms
         candidates, _ = self.pool.rank(None, params.ranking)
-        have = {c.smiles for c in candidates}
         parents = [c for c in candidates if c.inchikey14 not in self.edited][: cfg.edit_parents]
-        scored: dict[str, float] = {}
-        for c in parents:
-            check_cancel(cancel)
-            self.edited.add(c.inchikey14)
-            for smiles, mol in isomer_edit_mols(c.smiles).items():
-                if smiles not in have and smiles not in scored:
-                    scored[smiles] = self.pool.scorer.score(chem.morgan_bits(mol))
-        best = sorted(scored, key=lambda x: (-scored[x], x))[: cfg.edit_keep]
+        self.edited.update(c.inchikey14 for c in parents)
+        best = best_edits([c.smiles for c in parents], self.pool.scorer.score, {c.smiles for c in candidates},
+                          cfg.edit_keep)
+        check_cancel(cancel)
         self.pool.add_edits(best)
         self.edit_keys.update(decode_safe(x).inchikey14 for x in best)
         return len(best)

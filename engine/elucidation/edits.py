@@ -18,22 +18,30 @@ and one connected component, and is returned once, as stereo-free canonical SMIL
 :func:`engine.chem.plausibility.implausible` flags (textbook unstable motifs) are dropped: the fingerprint
 score alone would not stop them.
 
-Pure RDKit, no model: :class:`engine.elucidation.deep.DeepSearch` scores the edits under the posterior and
-keeps the best. May import :mod:`engine.chem` and :mod:`engine.insight`.
+Pure RDKit, no model: :func:`best_edits` scores the edits with the caller's fingerprint score and keeps the best.
+Standard effort makes one round of them after sampling (:class:`engine.elucidation.pipeline.SpectrumSession`,
+``QueryParams.edit_rounds``), deep search more (:class:`engine.elucidation.deep.DeepSearch`). May import
+:mod:`engine.chem` and :mod:`engine.insight`.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 
+import numpy as np
 from rdkit import Chem, rdBase
 from rdkit.Chem import rdMolDescriptors
 
-from engine.chem.molecules import canonical_smiles
+from engine.chem.formula import parse_formula
+from engine.chem.molecules import canonical_smiles, morgan_bits
 from engine.chem.plausibility import implausible
 
 MAX_ATOMS = 80  # heavy atoms above which a molecule is not edited (the moves grow as atoms squared)
+# an edit round: the best candidates not yet edited, and the new edits kept (those the fingerprint score rates best)
+EDIT_PARENTS = 5
+EDIT_KEEP = 20
+EDIT_MAX_ATOMS = 50  # heavy atoms of a formula above which an edit round is skipped (time grows as atoms squared)
 
 
 def _editable(smiles: str) -> Chem.Mol | None:
@@ -114,13 +122,24 @@ def isomer_edits(smiles: str, max_group: int = 8, swaps: bool = True) -> list[st
 def isomer_edit_mols(smiles: str, max_group: int = 8, swaps: bool = True) -> dict[str, Chem.Mol]:
     """:func:`isomer_edits` with each edit's molecule (parsed from its SMILES, as a fresh parse perceives it), so a
     caller that fingerprints every edit parses none again."""
+    own = canonical_smiles(smiles)
+    result: dict[str, Chem.Mol] = {}
+    for key in _sanitized_edits(smiles, max_group, swaps):
+        final = _final(key, own)
+        if final is not None:
+            result.setdefault(*final)
+    return result
+
+
+def _sanitized_edits(smiles: str, max_group: int = 8, swaps: bool = True) -> dict[str, Chem.Mol]:
+    """Every distinct move of ``smiles`` that RDKit sanitises into one molecule of the same formula, by the SMILES
+    RDKit writes for the edited copy (Kekulé-derived; :func:`_final` makes it canonical), in a stable order."""
     mol = _editable(smiles)
     if mol is None:
         return {}
     formula = rdMolDescriptors.CalcMolFormula(mol)
-    own = canonical_smiles(smiles)
     moves = itertools.chain(_migrations(mol, max_group), _swaps(mol) if swaps else ())
-    out: dict[str, None] = {}
+    out: dict[str, Chem.Mol] = {}
     with rdBase.BlockLogs():
         for new in moves:  # one edited copy at a time
             if Chem.SanitizeMol(new, catchErrors=True) != Chem.SanitizeFlags.SANITIZE_NONE:
@@ -129,14 +148,52 @@ def isomer_edit_mols(smiles: str, max_group: int = 8, swaps: bool = True) -> dic
                 continue
             s = Chem.MolToSmiles(new)
             if "." not in s:
-                out[s] = None
-    # canonical again from the string: aromaticity perceived as a fresh parse would (the key that decodes agree on)
-    result: dict[str, Chem.Mol] = {}
-    for s in out:
-        m = Chem.MolFromSmiles(s)
-        if m is None or implausible(m):
+                out.setdefault(s, new)
+    return out
+
+
+def _final(key: str, own: str) -> tuple[str, Chem.Mol] | None:
+    """(canonical SMILES, molecule) of an edit written as ``key``, parsed again so that aromaticity is perceived as
+    a fresh parse would (the key that decodes agree on); None when it does not parse, is implausible, or is the
+    parent (``own``) itself."""
+    with rdBase.BlockLogs():
+        m = Chem.MolFromSmiles(key)
+    if m is None or implausible(m):
+        return None
+    c = Chem.MolToSmiles(m)
+    return None if c == own else (c, m)
+
+
+def editable_formula(formula: str, max_atoms: int = EDIT_MAX_ATOMS) -> bool:
+    """Whether structures of ``formula`` get edit rounds: at most ``max_atoms`` heavy atoms."""
+    return sum(n for element, n in parse_formula(formula).items() if element != "H") <= max_atoms
+
+
+def best_edits(parents: Iterable[str], score: Callable[[np.ndarray], float], have: Collection[str], keep: int
+               ) -> dict[str, str]:
+    """The ``keep`` new isomer edits of ``parents`` (SMILES, best first) that ``score`` (of an edit's Morgan bits:
+    the fingerprint score under the spectrum's posterior) rates best, best first, each with the parent it was made
+    from (the first parent that made it); edits whose canonical SMILES are in ``have`` are left out.
+
+    Every edit is scored on the molecule RDKit sanitised after the move, whose Morgan bits are those of a fresh
+    parse (the same for all 64,024 edits of 150 candidates checked); only the best are parsed again to their
+    canonical SMILES and checked for plausibility (:func:`_final`), in score order (ties by the written SMILES)
+    until ``keep`` remain, which saves most of an edit round's time."""
+    if keep <= 0:
+        return {}
+    scored: dict[str, tuple[float, str, str]] = {}  # written SMILES -> (score, parent, parent's canonical SMILES)
+    for parent in parents:
+        own = canonical_smiles(parent)
+        for key, mol in _sanitized_edits(parent).items():
+            if key not in scored:
+                scored[key] = (float(score(morgan_bits(mol))), parent, own)
+    out: dict[str, str] = {}
+    for key in sorted(scored, key=lambda x: (-scored[x][0], x)):
+        _, parent, own = scored[key]
+        final = _final(key, own)
+        if final is None or final[0] in have or final[0] in out:
             continue
-        c = Chem.MolToSmiles(m)
-        if c != own:
-            result.setdefault(c, m)
-    return result
+        out[final[0]] = parent
+        if len(out) == keep:
+            break
+    return out

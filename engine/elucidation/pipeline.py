@@ -25,6 +25,12 @@ import torch
 
 from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector, parse_formula
+from engine.elucidation.edits import (
+    EDIT_KEEP,
+    EDIT_PARENTS,
+    best_edits,
+    editable_formula,
+)
 from engine.elucidation.libraries import (
     LIBRARY_PRIOR,
     UNDRAWN_PRIOR,
@@ -39,6 +45,7 @@ from engine.elucidation.ranking import (
     Candidate,
     CandidatePool,
     FragmentRerank,
+    decode_safe,
     reference_rank,
 )
 from engine.errors import ConfigError, MsgptError, SpectrumError
@@ -61,8 +68,11 @@ from engine.spectral_library import SpectralMatches
 from engine.timing import staged, timed
 
 # settings that never change the samples
-RANKING_ONLY = ("ranking", "library_prior", "undrawn_prior", "effort", "fragment_score", "analog_score")
+RANKING_ONLY = ("ranking", "library_prior", "undrawn_prior", "effort", "fragment_score", "analog_score", "edit_rounds")
+MAX_EDIT_ROUNDS = 10
 EFFORTS = ("standard", "deep")  # deep: engine.elucidation.deep refines the standard pool (about 4.5x the time)
+EDIT_ROUNDS = 3  # standard effort's rounds of isomer edits (measured: docs/evidence/standard_edits.md)
+EDIT_STOP_TOP = 10  # an edit round none of whose edits enters the best this many proposals ends the rounds
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,10 @@ class QueryParams:
     analog_score: bool = field(default=True, metadata={
         "help": "add the analog score (likeness to the compounds of the spectrum's analog hits in the spectral "
                 "libraries) to the ranking, as the bundle's measurement chose"})
+    edit_rounds: int = field(default=EDIT_ROUNDS, metadata={
+        "help": "rounds of isomer edits after sampling: the best drawn candidates' isomers one move away (a "
+                "substituent moved, two atoms swapped) whose fingerprints score best join the pool "
+                "(engine.elucidation.edits; 0: none)"})
 
     def __post_init__(self):
         check_kappa(self.kappa_min, "kappa_min")
@@ -119,6 +133,10 @@ class QueryParams:
         check_ranking(self.ranking)
         if self.decoding not in DECODING_MODES:
             raise ConfigError(f"`decoding` must be one of {', '.join(DECODING_MODES)}, got {self.decoding!r}.")
+        if not isinstance(self.edit_rounds, int) or isinstance(self.edit_rounds, bool) or not (
+                0 <= self.edit_rounds <= MAX_EDIT_ROUNDS):
+            raise ConfigError(f"`edit_rounds` must be an integer from 0 to {MAX_EDIT_ROUNDS}, "
+                              f"got {self.edit_rounds!r}.")
         if self.effort not in EFFORTS:
             raise ConfigError(f"`effort` must be one of {', '.join(EFFORTS)}, got {self.effort!r}.")
         for name in ("library_prior", "undrawn_prior"):
@@ -167,6 +185,7 @@ class QueryParams:
             + (f" effort={self.effort}" if self.effort != "standard" else "")
             + ("" if self.fragment_score else " fragment_score=off")
             + ("" if self.analog_score else " analog_score=off")
+            + (f" edit_rounds={self.edit_rounds}" if self.edit_rounds != EDIT_ROUNDS else "")
         )
 
 
@@ -338,6 +357,7 @@ class SpectrumSession:
         self.pool: CandidatePool | None = None
         self._fragments = fragment_rerank(bundle, self.model_spectrum)
         self._analogs: AnalogRerank | None | bool = False  # False: not searched yet
+        self._edits: dict[tuple[int, int], tuple[dict[str, str], frozenset[str]]] = {}  # (N, rounds) -> edits, parents
 
     @property
     def posterior(self) -> np.ndarray:
@@ -363,6 +383,7 @@ class SpectrumSession:
             self.pool.add_known(spectral_structures(self.spectral_matches, self.spectrum.adduct))
         self._key = key
         self._plan = plan
+        self._edits = {}
 
     def drawn_samples(self, params: QueryParams) -> list[tuple[int, int, str]]:
         """The samples drawn so far for the band of ``params`` (any N): ``(i, j, SAFE string)``; empty when
@@ -406,6 +427,7 @@ class SpectrumSession:
         total = sum(len(r.sample_ids) for r in requests)
         done = 0
         if requests:
+            self.pool.set_edits({})  # the live rankings show what is drawn; the edits follow the last sample
             sampler = sample_queries(
                 self.bundle.decoder,
                 self.bundle.tokenizer,
@@ -425,7 +447,46 @@ class SpectrumSession:
                 yield SamplesDrawn(self.index, done, total)
                 yield RankingUpdated(self.index, lambda done=done: self._result(params, done, t0, partial=done < total))
         check_cancel(cancel)
+        self.pool.set_edits(self.edits(params)[0])
         return self._result(params, done, t0, partial=False)
+
+    @staged("edits")
+    def edits(self, params: QueryParams) -> tuple[dict[str, str], frozenset[str]]:
+        """Standard effort's isomer edits of the drawn candidates (:mod:`engine.elucidation.edits`) and the InChIKey
+        blocks of the candidates edited. ``params.edit_rounds`` rounds; each edits the best
+        :data:`~engine.elucidation.edits.EDIT_PARENTS` structures drawn or edited so far that are not yet edited
+        (by fingerprint score, :meth:`CandidatePool.proposals`: the libraries do not change them) and keeps the
+        :data:`~engine.elucidation.edits.EDIT_KEEP` new edits that score best; a round none of whose edits enters
+        the best :data:`EDIT_STOP_TOP` ends them. Worked out once per (N, rounds); none for a plan's queries (what
+        the decoder alone draws), without samples, or for a formula of more heavy atoms than edits take."""
+        key = (params.samples_per_group, params.edit_rounds)
+        if key in self._edits:
+            return self._edits[key]
+        edits: dict[str, str] = {}
+        edited: set[str] = set()
+        if (self._plan is None and params.edit_rounds and self.pool.scorer is not None and len(self.pool)
+                and editable_formula(self.formula)):
+            pool = self.pool
+            saved = dict(pool._edits)
+            try:
+                pool.set_edits({})
+                for _ in range(params.edit_rounds):
+                    ranked = pool.proposals(params.samples_per_group)
+                    parents = [(k14, smiles) for k14, smiles, _ in ranked if k14 not in edited][:EDIT_PARENTS]
+                    if not parents:
+                        break
+                    edited.update(k14 for k14, _ in parents)
+                    new = best_edits([smiles for _, smiles in parents], pool.scorer.score,
+                                     {smiles for _, smiles, _ in ranked}, EDIT_KEEP)
+                    edits.update(new)
+                    pool.add_edits(new)
+                    best = {k14 for k14, _, _ in pool.proposals(params.samples_per_group)[:EDIT_STOP_TOP]}
+                    if not best & {decode_safe(x).inchikey14 for x in new}:
+                        break
+            finally:
+                pool.set_edits(saved)
+        self._edits[key] = (edits, frozenset(edited))
+        return self._edits[key]
 
     def rank_known(self, params: QueryParams) -> SpectrumResult:
         """The library structures of the spectrum's formula ranked alone, no sample drawn (the encoder runs once):

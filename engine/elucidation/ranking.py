@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -49,7 +49,13 @@ from engine.chem import molecules as chem
 from engine.errors import ConfigError
 from engine.model.constraints import DEAD_END
 from engine.model.forward import ForwardRanking
-from engine.model.scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking, ranking_score, sort_key
+from engine.model.scoring import (
+    DEFAULT_RANKING,
+    FingerprintScorer,
+    check_ranking,
+    ranking_score,
+    sort_key,
+)
 from engine.timing import staged
 
 log = logging.getLogger(__name__)
@@ -129,6 +135,7 @@ class Candidate:
     fragment_score: float = float("nan")  # forward score of its fragments against the spectrum (nan: not scored)
     analog_score: float = float("nan")  # highest similarity × Tanimoto to an analog's structure (nan: not scored)
     analog_reference: str = ""  # the reference spectrum giving it: "accession name"
+    edited_from: str = ""  # made by an isomer edit of this candidate (SMILES), not drawn (engine.elucidation.edits)
 
     @property
     def identified(self) -> bool:
@@ -304,7 +311,7 @@ class CandidatePool:
         self.query_bits = [np.asarray(b, dtype=np.int64) for b in query_bits]
         self.scorer = scorer
         self._samples: dict[SampleId, str] = {}
-        self._edits: dict[str, None] = {}  # structures made by editing candidates (deep search), not drawn
+        self._edits: dict[str, str] = {}  # structures made by editing candidates, not drawn -> the candidate edited
         self._bits_cache: dict[str, np.ndarray] = {}
         self._sim_cache: dict[str, float] = {}
         self._score_cache: dict[str, float] = {}
@@ -345,12 +352,36 @@ class CandidatePool:
             elif not have.name and s.name:
                 self._known[s.inchikey14] = replace(have, name=s.name)
 
-    def add_edits(self, smiles: Iterable[str]) -> None:
-        """Offer structures made from candidates rather than drawn (deep search's edits,
-        :mod:`engine.elucidation.edits`): each of the pool's formula joins the ranking once, with count 0 (no
-        sample drew it) and origin ``de_novo``; the sample counts are unchanged."""
-        for s in smiles:
-            self._edits.setdefault(s, None)
+    def add_edits(self, edits: Mapping[str, str] | Iterable[str]) -> None:
+        """Offer structures made from candidates rather than drawn (isomer edits, :mod:`engine.elucidation.edits`),
+        each with the SMILES of the candidate it was made from (a mapping; an iterable: unknown): each of the pool's
+        formula joins the ranking once, with count 0 (no sample drew it), origin ``de_novo`` and ``edited_from``;
+        the sample counts are unchanged."""
+        items = edits.items() if isinstance(edits, Mapping) else ((x, "") for x in edits)
+        for s, parent in items:
+            self._edits.setdefault(s, parent)
+
+    def set_edits(self, edits: Mapping[str, str]) -> None:
+        """Replace every edit offered so far by ``edits`` (:meth:`add_edits`)."""
+        self._edits = {}
+        self.add_edits(edits)
+
+    def proposals(self, n_per_group: int | None = None) -> list[tuple[str, str, float]]:
+        """``(inchikey14, smiles, fingerprint score)`` of every structure drawn (samples with ``j < n_per_group``)
+        or made by an edit, best fingerprint score first (ties by InChIKey block): what edits start from, whatever
+        the libraries and the ranking's other terms. Needs a scorer."""
+        seen: dict[str, Counter] = {}
+        for s in self.select(n_per_group):
+            d = decode_safe(s)
+            if d.inchikey14 is not None and d.formula == self.formula:
+                seen.setdefault(d.inchikey14, Counter())[d.smiles] += 1
+        rows = {k14: min(c, key=lambda x: (-c[x], x)) for k14, c in seen.items()}
+        for s in self._edits:
+            d = decode_safe(s)
+            if d.inchikey14 is not None and d.formula == self.formula:
+                rows.setdefault(d.inchikey14, d.smiles)
+        out = [(k14, smiles, self._fingerprint_score(smiles, self._bits(smiles))) for k14, smiles in rows.items()]
+        return sorted(out, key=lambda r: (-r[2], r[0]))
 
     @property
     def n_edits(self) -> int:
@@ -404,11 +435,13 @@ class CandidatePool:
             bits = self._bits(smiles)
             fp_score = self._fingerprint_score(smiles, bits)
             rows.append((sum(smiles_counts.values()), self._similarity(smiles, bits), k14, smiles, bits, fp_score))
-        for s in self._edits:
+        edited: dict[str, str] = {}  # structure made by an edit, no sample drew it -> the candidate edited
+        for s, parent in self._edits.items():
             d = decode_safe(s)
             if d.inchikey14 is None or d.formula != self.formula or d.inchikey14 in groups or d.inchikey14 in keys:
                 continue
             keys[d.inchikey14] = d
+            edited[d.inchikey14] = parent
             if d.inchikey14 not in self._known:  # a library structure is listed below, with its origin
                 bits = self._bits(d.smiles)
                 rows.append((0, self._similarity(d.smiles, bits), d.inchikey14, d.smiles, bits,
@@ -458,6 +491,7 @@ class CandidatePool:
                 fragment_score=forward.get(k14, float("nan")),
                 analog_score=analog[k14][0] if k14 in analog else float("nan"),
                 analog_reference=analog[k14][1].label if analog.get(k14, (0, None))[1] is not None else "",
+                edited_from=edited.get(k14, ""),
                 **self._origin(k14, count),
             )
             for r, (count, sim, k14, smiles, bits, fp_score) in enumerate(rows)

@@ -53,7 +53,7 @@ import numpy as np
 
 from engine import progress
 from engine.chem import molecules as chem
-from engine.elucidation.pipeline import QueryParams, SpectrumSession, compute_posterior
+from engine.elucidation.pipeline import EDIT_ROUNDS, QueryParams, SpectrumSession, compute_posterior
 from engine.errors import ConfigError, MsgptError
 from engine.model.querying import OUTER_KAPPA_RANGE, Calibration, QueryPlan, band_thresholds, build_queries
 from engine.model.sampling import DECODING_MODES
@@ -92,7 +92,7 @@ def query_for(variant: str, cfg: EvalConfig, model, ref: Reference, thresholds: 
     """The parameters (N, seed, adapter) and the query plan of one variant (None: the band)."""
     m, b = cfg.groups, cfg.pool_size
     band = QueryParams(kappa_min=cfg.kappa_min, kappa_max=cfg.kappa_max, groups=m, samples_per_group=b // m,
-                       seed=cfg.seed, use_adapter=False)
+                       seed=cfg.seed, use_adapter=False, edit_rounds=cfg.edit_rounds)  # a plan gets no edits
     single = replace(band, samples_per_group=b)
     if variant == "oracle":
         return single, QueryPlan.oracle(ref.query_bits)
@@ -297,6 +297,7 @@ def _run_info(cfg: EvalConfig, model, selection: Selection, run_key: dict, varia
         "selected": [spectrum_key(s) for s, _ in selection.chosen],
         "parameters": {"kappa_band": [cfg.kappa_min, cfg.kappa_max], "groups": cfg.groups,
                        "pool_size": cfg.pool_size, "pool_sizes": list(cfg.pool_sizes), "seed": cfg.seed,
+                       "edit_rounds": cfg.edit_rounds,
                        "outer_range": list(cfg.outer_range), "temperature": 1.0, "top_k": 50, "top_p": 0.95,
                        "mces": cfg.mces, "mces_time_limit": cfg.mces_time_limit},
         "variants": variants, "skipped_variants": skipped, "scaling": scaling,
@@ -497,6 +498,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--outer-range", nargs=2, type=float, default=OUTER_KAPPA_RANGE, metavar=("LO", "HI"),
                    help="κ range whose part outside the band the outer variant draws from (default 0.5 2.0)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--edit-rounds", type=int, default=EDIT_ROUNDS, metavar="K",
+                   help=f"rounds of isomer edits after the band's sampling (default {EDIT_ROUNDS}, as msgpt predict; "
+                   "0: none)")
     p.add_argument("--decoding", nargs="+", default=["formula"], choices=DECODING_MODES, metavar="MODE",
                    help="decoding modes, each variant runs with each: formula (constrained, default), free (the "
                         "paper's); free runs are named VARIANT/free")
@@ -522,7 +526,8 @@ def config_from_args(args: argparse.Namespace, argv: Sequence[str]) -> EvalConfi
         adducts=tuple(args.adducts) if args.adducts else None, max_spectra=args.max_spectra,
         one_per_structure=args.one_per_structure, variants=tuple(args.variants), kappa_min=args.band[0],
         kappa_max=args.band[1], groups=args.groups, pool_size=args.pool_size, pool_sizes=tuple(args.pool_sizes),
-        outer_range=tuple(args.outer_range), seed=args.seed, decodings=tuple(args.decoding),
+        outer_range=tuple(args.outer_range), seed=args.seed, edit_rounds=args.edit_rounds,
+        decodings=tuple(args.decoding),
         rankings=tuple(args.rankings), mces=args.mces, mces_time_limit=args.mces_time_limit,
         device=args.device, precision=args.precision, threads=args.threads, kappa_sweep=args.kappa_sweep,
         sweep_folds=tuple(args.sweep_folds) if args.sweep_folds else None,

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.chem import molecules as chem
-from engine.elucidation.pipeline import QueryParams, require_usable
+from engine.elucidation.pipeline import EDIT_ROUNDS, QueryParams, require_usable
 from engine.errors import ConfigError, MsgptError
 from engine.model.querying import OUTER_KAPPA_RANGE, Calibration
 from engine.model.sampling import DECODING_MODES
@@ -230,6 +230,8 @@ class EvalConfig:
     pool_sizes: tuple[int, ...] = field(default=(), metadata={"help": "candidate-pool scaling: B values, M fixed"})
     outer_range: tuple[float, float] = OUTER_KAPPA_RANGE
     seed: int = 0
+    edit_rounds: int = field(default=EDIT_ROUNDS, metadata={
+        "help": "rounds of isomer edits of the band's pools (0: none, standard effort before issue #59)"})
     mces: bool = False
     mces_time_limit: float = field(default=60.0, metadata={"help": "seconds per MCES pair"})
     device: str = "auto"

@@ -9,7 +9,8 @@ the FOLD=train spectra whose structure the bundle's encoder never trained on (tu
 :func:`training.encoder.noise.unseen_structures`). No library joins the pools (deep search only borrows analogs' fragments).
 
 **Methods**, each from a fresh :class:`~engine.elucidation.pipeline.SpectrumSession` with the posterior computed
-once per spectrum (its time is added to every method): ``standard`` (B=100, the app's default), ``B=500`` and
+once per spectrum (its time is added to every method): ``standard`` (B=100, the app's default), ``edits=K``
+(standard effort with K rounds of isomer edits; ``edits=0`` is standard effort before issue #59), ``B=500`` and
 ``B=1500`` (more blind samples, M=20), ``deep`` (:class:`engine.elucidation.deep.DeepSearch`, default
 :class:`~engine.elucidation.deep.DeepConfig`; analogs from the bundled structure library with the spectrum's own
 structure left out, ``--analogs none`` for none). All methods of one spectrum run one after the other in the same
@@ -21,9 +22,9 @@ the defaults), run in the same process as the others.
 **Output.** ``<out>/results.jsonl``, one line per (spectrum, method), written as it goes (the same command again
 continues; a deep search's line adds the seconds of each phase and the phases whose samples drew the truth);
 ``<out>/summary.md`` the tables: spectra with the truth in the pool, Top-1, Top-10, mean seconds per spectrum and
-the ratio to standard on the spectra every method finished; each deep method's time per phase and the truths each
-phase found first; with ``--baseline METHOD`` (``--baseline-run DIR``: a method of another run of the same
-spectra), each deep method against it, paired: exact McNemar and 95% bootstrap intervals of the differences and
+the ratio to ``--reference`` (default standard) on the spectra every method finished; each deep method's time per
+phase and the truths each phase found first; with ``--baseline METHOD`` (``--baseline-run DIR``: a method of another
+run of the same spectra), each other method against it, paired: exact McNemar and 95% bootstrap intervals of the differences and
 of the time ratio.
 
 Its table: docs/deep_search.md, "Measured", with the command above.
@@ -118,6 +119,8 @@ def run_method(model, spectrum, posterior, method: str, params, deep_config, ana
         result = run_to_end(search.run(params))
     elif method == "standard":
         result = run_to_end(session.run(params))
+    elif method.startswith("edits="):
+        result = run_to_end(session.run(replace(params, edit_rounds=int(method[6:]))))
     else:
         b = int(method.split("=")[1])
         result = run_to_end(session.run(replace(params, samples_per_group=b // params.groups)))
@@ -159,24 +162,25 @@ def _rows_by_spectrum(path: Path) -> dict[str, dict[str, dict]]:
 
 
 def summarize(path: Path, methods, baseline: str | None = None, baseline_run: Path | None = None,
-              overlay: Path | None = None) -> str:
+              overlay: Path | None = None, reference: str = "standard") -> str:
     """The table of ``methods`` on the spectra they all finished (and on those standard and deep finished); the
     time and truth sources of each deep search's phases; with ``baseline`` (a method of ``baseline_run``, a run
     folder; else of this run), each other deep method against it (:func:`paired_table`). ``overlay``: a run
-    folder whose spectra replace this run's (all their methods' lines: a ``--heavier-than`` rerun)."""
+    folder whose spectra replace this run's (all their methods' lines: a ``--heavier-than`` rerun); ``reference``:
+    the method the time ratios divide by."""
     by = _rows_by_spectrum(path)
     if overlay:
         by.update(_rows_by_spectrum(Path(overlay) / "results.jsonl"))
     lines = []
     deep_methods = [m for m in methods if m.startswith("deep")]
     for scope, keep in (("every method done", [k for k, v in by.items() if all(m in v for m in methods)]),
-                        ("standard and deep done", [k for k, v in by.items() if "standard" in v and "deep" in v])):
+                        (f"{reference} and deep done", [k for k, v in by.items() if reference in v and "deep" in v])):
         if not keep:
             continue
-        std = sum(by[k]["standard"]["seconds"] for k in keep) / len(keep)
+        std = sum(by[k][reference]["seconds"] for k in keep) / len(keep)
         lines += [f"{scope}: {len(keep)} spectra", "",
                   "| method | truth in pool | Top-1 | Top-10 | best top-10 Tanimoto (mean) | candidates (mean) | "
-                  "s / spectrum | × standard |",
+                  f"s / spectrum | × {reference} |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for m in methods:
             rs = [by[k][m] for k in keep if m in by[k]]
@@ -194,9 +198,9 @@ def summarize(path: Path, methods, baseline: str | None = None, baseline_run: Pa
     if baseline:
         base_by = _rows_by_spectrum(Path(baseline_run) / "results.jsonl") if baseline_run else by
         label = f"{baseline} of {baseline_run}" if baseline_run else baseline
-        for m in deep_methods:
-            if m != baseline or baseline_run:
-                lines += paired_table(by, m, base_by, baseline, label)
+        for m in methods:
+            if m != reference and (m != baseline or baseline_run):
+                lines += paired_table(by, m, base_by, baseline, label, reference=reference)
     return "\n".join(lines)
 
 
@@ -234,15 +238,16 @@ def mcnemar_p(b: int, c: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def paired_table(by: dict, method: str, base_by: dict, base_method: str, label: str, reps: int = 10_000) -> list[str]:
+def paired_table(by: dict, method: str, base_by: dict, base_method: str, label: str, reps: int = 10_000,
+                 reference: str = "standard") -> list[str]:
     """``method`` of this run against ``base_method`` of ``base_by`` on the spectra both finished: per measure (truth
     in pool, Top-1, Top-10) the counts, the spectra only one of them got (exact McNemar p) and a 95% bootstrap interval
-    of the difference (spectra resampled, seed 0); and the time ratio to each run's own standard effort, with a
+    of the difference (spectra resampled, seed 0); and the time ratio to each run's own ``reference`` method, with a
     95% bootstrap interval of their difference."""
     import numpy as np
 
-    keys = [k for k in by if method in by[k] and "standard" in by[k] and k in base_by
-            and base_method in base_by[k] and "standard" in base_by[k]]
+    keys = [k for k in by if method in by[k] and reference in by[k] and k in base_by
+            and base_method in base_by[k] and reference in base_by[k]]
     if not keys:
         return []
     hit = {"truth in pool": lambda r: r is not None, "Top-1": lambda r: r == 1,
@@ -259,13 +264,14 @@ def paired_table(by: dict, method: str, base_by: dict, base_method: str, label: 
         lo, hi = np.percentile(d[draws].sum(axis=1), [2.5, 97.5])
         out.append(f"| {name} | {int(a.sum())} | {int(z.sum())} | {int((d > 0).sum())} | {int((d < 0).sum())} | "
                    f"{mcnemar_p(int((d > 0).sum()), int((d < 0).sum())):.3f} | {int(d.sum()):+d} ({lo:+.0f} to {hi:+.0f}) |")
-    sec = {who: (np.array([b[k][m]["seconds"] for k in keys]), np.array([b[k]["standard"]["seconds"] for k in keys]))
+    sec = {who: (np.array([b[k][m]["seconds"] for k in keys]), np.array([b[k][reference]["seconds"] for k in keys]))
            for who, b, m in (("new", by, method), ("base", base_by, base_method))}
     ratio = {who: s.sum() / st.sum() for who, (s, st) in sec.items()}
     boot = [sec[w][0][draws].sum(axis=1) / sec[w][1][draws].sum(axis=1) for w in ("new", "base")]
     lo, hi = np.percentile(boot[0] - boot[1], [2.5, 97.5])
     lo_new, hi_new = np.percentile(boot[0], [2.5, 97.5])
-    out += [(f"| × standard (each run's own) | {ratio['new']:.2f} ({lo_new:.2f} to {hi_new:.2f}) | {ratio['base']:.2f} | "
+    out += [(f"| × {reference} (each run's own) | {ratio['new']:.2f} ({lo_new:.2f} to {hi_new:.2f}) | "
+             f"{ratio['base']:.2f} | "
              f"| | | {ratio['new'] - ratio['base']:+.2f} ({lo:+.2f} to {hi:+.2f}) |"), ""]
     return out
 
@@ -278,7 +284,7 @@ def main(argv=None) -> int:
     p.add_argument("--set", choices=("val", "train-unseen"), default="val")
     p.add_argument("--max-spectra", type=int, default=100)
     p.add_argument("--methods", nargs="+", default=list(METHODS),
-                   help="standard, deep, deep:NAME (a --variant) and/or B=<pool size> (a multiple of 20)")
+                   help="standard, edits=K, deep, deep:NAME (a --variant) and/or B=<pool size> (a multiple of 20)")
     p.add_argument("--variant", action="append", default=[],
                    help="NAME='<JSON overrides of DeepConfig's defaults>': the deep search of method deep:NAME")
     p.add_argument("--baseline", default=None,
@@ -297,6 +303,7 @@ def main(argv=None) -> int:
     p.add_argument("--overlay", default=None, metavar="DIR",
                    help="with --summary-only: a run folder whose spectra replace this run's lines for them (a "
                         "--heavier-than rerun of those a setting changes)")
+    p.add_argument("--reference", default="standard", help="the method the time ratios divide by (default standard)")
     p.add_argument("--summary-only", action="store_true")
     args = p.parse_args(argv)
 
@@ -304,7 +311,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
     if args.summary_only:
-        print(summarize(results, args.methods, args.baseline, args.baseline_run, args.overlay))
+        print(summarize(results, args.methods, args.baseline, args.baseline_run, args.overlay, args.reference))
         return 0
 
     import torch
@@ -329,8 +336,9 @@ def main(argv=None) -> int:
         analogs = [run_to_end(open_analog_index(run_to_end(open_bundled_library())))]
     params = QueryParams()
     for m in args.methods:
-        if m not in ("standard", *configs) and not (m.startswith("B=") and m[2:].isdigit() and int(m[2:]) % 20 == 0):
-            raise SystemExit(f"unknown method {m!r}: use standard, deep, deep:NAME or B=<multiple of 20>")
+        if m not in ("standard", *configs) and not (m.startswith("B=") and m[2:].isdigit() and int(m[2:]) % 20 == 0) \
+                and not (m.startswith("edits=") and m[6:].isdigit()):
+            raise SystemExit(f"unknown method {m!r}: use standard, edits=K, deep, deep:NAME or B=<multiple of 20>")
     pairs = select(model, args.mgf, args.set, args.max_spectra, out / "selection.json")
     if args.heavier_than is not None:
         pairs = [(s, r) for s, r in pairs if heavy_atoms(s.formula) > args.heavier_than]
@@ -358,7 +366,7 @@ def main(argv=None) -> int:
                 fh.flush()
                 print(f"{n + 1}/{len(pairs)} {spectrum.id} {m}: rank {result.reference_rank} "
                       f"{len(result.candidates)} candidates {seconds:.1f}s", file=sys.stderr, flush=True)
-    summary = summarize(results, args.methods, args.baseline, args.baseline_run)
+    summary = summarize(results, args.methods, args.baseline, args.baseline_run, reference=args.reference)
     (out / "summary.md").write_text(summary + "\n")
     print(summary)
     return 0

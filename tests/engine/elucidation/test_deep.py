@@ -128,21 +128,23 @@ def test_unknown_effort_is_refused():
 def test_deep_search_reaches_a_true_structure_standard_effort_does_not(tiny_bundle):
     """A constructed case (issue #61): the spectrum's true structure is one isomer move (engine.elucidation.edits)
     away from the structure the standard pool ranks first, and no sample of the standard pool draws it; deep
-    search's edits reach it and rank it, standard effort does not. Fails when the edit rounds offer nothing."""
+    search's edits reach it and rank it, standard effort without its own edit rounds does not (they are switched off
+    here: test_pipeline.py tests them). Fails when the edit rounds offer nothing."""
     from engine.chem import molecules as chem
     from engine.elucidation.edits import isomer_edits
 
     spectrum = fixture_spectra()[0]
-    pool = run_to_end(SpectrumSession(tiny_bundle, spectrum).run(PARAMS)).candidates
+    params = replace(PARAMS, edit_rounds=0)
+    pool = run_to_end(SpectrumSession(tiny_bundle, spectrum).run(params)).candidates
     drawn = {c.inchikey14 for c in pool}
     truth = next(s for s in isomer_edits(pool[0].smiles)
                  if chem.inchikey(chem.mol_from_smiles(s))[:14] not in drawn)
     spectrum = replace(spectrum, smiles=truth, metadata={k: v for k, v in spectrum.metadata.items()
                                                          if k.lower() != "inchikey"})
-    standard = run_to_end(SpectrumSession(tiny_bundle, spectrum).run(PARAMS))
+    standard = run_to_end(SpectrumSession(tiny_bundle, spectrum).run(params))
     assert standard.reference_rank is None  # not in the standard pool
     keep_all = replace(SMALL, edit_rounds=1, edit_parents=1, edit_keep=10_000)  # every edit of rank 1 joins
-    deep = run_to_end(DeepSearch(SpectrumSession(tiny_bundle, spectrum), keep_all).run(PARAMS))
+    deep = run_to_end(DeepSearch(SpectrumSession(tiny_bundle, spectrum), keep_all).run(params))
     assert deep.reference_rank is not None  # reached, and ranked
     reached = next(c for c in deep.candidates if c.inchikey14 == deep.reference_inchikey14)
     assert reached.count == 0 and reached.origin == "de_novo"  # by an edit, not drawn
@@ -244,7 +246,7 @@ def test_no_edits_above_edit_max_atoms(tiny_bundle):
     for cap, edited in ((heavy - 1, False), (heavy, True)):
         config = replace(SMALL, edit_rounds=1, edit_parents=1, edit_keep=5, edit_max_atoms=cap)
         search = DeepSearch(SpectrumSession(tiny_bundle, spectrum), config)
-        run_to_end(search.run(PARAMS))
+        run_to_end(search.run(replace(PARAMS, edit_rounds=0)))  # standard effort's edits: EDIT_MAX_ATOMS
         assert bool(search.edit_keys) is edited and ("edits" in search.seconds)
 
 

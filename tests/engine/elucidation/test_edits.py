@@ -1,11 +1,19 @@
-"""Formula-preserving structure edits (deep search's last phase): every edit is a connected isomer of the
-input, the moves a chemist would try are there, they can be undone, and nothing unstable is proposed."""
+"""Formula-preserving structure edits (standard effort's edit rounds, deep search's last phase): every edit is a
+connected isomer of the input, the moves a chemist would try are there, they can be undone, nothing unstable is
+proposed, and the best-scoring ones are kept."""
 
+import numpy as np
 import pytest
 
 from engine.chem import molecules as chem
 from engine.chem.plausibility import implausible
-from engine.elucidation.edits import MAX_ATOMS, isomer_edit_mols, isomer_edits
+from engine.elucidation.edits import (
+    MAX_ATOMS,
+    best_edits,
+    editable_formula,
+    isomer_edit_mols,
+    isomer_edits,
+)
 
 CYPROCONAZOLE = "CC(C1CC1)C(O)(Cn1cncn1)c1ccc(Cl)cc1"
 DISULFIRAM = "CCN(CC)C(=S)SSC(=S)N(CC)CC"
@@ -60,3 +68,26 @@ def test_edit_mols_are_the_edits_as_a_fresh_parse_reads_them(smiles):
     assert list(mols) == isomer_edits(smiles)
     for e, mol in mols.items():
         assert chem.morgan_bits(mol).tolist() == chem.morgan_bits(chem.mol_from_smiles(e)).tolist()
+
+
+def test_best_edits_are_the_best_scoring_new_edits_with_their_parent():
+    """best_edits scores the sanitised edit and parses only the best again: the same edits, order and parents as
+    scoring every edit of every parent after a fresh parse."""
+    weights = np.random.default_rng(0).normal(size=chem.N_BITS)  # a score with no ties
+
+    def score(bits):
+        return float(weights[bits].sum())
+
+    parents = [CYPROCONAZOLE, DISULFIRAM]
+    have = set(isomer_edits(CYPROCONAZOLE)[:3])
+    every = {e: p for p in parents for e in isomer_edits(p)}
+    ranked = sorted((e for e in every if e not in have),
+                    key=lambda e: -score(chem.morgan_bits(chem.mol_from_smiles(e))))
+    got = best_edits(parents, score, have, keep=12)
+    assert list(got) == ranked[:12] and all(got[e] == every[e] for e in got)
+    assert not set(got) & have
+    assert best_edits(parents, score, have, keep=0) == {} and best_edits([], score, have, keep=5) == {}
+
+
+def test_editable_formula_caps_heavy_atoms():
+    assert editable_formula("C17H18ClN3O", max_atoms=22) and not editable_formula("C17H18ClN3O", max_atoms=21)

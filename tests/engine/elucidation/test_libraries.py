@@ -21,7 +21,7 @@ from engine.progress import run_to_end
 REFERENCE = "O=C(CCCCC(=O)N(CCO)CCO)N(CCO)CCO"  # the first fixture spectrum's structure, C14H28N2O6
 ISOMER = "O=C(CCCCCC(=O)N(CCO)CCO)N(CCO)CO"  # the same formula, one CH2 moved
 OTHER = "CCO"  # another formula: never offered
-PARAMS = QueryParams(groups=2, samples_per_group=2, seed=0)
+PARAMS = QueryParams(groups=2, samples_per_group=2, seed=0, edit_rounds=0)  # edits: test_pipeline.py
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
 """End to end on a tiny trained bundle: events, results, growing/shrinking the pool, cancel."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from progress_events import drain
@@ -127,6 +129,9 @@ def test_unusable_spectra_are_skipped_with_reasons(tiny_bundle, make_spectrum):
         (dict(top_p=0.0), "`top_p`"),
         (dict(temperature=0), "`temperature`"),
         (dict(seed=-1), "`seed`"),
+        (dict(edit_rounds=-1), "`edit_rounds` must be an integer from 0 to 10"),
+        (dict(edit_rounds=11), "`edit_rounds`"),
+        (dict(edit_rounds=True), "`edit_rounds`"),
     ],
 )
 def test_bad_parameters(kwargs, match):
@@ -140,14 +145,83 @@ def test_pool_size_must_be_multiple_of_groups():
         QueryParams.samples_for_pool_size(150, 20)
 
 
+# -- standard effort's isomer edits (engine.elucidation.edits) ------------------------------------------
+def test_edit_rounds_add_isomers_to_the_pool_without_drawing_and_can_be_taken_back(tiny_bundle):
+    from engine.elucidation.edits import EDIT_KEEP
+
+    session = SpectrumSession(tiny_bundle, fixture_spectra()[0])
+    plain = drain(session.run(QueryParams(edit_rounds=0)))[1]
+    events, edited = drain(session.run(QueryParams(edit_rounds=2)))
+    assert not [e for e in events if isinstance(e, SamplesDrawn)] and edited.n_samples == plain.n_samples
+    drawn = {c.inchikey14: c for c in plain.candidates}
+    new = [c for c in edited.candidates if c.inchikey14 not in drawn]
+    assert 0 < len(new) <= 2 * EDIT_KEEP and set(drawn) <= {c.inchikey14 for c in edited.candidates}
+    made = {c.smiles for c in new}
+    for c in new:  # each made by one move from a drawn candidate, or (round 2) from an edit of one
+        assert c.count == 0 and c.origin == "de_novo" and c.formula == plain.candidates[0].formula
+        assert c.edited_from in {d.smiles for d in plain.candidates} | made
+    assert all(not c.edited_from for c in plain.candidates)
+    again = drain(session.run(QueryParams(edit_rounds=0)))[1]  # taken back: the pool as drawn
+    assert [(c.inchikey14, c.count) for c in again.candidates] == [(c.inchikey14, c.count) for c in plain.candidates]
+    assert session.edits(QueryParams(edit_rounds=2)) is session.edits(QueryParams(edit_rounds=2))  # worked out once
+
+
+def test_live_rankings_show_what_is_drawn_and_the_final_one_adds_the_edits(tiny_bundle):
+    gen = SpectrumSession(tiny_bundle, fixture_spectra()[0]).run(QueryParams(edit_rounds=1))
+    live = []
+    while True:
+        try:
+            event = next(gen)
+        except StopIteration as stop:
+            final = stop.value
+            break
+        if isinstance(event, RankingUpdated):
+            live.append(event.result)  # read now, as the app does: the ranking of the pool at this moment
+    assert live and all(c.count > 0 for r in live for c in r.candidates)
+    assert any(c.count == 0 and c.edited_from for c in final.candidates)
+
+
+def test_standard_effort_reaches_a_true_structure_one_move_from_its_best_candidate(tiny_bundle, monkeypatch):
+    """A constructed case: the true structure is one isomer move from the structure with the best fingerprint score
+    of the drawn pool, and no sample draws it; an edit round reaches it. Fails when edits offer nothing."""
+    from engine.chem import molecules as chem
+    from engine.elucidation import pipeline
+    from engine.elucidation.edits import isomer_edits
+
+    monkeypatch.setattr(pipeline, "EDIT_PARENTS", 1)
+    monkeypatch.setattr(pipeline, "EDIT_KEEP", 10_000)  # every edit of the best candidate joins
+    spectrum = fixture_spectra()[0]
+    session = SpectrumSession(tiny_bundle, spectrum)
+    drain(session.run(QueryParams(edit_rounds=0)))
+    drawn = {k14 for k14, _, _ in session.pool.proposals(5)}
+    best = session.pool.proposals(5)[0][1]
+    truth = next(e for e in isomer_edits(best) if chem.inchikey14(e) not in drawn)
+    spectrum = replace(spectrum, smiles=truth, metadata={k: v for k, v in spectrum.metadata.items()
+                                                         if k.lower() != "inchikey"})
+    without = drain(SpectrumSession(tiny_bundle, spectrum).run(QueryParams(edit_rounds=0)))[1]
+    assert without.reference_rank is None
+    with_edits = drain(SpectrumSession(tiny_bundle, spectrum).run(QueryParams(edit_rounds=1)))[1]
+    reached = next(c for c in with_edits.candidates if c.inchikey14 == with_edits.reference_inchikey14)
+    assert with_edits.reference_rank == reached.rank and reached.count == 0 and reached.edited_from == best
+
+
+def test_a_plan_gets_no_edits(tiny_bundle):
+    from engine.model.querying import QueryPlan
+
+    s = fixture_spectra()[0]
+    t = tiny_bundle.calibration.threshold_for_kappa(1.0)
+    result = drain(SpectrumSession(tiny_bundle, s).run(QueryParams(samples_per_group=20), plan=QueryPlan.point(t)))[1]
+    assert result.candidates and all(c.count > 0 for c in result.candidates)
+
+
 # -- query plans: explicit thresholds, outer band, a fixed fingerprint ----------------------------------
 def test_point_plan_is_the_point_query_of_the_parameters(tiny_bundle):
     from engine.model.querying import QueryPlan
 
     s = fixture_spectra()[0]
     t = tiny_bundle.calibration.threshold_for_kappa(1.0)
-    via_params = drain(SpectrumSession(tiny_bundle, s).run(
-        QueryParams(kappa_min=1.0, kappa_max=1.0, groups=1, samples_per_group=20)))[1]
+    via_params = drain(SpectrumSession(tiny_bundle, s).run(  # a plan's queries get no edits (the decoder alone)
+        QueryParams(kappa_min=1.0, kappa_max=1.0, groups=1, samples_per_group=20, edit_rounds=0)))[1]
     via_plan = drain(SpectrumSession(tiny_bundle, s).run(QueryParams(samples_per_group=20), plan=QueryPlan.point(t)))[1]
     assert via_plan.n_samples == 20 and via_plan.plan.name == "point" and via_params.plan is None
     assert [(c.inchikey14, c.count) for c in via_plan.candidates] == [(c.inchikey14, c.count) for c in via_params.candidates]
