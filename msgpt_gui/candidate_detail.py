@@ -165,7 +165,9 @@ class DetailPane(QWidget):
         self.inchikey.setCursorPosition(0)
         note = plausibility_note(c.smiles)
         self.scores.setText(
-            f"Generated {c.count}× (frequency {c.frequency:.3f}) · posterior similarity {c.posterior_similarity:.3f}"
+            (f"Made by an isomer edit of {_elide(c.edited_from)} (no sample drew it)" if c.edited_from and not c.count
+             else f"Generated {c.count}× (frequency {c.frequency:.3f})")
+            + f" · posterior similarity {c.posterior_similarity:.3f}"
             + ("" if c.fingerprint_score != c.fingerprint_score else f" · fingerprint score {c.fingerprint_score:.1f}")
             + ("" if c.fragment_score != c.fragment_score else f" · fragment score {c.fragment_score:.1f}")
             + ("" if c.analog_score != c.analog_score else f" · analog score {c.analog_score:.2f}"
@@ -259,3 +261,8 @@ class MirrorCanvas(QWidget):
             plot_mirror(matches, hit, ax=self.ax, fontsize=7)
             self.canvas.draw_idle()
         self.setVisible(hit is not None)
+
+
+def _elide(text: str, width: int = 40) -> str:
+    """``text`` cut to ``width`` characters with an ellipsis (a long SMILES would widen the panel)."""
+    return text if len(text) <= width else text[: width - 1] + "…"

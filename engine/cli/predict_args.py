@@ -24,6 +24,8 @@ def add_predict_arguments(pr: argparse.ArgumentParser) -> None:
 
 def _add_sampling_arguments(pr: argparse.ArgumentParser) -> None:
     """Query groups, pool size, seed, effort and sampling."""
+    from engine.elucidation.pipeline import EDIT_ROUNDS
+
     pr.add_argument("--band", nargs=2, type=float, metavar=("KMIN", "KMAX"), default=(0.95, 1.50),
                     help="density-ratio band κ of the queries (default 0.95 1.50; 1.0 1.0 with --groups 1 "
                     "is the point query)")
@@ -39,6 +41,10 @@ def _add_sampling_arguments(pr: argparse.ArgumentParser) -> None:
                     "fragments of the structure libraries' closest analogs (the bundled library's when libraries are "
                     "off; never a structure of the spectrum's formula) and try the isomers one move away from the "
                     "best (about 4.5x the time, docs/deep_search.md)")
+    pr.add_argument("--edit-rounds", type=int, default=EDIT_ROUNDS, metavar="K",
+                    help=f"rounds of isomer edits after sampling (default {EDIT_ROUNDS}; 0: none): the best drawn "
+                    "candidates' isomers one move away (a substituent moved, two atoms swapped) that the fingerprint "
+                    "score rates best join the pool (docs/evidence/standard_edits.md)")
     pr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
     pr.add_argument("--top-k", type=int, default=50, help="top-k sampling (default 50)")
     pr.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")

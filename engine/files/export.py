@@ -49,6 +49,7 @@ CSV_COLUMNS = (
     "fragment_score",
     "analog_score",
     "analog_reference",
+    "edited_from",
     "score",
     "novelty",
     "is_reference",
@@ -169,6 +170,7 @@ def candidate_rows(
             "fragment_score": _num(c.fragment_score, 3),
             "analog_score": _num(c.analog_score, 4),
             "analog_reference": c.analog_reference,
+            "edited_from": c.edited_from,
             "score": _num(c.score, 3),
             "novelty": label,
             "is_reference": "" if not result.reference_inchikey14 else
@@ -378,6 +380,7 @@ class CandidateWriter:
             "fragment_score": row["fragment_score"],
             "analog_score": row["analog_score"],
             "analog_reference": row["analog_reference"],
+            "edited_from": row["edited_from"],
             "is_reference": row["is_reference"],
             "spectrum_fidelity": row["spectrum_fidelity"],
             "spectrum_confidence": row["spectrum_confidence"],

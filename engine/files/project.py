@@ -74,12 +74,13 @@ spectra came from and whether a file on this machine is still the same one (:fun
                "candidates": [{"rank", "smiles", "inchikey", "inchikey14", "formula", "count", "frequency",
                                "posterior_similarity", "fingerprint_score", "score", "origin", "library",
                                "library_id", "compound_name", "suspect", "spectral", "fragment_score",
-                               "analog_score", "analog_reference"},
+                               "analog_score", "analog_reference", "edited_from"},
                                ...]}  ("origin" to "spectral" since libraries; older projects read as de
                                novo. "suspect" only when true; "spectral": the reference match's fields,
                                engine.elucidation.ranking.SpectralEvidence, only when there is one;
                                "fragment_score" only when the forward model scored the candidate;
-                               "analog_score" and "analog_reference" only when analogs scored it)
+                               "analog_score" and "analog_reference" only when analogs scored it;
+                               "edited_from" only for a structure an isomer edit made)
 
 Numbers that are not finite are written ``"nan"``, ``"inf"``, ``"-inf"``. The arrays are rows of
 ragged tables (row r is ``values[offsets[r]:offsets[r + 1]]``): ``peaks_offsets``, ``peaks_mz``,
@@ -373,6 +374,8 @@ def _result_json(r: SpectrumResult, entry_spectrum: Spectrum | None, arrays: _Ar
         if math.isfinite(c.analog_score):
             row["analog_score"] = c.analog_score
             row["analog_reference"] = c.analog_reference
+        if c.edited_from:
+            row["edited_from"] = c.edited_from
         if c.spectral is not None:  # the reference match that found it (level 2a when identified)
             row["spectral"] = {**asdict(c.spectral), "similarity": _num(c.spectral.similarity)}
         rows.append(row)

@@ -316,6 +316,7 @@ class _Reader:
                     fragment_score=_float(c.get("fragment_score", "nan"), f"{w}.fragment_score"),
                     analog_score=_float(c.get("analog_score", "nan"), f"{w}.analog_score"),
                     analog_reference=str(c.get("analog_reference") or ""),
+                    edited_from=str(c.get("edited_from") or ""),
                     **{k: str(c[k]) for k in ("origin", "library", "library_id", "compound_name") if k in c},
                     suspect=bool(c.get("suspect", False)), spectral=_evidence(c.get("spectral"), w),
                 ))

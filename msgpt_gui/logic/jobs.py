@@ -395,7 +395,7 @@ def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession
     stages = [params]
     shown = live.throttle(key, owner)
     if preview and params.samples_per_group > 1 and live.shows(key, owner):
-        stages.insert(0, dataclasses.replace(params, samples_per_group=1, effort="standard"))
+        stages.insert(0, dataclasses.replace(params, samples_per_group=1, effort="standard", edit_rounds=0))
     new = 0
     result = None
     budget = DeepConfig().max_new_samples if deep else 0  # counted from the start, so the bar never runs back
