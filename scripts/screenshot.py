@@ -55,6 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--expand", action="store_true", help="show the scans of the selected precursor feature")
     p.add_argument("--no-run", action="store_true", help="select the spectrum without running it")
     p.add_argument("--list-width", type=int, help="width of the spectra list in pixels (default: the app's)")
+    p.add_argument("--select-edit", action="store_true",
+                   help="select the best candidate an isomer edit made (no sample drew it) instead of the best one")
     p.add_argument("--score", nargs="+", default=[], metavar="SMILES",
                    help="with --tab score: structures to score against the spectrum before the grab")
     return p.parse_args(argv)
@@ -162,6 +164,12 @@ def shoot(args, width: int, height: int) -> int:
         wait(lambda: finished, "the run")
         print(f"{pick.id}: {finished[0]} in {time.perf_counter() - t0:.1f} s; first candidates on screen after "
               f"{window.first_candidates_s:.2f} s" if window.first_candidates_s else f"{pick.id}: {finished[0]}")
+    if args.select_edit:
+        table = window.candidates
+        edited = [c for c in table.model.candidates if c.edited_from and not c.count]
+        if not edited:
+            sys.exit("No candidate of this run was made by an isomer edit.")
+        table.select_candidate(edited[0].inchikey14)
     tabs.setCurrentWidget({"candidates": window.candidates, "formulas": window.formulas.panel,
                            "bits": window.insights.bits, "score": window.insights.score}[args.tab])
     if args.score:
