@@ -32,6 +32,10 @@ amidines, phosphoramides are excluded: they stabilise the motifs).
 ``N-halogen``            ``[#7]-[Cl,Br,I]``
     A nitrogen–chlorine, –bromine or –iodine bond (chloramines, N-bromo imides): reactive oxidants and
     halogenating reagents, transient in water and not expected as analytes.
+``gem-diol``             ``[CX4;!$(C-C=O);!$(C-C(X)(X)X)](-[OH])-[OH]``
+    Two hydroxy groups on one sp3 carbon (a carbonyl hydrate, or an ortho acid with free OH such as
+    C(N)(OH)OH): it loses water to the carbonyl. Hydrates next to a carbonyl (ninhydrin, glyoxylate) or a
+    trihalomethyl group (chloral hydrate) are stable and do not fire; 1 of 7,649 MassBank structures fires.
 
 Not flagged on purpose: peroxides (artemisinin and other natural endoperoxides are real), cyclopropenes,
 diazirines, azides, hemiaminals and N,O-acetals (common in natural products and drugs).
@@ -71,6 +75,8 @@ RULES: tuple[Rule, ...] = (
     Rule("α-haloamine", f"[CX4](-{_AMINE})-[Cl,Br,I]",
          "α-haloamine (N–C–Cl/Br/I): ionises to an iminium halide, not stable"),
     Rule("N-halogen", "[#7]-[Cl,Br,I]", "N–halogen bond: a reactive oxidant, not expected as an analyte"),
+    Rule("gem-diol", "[CX4;!$(C-C=O);!$(C-C([F,Cl,Br,I])([F,Cl,Br,I])[F,Cl,Br,I])](-[OX2H1])-[OX2H1]",
+         "gem-diol (two OH on one carbon): loses water to the carbonyl"),
 )
 
 _PATTERNS = tuple(Chem.MolFromSmarts(r.smarts) for r in RULES)
