@@ -466,25 +466,19 @@ class SpectrumSession:
         edited: set[str] = set()
         if (self._plan is None and params.edit_rounds and self.pool.scorer is not None and len(self.pool)
                 and editable_formula(self.formula)):
-            pool = self.pool
-            saved = dict(pool._edits)
-            try:
-                pool.set_edits({})
-                for _ in range(params.edit_rounds):
-                    ranked = pool.proposals(params.samples_per_group)
-                    parents = [(k14, smiles) for k14, smiles, _ in ranked if k14 not in edited][:EDIT_PARENTS]
-                    if not parents:
-                        break
-                    edited.update(k14 for k14, _ in parents)
-                    new = best_edits([smiles for _, smiles in parents], pool.scorer.score,
-                                     {smiles for _, smiles, _ in ranked}, EDIT_KEEP)
-                    edits.update(new)
-                    pool.add_edits(new)
-                    best = {k14 for k14, _, _ in pool.proposals(params.samples_per_group)[:EDIT_STOP_TOP]}
-                    if not best & {decode_safe(x).inchikey14 for x in new}:
-                        break
-            finally:
-                pool.set_edits(saved)
+            pool, n = self.pool, params.samples_per_group
+            for _ in range(params.edit_rounds):
+                ranked = pool.proposals(n, edits)
+                parents = [(k14, smiles) for k14, smiles, _ in ranked if k14 not in edited][:EDIT_PARENTS]
+                if not parents:
+                    break
+                edited.update(k14 for k14, _ in parents)
+                new = best_edits([smiles for _, smiles in parents], pool.scorer.score,
+                                 {smiles for _, smiles, _ in ranked}, EDIT_KEEP)
+                edits.update(new)
+                best = {k14 for k14, _, _ in pool.proposals(n, edits)[:EDIT_STOP_TOP]}
+                if not best & {decode_safe(x).inchikey14 for x in new}:
+                    break
         self._edits[key] = (edits, frozenset(edited))
         return self._edits[key]
 

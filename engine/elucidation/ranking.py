@@ -49,13 +49,7 @@ from engine.chem import molecules as chem
 from engine.errors import ConfigError
 from engine.model.constraints import DEAD_END
 from engine.model.forward import ForwardRanking
-from engine.model.scoring import (
-    DEFAULT_RANKING,
-    FingerprintScorer,
-    check_ranking,
-    ranking_score,
-    sort_key,
-)
+from engine.model.scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking, ranking_score, sort_key
 from engine.timing import staged
 
 log = logging.getLogger(__name__)
@@ -366,17 +360,17 @@ class CandidatePool:
         self._edits = {}
         self.add_edits(edits)
 
-    def proposals(self, n_per_group: int | None = None) -> list[tuple[str, str, float]]:
+    def proposals(self, n_per_group: int | None = None, edits: Iterable[str] = ()) -> list[tuple[str, str, float]]:
         """``(inchikey14, smiles, fingerprint score)`` of every structure drawn (samples with ``j < n_per_group``)
-        or made by an edit, best fingerprint score first (ties by InChIKey block): what edits start from, whatever
-        the libraries and the ranking's other terms. Needs a scorer."""
+        or among ``edits`` (SMILES), best fingerprint score first (ties by InChIKey block): what edits start from,
+        whatever the libraries and the ranking's other terms. Needs a scorer."""
         seen: dict[str, Counter] = {}
         for s in self.select(n_per_group):
             d = decode_safe(s)
             if d.inchikey14 is not None and d.formula == self.formula:
                 seen.setdefault(d.inchikey14, Counter())[d.smiles] += 1
         rows = {k14: min(c, key=lambda x: (-c[x], x)) for k14, c in seen.items()}
-        for s in self._edits:
+        for s in edits:
             d = decode_safe(s)
             if d.inchikey14 is not None and d.formula == self.formula:
                 rows.setdefault(d.inchikey14, d.smiles)
