@@ -1,4 +1,5 @@
-"""Formula-preserving structure edits: the isomers one move away from a candidate (deep search's last phase).
+"""Formula-preserving structure edits: the isomers one move away from a candidate (standard effort's edit rounds,
+deep search's last phase).
 
 Many de novo misses are close isomers of a candidate the fingerprint score already likes: a substituent on the
 neighbouring carbon (the triazole of cyproconazole on the carbinol carbon instead of the next one), a methyl on
@@ -19,7 +20,7 @@ and one connected component, and is returned once, as stereo-free canonical SMIL
 score alone would not stop them.
 
 Pure RDKit, no model: :func:`best_edits` scores the edits with the caller's fingerprint score and keeps the best.
-Standard effort makes one round of them after sampling (:class:`engine.elucidation.pipeline.SpectrumSession`,
+Standard effort makes a few rounds of them after sampling (:class:`engine.elucidation.pipeline.SpectrumSession`,
 ``QueryParams.edit_rounds``), deep search more (:class:`engine.elucidation.deep.DeepSearch`). May import
 :mod:`engine.chem` and :mod:`engine.insight`.
 """
