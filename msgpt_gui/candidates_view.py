@@ -308,10 +308,12 @@ class CandidatesPanel(QWidget):
         elif done:
             head = (f"<span style='color:#a15c00'>No drawn structure is valid with {formula}: raise the pool size B "
                     "to draw more, or widen the κ band.</span><br>")
+        n_edits = sum(1 for c in r.candidates if c.edited_from and not c.count)
         self.summary.setText(
             head + f"<span style='color:#555'>{len(r.candidates)} candidate{'' if len(r.candidates) == 1 else 's'}"
             f"{live} from {r.n_samples} structures drawn ({r.n_valid} valid, {r.n_formula_consistent} with {formula})"
-            f" · κ {p.kappa_min:g}–{p.kappa_max:g}, M = {p.groups}, B = {p.pool_size}, seed {p.seed}"
+            + (f" and {n_edits} isomer edit{'' if n_edits == 1 else 's'} of them" if n_edits else "")
+            + f" · κ {p.kappa_min:g}–{p.kappa_max:g}, M = {p.groups}, B = {p.pool_size}, seed {p.seed}"
             + (f" · {r.seconds:.1f} s, {r.new_samples} newly drawn" if done else "") + "</span>"
             + (f"<br><span style='color:#777'>No confidence: {_html(why_not)}.</span>" if why_not and first else "")
         )
