@@ -51,6 +51,8 @@ from engine.spectra.spectrum import SkippedRecord, Spectrum
 log = logging.getLogger(__name__)
 
 SAMPLE_KEYS = "_sample_keys"  # an upgraded document: where the samples of a moved entry are now
+# a result's query parameters that files written before them lack, as those results were made (no isomer edits)
+OLDER_RESULTS = {"edit_rounds": 0}
 
 
 def _picked(spectrum) -> bool:
@@ -210,7 +212,8 @@ def _model(d) -> ModelRef | None:
     return ModelRef(d["name"], d["checksum"], str(d.get("path") or ""))
 
 
-def _params(d, where: str) -> QueryParams:
+def _params(d, where: str, missing: dict | None = None) -> QueryParams:
+    """The query parameters ``d``; a field the file lacks takes its value from ``missing``, else the default."""
     if not isinstance(d, dict):
         raise _Damaged(f"{where} must be an object of query parameters, got {d!r}")
     known = {f.name for f in fields(QueryParams)}
@@ -218,7 +221,7 @@ def _params(d, where: str) -> QueryParams:
     if unknown:
         log.warning("%s: ignoring unknown query parameters %s", where, ", ".join(unknown))
     try:
-        return QueryParams(**{k: v for k, v in d.items() if k in known})
+        return QueryParams(**{**(missing or {}), **{k: v for k, v in d.items() if k in known}})
     except (ConfigError, TypeError) as e:
         raise _Damaged(f"{where}: {e}") from None
 
@@ -286,7 +289,7 @@ class _Reader:
             spectrum = entry_spectrum
         else:
             spectrum = self.spectrum(d["spectrum"], f"{where}.spectrum")
-        params = _params(d.get("params"), f"{where}.params")
+        params = _params(d.get("params"), f"{where}.params", OLDER_RESULTS)
         posterior = None
         if d.get("posterior") is not None:
             r = d["posterior"]

@@ -203,6 +203,7 @@ def test_the_committed_version_1_file_still_reads(data_dir):
     assert mellein.notes == "Lactone; compare with the standard."
     assert [c.smiles for c in mellein.result.candidates] == ["CC1Cc2cccc(O)c2C(=O)O1", "COc1ccc(C=CC(=O)O)cc1"]
     assert [c.count for c in mellein.result.candidates] == [4, 2]
+    assert mellein.result.params.edit_rounds == 0  # written before isomer edits: its results were made without them
     assert mellein.result.candidates[0].fingerprint_score == -12.5 and np.isnan(mellein.result.candidates[1].score)
     assert list(mellein.result.candidates[0].bits) == [1, 80, 650, 4000]
     assert mellein.result.posterior.shape == (4096,) and mellein.result.posterior[80] == np.float32(0.75)
@@ -315,3 +316,21 @@ def test_a_candidates_fragment_and_analog_scores_round_trip_and_export(ran, tiny
     rows = list(candidate_rows(result))
     assert (rows[0]["analog_score"], rows[0]["analog_reference"]) == ("0.5800", "REF1 T-2 Toxin")
     assert all(r["analog_score"] == "" and r["analog_reference"] == "" for r in rows[1:])
+
+
+def test_an_edited_candidates_parent_round_trips_and_exports(ran, tiny_bundle, tmp_path):
+    from engine.files.export import candidate_rows
+
+    s1, _, r1 = ran[0]
+    edit = dataclasses.replace(r1.candidates[0], count=0, edited_from="CCCN(CCC)C(=S)SSC(=S)NCC")
+    result = dataclasses.replace(r1, candidates=(edit, *r1.candidates[1:]))
+    project = Project(entries=[ProjectEntry(s1, s1, status="done", result=result, model_checksum=tiny_bundle.checksum)],
+                      params=PARAMS, model=ModelRef.of(tiny_bundle))
+    save_project(tmp_path / "edits.msgpt", project)
+    back = load_project(tmp_path / "edits.msgpt").entries[0].result
+    assert back.candidates[0].edited_from == "CCCN(CCC)C(=S)SSC(=S)NCC"
+    assert [c.edited_from for c in back.candidates[1:]] == [c.edited_from for c in r1.candidates[1:]]
+    assert back.params.edit_rounds == result.params.edit_rounds  # written now: kept as it was
+    rows = list(candidate_rows(result))
+    assert rows[0]["edited_from"] == "CCCN(CCC)C(=S)SSC(=S)NCC"
+    assert [r["edited_from"] for r in rows[1:]] == [c.edited_from for c in r1.candidates[1:]]
