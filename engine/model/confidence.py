@@ -435,6 +435,7 @@ _SETTING_WORDS = {  # how a setting of the fit is written (the QueryParams field
     "top_k": lambda v: f"top-k {v}",
     "top_p": lambda v: f"top-p {v:g}",
     "adapter": lambda v: f"adapter {'on' if v else 'off'}",
+    "edit_rounds": lambda v: f"{v} isomer edit round{'' if v == 1 else 's'}",
 }
 
 

@@ -63,12 +63,12 @@ RANKING = (
     "proposed it. <i>frequency</i>: the original MS-GPT ranking by generation count. Changing the ranking re-ranks the drawn structures; nothing is drawn again."
 )
 EFFORT = (
-    "<b>Effort</b> — <i>standard</i>: the pool of B drawn structures. <i>deep</i>: then the search refines "
-    "the best candidates: it keeps all but one or two of their fragments and lets the generator redraw the "
-    "rest, draws more for the queries whose candidates score best, borrows fragments from the closest library "
-    "structures of other formulas, and tries the isomers one move away from the best (a substituent moved, two "
-    "atoms swapped). It takes about 4–5 times as long and finds the true structure about twice as often "
-    "(docs/deep_search.md)."
+    "<b>Effort</b> — <i>standard</i>: the pool of B drawn structures, then three rounds of isomer edits: the "
+    "isomers one move away from the best candidates (a substituent moved, two atoms swapped) that score best "
+    "join them. <i>deep</i>: then the search refines the best candidates: it keeps all but one or two of their "
+    "fragments and lets the generator redraw the rest, draws more for the queries whose candidates score best, "
+    "borrows fragments from the closest library structures of other formulas, and edits further. It takes "
+    "about 3–4 times as long and finds the true structure a little more often (docs/deep_search.md)."
 )
 
 TIPS = {

@@ -183,7 +183,8 @@ def _settings(params) -> dict:
     """The QueryParams a confidence model's probabilities belong to (see ConfidenceModel.applies_to)."""
     return {"kappa_min": params.kappa_min, "kappa_max": params.kappa_max, "groups": params.groups,
             "samples_per_group": params.samples_per_group, "decoding": params.decoding, "ranking": params.ranking,
-            "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p}
+            "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
+            "edit_rounds": params.edit_rounds}
 
 
 def read_collected(folder: str | Path) -> tuple[np.ndarray, np.ndarray, list[dict], dict]:
