@@ -124,42 +124,41 @@ def isomer_edit_mols(smiles: str, max_group: int = 8, swaps: bool = True) -> dic
     """:func:`isomer_edits` with each edit's molecule (parsed from its SMILES, as a fresh parse perceives it), so a
     caller that fingerprints every edit parses none again."""
     own = canonical_smiles(smiles)
+    written: dict[str, None] = {}
+    with rdBase.BlockLogs():
+        for new in _sanitized_moves(smiles, max_group, swaps):
+            written.setdefault(Chem.MolToSmiles(new), None)
     result: dict[str, Chem.Mol] = {}
-    for key in _sanitized_edits(smiles, max_group, swaps):
+    for key in written:
         final = _final(key, own)
         if final is not None:
             result.setdefault(*final)
     return result
 
 
-def _sanitized_edits(smiles: str, max_group: int = 8, swaps: bool = True) -> dict[str, Chem.Mol]:
-    """Every distinct move of ``smiles`` that RDKit sanitises into one molecule of the same formula, by the SMILES
-    RDKit writes for the edited copy (Kekulé-derived; :func:`_final` makes it canonical), in a stable order."""
+def _sanitized_moves(smiles: str, max_group: int = 8, swaps: bool = True) -> Iterator[Chem.Mol]:
+    """Every move of ``smiles`` (duplicates included) that RDKit sanitises into a molecule of the same formula,
+    in a stable order; :func:`_final` writes one as canonical SMILES. Moves keep the molecule in one piece: a
+    migrated group bonds to an atom of the side it left, a swap changes no bond."""
     mol = _editable(smiles)
     if mol is None:
-        return {}
+        return
     formula = rdMolDescriptors.CalcMolFormula(mol)
-    moves = itertools.chain(_migrations(mol, max_group), _swaps(mol) if swaps else ())
-    out: dict[str, Chem.Mol] = {}
     with rdBase.BlockLogs():
-        for new in moves:  # one edited copy at a time
+        for new in itertools.chain(_migrations(mol, max_group), _swaps(mol) if swaps else ()):
             if Chem.SanitizeMol(new, catchErrors=True) != Chem.SanitizeFlags.SANITIZE_NONE:
                 continue  # the edit broke a valence or an aromatic system
-            if rdMolDescriptors.CalcMolFormula(new) != formula:
-                continue
-            s = Chem.MolToSmiles(new)
-            if "." not in s:
-                out.setdefault(s, new)
-    return out
+            if rdMolDescriptors.CalcMolFormula(new) == formula:
+                yield new
 
 
 def _final(key: str, own: str) -> tuple[str, Chem.Mol] | None:
     """(canonical SMILES, molecule) of an edit written as ``key``, parsed again so that aromaticity is perceived as
-    a fresh parse would (the key that decodes agree on); None when it does not parse, is implausible, or is the
-    parent (``own``) itself."""
+    a fresh parse would (the key that decodes agree on); None when it does not parse, is not one piece, is
+    implausible, or is the parent (``own``) itself."""
     with rdBase.BlockLogs():
         m = Chem.MolFromSmiles(key)
-    if m is None or implausible(m):
+    if m is None or "." in key or implausible(m):
         return None
     c = Chem.MolToSmiles(m)
     return None if c == own else (c, m)
@@ -176,21 +175,25 @@ def best_edits(parents: Iterable[str], score: Callable[[np.ndarray], float], hav
     the fingerprint score under the spectrum's posterior) rates best, best first, each with the parent it was made
     from (the first parent that made it); edits whose canonical SMILES are in ``have`` are left out.
 
-    Every edit is scored on the molecule RDKit sanitised after the move, whose Morgan bits are those of a fresh
-    parse (the same for all 64,024 edits of 150 candidates checked); only the best are parsed again to their
-    canonical SMILES and checked for plausibility (:func:`_final`), in score order (ties by the written SMILES)
-    until ``keep`` remain, which saves most of an edit round's time."""
+    Every move is scored on the molecule RDKit sanitised after it, whose Morgan bits are those of a fresh parse (the
+    same for all 64,024 edits of 150 candidates checked), before any SMILES is written; only the best are written,
+    parsed again to their canonical SMILES and checked for plausibility (:func:`_final`), in score order (ties in the
+    order the moves were made), until ``keep`` distinct new ones remain. This saves most of an edit round's time."""
     if keep <= 0:
         return {}
-    scored: dict[str, tuple[float, str, str]] = {}  # written SMILES -> (score, parent, parent's canonical SMILES)
+    scored: list[tuple[float, int, str, str, Chem.Mol]] = []  # (score, order, parent, its canonical SMILES, move)
     for parent in parents:
         own = canonical_smiles(parent)
-        for key, mol in _sanitized_edits(parent).items():
-            if key not in scored:
-                scored[key] = (float(score(morgan_bits(mol))), parent, own)
+        for mol in _sanitized_moves(parent):
+            scored.append((float(score(morgan_bits(mol))), len(scored), parent, own, mol))
+    scored.sort(key=lambda x: (-x[0], x[1]))
     out: dict[str, str] = {}
-    for key in sorted(scored, key=lambda x: (-scored[x][0], x)):
-        _, parent, own = scored[key]
+    seen: set[str] = set()
+    for _, _, parent, own, mol in scored:
+        key = Chem.MolToSmiles(mol)
+        if key in seen:
+            continue
+        seen.add(key)
         final = _final(key, own)
         if final is None or final[0] in have or final[0] in out:
             continue

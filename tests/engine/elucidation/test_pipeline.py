@@ -205,6 +205,18 @@ def test_standard_effort_reaches_a_true_structure_one_move_from_its_best_candida
     assert with_edits.reference_rank == reached.rank and reached.count == 0 and reached.edited_from == best
 
 
+def test_no_standard_edits_above_the_heavy_atom_cap(tiny_bundle, monkeypatch):
+    from engine.chem.formula import parse_formula
+    from engine.elucidation import pipeline
+
+    spectrum = fixture_spectra()[0]
+    heavy = sum(n for el, n in parse_formula(spectrum.formula).items() if el != "H")
+    for cap, edited in ((heavy - 1, False), (heavy, True)):
+        monkeypatch.setattr(pipeline, "STANDARD_EDIT_MAX_ATOMS", cap)
+        result = drain(SpectrumSession(tiny_bundle, spectrum).run(QueryParams(edit_rounds=1)))[1]
+        assert any(c.edited_from for c in result.candidates) is edited
+
+
 def test_a_plan_gets_no_edits(tiny_bundle):
     from engine.model.querying import QueryPlan
 
