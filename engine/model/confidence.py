@@ -79,11 +79,18 @@ def confidence_features(counts: Sequence[int], fingerprint_scores: Sequence[floa
     }
 
 
+def made_by_edit(candidate) -> bool:
+    """A candidate no sample drew that an isomer edit made (:mod:`engine.elucidation.edits`)."""
+    return bool(getattr(candidate, "edited_from", "")) and candidate.count == 0
+
+
 def result_features(result) -> dict[str, float] | None:
-    """:func:`confidence_features` of an :class:`engine.elucidation.pipeline.SpectrumResult`."""
-    best = result.candidates[:10]
+    """:func:`confidence_features` of an :class:`engine.elucidation.pipeline.SpectrumResult`, read off its candidates
+    as drawn: the isomer edits are left out, because the model was fitted on pools that had none."""
+    drawn = [c for c in result.candidates if not made_by_edit(c)]
+    best = drawn[:10]
     return confidence_features([c.count for c in best], [c.fingerprint_score for c in best], result.n_samples,
-                               result.n_formula_consistent, len(result.candidates))
+                               result.n_formula_consistent, len(drawn))
 
 
 @dataclass(frozen=True)
@@ -355,6 +362,10 @@ def why_no_confidence(bundle, result) -> str:
         return ("rank 1 comes from your suspect list, whose structures rank before the predictions; the confidence "
                 "model describes predictions ranked by their fingerprint score, and cannot know whether the "
                 "compound is on your list (its fragment and analog scores are the evidence for it)")
+    if result.candidates and made_by_edit(result.candidates[0]):
+        return ("rank 1 was made by an isomer edit of a drawn candidate, not drawn itself: the confidence model "
+                "describes drawn candidates, and how often an edited rank 1 is right was not measured for it "
+                "(docs/evidence/standard_edits.md)")
     if getattr(result, "ion_mapping", ""):
         return (f"its ion type {result.spectrum.adduct} runs by a chemical mapping ({result.ion_mapping}): the "
                 f"confidence model was fitted on the ion types the model runs natively, and how often a mapped "

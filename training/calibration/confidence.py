@@ -203,7 +203,9 @@ def read_collected(folder: str | Path) -> tuple[np.ndarray, np.ndarray, list[dic
 
 
 def eval_records(run: str | Path, variant: str = "band", decoding: str = "formula", ranking: str = "fingerprint") -> list[dict]:
-    """The ``variant`` records of an msgpt-eval run, each with its confidence ``features`` (None: no candidate) and ``hit``."""
+    """The ``variant`` records of an msgpt-eval run, each with its confidence ``features`` (None: no candidate) and ``hit``:
+    the features the run recorded (the pool as drawn, :func:`engine.model.confidence.result_features`), else those of its
+    top ten (runs before isomer edits). A record whose rank 1 an isomer edit made is left out: it gets no confidence."""
     path = Path(run) / "results.jsonl"
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -214,8 +216,10 @@ def eval_records(run: str | Path, variant: str = "band", decoding: str = "formul
         r = json.loads(line)
         if r.get("variant") != variant or r.get("decoding", "formula") != decoding or r.get("ranking") != ranking:
             continue
-        features = confidence_features(r["top_counts"], r["top_fingerprint_scores"], r["n_samples"],
-                                       r["n_formula_consistent"], r["n_candidates"])
+        if r.get("rank1_edit"):
+            continue
+        features = r["confidence_features"] if "confidence_features" in r else confidence_features(
+            r["top_counts"], r["top_fingerprint_scores"], r["n_samples"], r["n_formula_consistent"], r["n_candidates"])
         out.append({"id": r["id"], "features": features, "hit": r["rank"] == 1, "rank": r["rank"]})
     if not out:
         raise ConfigError(f"{path}: no {variant!r} records with {decoding} decoding and {ranking} ranking.")

@@ -55,6 +55,7 @@ from engine import progress
 from engine.chem import molecules as chem
 from engine.elucidation.pipeline import EDIT_ROUNDS, QueryParams, SpectrumSession, compute_posterior
 from engine.errors import ConfigError, MsgptError
+from engine.model.confidence import made_by_edit, result_features
 from engine.model.querying import OUTER_KAPPA_RANGE, Calibration, QueryPlan, band_thresholds, build_queries
 from engine.model.sampling import DECODING_MODES
 from engine.model.scoring import RANKINGS
@@ -152,6 +153,8 @@ def make_record(spectrum: Spectrum, ref: Reference, variant: str, result, band_f
         "top_counts": [c.count for c in top],
         "top_fingerprint_scores": [round(c.fingerprint_score, 3) for c in top],
         "ranking": result.params.ranking, "decoding": result.params.decoding,
+        "confidence_features": result_features(result),
+        "rank1_edit": bool(result.candidates) and made_by_edit(result.candidates[0]),
         **({"rankings": rankings} if rankings else {}),
     }
 

@@ -345,6 +345,23 @@ def test_why_no_confidence_names_the_reason_spectrum_confidence_leaves_it_out(bu
             bundle, replace(result, params=replace(result.params, samples_per_group=7))),
         "rank 1 comes from your suspect list": (
             bundle, replace(result, candidates=(replace(result.candidates[0], suspect=True), *result.candidates[1:]))),
+        "rank 1 was made by an isomer edit": (bundle, replace(result, candidates=(
+            replace(result.candidates[0], count=0, edited_from="CCO"), *result.candidates))),
+        "3 isomer edit rounds; these candidates were ranked with 0 isomer edit rounds": (
+            bundle, replace(result, params=replace(result.params, edit_rounds=0))),
     }
     for words, (b, r) in cases.items():
         assert words in why_no_confidence(b, r) and spectrum_confidence(b, r) is None, words
+
+
+def test_the_features_read_the_pool_as_drawn(bundle_with_confidence):
+    """The model was fitted on pools without isomer edits: an edit anywhere in the ranking changes no feature."""
+    from tiny_bundle import fixture_spectra
+
+    from engine.model.confidence import result_features
+
+    result = _run(bundle_with_confidence, fixture_spectra()[0], QueryParams(edit_rounds=0))
+    edit = replace(result.candidates[-1], smiles="CCO", inchikey14="LFQSCWFLJHTTHZ", count=0, edited_from="CC")
+    for at in (0, 1, len(result.candidates)):
+        candidates = (*result.candidates[:at], edit, *result.candidates[at:])
+        assert result_features(replace(result, candidates=candidates)) == result_features(result)
