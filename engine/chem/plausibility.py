@@ -36,6 +36,10 @@ amidines, phosphoramides are excluded: they stabilise the motifs).
     Two hydroxy groups on one sp3 carbon (a carbonyl hydrate, or an ortho acid with free OH such as
     C(N)(OH)OH): it loses water to the carbonyl. Hydrates next to a carbonyl (ninhydrin, glyoxylate) or a
     trihalomethyl group (chloral hydrate) are stable and do not fire; 1 of 7,649 MassBank structures fires.
+``α-haloalcohol``        ``[CX4](-[OH])-[F,Cl,Br,I]``
+    A hydroxy group and a halogen on one sp3 carbon (a carbonyl's HX adduct): it loses HX to the carbonyl at once.
+    Halogens on a neighbouring carbon (trifluoromethyl carbinols, chlorohydrins) do not fire; none of the 7,649
+    MassBank structures fires.
 
 Not flagged on purpose: peroxides (artemisinin and other natural endoperoxides are real), cyclopropenes,
 diazirines, azides, hemiaminals and N,O-acetals (common in natural products and drugs).
@@ -77,6 +81,8 @@ RULES: tuple[Rule, ...] = (
     Rule("N-halogen", "[#7]-[Cl,Br,I]", "N–halogen bond: a reactive oxidant, not expected as an analyte"),
     Rule("gem-diol", "[CX4;!$(C-C=O);!$(C-C([F,Cl,Br,I])([F,Cl,Br,I])[F,Cl,Br,I])](-[OX2H1])-[OX2H1]",
          "gem-diol (two OH on one carbon): loses water to the carbonyl"),
+    Rule("α-haloalcohol", "[CX4](-[OX2H1])-[F,Cl,Br,I]",
+         "α-haloalcohol (OH and halogen on one carbon): loses HX to the carbonyl"),
 )
 
 _PATTERNS = tuple(Chem.MolFromSmarts(r.smarts) for r in RULES)

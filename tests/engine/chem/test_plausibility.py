@@ -14,6 +14,7 @@ FIRES = {  # rule name -> structures that show its motif
     "halogen on an aminal carbon": ["O=C(N)NC(F)NC(N)=O", "CC(N)(N)Cl"],
     "α-haloamine": ["CN(C)CCl", "CCN(CC)C(C)Br"],
     "N-halogen": ["CN(C)Cl", "O=C1CCC(=O)N1Br", "Cc1ccc(cc1)S(=O)(=O)NCl"],
+    "α-haloalcohol": ["OC(F)OCOC(O)F", "CC(O)Cl", "OC(Br)c1ccccc1"],  # the 1st: an edit on the QC-pool run
     "gem-diol": ["CC(O)(O)C", "CCCc1ccc(-c2nnc(C(N)(O)O)n2C)cc1", "OC(O)c1ccccc1"],  # the 2nd: an edit once ranked 1
 }
 
@@ -63,6 +64,8 @@ COMMON = {  # drugs, metabolites, natural products and pesticides: none may fire
     "hydrochlorothiazide (ring N,N-acetal)": "NS(=O)(=O)c1cc2c(cc1Cl)NCNS2(=O)=O",
     "spermidine": "NCCCCNCCCN",
     "chloral hydrate (trichloro gem-diol)": "OC(O)C(Cl)(Cl)Cl",
+    "a trifluoromethyl carbinol": "OC(c1ccccc1)C(F)(F)F",
+    "a chlorohydrin": "OCCCl",
     "ninhydrin (gem-diol next to carbonyls)": "O=C1c2ccccc2C(=O)C1(O)O",
 }
 
