@@ -28,7 +28,7 @@ Standard effort makes a few rounds of them after sampling (:class:`engine.elucid
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 import numpy as np
 from rdkit import Chem, rdBase
@@ -201,3 +201,26 @@ def best_edits(parents: Iterable[str], score: Callable[[np.ndarray], float], hav
         if len(out) == keep:
             break
     return out
+
+
+def edit_rounds(proposals: Callable[[Mapping[str, str]], list[tuple[str, str, float]]],
+                score: Callable[[np.ndarray], float] | None, rounds: int, parents: int, keep: int, stop_top: int
+                ) -> tuple[dict[str, str], frozenset[str]]:
+    """Up to ``rounds`` edit rounds; returns the edits (SMILES -> the parent's) and the InChIKey blocks of the
+    structures edited. ``proposals(edits)`` ranks the structures drawn and those ``edits``, best first, as
+    ``(inchikey14, smiles, score)``; each round edits the best ``parents`` not yet edited and keeps the ``keep``
+    new edits ``score`` rates best (:func:`best_edits`); a round none of whose edits is among the best ``stop_top``
+    proposals is the last. No rounds without a ``score``."""
+    edits: dict[str, str] = {}
+    edited: set[str] = set()
+    for _ in range(rounds if score is not None else 0):
+        ranked = proposals(edits)
+        chosen = [(k14, smiles) for k14, smiles, _ in ranked if k14 not in edited][:parents]
+        if not chosen:
+            break
+        edited.update(k14 for k14, _ in chosen)
+        new = best_edits([smiles for _, smiles in chosen], score, {smiles for _, smiles, _ in ranked}, keep)
+        edits.update(new)
+        if not set(new) & {smiles for _, smiles, _ in proposals(edits)[:stop_top]}:
+            break
+    return edits, frozenset(edited)

@@ -43,7 +43,7 @@ from dataclasses import replace
 
 from engine.chem import molecules as chem
 from engine.chem.formula import normalize_formula
-from engine.elucidation.ranking import AnalogReference, KnownStructure, SpectralEvidence
+from engine.elucidation.ranking import AnalogReference, AnalogRerank, KnownStructure, SpectralEvidence
 from engine.library import StructureLibrary
 from engine.spectral_library import SpectralLibrary, SpectralMatches, search
 from engine.spectral_library.search import AnswerThreshold, SearchParams, SpectralHit
@@ -221,6 +221,26 @@ def analog_references(hits: Sequence[SpectralHit]) -> tuple[AnalogReference, ...
     return tuple(out)
 
 
+def analog_weights(bundle, suspects: bool = True) -> bool:
+    """Whether the model bundle ``bundle`` chose an analog term for a pool (with or without ``suspects``)."""
+    ranking = bundle.forward.ranking if bundle.forward is not None else None
+    return ranking is not None and (ranking.analog_weight_others > 0 or (suspects and ranking.analog_weight > 0))
+
+
+def analog_rerank(bundle, libraries: Sequence, spectrum) -> AnalogRerank | None:
+    """The analog score of ``spectrum`` as a ranking term (:class:`AnalogRerank`): its analog hits in the spectral
+    libraries among ``libraries``, at the bundle's chosen weights; None when the bundle chose none or no hit gives
+    a structure."""
+    if not analog_weights(bundle):
+        return None
+    ranking = bundle.forward.ranking
+    matches = search_analogs(libraries, spectrum, ranking.analog_hits)
+    references = analog_references(matches.hits) if matches is not None else ()
+    if not references:
+        return None
+    return AnalogRerank(references, ranking.analog_weight, ranking.analog_weight_others)
+
+
 def is_identification(matches: SpectralMatches, hit: SpectralHit, adduct: str | None,
                       threshold: AnswerThreshold | None = None) -> bool:
     """``hit`` identifies the query: it is the rank-1 identity hit, passes the calibrated ``threshold`` and, when
@@ -344,7 +364,8 @@ def identified_formula_spectra(spectrum, matches: SpectralMatches | None, have: 
     return out
 
 
-__all__ = ["LIBRARY_PRIOR", "MASS_TRACK", "SPECTRAL_HITS", "UNDRAWN_PRIOR", "analog_references", "charge_fits",
+__all__ = ["LIBRARY_PRIOR", "MASS_TRACK", "SPECTRAL_HITS", "UNDRAWN_PRIOR", "analog_references", "analog_rerank",
+           "analog_weights", "charge_fits",
            "general_ion_types", "identified_formula_spectra", "identified_formulas", "is_identification",
            "library_formula_spectra", "library_ion_types", "library_structures", "mass_track_spectra", "search_analogs", "search_spectrum",
            "spectral_structures", "split_libraries"]

@@ -25,18 +25,13 @@ import torch
 
 from engine.chem import molecules as chem
 from engine.chem.formula import formula_vector, parse_formula
-from engine.elucidation.edits import (
-    EDIT_KEEP,
-    EDIT_PARENTS,
-    best_edits,
-    editable_formula,
-)
+from engine.elucidation.edits import EDIT_KEEP, EDIT_PARENTS, edit_rounds, editable_formula
 from engine.elucidation.libraries import (
     LIBRARY_PRIOR,
     UNDRAWN_PRIOR,
-    analog_references,
+    analog_rerank,
+    analog_weights,
     library_structures,
-    search_analogs,
     search_spectrum,
     spectral_structures,
 )
@@ -45,7 +40,6 @@ from engine.elucidation.ranking import (
     Candidate,
     CandidatePool,
     FragmentRerank,
-    decode_safe,
     reference_rank,
 )
 from engine.errors import ConfigError, MsgptError, SpectrumError
@@ -464,26 +458,13 @@ class SpectrumSession:
         the decoder alone draws), without samples, or for a formula of more than :data:`STANDARD_EDIT_MAX_ATOMS`
         heavy atoms (deep search edits larger ones)."""
         key = (params.samples_per_group, params.edit_rounds)
-        if key in self._edits:
-            return self._edits[key]
-        edits: dict[str, str] = {}
-        edited: set[str] = set()
-        if (self._plan is None and params.edit_rounds and self.pool.scorer is not None and len(self.pool)
-                and editable_formula(self.formula, STANDARD_EDIT_MAX_ATOMS)):
-            pool, n = self.pool, params.samples_per_group
-            for _ in range(params.edit_rounds):
-                ranked = pool.proposals(n, edits)
-                parents = [(k14, smiles) for k14, smiles, _ in ranked if k14 not in edited][:EDIT_PARENTS]
-                if not parents:
-                    break
-                edited.update(k14 for k14, _ in parents)
-                new = best_edits([smiles for _, smiles in parents], pool.scorer.score,
-                                 {smiles for _, smiles, _ in ranked}, EDIT_KEEP)
-                edits.update(new)
-                best = {k14 for k14, _, _ in pool.proposals(n, edits)[:EDIT_STOP_TOP]}
-                if not best & {decode_safe(x).inchikey14 for x in new}:
-                    break
-        self._edits[key] = (edits, frozenset(edited))
+        if key not in self._edits:
+            pool = self.pool
+            on = (self._plan is None and params.edit_rounds and pool.scorer is not None and len(pool)
+                  and editable_formula(self.formula, STANDARD_EDIT_MAX_ATOMS))
+            self._edits[key] = edit_rounds(lambda edits: pool.proposals(params.samples_per_group, edits),
+                                           pool.scorer.score if on else None, params.edit_rounds if on else 0,
+                                           EDIT_PARENTS, EDIT_KEEP, EDIT_STOP_TOP)
         return self._edits[key]
 
     def rank_known(self, params: QueryParams) -> SpectrumResult:
@@ -547,26 +528,6 @@ def fragment_rerank(bundle: ModelBundle, spectrum: Spectrum) -> FragmentRerank |
     scorer = ForwardScorer(model, spectrum, PeakSettings.of_encoder(bundle.encoder.config),
                            intensity_weight=model.ranking.intensity_weight)
     return FragmentRerank(scorer.score, model.ranking)
-
-
-def analog_weights(bundle: ModelBundle, suspects: bool = True) -> bool:
-    """Whether the bundle chose an analog term for a pool (with or without ``suspects``)."""
-    ranking = bundle.forward.ranking if bundle.forward is not None else None
-    return ranking is not None and (ranking.analog_weight_others > 0 or (suspects and ranking.analog_weight > 0))
-
-
-def analog_rerank(bundle: ModelBundle, libraries: Sequence, spectrum: Spectrum) -> AnalogRerank | None:
-    """The analog score of ``spectrum`` as a ranking term (:class:`AnalogRerank`): its analog hits in the spectral
-    libraries among ``libraries``, at the bundle's chosen weights; None when the bundle chose none or no hit gives
-    a structure."""
-    if not analog_weights(bundle):
-        return None
-    ranking = bundle.forward.ranking
-    matches = search_analogs(libraries, spectrum, ranking.analog_hits)
-    references = analog_references(matches.hits) if matches is not None else ()
-    if not references:
-        return None
-    return AnalogRerank(references, ranking.analog_weight, ranking.analog_weight_others)
 
 
 def _reference(spectrum: Spectrum, n_bits: int = chem.N_BITS) -> tuple[np.ndarray | None, str | None]:
