@@ -103,7 +103,11 @@ class ClusterRun:
             if address.local:
                 # the workers' statistical profiler samples every thread's stack 100 times a second, which takes the
                 # GIL from the sampling loop; nobody reads those profiles here
+                # worker-saturation 1.0: a worker holds only the feature it computes (dask's default, 1.1, queues a
+                # second one on a one-thread worker, which then dies with it when the first one crashes the worker,
+                # and is counted as crashing too)
                 with dask.config.set({"distributed.scheduler.allowed-failures": self.allowed_failures,
+                                      "distributed.scheduler.worker-saturation": 1.0,
                                       "distributed.worker.profile.enabled": False}):
                     # memory_limit=0: no nanny kills a worker at 1/N of this machine's memory (that would look like
                     # a crash of its feature); the operating system's limit is the one left
