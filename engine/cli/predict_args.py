@@ -42,7 +42,8 @@ def _add_sampling_arguments(pr: argparse.ArgumentParser) -> None:
                     "off; never a structure of the spectrum's formula) and try the isomers one move away from the "
                     "best (about 3.6x the time of standard effort, docs/deep_search.md)")
     pr.add_argument("--edit-rounds", type=int, default=EDIT_ROUNDS, metavar="K",
-                    help=f"rounds of isomer edits after sampling (default {EDIT_ROUNDS}; 0: none): the best drawn "
+                    help=f"rounds of isomer edits after sampling (default {EDIT_ROUNDS}; 0: none), for formulas of at most "
+                    "25 heavy atoms: the best drawn "
                     "candidates' isomers one move away (a substituent moved, two atoms swapped) that the fingerprint "
                     "score rates best join the pool (docs/evidence/standard_edits.md)")
     pr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
