@@ -24,7 +24,7 @@ def add_predict_arguments(pr: argparse.ArgumentParser) -> None:
 
 def _add_sampling_arguments(pr: argparse.ArgumentParser) -> None:
     """Query groups, pool size, seed, effort and sampling."""
-    from engine.elucidation.pipeline import EDIT_ROUNDS
+    from engine.elucidation.pipeline import EDIT_ROUNDS, STANDARD_EDIT_MAX_ATOMS
 
     pr.add_argument("--band", nargs=2, type=float, metavar=("KMIN", "KMAX"), default=(0.95, 1.50),
                     help="density-ratio band κ of the queries (default 0.95 1.50; 1.0 1.0 with --groups 1 "
@@ -42,10 +42,10 @@ def _add_sampling_arguments(pr: argparse.ArgumentParser) -> None:
                     "off; never a structure of the spectrum's formula) and try the isomers one move away from the "
                     "best (about 3.6x the time of standard effort, docs/deep_search.md)")
     pr.add_argument("--edit-rounds", type=int, default=EDIT_ROUNDS, metavar="K",
-                    help=f"rounds of isomer edits after sampling (default {EDIT_ROUNDS}; 0: none), for formulas of at most "
-                    "25 heavy atoms: the best drawn "
-                    "candidates' isomers one move away (a substituent moved, two atoms swapped) that the fingerprint "
-                    "score rates best join the pool (docs/evidence/standard_edits.md)")
+                    help=f"rounds of isomer edits after sampling (default {EDIT_ROUNDS}; 0: none), for formulas of at "
+                    f"most {STANDARD_EDIT_MAX_ATOMS} heavy atoms: the best drawn candidates' isomers one move away (a "
+                    "substituent moved, two atoms swapped) that the fingerprint score rates best join the pool "
+                    "(docs/evidence/standard_edits.md)")
     pr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
     pr.add_argument("--top-k", type=int, default=50, help="top-k sampling (default 50)")
     pr.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
