@@ -30,7 +30,8 @@ def test_blend_and_table():
     pi = np.full(4, 0.5, dtype=np.float32)
     assert blend(pi, None, 0.3) is pi and blend(pi, np.ones(4), 0.0) is pi
     assert np.allclose(blend(pi, np.array([1.0, 0, 0, 1]), 0.2), [0.6, 0.4, 0.4, 0.6])
-    rows = [{"spectrum": "a", "w": 0.0, "rank": 1, "seconds": 1.0}, {"spectrum": "a", "w": 0.2, "rank": None, "seconds": 2.0},
+    rows = [{"spectrum": "a", "w": 0.0, "rank": 1, "seconds": 1.0},
+            {"spectrum": "a", "w": 0.2, "rank": None, "seconds": 2.0},
             {"spectrum": "b", "w": 0.0, "rank": 12, "seconds": 1.0}]
     text = table(rows, [0.0, 0.2])
     assert text.startswith("1 spectra") and "| 0 | 1 | 1 | 1 | 1.00 |" in text and "| 0.2 | 0 | 0 | 0 | 2.00 |" in text
