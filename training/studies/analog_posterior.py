@@ -27,7 +27,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -79,33 +78,22 @@ def table(rows: list[dict], weights) -> str:
 
 
 def main(argv=None) -> int:
+    from training.studies.deep_search_eval import open_selection, selection_arguments
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mgf", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--set", choices=("val", "train-unseen"), default="val")
-    p.add_argument("--max-spectra", type=int, default=100)
+    selection_arguments(p)
     p.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.2, 0.4])
     p.add_argument("--hits", type=int, default=30, help="analog hits blended (default 30)")
-    p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
-
-    import torch
 
     from engine.elucidation.libraries import search_analogs
     from engine.elucidation.pipeline import QueryParams, SpectrumSession, compute_posterior
-    from engine.model.bundle import load_bundle
-    from engine.paths import default_model_dir
     from engine.progress import run_to_end
     from engine.spectral_library import load_bundled_spectral_library
     from training.evaluation.evaluate import spectrum_key
-    from training.studies.deep_search_eval import select
 
-    torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model = load_bundle(default_model_dir())
+    model, pairs, out = open_selection(args)
     library = load_bundled_spectral_library()
-    pairs = select(model, args.mgf, args.set, args.max_spectra, out / "selection.json")
     path = out / "results.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
     done = {(r["spectrum"], r["w"]) for r in rows}

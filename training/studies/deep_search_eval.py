@@ -82,6 +82,29 @@ def select(model, mgf: str, which: str, n: int, cache: Path) -> list:
     return chosen
 
 
+def selection_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of a study over :func:`select`'s spectra (``training.studies.edit_prior``, ``analog_posterior``)."""
+    p.add_argument("--mgf", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--set", choices=("val", "train-unseen"), default="val")
+    p.add_argument("--max-spectra", type=int, default=100)
+    p.add_argument("--threads", type=int, default=1)
+
+
+def open_selection(args) -> tuple:
+    """(bundled model, :func:`select`'s spectra, the output folder) of :func:`selection_arguments`, torch threads set."""
+    import torch
+
+    from engine.model.bundle import load_bundle
+    from engine.paths import default_model_dir
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = load_bundle(default_model_dir())
+    return model, select(model, args.mgf, args.set, args.max_spectra, out / "selection.json"), out
+
+
 def deep_configs(base: dict, variants: list[str]) -> dict:
     """The :class:`~engine.elucidation.deep.DeepConfig` of each deep method: ``deep`` is ``base`` (overrides of the
     defaults), ``deep:NAME`` each ``NAME=<JSON overrides of the defaults>`` of ``variants``."""

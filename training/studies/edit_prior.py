@@ -76,25 +76,12 @@ def collect(model, pairs, path: Path) -> list[dict]:
 
 
 def main(argv=None) -> int:
+    from training.studies.deep_search_eval import open_selection, selection_arguments
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mgf", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--set", choices=("val", "train-unseen"), default="val")
-    p.add_argument("--max-spectra", type=int, default=100)
-    p.add_argument("--threads", type=int, default=1)
+    selection_arguments(p)
     args = p.parse_args(argv)
-
-    import torch
-
-    from engine.model.bundle import load_bundle
-    from engine.paths import default_model_dir
-    from training.studies.deep_search_eval import select
-
-    torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model = load_bundle(default_model_dir())
-    pairs = select(model, args.mgf, args.set, args.max_spectra, out / "selection.json")
+    model, pairs, out = open_selection(args)
     pools = collect(model, pairs, out / "pools.jsonl")
     text = table(pools)
     (out / "summary.md").write_text(text + "\n")
