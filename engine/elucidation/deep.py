@@ -61,7 +61,7 @@ from engine.elucidation.pipeline import (
 )
 from engine.elucidation.ranking import CandidatePool, decode_safe, reference_rank
 from engine.errors import ConfigError
-from engine.model.confidence import spectrum_confidence
+from engine.model.confidence import with_confidence
 from engine.model.constraints import FormulaConstraint
 from engine.model.safe_grammar import SafeGrammar
 from engine.model.sampling import QueryRequest, sample_queries
@@ -523,5 +523,4 @@ class DeepSearch:
             new_samples=base.new_samples + new, seconds=time.perf_counter() - t0, partial=partial, confidence=None)
         if partial:
             return result
-        confidence = spectrum_confidence(self.session.bundle, result)
-        return result if confidence is None else replace(result, confidence=confidence)
+        return with_confidence(self.session.bundle, result)

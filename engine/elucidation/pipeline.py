@@ -44,7 +44,7 @@ from engine.elucidation.ranking import (
 )
 from engine.errors import ConfigError, MsgptError, SpectrumError
 from engine.model.bundle import ModelBundle
-from engine.model.confidence import spectrum_confidence
+from engine.model.confidence import with_confidence
 from engine.model.featurize import collate, featurize_spectrum
 from engine.model.forward import ForwardScorer, PeakSettings
 from engine.model.ion_mapping import MappedSpectrum, map_spectrum, runnable_ion_types
@@ -251,6 +251,7 @@ class SpectrumResult:
     confidence: float | None = None  # P(rank 1 is right) (engine.model.confidence); None: partial, or no model for it
     spectral_matches: SpectralMatches | None = field(default=None, repr=False, compare=False)  # reference hits
     ion_mapping: str = ""  # how a mapped ion type was run ("run as [M+H]+ after NH3 loss (mapping)"); "" native
+    level_2b: bool = False  # rank 1 from a suspect list whose confidence reaches level 2b (engine.model.suspect_confidence)
 
     @property
     def identified(self) -> Candidate | None:
@@ -515,8 +516,7 @@ class SpectrumSession:
             spectral_matches=self.spectral_matches,
             ion_mapping=self.ion_mapping,
         )
-        confidence = spectrum_confidence(self.bundle, result)
-        return result if confidence is None else replace(result, confidence=confidence)
+        return with_confidence(self.bundle, result)
 
 
 def fragment_rerank(bundle: ModelBundle, spectrum: Spectrum) -> FragmentRerank | None:

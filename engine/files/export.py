@@ -207,8 +207,9 @@ def _abundance(metadata) -> str:
 
 def _level_note(level) -> str:
     """The ``identification_note`` of an :class:`engine.insight.identification.IdentificationLevel`: its text when a
-    reference spectrum decided it (2a, or 3 with the isomers it cannot tell apart), else empty."""
-    return level.text if level.code == "2a" or level.isomers else ""
+    reference spectrum decided it (2a, or 3 with the isomers it cannot tell apart) or a suspect's evidence did (2b),
+    else empty."""
+    return level.text if level.code in ("2a", "2b") or level.isomers else ""
 
 
 def _num(x: float, digits: int) -> str:

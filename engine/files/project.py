@@ -69,7 +69,8 @@ spectra came from and whether a file on this machine is still the same one (:fun
     RESULT    {"spectrum" ("spectrum": the entry's; else a SPECTRUM), "params", "n_samples", "n_valid",
                "n_formula_consistent", "n_distinct_queries", "mean_query_bits", "fidelity",
                "reference_inchikey14", "reference_rank", "new_samples", "seconds", "confidence" (or null;
-               absent in older files), "thresholds" (row),
+               absent in older files), "level_2b" (true, only when set: a suspect rank 1 at level 2b),
+               "thresholds" (row),
                "posterior" (row or null), "candidate_bits" (row of the first candidate),
                "candidates": [{"rank", "smiles", "inchikey", "inchikey14", "formula", "count", "frequency",
                                "posterior_similarity", "fingerprint_score", "score", "origin", "library",
@@ -358,6 +359,8 @@ def _result_json(r: SpectrumResult, entry_spectrum: Spectrum | None, arrays: _Ar
         v = getattr(r, k)
         d[k] = _num(v) if isinstance(v, float) else v
     d["confidence"] = None if r.confidence is None else _num(r.confidence)
+    if r.level_2b:
+        d["level_2b"] = True
     d["thresholds"] = arrays.thresholds(r.thresholds)
     d["posterior"] = arrays.posterior(r.posterior) if r.posterior is not None else None
     d["candidate_bits"] = len(arrays.rows["candidate_bits"][0])

@@ -333,6 +333,7 @@ class _Reader:
                 counts["fidelity"] = _float(counts["fidelity"], f"{where}.fidelity")
             if d.get("confidence") is not None:  # projects before the confidence model have none
                 counts["confidence"] = _float(d["confidence"], f"{where}.confidence")
+            counts["level_2b"] = d.get("level_2b") is True  # projects before level 2b have none
         except KeyError as e:
             raise _Damaged(f"{where}: no {e}") from None
         except ValueError as e:

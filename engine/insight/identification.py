@@ -9,8 +9,12 @@ level  when
        being the query's structure, :mod:`engine.elucidation.libraries`), and no reference of
        another structure of its formula within :data:`engine.spectral_library.identity.ISOMER_WINDOW` of its
        similarity among the search's hits
+2b     rank 1 comes from a suspect list and its confidence (:mod:`engine.model.suspect_confidence`: how its
+       fragment, analog and fingerprint evidence set it apart from the list's other structures of its formula)
+       reaches the probability the fit chose for a precision of 90% (``SpectrumResult.level_2b``): probable
+       structure by diagnostic evidence, no reference spectrum
 3      tentative candidates: structures ranked by the predicted fingerprint (de novo, from a library or a
-       suspect list), a reference spectrum too weak to identify, or a reference spectrum match whose isomer's
+       suspect list below level 2b), a reference spectrum too weak to identify, or a reference spectrum match whose isomer's
        reference is nearly as similar (identified or not; the level's text names it: "or its isomer X, similarity
        0.93")
 4      no structure, but a molecular formula
@@ -32,7 +36,7 @@ from engine.spectral_library.identity import CloseIsomer, close_isomers
 
 @dataclass(frozen=True)
 class IdentificationLevel:
-    code: str  # "2a", "3", "4", "5"
+    code: str  # "2a", "2b", "3", "4", "5"
     text: str  # one line a chemist can report
     isomers: tuple[CloseIsomer, ...] = ()  # isomers nearly as similar as an identification's reference (level 3)
 
@@ -54,6 +58,11 @@ def identification_level(results: Sequence[SpectrumResult]) -> IdentificationLev
             return IdentificationLevel("3", f"{match}, {'; '.join(i.text() for i in isomers)}: the library holds "
                                             "isomers whose spectra it cannot tell apart", tuple(isomers))
         return IdentificationLevel("2a", match)
+    if best is not None and result.level_2b and best is result.candidates[0]:
+        name = best.compound_name or best.library_id or best.smiles
+        return IdentificationLevel("2b", f"suspect list match {name}: its fragments and analog evidence set it apart "
+                                         f"from the list's other structures of its formula (confidence "
+                                         f"{result.confidence:.0%}), no reference spectrum")
     if any(r.candidates for r in results):
         ambiguous = _ambiguous_match(result)
         if ambiguous is not None:

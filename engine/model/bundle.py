@@ -13,6 +13,8 @@
       bit_legend.json.gz     optional: atom environments behind each fingerprint bit (engine.model.bitlegend)
       known_structures.npz   optional: hashes of the training corpus's structures (engine.model.known)
       confidence.json        optional: P(rank 1 is right) per spectrum (engine.model.confidence)
+      suspect_confidence.json  optional: P(rank 1 is right) when it comes from a suspect list
+                             (engine.model.suspect_confidence)
       forward.json           optional, with forward.safetensors: the forward model (engine.model.forward), its
                              fragment score a second ranking term, with the weight its measurement chose
       MODEL_CARD.md          optional, shown to users
@@ -55,8 +57,8 @@ BUNDLE_FORMAT = "msgpt-bundle"
 BUNDLE_FORMAT_VERSION = 1
 REQUIRED_FILES = ("config.json", "decoder.safetensors", "encoder.safetensors", "tokenizer.json", "calibration.json")
 CHECKSUMMED_FILES = REQUIRED_FILES[1:]
-OPTIONAL_FILES = ("bit_legend.json.gz", "known_structures.npz", "confidence.json", "forward.json",
-                  "forward.safetensors")  # loaded when present
+OPTIONAL_FILES = ("bit_legend.json.gz", "known_structures.npz", "confidence.json", "suspect_confidence.json",
+                  "forward.json", "forward.safetensors")  # loaded when present
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
 
 
@@ -125,6 +127,7 @@ class ModelBundle:
     bit_legend: BitLegend | None = None  # bit_legend.json.gz, when the bundle ships one
     known_structures: KnownStructures | None = None  # known_structures.npz: the training corpus's structures
     confidence: ConfidenceModel | None = None  # confidence.json: P(rank 1 is right) from a ranked pool
+    suspect_confidence: ConfidenceModel | None = None  # suspect_confidence.json: for a rank 1 from a suspect list
     forward: ForwardModel | ForwardEnsemble | None = None  # forward.json + forward.safetensors: the fragment score
     _base_state: dict | None = field(default=None, repr=False)
     _merged_state: dict | None = field(default=None, repr=False)
@@ -243,7 +246,7 @@ def load_bundle(
     dec_cfg, enc_cfg = _model_configs(path, config)
     tokenizer = _load_tokenizer(path, config, dec_cfg)
     calibration = _load_part(Calibration.load, path / "calibration.json")
-    bit_legend, known, confidence, forward = _load_optional(path, recorded, dec_cfg.fp_bits)
+    bit_legend, known, confidence, suspect_confidence, forward = _load_optional(path, recorded, dec_cfg.fp_bits)
 
     dev, _ = resolve_device(device)
     dtype = resolve_precision(precision, dev)
@@ -266,6 +269,7 @@ def load_bundle(
         bit_legend=bit_legend,
         known_structures=known,
         confidence=confidence,
+        suspect_confidence=suspect_confidence,
         forward=forward,
     )
     if (path / "adapter").is_dir():
@@ -362,7 +366,7 @@ def _load_tokenizer(path: Path, config: dict, dec_cfg: DecoderConfig) -> SafeTok
 
 
 def _load_optional(path: Path, recorded: dict, n_bits: int):
-    """The optional files that are present (bit legend, known structures, confidence model, forward model),
+    """The optional files that are present (bit legend, known structures, confidence models, forward model),
     each checked against its recorded checksum."""
     for name in OPTIONAL_FILES:
         file = path / name
@@ -373,7 +377,7 @@ def _load_optional(path: Path, recorded: dict, n_bits: int):
                 f"{name} in {path} does not match its checksum in config.json: the file is damaged or was "
                 "replaced. Copy the bundle again (or remove the file: it is optional)."
             )
-    legend = known = confidence = None
+    legend = known = confidence = suspect = None
     if (path / "bit_legend.json.gz").is_file():
         from engine.model.bitlegend import BitLegend
 
@@ -387,6 +391,10 @@ def _load_optional(path: Path, recorded: dict, n_bits: int):
         from engine.model.confidence import ConfidenceModel
 
         confidence = ConfidenceModel.load(path / "confidence.json")
+    if (path / "suspect_confidence.json").is_file():
+        from engine.model.confidence import ConfidenceModel
+
+        suspect = ConfidenceModel.load(path / "suspect_confidence.json")
     forward = None
     if (path / "forward.json").is_file():
         from engine.model.forward import load_forward
@@ -395,7 +403,7 @@ def _load_optional(path: Path, recorded: dict, n_bits: int):
             forward = load_forward(path, config_file="forward.json")
         except ConfigError as e:
             raise BundleError(f"{path}: {e} (or remove forward.json and forward.safetensors: they are optional)") from e
-    return legend, known, confidence, forward
+    return legend, known, confidence, suspect, forward
 
 
 def add_bundle_file(bundle_dir: str | os.PathLike, file: str | os.PathLike) -> Path:

@@ -27,7 +27,10 @@ A rank 1 that a reference spectrum identifies gets the identification's confiden
 :data:`engine.spectral_library.identity.IDENTITY_FEATURES`, fitted by :mod:`training.calibration.identity_confidence`
 on leave-one-lab-out identity searches and shipped beside the spectral library
 (``resources/spectral_library/confidence.json``, :func:`identity_model`; a user's library may carry its own,
-``msgpt calibrate-library``). A rank 1 from a suspect list still gets none (:func:`why_no_confidence` says why).
+``msgpt calibrate-library``). A rank 1 from a suspect list gets the suspect model's
+(:mod:`engine.model.suspect_confidence`, ``suspect_confidence.json`` in the bundle, fitted by
+:mod:`training.calibration.suspect_confidence`): how its fragments, analog and fingerprint evidence set it apart
+from the list's other structures of its formula.
 
 Plain JSON (weights, feature means and scales, knots); no pickle, no scikit-learn at run time.
 """
@@ -37,13 +40,20 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from engine.errors import BundleError
+from engine.model.suspect_confidence import (
+    SUSPECT_FEATURES,
+    level_2b_probability,
+    suspect_features,
+    suspect_rank1,
+    why_no_suspect_features,
+)
 from engine.spectral_library.identity import (
     IDENTITY_FEATURES,
     confidence_path,
@@ -112,10 +122,10 @@ class ConfidenceModel:
         if not (len(self.weights) == len(self.mean) == len(self.scale) == n):
             raise BundleError(f"confidence model: {len(self.weights)} weights, {len(self.mean)} means and "
                               f"{len(self.scale)} scales for {n} features; refit it with `python -m training.calibration.confidence`.")
-        unknown = [f for f in self.features if f not in FEATURES + IDENTITY_FEATURES]
+        known = FEATURES + IDENTITY_FEATURES + SUSPECT_FEATURES
+        unknown = [f for f in self.features if f not in known]
         if unknown:
-            raise BundleError(f"confidence model reads unknown features {unknown}; this version knows "
-                              f"{list(FEATURES + IDENTITY_FEATURES)}.")
+            raise BundleError(f"confidence model reads unknown features {unknown}; this version knows {list(known)}.")
         if self.recalibration:
             xs, ys = (np.asarray(v, float) for v in self.recalibration)
             if (len(xs) != len(ys) or len(xs) < 2 or np.any(np.diff(xs) <= 0) or np.any(np.diff(ys) < 0)
@@ -322,7 +332,8 @@ def spectrum_confidence(bundle, result) -> float | None:
 
     For a rank 1 a reference spectrum identifies it is the identification's confidence
     (:func:`engine.spectral_library.identity.identification_confidence`: its reference match, the isomers near it,
-    fitted on leave-one-lab-out identity searches), whatever the pool.
+    fitted on leave-one-lab-out identity searches), whatever the pool. For a rank 1 from a suspect list it is the
+    suspect model's (:mod:`engine.model.suspect_confidence`), whether samples were drawn or not.
 
     For a formula taken from the ranked formula candidates (``formula_source`` "ranked candidates", an
     LC-MS feature without a given formula) it is P(formula) x P(rank 1 right | formula): the structure can
@@ -332,11 +343,25 @@ def spectrum_confidence(bundle, result) -> float | None:
         return None
     if _identified_first(result):
         return identification_confidence(result.spectral_matches)
-    p = bundle.confidence.probability(result_features(result))
+    if suspect_rank1(result):
+        p = bundle.suspect_confidence.probability(suspect_features(bundle, result))
+    else:
+        p = bundle.confidence.probability(result_features(result))
     md = result.spectrum.metadata
     if md.get("formula_source") == "ranked candidates" and md.get("formula_score") not in (None, ""):
         p *= min(max(float(md["formula_score"]), 0.0), 1.0)
     return p
+
+
+def with_confidence(bundle, result):
+    """``result`` with its :func:`spectrum_confidence` and, for a rank 1 from a suspect list whose confidence reaches
+    the suspect model's level-2b probability (:func:`engine.model.suspect_confidence.level_2b_probability`),
+    ``level_2b`` set; ``result`` itself when it gets no confidence."""
+    p = spectrum_confidence(bundle, result)
+    if p is None:
+        return result
+    probable = suspect_rank1(result) and p >= level_2b_probability(bundle.suspect_confidence)
+    return replace(result, confidence=p, level_2b=probable)
 
 
 def why_no_confidence(bundle, result) -> str:
@@ -346,7 +371,8 @@ def why_no_confidence(bundle, result) -> str:
     search's hits); library structures ranked without samples; a rank 1 from a suspect list (the model describes
     predictions only); an ion type run by a chemical mapping (not measured); a confidence model at all; a finished run
     of the κ band's queries; an ion mode the fit saw (``meta["polarities"]``, positive when absent); the fit's
-    settings (κ band, M, N, decoding, ranking, sampling, adapter); a known probability of a ranked formula."""
+    settings (κ band, M, N, decoding, ranking, sampling, adapter); a known probability of a ranked formula. A rank 1
+    from a suspect list has its own checks (:func:`_why_no_suspect_confidence`)."""
     if _identified_first(result):
         matches = result.spectral_matches
         if identity_features(matches) is None:
@@ -356,12 +382,10 @@ def why_no_confidence(bundle, result) -> str:
             return (f"rank 1 is identified by a reference spectrum, and no confidence of identifications ships beside "
                     f"the spectral library ({own or confidence_path()})")
         return ""
+    if suspect_rank1(result):
+        return _why_no_suspect_confidence(bundle, result)
     if result.n_samples == 0 and not result.partial:
         return "no candidate was drawn: these are library structures of a formula only a library proposes"
-    if result.candidates and getattr(result.candidates[0], "suspect", False):
-        return ("rank 1 comes from your suspect list, whose structures rank before the predictions; the confidence "
-                "model describes predictions ranked by their fingerprint score, and cannot know whether the "
-                "compound is on your list (its fragment and analog scores are the evidence for it)")
     if result.candidates and made_by_edit(result.candidates[0]):
         return ("rank 1 was made by an isomer edit of a drawn candidate, not drawn itself: the confidence model "
                 "describes drawn candidates, and how often an edited rank 1 is right was not measured for it "
@@ -397,6 +421,29 @@ def why_no_confidence(bundle, result) -> str:
         except (TypeError, ValueError):
             return "the probability of the formula these candidates were drawn for is not known"
     return ""
+
+
+def _why_no_suspect_confidence(bundle, result) -> str:
+    """:func:`why_no_confidence` for a rank 1 from a suspect list: a suspect model in the bundle, a finished run, a
+    native ion type, an ion mode and ranking settings (fragment and analog scores) the fit had, the features."""
+    model = getattr(bundle, "suspect_confidence", None)
+    if model is None:
+        return ("rank 1 comes from your suspect list, and this model ships no confidence of suspect rank 1s "
+                "(suspect_confidence.json)")
+    if result.partial:
+        return "the run is not finished"
+    if getattr(result, "ion_mapping", ""):
+        return (f"rank 1 comes from your suspect list and its ion type {result.spectrum.adduct} runs by a chemical "
+                f"mapping ({result.ion_mapping}): how often such a rank 1 is right was not measured (docs/ion_types.md)")
+    fitted_modes = model.meta.get("polarities", ["positive"])
+    if (result.spectrum.polarity or "positive") not in fitted_modes:
+        return f"the confidence of suspect rank 1s was fitted on {' and '.join(fitted_modes)}-mode spectra only"
+    differ = sorted(model.differing_settings(result.params))
+    if differ:
+        return (f"rank 1 comes from your suspect list, ranked with other settings than the confidence of suspect "
+                f"rank 1s was fitted with: {', '.join(n.replace('_', ' ') for n in differ)} (set "
+                f"{'it' if len(differ) == 1 else 'them'} back to see it)")
+    return why_no_suspect_features(result)
 
 
 @lru_cache(maxsize=16)

@@ -89,9 +89,12 @@ TIPS = {
         "the surest answers first. For a formula Run picked from the candidates it includes that formula's "
         "probability. Empty: not run, or the settings differ from the default band, B = 100 and decoding the "
         "confidence was fitted with (a cell's tooltip says why). When a reference spectrum identifies rank 1, the "
-        "identification's own probability, calibrated on identity searches without the query's lab",
+        "identification's own probability, calibrated on identity searches without the query's lab; when rank 1 "
+        "comes from your suspect list, the suspect model's (its fragment, analog and fingerprint evidence against "
+        "the list's other structures of its formula, fitted with the compound on the list for half the formulas)",
         "Identification level (Schymanski et al. 2014): 2a a reference spectrum match identifies rank 1 (the "
-        "calibrated rule); 3 tentative candidates, or a reference match whose isomer matches nearly as well (named); "
+        "calibrated rule); 2b a suspect-list rank 1 whose confidence reaches the level the fit chose for 90% precision; "
+        "3 tentative candidates, or a reference match whose isomer matches nearly as well (named); "
         "4 a molecular formula only; 5 an exact mass only (the tooltip says more)",
         "The feature's abundance, largest over the samples, from the quantification table (a <name>_quant.csv "
         "beside a GNPS/MZmine MGF) or the file (MS-DIAL's INTENSITY); the tooltip lists each sample. Filter: "

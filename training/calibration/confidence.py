@@ -235,35 +235,48 @@ def _logistic_probabilities(X: np.ndarray, y: np.ndarray, X_new: np.ndarray, l2:
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def _folds(n: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(train, test) row indices of ``CV_FOLDS`` seeded folds over ``n`` pools."""
-    order = np.random.default_rng(seed).permutation(n)
+def _folds(n: int, seed: int, groups: Sequence | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) row indices of ``CV_FOLDS`` seeded folds over ``n`` pools; with ``groups`` (one label per row),
+    every row of a group in the same fold (rows of one spectrum never train the model that scores another)."""
+    if groups is None:
+        order = np.random.default_rng(seed).permutation(n)
+        for k in range(CV_FOLDS):
+            test = order[k::CV_FOLDS]
+            yield np.setdiff1d(order, test), test
+        return
+    labels, index = np.unique(np.asarray(groups), return_inverse=True)
+    fold_of = np.empty(len(labels), dtype=np.int64)
+    fold_of[np.random.default_rng(seed).permutation(len(labels))] = np.arange(len(labels)) % CV_FOLDS
+    rows = np.arange(n)
     for k in range(CV_FOLDS):
-        test = order[k::CV_FOLDS]
-        yield np.setdiff1d(order, test), test
+        test = rows[fold_of[index] == k]
+        yield rows[fold_of[index] != k], test
 
 
-def _cross_fitted(X: np.ndarray, y: np.ndarray, l2: float, seed: int) -> np.ndarray:
-    """Each pool's logistic probability from a fit without its fold."""
+def _cross_fitted(X: np.ndarray, y: np.ndarray, l2: float, seed: int, groups: Sequence | None = None) -> np.ndarray:
+    """Each pool's logistic probability from a fit without its fold (:func:`_folds`)."""
     p = np.empty(len(y))
-    for train, test in _folds(len(y), seed):
+    for train, test in _folds(len(y), seed, groups):
         p[test] = _logistic_probabilities(X[train], y[train], X[test], l2)
     return p
 
 
-def recalibration_knots(X: np.ndarray, y: np.ndarray, l2: float, seed: int = 1):
+def recalibration_knots(X: np.ndarray, y: np.ndarray, l2: float, seed: int = 1, groups: Sequence | None = None):
     """Isotonic knots from the logistic's cross-fitted probabilities to the pools' outcomes."""
-    return isotonic_knots(_cross_fitted(X, y, l2, seed), y.astype(bool))
+    return isotonic_knots(_cross_fitted(X, y, l2, seed, groups), y.astype(bool))
 
 
-def cross_validate(X: np.ndarray, y: np.ndarray, l2: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def cross_validate(X: np.ndarray, y: np.ndarray, l2: float, seed: int = 0,
+                   groups: Sequence | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Nested cross-validation over the pools: each pool's probability from the logistic fitted without
-    its fold, and the same passed through a recalibration fitted (itself cross-fitted) without its fold."""
+    its fold, and the same passed through a recalibration fitted (itself cross-fitted) without its fold;
+    ``groups`` as for :func:`_folds`."""
     plain = np.empty(len(y))
     recalibrated = np.empty(len(y))
-    for k, (train, test) in enumerate(_folds(len(y), seed)):
+    g = None if groups is None else np.asarray(groups)
+    for k, (train, test) in enumerate(_folds(len(y), seed, g)):
         plain[test] = _logistic_probabilities(X[train], y[train], X[test], l2)
-        xs, ys = recalibration_knots(X[train], y[train], l2, seed + 1 + k)
+        xs, ys = recalibration_knots(X[train], y[train], l2, seed + 1 + k, None if g is None else g[train])
         recalibrated[test] = np.interp(plain[test], xs, ys)
     return plain, recalibrated
 

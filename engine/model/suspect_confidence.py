@@ -1,0 +1,118 @@
+"""How likely a rank 1 from a suspect list is the right structure, and when the evidence makes it level 2b.
+
+A suspect list's structures rank before every prediction (:mod:`engine.elucidation.ranking`), so a feature whose
+formula a suspect has gets that suspect as rank 1 whatever the spectrum says. Whether it is right depends on two
+things the de novo confidence cannot see: whether the compound is on the list at all, and whether the spectrum
+tells the list's isomers apart. This model reads both off the ranked suspects of the rank-1 formula run
+(:func:`suspect_features`):
+
+``log_suspects``      log of the number of suspects of that formula (more isomers on the list, more ways to be wrong)
+``alone``             1 when the list has only this structure of the formula
+``score_gap``         the ranking score's lead over the next suspect (fingerprint + analog + fragment terms; 0 alone)
+``fragment_gap``      the fragment (forward) score's lead over the next suspect's (nats, within ±20; 0 alone)
+``fragment_fit``      the fragment score per weighted peak formula of the spectrum: how well its fragments explain
+                      the peaks on an absolute scale (a list without the compound has only poor fits)
+``analog``            the analog score: likeness to the compounds whose reference spectra resemble the query's
+``fingerprint_fit``   its fingerprint score minus the best score any fingerprint could get under the posterior
+                      (nats, at least −200): how far its bits are from what the encoder predicts
+
+Fitted by :mod:`training.calibration.suspect_confidence` on FOLD=train spectra the encoder never saw, each with
+suspect lists made of corpus isomers of its formula where the compound itself is on the list for half the
+formulas (a list that holds the compound for every feature would make any lone suspect certain); it ships in the
+bundle as ``suspect_confidence.json``. So the probability answers "if about half of the features whose formula
+my list matches are on it, how likely is this rank 1 right": for a list screened against a sample known to hold
+its compounds it is an underestimate, for a large list against a complex sample an overestimate
+(docs/known_compounds.md). ``level_2b`` in the file is the least probability of a level-2b rank 1, chosen on the
+fit's cross-fitted probabilities for a precision of at least :data:`LEVEL_2B_PRECISION` there.
+
+Imports numpy and :mod:`engine.model.forward`/:mod:`engine.model.scoring` only (lazily); no Qt.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SUSPECT_FEATURES = ("log_suspects", "alone", "score_gap", "fragment_gap", "fragment_fit", "analog",
+                    "fingerprint_fit")
+GAP_CAP = 20.0
+FIT_FLOOR = -200.0
+LEVEL_2B_PRECISION = 0.9  # least precision (cross-fitted, FOLD=train) of the level-2b rule
+
+
+def level_2b_probability(model) -> float:
+    """The least confidence of a level-2b suspect rank 1 the suspect ``model`` was fitted with (``meta["level_2b"]``);
+    above 1 (never) without a model or a measured one."""
+    try:
+        return float(model.meta["level_2b"]["min_probability"])
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return 2.0
+
+
+def suspect_rank1(result) -> bool:
+    """Rank 1 of ``result`` is a suspect-list structure no reference spectrum identifies."""
+    return bool(result.candidates) and bool(getattr(result.candidates[0], "suspect", False)) \
+        and not getattr(result.candidates[0], "identified", False)
+
+
+def why_no_suspect_features(result) -> str:
+    """Why :func:`suspect_features` has none for ``result`` (whose rank 1 is a suspect); "" when it has them."""
+    first = result.candidates[0]
+    if not math.isfinite(first.fragment_score):
+        return ("its fragments could not be scored against the spectrum (no forward model, an element the "
+                "fragmenter does not handle, or peaks its formula cannot annotate), and the confidence of a suspect "
+                "rank 1 reads them")
+    if result.posterior is None or not math.isfinite(first.fingerprint_score):
+        return "the result keeps no fingerprint posterior to score the suspect against"
+    return ""
+
+
+def suspect_features(bundle, result) -> dict[str, float] | None:
+    """The features (module docstring) of ``result``'s suspect rank 1, drawn with ``bundle``; None when
+    :func:`why_no_suspect_features` has a reason or rank 1 is not a suspect."""
+    if not suspect_rank1(result) or why_no_suspect_features(result):
+        return None
+    first = result.candidates[0]
+    others = [c for c in result.candidates[1:] if getattr(c, "suspect", False)]
+    second = others[0] if others else None
+    gap = frag_gap = 0.0
+    if second is not None:
+        if math.isfinite(second.score):
+            gap = min(first.score - second.score, GAP_CAP)
+        if math.isfinite(second.fragment_score):
+            frag_gap = float(np.clip(first.fragment_score - second.fragment_score, -GAP_CAP, GAP_CAP))
+    weight = observed_weight(bundle, result.spectrum, first.formula)
+    fit = first.fragment_score / weight if weight > 0 else 0.0
+    return {
+        "log_suspects": math.log(1 + len(others)),
+        "alone": float(second is None),
+        "score_gap": float(gap),
+        "fragment_gap": frag_gap,
+        "fragment_fit": float(fit),
+        "analog": float(first.analog_score) if math.isfinite(first.analog_score) else 0.0,
+        "fingerprint_fit": max(first.fingerprint_score - best_fingerprint_score(bundle, result), FIT_FLOOR),
+    }
+
+
+def observed_weight(bundle, spectrum, formula: str) -> float:
+    """The weight of the spectrum's peak formulas under ``formula`` in the fragment score (each ``1 + a·sqrt(I /
+    I_max)``, :class:`engine.model.forward.ForwardScorer`); 0 without a forward model or an annotation."""
+    from engine.model.forward import ForwardScorer, PeakSettings
+
+    model = getattr(bundle, "forward", None)
+    if model is None:
+        return 0.0
+    a = model.ranking.intensity_weight
+    scorer = ForwardScorer(model, spectrum, PeakSettings.of_encoder(bundle.encoder.config), intensity_weight=a)
+    observed = scorer.observed(formula)
+    return 0.0 if not observed else float(len(observed) + a * sum(observed.values()))
+
+
+def best_fingerprint_score(bundle, result) -> float:
+    """The highest fingerprint score (:class:`engine.model.scoring.FingerprintScorer`) any set of bits gets under
+    ``result``'s posterior: every bit the posterior rates above one half on, the others off."""
+    from engine.model.scoring import FingerprintScorer
+
+    scorer = FingerprintScorer(result.posterior, bundle.calibration.for_polarity(result.spectrum.polarity).bits)
+    return scorer.base + float(np.clip(scorer.gain, 0.0, None).sum())

@@ -1,0 +1,365 @@
+"""Fit and check the confidence of a rank 1 from a suspect list (:mod:`engine.model.suspect_confidence`), and the
+least probability of level 2b.
+
+::
+
+    # 0. the spectra and their formulas' corpus isomers: library-only retrieval pools (minutes; the corpus index
+    #    is built once in --home)
+    python -m training.studies.retrieval --mgf ../shared/data/massbank_dev.mgf.gz \\
+        --corpus ../shared/data/molecules.tsv.gz --out runs/retrieval/lib --home runs/retrieval/home \\
+        --choose-spectra 800 --report-spectra 800 --library-only
+    # 1. suspect lists and the app's ranking of them (one thread; --shard K/N splits the spectra over processes)
+    python -m training.calibration.suspect_confidence collect --pools runs/retrieval/lib \\
+        --out runs/suspect_confidence
+    # 2. fit on the FOLD=train rows, choose level 2b there, write it into the bundle
+    python -m training.calibration.suspect_confidence fit --collected runs/suspect_confidence \\
+        --bundle resources/default_model
+    # 3. every number of docs/evidence/suspect_confidence.md (FOLD=val)
+    python -m training.calibration.suspect_confidence report --collected runs/suspect_confidence
+
+**Spectra.** The retrieval run's sets: one spectrum per structure, FOLD=train spectra of structures the bundle's
+encoder (and forward model) never trained on ("train-unseen", the fit), and FOLD=val (the report); every ion type
+the model runs natively, both ion modes.
+
+**Suspect lists.** A suspect list matches a feature by formula; what decides its rank 1 is how many structures of
+that formula it holds and whether the compound is one of them. Each of ``--variants`` lists per set gives every
+formula of the set a size drawn from :data:`SIZES` and puts each of the formula's true structures on it with
+probability :data:`ON_LIST` (one half), the rest corpus structures of the formula (the pools' formula track, the
+set's truths left out). Spectra of one formula share its list, as they would in a run. The list is indexed as a
+real suspect list (a CSV, :func:`engine.library.load_library`) and ranked as ``msgpt predict`` ranks it
+(:meth:`engine.elucidation.pipeline.SpectrumSession.rank_known`, default :class:`QueryParams`: fingerprint,
+analog and fragment scores), with the bundled spectral library. A row is a spectrum's suspect rank 1 (a reference
+spectrum's identification, or no suspect of its formula, gives no row); the label is whether it is the spectrum's
+structure (first InChIKey block).
+
+**Model**: the features of :data:`engine.model.suspect_confidence.SUSPECT_FEATURES`, the L2-penalised logistic and
+isotonic map of :mod:`training.calibration.confidence` (the map kept when it lowers the nested cross-validated
+Brier score), folds by spectrum. **Level 2b**: the least probability whose cross-fitted precision on the fit's rows
+is at least :data:`engine.model.suspect_confidence.LEVEL_2B_PRECISION` (checked on FOLD=val, never chosen there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import ConfigError, MsgptError
+from engine.model.confidence import ConfidenceModel, fit_logistic, reliability
+from engine.model.suspect_confidence import LEVEL_2B_PRECISION, SUSPECT_FEATURES, suspect_features
+from training.calibration.confidence import cross_validate, recalibration_knots
+
+SIZES = (1, 2, 3, 5, 8, 13, 21)  # structures of a formula on a list
+ON_LIST = 0.5  # probability that a formula's true structure is on its list
+SETS = (("choose", "train"), ("report", "val"))  # the retrieval run's set, and its name here
+SETTINGS = {"fragment_score": True, "analog_score": True}  # the ranking the rows were made with (QueryParams)
+BINS = (0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    spectrum: object  # engine.spectra.spectrum.Spectrum
+    truth: str  # first InChIKey block
+    isomers: tuple[str, ...]  # corpus SMILES of its formula (formula track), truths of its set left out later
+
+
+def read_sets(pools: str | Path) -> dict[str, list[Entry]]:
+    """The retrieval run's spectra (``selection.json``) with their formula-track isomers (``pools.jsonl``), per
+    set name of :data:`SETS`."""
+    from engine.spectra.spectrum import Spectrum
+
+    pools = Path(pools)
+    try:
+        sel = json.loads((pools / "selection.json").read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{pools}: no selection.json ({e}); make the pools first (the module docstring's step 0).")
+    spectra = {name: {f"{Path(d['source']).name}#{d['index']}:{d['id']}": Spectrum(**d) for d in sel[part]}
+               for part, name in SETS}
+    out: dict[str, list[Entry]] = {name: [] for _, name in SETS}
+    with open(pools / "pools.jsonl", encoding="utf-8") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by an interrupted run
+            for name, chosen in spectra.items():
+                if rec["key"] in chosen:
+                    isomers = tuple(c["s"] for c in rec["candidates"] if c.get("fl") and c["k"] != rec["truth"]["inchikey14"])
+                    out[name].append(Entry(rec["key"], chosen[rec["key"]], rec["truth"]["inchikey14"], isomers))
+    return out
+
+
+def suspect_lists(entries: list[Entry], variant: int, seed: int = 0) -> tuple[dict[str, list[str]], dict[str, bool]]:
+    """One variant's suspect list per formula of ``entries`` (the module docstring), and for each spectrum's key
+    whether its structure is on its formula's list."""
+    by_formula: dict[str, list[Entry]] = defaultdict(list)
+    for e in entries:
+        by_formula[e.spectrum.formula].append(e)
+    rng = np.random.default_rng([seed, variant])
+    lists, on = {}, {}
+    for formula in sorted(by_formula):
+        group = by_formula[formula]
+        truths = {e.truth: e.spectrum.smiles for e in group}
+        isomers = sorted({s for e in group for s in e.isomers} - set(truths.values()))
+        size = int(rng.choice(SIZES))
+        kept = {t: s for t, s in sorted(truths.items()) if rng.random() < ON_LIST}
+        rest = [isomers[i] for i in rng.permutation(len(isomers))[: max(size - len(kept), 0)]]
+        lists[formula] = list(kept.values()) + rest
+        for e in group:
+            on[e.key] = e.truth in kept
+    return lists, on
+
+
+def _index(lists: dict[str, list[str]], home: Path, name: str):
+    from engine.library import load_library
+
+    table = home / f"{name}.csv"
+    with open(table, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["Identifier", "SMILES"])
+        for formula, smiles in lists.items():
+            for i, s in enumerate(smiles):
+                w.writerow([f"{formula}_{i}", s])
+    library = load_library(table)
+    library.suspect = True
+    return library
+
+
+def collect(pools: str | Path, out: str | Path, variants: int = 4, seed: int = 0, shard: tuple[int, int] = (0, 1),
+            model: str | None = None) -> dict:
+    """Write ``<set>.jsonl`` rows (``<set>.<k>of<n>.jsonl`` for a shard) into ``out``; returns counts."""
+    import torch
+
+    from engine.elucidation.pipeline import QueryParams, SpectrumSession
+    from engine.model.bundle import load_bundle
+    from engine.paths import default_model_dir
+    from engine.spectral_library import load_bundled_spectral_library
+
+    torch.set_num_threads(1)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    bundle = load_bundle(model or default_model_dir(), device="cpu")
+    spectral = load_bundled_spectral_library()
+    sets = read_sets(pools)
+    k, n = shard
+    suffix = "" if n == 1 else f".{k}of{n}"
+    counts: dict = {"seed": seed, "variants": variants, "pools": str(pools), "bundle": bundle.describe()}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["MSGPT_HOME"] = tmp  # the lists' index, thrown away
+        for name, entries in sets.items():
+            mine = entries[k::n]
+            sessions: dict[str, SpectrumSession] = {}
+            skipped: dict[str, int] = defaultdict(int)
+            rows = 0
+            with open(out / f"{name}{suffix}.jsonl", "w", encoding="utf-8") as f:
+                for v in range(variants):
+                    lists, on = suspect_lists(entries, v, seed)  # all of the set: a shard sees the same lists
+                    library = _index({fo: lists[fo] for fo in {e.spectrum.formula for e in mine}}, Path(tmp),
+                                     f"{name}_{v}")
+                    for e in mine:
+                        first = sessions.get(e.key)
+                        session = SpectrumSession(bundle, e.spectrum, libraries=[library, spectral],
+                                                  posterior=None if first is None else first.posterior,
+                                                  spectral_matches=None if first is None else first.spectral_matches)
+                        if first is None:
+                            sessions[e.key] = session
+                        else:  # one fragment scorer and analog search per spectrum, whatever the list
+                            session._fragments, session._analogs = first._fragments, first._analogs
+                        try:
+                            result = session.rank_known(QueryParams())
+                        except MsgptError as err:
+                            skipped[f"error: {err}"[:80]] += 1
+                            continue
+                        c = result.candidates[0] if result.candidates else None
+                        if c is None or not (c.suspect or c.identified):
+                            skipped["no suspect of its formula on the list"] += 1
+                            continue
+                        if c.identified:
+                            skipped["identified by a reference spectrum"] += 1
+                            continue
+                        features = suspect_features(bundle, result)
+                        if features is None:
+                            skipped["no features"] += 1
+                            continue
+                        f.write(json.dumps({
+                            "key": e.key, "variant": v, "right": c.inchikey14 == e.truth, "on_list": on[e.key],
+                            "list_size": len(lists[e.spectrum.formula]), "adduct": e.spectrum.adduct,
+                            "polarity": e.spectrum.polarity or "positive", "rank1": c.smiles,
+                            "features": features}) + "\n")
+                        rows += 1
+                    print(f"{name} variant {v}: {rows} rows ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+            counts[name] = {"spectra": len(mine), "rows": rows, "skipped": dict(skipped)}
+    counts["seconds"] = round(time.perf_counter() - t0, 1)
+    (out / f"collected{suffix}.json").write_text(json.dumps(counts, indent=1) + "\n", encoding="utf-8")
+    return counts
+
+
+def read_rows(collected: str | Path, name: str) -> list[dict]:
+    """The rows of set ``name`` (its shards joined)."""
+    files = sorted(Path(collected).glob(f"{name}.jsonl")) + sorted(Path(collected).glob(f"{name}.*of*.jsonl"))
+    if not files:
+        raise ConfigError(f"{collected}: no {name}.jsonl; run `collect` first.")
+    rows = []
+    for p in files:
+        with open(p, encoding="utf-8") as f:
+            rows += [json.loads(line) for line in f if line.strip()]
+    return rows
+
+
+def matrix(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    X = np.array([[r["features"][k] for k in SUSPECT_FEATURES] for r in rows], dtype=np.float64)
+    return X, np.array([r["right"] for r in rows], dtype=bool)
+
+
+def choose_level_2b(probs: np.ndarray, y: np.ndarray, precision: float = LEVEL_2B_PRECISION) -> tuple[float, int, int]:
+    """The least probability (0.50 ... 0.99 by 0.01) whose rows at or above it are right at least ``precision`` of
+    the time, and (right, wrong) there; (1.0, 0, 0) when none is."""
+    for p in np.round(np.arange(0.50, 1.0, 0.01), 2):
+        sel = probs >= p
+        right, wrong = int((sel & y).sum()), int((sel & ~y).sum())
+        if right and right / (right + wrong) >= precision:
+            return float(p), right, wrong
+    return 1.0, 0, 0
+
+
+def fit(collected: str | Path, l2: float = 1.0) -> ConfidenceModel:
+    """The model fitted on the FOLD=train rows, its level-2b probability in ``meta["level_2b"]``."""
+    rows = read_rows(collected, "train")
+    X, y = matrix(rows)
+    if y.sum() < 10 or (~y).sum() < 10:
+        raise ConfigError(f"{collected}: {int(y.sum())} right and {int((~y).sum())} wrong suspect rank 1s; collect "
+                          "more (--variants) before fitting.")
+    groups = [r["key"] for r in rows]
+    w, b, mean, scale = fit_logistic(X, y, l2=l2)
+    plain, recalibrated = cross_validate(X, y, l2, groups=groups)
+    cv = {"folds": "5, by spectrum", "rows": len(y), "logistic": _short(reliability(plain, y)),
+          "recalibrated": _short(reliability(recalibrated, y))}
+    kept = bool(cv["recalibrated"]["brier"] < cv["logistic"]["brier"])
+    knots = recalibration_knots(X, y, l2, groups=groups) if kept else ()
+    bar, right, wrong = choose_level_2b(recalibrated if kept else plain, y)
+    meta = {"what": "P(a rank 1 from a suspect list is the spectrum's structure); engine.model.suspect_confidence",
+            "polarities": sorted({r["polarity"] for r in rows}),
+            "level_2b": {"min_probability": bar, "precision_asked": LEVEL_2B_PRECISION,
+                         "measured": {"where": "FOLD=train train-unseen rows, cross-fitted", "right": right,
+                                      "wrong": wrong}},
+            "fit": {"collected": str(collected), "rows": len(y), "right": int(y.sum()),
+                    "spectra": len(set(groups)), "l2": l2, "on_list": ON_LIST, "sizes": list(SIZES),
+                    "how": "train-unseen FOLD=train spectra, suspect lists of corpus isomers (the compound on the "
+                           f"list for {ON_LIST:.0%} of formulas), ranked as msgpt predict ranks them",
+                    "cross_validated": cv, "recalibration_kept": kept}}
+    model = ConfidenceModel(tuple(float(v) for v in w), float(b), tuple(float(v) for v in mean),
+                            tuple(float(v) for v in scale), SUSPECT_FEATURES, dict(SETTINGS), meta, recalibration=knots)
+    return model
+
+
+def _short(rel: dict) -> dict:
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in rel.items() if k != "bins"}
+
+
+def _row_line(name: str, p: np.ndarray, y: np.ndarray) -> str:
+    rel = reliability(p, y, bins=BINS)
+    au = "n/a" if rel["auroc"] is None else f"{rel['auroc']:.3f}"
+    return (f"| {name} | {rel['n']} | {rel['hits']} | {rel['base_rate']:.3f} | {rel['mean_predicted']:.3f} | "
+            f"{rel['ece']:.3f} | {rel['brier']:.3f} | {rel['brier_base_rate']:.3f} | {au} |")
+
+
+def report(collected: str | Path, model_path: str | Path | None = None) -> str:
+    """Reliability of the shipped (or ``model_path``) model on the FOLD=val rows, by population, and level 2b."""
+    from engine.paths import default_model_dir
+
+    path = Path(model_path or Path(default_model_dir()) / "suspect_confidence.json")
+    model = ConfidenceModel.load(path)
+    rows = read_rows(collected, "val")
+    X, y = matrix(rows)
+    p = np.array([model.probability(r["features"]) for r in rows])
+    on = np.array([r["on_list"] for r in rows], dtype=bool)
+    alone = np.array([r["features"]["alone"] > 0 for r in rows], dtype=bool)
+    neg = np.array([r["polarity"] == "negative" for r in rows], dtype=bool)
+    first = np.array([r["variant"] == 0 for r in rows], dtype=bool)
+    lines = [f"model: {path}", f"FOLD=val: {len(rows)} suspect rank 1s of {len({r['key'] for r in rows})} spectra "
+             f"({int(y.sum())} right), {len({r['variant'] for r in rows})} list variants",
+             "| population | n | right | base rate | mean predicted | ECE | Brier | Brier (base rate) | AUROC |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, sel in (("every suspect rank 1", np.ones(len(y), bool)), ("the first list variant only", first),
+                      ("positive mode", ~neg), ("negative mode", neg),
+                      ("the compound on the list", on), ("the compound not on the list (all wrong)", ~on),
+                      ("the only suspect of its formula", alone), ("2 or more suspects of its formula", ~alone)):
+        if sel.any():
+            lines.append(_row_line(name, p[sel], y[sel]))
+    bar = model.meta.get("level_2b", {}).get("min_probability", 1.0)
+    sel = p >= bar
+    right, wrong = int((sel & y).sum()), int((sel & ~y).sum())
+    lines.append(f"\nlevel 2b (P >= {bar:g}, chosen on FOLD=train for precision >= "
+                 f"{model.meta.get('level_2b', {}).get('precision_asked', LEVEL_2B_PRECISION):g}): {right + wrong} "
+                 f"of {len(y)} suspect rank 1s, {right} right / {wrong} wrong (precision "
+                 f"{right / max(right + wrong, 1):.3f}); of the right ones {right}/{int(y.sum())}; among the compounds "
+                 f"not on their list {int((sel & ~on).sum())} of {int((~on).sum())} reach it")
+    lines.append(f"mean confidence of right rank 1s {p[y].mean():.3f}, of wrong ones {p[~y].mean():.3f}")
+    return "\n".join(lines)
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard wants K/N (for example 0/2), got {text!r}") from None
+    if not 0 <= k < n:
+        raise argparse.ArgumentTypeError(f"--shard {text}: K must be 0 .. N-1")
+    return k, n
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m training.calibration.suspect_confidence",
+                                description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("collect", help="suspect lists ranked as msgpt predict ranks them; one row per rank 1")
+    c.add_argument("--pools", required=True, help="a `training.studies.retrieval --library-only` output folder")
+    c.add_argument("--out", required=True)
+    c.add_argument("--variants", type=int, default=4, help="suspect lists per set (default 4)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--shard", type=_shard, default=(0, 1), metavar="K/N", help="every N-th spectrum from the K-th")
+    c.add_argument("--model", help="model bundle (default: the bundled model)")
+    f = sub.add_parser("fit", help="fit on the FOLD=train rows; write suspect_confidence.json")
+    f.add_argument("--collected", required=True)
+    f.add_argument("--l2", type=float, default=1.0)
+    f.add_argument("--bundle", help="write it into this bundle (recording its checksum in config.json)")
+    f.add_argument("--out", help="or write it to this file")
+    r = sub.add_parser("report", help="reliability and level 2b on the FOLD=val rows")
+    r.add_argument("--collected", required=True)
+    r.add_argument("--model", help="suspect_confidence.json (default: the bundled model's)")
+    a = p.parse_args(argv)
+    try:
+        if a.command == "collect":
+            print(json.dumps(collect(a.pools, a.out, a.variants, a.seed, a.shard, a.model), indent=1))
+        elif a.command == "fit":
+            if not (a.bundle or a.out):
+                raise ConfigError("say where to write the model: --bundle FOLDER or --out FILE.")
+            model = fit(a.collected, a.l2)
+            target = Path(a.out or Path(a.bundle) / "suspect_confidence.json")
+            model.save(target)
+            if a.bundle:
+                from engine.model.bundle import add_bundle_file
+
+                add_bundle_file(a.bundle, target)
+            print(json.dumps(replace(model, meta={}).to_json() | {"meta": model.meta}, indent=1))
+        else:
+            print(report(a.collected, a.model))
+    except MsgptError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
