@@ -48,7 +48,7 @@ import numpy as np
 
 from engine.errors import BundleError
 from engine.model.suspect_confidence import (
-    SUSPECT_FEATURES,
+    MEASURED_FEATURES,
     level_2b_probability,
     suspect_features,
     suspect_rank1,
@@ -122,7 +122,7 @@ class ConfidenceModel:
         if not (len(self.weights) == len(self.mean) == len(self.scale) == n):
             raise BundleError(f"confidence model: {len(self.weights)} weights, {len(self.mean)} means and "
                               f"{len(self.scale)} scales for {n} features; refit it with `python -m training.calibration.confidence`.")
-        known = FEATURES + IDENTITY_FEATURES + SUSPECT_FEATURES
+        known = FEATURES + IDENTITY_FEATURES + MEASURED_FEATURES
         unknown = [f for f in self.features if f not in known]
         if unknown:
             raise BundleError(f"confidence model reads unknown features {unknown}; this version knows {list(known)}.")

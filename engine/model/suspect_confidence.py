@@ -13,6 +13,7 @@ tells the list's isomers apart. This model reads both off the ranked suspects of
 ``fragment_fit``      the fragment score per weighted peak formula of the spectrum: how well its fragments explain
                       the peaks on an absolute scale (a list without the compound has only poor fits)
 ``analog``            the analog score: likeness to the compounds whose reference spectra resemble the query's
+``analog_gap``        its lead over the next suspect's analog score (0 alone)
 ``fingerprint_fit``   its fingerprint score minus the best score any fingerprint could get under the posterior
                       (nats, at least −200): how far its bits are from what the encoder predicts
 
@@ -34,8 +35,10 @@ import math
 
 import numpy as np
 
-SUSPECT_FEATURES = ("log_suspects", "alone", "score_gap", "fragment_gap", "fragment_fit", "analog",
+SUSPECT_FEATURES = ("log_suspects", "alone", "score_gap", "fragment_gap", "fragment_fit", "analog", "analog_gap",
                     "fingerprint_fit")
+#: every feature :func:`suspect_features` can give; the fit compared them (docs/evidence/suspect_confidence.md)
+MEASURED_FEATURES = SUSPECT_FEATURES + ("fingerprint_z", "second_similarity", "log_peaks")
 GAP_CAP = 20.0
 FIT_FLOOR = -200.0
 LEVEL_2B_PRECISION = 0.9  # least precision (cross-fitted, FOLD=train) of the level-2b rule
@@ -68,9 +71,10 @@ def why_no_suspect_features(result) -> str:
     return ""
 
 
-def suspect_features(bundle, result) -> dict[str, float] | None:
-    """The features (module docstring) of ``result``'s suspect rank 1, drawn with ``bundle``; None when
-    :func:`why_no_suspect_features` has a reason or rank 1 is not a suspect."""
+def suspect_features(bundle, result, names: tuple[str, ...] = SUSPECT_FEATURES) -> dict[str, float] | None:
+    """The features ``names`` (module docstring; :data:`MEASURED_FEATURES` those the fit compared) of ``result``'s
+    suspect rank 1, drawn with ``bundle``; None when :func:`why_no_suspect_features` has a reason or rank 1 is not a
+    suspect."""
     if not suspect_rank1(result) or why_no_suspect_features(result):
         return None
     first = result.candidates[0]
@@ -84,15 +88,43 @@ def suspect_features(bundle, result) -> dict[str, float] | None:
             frag_gap = float(np.clip(first.fragment_score - second.fragment_score, -GAP_CAP, GAP_CAP))
     weight = observed_weight(bundle, result.spectrum, first.formula)
     fit = first.fragment_score / weight if weight > 0 else 0.0
-    return {
+    analog = float(first.analog_score) if math.isfinite(first.analog_score) else 0.0
+    other_analog = (float(second.analog_score) if second is not None and math.isfinite(second.analog_score)
+                    else 0.0)
+    features = {
         "log_suspects": math.log(1 + len(others)),
         "alone": float(second is None),
         "score_gap": float(gap),
         "fragment_gap": frag_gap,
         "fragment_fit": float(fit),
-        "analog": float(first.analog_score) if math.isfinite(first.analog_score) else 0.0,
+        "analog": analog,
         "fingerprint_fit": max(first.fingerprint_score - best_fingerprint_score(bundle, result), FIT_FLOOR),
+        "fingerprint_z": fingerprint_z(bundle, result, first.fingerprint_score),
+        "analog_gap": analog - other_analog,
+        "second_similarity": 0.0 if second is None else _tanimoto(first.bits, second.bits),
+        "log_peaks": math.log(1 + weight),
     }
+    return {k: features[k] for k in names}
+
+
+def _tanimoto(a, b) -> float:
+    a, b = set(np.asarray(a).tolist()), set(np.asarray(b).tolist())
+    return len(a & b) / max(len(a | b), 1)
+
+
+def fingerprint_z(bundle, result, score: float) -> float:
+    """How ``score`` (a fingerprint log-likelihood) compares with the fingerprints the posterior itself expects: a
+    fingerprint drawn from the recalibrated posterior q scores on average ``Σ q log q + (1 − q) log(1 − q)`` with
+    variance ``Σ q (1 − q) logit(q)²``; the standardised difference, within ±20 (a calibrated posterior gives the
+    true structure about 0, a structure unlike the prediction far below)."""
+    from engine.model.scoring import FingerprintScorer
+
+    scorer = FingerprintScorer(result.posterior, bundle.calibration.for_polarity(result.spectrum.polarity).bits)
+    q = 1.0 / (1.0 + np.exp(-scorer.gain))
+    log1, log0 = np.log(q), np.log1p(-q)
+    mean = float((q * log1 + (1 - q) * log0).sum())
+    sd = math.sqrt(float((q * (1 - q) * scorer.gain ** 2).sum())) or 1.0
+    return float(np.clip((score - mean) / sd, -GAP_CAP, GAP_CAP))
 
 
 def observed_weight(bundle, spectrum, formula: str) -> float:

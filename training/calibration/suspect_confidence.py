@@ -55,7 +55,12 @@ import numpy as np
 
 from engine.errors import ConfigError, MsgptError
 from engine.model.confidence import ConfidenceModel, fit_logistic, reliability
-from engine.model.suspect_confidence import LEVEL_2B_PRECISION, SUSPECT_FEATURES, suspect_features
+from engine.model.suspect_confidence import (
+    LEVEL_2B_PRECISION,
+    MEASURED_FEATURES,
+    SUSPECT_FEATURES,
+    suspect_features,
+)
 from training.calibration.confidence import cross_validate, recalibration_knots
 
 SIZES = (1, 2, 3, 5, 8, 13, 21)  # structures of a formula on a list
@@ -188,7 +193,7 @@ def collect(pools: str | Path, out: str | Path, variants: int = 4, seed: int = 0
                         if c.identified:
                             skipped["identified by a reference spectrum"] += 1
                             continue
-                        features = suspect_features(bundle, result)
+                        features = suspect_features(bundle, result, MEASURED_FEATURES)
                         if features is None:
                             skipped["no features"] += 1
                             continue
@@ -217,20 +222,54 @@ def read_rows(collected: str | Path, name: str) -> list[dict]:
     return rows
 
 
-def matrix(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-    X = np.array([[r["features"][k] for k in SUSPECT_FEATURES] for r in rows], dtype=np.float64)
+def matrix(rows: list[dict], features: tuple[str, ...] = SUSPECT_FEATURES) -> tuple[np.ndarray, np.ndarray]:
+    X = np.array([[r["features"][k] for k in features] for r in rows], dtype=np.float64)
     return X, np.array([r["right"] for r in rows], dtype=bool)
 
 
-def choose_level_2b(probs: np.ndarray, y: np.ndarray, precision: float = LEVEL_2B_PRECISION) -> tuple[float, int, int]:
-    """The least probability (0.50 ... 0.99 by 0.01) whose rows at or above it are right at least ``precision`` of
-    the time, and (right, wrong) there; (1.0, 0, 0) when none is."""
+def compare_features(collected: str | Path, l2: float = 1.0) -> str:
+    """On the FOLD=train rows only: cross-validated (by spectrum) AUROC, Brier and ECE of the shipped features, each
+    measured extra alone added to them, and all of them; how :data:`SUSPECT_FEATURES` was chosen (the lowest Brier)."""
+    rows = read_rows(collected, "train")
+    groups = [r["key"] for r in rows]
+    extras = tuple(f for f in MEASURED_FEATURES if f not in SUSPECT_FEATURES)
+    base = tuple(f for f in SUSPECT_FEATURES)
+    sets = [("shipped", base)] + [(f"+ {f}", base + (f,)) for f in extras] + [("all measured", MEASURED_FEATURES)]
+    sets += [(f"- {f}", tuple(g for g in base if g != f)) for f in base]
+    lines = ["| features | CV AUROC | CV Brier | CV ECE |", "| --- | ---: | ---: | ---: |"]
+    for name, names in sets:
+        X, y = matrix(rows, names)
+        plain, _ = cross_validate(X, y, l2, groups=groups)
+        rel = reliability(plain, y)
+        lines.append(f"| {name} | {rel['auroc']:.4f} | {rel['brier']:.4f} | {rel['ece']:.4f} |")
+    return "\n".join(lines)
+
+
+MIN_2B_ROWS = 50  # a level-2b bar must hold for at least this many of the fit's rows, else there is none
+
+
+def choose_level_2b(probs: np.ndarray, y: np.ndarray, precision: float = LEVEL_2B_PRECISION,
+                    min_rows: int = MIN_2B_ROWS) -> tuple[float, int, int]:
+    """The least probability (0.50 ... 0.99 by 0.01) whose rows at or above it, at least ``min_rows`` of them, are
+    right at least ``precision`` of the time, and (right, wrong) there; (2.0, 0, 0) (never) when none is."""
     for p in np.round(np.arange(0.50, 1.0, 0.01), 2):
         sel = probs >= p
         right, wrong = int((sel & y).sum()), int((sel & ~y).sum())
-        if right and right / (right + wrong) >= precision:
+        if right + wrong >= min_rows and right / (right + wrong) >= precision:
             return float(p), right, wrong
-    return 1.0, 0, 0
+    return 2.0, 0, 0
+
+
+def best_precision(probs: np.ndarray, y: np.ndarray, min_rows: int = MIN_2B_ROWS) -> tuple[float, float, int]:
+    """(probability, precision, rows) of the most precise bar with at least ``min_rows`` rows: what level 2b could
+    reach when :func:`choose_level_2b` finds no bar."""
+    best = (0.0, 0.0, 0)
+    for p in np.round(np.arange(0.50, 1.0, 0.01), 2):
+        sel = probs >= p
+        n = int(sel.sum())
+        if n >= min_rows and (sel & y).sum() / n > best[1]:
+            best = (float(p), float((sel & y).sum() / n), n)
+    return best
 
 
 def fit(collected: str | Path, l2: float = 1.0) -> ConfidenceModel:
@@ -247,12 +286,16 @@ def fit(collected: str | Path, l2: float = 1.0) -> ConfidenceModel:
           "recalibrated": _short(reliability(recalibrated, y))}
     kept = bool(cv["recalibrated"]["brier"] < cv["logistic"]["brier"])
     knots = recalibration_knots(X, y, l2, groups=groups) if kept else ()
-    bar, right, wrong = choose_level_2b(recalibrated if kept else plain, y)
+    probs = recalibrated if kept else plain
+    bar, right, wrong = choose_level_2b(probs, y)
+    reach = best_precision(probs, y)
     meta = {"what": "P(a rank 1 from a suspect list is the spectrum's structure); engine.model.suspect_confidence",
             "polarities": sorted({r["polarity"] for r in rows}),
-            "level_2b": {"min_probability": bar, "precision_asked": LEVEL_2B_PRECISION,
+            "level_2b": {"min_probability": bar, "precision_asked": LEVEL_2B_PRECISION, "min_rows": MIN_2B_ROWS,
                          "measured": {"where": "FOLD=train train-unseen rows, cross-fitted", "right": right,
-                                      "wrong": wrong}},
+                                      "wrong": wrong, "most_precise_bar": {"probability": reach[0],
+                                                                           "precision": round(reach[1], 4),
+                                                                           "rows": reach[2]}}},
             "fit": {"collected": str(collected), "rows": len(y), "right": int(y.sum()),
                     "spectra": len(set(groups)), "l2": l2, "on_list": ON_LIST, "sizes": list(SIZES),
                     "how": "train-unseen FOLD=train spectra, suspect lists of corpus isomers (the compound on the "
@@ -297,14 +340,25 @@ def report(collected: str | Path, model_path: str | Path | None = None) -> str:
                       ("the only suspect of its formula", alone), ("2 or more suspects of its formula", ~alone)):
         if sel.any():
             lines.append(_row_line(name, p[sel], y[sel]))
-    bar = model.meta.get("level_2b", {}).get("min_probability", 1.0)
-    sel = p >= bar
-    right, wrong = int((sel & y).sum()), int((sel & ~y).sum())
-    lines.append(f"\nlevel 2b (P >= {bar:g}, chosen on FOLD=train for precision >= "
-                 f"{model.meta.get('level_2b', {}).get('precision_asked', LEVEL_2B_PRECISION):g}): {right + wrong} "
-                 f"of {len(y)} suspect rank 1s, {right} right / {wrong} wrong (precision "
-                 f"{right / max(right + wrong, 1):.3f}); of the right ones {right}/{int(y.sum())}; among the compounds "
-                 f"not on their list {int((sel & ~on).sum())} of {int((~on).sum())} reach it")
+    l2b = model.meta.get("level_2b", {})
+    bar = l2b.get("min_probability", 2.0)
+    if bar > 1:
+        reach = l2b.get("measured", {}).get("most_precise_bar", {})
+        lines.append(f"\nlevel 2b: no bar (on FOLD=train no probability gave precision >= "
+                     f"{l2b.get('precision_asked', LEVEL_2B_PRECISION):g} over >= {l2b.get('min_rows', MIN_2B_ROWS)} "
+                     f"rows; the most precise, P >= {reach.get('probability', 0):g}, {reach.get('precision', 0):.3f} "
+                     f"over {reach.get('rows', 0)})")
+        for t in (0.6, 0.7, 0.8):
+            sel = p >= t
+            lines.append(f"  on FOLD=val, P >= {t:g}: {int(sel.sum())} rank 1s, precision "
+                         f"{(sel & y).sum() / max(int(sel.sum()), 1):.3f}")
+    else:
+        sel = p >= bar
+        right, wrong = int((sel & y).sum()), int((sel & ~y).sum())
+        lines.append(f"\nlevel 2b (P >= {bar:g}, chosen on FOLD=train for precision >= "
+                     f"{l2b.get('precision_asked', LEVEL_2B_PRECISION):g}): {right + wrong} of {len(y)} suspect rank 1s, "
+                     f"{right} right / {wrong} wrong (precision {right / max(right + wrong, 1):.3f}); among the "
+                     f"compounds not on their list {int((sel & ~on).sum())} of {int((~on).sum())} reach it")
     lines.append(f"mean confidence of right rank 1s {p[y].mean():.3f}, of wrong ones {p[~y].mean():.3f}")
     return "\n".join(lines)
 
@@ -335,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--l2", type=float, default=1.0)
     f.add_argument("--bundle", help="write it into this bundle (recording its checksum in config.json)")
     f.add_argument("--out", help="or write it to this file")
+    e = sub.add_parser("features", help="cross-validated measures of feature sets on the FOLD=train rows")
+    e.add_argument("--collected", required=True)
     r = sub.add_parser("report", help="reliability and level 2b on the FOLD=val rows")
     r.add_argument("--collected", required=True)
     r.add_argument("--model", help="suspect_confidence.json (default: the bundled model's)")
@@ -353,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
 
                 add_bundle_file(a.bundle, target)
             print(json.dumps(replace(model, meta={}).to_json() | {"meta": model.meta}, indent=1))
+        elif a.command == "features":
+            print(compare_features(a.collected))
         else:
             print(report(a.collected, a.model))
     except MsgptError as e:

@@ -30,7 +30,7 @@ REFERENCE = "O=C(CCCCC(=O)N(CCO)CCO)N(CCO)CCO"  # the first fixture spectrum's s
 ISOMER = "O=C(CCCCCC(=O)N(CCO)CCO)N(CCO)CO"
 PARAMS = QueryParams(groups=2, samples_per_group=2, seed=0)
 # a model that trusts a fragment lead and a lone suspect: P rises with fragment_gap and alone
-WEIGHTS = (-0.5, 1.0, 0.5, 2.0, 0.5, 0.5, 0.2)
+WEIGHTS = (-0.5, 1.0, 0.5, 2.0, 0.5, 0.5, 0.5, 0.2)
 
 
 def _model(bar: float = 0.8) -> ConfidenceModel:
@@ -186,13 +186,15 @@ def test_folds_by_group_keep_a_spectrums_rows_together():
 
 
 def test_level_2b_is_the_least_probability_of_the_asked_precision():
-    from training.calibration.suspect_confidence import choose_level_2b
+    from training.calibration.suspect_confidence import best_precision, choose_level_2b
 
     p = np.array([0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.55])
     y = np.array([1, 1, 1, 1, 0, 1, 0], dtype=bool)
-    assert choose_level_2b(p, y, 0.9) == (0.71, 4, 0)  # above 0.70, the first wrong one, all right
-    assert choose_level_2b(p, y, 0.8) == (0.56, 5, 1)  # above 0.55, the second wrong one: 5 of 6
-    assert choose_level_2b(p, ~y, 0.9) == (1.0, 0, 0)
+    assert choose_level_2b(p, y, 0.9, min_rows=1) == (0.71, 4, 0)  # above 0.70, the first wrong one, all right
+    assert choose_level_2b(p, y, 0.8, min_rows=1) == (0.56, 5, 1)  # above 0.55, the second wrong one: 5 of 6
+    assert choose_level_2b(p, y, 0.9, min_rows=5) == (2.0, 0, 0)  # 4 rows are too few to hold a bar: none (never)
+    assert choose_level_2b(p, ~y, 0.9, min_rows=1) == (2.0, 0, 0)
+    assert best_precision(p, y, min_rows=5) == (0.56, 5 / 6, 6)
 
 
 def test_fit_writes_a_model_that_reads_the_suspect_features(tmp_path):
@@ -219,7 +221,7 @@ def test_fit_writes_a_model_that_reads_the_suspect_features(tmp_path):
     low = dict.fromkeys(SUSPECT_FEATURES, 0.0) | {"fragment_gap": -4.0}
     high = dict(low, fragment_gap=8.0)
     assert model.probability(low) < 0.2 < 0.8 < model.probability(high)
-    assert 0.5 <= model.meta["level_2b"]["min_probability"] < 1.0
+    assert 0.5 <= model.meta["level_2b"]["min_probability"] < 1.0  # 90% right above it, on at least 50 rows
     with pytest.raises(SystemExit):
         main(["fit"])
     assert main(["fit", "--collected", str(tmp_path / "c")]) == 2  # nowhere to write
@@ -227,3 +229,19 @@ def test_fit_writes_a_model_that_reads_the_suspect_features(tmp_path):
         from training.calibration.suspect_confidence import read_rows
 
         read_rows(tmp_path, "val")
+
+
+def test_the_shipped_suspect_model_reads_todays_features_and_is_recorded_in_the_bundle():
+    from engine.model.bundle import sha256_file
+    from engine.paths import default_model_dir
+
+    folder = default_model_dir()
+    model = ConfidenceModel.load(folder / "suspect_confidence.json")
+    assert model.features == SUSPECT_FEATURES and model.settings == {"fragment_score": True, "analog_score": True}
+    assert set(model.meta["polarities"]) == {"positive", "negative"} and "level_2b" in model.meta
+    recorded = json.loads((folder / "config.json").read_text())["files"]["suspect_confidence.json"]
+    assert recorded == sha256_file(folder / "suspect_confidence.json")
+    # more suspects of the formula and a smaller fragment lead make rank 1 less sure
+    f = dict.fromkeys(SUSPECT_FEATURES, 0.0) | {"fragment_fit": -3.0, "fingerprint_fit": -60.0}
+    crowded = f | {"log_suspects": math.log(13)}
+    assert model.probability(f | {"fragment_gap": 5.0}) > model.probability(f) > model.probability(crowded)
