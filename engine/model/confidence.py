@@ -368,11 +368,11 @@ def why_no_confidence(bundle, result) -> str:
     """Why :func:`spectrum_confidence` gives ``result`` (drawn with ``bundle``) no confidence, in one sentence a
     chemist can act on; "" when it gives one. The checks, in order: a rank 1 a reference spectrum identifies (its
     confidence is the identification's: "" unless none ships beside the spectral library or the result lacks the
-    search's hits); library structures ranked without samples; a rank 1 from a suspect list (the model describes
-    predictions only); an ion type run by a chemical mapping (not measured); a confidence model at all; a finished run
+    search's hits); a rank 1 from a suspect list (its own checks, :func:`_why_no_suspect_confidence`); library
+    structures ranked without samples; a rank 1 made by an isomer edit; an ion type run by a chemical mapping (not
+    measured); a confidence model at all; a finished run
     of the κ band's queries; an ion mode the fit saw (``meta["polarities"]``, positive when absent); the fit's
-    settings (κ band, M, N, decoding, ranking, sampling, adapter); a known probability of a ranked formula. A rank 1
-    from a suspect list has its own checks (:func:`_why_no_suspect_confidence`)."""
+    settings (κ band, M, N, decoding, ranking, sampling, adapter); a known probability of a ranked formula."""
     if _identified_first(result):
         matches = result.spectral_matches
         if identity_features(matches) is None:

@@ -3,15 +3,16 @@
 A suspect list's structures rank before every prediction (:mod:`engine.elucidation.ranking`), so a feature whose
 formula a suspect has gets that suspect as rank 1 whatever the spectrum says. Whether it is right depends on two
 things the de novo confidence cannot see: whether the compound is on the list at all, and whether the spectrum
-tells the list's isomers apart. This model reads both off the ranked suspects of the rank-1 formula run
-(:func:`suspect_features`):
+tells the list's isomers apart. This model reads what the ranked suspects of the rank-1 formula run say of both
+(:func:`suspect_features`); measured, they tell the second far better than the first
+(docs/evidence/suspect_confidence.md):
 
 ``log_suspects``      log of the number of suspects of that formula (more isomers on the list, more ways to be wrong)
 ``alone``             1 when the list has only this structure of the formula
 ``score_gap``         the ranking score's lead over the next suspect (fingerprint + analog + fragment terms; 0 alone)
 ``fragment_gap``      the fragment (forward) score's lead over the next suspect's (nats, within ±20; 0 alone)
 ``fragment_fit``      the fragment score per weighted peak formula of the spectrum: how well its fragments explain
-                      the peaks on an absolute scale (a list without the compound has only poor fits)
+                      the peaks on an absolute scale
 ``analog``            the analog score: likeness to the compounds whose reference spectra resemble the query's
 ``analog_gap``        its lead over the next suspect's analog score (0 alone)
 ``fingerprint_fit``   its fingerprint score minus the best score any fingerprint could get under the posterior
@@ -24,7 +25,8 @@ bundle as ``suspect_confidence.json``. So the probability answers "if about half
 my list matches are on it, how likely is this rank 1 right": for a list screened against a sample known to hold
 its compounds it is an underestimate, for a large list against a complex sample an overestimate
 (docs/known_compounds.md). ``level_2b`` in the file is the least probability of a level-2b rank 1, chosen on the
-fit's cross-fitted probabilities for a precision of at least :data:`LEVEL_2B_PRECISION` there.
+fit's cross-fitted probabilities for a precision of at least :data:`LEVEL_2B_PRECISION` there (over at least 50
+rows; none, 2, when no probability reaches it, as for the shipped model).
 
 Imports numpy and :mod:`engine.model.forward`/:mod:`engine.model.scoring` only (lazily); no Qt.
 """
