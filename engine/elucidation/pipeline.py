@@ -251,7 +251,7 @@ class SpectrumResult:
     confidence: float | None = None  # P(rank 1 is right) (engine.model.confidence); None: partial, or no model for it
     spectral_matches: SpectralMatches | None = field(default=None, repr=False, compare=False)  # reference hits
     ion_mapping: str = ""  # how a mapped ion type was run ("run as [M+H]+ after NH3 loss (mapping)"); "" native
-    level_2b: bool = False  # rank 1 from a suspect list whose confidence reaches level 2b (engine.model.suspect_confidence)
+    level_2b: bool = False  # a suspect-list rank 1 whose confidence reaches level 2b (engine.model.suspect_confidence)
 
     @property
     def identified(self) -> Candidate | None:

@@ -14,9 +14,9 @@ level  when
        reaches the probability the fit chose for a precision of 90% (``SpectrumResult.level_2b``): probable
        structure by diagnostic evidence, no reference spectrum
 3      tentative candidates: structures ranked by the predicted fingerprint (de novo, from a library or a
-       suspect list below level 2b), a reference spectrum too weak to identify, or a reference spectrum match whose isomer's
-       reference is nearly as similar (identified or not; the level's text names it: "or its isomer X, similarity
-       0.93")
+       suspect list below level 2b), a reference spectrum too weak to identify, or a reference spectrum match whose
+       isomer's reference is nearly as similar (identified or not; the level's text names it: "or its isomer X,
+       similarity 0.93")
 4      no structure, but a molecular formula
 5      neither: an exact mass of interest
 =====  =====================================================================================================

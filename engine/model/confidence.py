@@ -434,7 +434,8 @@ def _why_no_suspect_confidence(bundle, result) -> str:
         return "the run is not finished"
     if getattr(result, "ion_mapping", ""):
         return (f"rank 1 comes from your suspect list and its ion type {result.spectrum.adduct} runs by a chemical "
-                f"mapping ({result.ion_mapping}): how often such a rank 1 is right was not measured (docs/ion_types.md)")
+                f"mapping ({result.ion_mapping}): how often such a rank 1 is right was not measured "
+                "(docs/ion_types.md)")
     fitted_modes = model.meta.get("polarities", ["positive"])
     if (result.spectrum.polarity or "positive") not in fitted_modes:
         return f"the confidence of suspect rank 1s was fitted on {' and '.join(fitted_modes)}-mode spectra only"

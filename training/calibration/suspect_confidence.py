@@ -48,7 +48,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -99,7 +99,8 @@ def read_sets(pools: str | Path) -> dict[str, list[Entry]]:
                 continue  # a line cut by an interrupted run
             for name, chosen in spectra.items():
                 if rec["key"] in chosen:
-                    isomers = tuple(c["s"] for c in rec["candidates"] if c.get("fl") and c["k"] != rec["truth"]["inchikey14"])
+                    truth = rec["truth"]["inchikey14"]
+                    isomers = tuple(c["s"] for c in rec["candidates"] if c.get("fl") and c["k"] != truth)
                     out[name].append(Entry(rec["key"], chosen[rec["key"]], rec["truth"]["inchikey14"], isomers))
     return out
 
@@ -356,7 +357,8 @@ def report(collected: str | Path, model_path: str | Path | None = None) -> str:
         sel = p >= bar
         right, wrong = int((sel & y).sum()), int((sel & ~y).sum())
         lines.append(f"\nlevel 2b (P >= {bar:g}, chosen on FOLD=train for precision >= "
-                     f"{l2b.get('precision_asked', LEVEL_2B_PRECISION):g}): {right + wrong} of {len(y)} suspect rank 1s, "
+                     f"{l2b.get('precision_asked', LEVEL_2B_PRECISION):g}): {right + wrong} of {len(y)} suspect "
+                     f"rank 1s, "
                      f"{right} right / {wrong} wrong (precision {right / max(right + wrong, 1):.3f}); among the "
                      f"compounds not on their list {int((sel & ~on).sum())} of {int((~on).sum())} reach it")
     lines.append(f"mean confidence of right rank 1s {p[y].mean():.3f}, of wrong ones {p[~y].mean():.3f}")
@@ -408,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                 from engine.model.bundle import add_bundle_file
 
                 add_bundle_file(a.bundle, target)
-            print(json.dumps(replace(model, meta={}).to_json() | {"meta": model.meta}, indent=1))
+            print(json.dumps(model.to_json(), indent=1))
         elif a.command == "features":
             print(compare_features(a.collected))
         else:
