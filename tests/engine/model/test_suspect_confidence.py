@@ -19,6 +19,7 @@ from engine.insight.identification import identification_level
 from engine.library import load_library
 from engine.model.confidence import ConfidenceModel, spectrum_confidence, why_no_confidence, with_confidence
 from engine.model.suspect_confidence import (
+    MEASURED_FEATURES,
     SUSPECT_FEATURES,
     best_fingerprint_score,
     level_2b_probability,
@@ -205,7 +206,7 @@ def test_fit_writes_a_model_that_reads_the_suspect_features(tmp_path):
     for i in range(600):
         gap = float(rng.normal(2, 3))
         right = bool(rng.random() < 1 / (1 + math.exp(-(gap - 2))))
-        features = {k: float(rng.normal()) for k in SUSPECT_FEATURES} | {"fragment_gap": gap}
+        features = {k: float(rng.normal()) for k in MEASURED_FEATURES} | {"fragment_gap": gap}
         for v in range(2):
             rows.append({"key": f"s{i}", "variant": v, "right": right, "on_list": True, "list_size": 3,
                          "adduct": "[M+H]+", "polarity": "positive", "rank1": "C", "features": features})
@@ -222,6 +223,17 @@ def test_fit_writes_a_model_that_reads_the_suspect_features(tmp_path):
     high = dict(low, fragment_gap=8.0)
     assert model.probability(low) < 0.2 < 0.8 < model.probability(high)
     assert 0.5 <= model.meta["level_2b"]["min_probability"] < 1.0  # 90% right above it, on at least 50 rows
+    # the FOLD=val report reads the same rows, with the model written above
+    for r in rows:
+        r["on_list"] = r["right"] or r["key"] < "s3"
+    (tmp_path / "c" / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from training.calibration.suspect_confidence import compare_features, report
+
+    text = report(tmp_path / "c", out)
+    assert "| every suspect rank 1 | 1200 |" in text and "the compound not on the list (all wrong)" in text
+    assert "level 2b (P >= " in text and "mean confidence of right rank 1s" in text
+    table = compare_features(tmp_path / "c")
+    assert table.count("\n") == 2 + 1 + 3 + 1 + len(SUSPECT_FEATURES)  # header, shipped, each extra, all, each left out
     with pytest.raises(SystemExit):
         main(["fit"])
     assert main(["fit", "--collected", str(tmp_path / "c")]) == 2  # nowhere to write
