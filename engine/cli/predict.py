@@ -492,6 +492,15 @@ def cmd_info(args: argparse.Namespace) -> int:
         fit, val = conf.meta.get("fit", {}), conf.meta.get("val", {})
         checked = f"; on FOLD=val ECE {val['ece']:.3f} over {val['n']} spectra" if val else ""
         print(f"  confidence (P rank 1 is right): fitted on {fit.get('spectra', '?')} out-of-fold spectra{checked}")
+    sus = bundle.suspect_confidence
+    if sus is None:
+        print("  confidence of a suspect-list rank 1: none")
+    else:
+        from engine.model.suspect_confidence import level_2b_probability
+
+        bar = level_2b_probability(sus)
+        print(f"  confidence of a suspect-list rank 1: fitted on {sus.meta.get('fit', {}).get('rows', '?')} suspect "
+              f"rank 1s; level 2b {'at P >= ' + format(bar, 'g') if bar <= 1 else 'not given (no bar reached 90%)'}")
     fw = bundle.forward
     if fw is None or fw.ranking.weight <= 0:
         print("  fragment score (forward model): none")
