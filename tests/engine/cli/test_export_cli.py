@@ -168,6 +168,7 @@ def test_cli_info(tiny_bundle_dir, capsys):
     out = capsys.readouterr().out
     assert "D_enc=" in out and "decoder total" in out
     assert "fragment score (forward model): none" in out  # the tiny bundle ships no forward model
+    assert "confidence of a suspect-list rank 1: none" in out
 
 
 def test_console_entry_point_runs(tmp_path, tiny_bundle_dir):

@@ -112,6 +112,14 @@ def test_a_suspect_rank_1_gets_the_suspect_models_confidence_and_level_2b(bundle
     assert spectrum_confidence(bundle, ranked) == pytest.approx(p_clear * 0.5)
 
 
+def test_msgpt_info_names_the_suspect_model_and_its_level_2b_bar(bundle, capsys):
+    from engine.cli import main
+
+    assert main(["info", "--model", str(bundle.path)]) == 0
+    assert "confidence of a suspect-list rank 1: fitted on ? suspect rank 1s; level 2b at P >= 0.8" in \
+        capsys.readouterr().out
+
+
 def test_why_a_suspect_rank_1_gets_no_number(bundle, tiny_bundle, home):
     result = _with_fragments(_suspect_result(bundle, home), (-20.0, -35.0))
     cases = {
