@@ -40,7 +40,7 @@ def _add_sampling_arguments(pr: argparse.ArgumentParser) -> None:
                     help="standard: the pool of B samples; deep: then refine its best candidates, borrow the "
                     "fragments of the structure libraries' closest analogs (the bundled library's when libraries are "
                     "off; never a structure of the spectrum's formula) and try the isomers one move away from the "
-                    "best (about 3.6x the time of standard effort, docs/deep_search.md)")
+                    "best (about 3.4x the time of standard effort, docs/deep_search.md)")
     pr.add_argument("--edit-rounds", type=int, default=EDIT_ROUNDS, metavar="K",
                     help=f"rounds of isomer edits after sampling (default {EDIT_ROUNDS}; 0: none), for formulas of at "
                     f"most {STANDARD_EDIT_MAX_ATOMS} heavy atoms: the best drawn candidates' isomers one move away (a "

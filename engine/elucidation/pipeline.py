@@ -64,7 +64,7 @@ from engine.timing import staged, timed
 # settings that never change the samples
 RANKING_ONLY = ("ranking", "library_prior", "undrawn_prior", "effort", "fragment_score", "analog_score", "edit_rounds")
 MAX_EDIT_ROUNDS = 10
-EFFORTS = ("standard", "deep")  # deep: engine.elucidation.deep refines the standard pool (about 3.6x the time)
+EFFORTS = ("standard", "deep")  # deep: engine.elucidation.deep refines the standard pool (about 3.4x the time)
 EDIT_ROUNDS = 3  # standard effort's rounds of isomer edits (measured: docs/evidence/standard_edits.md)
 EDIT_STOP_TOP = 10  # an edit round none of whose edits enters the best this many proposals ends the rounds
 # heavy atoms of a formula above which standard effort makes no edits: on 120 train-unseen spectra, edits put 12 of
