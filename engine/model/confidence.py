@@ -425,7 +425,8 @@ def why_no_confidence(bundle, result) -> str:
 
 def _why_no_suspect_confidence(bundle, result) -> str:
     """:func:`why_no_confidence` for a rank 1 from a suspect list: a suspect model in the bundle, a finished run, a
-    native ion type, an ion mode the fit had, a formula run (not the mass track: the fit's formulas were known),
+    native ion type, an ion mode the fit had, a given or ranked formula (not the mass track or an identification's
+    formula: the fit's formulas were known),
     the fit's ranking settings (fragment and analog scores), the features."""
     model = getattr(bundle, "suspect_confidence", None)
     if model is None:
@@ -440,12 +441,11 @@ def _why_no_suspect_confidence(bundle, result) -> str:
     fitted_modes = model.meta.get("polarities", ["positive"])
     if (result.spectrum.polarity or "positive") not in fitted_modes:
         return f"the confidence of suspect rank 1s was fitted on {' and '.join(fitted_modes)}-mode spectra only"
-    from engine.elucidation.libraries import MASS_TRACK  # here: that module imports the pipeline, which imports this
-
-    if result.spectrum.metadata.get("formula_source") == MASS_TRACK:
-        return ("rank 1 comes from your suspect list by its mass alone, of a formula the formula ranking did not "
-                "propose: the confidence of suspect rank 1s was fitted with the formula known, and how often such a "
-                "rank 1 is right was not measured")
+    source = result.spectrum.metadata.get("formula_source") or ""
+    if source not in ("", "ranked candidates"):  # the mass track of a suspect list, an identification's formula
+        return (f"rank 1 comes from your suspect list, of a formula neither given nor among the ranked formula "
+                f"candidates ({source}): the confidence of suspect rank 1s was fitted with the formula known, and how "
+                "often such a rank 1 is right was not measured")
     differ = sorted(model.differing_settings(result.params))
     if differ:
         return (f"rank 1 comes from your suspect list, ranked with other settings than the confidence of suspect "

@@ -130,8 +130,9 @@ def test_why_a_suspect_rank_1_gets_no_number(bundle, tiny_bundle, home):
         "other settings than the confidence of suspect rank 1s was fitted with: fragment score": (
             bundle, replace(result, params=replace(result.params, fragment_score=False))),
         "keeps no fingerprint posterior": (bundle, replace(result, posterior=None)),
-        "by its mass alone": (bundle, replace(result, spectrum=replace(result.spectrum, metadata={
-            **result.spectrum.metadata, "formula_source": "structure library (mass)"}))),
+        "neither given nor among the ranked formula candidates (structure library (mass))": (
+            bundle, replace(result, spectrum=replace(result.spectrum, metadata={
+                **result.spectrum.metadata, "formula_source": "structure library (mass)"}))),
     }
     for words, (b, r) in cases.items():
         assert words in why_no_confidence(b, r) and spectrum_confidence(b, r) is None, words
