@@ -213,14 +213,17 @@ def edit_rounds(proposals: Callable[[Mapping[str, str]], list[tuple[str, str, fl
     proposals is the last. No rounds without a ``score``."""
     edits: dict[str, str] = {}
     edited: set[str] = set()
-    for _ in range(rounds if score is not None else 0):
-        ranked = proposals(edits)
+    if score is None or rounds <= 0:
+        return edits, frozenset(edited)
+    ranked = proposals(edits)
+    for _ in range(rounds):
         chosen = [(k14, smiles) for k14, smiles, _ in ranked if k14 not in edited][:parents]
         if not chosen:
             break
         edited.update(k14 for k14, _ in chosen)
         new = best_edits([smiles for _, smiles in chosen], score, {smiles for _, smiles, _ in ranked}, keep)
         edits.update(new)
-        if not set(new) & {smiles for _, smiles, _ in proposals(edits)[:stop_top]}:
+        ranked = proposals(edits)  # the next round's ranking, and this round's stop check
+        if not set(new) & {smiles for _, smiles, _ in ranked[:stop_top]}:
             break
     return edits, frozenset(edited)

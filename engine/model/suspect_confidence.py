@@ -77,6 +77,8 @@ def suspect_features(bundle, result, names: tuple[str, ...] = SUSPECT_FEATURES) 
     """The features ``names`` (module docstring; :data:`MEASURED_FEATURES` those the fit compared) of ``result``'s
     suspect rank 1, drawn with ``bundle``; None when :func:`why_no_suspect_features` has a reason or rank 1 is not a
     suspect."""
+    from engine.model.scoring import FingerprintScorer
+
     if not suspect_rank1(result) or why_no_suspect_features(result):
         return None
     first = result.candidates[0]
@@ -89,7 +91,7 @@ def suspect_features(bundle, result, names: tuple[str, ...] = SUSPECT_FEATURES) 
         if math.isfinite(second.fragment_score):
             frag_gap = float(np.clip(first.fragment_score - second.fragment_score, -GAP_CAP, GAP_CAP))
     weight = observed_weight(bundle, result.spectrum, first.formula)
-    fit = first.fragment_score / weight if weight > 0 else 0.0
+    scorer = FingerprintScorer(result.posterior, bundle.calibration.for_polarity(result.spectrum.polarity).bits)
     analog = float(first.analog_score) if math.isfinite(first.analog_score) else 0.0
     other_analog = (float(second.analog_score) if second is not None and math.isfinite(second.analog_score)
                     else 0.0)
@@ -98,10 +100,10 @@ def suspect_features(bundle, result, names: tuple[str, ...] = SUSPECT_FEATURES) 
         "alone": float(second is None),
         "score_gap": float(gap),
         "fragment_gap": frag_gap,
-        "fragment_fit": float(fit),
+        "fragment_fit": float(first.fragment_score / weight) if weight > 0 else 0.0,
         "analog": analog,
-        "fingerprint_fit": max(first.fingerprint_score - best_fingerprint_score(bundle, result), FIT_FLOOR),
-        "fingerprint_z": fingerprint_z(bundle, result, first.fingerprint_score),
+        "fingerprint_fit": max(first.fingerprint_score - best_fingerprint_score(scorer), FIT_FLOOR),
+        "fingerprint_z": fingerprint_z(scorer, first.fingerprint_score),
         "analog_gap": analog - other_analog,
         "second_similarity": 0.0 if second is None else _tanimoto(first.bits, second.bits),
         "log_peaks": math.log(1 + weight),
@@ -114,14 +116,12 @@ def _tanimoto(a, b) -> float:
     return len(a & b) / max(len(a | b), 1)
 
 
-def fingerprint_z(bundle, result, score: float) -> float:
+def fingerprint_z(scorer, score: float) -> float:
     """How ``score`` (a fingerprint log-likelihood) compares with the fingerprints the posterior itself expects: a
     fingerprint drawn from the recalibrated posterior q scores on average ``Σ q log q + (1 − q) log(1 − q)`` with
     variance ``Σ q (1 − q) logit(q)²``; the standardised difference, within ±20 (a calibrated posterior gives the
-    true structure about 0, a structure unlike the prediction far below)."""
-    from engine.model.scoring import FingerprintScorer
-
-    scorer = FingerprintScorer(result.posterior, bundle.calibration.for_polarity(result.spectrum.polarity).bits)
+    true structure about 0, a structure unlike the prediction far below). ``scorer``: the spectrum's
+    :class:`engine.model.scoring.FingerprintScorer`."""
     q = 1.0 / (1.0 + np.exp(-scorer.gain))
     log1, log0 = np.log(q), np.log1p(-q)
     mean = float((q * log1 + (1 - q) * log0).sum())
@@ -143,10 +143,7 @@ def observed_weight(bundle, spectrum, formula: str) -> float:
     return 0.0 if not observed else float(len(observed) + a * sum(observed.values()))
 
 
-def best_fingerprint_score(bundle, result) -> float:
-    """The highest fingerprint score (:class:`engine.model.scoring.FingerprintScorer`) any set of bits gets under
-    ``result``'s posterior: every bit the posterior rates above one half on, the others off."""
-    from engine.model.scoring import FingerprintScorer
-
-    scorer = FingerprintScorer(result.posterior, bundle.calibration.for_polarity(result.spectrum.polarity).bits)
+def best_fingerprint_score(scorer) -> float:
+    """The highest fingerprint score any set of bits gets under the posterior of ``scorer`` (a
+    :class:`engine.model.scoring.FingerprintScorer`): every bit it rates above one half on, the others off."""
     return scorer.base + float(np.clip(scorer.gain, 0.0, None).sum())

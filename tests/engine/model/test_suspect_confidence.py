@@ -25,6 +25,7 @@ from engine.model.suspect_confidence import (
     level_2b_probability,
     suspect_features,
 )
+from engine.model.scoring import FingerprintScorer
 from engine.progress import run_to_end
 
 REFERENCE = "O=C(CCCCC(=O)N(CCO)CCO)N(CCO)CCO"  # the first fixture spectrum's structure, C14H28N2O6
@@ -93,7 +94,8 @@ def test_a_suspect_rank_1_gets_the_suspect_models_confidence_and_level_2b(bundle
     assert f_clear["log_suspects"] == pytest.approx(math.log(2)) and f_clear["alone"] == 0.0
     assert f_clear["fingerprint_fit"] <= 0.0
     assert f_clear["fingerprint_fit"] == pytest.approx(
-        max(clear.candidates[0].fingerprint_score - best_fingerprint_score(bundle, clear), -200.0))
+        max(clear.candidates[0].fingerprint_score - best_fingerprint_score(FingerprintScorer(
+            clear.posterior, bundle.calibration.for_polarity(clear.spectrum.polarity).bits)), -200.0))
     p_clear, p_close = spectrum_confidence(bundle, clear), spectrum_confidence(bundle, close)
     assert p_clear == pytest.approx(bundle.suspect_confidence.probability(f_clear)) and p_clear > p_close
     # whether drawn or not: the suspect model does not read the samples
