@@ -160,7 +160,8 @@ def _spectra_of_feature(feature, args: argparse.Namespace, bundle, formula_confi
     except (SpectrumError, FormulaError, AdductError) as e:
         return SkippedRecord(spectrum.source, spectrum.index, spectrum.id, str(e))
     chosen = [] if table is None else [s for _, s in formula_run_spectra(
-        spectrum, table, args.formulas, bundle.runnable_adducts, libraries, args.min_formula_p)]
+        spectrum, table, args.formulas, bundle.runnable_adducts, libraries, args.min_formula_p,
+        proportional=not args.full_formula_runs)]
     chosen += library_formula_spectra(libraries, spectrum, chosen, bundle.runnable_adducts, config.ppm,
                                       config.ion_types or (), precision_da=coarse.precision if coarse else 0.0)
     if not chosen:
@@ -176,7 +177,7 @@ def _elucidate_one(bundle, spectrum, params, bar, libraries=()):
     batch goes on. Problems of the model or the parameters stop the batch.
     """
     from engine.elucidation.deep import run_session
-    from engine.elucidation.formula_runs import draws_samples
+    from engine.elucidation.formula_runs import draws_samples, run_params
     from engine.elucidation.pipeline import SamplesDrawn, SpectrumFinished, SpectrumSession, SpectrumSkipped, elucidate
     from engine.errors import AdductError, FormulaError, SpectrumError
     from engine.spectra.spectrum import SkippedRecord
@@ -185,7 +186,8 @@ def _elucidate_one(bundle, spectrum, params, bar, libraries=()):
     try:
         if not draws_samples(spectrum):  # the library structures of this formula alone, no samples
             return SpectrumSession(bundle, spectrum, libraries=libraries).rank_known(params)
-        for ev in elucidate(bundle, [spectrum], params, libraries=libraries, run_session=run_session):
+        for ev in elucidate(bundle, [spectrum], run_params(spectrum, params), libraries=libraries,
+                            run_session=run_session):
             if isinstance(ev, SamplesDrawn):
                 bar.set_postfix_str(f"samples {ev.done}/{ev.total}", refresh=False)
             elif isinstance(ev, SpectrumFinished):

@@ -74,6 +74,9 @@ def _add_formula_arguments(pr: argparse.ArgumentParser) -> None:
                     help="of those K, sample only the best and those of probability >= P (default "
                     f"{MIN_SAMPLED_PROBABILITY:g}); the others rank their formula's library structures alone, without "
                     "de novo samples (engine/elucidation/formula_runs.py); 0 samples all K")
+    pr.add_argument("--full-formula-runs", action="store_true",
+                    help="every sampled formula candidate draws the full pool; by default one below the best draws "
+                    "N × P/P(best) samples per query group, at least one (engine/elucidation/formula_runs.py)")
     pr.add_argument("--formula-ppm", type=float, default=10.0, metavar="PPM",
                     help="precursor mass tolerance of formula candidates (default 10 ppm, at least 1 mDa)")
     pr.add_argument("--ion-types", nargs="+", metavar="ION",

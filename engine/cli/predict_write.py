@@ -87,7 +87,9 @@ def _run_settings(args: argparse.Namespace, bundle, params, libraries=()) -> dic
         "top": args.top,
         "formula": args.formula,
         "adduct": args.adduct,
-        "formula_candidates": f"k={args.formulas} min_p={args.min_formula_p:g} ppm={args.formula_ppm} "
+        "formula_candidates": f"k={args.formulas} min_p={args.min_formula_p:g} "
+                              f"samples={'full' if getattr(args, 'full_formula_runs', False) else 'proportional'} "
+                              f"ppm={args.formula_ppm} "
                               f"ion_types={args.ion_types} "
                               f"elements={args.elements} recalibrate={args.recalibrate}",
         "features": f"ppm={args.feature_ppm} rt_gap={args.feature_rt_gap} merge={not args.no_merge}"

@@ -19,6 +19,7 @@ Run.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,9 @@ if TYPE_CHECKING:  # the rest is imported where it is used: ``msgpt predict --he
 #: are still ranked); chosen on FOLD=val by training/studies/feature_formula_weight.py budget
 #: (docs/evidence/formula_run_budget.md).
 MIN_SAMPLED_PROBABILITY = 0.05
+
+#: ``formula_run_share`` (metadata) of a sampled formula candidate below the best: its probability over the best's.
+SHARE_KEY = "formula_run_share"
 
 #: ``formula_run`` of a formula candidate run for the library structures of its formula alone.
 LIBRARY_ONLY = "library structures only"
@@ -48,21 +52,52 @@ def sampled(position: int, probability: float, min_probability: float) -> bool:
     return position == 0 or probability >= min_probability
 
 
+def sample_share(position: int, probability: float, best: float) -> float:
+    """The share of the samples a sampled formula candidate at ``position`` draws: all (1) for the best, else its
+    probability over the best's (at most 1)."""
+    if position == 0 or not best > 0:
+        return 1.0
+    return min(1.0, max(0.0, probability / best))
+
+
+def run_params(spectrum, params):
+    """``params`` for a formula run of ``spectrum``: a sampled run below the best (``formula_run_share`` < 1, standard
+    effort) draws ``ceil(N × share)`` samples per query group, at least one; deep search and every other run keep
+    ``params``."""
+    share = spectrum.metadata.get(SHARE_KEY)
+    if share in (None, "") or params.effort != "standard":
+        return params
+    n = max(1, math.ceil(params.samples_per_group * float(share) - 1e-9))
+    return params if n >= params.samples_per_group else dataclasses.replace(params, samples_per_group=n)
+
+
 def formula_run_spectra(spectrum, table: FormulaTable, k: int, runnable_adducts: Sequence[str],
-                        libraries: Sequence = (), min_probability: float = MIN_SAMPLED_PROBABILITY) -> list[tuple]:
+                        libraries: Sequence = (), min_probability: float = MIN_SAMPLED_PROBABILITY,
+                        proportional: bool = True) -> list[tuple]:
     """``(formula candidate, spectrum)`` pairs: copies of ``spectrum`` for its best ``k`` runnable formula candidates
     (``runnable_adducts``: the ion types the model runs, ``ModelBundle.runnable_adducts``), each with its formula, ion
     type, rank and probability noted; one
     below ``min_probability`` (not the best) is marked :data:`LIBRARY_ONLY` (``formula_run``, with a note in its
     warnings) and kept only when ``libraries`` hold a structure of its formula, or a reference spectrum of one
-    matched the spectrum. ``min_probability=0`` samples every one."""
+    matched the spectrum. ``min_probability=0`` samples every one. With ``proportional``, a sampled candidate below the
+    best notes its :func:`sample_share` (``formula_run_share``, and a warning saying so), which :func:`run_params`
+    turns into its samples per query group."""
     from engine.formulas.candidates import with_formula_candidate
     from engine.spectra.spectrum import with_warning
 
     out = []
+    best = None
     for position, candidate in enumerate(table.runnable(k, runnable_adducts)):
+        best = candidate.probability if best is None else best
         run = with_formula_candidate(spectrum, candidate, table.elements)
         if sampled(position, candidate.probability, min_probability):
+            share = sample_share(position, candidate.probability, best) if proportional else 1.0
+            if share < 1.0:
+                note = (f"formula {candidate.formula} {candidate.ion_type} (P = {candidate.probability:.3f}, the best "
+                        f"{best:.3f}) drew {share:.0%} of the samples per query group (at least one): a less likely "
+                        "formula's samples seldom reach the feature's top ten")
+                run = with_warning(dataclasses.replace(run, metadata={**run.metadata, SHARE_KEY: round(share, 4)}),
+                                   note)
             out.append((candidate, run))
             continue
         if not _libraries_hold(libraries, run):

@@ -225,9 +225,11 @@ def formula_spectra(base: Spectrum, table: FormulaTable, supported_adducts: Sequ
                     ) -> list[tuple[FormulaCandidate, Spectrum]]:
     """The spectra Run elucidates for the best ``k`` formulas: ``base`` with each candidate's formula and ion type,
     its rank and score noted (exports write them); those below ``min_probability`` (but the best) rank the
-    ``libraries``' structures of their formula alone, as in ``msgpt predict``
-    (:func:`engine.elucidation.formula_runs.formula_run_spectra`)."""
-    return formula_run_spectra(base, table, k, supported_adducts, libraries, min_probability)
+    ``libraries``' structures of their formula alone, and a sampled one below the best draws its share of the samples,
+    as in ``msgpt predict`` (:func:`engine.elucidation.formula_runs.formula_run_spectra`). ``min_probability`` 0 (the
+    chemist asked for the best k by name) samples every one in full."""
+    return formula_run_spectra(base, table, k, supported_adducts, libraries, min_probability,
+                               proportional=min_probability > 0)
 
 
 def library_run_label(spectrum: Spectrum) -> str:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.elucidation.deep import DeepConfig, DeepProgress, open_analog_sources, run_session
-from engine.elucidation.formula_runs import MIN_SAMPLED_PROBABILITY, draws_samples
+from engine.elucidation.formula_runs import MIN_SAMPLED_PROBABILITY, draws_samples, run_params
 from engine.elucidation.libraries import library_formula_spectra
 from engine.elucidation.pipeline import QueryParams, RankingUpdated, SamplesDrawn, SpectrumResult, SpectrumSession
 from engine.errors import Cancelled, MsgptError
@@ -388,6 +388,7 @@ def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession
     if not draws_samples(session.spectrum):  # the mass track, or a formula the run budget does not sample
         check_cancel(cancel)
         return dataclasses.replace(session.rank_known(params), seconds=time.perf_counter() - t0, partial=False)
+    params = run_params(session.spectrum, params)  # a formula below the best draws its share of the samples
     deep = params.effort == "deep"
     if deep:
         for event in open_analog_sources(session, cancel):

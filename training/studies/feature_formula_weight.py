@@ -153,7 +153,8 @@ def collect(a: argparse.Namespace) -> int:
             query.write_text("".join(line for r in todo for line in r if not line.startswith("FORMULA=")))
             rc = msgpt(["predict", str(query), "-o", str(Path(tmp) / "out.csv"), "-q", "--seed", "0",
                         "--top", str(KEEP), "--threads", "1",
-                        *([] if a.min_formula_p is None else ["--min-formula-p", str(a.min_formula_p)])])
+                        *([] if a.min_formula_p is None else ["--min-formula-p", str(a.min_formula_p)]),
+                        *(["--full-formula-runs"] if a.full_formula_runs else [])])
     finally:
         fc.rank_formulas, export.CandidateWriter.write_feature = rank_formulas, write_feature
     print(f"msgpt predict exited with {rc} after {time.perf_counter() - t0:.0f} s", file=sys.stderr)
@@ -371,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--cache", type=Path, default=Path("/tmp/feature_formula_weight.jsonl"))
     c.add_argument("--min-formula-p", type=float, default=None,
                    help="msgpt predict's run budget (default its own; 0 samples every formula run, as before #58)")
+    c.add_argument("--full-formula-runs", action="store_true",
+                   help="every sampled formula run draws the full pool (msgpt predict --full-formula-runs)")
     e = sub.add_parser("evaluate")
     e.add_argument("--cache", type=Path, default=Path("/tmp/feature_formula_weight.jsonl"))
     e.add_argument("--weights", type=float, nargs="+", default=list(WEIGHTS))

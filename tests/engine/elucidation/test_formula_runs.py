@@ -12,10 +12,14 @@ from tiny_bundle import fixture_spectra
 from engine.elucidation.formula_runs import (
     LIBRARY_ONLY,
     MIN_SAMPLED_PROBABILITY,
+    SHARE_KEY,
     draws_samples,
     formula_run_spectra,
+    run_params,
+    sample_share,
     sampled,
 )
+from engine.elucidation.pipeline import QueryParams
 from engine.elucidation.libraries import MASS_TRACK
 from engine.formulas.candidates import FormulaCandidate, FormulaTable
 from engine.library import load_library
@@ -85,3 +89,25 @@ def test_the_mass_track_draws_no_samples(spectrum):
     track = spectrum.with_formula("C14H28N2O6", check=False)
     assert draws_samples(track)
     assert not draws_samples(dataclasses.replace(track, metadata={"formula_source": MASS_TRACK}))
+
+
+def test_a_sampled_formula_below_the_best_draws_its_share_of_the_samples(spectrum, table):
+    best, second = formula_run_spectra(spectrum, table, 3, ["[M+H]+"])
+    params = QueryParams()  # N = 5 per query group
+    assert SHARE_KEY not in best[1].metadata and run_params(best[1], params) is params
+    assert float(second[1].metadata[SHARE_KEY]) == pytest.approx(0.07 / 0.90, abs=1e-4)
+    assert "drew 8% of the samples" in second[1].metadata["warnings"]
+    assert run_params(second[1], params).samples_per_group == 1  # ceil(5 x 0.078), at least one
+    assert run_params(second[1], dataclasses.replace(params, samples_per_group=40)).samples_per_group == 4
+    deep = dataclasses.replace(params, effort="deep")
+    assert run_params(second[1], deep) is deep  # deep search spends the full pool on every formula
+
+
+def test_the_share_follows_the_probability_and_full_runs_switch_it_off(spectrum, table):
+    assert sample_share(0, 0.01, 0.9) == 1.0  # the best draws everything, whatever its probability
+    assert sample_share(1, 0.45, 0.5) == pytest.approx(0.9)
+    assert sample_share(2, 0.6, 0.5) == 1.0  # never more than the full pool
+    full = formula_run_spectra(spectrum, table, 3, ["[M+H]+"], proportional=False)
+    assert all(SHARE_KEY not in s.metadata for _, s in full)
+    params = QueryParams()
+    assert all(run_params(s, params) is params for _, s in full)
