@@ -89,6 +89,8 @@ def run_version(tree: Path, inputs: list[str], out: Path, threads: int | None, e
     if line is None:
         raise SystemExit(f"msgpt predict of {tree} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     result = json.loads(line[6:])
+    if result["rc"] != 0:  # a run that stopped (a bad input, a bad flag) has no seconds to compare
+        raise SystemExit(f"msgpt predict of {tree} exited with {result['rc']}:\n{proc.stderr[-3000:]}")
     m = PROCESSED.search(proc.stderr)
     result["features"], result["seconds"] = (int(m.group(1)), float(m.group(2))) if m else (0, result["wall"])
     result["stderr"] = proc.stderr
@@ -223,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="instead of --inputs: an MGF batch of the first N FOLD=val [M+H]+ spectra of msgpt-eval's "
                    "selection (formula given), with Top-1/Top-10 of both versions against the true structures")
     a = p.parse_args(argv)
+    missing = [] if a.val else [x for x in a.inputs if not Path(x).is_file()]
+    if missing:
+        raise SystemExit(f"bench_run: no such input: {', '.join(missing)}. The default is the QC-pool run in "
+                         "../shared/data/mzml next to the repository; give another with --inputs RUN.mzML.")
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
           f"{platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M')}; threads {a.threads}")

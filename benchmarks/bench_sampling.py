@@ -22,6 +22,8 @@ Variants (per preset, same process, medians of ``--repeats`` runs after one warm
   is printed separately.
 
 ``--small-candidates`` times candidate shapes for the ``small`` preset (how it was chosen).
+``--rows`` (alone) times one decoding step of the bundled decoder at 20-400 rows: what a row-step costs when the
+decoder's matrix products are all that is left (issue #58).
 ``--attention`` times plain matmul+softmax against ``scaled_dot_product_attention`` on the decoding
 shapes (``engine.model.decoder.attend`` uses the former).
 
@@ -202,6 +204,47 @@ def bench_attention() -> None:
             print(f"{str(dtype):15s} {label:42s} matmul {a:6.0f} us   sdpa {b:6.0f} us")
 
 
+def bench_rows(args) -> None:
+    """One decoding step of the bundled decoder (bf16) at several numbers of rows: the floor of a pool's cost.
+
+    20 queries of 40 random active bits (C20H25N3O2), ``rows`` / 20 rows each, the KV cache 40 tokens long; median of
+    ``--repeats`` x 20 steps. Prints ms a step, us a row-step and the multiply-adds of the linear layers per second
+    (the decoder's matrix products: what is left when every other cost of a step is gone).
+    """
+    from engine.model.bundle import load_bundle
+    from engine.model.sampling import KVCache
+    from engine.paths import default_model_dir
+
+    model = load_bundle(default_model_dir(), precision="bf16").decoder
+    cfg = model.config
+    linear = sum(m.weight.numel() for name, m in model.named_modules()
+                 if isinstance(m, torch.nn.Linear) and name.startswith(("transformer.h.", "cross.", "lm_head"))
+                 and not name.endswith(("k_proj", "v_proj")))  # the context's K/V are computed once per query
+    rng = np.random.default_rng(0)
+    print(f"\n== one decoding step, bundled decoder ({cfg.n_layer} x {cfg.n_embd}, bf16), {args.threads} threads ==")
+    print("| rows | ms a step | us a row-step | GFLOP/s of the linear layers |")
+    print("| ---: | ---: | ---: | ---: |")
+    for rows in (20, 50, 100, 200, 400):
+        per = max(1, rows // M)
+        bits = [np.sort(rng.choice(cfg.fp_bits, 40, replace=False)) for _ in range(M)]
+        with torch.inference_mode():
+            context = model.context_kv(*model.encode_context(*collate_queries(bits, FORMULA)))
+            context = context.for_rows(torch.arange(M).repeat_interleave(per))
+            idx = torch.full((M * per, 1), 1)
+            times = []
+            for _ in range(args.repeats):
+                cache = KVCache(cfg.n_layer, cfg.block_size, max_rows=M * per)
+                for _ in range(40):
+                    model.decode(idx, context, cache)
+                t = time.perf_counter()
+                for _ in range(20):
+                    model.decode(idx, context, cache)
+                times.append((time.perf_counter() - t) / 20)
+        step = statistics.median(times)
+        print(f"| {M * per} | {step * 1e3:.1f} | {step / (M * per) * 1e6:.0f} | "
+              f"{2 * linear * M * per / step / 1e9:.0f} |")
+
+
 def bench_decoding(args) -> None:
     """Formula-constrained vs free decoding with the bundled model on the bundled example spectra (same
     seeds, same run): seconds per spectrum, and the share of the constrained run spent computing masks."""
@@ -266,7 +309,12 @@ def main() -> None:
     ap.add_argument("--small-candidates", action="store_true", help="also time candidate shapes for 'small'")
     ap.add_argument("--decoding", action="store_true",
                     help="also time formula-constrained vs free decoding (bundled model, example spectra)")
+    ap.add_argument("--rows", action="store_true",
+                    help="only time one decoding step of the bundled decoder at 20-400 rows (the floor of a pool)")
     args = ap.parse_args()
+    if args.rows:
+        torch.set_num_threads(args.threads)
+        return bench_rows(args)
     if args.quick:
         args.presets, args.tokens, args.repeats = "small", 20, 1
     torch.set_num_threads(args.threads)
