@@ -9,8 +9,10 @@ when it is the best one or its probability reaches ``min_probability``; the othe
 structures of their formula alone (:meth:`~engine.elucidation.pipeline.SpectrumSession.rank_known`, with their own
 probability in the feature ranking), so a suspect or a library structure of an unlikely formula is never lost; a
 formula no library holds a structure of is left out. :data:`MIN_SAMPLED_PROBABILITY` was chosen on FOLD=val
-(docs/evidence/formula_run_budget.md). A formula the user asks for by name (the app's Formulas tab, ``--formula``)
-is always sampled.
+(docs/evidence/formula_run_budget.md). A sampled formula below the best draws its share of the samples,
+``ceil(N × P / P(best))`` per query group and at least one (:func:`sample_share`, :func:`run_params`; the same Top-1
+and Top-10 on FOLD=val with 18% fewer samples). A formula the user asks for by name (the app's Formulas tab,
+``--formula``) is always sampled in full.
 
 Imports the formula tables and the library look-ups (where they are used); used by ``msgpt predict`` and the app's
 Run.

@@ -312,35 +312,20 @@ class ContextKV:
     mask: torch.Tensor  # (G, L) bool, True = valid context position
     slot: torch.Tensor | None = None  # (B,)
     slots: int = 1
-    _subsets: dict = field(default_factory=dict, repr=False, compare=False)  # used contexts -> their kv, mask
 
     def for_rows(self, group: torch.Tensor) -> ContextKV:
-        """The contexts read by rows whose context index is ``group`` (B,), in any order; unread ones dropped.
-
-        The K/V of a set of read contexts is gathered once and kept: a sampler asks again at every fork, and the
-        set changes only when a context's last row finishes."""
+        """The contexts read by rows whose context index is ``group`` (B,), in any order; unread ones dropped."""
         used, g = torch.unique(group, return_inverse=True)  # (G',), (B,)
         counts = torch.bincount(g)
         slots = int(counts.max())
-        kv, mask = self._subset(used)
+        kv = [(k[used], v[used]) for k, v in self.kv]
         order = torch.argsort(g, stable=True)
         rank = torch.empty_like(g)
         rank[order] = torch.arange(len(g), device=g.device) - (counts.cumsum(0) - counts)[g[order]]  # place in group
         slot = g * slots + rank
         if len(group) == len(used) * slots and bool((slot == torch.arange(len(g), device=g.device)).all()):
-            return ContextKV(kv, mask, None, slots)  # rows already form the grid
-        return ContextKV(kv, mask, slot, slots)
-
-    def _subset(self, used: torch.Tensor) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
-        """The K/V and mask of contexts ``used`` (sorted indices): this object's own when all are used."""
-        if len(used) == len(self.mask):
-            return self.kv, self.mask
-        key = tuple(used.tolist())
-        if key not in self._subsets:
-            if len(self._subsets) > 8:  # a sampler needs the latest few; the contexts only ever shrink
-                self._subsets.clear()
-            self._subsets[key] = ([(k[used], v[used]) for k, v in self.kv], self.mask[used])
-        return self._subsets[key]
+            return ContextKV(kv, self.mask[used], None, slots)  # rows already form the grid
+        return ContextKV(kv, self.mask[used], slot, slots)
 
 
 class ConditionalDecoder(nn.Module):

@@ -380,15 +380,14 @@ def _elucidate_one(key: int, position: int, count: int, session: SpectrumSession
                    cancel: CancelFn, preview: bool, live: LiveFocus = EVERYTHING, owner: int | None = None
                    ) -> Generator[object, None, SpectrumResult]:
     """One session's run with its progress and live rankings (see :func:`elucidate_sessions`; ``live``: whether the
-    spectrum, or the entry ``owner`` it belongs to, is on screen, which alone gets the preview stage and its live
-    rankings, at most one per ``live.config.min_interval`` seconds); a mass-track run
-    ranks its library structures without sampling. A deep search says its phase in each progress event: the
-    analogs opened first (a minute or more the first time), the standard pool, each deep round."""
+    spectrum, or its entry ``owner``, is on screen: only then the preview stage and live rankings, at most one per
+    ``live.config.min_interval`` s). A mass-track run ranks its library structures unsampled; a formula below the best
+    draws its share of the samples (``run_params``). A deep search says its phase (analogs, standard pool, rounds)."""
     t0 = time.perf_counter()
     if not draws_samples(session.spectrum):  # the mass track, or a formula the run budget does not sample
         check_cancel(cancel)
         return dataclasses.replace(session.rank_known(params), seconds=time.perf_counter() - t0, partial=False)
-    params = run_params(session.spectrum, params)  # a formula below the best draws its share of the samples
+    params = run_params(session.spectrum, params)
     deep = params.effort == "deep"
     if deep:
         for event in open_analog_sources(session, cancel):

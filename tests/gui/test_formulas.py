@@ -335,3 +335,17 @@ def test_a_recalibration_without_points_draws_the_line_alone_and_says_why(settin
     x, y = _line(ax, label).get_data()
     assert (x.min(), x.max()) == (100.0, 900.0) and np.interp(500.0, x, y) == pytest.approx(at_500)
     assert ax.get_title(loc="left") == caption and ax.get_legend() is None  # the caption says what the line is
+
+
+def test_run_draws_a_less_likely_formula_its_share_and_run_best_k_the_full_pool(tiny_bundle, bare):
+    table = rank_formulas(bare, supported_adducts=tiny_bundle.supported_adducts)
+    best3 = table.runnable(3, tiny_bundle.supported_adducts)
+    assert len(best3) == 3
+    p = dict(zip([(c.formula, c.ion_type) for c in best3], (0.80, 0.15, 0.05)))
+    table = dataclasses.replace(table, candidates=tuple(
+        dataclasses.replace(c, probability=p.get((c.formula, c.ion_type), 0.0)) for c in table.candidates))
+    for min_p, want in ((0.05, [2, 1, 1]), (0.0, [2, 2, 2])):  # Run (N x P/P(best), at least 1); Run best k: all
+        jobs = [FormulaJob(7, bare, None, table, (100, 101, 102), min_probability=min_p)]
+        events, _ = drain(elucidate_sessions(jobs, FAST, bundle=tiny_bundle, preview=False))
+        finished = {e.key: e.result for e in events if isinstance(e, EntryFinished)}
+        assert [finished[k].params.samples_per_group for k in (100, 101, 102)] == want
