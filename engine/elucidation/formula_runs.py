@@ -96,8 +96,8 @@ def formula_run_spectra(spectrum, table: FormulaTable, k: int, runnable_adducts:
             share = sample_share(position, candidate.probability, best) if proportional else 1.0
             if share < 1.0:
                 note = (f"formula {candidate.formula} {candidate.ion_type} (P = {candidate.probability:.3f}, the best "
-                        f"{best:.3f}) drew {share:.0%} of the samples per query group (at least one): a less likely "
-                        "formula's samples seldom reach the feature's top ten")
+                        f"{best:.3f}) drew P/P(best) = {share:.0%} of each query group's samples, rounded up (at least "
+                        "one): a less likely formula's samples seldom reach the feature's top ten")
                 run = with_warning(dataclasses.replace(run, metadata={**run.metadata, SHARE_KEY: round(share, 4)}),
                                    note)
             out.append((candidate, run))

@@ -96,7 +96,7 @@ def test_a_sampled_formula_below_the_best_draws_its_share_of_the_samples(spectru
     params = QueryParams()  # N = 5 per query group
     assert SHARE_KEY not in best[1].metadata and run_params(best[1], params) is params
     assert float(second[1].metadata[SHARE_KEY]) == pytest.approx(0.07 / 0.90, abs=1e-4)
-    assert "drew 8% of the samples" in second[1].metadata["warnings"]
+    assert "drew P/P(best) = 8% of each query group's samples, rounded up" in second[1].metadata["warnings"]
     assert run_params(second[1], params).samples_per_group == 1  # ceil(5 x 0.078), at least one
     assert run_params(second[1], dataclasses.replace(params, samples_per_group=40)).samples_per_group == 4
     deep = dataclasses.replace(params, effort="deep")
