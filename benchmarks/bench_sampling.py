@@ -207,7 +207,7 @@ def bench_attention() -> None:
 def bench_rows(args) -> None:
     """One decoding step of the bundled decoder (bf16) at several numbers of rows: the floor of a pool's cost.
 
-    20 queries of 40 random active bits (C20H25N3O2), ``rows`` / 20 rows each, the KV cache 40 tokens long; median of
+    20 queries of 40 random active bits (C20H25N3O2), ``rows`` / 20 rows each, the KV cache 40-60 tokens long; median of
     ``--repeats`` x 20 steps. Prints ms a step, us a row-step and the multiply-adds of the linear layers per second
     (the decoder's matrix products: what is left when every other cost of a step is gone).
     """
