@@ -88,9 +88,9 @@ def formula_run_spectra(spectrum, table: FormulaTable, k: int, runnable_adducts:
     from engine.spectra.spectrum import with_warning
 
     out = []
-    best = None
-    for position, candidate in enumerate(table.runnable(k, runnable_adducts)):
-        best = candidate.probability if best is None else best
+    runnable = table.runnable(k, runnable_adducts)
+    best = runnable[0].probability if runnable else 0.0
+    for position, candidate in enumerate(runnable):
         run = with_formula_candidate(spectrum, candidate, table.elements)
         if sampled(position, candidate.probability, min_probability):
             share = sample_share(position, candidate.probability, best) if proportional else 1.0
