@@ -215,7 +215,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         samples_per_group=n or 5, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
         seed=args.seed, use_adapter=not args.no_adapter, decoding=args.decoding, ranking=args.ranking,
         effort=args.effort, fragment_score=not args.no_fragment_score, analog_score=not args.no_analog_score,
-        edit_rounds=args.edit_rounds,
+        edit_rounds=args.edit_rounds, suspects_present=args.suspects_present,
         **({} if args.library_prior is None else {"library_prior": args.library_prior}),
         **({} if args.undrawn_prior is None else {"undrawn_prior": args.undrawn_prior}),
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from engine.model.suspect_confidence import PRESENT_DEFAULT
+
 
 def add_predict_arguments(pr: argparse.ArgumentParser) -> None:
     """Every flag of ``msgpt predict``, in the order of its ``--help``."""
@@ -183,6 +185,11 @@ def _add_library_arguments(pr: argparse.ArgumentParser) -> None:
                     help="added to that for a library structure the decoder did not draw (not a suspect, not "
                     "identified): how much better it must score than the predictions to rank above them "
                     "(default: the measured one, docs/known_compounds.md; 0: scored like a prediction)")
+    pr.add_argument("--suspects-present", type=float, default=PRESENT_DEFAULT, metavar="SHARE",
+                    help="of the features your suspect lists match by formula, the share that really are one of "
+                    f"their compounds (default {PRESENT_DEFAULT:g}; 0.9 for standards known to be in the sample, 0.1 "
+                    "for a broad screening list): the confidence of a suspect rank 1 follows it, the ranking does not "
+                    "(docs/known_compounds.md)")
 
 
 def _feature_config(args: argparse.Namespace):

@@ -51,6 +51,7 @@ from engine.model.ion_mapping import MappedSpectrum, map_spectrum, runnable_ion_
 from engine.model.querying import QueryPlan, band_thresholds, build_queries, check_kappa
 from engine.model.sampling import DECODING_MODES, QueryRequest, sample_queries
 from engine.model.scoring import DEFAULT_RANKING, FingerprintScorer, check_ranking
+from engine.model.suspect_confidence import PRESENT_DEFAULT, check_present
 from engine.progress import CancelFn, check_cancel
 from engine.spectra.spectrum import (
     SkippedRecord,
@@ -62,7 +63,8 @@ from engine.spectral_library import SpectralMatches
 from engine.timing import staged, timed
 
 # settings that never change the samples
-RANKING_ONLY = ("ranking", "library_prior", "undrawn_prior", "effort", "fragment_score", "analog_score", "edit_rounds")
+RANKING_ONLY = ("ranking", "library_prior", "undrawn_prior", "effort", "fragment_score", "analog_score", "edit_rounds",
+                "suspects_present")
 MAX_EDIT_ROUNDS = 10
 EFFORTS = ("standard", "deep")  # deep: engine.elucidation.deep refines the standard pool (about 3.4x the time)
 EDIT_ROUNDS = 3  # standard effort's rounds of isomer edits (measured: docs/evidence/standard_edits.md)
@@ -106,6 +108,10 @@ class QueryParams:
         "help": "rounds of isomer edits after sampling: the best drawn candidates' isomers one move away (a "
                 "substituent moved, two atoms swapped) whose fingerprints score best join the pool "
                 "(engine.elucidation.edits; 0: none)"})
+    suspects_present: float = field(default=PRESENT_DEFAULT, metadata={
+        "help": "of the features your suspect lists match by formula, the share that really are one of their "
+                "compounds (0.9 for standards known to be in the sample, 0.1 for a broad screening list): the "
+                "confidence of a suspect rank 1 follows it (engine.model.suspect_confidence); nothing is re-ranked"})
 
     def __post_init__(self):
         check_kappa(self.kappa_min, "kappa_min")
@@ -134,6 +140,7 @@ class QueryParams:
                 0 <= self.edit_rounds <= MAX_EDIT_ROUNDS):
             raise ConfigError(f"`edit_rounds` must be an integer from 0 to {MAX_EDIT_ROUNDS}, "
                               f"got {self.edit_rounds!r}.")
+        check_present(self.suspects_present)
         if self.effort not in EFFORTS:
             raise ConfigError(f"`effort` must be one of {', '.join(EFFORTS)}, got {self.effort!r}.")
         for name in ("library_prior", "undrawn_prior"):
@@ -183,6 +190,7 @@ class QueryParams:
             + ("" if self.fragment_score else " fragment_score=off")
             + ("" if self.analog_score else " analog_score=off")
             + (f" edit_rounds={self.edit_rounds}" if self.edit_rounds != EDIT_ROUNDS else "")
+            + (f" suspects_present={self.suspects_present:g}" if self.suspects_present != PRESENT_DEFAULT else "")
         )
 
 

@@ -49,8 +49,10 @@ import numpy as np
 from engine.errors import BundleError
 from engine.model.suspect_confidence import (
     MEASURED_FEATURES,
+    PRESENT_DEFAULT,
     level_2b_probability,
     suspect_features,
+    suspect_probability,
     suspect_rank1,
     why_no_suspect_features,
 )
@@ -325,7 +327,7 @@ def auroc(scores: Sequence[float], hits: Sequence[bool]) -> float | None:
 
 
 @staged("confidence")
-def spectrum_confidence(bundle, result) -> float | None:
+def spectrum_confidence(bundle, result, present: float | None = None) -> float | None:
     """The confidence of a finished :class:`engine.elucidation.pipeline.SpectrumResult`, or None when
     :func:`why_no_confidence` has a reason (no confidence model, other settings than the fit's, an ion mode the
     fit saw none of, ...).
@@ -333,7 +335,9 @@ def spectrum_confidence(bundle, result) -> float | None:
     For a rank 1 a reference spectrum identifies it is the identification's confidence
     (:func:`engine.spectral_library.identity.identification_confidence`: its reference match, the isomers near it,
     fitted on leave-one-lab-out identity searches), whatever the pool. For a rank 1 from a suspect list it is the
-    suspect model's (:mod:`engine.model.suspect_confidence`), whether samples were drawn or not.
+    suspect model's (:mod:`engine.model.suspect_confidence`), whether samples were drawn or not, for the share of
+    the list's formula matches that are its compounds ``present`` (default: the result's
+    ``params.suspects_present``).
 
     For a formula taken from the ranked formula candidates (``formula_source`` "ranked candidates", an
     LC-MS feature without a given formula) it is P(formula) x P(rank 1 right | formula): the structure can
@@ -344,7 +348,9 @@ def spectrum_confidence(bundle, result) -> float | None:
     if _identified_first(result):
         return identification_confidence(result.spectral_matches)
     if suspect_rank1(result):
-        p = bundle.suspect_confidence.probability(suspect_features(bundle, result))
+        if present is None:
+            present = getattr(result.params, "suspects_present", PRESENT_DEFAULT)
+        p = suspect_probability(bundle.suspect_confidence, suspect_features(bundle, result), present)
     else:
         p = bundle.confidence.probability(result_features(result))
     md = result.spectrum.metadata
@@ -354,13 +360,19 @@ def spectrum_confidence(bundle, result) -> float | None:
 
 
 def with_confidence(bundle, result):
-    """``result`` with its :func:`spectrum_confidence` and, for a rank 1 from a suspect list whose confidence reaches
-    the suspect model's level-2b probability (:func:`engine.model.suspect_confidence.level_2b_probability`),
-    ``level_2b`` set; ``result`` itself when it gets no confidence."""
+    """``result`` with its :func:`spectrum_confidence` and, for a rank 1 from a suspect list whose confidence at an
+    even share of the list's matches present (:data:`engine.model.suspect_confidence.PRESENT_DEFAULT`, whatever the
+    user states: the evidence decides the level) reaches the suspect model's level-2b probability
+    (:func:`engine.model.suspect_confidence.level_2b_probability`), ``level_2b`` set; ``result`` itself when it gets
+    no confidence."""
     p = spectrum_confidence(bundle, result)
     if p is None:
         return result
-    probable = suspect_rank1(result) and p >= level_2b_probability(bundle.suspect_confidence)
+    probable = False
+    if suspect_rank1(result):
+        even = p if getattr(result.params, "suspects_present", PRESENT_DEFAULT) == PRESENT_DEFAULT else \
+            spectrum_confidence(bundle, result, PRESENT_DEFAULT)
+        probable = even >= level_2b_probability(bundle.suspect_confidence)
     return replace(result, confidence=p, level_2b=probable)
 
 

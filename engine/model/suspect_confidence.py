@@ -18,15 +18,36 @@ tells the list's isomers apart. This model reads what the ranked suspects of the
 ``fingerprint_fit``   its fingerprint score minus the best score any fingerprint could get under the posterior
                       (nats, at least −200): how far its bits are from what the encoder predicts
 
+Where the run drew its pool (:func:`pool_drawn`), what the decoder proposed is evidence too (:data:`POOL_FEATURES`):
+the compound of a spectrum tends to be drawn, and a structure not on the list that fits the posterior far better
+than the suspect says the list may not hold the compound:
+
+``drawn``             1 when the decoder drew the suspect itself (its sample count above 0)
+``pool_lead``         its fingerprint score's lead over the best candidate the list does not hold (drawn, edited or
+                      from another library; nats, within ±20; +20 when there is none)
+``pool_above``        log of 1 + the number of such candidates whose fingerprint score is above the suspect's
+
 Fitted by :mod:`training.calibration.suspect_confidence` on FOLD=train spectra the encoder never saw, each with
 suspect lists made of corpus isomers of its formula where the compound itself is on the list for half the
 formulas (a list that holds the compound for every feature would make any lone suspect certain); it ships in the
-bundle as ``suspect_confidence.json``. So the probability answers "if about half of the features whose formula
-my list matches are on it, how likely is this rank 1 right": for a list screened against a sample known to hold
-its compounds it is an underestimate, for a large list against a complex sample an overestimate
-(docs/known_compounds.md). ``level_2b`` in the file is the least probability of a level-2b rank 1, chosen on the
-fit's cross-fitted probabilities for a precision of at least :data:`LEVEL_2B_PRECISION` there (over at least 50
-rows; none, 2, when no probability reaches it, as for the shipped model).
+bundle as ``suspect_confidence.json``.
+
+**How many of the list's matches are real** decides most of it, and the spectrum barely tells: a rank 1 whose
+compound is not on the list at all is always wrong, and the features set it apart from one whose compound is
+there only weakly (docs/evidence/suspect_confidence.md). So the model has two parts (:func:`suspect_probability`):
+P(right | the compound is on the list, features), the logistic of the file, and P(on the list | features), the
+logistic of ``meta["on_list"]``, fitted at the share of rank 1s whose compound was on the list (``share``, about
+one half). The second part's odds are moved from that share to the one the user states, ``present``
+(``QueryParams.suspects_present``: of the features a suspect list matches by formula, the share that really are
+one of its compounds; 0.9 for a mix of standards known to be in the sample, 0.1 or less for a large list screened
+against a complex sample), by Bayes' rule with the features' likelihoods unchanged. A file without
+``meta["on_list"]`` (fitted before) is one logistic of P(right | features) at half the formulas listed, and ignores
+``present``.
+
+``level_2b`` in the file is the least probability of a level-2b rank 1, chosen on the fit's cross-fitted
+probabilities at :data:`PRESENT_DEFAULT` for a precision of at least :data:`LEVEL_2B_PRECISION` there (over at
+least 50 rows; none, 2, when no probability reaches it). Level 2b reads the evidence at that even share whatever
+the user states (:func:`level_2b_reached`): what the user expects of the list moves the number, not the level.
 
 Imports numpy and :mod:`engine.model.forward`/:mod:`engine.model.scoring` only (lazily); no Qt.
 """
@@ -40,10 +61,63 @@ import numpy as np
 SUSPECT_FEATURES = ("log_suspects", "alone", "score_gap", "fragment_gap", "fragment_fit", "analog", "analog_gap",
                     "fingerprint_fit")
 #: every feature :func:`suspect_features` can give; the fit compared them (docs/evidence/suspect_confidence.md)
-MEASURED_FEATURES = SUSPECT_FEATURES + ("fingerprint_z", "second_similarity", "log_peaks")
+#: the pool's evidence, for a rank 1 whose run drew the fit's pool (:func:`pool_drawn`)
+POOL_FEATURES = ("drawn", "pool_lead", "pool_above")
+MEASURED_FEATURES = SUSPECT_FEATURES + ("fingerprint_z", "second_similarity", "log_peaks") + POOL_FEATURES
 GAP_CAP = 20.0
 FIT_FLOOR = -200.0
 LEVEL_2B_PRECISION = 0.9  # least precision (cross-fitted, FOLD=train) of the level-2b rule
+PRESENT_DEFAULT = 0.5  # the share of a suspect list's formula matches that are its compounds, unless one is stated
+
+
+def check_present(value: float, name: str = "suspects_present") -> float:
+    """``value`` as a share strictly between 0 and 1, else a ConfigError that says what to give."""
+    from engine.errors import ConfigError
+
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if not 0.0 < v < 1.0:
+        raise ConfigError(f"`{name}` is the share of the features a suspect list matches by formula that really are "
+                          f"one of its compounds: a number between 0 and 1 (not 0 or 1 themselves), got {value!r}; "
+                          f"for example 0.9 for standards known to be in the sample, 0.1 for a broad screening list.")
+    return v
+
+
+def on_list_model(model):
+    """The P(on the list | features) part of a suspect ``model`` (:class:`engine.model.confidence.ConfidenceModel`)
+    and the share it was fitted at, or (None, None) for a one-part model."""
+    from engine.model.confidence import ConfidenceModel
+
+    part = (getattr(model, "meta", None) or {}).get("on_list")
+    if not part:
+        return None, None
+    return ConfidenceModel.from_json(part["model"]), float(part["share"])
+
+
+def shift_share(p: float, fitted: float, present: float) -> float:
+    """A probability ``p`` of being on the list at the share ``fitted`` moved to the share ``present`` (Bayes' rule:
+    the odds times the ratio of the shares' odds)."""
+    p = min(max(float(p), 1e-12), 1 - 1e-12)
+    odds = p / (1 - p) * (present / (1 - present)) / (fitted / (1 - fitted))
+    return odds / (1 + odds)
+
+
+def suspect_probability(model, features: dict[str, float] | None, present: float = PRESENT_DEFAULT) -> float:
+    """P(a suspect rank 1 with ``features`` is right) under ``model`` when a share ``present`` of the list's formula
+    matches are its compounds (module docstring); 0 without features."""
+    if features is None:
+        return 0.0
+    on, share = on_list_model(model)
+    if on is None:
+        return model.probability(features)
+    return shift_share(on.probability(features), share, check_present(present)) * model.probability(features)
+
+
+def level_2b_reached(model, features: dict[str, float] | None) -> bool:
+    """The evidence alone, at :data:`PRESENT_DEFAULT`, reaches the level-2b probability of ``model``."""
+    return features is not None and suspect_probability(model, features) >= level_2b_probability(model)
 
 
 def level_2b_probability(model) -> float:
@@ -108,7 +182,26 @@ def suspect_features(bundle, result, names: tuple[str, ...] = SUSPECT_FEATURES) 
         "second_similarity": 0.0 if second is None else _tanimoto(first.bits, second.bits),
         "log_peaks": math.log(1 + weight),
     }
+    if any(k in POOL_FEATURES for k in names):
+        features.update(pool_features(result))
     return {k: features[k] for k in names}
+
+
+def pool_features(result) -> dict[str, float]:
+    """:data:`POOL_FEATURES` of ``result``'s suspect rank 1 (module docstring): how it stands among the candidates no
+    suspect list holds."""
+    first = result.candidates[0]
+    others = np.array([c.fingerprint_score for c in result.candidates
+                       if not getattr(c, "suspect", False) and math.isfinite(c.fingerprint_score)], dtype=np.float64)
+    lead = GAP_CAP if not len(others) else float(np.clip(first.fingerprint_score - others.max(), -GAP_CAP, GAP_CAP))
+    return {"drawn": float(first.count > 0), "pool_lead": lead,
+            "pool_above": math.log(1 + int((others > first.fingerprint_score).sum()))}
+
+
+def pool_drawn(result) -> bool:
+    """``result`` drew its samples (a finished run, not library structures ranked alone): the pool's evidence
+    (:data:`POOL_FEATURES`) is there to read."""
+    return bool(result.n_samples) and not result.partial
 
 
 def _tanimoto(a, b) -> float:

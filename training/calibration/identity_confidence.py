@@ -96,15 +96,17 @@ def lab_rows(library: SpectralLibrary) -> dict[str, np.ndarray]:
 
 
 def record(matches: SpectralMatches, truth: str, adduct: str, query_id: str, instrument: str = "",
-           energy: str = "") -> dict | None:
+           energy: str = "", formula: str = "") -> dict | None:
     """One query's row: its rank-1 hit's features, whether it is right, whether it passes the identification rule;
-    ``extra``: what the model does not read (the query's peaks, precursor, and its and the reference's instrument
-    type and collision energy), for measuring whether it would help."""
+    ``extra``: what the model does not read (the query's peaks, precursor and formula, and its and the reference's
+    instrument type, collision energy, precursor and formula), for measuring whether it would help."""
     features = identity_features(matches)
     if features is None:
         return None
     first = matches.hits[0]
     extra = {"query_peaks": int(matches.query_mz.size), "precursor_mz": float(matches.precursor_mz),
+             "reference_mz": float(first.reference.precursor_mz), "formula": formula,
+             "reference_formula": first.reference.formula,
              "instrument": instrument, "reference_instrument": first.reference.instrument_type,
              "energy": energy, "reference_energy": first.reference.collision_energy}
     return {"id": query_id, "lab": lab(query_id), "truth": truth, "rank1": first.reference.inchikey14,
@@ -150,7 +152,7 @@ def collect(mgf: str, library_path: str, out: str | Path, n_train: int = 15000, 
                                    bundled.columns["polarity"][row], PARAMS, {"bundled": labs[query_lab]})
             rec = record(matches, bundled.columns["inchikey14"][row], bundled.columns["adduct"][row],
                          bundled.columns["accession"][row], bundled.columns["instrument_type"][row],
-                         bundled.columns["collision_energy"][row])
+                         bundled.columns["collision_energy"][row], bundled.columns["formula"][row])
             n += 1
             if rec is not None:
                 f.write(json.dumps(rec) + "\n")
@@ -167,7 +169,7 @@ def collect(mgf: str, library_path: str, out: str | Path, n_train: int = 15000, 
             for libs, ex, f in (([bundled, val_lib], exclude, fv), ([bundled], None, fd)):
                 matches = search_peaks(libs, ref.precursor_mz, ref.mz, ref.intensity, ref.polarity, PARAMS, ex)
                 rec = record(matches, ref.inchikey14, ref.adduct, ref.accession, ref.instrument_type,
-                             ref.collision_energy)
+                             ref.collision_energy, ref.formula)
                 if rec is not None:
                     f.write(json.dumps(rec) + "\n")
     counts["val_queries"] = len(queries)
@@ -342,10 +344,30 @@ def report(collected: str | Path, model_path: str | Path | None = None) -> str:
     p_dis = np.array([model.probability(r["features"]) for r in disjoint])
     p_mh = np.array([model.probability(r["features"]) for r in mh])
     for name, r_ in (("before", today), ("calibrated rule", rule)):
-        k_all, k_mh = int(r_.level_2a(disjoint, p_dis).sum()), int(r_.level_2a(mh, p_mh).sum())
+        chosen = r_.level_2a(disjoint, p_dis)
+        k_all, k_mh = int(chosen.sum()), int(r_.level_2a(mh, p_mh).sum())
         lines.append(f"structure-disjoint (FOLD=val against the bundled library), level 2a {name}: {k_all}/{n_dis} = "
                      f"{k_all / max(n_dis, 1):.2%}; [M+H]+ {k_mh}/{n_mh} = {k_mh / max(n_mh, 1):.2%}")
+        other = [r for r, c in zip(disjoint, chosen) if c and other_formula(r)]
+        if other:
+            lines.append(f"  of which {len(other)} have a reference of another formula than the query's (a run given "
+                         f"the formula never ranks them: {k_all - len(other)}/{n_dis} = "
+                         f"{(k_all - len(other)) / max(n_dis, 1):.2%} are of its formula)")
     return "\n".join(lines)
+
+
+def other_formula(row: dict) -> bool:
+    """The row's rank-1 reference has another molecular formula than the query (False when either is unknown, as in
+    a collection made before the formulas were recorded)."""
+    from engine.chem.formula import parse_formula
+
+    a, b = row.get("extra", {}).get("formula") or "", row.get("extra", {}).get("reference_formula") or ""
+    if not (a and b):
+        return False
+    try:
+        return parse_formula(a) != parse_formula(b)
+    except MsgptError:
+        return False
 
 
 def _instrument_class(text: str) -> str:
@@ -360,18 +382,23 @@ def _energy(text: str) -> float | None:
 
 def extra_features(row: dict) -> list[float]:
     """What the model does not read, as numbers: log query peaks, precursor m/z / 500, the same instrument class as
-    the reference (TOF, FT), the collision-energy gap / 50 (capped at 2; 0.5 when either is unknown)."""
+    the reference (TOF, FT), the collision-energy gap / 50 (capped at 2; 0.5 when either is unknown), and the
+    precursor's mass error against the reference's (log 1 + ppm, ppm capped at 50; 0 for a collection made before it
+    was recorded)."""
     e = row["extra"]
     a, b = _energy(e["energy"]), _energy(e["reference_energy"])
     gap = min(abs(a - b) / 50, 2.0) if a is not None and b is not None else 0.5
+    ref = e.get("reference_mz") or 0.0
+    ppm = min(abs(e["precursor_mz"] - ref) / ref * 1e6, 50.0) if ref > 0 else 0.0
     return [math.log(max(e["query_peaks"], 1)), e["precursor_mz"] / 500,
-            float(_instrument_class(e["instrument"]) == _instrument_class(e["reference_instrument"])), gap]
+            float(_instrument_class(e["instrument"]) == _instrument_class(e["reference_instrument"])), gap,
+            math.log1p(ppm)]
 
 
 def compare_extras(collected: str | Path, l2: float = 1.0) -> str:
     """On FOLD=train only: the cross-validated AUROC and Brier, and the calibrated rule's best level-2a count at at
     most half of today's wrong ones, with and without the features the model does not read (the query's peaks and
-    precursor; instrument and collision-energy agreement with the reference)."""
+    precursor; instrument and collision-energy agreement with the reference; the precursor's mass error)."""
     rows = read_rows(Path(collected) / "train.jsonl")
     X, y = matrix(rows)
     ex = np.array([extra_features(r) for r in rows])
@@ -379,12 +406,16 @@ def compare_extras(collected: str | Path, l2: float = 1.0) -> str:
     lines = ["| features | CV AUROC | CV Brier | level 2a right / wrong at <= half today's wrong |",
              "| --- | ---: | ---: | ---: |"]
     for name, XX in (("shipped (7)", X), ("+ query peaks, precursor", np.hstack([X, ex[:, :2]])),
-                     ("+ those, instrument and energy agreement", np.hstack([X, ex]))):
+                     ("+ those, instrument and energy agreement", np.hstack([X, ex[:, :4]])),
+                     ("+ the precursor's mass error against the reference's", np.hstack([X, ex[:, 4:]]))):
         _, p = cross_validate(XX, y, l2)
         best = max((counts(Rule(q, ISOMER_WINDOW).level_2a(rows, p), y) for q in PROBABILITIES
                     if counts(Rule(q, ISOMER_WINDOW).level_2a(rows, p), y)[1] <= today_wrong / 2), default=(0, 0))
         lines.append(f"| {name} | {reliability(p, y)['auroc']:.4f} | {np.mean((p - y) ** 2):.4f} | "
                      f"{best[0]} / {best[1]} |")
+    far = ex[:, 4] > math.log1p(10.0)
+    lines.append(f"\nprecursor more than 10 ppm from the reference's: {far[~y].mean():.1%} of the {int((~y).sum())} wrong "
+                 f"rank-1 hits, {far[y].mean():.1%} of the {int(y.sum())} right ones")
     return "\n".join(lines)
 
 

@@ -32,10 +32,13 @@ analog and fragment scores), with the bundled spectral library. A row is a spect
 spectrum's identification, or no suspect of its formula, gives no row); the label is whether it is the spectrum's
 structure (first InChIKey block).
 
-**Model**: the features of :data:`engine.model.suspect_confidence.SUSPECT_FEATURES`, the L2-penalised logistic and
-isotonic map of :mod:`training.calibration.confidence` (the map kept when it lowers the nested cross-validated
-Brier score), folds by spectrum. **Level 2b**: the least probability whose cross-fitted precision on the fit's rows
-is at least :data:`engine.model.suspect_confidence.LEVEL_2B_PRECISION` (checked on FOLD=val, never chosen there).
+**Model**: two L2-penalised logistics over the features of :data:`engine.model.suspect_confidence.SUSPECT_FEATURES`
+(:mod:`engine.model.suspect_confidence`): P(right | on the list), fitted on the rows whose compound is on its list,
+and P(on the list), fitted on every row at their share on the list; cross-validated by spectrum. **Level 2b**: the
+least probability (at :data:`~engine.model.suspect_confidence.PRESENT_DEFAULT`) whose cross-fitted precision on
+the fit's rows is at least :data:`engine.model.suspect_confidence.LEVEL_2B_PRECISION` (checked on FOLD=val, never
+chosen there). ``report`` also resamples the FOLD=val rows to other shares on the list and checks the model told
+that share (:func:`present_table`).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -58,15 +61,21 @@ from engine.model.confidence import ConfidenceModel, fit_logistic, reliability
 from engine.model.suspect_confidence import (
     LEVEL_2B_PRECISION,
     MEASURED_FEATURES,
+    POOL_FEATURES,
+    PRESENT_DEFAULT,
     SUSPECT_FEATURES,
+    shift_share,
     suspect_features,
+    suspect_probability,
 )
-from training.calibration.confidence import cross_validate, recalibration_knots
+from training.calibration.confidence import _folds as folds
+from training.calibration.confidence import cross_validate
 
 SIZES = (1, 2, 3, 5, 8, 13, 21)  # structures of a formula on a list
 ON_LIST = 0.5  # probability that a formula's true structure is on its list
 SETS = (("choose", "train"), ("report", "val"))  # the retrieval run's set, and its name here
 SETTINGS = {"fragment_score": True, "analog_score": True}  # the ranking the rows were made with (QueryParams)
+LIST_FEATURES = tuple(f for f in MEASURED_FEATURES if f not in POOL_FEATURES)  # what a ranking without a pool has
 BINS = (0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
@@ -141,12 +150,29 @@ def _index(lists: dict[str, list[str]], home: Path, name: str):
     return library
 
 
+def _ranked(session, first, pool: bool):
+    """``session``'s ranking: its library structures alone, or (``pool``) with the standard pool drawn, as ``msgpt
+    predict`` draws it. ``first``: the spectrum's session of an earlier list, whose samples and isomer edits (which
+    the lists do not change) are reused; None for the first."""
+    from engine.elucidation.pipeline import QueryParams
+    from engine.progress import run_to_end
+
+    params = QueryParams()
+    if not pool:
+        return session.rank_known(params)
+    if first is not None:
+        session.add_drawn_samples(params, first.drawn_samples(params))
+        session._edits = dict(first._edits)
+    return run_to_end(session.run(params))
+
+
 def collect(pools: str | Path, out: str | Path, variants: int = 4, seed: int = 0, shard: tuple[int, int] = (0, 1),
-            model: str | None = None) -> dict:
-    """Write ``<set>.jsonl`` rows (``<set>.<k>of<n>.jsonl`` for a shard) into ``out``; returns counts."""
+            model: str | None = None, pool: bool = False) -> dict:
+    """Write ``<set>.jsonl`` rows (``<set>.<k>of<n>.jsonl`` for a shard) into ``out``; returns counts. ``pool``: draw
+    each spectrum's standard pool (once; every list reuses it) and record :data:`POOL_FEATURES` too."""
     import torch
 
-    from engine.elucidation.pipeline import QueryParams, SpectrumSession
+    from engine.elucidation.pipeline import SpectrumSession
     from engine.model.bundle import load_bundle
     from engine.paths import default_model_dir
     from engine.spectral_library import load_bundled_spectral_library
@@ -159,7 +185,7 @@ def collect(pools: str | Path, out: str | Path, variants: int = 4, seed: int = 0
     sets = read_sets(pools)
     k, n = shard
     suffix = "" if n == 1 else f".{k}of{n}"
-    counts: dict = {"seed": seed, "variants": variants, "pools": str(pools), "bundle": bundle.describe()}
+    counts: dict = {"seed": seed, "variants": variants, "pools": str(pools), "bundle": bundle.describe(), "pool": pool}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["MSGPT_HOME"] = tmp  # the lists' index, thrown away
@@ -183,7 +209,7 @@ def collect(pools: str | Path, out: str | Path, variants: int = 4, seed: int = 0
                         else:  # one fragment scorer and analog search per spectrum, whatever the list
                             session._fragments, session._analogs = first._fragments, first._analogs
                         try:
-                            result = session.rank_known(QueryParams())
+                            result = _ranked(session, first, pool)
                         except MsgptError as err:
                             skipped[f"error: {err}"[:80]] += 1
                             continue
@@ -194,7 +220,7 @@ def collect(pools: str | Path, out: str | Path, variants: int = 4, seed: int = 0
                         if c.identified:
                             skipped["identified by a reference spectrum"] += 1
                             continue
-                        features = suspect_features(bundle, result, MEASURED_FEATURES)
+                        features = suspect_features(bundle, result, MEASURED_FEATURES if pool else LIST_FEATURES)
                         if features is None:
                             skipped["no features"] += 1
                             continue
@@ -202,7 +228,7 @@ def collect(pools: str | Path, out: str | Path, variants: int = 4, seed: int = 0
                             "key": e.key, "variant": v, "right": c.inchikey14 == e.truth, "on_list": on[e.key],
                             "list_size": len(lists[e.spectrum.formula]), "adduct": e.spectrum.adduct,
                             "polarity": e.spectrum.polarity or "positive", "rank1": c.smiles,
-                            "features": features}) + "\n")
+                            "samples": result.n_samples, "features": features}) + "\n")
                         rows += 1
                     print(f"{name} variant {v}: {rows} rows ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
             counts[name] = {"spectra": len(mine), "rows": rows, "skipped": dict(skipped)}
@@ -233,9 +259,12 @@ def compare_features(collected: str | Path, l2: float = 1.0) -> str:
     measured extra alone added to them, and all of them; how :data:`SUSPECT_FEATURES` was chosen (the lowest Brier)."""
     rows = read_rows(collected, "train")
     groups = [r["key"] for r in rows]
-    extras = tuple(f for f in MEASURED_FEATURES if f not in SUSPECT_FEATURES)
+    measured = tuple(f for f in MEASURED_FEATURES if all(f in r["features"] for r in rows))  # POOL_FEATURES: --pool
+    extras = tuple(f for f in measured if f not in SUSPECT_FEATURES)
     base = tuple(f for f in SUSPECT_FEATURES)
-    sets = [("shipped", base)] + [(f"+ {f}", base + (f,)) for f in extras] + [("all measured", MEASURED_FEATURES)]
+    sets = [("shipped", base)] + [(f"+ {f}", base + (f,)) for f in extras] + [("all measured", measured)]
+    if all(f in measured for f in POOL_FEATURES):
+        sets.append(("+ the pool's three", base + POOL_FEATURES))
     sets += [(f"- {f}", tuple(g for g in base if g != f)) for f in base]
     lines = ["| features | CV AUROC | CV Brier | CV ECE |", "| --- | ---: | ---: | ---: |"]
     for name, names in sets:
@@ -273,38 +302,73 @@ def best_precision(probs: np.ndarray, y: np.ndarray, min_rows: int = MIN_2B_ROWS
     return best
 
 
+def _two_parts(X: np.ndarray, y: np.ndarray, on: np.ndarray, l2: float) -> tuple[ConfidenceModel, ConfidenceModel]:
+    """The logistic of P(right | on the list, x), fitted on the rows whose compound is on the list, and that of
+    P(on the list | x), fitted on every row."""
+    def part(XX, yy, names):
+        w, b, mean, scale = fit_logistic(XX, yy, l2=l2)
+        return ConfidenceModel(tuple(float(v) for v in w), float(b), tuple(float(v) for v in mean),
+                               tuple(float(v) for v in scale), names, dict(SETTINGS))
+
+    return part(X[on], y[on], SUSPECT_FEATURES), part(X, on, SUSPECT_FEATURES)
+
+
+def _probabilities(right_if_on: ConfidenceModel, on_list: ConfidenceModel, share: float, X: np.ndarray,
+                   present: float) -> np.ndarray:
+    """The two parts' probability that each row of ``X`` is right at the share ``present``
+    (:func:`engine.model.suspect_confidence.suspect_probability`)."""
+    rows = [dict(zip(SUSPECT_FEATURES, x)) for x in X]
+    return np.array([shift_share(on_list.probability(r), share, present) * right_if_on.probability(r) for r in rows])
+
+
+def cross_fitted(X: np.ndarray, y: np.ndarray, on: np.ndarray, groups: list, l2: float = 1.0,
+                 present: float = PRESENT_DEFAULT) -> np.ndarray:
+    """Each row's two-part probability at ``present`` from parts fitted without its spectrum's fold."""
+    p = np.empty(len(y))
+    for train, test in folds(len(y), 0, groups):
+        a, b = _two_parts(X[train], y[train], on[train], l2)
+        p[test] = _probabilities(a, b, float(on[train].mean()), X[test], present)
+    return p
+
+
 def fit(collected: str | Path, l2: float = 1.0) -> ConfidenceModel:
-    """The model fitted on the FOLD=train rows, its level-2b probability in ``meta["level_2b"]``."""
+    """The two-part model (:mod:`engine.model.suspect_confidence`) fitted on the FOLD=train rows, its level-2b
+    probability in ``meta["level_2b"]`` (chosen on cross-fitted probabilities at
+    :data:`~engine.model.suspect_confidence.PRESENT_DEFAULT`)."""
     rows = read_rows(collected, "train")
     X, y = matrix(rows)
-    if y.sum() < 10 or (~y).sum() < 10:
-        raise ConfigError(f"{collected}: {int(y.sum())} right and {int((~y).sum())} wrong suspect rank 1s; collect "
-                          "more (--variants) before fitting.")
+    on = np.array([r["on_list"] for r in rows], dtype=bool)
+    if (y & on).sum() < 10 or (~y & on).sum() < 10 or (~on).sum() < 10:
+        raise ConfigError(f"{collected}: {int((y & on).sum())} right and {int((~y & on).sum())} wrong suspect rank 1s "
+                          f"whose compound was on the list, {int((~on).sum())} whose was not; collect more "
+                          "(--variants) before fitting.")
     groups = [r["key"] for r in rows]
-    w, b, mean, scale = fit_logistic(X, y, l2=l2)
-    plain, recalibrated = cross_validate(X, y, l2, groups=groups)
-    cv = {"folds": "5, by spectrum", "rows": len(y), "logistic": _short(reliability(plain, y)),
-          "recalibrated": _short(reliability(recalibrated, y))}
-    kept = bool(cv["recalibrated"]["brier"] < cv["logistic"]["brier"])
-    knots = recalibration_knots(X, y, l2, groups=groups) if kept else ()
-    probs = recalibrated if kept else plain
+    right_if_on, on_list = _two_parts(X, y, on, l2)
+    share = float(on.mean())
+    at_share = cross_fitted(X, y, on, groups, l2, present=share)
+    probs = cross_fitted(X, y, on, groups, l2)
+    cv = {"folds": "5, by spectrum", "rows": len(y), "at_the_fit_share": _short(reliability(at_share, y)),
+          "at_present_default": _short(reliability(probs, y))}
     bar, right, wrong = choose_level_2b(probs, y)
     reach = best_precision(probs, y)
-    meta = {"what": "P(a rank 1 from a suspect list is the spectrum's structure); engine.model.suspect_confidence",
+    meta = {"what": "P(a rank 1 from a suspect list is the spectrum's structure) = P(on the list | features), its odds "
+                    "moved to the share the user states, x P(right | on the list, features) (this file's logistic); "
+                    "engine.model.suspect_confidence",
             "polarities": sorted({r["polarity"] for r in rows}),
+            "on_list": {"model": on_list.to_json(), "share": round(share, 6),
+                        "what": "P(the compound is on the list | features) at the fit's share of rows on the list"},
             "level_2b": {"min_probability": bar, "precision_asked": LEVEL_2B_PRECISION, "min_rows": MIN_2B_ROWS,
+                         "present": PRESENT_DEFAULT,
                          "measured": {"where": "FOLD=train train-unseen rows, cross-fitted", "right": right,
                                       "wrong": wrong, "most_precise_bar": {"probability": reach[0],
                                                                            "precision": round(reach[1], 4),
                                                                            "rows": reach[2]}}},
-            "fit": {"collected": str(collected), "rows": len(y), "right": int(y.sum()),
-                    "spectra": len(set(groups)), "l2": l2, "on_list": ON_LIST, "sizes": list(SIZES),
+            "fit": {"collected": str(collected), "rows": len(y), "right": int(y.sum()), "on_list": int(on.sum()),
+                    "spectra": len(set(groups)), "l2": l2, "on_list_probability": ON_LIST, "sizes": list(SIZES),
                     "how": "train-unseen FOLD=train spectra, suspect lists of corpus isomers (the compound on the "
                            f"list for {ON_LIST:.0%} of formulas), ranked as msgpt predict ranks them",
-                    "cross_validated": cv, "recalibration_kept": kept}}
-    model = ConfidenceModel(tuple(float(v) for v in w), float(b), tuple(float(v) for v in mean),
-                            tuple(float(v) for v in scale), SUSPECT_FEATURES, dict(SETTINGS), meta, recalibration=knots)
-    return model
+                    "cross_validated": cv}}
+    return replace(right_if_on, meta=meta)
 
 
 def _short(rel: dict) -> dict:
@@ -326,7 +390,7 @@ def report(collected: str | Path, model_path: str | Path | None = None) -> str:
     model = ConfidenceModel.load(path)
     rows = read_rows(collected, "val")
     X, y = matrix(rows)
-    p = np.array([model.probability(r["features"]) for r in rows])
+    p = np.array([suspect_probability(model, r["features"]) for r in rows])
     on = np.array([r["on_list"] for r in rows], dtype=bool)
     alone = np.array([r["features"]["alone"] > 0 for r in rows], dtype=bool)
     neg = np.array([r["polarity"] == "negative" for r in rows], dtype=bool)
@@ -362,6 +426,34 @@ def report(collected: str | Path, model_path: str | Path | None = None) -> str:
                      f"{right} right / {wrong} wrong (precision {right / max(right + wrong, 1):.3f}); among the "
                      f"compounds not on their list {int((sel & ~on).sum())} of {int((~on).sum())} reach it")
     lines.append(f"mean confidence of right rank 1s {p[y].mean():.3f}, of wrong ones {p[~y].mean():.3f}")
+    lines.append(present_table(model, rows))
+    return "\n".join(lines)
+
+
+PRESENTS = (0.1, 0.25, 0.5, 0.75, 0.9)
+
+
+def present_table(model: ConfidenceModel, rows: list[dict], presents: tuple[float, ...] = PRESENTS,
+                  seed: int = 0) -> str:
+    """Reliability when a share ``present`` of the rank 1s have their compound on the list: the rows resampled
+    (seeded, as many as there are) to that share, the model told the share against the model left at
+    :data:`~engine.model.suspect_confidence.PRESENT_DEFAULT`."""
+    y = np.array([r["right"] for r in rows], dtype=bool)
+    on = np.array([r["on_list"] for r in rows], dtype=bool)
+    rng = np.random.default_rng(seed)
+    lines = [f"\nresampled to a share of rank 1s whose compound is on the list ({len(rows)} rows each, seed {seed}):",
+             "| share on the list | right | told the share: mean predicted | ECE | Brier | AUROC | "
+             f"left at {PRESENT_DEFAULT:g}: mean predicted | ECE | Brier |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for present in presents:
+        k = int(round(len(rows) * present))
+        idx = np.concatenate([rng.choice(np.flatnonzero(on), k), rng.choice(np.flatnonzero(~on), len(rows) - k)])
+        told = reliability([suspect_probability(model, rows[i]["features"], present) for i in idx], y[idx])
+        left = reliability([suspect_probability(model, rows[i]["features"]) for i in idx], y[idx])
+        au = "n/a" if told["auroc"] is None else f"{told['auroc']:.3f}"
+        lines.append(f"| {present:g} | {y[idx].mean():.3f} | {told['mean_predicted']:.3f} | {told['ece']:.3f} | "
+                     f"{told['brier']:.3f} | {au} | {left['mean_predicted']:.3f} | {left['ece']:.3f} | "
+                     f"{left['brier']:.3f} |")
     return "\n".join(lines)
 
 
@@ -386,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--shard", type=_shard, default=(0, 1), metavar="K/N", help="every N-th spectrum from the K-th")
     c.add_argument("--model", help="model bundle (default: the bundled model)")
+    c.add_argument("--pool", action="store_true",
+                   help="draw each spectrum's standard pool and record the pool's evidence too (about 1 s a spectrum)")
     f = sub.add_parser("fit", help="fit on the FOLD=train rows; write suspect_confidence.json")
     f.add_argument("--collected", required=True)
     f.add_argument("--l2", type=float, default=1.0)
@@ -399,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         if a.command == "collect":
-            print(json.dumps(collect(a.pools, a.out, a.variants, a.seed, a.shard, a.model), indent=1))
+            print(json.dumps(collect(a.pools, a.out, a.variants, a.seed, a.shard, a.model, a.pool), indent=1))
         elif a.command == "fit":
             if not (a.bundle or a.out):
                 raise ConfigError("say where to write the model: --bundle FOLDER or --out FILE.")

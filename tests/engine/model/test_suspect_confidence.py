@@ -23,7 +23,9 @@ from engine.model.suspect_confidence import (
     SUSPECT_FEATURES,
     best_fingerprint_score,
     level_2b_probability,
+    on_list_model,
     suspect_features,
+    suspect_probability,
 )
 from engine.model.scoring import FingerprintScorer
 from engine.progress import run_to_end
@@ -112,6 +114,23 @@ def test_a_suspect_rank_1_gets_the_suspect_models_confidence_and_level_2b(bundle
     md = {**clear.spectrum.metadata, "formula_source": "ranked candidates", "formula_score": "0.5"}
     ranked = replace(clear, spectrum=replace(clear.spectrum, metadata=md))
     assert spectrum_confidence(bundle, ranked) == pytest.approx(p_clear * 0.5)
+
+
+def test_the_share_the_user_states_moves_a_two_part_confidence_not_its_level(bundle, home):
+    on = ConfidenceModel((0.0,) * 8, 0.0, (0.0,) * 8, (1.0,) * 8, SUSPECT_FEATURES)  # P(on the list) 0.5 always
+    one = _model(0.3)
+    two = replace(one, meta={**one.meta, "on_list": {"model": on.to_json(), "share": 0.5}})
+    b = replace(bundle, suspect_confidence=two)
+    clear = _with_fragments(_suspect_result(bundle, home), (-20.0, -35.0))
+    right_if_on = two.probability(suspect_features(b, clear))
+    assert spectrum_confidence(b, clear) == pytest.approx(0.5 * right_if_on)
+    for present in (0.1, 0.9):
+        stated = replace(clear, params=replace(clear.params, suspects_present=present))
+        assert spectrum_confidence(b, stated) == pytest.approx(present * right_if_on)
+        done = with_confidence(b, stated)
+        assert done.confidence == pytest.approx(present * right_if_on)
+        assert done.level_2b  # the evidence at an even share reaches the bar (0.3), whatever the user states
+    assert 0.5 * right_if_on >= 0.3
 
 
 def test_msgpt_info_names_the_suspect_model_and_its_level_2b_bar(bundle, capsys):
@@ -211,17 +230,19 @@ def test_level_2b_is_the_least_probability_of_the_asked_precision():
     assert best_precision(p, y, min_rows=5) == (0.56, 5 / 6, 6)
 
 
-def test_fit_writes_a_model_that_reads_the_suspect_features(tmp_path):
+def test_fit_writes_a_two_part_model_that_reads_the_suspect_features(tmp_path):
+    from engine.model.suspect_confidence import on_list_model, suspect_probability
     from training.calibration.suspect_confidence import main
 
     rng = np.random.default_rng(0)
     rows = []
     for i in range(600):
-        gap = float(rng.normal(2, 3))
-        right = bool(rng.random() < 1 / (1 + math.exp(-(gap - 2))))
-        features = {k: float(rng.normal()) for k in MEASURED_FEATURES} | {"fragment_gap": gap}
+        gap, analog = float(rng.normal(2, 3)), float(rng.normal())
+        on = bool(rng.random() < 1 / (1 + math.exp(-4 * analog)))  # the analog score says whether it is on the list
+        right = on and bool(rng.random() < 1 / (1 + math.exp(-2 * (gap - 2))))  # the fragment lead, which one it is
+        features = {k: float(rng.normal()) for k in MEASURED_FEATURES} | {"fragment_gap": gap, "analog": analog}
         for v in range(2):
-            rows.append({"key": f"s{i}", "variant": v, "right": right, "on_list": True, "list_size": 3,
+            rows.append({"key": f"s{i}", "variant": v, "right": right, "on_list": on, "list_size": 3,
                          "adduct": "[M+H]+", "polarity": "positive", "rank1": "C", "features": features})
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "train.0of2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[::2]))
@@ -231,23 +252,34 @@ def test_fit_writes_a_model_that_reads_the_suspect_features(tmp_path):
     model = ConfidenceModel.load(out)
     assert model.features == SUSPECT_FEATURES and model.meta["fit"]["rows"] == 1200
     assert model.meta["fit"]["spectra"] == 600 and model.meta["polarities"] == ["positive"]
-    assert model.weights[SUSPECT_FEATURES.index("fragment_gap")] > 0.5  # the one informative feature
-    low = dict.fromkeys(SUSPECT_FEATURES, 0.0) | {"fragment_gap": -4.0}
+    assert model.weights[SUSPECT_FEATURES.index("fragment_gap")] > 0.5  # which one: the fragment lead
+    on, share = on_list_model(model)
+    assert on.weights[SUSPECT_FEATURES.index("analog")] > 0.5 and 0.3 < share < 0.7  # whether on the list: analog
+    assert share == pytest.approx(np.mean([r["on_list"] for r in rows]), abs=1e-6)
+    low = dict.fromkeys(SUSPECT_FEATURES, 0.0) | {"fragment_gap": -4.0, "analog": 2.0}
     high = dict(low, fragment_gap=8.0)
-    assert model.probability(low) < 0.2 < 0.8 < model.probability(high)
+    assert suspect_probability(model, low) < 0.2 < 0.8 < suspect_probability(model, high)
+    # the share the user states moves the probability, in its direction, and never above P(right | on the list)
+    stated = [suspect_probability(model, high, present) for present in (0.05, 0.5, 0.95)]
+    assert stated[0] < stated[1] < stated[2] < model.probability(high)
+    with pytest.raises(ConfigError, match="between 0 and 1"):
+        suspect_probability(model, high, 1.0)
     assert 0.5 <= model.meta["level_2b"]["min_probability"] < 1.0  # 90% right above it, on at least 50 rows
     # the FOLD=val report reads the same rows, with the model written above
-    for r in rows:
-        r["on_list"] = r["right"] or r["key"] < "s3"
     (tmp_path / "c" / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     from training.calibration.suspect_confidence import compare_features, report
 
     text = report(tmp_path / "c", out)
     assert "| every suspect rank 1 | 1200 |" in text and "the compound not on the list (all wrong)" in text
     assert "level 2b (P >= " in text and "mean confidence of right rank 1s" in text
+    table = text[text.index("resampled to a share"):].splitlines()
+    assert [line.split(" | ")[0] for line in table[3:]] == ["| 0.1", "| 0.25", "| 0.5", "| 0.75", "| 0.9"]
+    told_ece = [float(line.split(" | ")[3]) for line in table[3:]]
+    left_ece = [float(line.split(" | ")[7]) for line in table[3:]]
+    assert told_ece[0] < left_ece[0] and told_ece[-1] < left_ece[-1]  # told the share, calibrated at the ends
     table = compare_features(tmp_path / "c")
-    # header (2 lines), shipped, each extra, all, each left out
-    assert len(table.splitlines()) == 2 + 1 + 3 + 1 + len(SUSPECT_FEATURES)
+    # header (2 lines), shipped, each extra (the pool's too: these rows have them), all, the pool's three, each out
+    assert len(table.splitlines()) == 2 + 1 + 6 + 1 + 1 + len(SUSPECT_FEATURES)
     with pytest.raises(SystemExit):
         main(["fit"])
     assert main(["fit", "--collected", str(tmp_path / "c")]) == 2  # nowhere to write
@@ -255,6 +287,24 @@ def test_fit_writes_a_model_that_reads_the_suspect_features(tmp_path):
         from training.calibration.suspect_confidence import read_rows
 
         read_rows(tmp_path, "val")
+
+
+def test_a_one_part_model_ignores_the_share_and_a_bad_share_is_refused():
+    from engine.elucidation.pipeline import QueryParams
+    from engine.model.suspect_confidence import shift_share, suspect_probability
+
+    model = ConfidenceModel((1.0,) + (0.0,) * 7, 0.0, (0.0,) * 8, (1.0,) * 8, SUSPECT_FEATURES)  # fitted before
+    f = dict.fromkeys(SUSPECT_FEATURES, 0.0) | {"log_suspects": 1.0}
+    assert suspect_probability(model, f, 0.1) == suspect_probability(model, f, 0.9) == model.probability(f)
+    assert suspect_probability(model, None) == 0.0
+    assert shift_share(0.5, 0.5, 0.9) == pytest.approx(0.9) and shift_share(0.3, 0.6, 0.6) == pytest.approx(0.3)
+    assert shift_share(0.5, 0.25, 0.5) == pytest.approx(0.75)  # odds 1 at a share of odds 1/3: times 3
+    for bad in (0.0, 1.0, -0.2, float("nan"), "half"):
+        with pytest.raises(ConfigError, match="suspects_present"):
+            QueryParams(suspects_present=bad)
+    assert "suspects_present=0.9" in QueryParams(suspects_present=0.9).describe()
+    assert "suspects_present" not in QueryParams().describe()
+    assert QueryParams(suspects_present=0.9).sampling_key() == QueryParams().sampling_key()  # no sample changes
 
 
 def test_the_shipped_suspect_model_reads_todays_features_and_is_recorded_in_the_bundle():
@@ -265,9 +315,13 @@ def test_the_shipped_suspect_model_reads_todays_features_and_is_recorded_in_the_
     model = ConfidenceModel.load(folder / "suspect_confidence.json")
     assert model.features == SUSPECT_FEATURES and model.settings == {"fragment_score": True, "analog_score": True}
     assert set(model.meta["polarities"]) == {"positive", "negative"} and "level_2b" in model.meta
+    on, share = on_list_model(model)
+    assert on.features == SUSPECT_FEATURES and 0.3 < share < 0.7  # the two parts, fitted at about half on the list
     recorded = json.loads((folder / "config.json").read_text())["files"]["suspect_confidence.json"]
     assert recorded == sha256_file(folder / "suspect_confidence.json")
     # more suspects of the formula and a smaller fragment lead make rank 1 less sure
     f = dict.fromkeys(SUSPECT_FEATURES, 0.0) | {"fragment_fit": -3.0, "fingerprint_fit": -60.0}
     crowded = f | {"log_suspects": math.log(13)}
     assert model.probability(f | {"fragment_gap": 5.0}) > model.probability(f) > model.probability(crowded)
+    # a list of standards known to be in the sample makes a rank 1 surer than a broad screening list does
+    assert suspect_probability(model, f, 0.9) > suspect_probability(model, f) > suspect_probability(model, f, 0.1)
