@@ -299,8 +299,9 @@ class CandidatesPanel(QWidget):
                     f", confidence <b>{_html(format_confidence(r.confidence))}</b>" if done and r.confidence is not None
                     else "") if identified else
                     f"confidence <b>{_html(format_confidence(r.confidence))}</b>"
-                    + (" <span style='color:#555'>(its evidence against your list's other isomers)</span>"
-                       if first.suspect else "")
+                    + (" <span style='color:#555'>(its evidence against your list's other isomers, with "
+                       f"{r.params.suspects_present:.0%} of your lists' formula matches expected present: "
+                       "Run ▸ Libraries…)</span>" if first.suspect else "")
                     if done and r.confidence is not None else "")
             label = name or (first.smiles if len(first.smiles) <= 40 else first.smiles[:39] + "…")
             head = (f"Rank 1: <b>{_html(label)}</b>"

@@ -28,12 +28,14 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QSpinBox,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
 )
 
 from engine.errors import MsgptError
+from engine.model.suspect_confidence import PRESENT_DEFAULT
 
 from .logic.libraries import (
     SPECTRAL,
@@ -48,6 +50,7 @@ from .logic.libraries import (
     sources_from_setting,
 )
 from .actions import make_action
+from .logic import tooltips
 from .workers import GeneratorWorker
 
 log = logging.getLogger(__name__)
@@ -212,12 +215,13 @@ class LibraryManager(QDialog):
     NAME, KIND, CONTENTS, STATE, FILE = range(5)
     COLUMNS = ("Library", "Kind", "Contents", "State", "File")
 
-    def __init__(self, controller: LibraryController, parent=None, settings=None):
+    def __init__(self, controller: LibraryController, parent=None, settings=None, params_panel=None):
         super().__init__(parent)
         self.controller = controller
         self.settings = settings
+        self.params_panel = params_panel  # holds the share of the suspect lists' matches that are real
         self.setWindowTitle("Libraries of known compounds")
-        self.resize(820, 320)
+        self.resize(820, 400)
         self.note = QLabel(
             "Structures of the spectrum's formula from the ticked structure libraries, and the structures of the "
             "reference spectra that match it in the ticked spectral libraries, are ranked beside the structures "
@@ -248,11 +252,29 @@ class LibraryManager(QDialog):
         busy = QHBoxLayout()
         busy.addWidget(self.progress, 1)
         busy.addWidget(self.cancel_button)
+        self.present = QSpinBox(minimum=1, maximum=99, suffix=" %")
+        self.present.setToolTip(tooltips.SUSPECTS_PRESENT)
+        self.present.setKeyboardTracking(False)
+        share = QHBoxLayout()
+        for w in (QLabel("Of the features your suspect lists match by formula, about"), self.present,
+                  QLabel("are their compounds.")):
+            w.setToolTip(tooltips.SUSPECTS_PRESENT)
+            share.addWidget(w)
+        share.addStretch(1)
+        self.present_note = QLabel("The confidence of a suspect rank 1 follows it (90% for standards known to be in "
+                                   "the sample, 10% or less for a broad screening list); the ranking does not.",
+                                   wordWrap=True)
         layout = QVBoxLayout(self)
         layout.addWidget(self.note)
         layout.addWidget(self.table, 1)
         layout.addLayout(busy)
         layout.addLayout(buttons)
+        layout.addLayout(share)
+        layout.addWidget(self.present_note)
+        self.show_present()
+        self.present.valueChanged.connect(self._present_changed)
+        if params_panel is not None:
+            params_panel.changed.connect(lambda _params: self.show_present())
         controller.sources_changed.connect(self.refresh)
         controller.progress.connect(self._progress)
         self._filling = False
@@ -279,6 +301,18 @@ class LibraryManager(QDialog):
         finally:
             self._filling = False
         self._update_buttons()
+
+    def show_present(self) -> None:
+        """The spin box shows the share the parameters hold (a project opened with another one changes it)."""
+        share = self.params_panel.suspects_present if self.params_panel is not None else PRESENT_DEFAULT
+        self.present.blockSignals(True)
+        self.present.setValue(round(100 * share))
+        self.present.blockSignals(False)
+        self.present.setEnabled(self.params_panel is not None)
+
+    def _present_changed(self, percent: int) -> None:
+        if self.params_panel is not None:
+            self.params_panel.set_suspects_present(percent / 100)
 
     def selected_source(self) -> LibrarySource | None:
         rows = {i.row() for i in self.table.selectedIndexes()}
@@ -343,7 +377,8 @@ class LibrariesUI(QObject):
 
     def show_manager(self) -> LibraryManager:
         if self.dialog is None:
-            self.dialog = LibraryManager(self.controller, self.window, self.window.settings)
+            self.dialog = LibraryManager(self.controller, self.window, self.window.settings,
+                                         self.window.params_panel)
         self.dialog.show()
         self.dialog.raise_()
         return self.dialog

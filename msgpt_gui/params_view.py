@@ -1,4 +1,5 @@
-"""Query parameters: κ band, query groups M, pool size B (snapping to multiples of M), seed, adapter on/off."""
+"""Query parameters: κ band, query groups M, pool size B (snapping to multiples of M), seed, adapter on/off; and the
+share of the suspect lists' matches that are real, which Run ▸ Libraries… sets."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from engine.elucidation.pipeline import EFFORTS, QueryParams
 from engine.errors import ConfigError
 from engine.model.querying import KAPPA_LIMITS
 from engine.model.sampling import DECODING_MODES
+from engine.model.suspect_confidence import PRESENT_DEFAULT
 from engine.model.scoring import RANKINGS
 
 from .logic import tooltips
@@ -110,6 +112,8 @@ class ParamsPanel(QWidget):
         self.rows.setSizeConstraint(QVBoxLayout.SizeConstraint.SetNoConstraint)  # minimumSizeHint: two rows
         self.wrapped = None
         self._arrange(False)
+        # no widget here: Run ▸ Libraries… sets it (msgpt_gui.library_view), beside the suspect lists it is about
+        self.suspects_present = PRESENT_DEFAULT
 
         self.set_params(params or QueryParams())
         self.kappa_min.valueChanged.connect(self._emit)
@@ -219,6 +223,7 @@ class ParamsPanel(QWidget):
         self.decoding.setCurrentText(p.decoding)
         self.ranking.setCurrentText(p.ranking)
         self.effort.setCurrentText(p.effort)
+        self.suspects_present = p.suspects_present
         for w in widgets:
             w.blockSignals(False)
         self._update_label()
@@ -241,7 +246,15 @@ class ParamsPanel(QWidget):
             decoding=self.decoding.currentText(),
             ranking=self.ranking.currentText(),
             effort=self.effort.currentText(),
+            suspects_present=self.suspects_present,
         )
+
+    def set_suspects_present(self, share: float) -> None:
+        """The share of the suspect lists' formula matches the user expects to be their compounds (the confidence of
+        a suspect rank 1 follows it, :mod:`engine.model.suspect_confidence`); a change is emitted as any other."""
+        if share != self.suspects_present:
+            self.suspects_present = share
+            self._emit()
 
     # -- reactions
     def _groups_changed(self, m: int) -> None:

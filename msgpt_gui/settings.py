@@ -150,13 +150,14 @@ class Settings:
                 ranking=self.get("params/ranking", d.ranking, str),
                 use_adapter=self.get("params/use_adapter", d.use_adapter, bool),
                 effort=self.get("params/effort", d.effort, str),
+                suspects_present=self.get("params/suspects_present", d.suspects_present, float),
             )
         except ValueError:  # ConfigError: a hand-edited file; fall back to the defaults
             return d
 
     def set_query_params(self, p: QueryParams) -> None:
         for k in ("kappa_min", "kappa_max", "groups", "samples_per_group", "seed", "decoding", "ranking",
-                  "use_adapter", "effort"):
+                  "use_adapter", "effort", "suspects_present"):
             self.set(f"params/{k}", getattr(p, k))
 
     # -- recent files

@@ -57,6 +57,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--list-width", type=int, help="width of the spectra list in pixels (default: the app's)")
     p.add_argument("--select-edit", action="store_true",
                    help="select the best candidate an isomer edit made (no sample drew it) instead of the best one")
+    p.add_argument("--suspects-present", type=int, metavar="PERCENT",
+                   help="set Run ▸ Libraries…'s share of the suspect lists' matches that are real before the run")
+    p.add_argument("--libraries-dialog", action="store_true",
+                   help="also grab the Libraries dialog, into OUT with _libraries before the suffix")
     p.add_argument("--score", nargs="+", default=[], metavar="SMILES",
                    help="with --tab score: structures to score against the spectrum before the grab")
     return p.parse_args(argv)
@@ -135,6 +139,9 @@ def shoot(args, width: int, height: int) -> int:
     wait(lambda: all(s.state not in ("waiting", "opening") for s in libraries.sources), "the libraries")
     if window.bundle is None:
         sys.exit("No model could be loaded; give --model BUNDLE (see the docstring).")
+    dialog = window.libraries.show_manager() if args.libraries_dialog or args.suspects_present else None
+    if args.suspects_present:
+        dialog.present.setValue(args.suspects_present)
     entries = [e for e in window.spectra.entries if e.spectrum is not None]
     if args.spectrum:
         pick = next((e for e in entries if e.id == args.spectrum or e.display_id.split(" ")[0] == args.spectrum), None)
@@ -183,6 +190,13 @@ def shoot(args, width: int, height: int) -> int:
     if not window.grab().save(str(out)):
         sys.exit(f"Could not write {out}.")
     print(f"Saved {out} ({window.width()}x{window.height()}).")
+    if args.libraries_dialog:
+        shot = out.with_name(f"{out.stem}_libraries{out.suffix}")
+        if not dialog.grab().save(str(shot)):
+            sys.exit(f"Could not write {shot}.")
+        print(f"Saved {shot} ({dialog.width()}x{dialog.height()}).")
+    if dialog is not None:
+        dialog.close()
     window.popups = False  # closing asks whether to save the candidates: no (a throw-away MSGPT_HOME)
     window.close()
     app.processEvents()

@@ -64,7 +64,7 @@ from engine.timing import staged, timed
 
 # settings that never change the samples
 RANKING_ONLY = ("ranking", "library_prior", "undrawn_prior", "effort", "fragment_score", "analog_score", "edit_rounds",
-                "suspects_present")
+                "suspects_present")  # the last changes only the confidence
 MAX_EDIT_ROUNDS = 10
 EFFORTS = ("standard", "deep")  # deep: engine.elucidation.deep refines the standard pool (about 3.4x the time)
 EDIT_ROUNDS = 3  # standard effort's rounds of isomer edits (measured: docs/evidence/standard_edits.md)
@@ -109,9 +109,8 @@ class QueryParams:
                 "substituent moved, two atoms swapped) whose fingerprints score best join the pool "
                 "(engine.elucidation.edits; 0: none)"})
     suspects_present: float = field(default=PRESENT_DEFAULT, metadata={
-        "help": "of the features your suspect lists match by formula, the share that really are one of their "
-                "compounds (0.9 for standards known to be in the sample, 0.1 for a broad screening list): the "
-                "confidence of a suspect rank 1 follows it (engine.model.suspect_confidence); nothing is re-ranked"})
+        "help": "the share of your suspect lists' formula matches that are their compounds (a suspect rank 1's "
+                "confidence follows it, engine.model.suspect_confidence)"})
 
     def __post_init__(self):
         check_kappa(self.kappa_min, "kappa_min")
@@ -551,14 +550,10 @@ def _reference(spectrum: Spectrum, n_bits: int = chem.N_BITS) -> tuple[np.ndarra
     return None, None
 
 
-def elucidate(
-    bundle: ModelBundle,
-    spectra: Iterable[Spectrum | SkippedRecord],
-    params: QueryParams = QueryParams(),
-    cancel: CancelFn | None = None,
-    libraries: Sequence = (),
-    run_session: Callable[[SpectrumSession, QueryParams, CancelFn | None], Generator] | None = None,
-) -> Generator[Event, None, RunSummary]:
+def elucidate(bundle: ModelBundle, spectra: Iterable[Spectrum | SkippedRecord], params: QueryParams = QueryParams(),
+              cancel: CancelFn | None = None, libraries: Sequence = (),
+              run_session: Callable[[SpectrumSession, QueryParams, CancelFn | None], Generator] | None = None,
+              ) -> Generator[Event, None, RunSummary]:
     """Elucidate many spectra, one after the other. Yields events; returns a :class:`RunSummary`.
 
     A spectrum of an ion type the model runs by a mapping finishes with the mapping's note in its ``warnings``.

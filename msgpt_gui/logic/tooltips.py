@@ -29,6 +29,15 @@ SEED = (
     "<b>Random seed</b> — the same seed gives the same candidates for the same spectrum and "
     "settings; it is written into every export."
 )
+SUSPECTS_PRESENT = (
+    "<b>Suspects present</b> — of the features your suspect lists match by formula, the share you expect to "
+    "really be one of their compounds. A suspect rank 1 is right only when the compound is on your list, and the "
+    "spectrum says little about that; so its confidence follows what you expect: about 90% for a mix of standards "
+    "known to be in the sample, 10% or less for a broad list (NORMAN, PubChemLite) screened against a complex "
+    "sample. 50% unless you set it: what the suspect model was fitted at. Measured on held-out spectra, it is "
+    "calibrated when the share you give is the real one (docs/evidence/suspect_confidence.md). It changes the "
+    "confidence, never the ranking or the identification level."
+)
 ADAPTER = (
     "<b>Use adapter</b> — switch the model's fine-tuning for real spectra on or off.<br>"
     "The structure generator learned chemistry from true substructure fingerprints of millions of "
@@ -91,7 +100,8 @@ TIPS = {
         "confidence was fitted with (a cell's tooltip says why). When a reference spectrum identifies rank 1, the "
         "identification's own probability, calibrated on identity searches without the query's lab; when rank 1 "
         "comes from your suspect list, the suspect model's (its fragment, analog and fingerprint evidence against "
-        "the list's other structures of its formula, fitted with the compound on the list for half the formulas)",
+        "the list's other structures of its formula), for the share of your lists' formula matches you expect to "
+        "be their compounds (Run ▸ Libraries…; 50% unless you set it)",
         "Identification level (Schymanski et al. 2014): 2a a reference spectrum match identifies rank 1 (the "
         "calibrated rule); 2b a suspect-list rank 1 whose confidence reaches the level the fit chose for 90% precision; "
         "3 tentative candidates, or a reference match whose isomer matches nearly as well (named); "

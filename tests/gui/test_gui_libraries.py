@@ -306,3 +306,19 @@ def test_a_formula_run_the_libraries_added_is_named_by_its_source(qtbot, make_wi
     tip = window.spectra.index_of(entry.key, SpectraModel.FORMULA).data(Qt.ItemDataRole.ToolTipRole)
     assert "C10H14N2 [M+H]+ (from structure library (mass)): failed" in tip
     assert "C10H14N2 [M+H]+ (from structure library (mass)): failed" in _formula_runs_detail(entry.formula_runs)
+
+
+def test_the_share_of_suspects_present_is_set_beside_the_libraries_and_kept(qtbot, make_window):
+    window = make_window()
+    dialog = window.libraries.show_manager()
+    assert dialog.present.value() == 50 and window.query_params.suspects_present == 0.5
+    with qtbot.waitSignal(window.params_panel.changed) as changed:
+        dialog.present.setValue(90)  # standards known to be in the sample
+    assert changed.args[0].suspects_present == 0.9 and window.query_params.suspects_present == 0.9
+    assert window.settings.query_params().suspects_present == 0.9  # remembered for the next session
+    assert "suspects_present=0.9" in window.query_params.describe()  # and written into every export
+    # parameters set elsewhere (a project opened) show in the dialog
+    window.params_panel.set_params(dataclasses.replace(window.query_params, suspects_present=0.1))
+    window.params_panel.changed.emit(window.params_panel.params())
+    assert dialog.present.value() == 10
+    assert "broad" in dialog.present.toolTip() and dialog.present_note.isVisibleTo(dialog)

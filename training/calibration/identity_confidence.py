@@ -414,8 +414,8 @@ def compare_extras(collected: str | Path, l2: float = 1.0) -> str:
         lines.append(f"| {name} | {reliability(p, y)['auroc']:.4f} | {np.mean((p - y) ** 2):.4f} | "
                      f"{best[0]} / {best[1]} |")
     far = ex[:, 4] > math.log1p(10.0)
-    lines.append(f"\nprecursor more than 10 ppm from the reference's: {far[~y].mean():.1%} of the {int((~y).sum())} wrong "
-                 f"rank-1 hits, {far[y].mean():.1%} of the {int(y.sum())} right ones")
+    lines.append(f"\nprecursor more than 10 ppm from the reference's: {far[~y].mean():.1%} of the "
+                 f"{int((~y).sum())} wrong rank-1 hits, {far[y].mean():.1%} of the {int(y.sum())} right ones")
     return "\n".join(lines)
 
 

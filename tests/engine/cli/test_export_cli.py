@@ -124,11 +124,12 @@ def test_cli_forced_formula_and_pool_size(tmp_path, tiny_bundle_dir, capsys):
     mgf.write_text(text.replace("FORMULA=C11H13NO3\n", ""))
     out = tmp_path / "one.sdf"
     rc = main(["predict", str(mgf), "-o", str(out), "--model", str(tiny_bundle_dir), "--formula", "C11H13NO3",
-               "--pool-size", "40", "--groups", "4", "-q"])
+               "--pool-size", "40", "--groups", "4", "--suspects-present", "0.9", "-q"])
     assert rc == 0, capsys.readouterr().err
     mols = list(Chem.SDMolSupplier(str(out)))
     assert mols and all(m.GetProp("MolecularFormula") == "C11H13NO3" for m in mols)
     assert "B=40" in mols[0].GetProp("msgpt_parameters")
+    assert "suspects_present=0.9" in mols[0].GetProp("msgpt_parameters")  # what the suspect confidence assumed
     assert "adapter=off" in mols[0].GetProp("msgpt_parameters")  # the tiny bundle has none: say what ran
 
 
@@ -145,6 +146,7 @@ def test_cli_nothing_processed_exits_nonzero_and_writes_nothing(tmp_path, tiny_b
         (["--pool-size", "150"], "use 140 or 160"),
         (["--band", "1.5", "1.0"], "must not exceed"),
         (["--groups", "1"], "point query at a single κ"),
+        (["--suspects-present", "1"], "between 0 and 1"),
     ],
 )
 def test_cli_bad_parameters_give_one_line(tmp_path, tiny_bundle_dir, capsys, args, message):
