@@ -49,7 +49,8 @@ probabilities at :data:`PRESENT_DEFAULT` for a precision of at least :data:`LEVE
 least 50 rows; none, 2, when no probability reaches it). Level 2b reads the evidence at that even share whatever
 the user states (:func:`level_2b_reached`): what the user expects of the list moves the number, not the level.
 
-Imports numpy and :mod:`engine.model.forward`/:mod:`engine.model.scoring` only (lazily); no Qt.
+Imports numpy, :mod:`engine.errors` and :mod:`engine.model.forward`/:mod:`engine.model.scoring` only (the last two
+lazily); no Qt.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from engine.errors import ConfigError
 
 SUSPECT_FEATURES = ("log_suspects", "alone", "score_gap", "fragment_gap", "fragment_fit", "analog", "analog_gap",
                     "fingerprint_fit")
@@ -72,8 +75,6 @@ PRESENT_DEFAULT = 0.5  # the share of a suspect list's formula matches that are 
 
 def check_present(value: float, name: str = "suspects_present") -> float:
     """``value`` as a share strictly between 0 and 1, else a ConfigError that says what to give."""
-    from engine.errors import ConfigError
-
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -88,12 +89,10 @@ def check_present(value: float, name: str = "suspects_present") -> float:
 def on_list_model(model):
     """The P(on the list | features) part of a suspect ``model`` (:class:`engine.model.confidence.ConfidenceModel`)
     and the share it was fitted at, or (None, None) for a one-part model."""
-    from engine.model.confidence import ConfidenceModel
-
     part = (getattr(model, "meta", None) or {}).get("on_list")
     if not part:
         return None, None
-    return ConfidenceModel.from_json(part["model"]), float(part["share"])
+    return type(model).from_json(part["model"]), float(part["share"])  # a ConfidenceModel, as ``model``
 
 
 def shift_share(p: float, fitted: float, present: float) -> float:
