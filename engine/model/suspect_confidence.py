@@ -18,9 +18,9 @@ tells the list's isomers apart. This model reads what the ranked suspects of the
 ``fingerprint_fit``   its fingerprint score minus the best score any fingerprint could get under the posterior
                       (nats, at least −200): how far its bits are from what the encoder predicts
 
-Where the run drew its pool (:func:`pool_drawn`), what the decoder proposed is evidence too (:data:`POOL_FEATURES`):
-the compound of a spectrum tends to be drawn, and a structure not on the list that fits the posterior far better
-than the suspect says the list may not hold the compound:
+Measured and not used by the shipped model (they added 0.004 AUROC; docs/evidence/suspect_confidence.md), what the
+run's de novo pool says (:data:`POOL_FEATURES`, :func:`pool_features`): whether the decoder drew the suspect, and
+whether a structure the list does not hold fits the posterior better:
 
 ``drawn``             1 when the decoder drew the suspect itself (its sample count above 0)
 ``pool_lead``         its fingerprint score's lead over the best candidate the list does not hold (drawn, edited or
@@ -47,7 +47,8 @@ against a complex sample), by Bayes' rule with the features' likelihoods unchang
 ``level_2b`` in the file is the least probability of a level-2b rank 1, chosen on the fit's cross-fitted
 probabilities at :data:`PRESENT_DEFAULT` for a precision of at least :data:`LEVEL_2B_PRECISION` there (over at
 least 50 rows; none, 2, when no probability reaches it). Level 2b reads the evidence at that even share whatever
-the user states (:func:`level_2b_reached`): what the user expects of the list moves the number, not the level.
+the user states (:func:`engine.model.confidence.with_confidence`): what the user expects of the list moves the
+number, not the level.
 
 Imports numpy, :mod:`engine.errors` and :mod:`engine.model.forward`/:mod:`engine.model.scoring` only (the last two
 lazily); no Qt.
@@ -63,9 +64,9 @@ from engine.errors import ConfigError
 
 SUSPECT_FEATURES = ("log_suspects", "alone", "score_gap", "fragment_gap", "fragment_fit", "analog", "analog_gap",
                     "fingerprint_fit")
-#: every feature :func:`suspect_features` can give; the fit compared them (docs/evidence/suspect_confidence.md)
-#: the pool's evidence, for a rank 1 whose run drew the fit's pool (:func:`pool_drawn`)
+#: the run's de novo pool's evidence (:func:`pool_features`), measured with ``collect --pool`` and not used
 POOL_FEATURES = ("drawn", "pool_lead", "pool_above")
+#: every feature :func:`suspect_features` can give; the fit compared them (docs/evidence/suspect_confidence.md)
 MEASURED_FEATURES = SUSPECT_FEATURES + ("fingerprint_z", "second_similarity", "log_peaks") + POOL_FEATURES
 GAP_CAP = 20.0
 FIT_FLOOR = -200.0
@@ -112,11 +113,6 @@ def suspect_probability(model, features: dict[str, float] | None, present: float
     if on is None:
         return model.probability(features)
     return shift_share(on.probability(features), share, check_present(present)) * model.probability(features)
-
-
-def level_2b_reached(model, features: dict[str, float] | None) -> bool:
-    """The evidence alone, at :data:`PRESENT_DEFAULT`, reaches the level-2b probability of ``model``."""
-    return features is not None and suspect_probability(model, features) >= level_2b_probability(model)
 
 
 def level_2b_probability(model) -> float:
@@ -195,12 +191,6 @@ def pool_features(result) -> dict[str, float]:
     lead = GAP_CAP if not len(others) else float(np.clip(first.fingerprint_score - others.max(), -GAP_CAP, GAP_CAP))
     return {"drawn": float(first.count > 0), "pool_lead": lead,
             "pool_above": math.log(1 + int((others > first.fingerprint_score).sum()))}
-
-
-def pool_drawn(result) -> bool:
-    """``result`` drew its samples (a finished run, not library structures ranked alone): the pool's evidence
-    (:data:`POOL_FEATURES`) is there to read."""
-    return bool(result.n_samples) and not result.partial
 
 
 def _tanimoto(a, b) -> float:

@@ -64,7 +64,6 @@ from engine.model.suspect_confidence import (
     POOL_FEATURES,
     PRESENT_DEFAULT,
     SUSPECT_FEATURES,
-    shift_share,
     suspect_features,
     suspect_probability,
 )
@@ -313,12 +312,12 @@ def _two_parts(X: np.ndarray, y: np.ndarray, on: np.ndarray, l2: float) -> tuple
     return part(X[on], y[on], SUSPECT_FEATURES), part(X, on, SUSPECT_FEATURES)
 
 
-def _probabilities(right_if_on: ConfidenceModel, on_list: ConfidenceModel, share: float, X: np.ndarray,
-                   present: float) -> np.ndarray:
-    """The two parts' probability that each row of ``X`` is right at the share ``present``
-    (:func:`engine.model.suspect_confidence.suspect_probability`)."""
-    rows = [dict(zip(SUSPECT_FEATURES, x)) for x in X]
-    return np.array([shift_share(on_list.probability(r), share, present) * right_if_on.probability(r) for r in rows])
+def _combined(right_if_on: ConfidenceModel, on_list: ConfidenceModel, share: float, meta: dict | None = None
+              ) -> ConfidenceModel:
+    """The two parts as one model, as the bundle holds it (:func:`engine.model.suspect_confidence.on_list_model`)."""
+    part = {"model": on_list.to_json(), "share": round(share, 6),
+            "what": "P(the compound is on the list | features) at the fit's share of rows on the list"}
+    return replace(right_if_on, meta={**(meta or {}), "on_list": part})
 
 
 def cross_fitted(X: np.ndarray, y: np.ndarray, on: np.ndarray, groups: list, l2: float = 1.0,
@@ -326,8 +325,8 @@ def cross_fitted(X: np.ndarray, y: np.ndarray, on: np.ndarray, groups: list, l2:
     """Each row's two-part probability at ``present`` from parts fitted without its spectrum's fold."""
     p = np.empty(len(y))
     for train, test in folds(len(y), 0, groups):
-        a, b = _two_parts(X[train], y[train], on[train], l2)
-        p[test] = _probabilities(a, b, float(on[train].mean()), X[test], present)
+        model = _combined(*_two_parts(X[train], y[train], on[train], l2), float(on[train].mean()))
+        p[test] = [suspect_probability(model, dict(zip(SUSPECT_FEATURES, x)), present) for x in X[test]]
     return p
 
 
@@ -355,8 +354,6 @@ def fit(collected: str | Path, l2: float = 1.0) -> ConfidenceModel:
                     "moved to the share the user states, x P(right | on the list, features) (this file's logistic); "
                     "engine.model.suspect_confidence",
             "polarities": sorted({r["polarity"] for r in rows}),
-            "on_list": {"model": on_list.to_json(), "share": round(share, 6),
-                        "what": "P(the compound is on the list | features) at the fit's share of rows on the list"},
             "level_2b": {"min_probability": bar, "precision_asked": LEVEL_2B_PRECISION, "min_rows": MIN_2B_ROWS,
                          "present": PRESENT_DEFAULT,
                          "measured": {"where": "FOLD=train train-unseen rows, cross-fitted", "right": right,
@@ -368,7 +365,7 @@ def fit(collected: str | Path, l2: float = 1.0) -> ConfidenceModel:
                     "how": "train-unseen FOLD=train spectra, suspect lists of corpus isomers (the compound on the "
                            f"list for {ON_LIST:.0%} of formulas), ranked as msgpt predict ranks them",
                     "cross_validated": cv}}
-    return replace(right_if_on, meta=meta)
+    return _combined(right_if_on, on_list, share, meta)
 
 
 def _short(rel: dict) -> dict:
