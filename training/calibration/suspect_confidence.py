@@ -271,6 +271,17 @@ def compare_features(collected: str | Path, l2: float = 1.0) -> str:
         plain, _ = cross_validate(X, y, l2, groups=groups)
         rel = reliability(plain, y)
         lines.append(f"| {name} | {rel['auroc']:.4f} | {rel['brier']:.4f} | {rel['ece']:.4f} |")
+    X, y = matrix(rows)
+    on = np.array([r["on_list"] for r in rows], dtype=bool)
+    for name, label, sel in (("P(on the list)", on, np.ones(len(y), bool)), ("P(right | on the list)", y, on)):
+        plain, _ = cross_validate(X[sel], label[sel], l2, groups=[g for g, s in zip(groups, sel) if s])
+        lines.append(f"\n{name} from the shipped features, cross-validated: AUROC "
+                     f"{reliability(plain, label[sel])['auroc']:.4f} over {int(sel.sum())} rows")
+    if "drawn" in measured:
+        drawn = np.array([r["features"]["drawn"] > 0 for r in rows], dtype=bool)
+        lines.append(f"the decoder drew the suspect for {drawn[y].mean():.1%} of right rank 1s, "
+                     f"{drawn[~y & on].mean():.1%} of wrong ones whose compound was on the list, "
+                     f"{drawn[~on].mean():.1%} of those whose was not")
     return "\n".join(lines)
 
 
