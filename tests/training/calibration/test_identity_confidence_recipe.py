@@ -102,6 +102,18 @@ def test_collect_searches_without_the_querys_lab(tmp_path):
 def test_extra_features_read_instrument_and_energy_agreement():
     row = {"extra": {"query_peaks": 8, "precursor_mz": 250.0, "instrument": "LC-ESI-QTOF",
                      "reference_instrument": "ESI-TOF", "energy": "20 eV", "reference_energy": "45(NCE)"}}
-    assert ic.extra_features(row) == pytest.approx([math.log(8), 0.5, 1.0, 0.5])
+    assert ic.extra_features(row) == pytest.approx([math.log(8), 0.5, 1.0, 0.5, 0.0])  # no reference m/z: 0 ppm
     row["extra"].update(reference_instrument="LC-ESI-QFT", reference_energy="")
-    assert ic.extra_features(row)[2:] == [0.0, 0.5]  # another instrument class; an unknown energy
+    assert ic.extra_features(row)[2:4] == [0.0, 0.5]  # another instrument class; an unknown energy
+    row["extra"].update(reference_mz=250.0025)  # 10 ppm off
+    assert ic.extra_features(row)[4] == pytest.approx(math.log1p(10.0), rel=1e-3)
+    row["extra"].update(reference_mz=251.0)  # 0.4% off: capped at 50 ppm
+    assert ic.extra_features(row)[4] == pytest.approx(math.log1p(50.0))
+
+
+def test_other_formula_compares_the_query_and_reference_formulas():
+    assert ic.other_formula({"extra": {"formula": "C9H13ClN6", "reference_formula": "C14H12N2O2"}})
+    assert not ic.other_formula({"extra": {"formula": "C2H6O", "reference_formula": "CH3CH2OH"}})  # the same
+    assert not ic.other_formula({"extra": {"formula": "C2H6O", "reference_formula": ""}})  # unknown: not counted
+    assert not ic.other_formula({"extra": {}}) and not ic.other_formula({"extra": {"formula": "C2H6O",
+                                                                                  "reference_formula": "Xx2"}})
