@@ -23,7 +23,7 @@ from engine.errors import MsgptError
 
 from .actions import make_action
 from .logic.entries import SpectrumEntry, Status
-from .logic.libraries import stale_entries
+from .logic.libraries import share_stale_runs, stale_entries
 from .status_bar import loading_text, loading_tip
 
 RETUNE_DELAY_MS = 350
@@ -47,6 +47,7 @@ class RunMenu(QObject):
         self.retune_timer = QTimer(self, singleShot=True, interval=RETUNE_DELAY_MS)
         self.retune_timer.timeout.connect(self._retune)
         self.stale_libraries = False  # the libraries changed: every spectrum that ran is re-run with them
+        self.stale_share = False  # the share of suspects present changed: every spectrum that ran is re-ranked
         window.runs.retune_wanted.connect(self.retune_timer.start)
         # a run asked for while the model or libraries load: its entries, options and their statuses before it
         self.waiting: tuple[list[SpectrumEntry], dict, dict] | None = None
@@ -192,8 +193,13 @@ class RunMenu(QObject):
     # re-ranking when the parameters change
     # ------------------------------------------------------------------------------------------
     def params_changed(self) -> None:
-        """Debounced: a slider drag re-ranks the current spectrum once it rests (when it has results)."""
+        """Debounced: a slider drag re-ranks the current spectrum once it rests (when it has results). Another share
+        of the suspect lists' matches expected present re-ranks every spectrum that ran (it draws nothing), so that
+        the Confidence column holds one share."""
         w = self.window
+        if w.bundle is not None and share_stale_runs(w.spectra.entries, w.query_params.suspects_present):
+            self.stale_share = True
+            self.retune_timer.start()
         e = w.current_entry()
         if w.bundle is not None and e is not None and e.has_results:
             self.retune_timer.start()
@@ -217,6 +223,15 @@ class RunMenu(QObject):
             stale = stale_entries(w.spectra.entries, w.runs.libraries_current)
             if stale:
                 self.run_entries(stale, retune=True, libraries_changed=True)
+                return
+        if self.stale_share:
+            if w.busy:
+                w.runs.defer_retune()
+                return
+            self.stale_share = False
+            stale = share_stale_runs(w.spectra.entries, w.query_params.suspects_present)
+            if stale:
+                self.run_entries(stale, retune=True)
                 return
         e = w.current_entry()
         if e is None or not e.has_results:

@@ -240,6 +240,20 @@ def stale_entries(entries: Sequence, current) -> list:
     return out
 
 
+def share_stale_runs(entries: Sequence, share: float) -> list:
+    """What ran with another share of the suspect lists' matches expected present than ``share``
+    (``QueryParams.suspects_present``): each such entry's formula runs, or the entry itself, for a re-rank that
+    draws nothing (a compound group's members follow their lead, which is listed)."""
+    out = []
+    for e in entries:
+        if getattr(e, "group_lead", None) is not None:
+            continue
+        ran = [r for r in e.formula_runs if r.result is not None] or ([e] if e.result is not None else [])
+        if any(r.result.params.suspects_present != share for r in ran):
+            out.extend(ran)
+    return out
+
+
 def libraries_rerun_text(n: int, seconds: float, changes: Sequence[tuple[str, object]]) -> str:
     """What a re-run for other libraries did, for the status bar: the spectra re-ranked (samples kept) and the
     formula runs the libraries added (``("ran", run)``) or no longer add (``("dropped", run)``)."""

@@ -322,3 +322,19 @@ def test_the_share_of_suspects_present_is_set_beside_the_libraries_and_kept(qtbo
     window.params_panel.changed.emit(window.params_panel.params())
     assert dialog.present.value() == 10
     assert "broad" in dialog.present.toolTip() and dialog.present_note.isVisibleTo(dialog)
+
+
+def test_another_share_re_ranks_every_spectrum_that_ran_drawing_nothing(qtbot, make_window, write_mgf):
+    window = make_window()
+    with qtbot.waitSignal(window.file_loaded, timeout=20_000):
+        window.files.open_files([write_mgf("two.mgf", titles={SITAGLIPTIN, NICOTINE})])
+    with qtbot.waitSignal(window.run_finished, timeout=60_000):
+        window.run_menu.run_all()
+    done = [e for e in window.spectra.entries if e.result is not None]
+    assert len(done) == 2 and all(e.result.params.suspects_present == 0.5 for e in done)
+    drawn = {e.key: e.result.n_samples for e in done}
+    dialog = window.libraries.show_manager()
+    with qtbot.waitSignal(window.run_finished, timeout=60_000):
+        dialog.present.setValue(20)  # a broad screening list
+    assert all(e.result.params.suspects_present == 0.2 for e in done)  # not only the current spectrum
+    assert all(e.result.new_samples == 0 and e.result.n_samples == drawn[e.key] for e in done)  # nothing drawn
