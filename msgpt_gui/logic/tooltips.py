@@ -34,7 +34,7 @@ SUSPECTS_PRESENT = (
     "really be one of their compounds. A suspect rank 1 is right only when the compound is on your list, and the "
     "spectrum says little about that; so its confidence follows what you expect: about 90% for a mix of standards "
     "known to be in the sample, 10% or less for a broad list (NORMAN, PubChemLite) screened against a complex "
-    "sample. 50% unless you set it: what the suspect model was fitted at. Measured on held-out spectra, it is "
+    "sample. 50% unless you set it, about what the suspect model was fitted at. Measured on held-out spectra, it is "
     "calibrated when the share you give is the real one (docs/evidence/suspect_confidence.md). It changes the "
     "confidence, never the ranking or the identification level."
 )
