@@ -11,8 +11,9 @@ level  when
        similarity among the search's hits
 2b     rank 1 comes from a suspect list and its confidence (:mod:`engine.model.suspect_confidence`: how its
        fragment, analog and fingerprint evidence set it apart from the list's other structures of its formula)
-       reaches the probability the fit chose for a precision of 90% (``SpectrumResult.level_2b``): probable
-       structure by diagnostic evidence, no reference spectrum
+       reaches the probability the fit chose for a precision of 90%, read at an even share of the list's matches
+       present whatever share the user states (``SpectrumResult.level_2b``): probable structure by diagnostic
+       evidence, no reference spectrum
 3      tentative candidates: structures ranked by the predicted fingerprint (de novo, from a library or a
        suspect list below level 2b), a reference spectrum too weak to identify, or a reference spectrum match whose
        isomer's reference is nearly as similar (identified or not; the level's text names it: "or its isomer X,
