@@ -47,7 +47,7 @@ class RunMenu(QObject):
         self.retune_timer = QTimer(self, singleShot=True, interval=RETUNE_DELAY_MS)
         self.retune_timer.timeout.connect(self._retune)
         self.stale_libraries = False  # the libraries changed: every spectrum that ran is re-run with them
-        self.stale_share = False  # the share of suspects present changed: every spectrum that ran is re-ranked
+        self.stale_share = False  # the share of suspects present changed: every suspect rank 1 is re-ranked
         window.runs.retune_wanted.connect(self.retune_timer.start)
         # a run asked for while the model or libraries load: its entries, options and their statuses before it
         self.waiting: tuple[list[SpectrumEntry], dict, dict] | None = None
@@ -194,8 +194,8 @@ class RunMenu(QObject):
     # ------------------------------------------------------------------------------------------
     def params_changed(self) -> None:
         """Debounced: a slider drag re-ranks the current spectrum once it rests (when it has results). Another share
-        of the suspect lists' matches expected present re-ranks every spectrum that ran (it draws nothing), so that
-        the Confidence column holds one share."""
+        of the suspect lists' matches expected present re-ranks every spectrum whose rank 1 is a suspect (it draws
+        nothing), so that the Confidence column holds one share."""
         w = self.window
         if w.bundle is not None and share_stale_runs(w.spectra.entries, w.query_params.suspects_present):
             self.stale_share = True

@@ -241,15 +241,17 @@ def stale_entries(entries: Sequence, current) -> list:
 
 
 def share_stale_runs(entries: Sequence, share: float) -> list:
-    """What ran with another share of the suspect lists' matches expected present than ``share``
-    (``QueryParams.suspects_present``): each such entry's formula runs, or the entry itself, for a re-rank that
-    draws nothing (a compound group's members follow their lead, which is listed)."""
+    """What has a suspect-list rank 1 whose confidence was worked out for another share of the suspect lists'
+    matches expected present than ``share`` (``QueryParams.suspects_present``): each such entry's formula runs, or
+    the entry itself, for a re-rank that draws nothing. The share moves no ranking, so the rest keep their results;
+    a compound group's members follow their lead, which is listed."""
     out = []
     for e in entries:
         if getattr(e, "group_lead", None) is not None:
             continue
         ran = [r for r in e.formula_runs if r.result is not None] or ([e] if e.result is not None else [])
-        if any(r.result.params.suspects_present != share for r in ran):
+        if any(r.result.params.suspects_present != share and r.result.candidates
+               and r.result.candidates[0].suspect for r in ran):
             out.extend(ran)
     return out
 

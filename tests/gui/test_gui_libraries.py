@@ -324,17 +324,32 @@ def test_the_share_of_suspects_present_is_set_beside_the_libraries_and_kept(qtbo
     assert "broad" in dialog.present.toolTip() and dialog.present_note.isVisibleTo(dialog)
 
 
-def test_another_share_re_ranks_every_spectrum_that_ran_drawing_nothing(qtbot, make_window, write_mgf):
+def test_another_share_re_ranks_every_suspect_rank_1_drawing_nothing(qtbot, make_window, write_mgf, tmp_path):
     window = make_window()
     with qtbot.waitSignal(window.file_loaded, timeout=20_000):
         window.files.open_files([write_mgf("two.mgf", titles={SITAGLIPTIN, NICOTINE})])
+    suspects = tmp_path / "suspects.csv"  # the two spectra's own structures: each rank 1 is a suspect
+    structures = {e.id: e.spectrum.smiles for e in window.spectra.entries}
+    suspects.write_text("name,smiles\n" + "".join(f"{k},{v}\n" for k, v in structures.items()))
+    add_and_wait(qtbot, window.libraries.controller, suspects)
     with qtbot.waitSignal(window.run_finished, timeout=60_000):
         window.run_menu.run_all()
     done = [e for e in window.spectra.entries if e.result is not None]
-    assert len(done) == 2 and all(e.result.params.suspects_present == 0.5 for e in done)
+    assert len(done) == 2 and all(e.result.candidates[0].suspect for e in done)
+    assert all(e.result.params.suspects_present == 0.5 for e in done)
     drawn = {e.key: e.result.n_samples for e in done}
     dialog = window.libraries.show_manager()
     with qtbot.waitSignal(window.run_finished, timeout=60_000):
         dialog.present.setValue(20)  # a broad screening list
     assert all(e.result.params.suspects_present == 0.2 for e in done)  # not only the current spectrum
     assert all(e.result.new_samples == 0 and e.result.n_samples == drawn[e.key] for e in done)  # nothing drawn
+    # a spectrum whose rank 1 is no suspect keeps its result: the share moves only a suspect's confidence
+    window.libraries.controller.set_enabled(window.libraries.controller.sources[0], False)
+    with qtbot.waitSignal(window.run_finished, timeout=60_000):  # the libraries changed: re-ranked without the list
+        pass
+    assert not any(e.result.candidates[0].suspect for e in done)
+    kept = {e.key: e.result for e in done}
+    with qtbot.waitSignal(window.run_finished, timeout=60_000):  # the current spectrum re-ranks, as for any setting
+        dialog.present.setValue(70)
+    others = [e for e in done if e is not window.current_entry()]
+    assert others and all(e.result is kept[e.key] for e in others) and window.run_menu.stale_share is False
