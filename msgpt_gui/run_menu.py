@@ -215,24 +215,18 @@ class RunMenu(QObject):
         """Re-run the current spectrum (its formula runs) with the new parameters or libraries (draws only what is
         missing)."""
         w = self.window
-        if self.stale_libraries:
-            if w.busy:
-                w.runs.defer_retune()
-                return
-            self.stale_libraries = False
-            stale = stale_entries(w.spectra.entries, w.runs.libraries_current)
-            if stale:
-                self.run_entries(stale, retune=True, libraries_changed=True)
-                return
-        if self.stale_share:
-            if w.busy:
-                w.runs.defer_retune()
-                return
-            self.stale_share = False
-            stale = share_stale_runs(w.spectra.entries, w.query_params.suspects_present)
-            if stale:
-                self.run_entries(stale, retune=True)
-                return
+        passes = (("stale_libraries", lambda: stale_entries(w.spectra.entries, w.runs.libraries_current), True),
+                  ("stale_share", lambda: share_stale_runs(w.spectra.entries, w.query_params.suspects_present), False))
+        for flag, find, libraries_changed in passes:  # what must be re-run beyond the current spectrum
+            if getattr(self, flag):
+                if w.busy:
+                    w.runs.defer_retune()
+                    return
+                setattr(self, flag, False)
+                stale = find()
+                if stale:
+                    self.run_entries(stale, retune=True, libraries_changed=libraries_changed)
+                    return
         e = w.current_entry()
         if e is None or not e.has_results:
             return

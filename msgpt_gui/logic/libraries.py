@@ -229,12 +229,17 @@ def format_probability(p: float) -> str:
     return "<1%" if p < 0.01 else ">99%" if p > 0.99 else f"{p:.0%}"
 
 
+def ran_runs(entry) -> list:
+    """What of ``entry`` ran: its formula runs with a result, or the entry itself when it has one."""
+    return [r for r in entry.formula_runs if r.result is not None] or ([entry] if entry.result is not None else [])
+
+
 def stale_entries(entries: Sequence, current) -> list:
     """The listed entries with results ranked with other libraries than those on now (``current(entry)``: whether
     an entry, or a formula run, searched them): what a change of libraries re-runs."""
     out = []
     for e in entries:
-        ran = [r for r in e.formula_runs if r.result is not None] or ([e] if e.result is not None else [])
+        ran = ran_runs(e)
         if ran and not all(current(r) for r in ran):
             out.append(e)
     return out
@@ -249,7 +254,7 @@ def share_stale_runs(entries: Sequence, share: float) -> list:
     for e in entries:
         if getattr(e, "group_lead", None) is not None:
             continue
-        ran = [r for r in e.formula_runs if r.result is not None] or ([e] if e.result is not None else [])
+        ran = ran_runs(e)
         if any(r.result.params.suspects_present != share and r.result.candidates
                and r.result.candidates[0].suspect for r in ran):
             out.extend(ran)
