@@ -530,7 +530,7 @@ def fragment_rerank(bundle: ModelBundle, spectrum: Spectrum) -> FragmentRerank |
     """The bundle's forward score of ``spectrum`` as a ranking term (:class:`FragmentRerank`), None when the bundle
     has no forward model or its measurement chose weight 0."""
     model = bundle.forward
-    if model is None or model.ranking.weight <= 0:
+    if model is None or not model.ranking.fragments_on:
         return None
     scorer = ForwardScorer(model, spectrum, PeakSettings.of_encoder(bundle.encoder.config),
                            intensity_weight=model.ranking.intensity_weight)

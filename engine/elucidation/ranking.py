@@ -191,7 +191,7 @@ class FragmentRerank:
 
     def groups(self) -> tuple[int, ...]:
         """The rank groups (:func:`rank_group`) it covers (1 suspects and identifications, 2 the rest)."""
-        return (1,) if self.ranking.scope == "suspects" else (1, 2)
+        return tuple(g for g in (1, 2) if self.ranking.fragment_weight(g) > 0)
 
     def __deepcopy__(self, memo) -> FragmentRerank:
         return self  # immutable settings and a scorer whose cache copies (deep search's pool) may share
@@ -463,7 +463,7 @@ class CandidatePool:
             rows.sort(key=lambda r: (*self._group_key(r[2], analog_scored),
                                      *sort_key(ranking, r[0], r[5], r[1], r[2], prior.get(r[2], 0.0))))
         forward: dict[str, float] = {}
-        if self.fragments is not None and self.fragments.ranking.weight > 0 and ranking != "frequency":
+        if self.fragments is not None and self.fragments.groups() and ranking != "frequency":
             forward, terms = self._fragment_terms(rows, analog_scored)
             prior = {k14: prior.get(k14, 0.0) + terms.get(k14, 0.0) for k14 in set(prior) | set(terms)}
             rows.sort(key=lambda r: (*self._group_key(r[2], analog_scored),
@@ -511,8 +511,9 @@ class CandidatePool:
                 members.setdefault(group, []).append(r)
         forward: dict[str, float] = {}
         terms: dict[str, float] = {}
-        for group_rows in members.values():
-            scored = {r[2]: frag.scorer(r[3]) for r in group_rows[: settings.shortlist]}
+        for group, group_rows in members.items():
+            weight = settings.fragment_weight(group)
+            scored = {r[2]: frag.scorer(r[3]) for r in group_rows[: settings.fragment_shortlist(group)]}
             finite = [v for v in scored.values() if v is not None and math.isfinite(v)]
             if not finite:
                 continue
@@ -521,7 +522,7 @@ class CandidatePool:
                 v = scored.get(r[2])
                 if v is not None and math.isfinite(v):
                     forward[r[2]] = v
-                terms[r[2]] = settings.weight * forward.get(r[2], low)
+                terms[r[2]] = weight * forward.get(r[2], low)
         return forward, terms
 
     def _group_key(self, inchikey14: str, analog_scored: bool) -> tuple[int, float]:

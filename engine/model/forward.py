@@ -203,7 +203,12 @@ class ForwardRanking:
     Tanimoto to the structures of the query's first ``analog_hits`` analog-search hits in the run's spectral
     libraries (:class:`engine.elucidation.ranking.AnalogRerank`), times ``analog_weight`` for the structures of
     suspect lists and ``analog_weight_others`` for every other candidate (the bundled library's structures, the
-    reference hits' and the predictions). 0 (files written before it) leaves a ranking as it was."""
+    reference hits' and the predictions). 0 (files written before it) leaves a ranking as it was.
+
+    The de novo pools have weights of their own (``training.studies.pool_rerank`` chose them on pools full of
+    isomer edits): with scope ``suspects``, ``others_weight`` · forward score joins the first ``others_shortlist``
+    of every other candidate (the predictions and the structure libraries' structures that are no suspect); 0
+    (files written before it) leaves them to the fingerprint and analog scores."""
 
     weight: float = 0.0
     shortlist: int = 20
@@ -212,14 +217,31 @@ class ForwardRanking:
     analog_weight: float = 0.0
     analog_hits: int = 20
     analog_weight_others: float = 0.0
+    others_weight: float = 0.0
+    others_shortlist: int = 20
+
+    def fragment_weight(self, group: int) -> float:
+        """The forward score's weight in a rank group (1: suspects and identifications, 2: every other candidate)."""
+        if group == 1 or self.scope == "all":
+            return self.weight
+        return self.others_weight
+
+    def fragment_shortlist(self, group: int) -> int:
+        """How many candidates of a rank group get their forward score (the rest the shortlist's lowest)."""
+        return self.shortlist if group == 1 or self.scope == "all" else self.others_shortlist
+
+    @property
+    def fragments_on(self) -> bool:
+        """Whether the forward score joins any ranking."""
+        return self.weight > 0 or self.others_weight > 0
 
     def __post_init__(self):
-        for name in ("weight", "intensity_weight", "analog_weight", "analog_weight_others"):
+        for name in ("weight", "intensity_weight", "analog_weight", "analog_weight_others", "others_weight"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
                     and value >= 0):
                 raise ConfigError(f"the forward ranking's `{name}` must be a number >= 0, got {value!r}.")
-        for name in ("shortlist", "analog_hits"):
+        for name in ("shortlist", "analog_hits", "others_shortlist"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"the forward ranking's `{name}` must be a positive integer, got {value!r}.")

@@ -127,14 +127,37 @@ def heavy_atoms(formula: str) -> int:
     return sum(n for element, n in parse_formula(formula).items() if element != "H")
 
 
-def run_method(model, spectrum, posterior, method: str, params, deep_config, analogs=None, exclude=frozenset()):
+def analog_term(spectral, spectrum, truth14: str, hits: int, weight: float = 1.0, others_weight: float = 1.0):
+    """The analog score of ``spectrum`` as a ranking term (:class:`engine.elucidation.ranking.AnalogRerank`) from
+    its first ``hits`` hybrid-search hits in the spectral libraries ``spectral``, the records of the structure
+    ``truth14`` left out (the benchmark asks about a compound with no reference spectrum)."""
+    from engine.chem import molecules as chem
+    from engine.elucidation.libraries import analog_references, search_analogs
+    from engine.elucidation.ranking import AnalogRerank
+
+    matches = search_analogs(spectral, spectrum, hits + 10)
+    kept = []
+    for hit in matches.hits if matches is not None else ():
+        ref = hit.reference
+        key14 = ref.inchikey14 or (chem.inchikey14(ref.smiles) if ref.smiles else None)
+        if key14 != truth14:
+            kept.append(hit)
+    return AnalogRerank(analog_references(kept[:hits]), weight, others_weight)
+
+
+def run_method(model, spectrum, posterior, method: str, params, deep_config, analogs=None, exclude=frozenset(),
+               analog_evidence=None):
     """(result, seconds, search) of one method on a fresh session (deep: ``deep_config`` with ``analogs`` sources,
-    ``exclude`` never analogs; ``search`` the :class:`DeepSearch`, for its phase times and sources; None else)."""
+    ``exclude`` never analogs; ``search`` the :class:`DeepSearch`, for its phase times and sources; None else).
+    ``analog_evidence``: the analog term the rankings use (:func:`analog_term`) in place of a search of the
+    session's libraries (it has none)."""
     from engine.elucidation.deep import DeepSearch
     from engine.elucidation.pipeline import SpectrumSession
     from engine.progress import run_to_end
 
     session = SpectrumSession(model, spectrum, posterior=posterior)
+    if analog_evidence is not None:
+        session._analogs = analog_evidence  # searched here, the truth's records left out
     t = time.perf_counter()
     search = None
     if method.startswith("deep"):
@@ -320,6 +343,10 @@ def main(argv=None) -> int:
     p.add_argument("--analogs", choices=("bundled", "none"), default="bundled",
                    help="where deep search looks for analogs: the bundled structure library (each spectrum's true "
                         "structure left out) or nowhere")
+    p.add_argument("--analog-evidence", choices=("none", "bundled"), default="none",
+                   help="bundled: the rankings weigh each candidate's analog score (the bundle's analog_weight_others) "
+                        "from the query's hits in the bundled spectral library, each spectrum's own structure left "
+                        "out, as a run with the bundled libraries on would (default none: libraries off)")
     p.add_argument("--heavier-than", type=int, default=None, metavar="N",
                    help="only the selected spectra whose formula has more than N heavy atoms (to rerun those a setting "
                         "such as DeepConfig.edit_max_atoms changes; the others' results are the same)")
@@ -357,6 +384,11 @@ def main(argv=None) -> int:
         from engine.progress import run_to_end
 
         analogs = [run_to_end(open_analog_index(run_to_end(open_bundled_library())))]
+    spectral = []
+    if args.analog_evidence == "bundled":
+        from engine.spectral_library import load_bundled_spectral_library
+
+        spectral = [load_bundled_spectral_library()]
     params = QueryParams()
     for m in args.methods:
         if m not in ("standard", *configs) and not (m.startswith("B=") and m[2:].isdigit() and int(m[2:]) % 20 == 0) \
@@ -367,7 +399,7 @@ def main(argv=None) -> int:
         pairs = [(s, r) for s, r in pairs if heavy_atoms(s.formula) > args.heavier_than]
     run_info = {"model": model.name, "checksum": model.checksum, "set": args.set, "methods": args.methods,
                 "deep_config": {m: asdict(c) for m, c in configs.items() if m in args.methods},
-                "analogs": args.analogs, "threads": args.threads, "machine": platform.processor() or
+                "analogs": args.analogs, "analog_evidence": args.analog_evidence, "threads": args.threads, "machine": platform.processor() or
                 platform.machine(), "python": platform.python_version(), "torch": torch.__version__}
     (out / "run.json").write_text(json.dumps(run_info, indent=1))
     done = set()
@@ -381,10 +413,15 @@ def main(argv=None) -> int:
                 continue
             t = time.perf_counter()
             posterior = compute_posterior(model, spectrum)
+            evidence = None
+            if spectral:
+                ranking = model.forward.ranking
+                evidence = analog_term(spectral, spectrum, ref.inchikey14, ranking.analog_hits, ranking.analog_weight,
+                                       ranking.analog_weight_others)
             posterior_seconds = time.perf_counter() - t
             for m in todo:
                 result, seconds, search = run_method(model, spectrum, posterior, m, params, configs.get(m), analogs,
-                                                     frozenset({ref.inchikey14}))
+                                                     frozenset({ref.inchikey14}), evidence)
                 fh.write(json.dumps(record(key, m, ref, result, seconds, posterior_seconds, search)) + "\n")
                 fh.flush()
                 print(f"{n + 1}/{len(pairs)} {spectrum.id} {m}: rank {result.reference_rank} "

@@ -48,22 +48,6 @@ FEATURES = ("fp", "fwd", "an", "ed", "logn", "dec", "sim")
 
 
 # -- collecting -------------------------------------------------------------------------------------------------
-def analog_rerank_without(spectral, spectrum, truth14: str, hits: int = ANALOG_HITS):
-    """The analog term of ``spectrum`` in the spectral libraries ``spectral``, the records of ``truth14`` left out."""
-    from engine.chem import molecules as chem
-    from engine.elucidation.libraries import analog_references, search_analogs
-    from engine.elucidation.ranking import AnalogRerank
-
-    matches = search_analogs(spectral, spectrum, hits + 10)
-    kept = []
-    for hit in matches.hits if matches is not None else ():
-        ref = hit.reference
-        key14 = ref.inchikey14 or (chem.inchikey14(ref.smiles) if ref.smiles else None)
-        if key14 != truth14:
-            kept.append(hit)
-    return AnalogRerank(analog_references(kept[:hits]), 1.0, 1.0)
-
-
 def pool_record(model, session, spectrum, ref, result, analogs, top: int = TOP) -> dict:
     """One pool's line: the truth's rank and the evidence of its first ``top`` candidates (and the truth's)."""
     from engine.model.forward import ForwardScorer, PeakSettings
@@ -106,7 +90,7 @@ def collect(args) -> int:
     from engine.progress import run_to_end
     from engine.spectral_library import load_bundled_spectral_library
     from training.evaluation.evaluate import spectrum_key
-    from training.studies.deep_search_eval import deep_configs, open_selection, run_method
+    from training.studies.deep_search_eval import analog_term, deep_configs, open_selection, run_method
 
     model, pairs, out = open_selection(args)
     torch.set_num_threads(args.threads)
@@ -121,9 +105,7 @@ def collect(args) -> int:
 
         structures = [run_to_end(open_analog_index(run_to_end(open_bundled_library())))]
     path = out / f"pools{'' if n_shard == 1 else f'.{i_shard}'}.jsonl"
-    done = set()
-    if path.exists():
-        done = {(r["spectrum"], r["method"]) for r in map(json.loads, path.read_text().splitlines()) if r}
+    done = {(r["spectrum"], r["method"]) for f in out.glob("pools*.jsonl") for r in _lines(f)}  # any shard's
     params = QueryParams()
     with path.open("a") as fh:
         for n, (spectrum, ref) in enumerate(pairs):
@@ -133,7 +115,7 @@ def collect(args) -> int:
                 continue
             t = time.perf_counter()
             posterior = compute_posterior(model, spectrum)
-            analogs = analog_rerank_without(spectral, spectrum, ref.inchikey14)
+            analogs = analog_term(spectral, spectrum, ref.inchikey14, ANALOG_HITS)
             for m in todo:
                 t0 = time.perf_counter()
                 result, seconds, search = run_method(model, spectrum, posterior, m, params, configs.get(m), structures,
@@ -154,16 +136,23 @@ def collect(args) -> int:
     return 0
 
 
+def _lines(path: Path) -> list[dict]:
+    """The complete JSON lines of ``path`` (a line cut short by a stopped process is left out: collected again)."""
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
 # -- choosing ---------------------------------------------------------------------------------------------------
 def read_pools(folder: str | Path, method: str) -> list[dict]:
     """The lines of every ``pools*.jsonl`` in ``folder`` for ``method``, one per spectrum, in spectrum order."""
     by = {}
     for p in sorted(Path(folder).glob("pools*.jsonl")):
-        for line in p.read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                if r["method"] == method:
-                    by[r["spectrum"]] = r
+        by.update((r["spectrum"], r) for r in _lines(p) if r["method"] == method)
     return [by[k] for k in sorted(by)]
 
 
@@ -234,6 +223,62 @@ def hits(recs: list[dict], w: np.ndarray | None, top: int = TOP) -> np.ndarray:
     return np.array(out, dtype=float)
 
 
+def engine_rank(rec: dict, weight: float, shortlist: int, analog: float, top: int = TOP) -> int | None:
+    """The truth's rank as :meth:`engine.elucidation.ranking.CandidatePool.rank` orders a de novo pool under
+    ``ForwardRanking(others_weight=weight, others_shortlist=shortlist, analog_weight_others=analog)``: fingerprint +
+    ``analog`` · analog score, then the first ``shortlist`` by that get ``weight`` · their forward score and the rest
+    ``weight`` · the shortlist's lowest; ties by today's order, against the truth. Only the first ``top`` candidates
+    are collected, so a candidate beyond them stays beyond them (a truth there keeps its rank)."""
+    X, t = feature_matrix(rec)
+    if t is None:
+        return None
+    if rec["candidates"][t]["rank"] > top:
+        return rec["candidates"][t]["rank"]
+    X = X[:top]
+    base = X[:, 0] + analog * X[:, 2]
+    order = np.lexsort((np.arange(len(base)), -base))
+    fwd = np.array([np.nan if c["fwd"] is None else c["fwd"] for c in rec["candidates"][:top]], dtype=float)
+    short = order[:shortlist]
+    finite = fwd[short][np.isfinite(fwd[short])]
+    score = base.copy()
+    if weight > 0 and len(finite):
+        low = finite.min()
+        term = np.full(len(base), low)
+        term[short] = np.where(np.isfinite(fwd[short]), fwd[short], low)
+        score = base + weight * term
+    return int((score > score[t]).sum() + ((score == score[t]) & (np.arange(len(score)) != t)).sum() + 1)
+
+
+def engine_hits(recs: list[dict], weight: float, shortlist: int, analog: float) -> np.ndarray:
+    """Per pool (Top-1, Top-10, in pool) under :func:`engine_rank`."""
+    out = []
+    for rec in recs:
+        r = engine_rank(rec, weight, shortlist, analog)
+        out.append((r == 1, r is not None and r <= 10, r is not None))
+    return np.array(out, dtype=float)
+
+
+GRID = {"weight": (0.0, 0.05, 0.1, 0.2, 0.5, 1.0), "shortlist": (10, 20), "analog": (0.0, 40.0, 80.0, 160.0, 320.0)}
+
+
+def engine_grid(recs: list[dict]) -> dict[tuple, np.ndarray]:
+    """:func:`engine_hits` of every setting of :data:`GRID` (weight 0 once per analog weight)."""
+    out = {}
+    for a in GRID["analog"]:
+        for w in GRID["weight"]:
+            for k in GRID["shortlist"] if w > 0 else GRID["shortlist"][:1]:
+                out[(w, k, a)] = engine_hits(recs, w, k, a)
+    return out
+
+
+def choose_setting(grid: dict[tuple, np.ndarray]) -> tuple:
+    """The setting with the most Top-1 among those whose Top-10 is no lower than today's ((0, ·, 0)), then the most
+    Top-10, then the smallest weights."""
+    today = grid[(0.0, GRID["shortlist"][0], 0.0)]
+    ok = [s for s, h in grid.items() if h[:, 1].sum() >= today[:, 1].sum()]
+    return max(ok, key=lambda s: (grid[s][:, 0].sum(), grid[s][:, 1].sum(), -s[2], -s[0], -s[1]))
+
+
 def paired(a: np.ndarray, b: np.ndarray, reps: int = 10_000) -> str:
     """``a − b`` summed, with the 95% bootstrap interval over pools (seed 0)."""
     d = a - b
@@ -281,6 +326,16 @@ def choose(args) -> int:
     lines += ["", "weights fitted on every choosing pool (raw feature scale, per unit fingerprint score):", ""]
     for name, w in fitted.items():
         lines.append(f"- {name}: " + ", ".join(f"{f} {w[i] / w[0]:.3g}" for i, f in enumerate(FEATURES) if w[i]))
+    grid = engine_grid(rec_c)
+    chosen = choose_setting(grid)
+    today_key = (0.0, GRID["shortlist"][0], 0.0)
+    lines += ["", "the engine's form (fingerprint + a · analog, then w · forward on the first K), choosing pools:", "",
+              "| w | K | a | Top-1 | Top-10 | Top-1 vs today | Top-10 vs today |", "| ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    for (w, k, a), h in sorted(grid.items(), key=lambda item: (-item[1][:, 0].sum(), -item[1][:, 1].sum()))[:12]:
+        lines.append(f"| {w:g} | {k} | {a:g} | {int(h[:, 0].sum())} | {int(h[:, 1].sum())} | "
+                     f"{paired(h[:, 0], grid[today_key][:, 0])} | {paired(h[:, 1], grid[today_key][:, 1])} |")
+    lines += ["", f"chosen (most Top-1 with Top-10 no lower, then Top-10, then the smaller weights): w {chosen[0]:g}, "
+              f"K {chosen[1]}, a {chosen[2]:g}"]
     if args.report:
         for method in ("standard", "deep"):
             rec_r = read_pools(args.report, method)
@@ -294,6 +349,9 @@ def choose(args) -> int:
                 h = hits(rec_r, w)
                 lines.append(f"| {name} | {int(h[:, 0].sum())} | {int(h[:, 1].sum())} | {paired(h[:, 0], base[:, 0])} | "
                              f"{paired(h[:, 1], base[:, 1])} |")
+            h = engine_hits(rec_r, *chosen)
+            lines.append(f"| the engine's form, chosen | {int(h[:, 0].sum())} | {int(h[:, 1].sum())} | "
+                         f"{paired(h[:, 0], base[:, 0])} | {paired(h[:, 1], base[:, 1])} |")
     text = "\n".join(lines)
     print(text)
     if args.out:

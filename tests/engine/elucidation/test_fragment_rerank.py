@@ -98,6 +98,26 @@ def test_scope_all_reorders_the_predictions_too_but_never_above_a_suspect():
     assert order(p) == [METHOXYETHANE, ISOPROPANOL, PROPANOL]
 
 
+def test_the_predictions_have_a_weight_and_shortlist_of_their_own():
+    fw = Forward({PROPANOL: -10.0, ISOPROPANOL: -1.0, METHOXYETHANE: -50.0})
+    ranking = ForwardRanking(weight=0.0, shortlist=5, others_weight=0.5, others_shortlist=2)
+    p = pool(FP, samples=[PROPANOL, ISOPROPANOL, METHOXYETHANE], fragments=FragmentRerank(fw, ranking))
+    ranked, _ = p.rank(ranking="fingerprint")
+    # propanol -1 - 5 = -6, isopropanol -2 - 0.5 = -2.5; methoxyethane outside the shortlist of 2: -3 - 5 = -8
+    assert [c.smiles for c in ranked] == [ISOPROPANOL, PROPANOL, METHOXYETHANE]
+    assert [c.score for c in ranked] == pytest.approx([-2.5, -6.0, -8.0])
+    assert sorted(fw.calls) == sorted([PROPANOL, ISOPROPANOL])
+    assert FragmentRerank(fw, ranking).groups() == (2,) and ranking.fragments_on
+    # the suspects keep their own weight (0 here: fingerprint order), the predictions theirs
+    fw.calls.clear()
+    p = pool(FP, suspects=[PROPANOL, METHOXYETHANE], samples=[ISOPROPANOL], fragments=FragmentRerank(fw, ranking))
+    assert order(p) == [PROPANOL, METHOXYETHANE, ISOPROPANOL] and fw.calls == [ISOPROPANOL]
+    with pytest.raises(Exception, match="others_weight"):
+        ForwardRanking(others_weight=-1.0)
+    with pytest.raises(Exception, match="others_shortlist"):
+        ForwardRanking(others_shortlist=0)
+
+
 def test_no_rerank_for_frequency_ranking_weight_zero_or_nothing_scorable():
     fw = Forward({PROPANOL: -10.0, ISOPROPANOL: -1.0, METHOXYETHANE: -5.0})
     p = pool(FP, samples=[ISOPROPANOL, PROPANOL, PROPANOL], fragments=FragmentRerank(fw, ForwardRanking(1.0, 5, "all")))
