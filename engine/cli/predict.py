@@ -504,13 +504,15 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  confidence of a suspect-list rank 1: fitted on {sus.meta.get('fit', {}).get('rows', '?')} suspect "
               f"rank 1s; level 2b {'at P >= ' + format(bar, 'g') if bar <= 1 else 'not given (no bar reached 90%)'}")
     fw = bundle.forward
-    if fw is None or fw.ranking.weight <= 0:
+    if fw is None or not fw.ranking.fragments_on:
         print("  fragment score (forward model): none")
     else:
         r = fw.ranking
         print(f"  fragment score (forward model): first {r.shortlist} of "
               f"{'each suspect list' if r.scope == 'suspects' else 'every ranking'} by fingerprint + {r.weight:g} × "
               "fragment score"
+              + (f"; first {r.others_shortlist} of the other candidates + {r.others_weight:g} × fragment score"
+                 if r.scope == "suspects" and r.others_weight > 0 else "")
               + (f" (peaks weighted 1 + {r.intensity_weight:g} × sqrt(I / I_max))" if r.intensity_weight else ""))
     return 0
 

@@ -224,7 +224,8 @@ def analog_references(hits: Sequence[SpectralHit]) -> tuple[AnalogReference, ...
 def analog_weights(bundle, suspects: bool = True) -> bool:
     """Whether the model bundle ``bundle`` chose an analog term for a pool (with or without ``suspects``)."""
     ranking = bundle.forward.ranking if bundle.forward is not None else None
-    return ranking is not None and (ranking.analog_weight_others > 0 or (suspects and ranking.analog_weight > 0))
+    return ranking is not None and (ranking.analog_weight_others > 0 or ranking.analog_weight_de_novo > 0
+                                    or (suspects and ranking.analog_weight > 0))
 
 
 def analog_rerank(bundle, libraries: Sequence, spectrum) -> AnalogRerank | None:
@@ -238,7 +239,7 @@ def analog_rerank(bundle, libraries: Sequence, spectrum) -> AnalogRerank | None:
     references = analog_references(matches.hits) if matches is not None else ()
     if not references:
         return None
-    return AnalogRerank(references, ranking.analog_weight, ranking.analog_weight_others)
+    return AnalogRerank(references, ranking.analog_weight, ranking.analog_weight_others, ranking.analog_weight_de_novo)
 
 
 def is_identification(matches: SpectralMatches, hit: SpectralHit, adduct: str | None,

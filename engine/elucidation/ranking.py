@@ -27,7 +27,8 @@ analog score below carries the identification's own reference match; without tha
 An :class:`AnalogRerank` (the query's analog-search hits in the run's spectral libraries) adds ``weight ·`` each
 suspect-list structure's analog score, its highest similarity × Tanimoto to the compounds whose reference spectra
 resemble the query's (an identification among them: its own reference gives it about that reference's
-similarity), and ``others_weight ·`` that of every other candidate. A :class:`FragmentRerank` (the bundle's
+similarity), ``de_novo_weight ·`` that of every prediction (drawn or edited) and ``others_weight ·`` that of the
+other candidates. A :class:`FragmentRerank` (the bundle's
 forward model, :mod:`engine.model.forward`) then adds
 a spectrum-based term: within the groups it covers, the first ``shortlist`` candidates by score so far get
 ``weight ·`` their forward score (how well their fragments explain the spectrum's peaks), and the rest the lowest
@@ -217,15 +218,20 @@ class AnalogRerank:
     """The analog score as a ranking term: a structure's analog score is its highest ``similarity × Tanimoto`` to
     the structures of ``references`` (a candidate like the compounds whose spectra resemble the query's is
     likelier); ``weight ·`` that joins the score of a suspect-list structure or an identification ranked among
-    them, ``others_weight ·`` that of any other candidate. The weights are those
-    ``training.studies.retrieval_analogs`` chose (:class:`engine.model.forward.ForwardRanking`)."""
+    them, ``others_weight ·`` that of any other candidate, and ``de_novo_weight ·``, when above 0, that of a
+    prediction (a candidate a sample drew or an edit made). The weights are those ``training.studies.retrieval_analogs``
+    and ``training.studies.pool_rerank`` chose (:class:`engine.model.forward.ForwardRanking`)."""
 
     references: tuple[AnalogReference, ...]
     weight: float
     others_weight: float = 0.0
+    de_novo_weight: float = 0.0
 
-    def weight_of(self, group: int) -> float:
-        """The weight in a rank group (:func:`rank_group`: 1 suspects and identifications, 2 the rest)."""
+    def weight_of(self, group: int, proposed: bool = False) -> float:
+        """The weight in a rank group (:func:`rank_group`: 1 suspects and identifications, 2 the rest); in group 2 a
+        ``proposed`` candidate (a sample drew it or an edit made it) has ``de_novo_weight`` when that is above 0."""
+        if group == 2 and proposed and self.de_novo_weight > 0:
+            return self.de_novo_weight
         return {1: self.weight, 2: self.others_weight}.get(group, 0.0)
 
     def best(self, bits: np.ndarray) -> tuple[float, AnalogReference | None]:
@@ -456,7 +462,7 @@ class CandidatePool:
         if self.analogs is not None and ranking != "frequency":
             # before the fragment term: its shortlist is the first by fingerprint + analog score, as measured
             for r in rows:
-                w = self.analogs.weight_of(self._group_key(r[2], analog_scored)[0])
+                w = self.analogs.weight_of(self._group_key(r[2], analog_scored)[0], r[2] in proposed)
                 if w > 0:
                     analog[r[2]] = self.analogs.best(r[4])
                     prior[r[2]] = prior.get(r[2], 0.0) + w * analog[r[2]][0]

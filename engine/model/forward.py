@@ -207,8 +207,10 @@ class ForwardRanking:
 
     The de novo pools have weights of their own (``training.studies.pool_rerank`` chose them on pools full of
     isomer edits): with scope ``suspects``, ``others_weight`` · forward score joins the first ``others_shortlist``
-    of every other candidate (the predictions and the structure libraries' structures that are no suspect); 0
-    (files written before it) leaves them to the fingerprint and analog scores."""
+    of every other candidate (the predictions and the structure libraries' structures that are no suspect), and
+    ``analog_weight_de_novo`` · analog score that of every prediction (a candidate a sample drew or an edit made), in
+    place of ``analog_weight_others``, so that a library structure no sample proposed gains nothing from it (the
+    crowding ``training.studies.retrieval_analogs`` measured). 0 (files written before them) leaves them as they were."""
 
     weight: float = 0.0
     shortlist: int = 20
@@ -219,6 +221,7 @@ class ForwardRanking:
     analog_weight_others: float = 0.0
     others_weight: float = 0.0
     others_shortlist: int = 20
+    analog_weight_de_novo: float = 0.0
 
     def fragment_weight(self, group: int) -> float:
         """The forward score's weight in a rank group (1: suspects and identifications, 2: every other candidate)."""
@@ -236,7 +239,8 @@ class ForwardRanking:
         return self.weight > 0 or self.others_weight > 0
 
     def __post_init__(self):
-        for name in ("weight", "intensity_weight", "analog_weight", "analog_weight_others", "others_weight"):
+        for name in ("weight", "intensity_weight", "analog_weight", "analog_weight_others", "others_weight",
+                     "analog_weight_de_novo"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
                     and value >= 0):

@@ -127,7 +127,8 @@ def heavy_atoms(formula: str) -> int:
     return sum(n for element, n in parse_formula(formula).items() if element != "H")
 
 
-def analog_term(spectral, spectrum, truth14: str, hits: int, weight: float = 1.0, others_weight: float = 1.0):
+def analog_term(spectral, spectrum, truth14: str, hits: int, weight: float = 1.0, others_weight: float = 1.0,
+                de_novo_weight: float = 0.0):
     """The analog score of ``spectrum`` as a ranking term (:class:`engine.elucidation.ranking.AnalogRerank`) from
     its first ``hits`` hybrid-search hits in the spectral libraries ``spectral``, the records of the structure
     ``truth14`` left out (the benchmark asks about a compound with no reference spectrum)."""
@@ -142,7 +143,7 @@ def analog_term(spectral, spectrum, truth14: str, hits: int, weight: float = 1.0
         key14 = ref.inchikey14 or (chem.inchikey14(ref.smiles) if ref.smiles else None)
         if key14 != truth14:
             kept.append(hit)
-    return AnalogRerank(analog_references(kept[:hits]), weight, others_weight)
+    return AnalogRerank(analog_references(kept[:hits]), weight, others_weight, de_novo_weight)
 
 
 def run_method(model, spectrum, posterior, method: str, params, deep_config, analogs=None, exclude=frozenset(),
@@ -344,7 +345,7 @@ def main(argv=None) -> int:
                    help="where deep search looks for analogs: the bundled structure library (each spectrum's true "
                         "structure left out) or nowhere")
     p.add_argument("--analog-evidence", choices=("none", "bundled"), default="none",
-                   help="bundled: the rankings weigh each candidate's analog score (the bundle's analog_weight_others) "
+                   help="bundled: the rankings weigh each candidate's analog score (the bundle's analog weights) "
                         "from the query's hits in the bundled spectral library, each spectrum's own structure left "
                         "out, as a run with the bundled libraries on would (default none: libraries off)")
     p.add_argument("--heavier-than", type=int, default=None, metavar="N",
@@ -417,7 +418,7 @@ def main(argv=None) -> int:
             if spectral:
                 ranking = model.forward.ranking
                 evidence = analog_term(spectral, spectrum, ref.inchikey14, ranking.analog_hits, ranking.analog_weight,
-                                       ranking.analog_weight_others)
+                                       ranking.analog_weight_others, ranking.analog_weight_de_novo)
             posterior_seconds = time.perf_counter() - t
             for m in todo:
                 result, seconds, search = run_method(model, spectrum, posterior, m, params, configs.get(m), analogs,

@@ -158,7 +158,7 @@ def read_pools(folder: str | Path, method: str) -> list[dict]:
 
 def feature_matrix(rec: dict) -> tuple[np.ndarray, int | None]:
     """(candidates × :data:`FEATURES`, the truth's row or None) of one pool: a missing forward score takes the pool's
-    lowest, a missing decoder score the pool's lowest; ``dec`` is the mean over the queries per token."""
+    lowest, a missing decoder score the pool's lowest; ``dec`` is the log-likelihood's mean over the three queries."""
     cands = rec["candidates"]
     X = np.zeros((len(cands), len(FEATURES)))
     fwd = np.array([np.nan if c["fwd"] is None else c["fwd"] for c in cands], dtype=float)
@@ -225,7 +225,7 @@ def hits(recs: list[dict], w: np.ndarray | None, top: int = TOP) -> np.ndarray:
 
 def engine_rank(rec: dict, weight: float, shortlist: int, analog: float, top: int = TOP) -> int | None:
     """The truth's rank as :meth:`engine.elucidation.ranking.CandidatePool.rank` orders a de novo pool under
-    ``ForwardRanking(others_weight=weight, others_shortlist=shortlist, analog_weight_others=analog)``: fingerprint +
+    ``ForwardRanking(others_weight=weight, others_shortlist=shortlist, analog_weight_de_novo=analog)``: fingerprint +
     ``analog`` · analog score, then the first ``shortlist`` by that get ``weight`` · their forward score and the rest
     ``weight`` · the shortlist's lowest; ties by today's order, against the truth. Only the first ``top`` candidates
     are collected, so a candidate beyond them stays beyond them (a truth there keeps its rank)."""
@@ -279,6 +279,24 @@ def choose_setting(grid: dict[tuple, np.ndarray]) -> tuple:
     return max(ok, key=lambda s: (grid[s][:, 0].sum(), grid[s][:, 1].sum(), -s[2], -s[0], -s[1]))
 
 
+def folds_of(recs: list[dict], folds: int = 5) -> np.ndarray:
+    """Each pool's cross-validation fold (its spectrum key's CRC32 modulo ``folds``)."""
+    import zlib
+
+    return np.array([zlib.crc32(r["spectrum"].encode()) % folds for r in recs])
+
+
+def cross_validated_grid(recs: list[dict], grid: dict[tuple, np.ndarray], folds: int = 5) -> tuple[np.ndarray, list]:
+    """Out-of-fold hits of :func:`choose_setting` (chosen on the other folds' pools) and each fold's choice."""
+    fold = folds_of(recs, folds)
+    out, chosen = np.zeros((len(recs), 3)), []
+    for k in range(folds):
+        setting = choose_setting({s: h[fold != k] for s, h in grid.items()})
+        chosen.append(setting)
+        out[fold == k] = grid[setting][fold == k]
+    return out, chosen
+
+
 def paired(a: np.ndarray, b: np.ndarray, reps: int = 10_000) -> str:
     """``a − b`` summed, with the 95% bootstrap interval over pools (seed 0)."""
     d = a - b
@@ -290,9 +308,7 @@ def paired(a: np.ndarray, b: np.ndarray, reps: int = 10_000) -> str:
 def cross_validated(recs: list[dict], cols: list[int], folds: int = 5, top: int = TOP) -> np.ndarray:
     """Out-of-fold hits of the logit over ``cols`` (pools split by spectrum key hash, fitted on the others' pools
     whose truth is among their first ``top``)."""
-    import zlib
-
-    fold = np.array([zlib.crc32(r["spectrum"].encode()) % folds for r in recs])
+    fold = folds_of(recs, folds)
     out = np.zeros((len(recs), 3))
     for k in range(folds):
         train = [feature_matrix(r) for r, f in zip(recs, fold) if f != k]
@@ -304,8 +320,8 @@ def cross_validated(recs: list[dict], cols: list[int], folds: int = 5, top: int 
 
 
 SETS = {"fp+fwd": ["fp", "fwd"], "fp+an": ["fp", "an"], "fp+fwd+an": ["fp", "fwd", "an"],
-        "fp+fwd+an+ed": ["fp", "fwd", "an", "ed"], "fp+dec": ["fp", "dec"],
-        "all": list(FEATURES)}
+        "fp+fwd+an+ed": ["fp", "fwd", "an", "ed"], "fp+dec": ["fp", "dec"], "fp+dec+an": ["fp", "dec", "an"],
+        "fp+dec+fwd+an": ["fp", "dec", "fwd", "an"], "all": list(FEATURES)}
 
 
 def choose(args) -> int:
@@ -334,8 +350,17 @@ def choose(args) -> int:
     for (w, k, a), h in sorted(grid.items(), key=lambda item: (-item[1][:, 0].sum(), -item[1][:, 1].sum()))[:12]:
         lines.append(f"| {w:g} | {k} | {a:g} | {int(h[:, 0].sum())} | {int(h[:, 1].sum())} | "
                      f"{paired(h[:, 0], grid[today_key][:, 0])} | {paired(h[:, 1], grid[today_key][:, 1])} |")
+    off = grid[(*chosen[:2], 0.0)] if chosen[0] > 0 else grid[today_key]
+    cv, per_fold = cross_validated_grid(rec_c, grid)
     lines += ["", f"chosen (most Top-1 with Top-10 no lower, then Top-10, then the smaller weights): w {chosen[0]:g}, "
-              f"K {chosen[1]}, a {chosen[2]:g}"]
+              f"K {chosen[1]}, a {chosen[2]:g}",
+              f"the rule cross-validated (chosen on 4 folds, counted on the fifth): Top-1 {int(cv[:, 0].sum())} "
+              f"({paired(cv[:, 0], grid[today_key][:, 0])}), Top-10 {int(cv[:, 1].sum())} "
+              f"({paired(cv[:, 1], grid[today_key][:, 1])}); the folds chose "
+              + "; ".join(f"w {w:g} K {k} a {a:g}" for w, k, a in per_fold),
+              f"the chosen w and K without the analog term (libraries off): Top-1 {int(off[:, 0].sum())} "
+              f"({paired(off[:, 0], grid[today_key][:, 0])}), Top-10 {int(off[:, 1].sum())} "
+              f"({paired(off[:, 1], grid[today_key][:, 1])})"]
     if args.report:
         for method in ("standard", "deep"):
             rec_r = read_pools(args.report, method)
@@ -349,9 +374,11 @@ def choose(args) -> int:
                 h = hits(rec_r, w)
                 lines.append(f"| {name} | {int(h[:, 0].sum())} | {int(h[:, 1].sum())} | {paired(h[:, 0], base[:, 0])} | "
                              f"{paired(h[:, 1], base[:, 1])} |")
-            h = engine_hits(rec_r, *chosen)
-            lines.append(f"| the engine's form, chosen | {int(h[:, 0].sum())} | {int(h[:, 1].sum())} | "
-                         f"{paired(h[:, 0], base[:, 0])} | {paired(h[:, 1], base[:, 1])} |")
+            for label, setting in (("the engine's form, chosen", chosen),
+                                   ("the same, libraries off (no analog term)", (*chosen[:2], 0.0))):
+                h = engine_hits(rec_r, *setting)
+                lines.append(f"| {label} | {int(h[:, 0].sum())} | {int(h[:, 1].sum())} | "
+                             f"{paired(h[:, 0], base[:, 0])} | {paired(h[:, 1], base[:, 1])} |")
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -201,6 +201,23 @@ def test_the_other_candidates_take_the_others_weight():
     assert ranked[2].score == pytest.approx(-1.0 + 10.0 * t)
 
 
+def test_the_predictions_take_the_de_novo_weight_and_an_undrawn_library_structure_does_not():
+    p = CandidatePool("C3H8O", [bits(PROPANOL)], StubScorer(FP))
+    p.add_known([KnownStructure(METHOXYETHANE, key(METHOXYETHANE), "C3H8O", bits(METHOXYETHANE), "bundled")])
+    p.add([(0, 0)], [PROPANOL])  # drawn
+    p.add_edits([ISOPROPANOL])  # made by an edit
+    p.analogs = AnalogRerank(analogs(1.0, (METHOXYETHANE, 1.0)).references, weight=0.0, others_weight=0.0,
+                             de_novo_weight=10.0)
+    by = {c.smiles: c for c in p.rank(ranking="fingerprint")[0]}
+    assert by[PROPANOL].score == pytest.approx(-1.0 + 10.0 * chem.tanimoto(bits(PROPANOL), bits(METHOXYETHANE)))
+    assert by[ISOPROPANOL].score == pytest.approx(-2.0 + 10.0 * chem.tanimoto(bits(ISOPROPANOL), bits(METHOXYETHANE)))
+    # the library structure no sample proposed: its own fingerprint score, however like the analog hit it is
+    assert by[METHOXYETHANE].score == pytest.approx(-3.0) and math.isnan(by[METHOXYETHANE].analog_score)
+    term = AnalogRerank((), weight=1.0, others_weight=2.0, de_novo_weight=3.0)
+    assert (term.weight_of(1, True), term.weight_of(2, False), term.weight_of(2, True)) == (1.0, 2.0, 3.0)
+    assert AnalogRerank((), 1.0, 2.0).weight_of(2, True) == 2.0  # 0: the predictions take the others' weight
+
+
 def test_the_undrawn_prior_spares_library_structures_drawn_or_made_by_deep_search():
     p = CandidatePool("C3H8O", [bits(PROPANOL)], StubScorer(FP), undrawn_prior=-10.0)
     p.add_known(KnownStructure(s, key(s), "C3H8O", bits(s), "bundled") for s in FP)

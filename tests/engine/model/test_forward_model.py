@@ -42,12 +42,12 @@ def test_forward_score_is_the_bernoulli_log_likelihood_plus_unexplained_peaks():
 def test_save_and_load_rebuild_the_same_model_and_its_ranking(tmp_path):
     model = small_model(ranking=ForwardRanking(weight=2.0, shortlist=7, scope="all", analog_weight=3.0,
                                                analog_hits=4, analog_weight_others=0.5, others_weight=1.5,
-                                               others_shortlist=9))
+                                               others_shortlist=9, analog_weight_de_novo=7.0))
     model.save(tmp_path, extra={"note": "test"}, config_file="forward.json")
     saved = json.loads((tmp_path / "forward.json").read_text())
     assert saved["ranking"] == {"weight": 2.0, "shortlist": 7, "scope": "all", "intensity_weight": 0.0,
                                 "analog_weight": 3.0, "analog_hits": 4, "analog_weight_others": 0.5,
-                                "others_weight": 1.5, "others_shortlist": 9}
+                                "others_weight": 1.5, "others_shortlist": 9, "analog_weight_de_novo": 7.0}
     assert saved["training"]["note"] == "test"
     back = ForwardModel.load(tmp_path, config_file="forward.json")
     assert back.ranking == model.ranking and back.config == model.config
