@@ -324,6 +324,27 @@ SETS = {"fp+fwd": ["fp", "fwd"], "fp+an": ["fp", "an"], "fp+fwd+an": ["fp", "fwd
         "fp+dec+fwd+an": ["fp", "dec", "fwd", "an"], "all": list(FEATURES)}
 
 
+def install(bundle: str, setting: tuple, command: str) -> str:
+    """Write the chosen ``(w, K, a)`` as ``others_weight``, ``others_shortlist`` and ``analog_weight_de_novo`` into
+    the forward ranking of ``bundle``'s ``forward.json`` (its weights untouched)."""
+    import tempfile
+    from dataclasses import replace
+
+    from engine.model.bundle import add_bundle_file
+    from engine.model.forward import load_forward
+
+    model = load_forward(bundle, "forward.json")
+    training = json.loads((Path(bundle) / "forward.json").read_text(encoding="utf-8")).get("training") or {}
+    w, k, a = setting
+    model.ranking = replace(model.ranking, others_weight=float(w), others_shortlist=int(k),
+                            analog_weight_de_novo=float(a))
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save(tmp, extra={**training, "de_novo_ranking_chosen_by": command}, config_file="forward.json")
+        add_bundle_file(bundle, Path(tmp) / "forward.safetensors")
+        add_bundle_file(bundle, Path(tmp) / "forward.json")
+    return f"installed into {bundle}: {model.ranking}"
+
+
 def choose(args) -> int:
     lines = []
     rec_c = read_pools(args.choose, "standard")
@@ -379,6 +400,8 @@ def choose(args) -> int:
                 h = engine_hits(rec_r, *setting)
                 lines.append(f"| {label} | {int(h[:, 0].sum())} | {int(h[:, 1].sum())} | "
                              f"{paired(h[:, 0], base[:, 0])} | {paired(h[:, 1], base[:, 1])} |")
+    if args.install:
+        lines += ["", install(args.install, chosen, "python -m training.studies.pool_rerank " + " ".join(sys.argv[1:]))]
     text = "\n".join(lines)
     print(text)
     if args.out:
@@ -399,6 +422,8 @@ def main(argv=None) -> int:
     ch.add_argument("--choose", required=True, help="a collect folder of train-unseen pools")
     ch.add_argument("--report", default=None, help="a collect folder of FOLD=val pools")
     ch.add_argument("--out", default=None, help="write the tables here too")
+    ch.add_argument("--install", default=None, metavar="BUNDLE",
+                    help="write the chosen setting into this bundle's forward.json ranking")
     args = p.parse_args(argv)
     return collect(args) if args.command == "collect" else choose(args)
 
