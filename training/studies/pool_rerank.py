@@ -28,6 +28,9 @@ linear rules, with today's ranking on the choosing pools and on the report pools
         --set val --max-spectra 100 --methods standard deep
     python -m training.studies.pool_rerank choose --choose runs/rerank/tu --report runs/rerank/val
 
+``results FOLDER`` writes a collect folder's ranks as :mod:`training.studies.deep_search_eval`'s ``results.jsonl``, so a
+run of the shipped ranking through the engine can be compared with the collected one, paired (``--baseline-run``).
+
 Its table: docs/evidence/pool_rerank.md.
 """
 
@@ -409,6 +412,20 @@ def choose(args) -> int:
     return 0
 
 
+def as_results(folder: str | Path) -> Path:
+    """Write ``<folder>/results.jsonl``, the collected pools' ranks in :mod:`training.studies.deep_search_eval`'s
+    format (``--baseline-run``: a later run of the same spectra compared with today's ranking, paired). Their seconds
+    leave out the posterior's, which deep_search_eval adds to every method."""
+    out = Path(folder) / "results.jsonl"
+    with out.open("w") as fh:
+        for method in ("standard", "deep"):
+            for r in read_pools(folder, method):
+                fh.write(json.dumps({"spectrum": r["spectrum"], "method": method, "inchikey14": r["truth"],
+                                     "reference": r["smiles"], "rank": r["rank"], "seconds": r["seconds"],
+                                     "n_candidates": r["n_candidates"], "top_smiles": []}) + "\n")
+    return out
+
+
 def main(argv=None) -> int:
     from training.studies.deep_search_eval import selection_arguments
 
@@ -424,7 +441,12 @@ def main(argv=None) -> int:
     ch.add_argument("--out", default=None, help="write the tables here too")
     ch.add_argument("--install", default=None, metavar="BUNDLE",
                     help="write the chosen setting into this bundle's forward.json ranking")
+    r = sub.add_parser("results", help="write a collect folder's ranks as deep_search_eval's results.jsonl")
+    r.add_argument("folder")
     args = p.parse_args(argv)
+    if args.command == "results":
+        print(as_results(args.folder))
+        return 0
     return collect(args) if args.command == "collect" else choose(args)
 
 

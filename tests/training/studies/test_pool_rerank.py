@@ -57,3 +57,17 @@ def test_the_listwise_fit_finds_the_evidence_that_names_the_truth():
     assert w[FEATURES.index("fwd")] > 0 and set(np.flatnonzero(w)) <= set(cols)
     assert hits(pools, w)[:, 0].sum() > hits(pools, None)[:, 0].sum()
     assert cross_validated(pools, cols)[:, 0].sum() > hits(pools, None)[:, 0].sum()
+
+
+def test_collected_ranks_read_back_as_deep_search_eval_results(tmp_path):
+    import json
+
+    from training.studies.deep_search_eval import _rows_by_spectrum
+    from training.studies.pool_rerank import as_results, read_pools
+
+    rows = [{**POOL, "method": m, "smiles": "CCO", "seconds": 1.5, "n_candidates": 3} for m in ("standard", "deep")]
+    (tmp_path / "pools.0.jsonl").write_text(json.dumps(rows[0]) + "\n" + '{"cut sho')  # a stopped process's last line
+    (tmp_path / "pools.1.jsonl").write_text(json.dumps(rows[1]) + "\n")
+    assert [r["method"] for r in read_pools(tmp_path, "deep")] == ["deep"]
+    by = _rows_by_spectrum(as_results(tmp_path))
+    assert by["s1"]["standard"]["rank"] == 2 and by["s1"]["deep"]["seconds"] == 1.5
