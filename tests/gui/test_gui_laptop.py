@@ -134,9 +134,9 @@ def test_deep_progress_says_its_phase_and_a_cancel_keeps_what_it_found(qtbot, ma
     window.runs.progress.connect(lambda value, text: texts.append(text))
     window.params_panel.effort.setCurrentText("deep")
     assert window.run_selected() is None and window.busy
-    qtbot.waitUntil(lambda: any("round 1 of 1" in t for t in texts), timeout=120_000)
+    # the edits stall until the cancel: once they begin, the rounds are done and their ranking is on its way
+    qtbot.waitUntil(lambda: any("deep search: edits 1 of" in t for t in texts), timeout=120_000)
     qtbot.waitUntil(lambda: entry.live is not None and entry.live.params.effort == "deep", timeout=60_000)
-    qtbot.wait(200)
     with qtbot.waitSignal(window.run_finished, timeout=60_000) as blocker:
         window.run_menu.cancel()
     assert blocker.args == ["cancelled"]
