@@ -11,6 +11,12 @@ few numbers read off the ranked pool (:func:`confidence_features`):
 ``log_candidates``  log of the number of distinct formula-consistent candidates (a spread-out pool)
 ``yield``           formula-consistent samples / samples drawn
 
+The six describe the pool as drawn (the isomer edits left out), and :func:`result_features` adds ``edited``: 1 when
+an isomer edit (:mod:`engine.elucidation.edits`) made rank 1 and no sample drew it. An edited rank 1 is right less
+often than a drawn one of the same pool; a model with an ``edit_offset`` gives it the drawn rank 1's probability
+shifted by that many logits (fitted on pools with edits, :mod:`training.calibration.confidence`), a model without one
+gives it none (:func:`why_no_confidence`).
+
 The model is fitted by :mod:`training.calibration.confidence` on FOLD=train spectra whose posteriors come from
 encoders that never saw their structures (out-of-fold), so it sees the misses a new compound gives; a
 bundle ships it as ``confidence.json``. A spectrum without candidates gets 0. The probability belongs
@@ -64,6 +70,7 @@ from engine.spectral_library.identity import (
 from engine.timing import staged
 
 FEATURES = ("top_share", "max_share", "agreement", "score_gap", "log_candidates", "yield")
+EDIT_FEATURE = "edited"  # rank 1 made by an isomer edit (module docstring)
 SCORE_GAP_CAP = 20.0
 FORMAT = "msgpt-confidence"
 
@@ -98,11 +105,14 @@ def made_by_edit(candidate) -> bool:
 
 def result_features(result) -> dict[str, float] | None:
     """:func:`confidence_features` of an :class:`engine.elucidation.pipeline.SpectrumResult`, read off its candidates
-    as drawn: the isomer edits are left out, because the model was fitted on pools that had none."""
+    as drawn (the isomer edits left out: the pool the decoder wrote), and ``edited``: whether an edit made rank 1."""
     drawn = [c for c in result.candidates if not made_by_edit(c)]
     best = drawn[:10]
-    return confidence_features([c.count for c in best], [c.fingerprint_score for c in best], result.n_samples,
-                               result.n_formula_consistent, len(drawn))
+    features = confidence_features([c.count for c in best], [c.fingerprint_score for c in best], result.n_samples,
+                                   result.n_formula_consistent, len(drawn))
+    if features is not None:
+        features[EDIT_FEATURE] = float(made_by_edit(result.candidates[0]))
+    return features
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,8 @@ class ConfidenceModel:
     meta: dict = field(default_factory=dict)  # fit data and held-out numbers, for the model card
     # knots (logistic probability, calibrated probability) of a monotone map applied last; () = none
     recalibration: tuple[tuple[float, ...], tuple[float, ...]] = ()
+    # logits added to the probability of a rank 1 an isomer edit made (features["edited"]); None: it gets none
+    edit_offset: float | None = None
 
     def __post_init__(self):
         n = len(self.features)
@@ -136,13 +148,15 @@ class ConfidenceModel:
                                   "probabilities in [0, 1] and non-decreasing values in [0, 1]; refit it.")
 
     def probability(self, features: dict[str, float] | None) -> float:
-        """The calibrated probability (0 for a pool without candidates)."""
+        """The calibrated probability (0 for a pool without candidates), shifted by ``edit_offset`` when an isomer
+        edit made rank 1 (``features["edited"]``)."""
         if features is None:
             return 0.0
         x = (np.array([features[f] for f in self.features]) - np.array(self.mean)) / np.array(self.scale)
-        z = float(self.bias + np.dot(self.weights, x))
-        p = 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
-        return self.recalibrate(p)
+        p = self.recalibrate(_sigmoid(float(self.bias + np.dot(self.weights, x))))
+        if features.get(EDIT_FEATURE) and self.edit_offset is not None:
+            p = _sigmoid(logit(p) + self.edit_offset)
+        return p
 
     def recalibrate(self, p: float) -> float:
         """The recalibration map at the logistic's probability ``p`` (``p`` itself without one)."""
@@ -173,6 +187,8 @@ class ConfidenceModel:
              "settings": self.settings, "meta": self.meta}
         if self.recalibration:
             d["recalibration"] = {"p": list(self.recalibration[0]), "calibrated": list(self.recalibration[1])}
+        if self.edit_offset is not None:  # read by versions that know it; older ones give an edited rank 1 none
+            d["edit_offset"] = self.edit_offset
         return d
 
     @classmethod
@@ -186,9 +202,10 @@ class ConfidenceModel:
                              if knots else ())
             if d["version"] == 2 and not recalibration:
                 raise ValueError("version 2 without its recalibration")
+            offset = d.get("edit_offset")
             return cls(tuple(float(w) for w in d["weights"]), float(d["bias"]), tuple(float(m) for m in d["mean"]),
                        tuple(float(s) for s in d["scale"]), tuple(d["features"]), dict(d.get("settings", {})),
-                       dict(d.get("meta", {})), recalibration)
+                       dict(d.get("meta", {})), recalibration, None if offset is None else float(offset))
         except (KeyError, TypeError, ValueError) as e:
             raise BundleError(f"confidence model: missing or bad field ({e}); refit it.") from e
 
@@ -206,6 +223,16 @@ class ConfidenceModel:
             raise BundleError(f"{path}: cannot read the confidence model ({e}).") from e
         except BundleError as e:
             raise BundleError(f"{path}: {e}") from e
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+
+def logit(p: float, eps: float = 1e-6) -> float:
+    """log(p / (1 - p)), with ``p`` kept within [eps, 1 - eps]."""
+    p = min(max(p, eps), 1.0 - eps)
+    return math.log(p / (1.0 - p))
 
 
 def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1.0, iters: int = 50) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
@@ -398,15 +425,15 @@ def why_no_confidence(bundle, result) -> str:
         return _why_no_suspect_confidence(bundle, result)
     if result.n_samples == 0 and not result.partial:
         return "no candidate was drawn: these are library structures of a formula only a library proposes"
-    if result.candidates and made_by_edit(result.candidates[0]):
-        return ("rank 1 was made by an isomer edit of a drawn candidate, not drawn itself: the confidence model "
+    model = getattr(bundle, "confidence", None)
+    if result.candidates and made_by_edit(result.candidates[0]) and model is not None and model.edit_offset is None:
+        return ("rank 1 was made by an isomer edit of a drawn candidate, not drawn itself: this confidence model "
                 "describes drawn candidates, and how often an edited rank 1 is right was not measured for it "
-                "(docs/evidence/standard_edits.md)")
+                "(`python -m training.calibration.confidence fit-edits` measures it)")
     if getattr(result, "ion_mapping", ""):
         return (f"its ion type {result.spectrum.adduct} runs by a chemical mapping ({result.ion_mapping}): the "
                 f"confidence model was fitted on the ion types the model runs natively, and how often a mapped "
                 f"rank 1 is right was not measured for it (docs/ion_types.md)")
-    model = getattr(bundle, "confidence", None)
     if model is None:
         return "this model ships no confidence model (confidence.json)"
     if result.partial:

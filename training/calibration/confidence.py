@@ -48,14 +48,17 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import BundleError, ConfigError, MsgptError
+from engine.errors import ConfigError, MsgptError
 from engine.model.confidence import (
+    EDIT_FEATURE,
     FEATURES,
     ConfidenceModel,
     confidence_features,
     fit_logistic,
     isotonic_knots,
     reliability,
+    made_by_edit,
+    logit,
     result_features,
 )
 
@@ -109,11 +112,13 @@ def _unseen_ids(bundle, mgf: str) -> dict[str, int]:
 
 
 def collect(bundle_dir: str, mgf: str, oof_dir: str | None, out: str, structures: int = 1000, seed: int = 0,
-            folds: Sequence[str] = ("train",), stop: threading.Event | None = None) -> Iterator[Collecting]:
+            folds: Sequence[str] = ("train",), stop: threading.Event | None = None,
+            shard: tuple[int, int] = (0, 1)) -> Iterator[Collecting]:
     """Draw and rank the pools of ``structures`` FOLD=train spectra (one per structure) from their
     out-of-fold posteriors (``oof_dir``), or, with ``oof_dir`` None, of the spectra of structures the
     bundle's encoder never saw, from its own posteriors; append one JSON line per spectrum to
-    ``out/pools.jsonl`` (resumes)."""
+    ``out/pools.jsonl`` (resumes). ``shard`` (i, n): this process draws every n-th chosen spectrum from the i-th,
+    into ``out/pools.i.jsonl``, so n processes of one thread share the work; a spectrum any shard drew is done."""
     from engine.elucidation.pipeline import QueryParams, SpectrumSession
     from engine.model.bundle import load_bundle
     from engine.model.querying import QueryPlan
@@ -121,6 +126,9 @@ def collect(bundle_dir: str, mgf: str, oof_dir: str | None, out: str, structures
 
     from training.data.oof_data import load_oof
 
+    i_shard, n_shard = shard
+    if not 0 <= i_shard < n_shard:
+        raise ConfigError(f"--shard {i_shard}/{n_shard}: give i/n with 0 <= i < n, e.g. 0/2 and 1/2.")
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     bundle = load_bundle(bundle_dir)
@@ -144,15 +152,9 @@ def collect(bundle_dir: str, mgf: str, oof_dir: str | None, out: str, structures
     keys = sorted(by_structure)
     chosen = [by_structure[keys[i]][rng.integers(len(by_structure[keys[i]]))]
               for i in rng.permutation(len(keys))[:structures]]
-    path = out_dir / "pools.jsonl"
-    done = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                d = json.loads(line)
-                done[d["id"]] = d
-            except (json.JSONDecodeError, KeyError):
-                continue
+    chosen = chosen[i_shard::n_shard]
+    path = out_dir / ("pools.jsonl" if n_shard == 1 else f"pools.{i_shard}.jsonl")
+    done = {d["id"]: d for d in _collected_rows(out_dir) if d["id"] in {s.id for s in chosen}}
     hits = sum(bool(d.get("hit")) for d in done.values())
     yield Collecting(len(done), len(chosen), hits)
     with open(path, "a", encoding="utf-8") as sink:
@@ -169,8 +171,11 @@ def collect(bundle_dir: str, mgf: str, oof_dir: str | None, out: str, structures
             else:  # the app's own run: the bundle's posterior and band
                 result = run_to_end(SpectrumSession(bundle, s).run(params))
             features = result_features(result)
+            top = result.candidates[:10]  # as ranked, the isomer edits among them
             d = {"id": s.id, "polarity": s.polarity, "inchikey14": result.reference_inchikey14, "rank": result.reference_rank,
                  "hit": result.reference_rank == 1, "features": features, "n_candidates": len(result.candidates),
+                 "rank1_edit": bool(top) and made_by_edit(top[0]), "top_edits": [made_by_edit(c) for c in top],
+                 "top_counts": [c.count for c in top], "top_fingerprint_scores": [c.fingerprint_score for c in top],
                  "fidelity": result.fidelity, "seconds": round(result.seconds, 3)}
             sink.write(json.dumps(d) + "\n")
             sink.flush()
@@ -187,25 +192,46 @@ def _settings(params) -> dict:
             "edit_rounds": params.edit_rounds}
 
 
+def _collected_rows(folder: Path) -> list[dict]:
+    """The rows of every ``pools*.jsonl`` in ``folder`` (each shard's), one per spectrum; a line cut short by a stop
+    is skipped (its spectrum is drawn again)."""
+    rows = {}
+    for path in sorted(folder.glob("pools*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                d = json.loads(line)
+                rows[d["id"]] = d
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+    return list(rows.values())
+
+
 def read_collected(folder: str | Path) -> tuple[np.ndarray, np.ndarray, list[dict], dict]:
-    """(X (n, len(FEATURES)) of the pools with candidates, hits (n,), all rows, collect settings)."""
+    """(X (n, len(FEATURES)) of the pools with candidates whose rank 1 was drawn, their hits (n,), all rows (their
+    ``features`` with ``edited``), collect settings)."""
     folder = Path(folder)
     try:
         meta = json.loads((folder / "collect.json").read_text())
-        lines = (folder / "pools.jsonl").read_text(encoding="utf-8").splitlines()
+        rows = _collected_rows(folder)
     except OSError as e:
         raise ConfigError(f"{folder}: no collected pools ({e}); run `python -m training.calibration.confidence collect` first.") from e
-    rows = [json.loads(line) for line in lines if line.strip()]
-    with_candidates = [r for r in rows if r["features"] is not None]
-    X = np.array([[r["features"][f] for f in FEATURES] for r in with_candidates], np.float64).reshape(-1, len(FEATURES))
-    y = np.array([bool(r["hit"]) for r in with_candidates])
+    if not rows:
+        raise ConfigError(f"{folder}: no collected pools; run `python -m training.calibration.confidence collect` first.")
+    for r in rows:  # whether an isomer edit made rank 1 (none in pools collected before the edits)
+        if r["features"] is not None:
+            r["features"] = {**r["features"], EDIT_FEATURE: float(bool(r.get("rank1_edit")))}
+    drawn = [r for r in rows if r["features"] is not None and not r["features"][EDIT_FEATURE]]
+    X = np.array([[r["features"][f] for f in FEATURES] for r in drawn], np.float64).reshape(-1, len(FEATURES))
+    y = np.array([bool(r["hit"]) for r in drawn])
     return X, y, rows, meta["settings"]
 
 
-def eval_records(run: str | Path, variant: str = "band", decoding: str = "formula", ranking: str = "fingerprint") -> list[dict]:
-    """The ``variant`` records of an msgpt-eval run, each with its confidence ``features`` (None: no candidate) and ``hit``:
-    the features the run recorded (the pool as drawn, :func:`engine.model.confidence.result_features`), else those of its
-    top ten (runs before isomer edits). A record whose rank 1 an isomer edit made is left out: it gets no confidence."""
+def eval_records(run: str | Path, variant: str = "band", decoding: str = "formula", ranking: str = "fingerprint",
+                 edited: bool = True) -> list[dict]:
+    """The ``variant`` records of an msgpt-eval run, each with its confidence ``features`` (None: no candidate), ``hit``
+    and ``edited``: the features the run recorded (the pool as drawn, :func:`engine.model.confidence.result_features`),
+    else those of its top ten (runs before isomer edits), and whether an isomer edit made rank 1. ``edited`` False
+    leaves those records out, for a confidence model that gives an edited rank 1 no probability."""
     path = Path(run) / "results.jsonl"
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -216,11 +242,14 @@ def eval_records(run: str | Path, variant: str = "band", decoding: str = "formul
         r = json.loads(line)
         if r.get("variant") != variant or r.get("decoding", "formula") != decoding or r.get("ranking") != ranking:
             continue
-        if r.get("rank1_edit"):
+        made = bool(r.get("rank1_edit"))
+        if made and not edited:
             continue
         features = r["confidence_features"] if "confidence_features" in r else confidence_features(
             r["top_counts"], r["top_fingerprint_scores"], r["n_samples"], r["n_formula_consistent"], r["n_candidates"])
-        out.append({"id": r["id"], "features": features, "hit": r["rank"] == 1, "rank": r["rank"]})
+        if features is not None:
+            features = {**features, EDIT_FEATURE: float(made)}
+        out.append({"id": r["id"], "features": features, "hit": r["rank"] == 1, "rank": r["rank"], "edited": made})
     if not out:
         raise ConfigError(f"{path}: no {variant!r} records with {decoding} decoding and {ranking} ranking.")
     return out
@@ -295,6 +324,10 @@ def fit(collected: str | Path, l2: float = 1.0, recalibrate: bool = True) -> Con
     knots = recalibration_knots(X, y, l2) if cv["recalibration_kept"] else ()
     model = ConfidenceModel(tuple(w), b, tuple(mean), tuple(scale), FEATURES, dict(settings["params"]),
                             recalibration=knots)
+    edits = None
+    if any(r["features"] is not None and r["features"][EDIT_FEATURE] for r in rows):  # the same pools: no intercept
+        offset, edits = fit_edit_offset(model, rows, intercept=False)
+        model = replace(model, edit_offset=offset)
     train_p = [model.probability(r["features"]) for r in rows]
     meta = {"fit": {"collected": str(collected), "spectra": len(rows), "with_candidates": int(len(y)),
                     "hits": int(y.sum()), "l2": l2, "bundle": settings["bundle"], "oof": settings["oof"],
@@ -303,12 +336,85 @@ def fit(collected: str | Path, l2: float = 1.0, recalibrate: bool = True) -> Con
             # the ion modes of the fitted pools (engine.model.confidence gives none for another; rows collected
             # before the polarity was recorded came from the positive-mode out-of-fold posteriors)
             "polarities": sorted({r.get("polarity") or "positive" for r in rows})}
+    if edits is not None:
+        meta["edits"] = edits
     return replace(model, meta=meta)
 
 
+def fit_edit_offset(model: ConfidenceModel, rows: Sequence[dict], intercept: bool, l2: float = 1.0,
+                    boots: int = 200, seed: int = 0) -> tuple[float, dict]:
+    """The logits by which a rank 1 an isomer edit made is right less (or more) often than ``model`` says of the drawn
+    rank 1 of the same pool: logit P(hit) = logit p_model(drawn features) + a + offset · [edited], by penalised
+    maximum likelihood over the collected ``rows`` (:func:`read_collected`). ``intercept``: fit ``a`` too, for pools
+    harder or easier than those ``model`` was fitted on (``fit-edits``, a shipped model kept as it is); ``a`` is
+    reported, not shipped. Returns (offset, report with a 95% bootstrap interval over pools)."""
+    use = [r for r in rows if r["features"] is not None]
+    made = np.array([float(r["features"][EDIT_FEATURE]) for r in use])
+    y = np.array([float(bool(r["hit"])) for r in use])
+    if made.sum() < 20:
+        raise ConfigError(f"{int(made.sum())} pools with an edited rank 1: collect more structures (--structures), "
+                          "with isomer edits on, before fitting the edits' offset.")
+    drawn = replace(model, edit_offset=None)
+    base = np.array([logit(drawn.probability({**r["features"], EDIT_FEATURE: 0.0})) for r in use])
+    Z = np.column_stack([made] + ([np.ones_like(made)] if intercept else []))
+    prior = np.array([l2] + ([0.0] if intercept else []))
+
+    def solve(idx: np.ndarray) -> np.ndarray:
+        w = np.zeros(Z.shape[1])
+        for _ in range(50):
+            p = 1.0 / (1.0 + np.exp(-np.clip(base[idx] + Z[idx] @ w, -40, 40)))
+            grad = Z[idx].T @ (p - y[idx]) + prior * w
+            hess = (Z[idx] * (p * (1 - p))[:, None]).T @ Z[idx] + np.diag(prior) + 1e-9 * np.eye(len(w))
+            step = np.linalg.solve(hess, grad)
+            w -= step
+            if np.max(np.abs(step)) < 1e-10:
+                break
+        return w
+
+    w = solve(np.arange(len(use)))
+    rng = np.random.default_rng(seed)
+    spread = np.array([solve(rng.integers(0, len(use), len(use)))[0] for _ in range(boots)])
+    shifted = replace(model, edit_offset=float(w[0]))
+    probs = np.array([shifted.probability(r["features"]) for r in use])
+    report = {"pools": len(use), "edited": int(made.sum()), "edited_hits": int(y[made > 0].sum()),
+              "offset": float(w[0]), "offset_95": [float(v) for v in np.percentile(spread, [2.5, 97.5])],
+              "intercept": float(w[1]) if intercept else None, "l2": l2,
+              "edited_mean_predicted": float(probs[made > 0].mean()), "edited_rate": float(y[made > 0].mean())}
+    return float(w[0]), report
+
+
+def fit_edits(args: argparse.Namespace) -> int:
+    """``fit-edits``: a bundle's confidence model kept as it is, with the edits' offset fitted on collected pools
+    (:func:`fit_edit_offset` with an intercept for those pools' difficulty), written into it unless ``--no-record``."""
+    path = Path(args.bundle) / "confidence.json"
+    if not path.is_file():
+        raise ConfigError(f"{args.bundle} has no confidence.json; fit one with `python -m training.calibration.confidence fit`.")
+    model = ConfidenceModel.load(path)
+    _, _, rows, settings = read_collected(args.collected)
+    differ = {k for k, v in model.settings.items() if k != "adapter" and settings["params"].get(k, v) != v}
+    if differ:
+        raise ConfigError(f"{args.collected} was collected with other settings than the model's ({sorted(differ)}); "
+                          "collect pools with the model's settings.")
+    offset, report = fit_edit_offset(model, rows, intercept=True, l2=args.l2)
+    model = replace(model, edit_offset=offset, meta={**model.meta, "edits": {"collected": str(args.collected),
+                                                                             "bundle": settings["bundle"], **report}})
+    print(json.dumps(report, indent=1))
+    if not args.no_record:
+        print(f"wrote {save_model(model, args.bundle)}")
+    return 0
+
+
 def check_on(model: ConfidenceModel, records: list[dict]) -> dict:
+    """The reliability of ``model`` on ``records`` (:func:`eval_records`), and for each origin of rank 1 (drawn,
+    edited) when both are there."""
     probs = [model.probability(r["features"]) for r in records]
-    return {"probabilities": probs, **reliability(probs, [r["hit"] for r in records])}
+    report = {"probabilities": probs, **reliability(probs, [r["hit"] for r in records])}
+    made = [bool(r.get("edited")) for r in records]
+    if any(made) and not all(made):
+        report["by_origin"] = {name: reliability([p for p, m in zip(probs, made) if m == want],
+                                                 [r["hit"] for r, m in zip(records, made) if m == want])
+                               for name, want in (("drawn", False), ("edited", True))}
+    return report
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -385,6 +491,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--structures", type=int, default=1000, help="structures, one spectrum each (default 1000)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--threads", type=int, default=1)
+    c.add_argument("--shard", default="0/1", help="i/n: this process draws every n-th spectrum from the i-th "
+                   "(n processes of --threads 1 share a collection; default 0/1)")
     f = sub.add_parser("fit", help="fit the confidence model; check it on an msgpt-eval run of FOLD=val")
     f.add_argument("--collected", required=True, help="a `collect` folder")
     f.add_argument("--val-eval", help="msgpt-eval run on FOLD=val (its band records are the check)")
@@ -402,6 +510,12 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--figure", help="reliability diagram PNG")
     k.add_argument("--title", default=FIGURE_TITLE, help="of the diagram")
     k.add_argument("--no-record", action="store_true", help="print the check, leave the bundle as it is")
+    e = sub.add_parser("fit-edits", help="keep a bundle's confidence model and fit the offset of a rank 1 an isomer "
+                       "edit made on collected pools (with edits); record it in the bundle")
+    e.add_argument("--bundle", required=True, help="model bundle with a confidence.json")
+    e.add_argument("--collected", required=True, help="a `collect` folder of pools drawn with isomer edits")
+    e.add_argument("--l2", type=float, default=1.0, help="L2 penalty on the offset (default 1)")
+    e.add_argument("--no-record", action="store_true", help="print the fit, leave the bundle as it is")
     return p
 
 
@@ -412,7 +526,7 @@ def check_bundle(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise ConfigError(f"{args.bundle} has no confidence.json; fit one with `python -m training.calibration.confidence fit`.")
     model = ConfidenceModel.load(path)
-    report = check_on(model, eval_records(args.val_eval))
+    report = check_on(model, eval_records(args.val_eval, edited=model.edit_offset is not None))
     meta = {**model.meta, "val": {"eval": str(args.val_eval), **{k: v for k, v in report.items()
                                                                  if k != "probabilities"}}}
     if args.figure:
@@ -421,6 +535,14 @@ def check_bundle(args: argparse.Namespace) -> int:
     if not args.no_record:
         print(f"wrote {save_model(replace(model, meta=meta), args.bundle)}")
     return 0
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard {text!r}: give i/n, e.g. 0/2 and 1/2 for two processes.") from None
+    return i, n
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -432,7 +554,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             bar = None
             with torch_threads(args.threads), stop_on_signals(threading.Event()) as stop:
                 t0 = time.perf_counter()
-                for e in collect(args.bundle, args.mgf, args.oof, args.out, args.structures, args.seed, stop=stop):
+                for e in collect(args.bundle, args.mgf, args.oof, args.out, args.structures, args.seed, stop=stop,
+                                 shard=_shard(args.shard)):
                     if bar is None:
                         bar = tqdm(total=e.total, initial=e.done, unit="spectrum")
                     else:
@@ -446,10 +569,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "check":
             return check_bundle(args)
+        if args.command == "fit-edits":
+            return fit_edits(args)
         model = fit(args.collected, args.l2, recalibrate=not args.no_recalibration)
         meta = dict(model.meta)
         if args.val_eval:
-            records = eval_records(args.val_eval)
+            records = eval_records(args.val_eval, edited=model.edit_offset is not None)
             report = check_on(model, records)
             meta["val"] = {"eval": str(args.val_eval), **{k: v for k, v in report.items() if k != "probabilities"}}
             if args.figure:
@@ -467,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           **({"val": meta["val"]} if "val" in meta else {})}, indent=1))
         print(f"wrote {written}")
         return 0
-    except (ConfigError, BundleError) as e:
+    except MsgptError as e:  # a bad setting, bundle or input file: its message names it and the fix
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -355,13 +355,130 @@ def test_why_no_confidence_names_the_reason_spectrum_confidence_leaves_it_out(bu
 
 
 def test_the_features_read_the_pool_as_drawn(bundle_with_confidence):
-    """The model was fitted on pools without isomer edits: an edit anywhere in the ranking changes no feature."""
+    """The six pool features read the pool the decoder drew: an edit anywhere in the ranking changes none of them;
+    ``edited`` says whether an edit is rank 1."""
     from tiny_bundle import fixture_spectra
 
-    from engine.model.confidence import result_features
+    from engine.model.confidence import EDIT_FEATURE, result_features
 
     result = _run(bundle_with_confidence, fixture_spectra()[0], QueryParams(edit_rounds=0))
+    drawn = result_features(result)
+    assert drawn[EDIT_FEATURE] == 0.0
     edit = replace(result.candidates[-1], smiles="CCO", inchikey14="LFQSCWFLJHTTHZ", count=0, edited_from="CC")
     for at in (0, 1, len(result.candidates)):
         candidates = (*result.candidates[:at], edit, *result.candidates[at:])
-        assert result_features(replace(result, candidates=candidates)) == result_features(result)
+        assert result_features(replace(result, candidates=candidates)) == {**drawn, EDIT_FEATURE: float(at == 0)}
+
+
+def test_a_model_with_an_edit_offset_gives_an_edited_rank_1_its_own_probability(bundle_with_confidence, tmp_path):
+    from tiny_bundle import fixture_spectra
+
+    from engine.model.confidence import logit, why_no_confidence
+
+    bundle = bundle_with_confidence
+    result = _run(bundle, fixture_spectra()[0], QueryParams())
+    edited = replace(result, candidates=(replace(result.candidates[0], count=0, edited_from="CCO"), *result.candidates))
+    assert spectrum_confidence(bundle, edited) is None  # this model has no offset: how often it is right is unknown
+    plain = replace(bundle.confidence, weights=(0.0,) * len(FEATURES), bias=-1.0)  # a drawn rank 1 at 27%
+    shifted = replace(plain, edit_offset=-1.5)
+    assert ConfidenceModel.load(shifted.save(tmp_path / "c.json")) == shifted
+    assert "edit_offset" not in plain.to_json()
+    bundle = replace(bundle, confidence=shifted)
+    assert why_no_confidence(bundle, edited) == ""
+    p_drawn, p_edited = spectrum_confidence(bundle, result), spectrum_confidence(bundle, edited)
+    assert p_drawn == pytest.approx(plain.probability(_features(result)))  # a drawn rank 1: as before
+    assert 0.02 < p_drawn < 0.98 and logit(p_edited) == pytest.approx(logit(p_drawn) - 1.5)
+
+
+def _features(result):
+    from engine.model.confidence import result_features
+
+    return {k: v for k, v in result_features(result).items() if k in FEATURES}
+
+
+def _write_edited(folder, n=3000, seed=3, factor=0.25):
+    """Pools in two shards (and a line a stop cut short); 30% of them have an edited rank 1, right ``factor`` times
+    as often as the drawn rank 1's truth says."""
+    from training.calibration.confidence import _settings
+
+    X, _, p = _synthetic(n, seed)
+    rng = np.random.default_rng(seed + 1)
+    made = rng.random(n) < 0.3
+    y = rng.random(n) < np.where(made, factor * p, p)
+    folder.mkdir()
+    (folder / "collect.json").write_text(json.dumps({"settings": {
+        "bundle": "abc", "oof": "unseen structures", "params": _settings(QueryParams())}}))
+    for shard in (0, 1):
+        with open(folder / f"pools.{shard}.jsonl", "w") as fh:
+            for i in range(shard, n, 2):
+                fh.write(json.dumps({"id": f"S{i}", "hit": bool(y[i]), "rank": 1 if y[i] else None,
+                                     "rank1_edit": bool(made[i]),
+                                     "features": dict(zip(FEATURES, X[i].tolist()))}) + "\n")
+            fh.write('{"id": "cut short", "hit": fa')
+    return made, y
+
+
+def test_pools_with_edited_rank_1s_fit_the_drawn_model_and_the_edits_offset(tmp_path):
+    """The fit reads every shard and skips a line a stop cut short; the six weights come from the pools whose rank 1
+    was drawn, the offset from the edited ones: near log(1/4) where an edit is right a quarter as often."""
+    from training.calibration.confidence import main
+
+    made, y = _write_edited(tmp_path / "collected")
+    assert main(["fit", "--collected", str(tmp_path / "collected"), "--out", str(tmp_path / "c.json")]) == 0
+    model = ConfidenceModel.load(tmp_path / "c.json")
+    edits = model.meta["edits"]
+    assert model.meta["fit"]["spectra"] == 3000 and model.meta["fit"]["with_candidates"] == 3000 - int(made.sum())
+    assert edits["edited"] == int(made.sum()) and edits["edited_hits"] == int(y[made].sum())
+    lo, hi = edits["offset_95"]
+    assert lo < model.edit_offset < hi < 0 and edits["intercept"] is None
+    assert abs(edits["edited_mean_predicted"] - edits["edited_rate"]) < 0.02
+
+    _write_collected(tmp_path / "none")  # no pool's rank 1 is an edit: no offset, an edited rank 1 gets none
+    assert main(["fit", "--collected", str(tmp_path / "none"), "--out", str(tmp_path / "d.json")]) == 0
+    assert ConfidenceModel.load(tmp_path / "d.json").edit_offset is None
+
+
+def test_fit_edits_keeps_the_shipped_model_and_fits_its_offset_with_an_intercept(tmp_path):
+    """Pools harder than the model's own (every truth half as likely): the intercept takes the difficulty, the offset
+    the edits' own effect; the six weights stay as they were, and the check keeps the edited records."""
+    from engine.model.confidence import EDIT_FEATURE
+    from training.calibration.confidence import check_on, eval_records, main
+
+    _write_collected(tmp_path / "own", n=3000)
+    assert main(["fit", "--collected", str(tmp_path / "own"), "--out", str(tmp_path / "own.json")]) == 0
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({"files": {}}))
+    ConfidenceModel.load(tmp_path / "own.json").save(bundle / "confidence.json")
+    _write_edited(tmp_path / "harder", seed=11, factor=0.25)
+    assert main(["fit-edits", "--bundle", str(bundle), "--collected", str(tmp_path / "harder"), "--no-record"]) == 0
+    assert ConfidenceModel.load(bundle / "confidence.json").edit_offset is None  # --no-record
+    assert main(["fit-edits", "--bundle", str(bundle), "--collected", str(tmp_path / "harder")]) == 0
+    model, before = ConfidenceModel.load(bundle / "confidence.json"), ConfidenceModel.load(tmp_path / "own.json")
+    assert model.weights == before.weights and model.recalibration == before.recalibration
+    assert model.edit_offset < -0.5 and model.meta["edits"]["intercept"] is not None
+    assert "confidence.json" in json.loads((bundle / "config.json").read_text())["files"]
+
+    run = tmp_path / "eval"
+    run.mkdir()
+    base = {"variant": "band", "decoding": "formula", "ranking": "fingerprint", "top_counts": [30, 5],
+            "top_fingerprint_scores": [-5.0, -9.0], "n_samples": 100, "n_formula_consistent": 70, "n_candidates": 20}
+    (run / "results.jsonl").write_text("".join(json.dumps({**base, "id": f"V{i}", "rank": 1 if i % 3 else 2,
+                                                           "rank1_edit": i % 2 == 1}) + "\n" for i in range(6)))
+    records = eval_records(run)
+    assert [r["edited"] for r in records] == [False, True] * 3
+    assert all(r["features"][EDIT_FEATURE] == float(r["edited"]) for r in records)
+    report = check_on(model, records)
+    assert report["by_origin"]["edited"]["n"] == 3 and report["n"] == 6
+    assert report["by_origin"]["edited"]["mean_predicted"] < report["by_origin"]["drawn"]["mean_predicted"]
+    assert [r["id"] for r in eval_records(run, edited=False)] == ["V0", "V2", "V4"]
+    assert main(["fit-edits", "--bundle", str(bundle), "--collected", str(tmp_path / "own")]) == 2  # no edits
+
+
+def test_collect_names_a_bad_shard(tmp_path, capsys):
+    from training.calibration.confidence import main
+
+    for bad in ("2/2", "one of two"):
+        assert main(["collect", "--unseen", "--mgf", str(tmp_path / "x.mgf"), "--out", str(tmp_path / "o"),
+                     "--shard", bad]) == 2
+        assert "--shard" in capsys.readouterr().err
