@@ -12,6 +12,18 @@ Two steps::
 Without an out-of-fold run, ``collect --unseen`` draws the pools of the FOLD=train spectra whose structure
 the bundle's encoder never trained on (those only non-redistributable records hold; see
 :func:`training.encoder.noise.fit_from_bundle`), with the app's own pipeline: the bundle's posterior and band.
+``--shard i/n`` splits a collection over n processes of one thread (each writes ``pools.i.jsonl``).
+
+**A rank 1 an isomer edit made** (:mod:`engine.elucidation.edits`; no sample drew it) gets the drawn rank 1's
+probability shifted by the model's ``edit_offset`` logits. ``fit`` fits the six weights on the pools whose rank 1 was
+drawn and the offset on the others; ``fit-edits`` keeps a bundle's model as it is and fits only the offset, with an
+intercept of its own for pools harder or easier than the model's (the train-unseen pools are harder than FOLD=val),
+which is reported and not shipped::
+
+    python -m training.calibration.confidence collect --unseen --mgf ../shared/data/massbank_dev.mgf.gz \
+        --out runs/confidence_unseen --shard 0/2 &      # and --shard 1/2 beside it: ~75 min on two cores
+    python -m training.calibration.confidence fit-edits --bundle resources/default_model --collected runs/confidence_unseen
+    python -m training.calibration.confidence check --bundle resources/default_model --val-eval runs/eval_val
 
 **Why out-of-fold**: on its own training spectra the shipped encoder's posteriors are far better than on
 a new compound, so its pools there are more often right and a confidence fitted on them would promise
