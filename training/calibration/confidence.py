@@ -68,9 +68,9 @@ from engine.model.confidence import (
     confidence_features,
     fit_logistic,
     isotonic_knots,
-    reliability,
-    made_by_edit,
     logit,
+    made_by_edit,
+    reliability,
     result_features,
 )
 
